@@ -1,0 +1,708 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cli.c: llgo-heap, the command-line client.
+ *
+ *   llgo-heap run [-r RATE] [-o FILE] [-f pprof|text|folded] -- CMD [ARG...]
+ *   llgo-heap list
+ *   llgo-heap snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs]
+ *   llgo-heap top PID [-n N] [--inuse] [--objects]
+ *   llgo-heap rate PID N
+ *
+ * Every subcommand takes --socket PATH; options may come before or after the positional
+ * arguments (`--` ends them; for run, what follows is the command). This file only speaks the
+ * client side of shared/proto.h and starts processes; all profile work happens in llgo-heapd.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static const char *prog = "llgo-heap";
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: llgo-heap COMMAND [options]\n"
+		"  run [-r RATE] [-o FILE] [-f pprof|text|folded] -- CMD [ARG...]\n"
+		"        profile CMD with a private daemon, write its profile, print top sites\n"
+		"  list                          attached processes and their record counts\n"
+		"  snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs]\n"
+		"  top PID [-n N] [--inuse] [--objects]\n"
+		"  rate PID N                    set the sampling rate of a running process\n"
+		"common options: --socket PATH (default: $LLGO_HEAP_SOCKET, else the daemon's)\n");
+}
+
+static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "%s: ", prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return 2;
+}
+
+/* ---- options --------------------------------------------------------------------------- */
+
+struct opts {
+	const char *socket;
+	const char *out;
+	const char *format;
+	const char *rate;
+	unsigned top_n;
+	uint32_t flags;
+	char **pos;  /* positional arguments */
+	int npos;
+	char **cmd;  /* after "--" (run) */
+	int ncmd;
+};
+
+/* Options taking a value, per subcommand; anything else starting with '-' is unknown. */
+static int opts_parse(const char *sub, int argc, char **argv, struct opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->pos = calloc((size_t)argc + 1, sizeof(char *));
+	if (!o->pos)
+		return die("out of memory");
+	for (int i = 0; i < argc; i++) {
+		char *a = argv[i];
+		const char *val = NULL;
+		char *eq = NULL;
+		if (strcmp(a, "--") == 0) {
+			o->cmd = argv + i + 1;
+			o->ncmd = argc - i - 1;
+			break;
+		}
+		if (a[0] != '-' || a[1] == '\0') {
+			o->pos[o->npos++] = a;
+			continue;
+		}
+		if (strncmp(a, "--", 2) == 0 && (eq = strchr(a, '=')) != NULL) {
+			*eq = '\0';
+			val = eq + 1;
+		}
+#define TAKE(dst)                                                                          \
+	do {                                                                               \
+		if (!val) {                                                                \
+			if (i + 1 >= argc)                                                 \
+				return die("%s: option %s needs a value", sub, a);         \
+			val = argv[++i];                                                   \
+		}                                                                          \
+		(dst) = val;                                                               \
+	} while (0)
+		if (strcmp(a, "--socket") == 0 || strcmp(a, "-S") == 0) {
+			TAKE(o->socket);
+		} else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) &&
+			   (strcmp(sub, "run") == 0 || strcmp(sub, "snapshot") == 0)) {
+			TAKE(o->out);
+		} else if ((strcmp(a, "-f") == 0 || strcmp(a, "--format") == 0) &&
+			   (strcmp(sub, "run") == 0 || strcmp(sub, "snapshot") == 0)) {
+			TAKE(o->format);
+		} else if ((strcmp(a, "-r") == 0 || strcmp(a, "--rate") == 0) &&
+			   strcmp(sub, "run") == 0) {
+			TAKE(o->rate);
+		} else if ((strcmp(a, "-n") == 0 || strcmp(a, "--top") == 0) &&
+			   (strcmp(sub, "top") == 0 || strcmp(sub, "run") == 0)) {
+			const char *n;
+			TAKE(n);
+			char *end;
+			unsigned long v = strtoul(n, &end, 10);
+			if (*n == '\0' || *end || v == 0 || v > 100000)
+				return die("%s: bad number for %s: '%s'", sub, a, n);
+			o->top_n = (unsigned)v;
+		} else if (strcmp(a, "--allocs") == 0 && !val && strcmp(sub, "snapshot") == 0) {
+			o->flags |= LLGO_SNAP_ALLOCS;
+		} else if (strcmp(a, "--inuse") == 0 && !val &&
+			   (strcmp(sub, "top") == 0 || strcmp(sub, "snapshot") == 0)) {
+			o->flags |= LLGO_SNAP_INUSE;
+		} else if (strcmp(a, "--objects") == 0 && !val &&
+			   (strcmp(sub, "top") == 0 || strcmp(sub, "snapshot") == 0)) {
+			o->flags |= LLGO_SNAP_OBJECTS;
+		} else {
+			if (eq)
+				*eq = '=';
+			return die("%s: unknown option '%s' (see llgo-heap --help)", sub, a);
+		}
+#undef TAKE
+	}
+	return 0;
+}
+
+static int parse_format(const char *s, int *fmt)
+{
+	if (!s || strcmp(s, "pprof") == 0 || strcmp(s, "proto") == 0)
+		*fmt = LLGO_FORMAT_PPROF;
+	else if (strcmp(s, "text") == 0 || strcmp(s, "legacy") == 0)
+		*fmt = LLGO_FORMAT_TEXT;
+	else if (strcmp(s, "folded") == 0)
+		*fmt = LLGO_FORMAT_FOLDED;
+	else
+		return die("unknown format '%s' (pprof, text or folded)", s);
+	return 0;
+}
+
+static const char *format_suffix(int fmt)
+{
+	switch (fmt) {
+	case LLGO_FORMAT_TEXT:
+		return "heap";
+	case LLGO_FORMAT_FOLDED:
+		return "folded";
+	default:
+		return "pb.gz";
+	}
+}
+
+static int parse_pid(const char *s, pid_t *pid)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (*s == '\0' || *end || errno || v <= 0 || v > INT_MAX)
+		return die("bad PID '%s'", s);
+	*pid = (pid_t)v;
+	return 0;
+}
+
+static int parse_rate(const char *s, uint64_t *rate)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (*s == '\0' || *s == '-' || *end || errno || v > LLGO_RATE_MAX)
+		return die("bad rate '%s' (0 = off, 1 = every allocation, N = mean bytes, at most "
+			   "%llu)", s, (unsigned long long)LLGO_RATE_MAX);
+	*rate = v;
+	return 0;
+}
+
+/* ---- talking to the daemon ----------------------------------------------------------- */
+
+static const char *default_socket(char *buf, size_t len)
+{
+	const char *env = getenv("LLGO_HEAP_SOCKET");
+	if (env && *env)
+		return env;
+	if (geteuid() == 0)
+		return "/run/llgo-heapd/llgo-heapd.sock";
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	if (!xdg || !*xdg)
+		return NULL;
+	snprintf(buf, len, "%s/llgo-heapd.sock", xdg);
+	return buf;
+}
+
+static int client_connect(const char *path, int *out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int err = -errno;
+		close(s);
+		return err;
+	}
+	*out = s;
+	return 0;
+}
+
+/* Send one request and collect the DATA packets into out until END; the END's status and
+ * message are returned through status/message. */
+static int client_request(const char *path, const void *req, size_t n, struct buf *out,
+			  int *status, char *message, size_t mlen)
+{
+	int s, err = client_connect(path, &s);
+	if (err)
+		return err;
+	err = msg_send(s, req, n, -1);
+	unsigned char *pkt = malloc(LLGO_MSG_MAX);
+	if (!pkt)
+		err = -ENOMEM;
+	while (!err) {
+		ssize_t r = msg_recv(s, pkt, LLGO_MSG_MAX, NULL);
+		if (r <= 0) {
+			err = r < 0 ? (int)r : -ECONNRESET;
+			break;
+		}
+		struct llgo_msg_header h;
+		if ((err = msg_header_check(pkt, (size_t)r, &h)) != 0)
+			break;
+		if (h.type == LLGO_MSG_DATA) {
+			err = buf_append(out, pkt + sizeof(h), (size_t)r - sizeof(h));
+		} else if (h.type == LLGO_MSG_END && (size_t)r == sizeof(struct llgo_msg_end)) {
+			struct llgo_msg_end end;
+			memcpy(&end, pkt, sizeof(end));
+			end.message[sizeof(end.message) - 1] = '\0';
+			*status = end.status;
+			snprintf(message, mlen, "%s", end.message);
+			break;
+		} else {
+			err = -EPROTO;
+		}
+	}
+	free(pkt);
+	close(s);
+	return err;
+}
+
+static int daemon_error(const char *path, int err)
+{
+	if (err == -ENOENT || err == -ECONNREFUSED)
+		return die("no llgo-heapd at %s (start it, or pass --socket PATH)", path);
+	if (err == -EACCES)
+		return die("cannot connect to %s: permission denied", path);
+	return die("talking to llgo-heapd at %s: %s", path, strerror(-err));
+}
+
+static int snapshot_fetch(const char *path, pid_t pid, int fmt, uint32_t flags, uint32_t top_n,
+			  struct buf *out)
+{
+	struct llgo_msg_snapshot req;
+	memset(&req, 0, sizeof(req));
+	msg_header_init(&req.h, LLGO_MSG_SNAPSHOT, sizeof(req));
+	req.pid = (uint32_t)pid;
+	req.format = (uint32_t)fmt;
+	req.flags = flags;
+	req.top_n = top_n;
+	int status = 0;
+	char message[LLGO_END_MSG_LEN] = "";
+	int err = client_request(path, &req, sizeof(req), out, &status, message, sizeof(message));
+	if (err)
+		return daemon_error(path, err);
+	if (status)
+		return die("%s", message[0] ? message : strerror(status));
+	if (out->failed)
+		return die("out of memory");
+	return 0;
+}
+
+static int list_fetch(const char *path, struct buf *out)
+{
+	struct llgo_msg_header req;
+	msg_header_init(&req, LLGO_MSG_LIST, sizeof(req));
+	int status = 0;
+	char message[LLGO_END_MSG_LEN] = "";
+	int err = client_request(path, &req, sizeof(req), out, &status, message, sizeof(message));
+	if (err)
+		return daemon_error(path, err);
+	if (status)
+		return die("%s", message[0] ? message : strerror(status));
+	if (out->len % sizeof(struct llgo_list_entry))
+		return die("malformed list answer from llgo-heapd");
+	return 0;
+}
+
+static int write_file(const char *file, const struct buf *b)
+{
+	if (strcmp(file, "-") == 0) {
+		if (fwrite(b->data, 1, b->len, stdout) != b->len || fflush(stdout) != 0)
+			return die("writing to stdout: %s", strerror(errno));
+		return 0;
+	}
+	/* Write a temporary file and rename it, so a full disk never leaves half a profile
+	 * under the requested name. */
+	char tmp[PATH_MAX];
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", file, (int)getpid()) >= (int)sizeof(tmp))
+		return die("%s: path too long", file);
+	FILE *f = fopen(tmp, "wb");
+	if (!f)
+		return die("cannot write %s: %s", file, strerror(errno));
+	size_t w = fwrite(b->data, 1, b->len, f);
+	int err = (w != b->len || fflush(f) != 0 || fsync(fileno(f)) != 0) ? errno : 0;
+	if (fclose(f) != 0 && !err)
+		err = errno;
+	if (!err && rename(tmp, file) != 0)
+		err = errno;
+	if (err) {
+		unlink(tmp);
+		return die("cannot write %s: %s", file, strerror(err ? err : EIO));
+	}
+	return 0;
+}
+
+/* ---- subcommands ------------------------------------------------------------------------ */
+
+static void print_list(const struct buf *b)
+{
+	size_t n = b->len / sizeof(struct llgo_list_entry);
+	printf("%-8s %-7s %10s %10s %10s %8s %8s %8s  %s\n", "PID", "STATE", "RATE", "SAMPLED",
+	       "DELIVERED", "DROPPED", "CORRUPT", "BUCKETS", "COMMAND");
+	for (size_t i = 0; i < n; i++) {
+		struct llgo_list_entry e;
+		memcpy(&e, b->data + i * sizeof(e), sizeof(e));
+		e.comm[sizeof(e.comm) - 1] = '\0';
+		printf("%-8u %-7s %10llu %10llu %10llu %8llu %8llu %8llu  %s\n", e.pid,
+		       e.state == LLGO_PROC_LIVE ? "live" : "exited", (unsigned long long)e.rate,
+		       (unsigned long long)e.sampled, (unsigned long long)e.delivered,
+		       (unsigned long long)e.dropped, (unsigned long long)e.corrupt,
+		       (unsigned long long)e.buckets, e.comm);
+	}
+}
+
+static int cmd_list(const char *path, struct opts *o)
+{
+	if (o->npos)
+		return die("list: unexpected argument '%s'", o->pos[0]);
+	struct buf b;
+	buf_init(&b);
+	int rc = list_fetch(path, &b);
+	if (!rc)
+		print_list(&b);
+	buf_free(&b);
+	return rc;
+}
+
+static int cmd_snapshot(const char *path, struct opts *o)
+{
+	if (o->npos != 1)
+		return die("snapshot: expected one PID (llgo-heap snapshot PID [-o FILE|-])");
+	pid_t pid;
+	int fmt, rc;
+	if ((rc = parse_pid(o->pos[0], &pid)) || (rc = parse_format(o->format, &fmt)))
+		return rc;
+	char def[64];
+	snprintf(def, sizeof(def), "llgo-heap.%d.%s", (int)pid, format_suffix(fmt));
+	struct buf b;
+	buf_init(&b);
+	rc = snapshot_fetch(path, pid, fmt, o->flags, 0, &b);
+	if (!rc)
+		rc = write_file(o->out ? o->out : def, &b);
+	if (!rc && !(o->out && strcmp(o->out, "-") == 0))
+		fprintf(stderr, "%s: wrote %s (%zu bytes)\n", prog, o->out ? o->out : def, b.len);
+	buf_free(&b);
+	return rc;
+}
+
+static int cmd_top(const char *path, struct opts *o)
+{
+	if (o->npos != 1)
+		return die("top: expected one PID");
+	pid_t pid;
+	int rc = parse_pid(o->pos[0], &pid);
+	if (rc)
+		return rc;
+	struct buf b;
+	buf_init(&b);
+	rc = snapshot_fetch(path, pid, LLGO_FORMAT_TOP, o->flags, o->top_n, &b);
+	if (!rc)
+		fwrite(b.data, 1, b.len, stdout);
+	buf_free(&b);
+	return rc;
+}
+
+static int cmd_rate(const char *path, struct opts *o)
+{
+	if (o->npos != 2)
+		return die("rate: expected PID and RATE (llgo-heap rate PID N)");
+	pid_t pid;
+	uint64_t rate;
+	int rc;
+	if ((rc = parse_pid(o->pos[0], &pid)) || (rc = parse_rate(o->pos[1], &rate)))
+		return rc;
+	struct llgo_msg_set_rate req;
+	memset(&req, 0, sizeof(req));
+	msg_header_init(&req.h, LLGO_MSG_SET_RATE, sizeof(req));
+	req.pid = (uint32_t)pid;
+	req.rate = rate;
+	struct buf b;
+	buf_init(&b);
+	int status = 0;
+	char message[LLGO_END_MSG_LEN] = "";
+	int err = client_request(path, &req, sizeof(req), &b, &status, message, sizeof(message));
+	buf_free(&b);
+	if (err)
+		return daemon_error(path, err);
+	if (status)
+		return die("%s", message[0] ? message : strerror(status));
+	printf("%s\n", message);
+	return 0;
+}
+
+/* ---- run ------------------------------------------------------------------------------- */
+
+/* Directory of this executable: the daemon is beside it, the shim in ../lib. */
+static int self_dir(char *dir, size_t len)
+{
+	ssize_t n = readlink("/proc/self/exe", dir, len - 1);
+	if (n <= 0)
+		return -errno;
+	dir[n] = '\0';
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		return -EINVAL;
+	*slash = '\0';
+	return 0;
+}
+
+static int wait_for_socket(const char *path, pid_t daemon_pid)
+{
+	for (int i = 0; i < 1000; i++) {
+		int s;
+		if (client_connect(path, &s) == 0) {
+			close(s);
+			return 0;
+		}
+		int st;
+		if (waitpid(daemon_pid, &st, WNOHANG) == daemon_pid)
+			return -ECHILD;
+		struct timespec ts = { 0, 5 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	return -ETIMEDOUT;
+}
+
+static pid_t spawn_daemon(const char *dir, const char *sock, const char *log)
+{
+	char daemon[PATH_MAX + 16];
+	snprintf(daemon, sizeof(daemon), "%s/llgo-heapd", dir);
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null >= 0)
+		dup2(null, 0);
+	if (fd >= 0) {
+		dup2(fd, 1);
+		dup2(fd, 2);
+	}
+	/* The private daemon must never profile itself. */
+	unsetenv("LD_PRELOAD");
+	execl(daemon, "llgo-heapd", "--socket", sock, "--foreground", (char *)NULL);
+	dprintf(2, "llgo-heap: cannot run %s: %s\n", daemon, strerror(errno));
+	_exit(127);
+}
+
+static void stop_daemon(pid_t pid)
+{
+	int st;
+	if (pid <= 0)
+		return;
+	kill(pid, SIGTERM);
+	for (int i = 0; i < 400; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return;
+		struct timespec ts = { 0, 5 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+}
+
+static pid_t spawn_command(char **cmd, const char *shim, const char *sock, const char *rate)
+{
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	const char *old = getenv("LD_PRELOAD");
+	char *pre;
+	if (old && *old) {
+		if (asprintf(&pre, "%s:%s", shim, old) < 0)
+			_exit(127);
+	} else {
+		pre = (char *)shim;
+	}
+	setenv("LD_PRELOAD", pre, 1);
+	setenv("LLGO_HEAP_SOCKET", sock, 1);
+	if (rate)
+		setenv("LLGO_HEAP_RATE", rate, 1);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGQUIT, SIG_DFL);
+	execvp(cmd[0], cmd);
+	int err = errno;
+	dprintf(2, "llgo-heap: cannot run %s: %s\n", cmd[0], strerror(err));
+	_exit(err == ENOENT ? 127 : 126);
+}
+
+static void print_log(const char *log)
+{
+	FILE *f = fopen(log, "r");
+	if (!f)
+		return;
+	char line[512];
+	while (fgets(line, sizeof(line), f))
+		fprintf(stderr, "llgo-heapd: %s", line);
+	fclose(f);
+}
+
+static int cmd_run(struct opts *o)
+{
+	if (o->npos)
+		return die("run: unexpected argument '%s' before '--'", o->pos[0]);
+	if (o->ncmd == 0)
+		return die("run: no command (llgo-heap run [-r RATE] [-o FILE] -- CMD [ARG...])");
+	int fmt, rc;
+	if ((rc = parse_format(o->format, &fmt)))
+		return rc;
+	uint64_t rate = 0;
+	if (o->rate && (rc = parse_rate(o->rate, &rate)))
+		return rc;
+	if (o->socket)
+		return die("run: --socket is chosen by run itself (a private daemon)");
+
+	char dir[PATH_MAX], shim[PATH_MAX + 32];
+	if (self_dir(dir, sizeof(dir)) != 0)
+		return die("run: cannot find my own executable");
+	snprintf(shim, sizeof(shim), "%s/../lib/libllgoheap.so", dir);
+	char *real = realpath(shim, NULL);
+	if (!real)
+		return die("run: shim not found at %s", shim);
+	snprintf(shim, sizeof(shim), "%s", real);
+	free(real);
+
+	const char *tmpbase = getenv("TMPDIR");
+	char tmpl[PATH_MAX];
+	snprintf(tmpl, sizeof(tmpl), "%s/llgo-heap-run.XXXXXX",
+		 tmpbase && *tmpbase ? tmpbase : "/tmp");
+	if (!mkdtemp(tmpl))
+		return die("run: cannot create a temporary folder: %s", strerror(errno));
+	char sock[PATH_MAX + 32], log[PATH_MAX + 32];
+	snprintf(sock, sizeof(sock), "%s/heapd.sock", tmpl);
+	snprintf(log, sizeof(log), "%s/heapd.log", tmpl);
+
+	int status = 0, exit_code = 1;
+	pid_t child = -1;
+	pid_t dpid = spawn_daemon(dir, sock, log);
+	if (dpid < 0) {
+		rc = die("run: fork: %s", strerror(errno));
+		goto out;
+	}
+	if ((rc = wait_for_socket(sock, dpid)) != 0) {
+		print_log(log);
+		rc = die("run: private llgo-heapd did not start (%s)", strerror(-rc));
+		goto out;
+	}
+
+	/* Like system(3): the terminal's signals go to the command; we wait for it. */
+	struct sigaction ign = { .sa_handler = SIG_IGN }, old_int, old_quit;
+	sigaction(SIGINT, &ign, &old_int);
+	sigaction(SIGQUIT, &ign, &old_quit);
+	child = spawn_command(o->cmd, shim, sock, o->rate);
+	if (child < 0) {
+		rc = die("run: fork: %s", strerror(errno));
+		goto out;
+	}
+	while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+		;
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGQUIT, &old_quit, NULL);
+	if (WIFEXITED(status))
+		exit_code = WEXITSTATUS(status);
+	else if (WIFSIGNALED(status))
+		exit_code = 128 + WTERMSIG(status);
+
+	/* Every attached process of this run: the command and what it forked or exec'd. */
+	struct buf list;
+	buf_init(&list);
+	if (list_fetch(sock, &list) != 0) {
+		buf_free(&list);
+		rc = 1;
+		goto out;
+	}
+	size_t nproc = list.len / sizeof(struct llgo_list_entry);
+	bool found = false;
+	for (size_t i = 0; i < nproc; i++) {
+		struct llgo_list_entry e;
+		memcpy(&e, list.data + i * sizeof(e), sizeof(e));
+		e.comm[sizeof(e.comm) - 1] = '\0';
+		bool main_proc = (pid_t)e.pid == child;
+		char file[PATH_MAX];
+		if (o->out && main_proc)
+			snprintf(file, sizeof(file), "%s", o->out);
+		else if (o->out)
+			snprintf(file, sizeof(file), "%s.%u", o->out, e.pid);
+		else
+			snprintf(file, sizeof(file), "llgo-heap.%u.%s", e.pid, format_suffix(fmt));
+		struct buf prof, top;
+		buf_init(&prof);
+		buf_init(&top);
+		rc = snapshot_fetch(sock, (pid_t)e.pid, fmt, 0, 0, &prof);
+		if (!rc)
+			rc = write_file(file, &prof);
+		if (!rc && main_proc)
+			rc = snapshot_fetch(sock, (pid_t)e.pid, LLGO_FORMAT_TOP, 0,
+					    o->top_n ? o->top_n : 10, &top);
+		if (!rc) {
+			fprintf(stderr, "%s: pid %u (%s): wrote %s\n", prog, e.pid, e.comm, file);
+			if (main_proc)
+				fwrite(top.data, 1, top.len, stderr);
+		}
+		found |= main_proc;
+		buf_free(&prof);
+		buf_free(&top);
+		if (rc)
+			break;
+	}
+	buf_free(&list);
+	if (!rc && !found)
+		fprintf(stderr,
+			"%s: %s was not profiled (a static binary, or the shim could not attach)\n",
+			prog, o->cmd[0]);
+out:
+	stop_daemon(dpid);
+	unlink(sock);
+	unlink(log);
+	rmdir(tmpl);
+	if (child < 0)
+		return rc ? rc : 1;
+	/* The command's status wins; a profile we could not write is reported above. */
+	return exit_code ? exit_code : (rc ? 1 : 0);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	const char *sub = argv[1];
+	if (strcmp(sub, "-h") == 0 || strcmp(sub, "--help") == 0 || strcmp(sub, "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	struct opts o;
+	int rc = opts_parse(sub, argc - 2, argv + 2, &o);
+	if (rc)
+		return rc;
+	if (o.ncmd && strcmp(sub, "run") != 0)
+		return die("%s: unexpected '--'", sub);
+	if (strcmp(sub, "run") == 0)
+		return cmd_run(&o);
+
+	char sockbuf[PATH_MAX];
+	const char *path = o.socket ? o.socket : default_socket(sockbuf, sizeof(sockbuf));
+	if (!path)
+		return die("no socket: set --socket PATH, LLGO_HEAP_SOCKET or XDG_RUNTIME_DIR");
+	if (strcmp(sub, "list") == 0)
+		rc = cmd_list(path, &o);
+	else if (strcmp(sub, "snapshot") == 0)
+		rc = cmd_snapshot(path, &o);
+	else if (strcmp(sub, "top") == 0)
+		rc = cmd_top(path, &o);
+	else if (strcmp(sub, "rate") == 0)
+		rc = cmd_rate(path, &o);
+	else
+		rc = die("unknown command '%s' (run, list, snapshot, top, rate)", sub);
+	free(o.pos);
+	return rc;
+}

@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * internal.h: prototypes shared between the agent's files (llgo-heapd and llgo-heap),
+ * grouped by the file that defines them. Nothing here crosses the process boundary; the
+ * cross-process contract is in shared/.
+ *
+ * Conventions: functions return 0 or a negative errno; constructors are name_new() and
+ * destructors name_free(), which accept NULL.
+ */
+#ifndef LLGO_AGENT_INTERNAL_H
+#define LLGO_AGENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../shared/compiler.h"
+#include "../shared/proto.h"
+#include "../shared/ring.h"
+
+/* ---- buf.c: growable byte buffer ------------------------------------------------------ */
+
+struct buf {
+	unsigned char *data;
+	size_t len;
+	size_t cap;
+	bool failed; /* an allocation failed; further appends are ignored */
+};
+
+void buf_init(struct buf *b);
+void buf_free(struct buf *b);
+void buf_reset(struct buf *b);
+int buf_reserve(struct buf *b, size_t extra);
+int buf_append(struct buf *b, const void *p, size_t n);
+int buf_putc(struct buf *b, char c);
+int buf_puts(struct buf *b, const char *s);
+int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int buf_vprintf(struct buf *b, const char *fmt, va_list ap);
+/* Append the gzip (RFC 1952) compression of in[0..n) to out; level as zlib's. */
+int buf_gzip(struct buf *out, const void *in, size_t n, int level);
+
+/* ---- ring.c: the daemon's reader of one shared ring ----------------------------------- */
+
+/* Why a record was rejected; counted per reason in struct ring_counts. */
+struct ring_counts {
+	uint64_t delivered; /* valid records handed to the callback */
+	uint64_t corrupt;   /* records (or stretches of the ring) rejected */
+	uint64_t skipped;   /* valid records of kinds this reader does not handle */
+};
+
+/* A mapped ring, seen from the daemon. Everything the daemon relies on (geometry, tail,
+ * expected sequence) is kept here, never re-read from shared memory. */
+struct ring_reader {
+	struct llgo_ring_header *hdr; /* shared; hostile */
+	unsigned char *data;          /* hdr + LLGO_RING_HEADER_SIZE */
+	uint64_t data_size;
+	uint64_t mask;
+	uint64_t tail;     /* daemon's own copy; published to hdr->tail */
+	uint64_t next_seq; /* sequence number expected next */
+	uint32_t ring_id;
+	size_t map_len;
+	struct ring_counts counts;
+	uint64_t sampled;  /* last sampled value accepted from the ring */
+	uint64_t dropped;  /* last dropped value accepted from the ring */
+};
+
+/* A valid record copied out of the ring; frames points into the reader's scratch copy and
+ * is valid only during the callback. */
+typedef void (*ring_record_fn)(void *arg, const struct llgo_record *rec, const uint64_t *frames);
+
+/* Map a ring memfd (checking its size and header) and set up the reader; closes nothing. */
+int ring_reader_map(struct ring_reader *r, int fd, uint32_t ring_id, uint32_t data_size);
+/* Set up a reader over memory already mapped (tests). */
+int ring_reader_init(struct ring_reader *r, void *mem, size_t map_len, uint32_t ring_id,
+		     uint32_t data_size);
+void ring_reader_unmap(struct ring_reader *r);
+/* Copy out and validate every record published so far, calling fn for each valid one;
+ * returns the number of valid records. Publishes the new tail. Updates r->sampled and
+ * r->dropped from the ring's counters (read before head, see shared/ring.h). */
+size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg);
+
+/* ---- bucket.c: (stack, size, rate) -> counters ----------------------------------------- */
+
+/* An interned stack: immutable once published, freed only with its table. */
+struct stack {
+	struct stack *_Atomic next; /* hash chain */
+	uint64_t hash;
+	uint32_t npcs;
+	uint32_t id; /* 1..n in insertion order */
+	uint64_t pcs[];
+};
+
+/* A bucket: key fields immutable once published; counters atomic (relaxed). Buckets are
+ * keyed by the rate too, so each sample is scaled with the rate in force when taken. */
+struct bucket {
+	struct bucket *_Atomic next; /* hash chain */
+	struct bucket *_Atomic all;  /* list of every bucket, newest first */
+	const struct stack *stack;
+	uint64_t size;
+	uint64_t rate;
+	_Atomic uint64_t alloc_objects;
+	_Atomic uint64_t alloc_bytes;
+	_Atomic uint64_t free_objects;
+	_Atomic uint64_t free_bytes;
+};
+
+struct bucket_stats {
+	uint64_t buckets;
+	uint64_t stacks;
+	uint64_t bytes;    /* memory held by the table */
+	uint64_t cap_hits; /* records folded into the overflow bucket because a cap was hit */
+};
+
+struct bucket_table;
+
+/* max_buckets and max_bytes: per-process caps (0 = defaults). */
+struct bucket_table *bucket_table_new(uint64_t max_buckets, uint64_t max_bytes);
+void bucket_table_free(struct bucket_table *t);
+/* Count one sampled allocation. Lock-free when the bucket exists. When a cap is hit the
+ * record is counted in an overflow bucket (empty stack) and cap_hits grows. */
+int bucket_table_add(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs, uint64_t size,
+		     uint64_t rate);
+/* Visit every published bucket; concurrent adds may or may not be seen. Stops and returns
+ * fn's value when it is non-zero. Never blocks writers. */
+typedef int (*bucket_visit_fn)(void *arg, const struct bucket *b);
+int bucket_table_foreach(struct bucket_table *t, bucket_visit_fn fn, void *arg);
+void bucket_table_stats(struct bucket_table *t, struct bucket_stats *out);
+
+/* ---- procmaps.c: a process's executable mappings -------------------------------------- */
+
+struct symfile; /* symbolize.c: one ELF file's symbols and DWARF, cached by build ID */
+
+struct mapping {
+	uint64_t start, end, offset; /* as in /proc/PID/maps */
+	char *path;                  /* " (deleted)" trimmed */
+	char build_id[80];           /* lowercase hex, "" when none */
+	struct symfile *file;        /* NULL when the file could not be opened */
+};
+
+struct procmaps; /* thread-safe: refresh and lookups may run concurrently */
+
+/* Read /proc/PID/maps and open every executable file mapping (through
+ * /proc/PID/map_files when allowed, so deleted or replaced binaries still symbolize). */
+struct procmaps *procmaps_new(pid_t pid);
+/* Re-read the maps (after dlopen); mappings already known are kept. */
+int procmaps_refresh(struct procmaps *m, pid_t pid);
+/* The mapping holding pc, or NULL. The pointer stays valid until procmaps_free. */
+const struct mapping *procmaps_find(struct procmaps *m, uint64_t pc);
+/* Snapshot of the mapping list, in address order; valid until procmaps_free. */
+size_t procmaps_list(struct procmaps *m, const struct mapping ***out);
+void procmaps_free(struct procmaps *m);
+
+/* ---- symbolize.c: addresses to functions, files and lines ----------------------------- */
+
+#define SYM_MAX_INLINE 16
+
+struct sym_frame {
+	const char *function; /* NULL when no symbol covers the address */
+	const char *file;     /* NULL when unknown */
+	int line;             /* 0 when unknown */
+};
+
+struct sym_result {
+	int nframes; /* inline chain, leaf first; the last is the physical function */
+	struct sym_frame frames[SYM_MAX_INLINE];
+	bool has_functions, has_filenames, has_lines, has_inlines;
+};
+
+/* Open (or find in the cache by build ID) the ELF file at path; fd may be -1. */
+struct symfile *symfile_get(const char *path, int fd, const char *build_id);
+void symfile_put(struct symfile *f);
+/* Resolve pc (an address in the process) inside mapping m. Strings stay valid while the
+ * symfile is referenced. Returns the number of frames (0: nothing known). */
+int symbolize_pc(const struct mapping *m, uint64_t pc, struct sym_result *out);
+
+/* ---- profile.c + pprof.c, text.c, folded.c, top.c: the output formats ------------------ */
+
+struct psample {
+	const struct stack *stack;
+	uint64_t size;
+	uint64_t rate;
+	uint64_t alloc_objects, alloc_bytes;
+	uint64_t free_objects, free_bytes;
+};
+
+struct profile_meta {
+	pid_t pid;
+	char comm[LLGO_COMM_LEN];
+	uint64_t time_nanos;     /* when the snapshot was taken (CLOCK_REALTIME) */
+	uint64_t duration_nanos; /* delta profiles */
+	uint64_t rate;           /* public rate in force */
+	bool mixed_rates;        /* samples were taken at more than one rate */
+	uint64_t sampled, delivered, dropped, corrupt;
+	uint64_t cap_hits;
+};
+
+struct profile {
+	struct profile_meta meta;
+	struct psample *samples;
+	size_t nsamples;
+};
+
+/* Copy the current counters of every bucket (stacks are borrowed from the table). */
+int profile_collect(struct profile *p, struct bucket_table *t);
+/* p := p - base, matched by (stack, size, rate); for delta profiles. */
+int profile_subtract(struct profile *p, const struct profile *base);
+void profile_release(struct profile *p);
+/* Write p in format fmt (enum llgo_format) with LLGO_SNAP_* flags to out. */
+int profile_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
+		  uint32_t flags, uint32_t top_n);
+
+int pprof_write(struct buf *out, const struct profile *p, struct procmaps *maps,
+		uint32_t flags);
+int text_write(struct buf *out, const struct profile *p, struct procmaps *maps);
+int folded_write(struct buf *out, const struct profile *p, struct procmaps *maps,
+		 uint32_t flags);
+int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, uint32_t flags,
+	      uint32_t top_n);
+
+/* Go's scaleHeapSample: the unbiased estimate of (count, size) sampled at rate. */
+void profile_scale(uint64_t count, uint64_t size, uint64_t rate, int64_t *out_count,
+		   int64_t *out_size);
+
+/* ---- msg.c: framing of socket packets (shared by daemon and CLI) --------------------- */
+
+void msg_header_init(struct llgo_msg_header *h, uint16_t type, uint32_t length);
+/* Check magic, version, and that the header's length equals the packet length n. */
+int msg_header_check(const void *pkt, size_t n, struct llgo_msg_header *out);
+/* Send one packet, with fd attached when fd >= 0. */
+int msg_send(int sock, const void *pkt, size_t n, int fd);
+/* Receive one packet into buf (cap bytes); *fd gets an attached descriptor or -1. Returns the
+ * packet length, 0 at EOF, or a negative errno. Truncated packets are an error (-EMSGSIZE). */
+ssize_t msg_recv(int sock, void *buf, size_t cap, int *fd);
+/* Send data as DATA packets followed by END(status, message). */
+int msg_send_answer(int sock, const void *data, size_t n, int status, const char *message);
+
+#endif

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: MIT
+/*
+ * msg.c: framing of llgo-heapd's SOCK_SEQPACKET packets (shared/proto.h) for the daemon and
+ * the CLI: header init and checks, send and receive with an optional SCM_RIGHTS descriptor,
+ * and the DATA...END answer sequence. What a packet means is left to server.c and cli.c.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void msg_header_init(struct llgo_msg_header *h, uint16_t type, uint32_t length)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = LLGO_PROTO_MAGIC;
+	h->version = LLGO_PROTO_VERSION;
+	h->type = type;
+	h->length = length;
+}
+
+int msg_header_check(const void *pkt, size_t n, struct llgo_msg_header *out)
+{
+	if (n < sizeof(struct llgo_msg_header) || n > LLGO_MSG_MAX)
+		return -EBADMSG;
+	memcpy(out, pkt, sizeof(*out));
+	if (out->magic != LLGO_PROTO_MAGIC || out->version != LLGO_PROTO_VERSION)
+		return -EPROTO;
+	if (out->length != n)
+		return -EBADMSG;
+	return 0;
+}
+
+int msg_send(int sock, const void *pkt, size_t n, int fd)
+{
+	struct iovec iov = { .iov_base = (void *)(uintptr_t)pkt, .iov_len = n };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (fd >= 0) {
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	for (;;) {
+		ssize_t r = sendmsg(sock, &mh, MSG_NOSIGNAL);
+		if (r == (ssize_t)n)
+			return 0;
+		if (r >= 0)
+			return -EMSGSIZE;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+ssize_t msg_recv(int sock, void *buf, size_t cap, int *fd)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = cap };
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = ctl.buf,
+		.msg_controllen = sizeof(ctl.buf),
+	};
+	if (fd)
+		*fd = -1;
+	ssize_t r;
+	do {
+		r = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	} while (r < 0 && errno == EINTR);
+	if (r < 0)
+		return -errno;
+	/* Take every descriptor passed, keep at most one, close the rest: a hostile peer
+	 * must not make us leak descriptors. */
+	int kept = -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < nfds; i++) {
+			int f;
+			memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (kept < 0 && fd)
+				kept = f;
+			else
+				close(f);
+		}
+	}
+	if (fd)
+		*fd = kept;
+	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		if (kept >= 0) {
+			close(kept);
+			if (fd)
+				*fd = -1;
+		}
+		return -EMSGSIZE;
+	}
+	return r;
+}
+
+int msg_send_answer(int sock, const void *data, size_t n, int status, const char *message)
+{
+	static const size_t chunk = LLGO_MSG_MAX - sizeof(struct llgo_msg_header);
+	unsigned char pkt[LLGO_MSG_MAX];
+	const unsigned char *p = data;
+	while (n > 0) {
+		size_t len = n < chunk ? n : chunk;
+		msg_header_init((struct llgo_msg_header *)pkt, LLGO_MSG_DATA,
+				(uint32_t)(sizeof(struct llgo_msg_header) + len));
+		memcpy(pkt + sizeof(struct llgo_msg_header), p, len);
+		int err = msg_send(sock, pkt, sizeof(struct llgo_msg_header) + len, -1);
+		if (err)
+			return err;
+		p += len;
+		n -= len;
+	}
+	struct llgo_msg_end end;
+	memset(&end, 0, sizeof(end));
+	msg_header_init(&end.h, LLGO_MSG_END, sizeof(end));
+	end.status = status;
+	if (message)
+		snprintf(end.message, sizeof(end.message), "%s", message);
+	return msg_send(sock, &end, sizeof(end), -1);
+}

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proto.h: messages on llgo-heapd's Unix socket (SOCK_SEQPACKET, one message per packet).
+ *
+ * Two kinds of peers use the socket:
+ *   - shims: HELLO (with the control-page memfd), ADD_RING (with a ring memfd), BYE at exit;
+ *   - clients (the llgo-heap CLI and anything else): LIST, SNAPSHOT, SET_RATE, answered by
+ *     zero or more DATA packets and one END packet.
+ * The daemon identifies every peer by SO_PEERCRED, never by fields in these messages, and
+ * validates type, version and length of every packet before it reads a field.
+ * Fixed-width types only; no pointers. Encoding is the host's (the socket is local).
+ */
+#ifndef LLGO_SHARED_PROTO_H
+#define LLGO_SHARED_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LLGO_PROTO_MAGIC 0x48474c4cu /* "LLGH" */
+#define LLGO_PROTO_VERSION 1u
+/* Largest packet either side sends; DATA payloads are at most this minus the header. */
+#define LLGO_MSG_MAX 65536u
+
+enum llgo_msg_type {
+	/* shim -> daemon */
+	LLGO_MSG_HELLO = 1,    /* struct llgo_msg_hello, SCM_RIGHTS: control memfd */
+	LLGO_MSG_ADD_RING = 2, /* struct llgo_msg_add_ring, SCM_RIGHTS: ring memfd */
+	LLGO_MSG_BYE = 3,      /* header only: the process is exiting; answered by END */
+	/* client -> daemon */
+	LLGO_MSG_LIST = 16,     /* header only; answered by DATA (llgo_list_entry[]) + END */
+	LLGO_MSG_SNAPSHOT = 17, /* struct llgo_msg_snapshot; answered by DATA... + END */
+	LLGO_MSG_SET_RATE = 18, /* struct llgo_msg_set_rate; answered by END */
+	/* daemon -> peer */
+	LLGO_MSG_HELLO_ACK = 32, /* struct llgo_msg_hello_ack */
+	LLGO_MSG_DATA = 33,      /* header + payload bytes */
+	LLGO_MSG_END = 34,       /* struct llgo_msg_end */
+};
+
+struct llgo_msg_header {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t length; /* bytes including this header */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct llgo_msg_header) == 16, "message header size");
+
+#define LLGO_COMM_LEN 64u
+
+struct llgo_msg_hello {
+	struct llgo_msg_header h;
+	uint32_t pid;            /* claimed; informational only (SO_PEERCRED decides) */
+	uint32_t ring_data_size; /* data bytes of every ring this process will send */
+	int64_t rate_word;       /* the rate the shim starts with (see ring.h) */
+	uint64_t flags;          /* LLGO_HELLO_* */
+	char comm[LLGO_COMM_LEN]; /* argv[0]-ish, NUL-terminated if shorter */
+};
+_Static_assert(sizeof(struct llgo_msg_hello) == 104, "hello size");
+_Static_assert(offsetof(struct llgo_msg_hello, rate_word) == 24, "hello rate offset");
+
+/* The process was started by fork() from a profiled parent (re-attached in the child). */
+#define LLGO_HELLO_FORKED 1ull
+
+struct llgo_msg_hello_ack {
+	struct llgo_msg_header h;
+	int32_t status; /* 0 accepted, else a positive errno */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct llgo_msg_hello_ack) == 24, "hello ack size");
+
+struct llgo_msg_add_ring {
+	struct llgo_msg_header h;
+	uint32_t ring_id;
+	uint32_t data_size;
+};
+_Static_assert(sizeof(struct llgo_msg_add_ring) == 24, "add ring size");
+
+enum llgo_format {
+	LLGO_FORMAT_PPROF = 1,  /* gzipped profile.proto */
+	LLGO_FORMAT_TEXT = 2,   /* Go's legacy heap text */
+	LLGO_FORMAT_FOLDED = 3, /* folded stacks */
+	LLGO_FORMAT_TOP = 4,    /* human-readable top sites */
+};
+
+/* Snapshot flags. */
+#define LLGO_SNAP_ALLOCS 1u     /* pprof: default_sample_type alloc_space (Go's /allocs) */
+#define LLGO_SNAP_INUSE 2u      /* folded/top: rank by in-use instead of allocated bytes */
+#define LLGO_SNAP_OBJECTS 4u    /* folded/top: objects instead of bytes */
+
+struct llgo_msg_snapshot {
+	struct llgo_msg_header h;
+	uint32_t pid;
+	uint32_t format; /* enum llgo_format */
+	uint32_t flags;  /* LLGO_SNAP_* */
+	uint32_t top_n;  /* LLGO_FORMAT_TOP: number of rows (0 = 10) */
+};
+_Static_assert(sizeof(struct llgo_msg_snapshot) == 32, "snapshot size");
+
+struct llgo_msg_set_rate {
+	struct llgo_msg_header h;
+	uint32_t pid;
+	uint32_t reserved;
+	uint64_t rate; /* public rate: 0 off, 1 every allocation, N mean bytes */
+};
+_Static_assert(sizeof(struct llgo_msg_set_rate) == 32, "set rate size");
+
+#define LLGO_END_MSG_LEN 240u
+
+struct llgo_msg_end {
+	struct llgo_msg_header h;
+	int32_t status; /* 0 success, else a positive errno */
+	uint32_t reserved;
+	char message[LLGO_END_MSG_LEN]; /* NUL-terminated; the reason when status != 0 */
+};
+_Static_assert(sizeof(struct llgo_msg_end) == 264, "end size");
+
+enum llgo_proc_state {
+	LLGO_PROC_LIVE = 1,
+	LLGO_PROC_EXITED = 2,
+};
+
+/* One row of the LIST answer; DATA payloads carry whole rows. */
+struct llgo_list_entry {
+	uint32_t pid;
+	uint32_t uid;
+	uint32_t state; /* enum llgo_proc_state */
+	uint32_t rings;
+	uint64_t rate; /* public rate in force */
+	uint64_t sampled;
+	uint64_t delivered;
+	uint64_t dropped;
+	uint64_t corrupt;
+	uint64_t buckets;
+	uint64_t start_time_ns; /* CLOCK_REALTIME when the process attached */
+	char comm[LLGO_COMM_LEN];
+};
+_Static_assert(sizeof(struct llgo_list_entry) == 136, "list entry size");
+
+#endif

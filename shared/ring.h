@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ring.h: the shared-memory contract between a profiled process and llgo-heapd.
+ *
+ * Two kinds of shared mappings cross the process boundary, both memfds created by the shim
+ * and handed to the daemon with SCM_RIGHTS:
+ *   - one control page per process (struct llgo_ctl): the sampling rate the daemon may
+ *     change, and counters for samples that found no ring;
+ *   - one ring per sampling thread (struct llgo_ring_header followed by data_size bytes):
+ *     a single-producer single-consumer byte ring of variable-length records.
+ *
+ * Positions (head, tail) are free-running byte counts; the byte at position p lives at
+ * data[p & (data_size - 1)], and a record may wrap around the end of the data area.
+ * The producer (the thread that owns the ring) writes records and publishes head; the daemon
+ * copies records out and publishes tail. The daemon trusts nothing read from here: it keeps
+ * its own copy of tail and of the geometry, and validates every record after copying it.
+ *
+ * This header holds layout, constants and the small inline helpers both sides must agree on
+ * (record checksum, wrapped copies). Producer logic lives in shim/emit.c, consumer logic in
+ * agent/drain.c.
+ */
+#ifndef LLGO_SHARED_RING_H
+#define LLGO_SHARED_RING_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- Control page --------------------------------------------------------------------- */
+
+#define LLGO_CTL_MAGIC 0x314c544348474c4cULL /* "LLGHCTL1" */
+#define LLGO_CTL_VERSION 1u
+#define LLGO_CTL_SIZE 4096u
+
+/*
+ * rate_word encodes the sampling rate for the shim's fast path in one load:
+ *   0         sampling off (the fast path touches no TLS);
+ *   negative  every allocation is recorded (the public rate 1);
+ *   > 1       mean bytes between samples.
+ * The public rate 1 is stored as LLGO_RATE_WORD_EVERY so that "every allocation" needs no
+ * extra compare on the fast path (see shim/override.c).
+ */
+#define LLGO_RATE_WORD_EVERY (-1LL)
+#define LLGO_RATE_DEFAULT 524288ULL
+#define LLGO_RATE_MAX (1ULL << 40)
+
+static inline int64_t llgo_rate_to_word(uint64_t rate)
+{
+	if (rate == 1)
+		return LLGO_RATE_WORD_EVERY;
+	if (rate > LLGO_RATE_MAX)
+		rate = LLGO_RATE_MAX;
+	return (int64_t)rate;
+}
+
+static inline uint64_t llgo_rate_from_word(int64_t word)
+{
+	if (word < 0)
+		return 1;
+	return (uint64_t)word;
+}
+
+struct llgo_ctl {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t size;
+	/* Written by the shim at start and by the daemon (`llgo-heap rate`); read by every
+	 * malloc with a relaxed load. A change needs no ordering with anything else. */
+	_Atomic int64_t rate_word;
+	/* Samples the shim took but could not place in any ring (no ring could be created or
+	 * claimed, or the thread was exiting). Counted as sampled and dropped. Shim-written. */
+	_Atomic uint64_t lost_no_ring;
+	/* Number of rings the shim has created; informational. Shim-written. */
+	_Atomic uint32_t ring_count;
+	uint32_t ring_data_size;
+	/* Number of rate changes the daemon applied; daemon-written. */
+	_Atomic uint64_t rate_changes;
+	uint8_t reserved[LLGO_CTL_SIZE - 48];
+};
+
+_Static_assert(sizeof(struct llgo_ctl) == LLGO_CTL_SIZE, "control page is one page");
+_Static_assert(offsetof(struct llgo_ctl, rate_word) == 16, "rate_word offset");
+_Static_assert(offsetof(struct llgo_ctl, lost_no_ring) == 24, "lost_no_ring offset");
+_Static_assert(offsetof(struct llgo_ctl, ring_count) == 32, "ring_count offset");
+_Static_assert(offsetof(struct llgo_ctl, rate_changes) == 40, "rate_changes offset");
+
+/* ---- Ring header ---------------------------------------------------------------------- */
+
+#define LLGO_RING_MAGIC 0x31474e4948474c4cULL /* "LLGHRNG1" */
+#define LLGO_RING_VERSION 1u
+#define LLGO_RING_HEADER_SIZE 4096u
+#define LLGO_RING_MIN_DATA 4096u
+#define LLGO_RING_MAX_DATA (64u << 20)
+#define LLGO_RING_DEFAULT_DATA (256u << 10)
+/* Rings a process may register; samples beyond are counted in lost_no_ring. */
+#define LLGO_MAX_RINGS 65536u
+
+enum llgo_ring_state {
+	LLGO_RING_OWNED = 1,   /* a live thread writes it */
+	LLGO_RING_RETIRED = 2, /* its thread exited; reusable once the daemon drained it */
+};
+
+struct llgo_ring_header {
+	/* Immutable after the shim sends the ring. */
+	uint64_t magic;
+	uint32_t version;
+	uint32_t header_size;
+	uint64_t data_size; /* power of two, LLGO_RING_MIN_DATA..LLGO_RING_MAX_DATA */
+	uint32_t ring_id;
+	uint32_t reserved0;
+	uint8_t pad0[32];
+
+	/* Producer line, written only by the owning thread.
+	 * head: bytes published. Store-release after the record bytes are written; pairs with
+	 *   the daemon's load-acquire of head before it copies records out.
+	 * sampled: samples taken by owners of this ring (delivered or dropped). Store-release
+	 *   after head; the daemon loads it (acquire) before head, so every sample it counts
+	 *   is either in [tail, head) or already in dropped.
+	 * dropped: samples that did not fit. Stored (release) before sampled. */
+	_Atomic uint64_t head;
+	_Atomic uint64_t sampled;
+	_Atomic uint64_t dropped;
+	_Atomic uint32_t state;     /* enum llgo_ring_state; CAS by a claiming thread */
+	_Atomic uint32_t owner_tid; /* informational */
+	uint8_t pad1[32];
+
+	/* Consumer line, written only by the daemon.
+	 * tail: bytes consumed. Store-release after the daemon copied the bytes out; pairs with
+	 *   the producer's load-acquire of tail before it overwrites them. */
+	_Atomic uint64_t tail;
+	uint8_t pad2[56];
+};
+
+_Static_assert(sizeof(struct llgo_ring_header) == 192, "ring header size");
+_Static_assert(offsetof(struct llgo_ring_header, data_size) == 16, "data_size offset");
+_Static_assert(offsetof(struct llgo_ring_header, head) == 64, "head on its own line");
+_Static_assert(offsetof(struct llgo_ring_header, sampled) == 72, "sampled offset");
+_Static_assert(offsetof(struct llgo_ring_header, dropped) == 80, "dropped offset");
+_Static_assert(offsetof(struct llgo_ring_header, state) == 88, "state offset");
+_Static_assert(offsetof(struct llgo_ring_header, tail) == 128, "tail on its own line");
+_Static_assert(LLGO_RING_HEADER_SIZE >= sizeof(struct llgo_ring_header), "header fits");
+
+/* ---- Records -------------------------------------------------------------------------- */
+
+/*
+ * Every record starts with struct llgo_record and is a multiple of 8 bytes long. kind and
+ * version select the payload; a reader skips kinds it does not know by length, and counts
+ * as corrupt a record whose checksum, length or fields do not hold.
+ *
+ *   LLGO_REC_ALLOC v1: payload = nframes return addresses (uint64_t), frame 0 is the
+ *     allocating call site in the user's code.
+ *   LLGO_REC_FREE v1 (reserved): a sampled block (addr) was freed; nframes = 0.
+ *   LLGO_REC_ALLOC_RAW v1 (reserved): as ALLOC, followed by registers and a copy of the
+ *     top of the raw stack for remote unwinding.
+ */
+enum llgo_record_kind {
+	LLGO_REC_ALLOC = 1,
+	LLGO_REC_FREE = 2,
+	LLGO_REC_ALLOC_RAW = 3,
+};
+
+#define LLGO_REC_VERSION 1u
+#define LLGO_MAX_FRAMES 64u
+
+struct llgo_record {
+	uint8_t kind;
+	uint8_t version;
+	uint16_t nframes;
+	uint32_t length;   /* bytes including this header */
+	uint64_t seq;      /* the ring's sampled count with this sample: gaps are drops */
+	uint64_t size;     /* bytes the program asked for */
+	uint64_t rate;     /* public rate in force when sampled (1 = every allocation) */
+	uint64_t addr;     /* block address, for matching frees */
+	uint32_t tid;      /* the sampling thread */
+	uint32_t flags;
+	uint64_t checksum; /* llgo_record_checksum() with this field zero */
+	/* uint64_t frames[nframes]; */
+};
+
+_Static_assert(sizeof(struct llgo_record) == 56, "record header size");
+_Static_assert(offsetof(struct llgo_record, seq) == 8, "seq offset");
+_Static_assert(offsetof(struct llgo_record, size) == 16, "size offset");
+_Static_assert(offsetof(struct llgo_record, rate) == 24, "rate offset");
+_Static_assert(offsetof(struct llgo_record, checksum) == 48, "checksum offset");
+
+#define LLGO_RECORD_MAX_LEN (sizeof(struct llgo_record) + 8u * LLGO_MAX_FRAMES)
+
+static inline uint32_t llgo_record_alloc_len(uint32_t nframes)
+{
+	return (uint32_t)sizeof(struct llgo_record) + 8u * nframes;
+}
+
+/*
+ * A checksum over the record's words, with the checksum field counted as zero. It is not a
+ * defence against a malicious writer (who can compute it); it catches torn and stray writes
+ * from a buggy one. Every field is still range-checked by the reader.
+ */
+static inline uint64_t llgo_record_checksum(const void *rec, uint32_t length)
+{
+	const unsigned char *p = (const unsigned char *)rec;
+	uint64_t h = 0x6c6c676f68656170ULL ^ length;
+	for (uint32_t off = 0; off + 8 <= length; off += 8) {
+		uint64_t w;
+		memcpy(&w, p + off, 8);
+		if (off == offsetof(struct llgo_record, checksum))
+			w = 0;
+		h ^= w;
+		h *= 0x9e3779b97f4a7c15ULL;
+		h ^= h >> 31;
+	}
+	return h;
+}
+
+/* Copy len bytes into the ring at free-running position pos (mask = data_size - 1). */
+static inline void llgo_ring_copy_in(unsigned char *data, uint64_t mask, uint64_t pos,
+				     const void *src, uint32_t len)
+{
+	uint64_t off = pos & mask;
+	uint64_t first = mask + 1 - off;
+	if (first >= len) {
+		memcpy(data + off, src, len);
+	} else {
+		memcpy(data + off, src, (size_t)first);
+		memcpy(data, (const unsigned char *)src + first, (size_t)(len - first));
+	}
+}
+
+/* Copy len bytes out of the ring at free-running position pos (mask = data_size - 1). */
+static inline void llgo_ring_copy_out(void *dst, const unsigned char *data, uint64_t mask,
+				      uint64_t pos, uint32_t len)
+{
+	uint64_t off = pos & mask;
+	uint64_t first = mask + 1 - off;
+	if (first >= len) {
+		memcpy(dst, data + off, len);
+	} else {
+		memcpy(dst, data + off, (size_t)first);
+		memcpy((unsigned char *)dst + first, data, (size_t)(len - first));
+	}
+}
+
+#endif
