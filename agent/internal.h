@@ -72,7 +72,8 @@ struct ring_reader {
  * is valid only during the callback. */
 typedef void (*ring_record_fn)(void *arg, const struct llgo_record *rec, const uint64_t *frames);
 
-/* Map a ring memfd (checking its size and header) and set up the reader; closes nothing. */
+/* Map a ring memfd (checking its size, its F_SEAL_SHRINK seal and header) and set up the
+ * reader; closes nothing. -EPERM: not sealed against shrinking (could SIGBUS the daemon). */
 int ring_reader_map(struct ring_reader *r, int fd, uint32_t ring_id, uint32_t data_size);
 /* Set up a reader over memory already mapped (tests). */
 int ring_reader_init(struct ring_reader *r, void *mem, size_t map_len, uint32_t ring_id,
@@ -82,6 +83,18 @@ void ring_reader_unmap(struct ring_reader *r);
  * returns the number of valid records. Publishes the new tail. Updates r->sampled and
  * r->dropped from the ring's counters (read before head, see shared/ring.h). */
 size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg);
+
+/* The counters reported for a ring, such that sampled == delivered + dropped + corrupt:
+ * after a drain, a shortfall (sampled above the sum: records skipped by a resync) is added to
+ * corrupt, and an excess (records delivered before their sampled increment was read) raises
+ * sampled to the sum. Sum rings with ring_account_add and add the control page's lost_no_ring
+ * (samples that found no ring: sampled and dropped) with ring_account_lost. */
+struct ring_account {
+	uint64_t sampled, delivered, dropped, corrupt;
+};
+void ring_reader_account(const struct ring_reader *r, struct ring_account *out);
+void ring_account_add(struct ring_account *sum, const struct ring_account *a);
+void ring_account_lost(struct ring_account *sum, uint64_t lost_no_ring);
 
 /* ---- bucket.c: (stack, size, rate) -> counters ----------------------------------------- */
 
@@ -121,7 +134,9 @@ struct bucket_table;
 struct bucket_table *bucket_table_new(uint64_t max_buckets, uint64_t max_bytes);
 void bucket_table_free(struct bucket_table *t);
 /* Count one sampled allocation. Lock-free when the bucket exists. When a cap is hit the
- * record is counted in an overflow bucket (empty stack) and cap_hits grows. */
+ * record is counted in an overflow bucket (empty stack) and cap_hits grows. Returns 1 when
+ * the stack was new to the table (so the caller may check its frames), 0 otherwise, or
+ * -errno. */
 int bucket_table_add(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs, uint64_t size,
 		     uint64_t rate);
 /* Visit every published bucket; concurrent adds may or may not be seen. Stops and returns
@@ -139,6 +154,9 @@ struct mapping {
 	char *path;                  /* " (deleted)" trimmed */
 	char build_id[80];           /* lowercase hex, "" when none */
 	struct symfile *file;        /* NULL when the file could not be opened */
+	char perms[5];               /* as in /proc/PID/maps, e.g. "r-xp" */
+	uint32_t dev_major, dev_minor;
+	uint64_t inode;
 };
 
 struct procmaps; /* thread-safe: refresh and lookups may run concurrently */
@@ -162,19 +180,24 @@ struct sym_frame {
 	const char *function; /* NULL when no symbol covers the address */
 	const char *file;     /* NULL when unknown */
 	int line;             /* 0 when unknown */
+	int start_line;       /* line of the function's declaration, 0 when unknown */
 };
 
 struct sym_result {
 	int nframes; /* inline chain, leaf first; the last is the physical function */
 	struct sym_frame frames[SYM_MAX_INLINE];
+	uint64_t entry; /* process address of the physical function's first byte, 0: unknown */
+	/* What the mapping's file can tell (pprof Mapping.has_*), whatever this address got. */
 	bool has_functions, has_filenames, has_lines, has_inlines;
 };
 
 /* Open (or find in the cache by build ID) the ELF file at path; fd may be -1. */
 struct symfile *symfile_get(const char *path, int fd, const char *build_id);
 void symfile_put(struct symfile *f);
-/* Resolve pc (an address in the process) inside mapping m. Strings stay valid while the
- * symfile is referenced. Returns the number of frames (0: nothing known). */
+/* Resolve pc (an address in the process) inside mapping m; callers pass a return
+ * address minus 1. Strings stay valid while the symfile is referenced. Returns the number
+ * of frames (0: no symbol covers pc; the has_* flags are filled even then, and for a pc
+ * outside m, which costs no lookup), or -ENOMEM. */
 int symbolize_pc(const struct mapping *m, uint64_t pc, struct sym_result *out);
 
 /* ---- profile.c + pprof.c, text.c, folded.c, top.c: the output formats ------------------ */
@@ -224,6 +247,29 @@ int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, u
 /* Go's scaleHeapSample: the unbiased estimate of (count, size) sampled at rate. */
 void profile_scale(uint64_t count, uint64_t size, uint64_t rate, int64_t *out_count,
 		   int64_t *out_size);
+
+/* Helpers shared by the writers (profile.c). */
+struct profile_values {
+	int64_t alloc_objects, alloc_bytes, inuse_objects, inuse_bytes;
+};
+/* s's values scaled with its own rate, alloc and in-use pairs separately (in-use may be
+ * negative in a delta profile). */
+void profile_sample_scaled(const struct psample *s, struct profile_values *out);
+/* s's raw values; a pair whose count is 0 gets 0 bytes. */
+void profile_sample_raw(const struct psample *s, struct profile_values *out);
+/* Order of p->samples (indices) grouping equal (stack, size) together; *ngroups gets the
+ * number of groups and starts[g] the first position of group g (starts[ngroups] = n). */
+int profile_group(const struct profile *p, size_t **order, size_t **starts, size_t *ngroups);
+/* Whether samples were taken at more than one rate (meta or samples say so). */
+bool profile_mixed_rates(const struct profile *p);
+/* The one rate to state for p: the samples' rate, the one covering the most raw bytes
+ * when mixed, meta.rate when there are no samples. */
+uint64_t profile_main_rate(const struct profile *p);
+/* "llgo-heap: sampled=N delivered=N dropped=N corrupt=N" (no newline). */
+int profile_accounting(struct buf *b, const struct profile *p);
+/* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
+ * mapping, else "0x<addr>". */
+void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr);
 
 /* ---- msg.c: framing of socket packets (shared by daemon and CLI) --------------------- */
 

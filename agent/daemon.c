@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: MIT
+/*
+ * daemon.c: main of llgo-heapd. Parses the options, sets up the server (server.c) while
+ * still attached to the terminal so errors reach the user, daemonizes unless --foreground,
+ * then waits for SIGTERM or SIGINT and shuts the server down in order. Everything the daemon
+ * does between those two points happens in server.c, session.c and drain.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "session.h"
+
+struct daemon_opts {
+	struct server_opts server;
+	bool foreground;
+	char socket_buf[PATH_MAX];
+};
+
+static void daemon_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: llgo-heapd [--socket PATH] [--foreground] [--max-buckets N]\n"
+		"                  [--max-memory BYTES] [--keep-exited N]\n"
+		"  --socket PATH       listen here (default: $LLGO_HEAP_SOCKET, else\n"
+		"                      /run/llgo-heapd/llgo-heapd.sock for root,\n"
+		"                      $XDG_RUNTIME_DIR/llgo-heapd.sock otherwise);\n"
+		"                      a socket passed by systemd (LISTEN_FDS) takes precedence\n"
+		"  --foreground        do not daemonize; log to stderr\n"
+		"  --max-buckets N     buckets per process before records go to an overflow\n"
+		"                      bucket (default 1000000)\n"
+		"  --max-memory BYTES  bucket memory per process, K/M/G suffixes (default 512M)\n"
+		"  --keep-exited N     exited processes kept for snapshots (default %u)\n",
+		SESSION_DEFAULT_KEEP_EXITED);
+}
+
+static int daemon_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int daemon_die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("llgo-heapd: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return 2;
+}
+
+/* A decimal count with an optional K/M/G/T suffix (powers of 1024, "KiB" and "KB" alike). */
+static int daemon_parse_size(const char *s, uint64_t *out, bool suffixes)
+{
+	if (!s || !*s || *s == '-')
+		return -EINVAL;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	unsigned shift = 0;
+	if (suffixes && *end) {
+		switch (*end) {
+		case 'k': case 'K': shift = 10; break;
+		case 'm': case 'M': shift = 20; break;
+		case 'g': case 'G': shift = 30; break;
+		case 't': case 'T': shift = 40; break;
+		default: return -EINVAL;
+		}
+		end++;
+		if (*end == 'i')
+			end++;
+		if (*end == 'B' || *end == 'b')
+			end++;
+	}
+	if (*end)
+		return -EINVAL;
+	if (shift && v > (~0ull >> shift))
+		return -ERANGE;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			daemon_usage(stdout);
+			exit(0);
+		}
+		if (strcmp(a, "--foreground") == 0 || strcmp(a, "-f") == 0) {
+			o->foreground = true;
+			continue;
+		}
+		const char *names[] = { "--socket", "--max-buckets", "--max-memory",
+					"--keep-exited" };
+		const char *val = NULL;
+		size_t which = LLGO_ARRAY_SIZE(names);
+		for (size_t k = 0; k < LLGO_ARRAY_SIZE(names); k++) {
+			size_t n = strlen(names[k]);
+			if (strncmp(a, names[k], n) != 0)
+				continue;
+			if (a[n] == '=') {
+				val = a + n + 1;
+			} else if (a[n] == '\0') {
+				if (i + 1 >= argc)
+					return daemon_die("%s needs a value", names[k]);
+				val = argv[++i];
+			} else {
+				continue;
+			}
+			which = k;
+			break;
+		}
+		uint64_t v = 0;
+		switch (which) {
+		case 0:
+			if (!*val)
+				return daemon_die("--socket: empty path");
+			o->server.socket_path = val;
+			break;
+		case 1:
+			if (daemon_parse_size(val, &v, false) || v == 0)
+				return daemon_die("--max-buckets: not a positive number: %s", val);
+			o->server.max_buckets = v;
+			break;
+		case 2:
+			if (daemon_parse_size(val, &v, true) || v < 65536)
+				return daemon_die("--max-memory: want a size of at least 64K: %s",
+						  val);
+			o->server.max_bytes = v;
+			break;
+		case 3:
+			if (daemon_parse_size(val, &v, false) || v > 1000000)
+				return daemon_die("--keep-exited: not a number up to 1000000: %s",
+						  val);
+			o->server.keep_exited = (unsigned)v;
+			break;
+		default:
+			daemon_usage(stderr);
+			return daemon_die("unknown option '%s'", a);
+		}
+	}
+	if (!o->server.socket_path) {
+		const char *env = getenv("LLGO_HEAP_SOCKET");
+		const char *xdg = getenv("XDG_RUNTIME_DIR");
+		if (env && *env) {
+			o->server.socket_path = env;
+		} else if (geteuid() == 0) {
+			o->server.socket_path = "/run/llgo-heapd/llgo-heapd.sock";
+		} else if (xdg && *xdg) {
+			snprintf(o->socket_buf, sizeof(o->socket_buf), "%s/llgo-heapd.sock", xdg);
+			o->server.socket_path = o->socket_buf;
+		} else {
+			return daemon_die("no socket: pass --socket PATH or set XDG_RUNTIME_DIR");
+		}
+	}
+	return 0;
+}
+
+/* Double fork: the daemon is no session leader, so it can never get a controlling tty. */
+static int daemon_detach(void)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0)
+		_exit(0);
+	if (setsid() < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0)
+		_exit(0);
+	if (chdir("/") < 0)
+		return -errno;
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null < 0)
+		return -errno;
+	dup2(null, 0);
+	dup2(null, 1);
+	dup2(null, 2);
+	if (null > 2)
+		close(null);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct daemon_opts o;
+	memset(&o, 0, sizeof(o));
+	o.server.keep_exited = SESSION_DEFAULT_KEEP_EXITED;
+	/* o.server.http_addr stays NULL: the --http ADDR:PORT server will set it and serve
+	 * /debug/pprof/{heap,allocs} through server_snapshot. */
+	int rc = daemon_parse(argc, argv, &o);
+	if (rc)
+		return rc;
+
+	signal(SIGPIPE, SIG_IGN);
+	/* One descriptor per connection: take what the hard limit allows. */
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+
+	char err[512] = "";
+	struct server *srv = server_new(&o.server, err, sizeof(err));
+	if (!srv) {
+		fprintf(stderr, "llgo-heapd: %s\n", err);
+		return 1;
+	}
+	if (!o.foreground) {
+		rc = daemon_detach();
+		if (rc) {
+			fprintf(stderr, "llgo-heapd: daemonize: %s\n", strerror(-rc));
+			server_free(srv);
+			return 1;
+		}
+		server_log_use_syslog(true);
+	}
+
+	/* Signals are taken synchronously here; every thread started below inherits the mask. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+	rc = server_start(srv);
+	if (rc) {
+		server_log("cannot start: %s", strerror(-rc));
+		server_free(srv);
+		return 1;
+	}
+	server_log("listening on %s (pid %d)", o.server.socket_path, (int)getpid());
+	int sig = 0;
+	for (;;) {
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (sig == SIGHUP)
+			continue; /* nothing to reload */
+		break;
+	}
+	struct server_stats st;
+	server_get_stats(srv, &st);
+	server_log("signal %d: exiting (%llu connections, %llu processes, %llu dropped for "
+		   "bad packets)", sig, (unsigned long long)st.connections,
+		   (unsigned long long)st.sessions, (unsigned long long)st.malformed);
+	server_free(srv);
+	return 0;
+}

@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: MIT
+/*
+ * drain.c: moves records from a session's rings into its bucket table, and the drain thread
+ * that does so for every live session.
+ *
+ * One consumer per ring: every drain of a session runs under session->drain_lock, whoever
+ * calls it (the drain thread, a snapshot worker, the final drain at exit). ring.c copies and
+ * validates each record; here a valid ALLOC record becomes bucket_table_add(frames, size,
+ * rate). When a new stack holds a pc outside every known mapping (a library dlopen'ed after
+ * the last read of /proc/PID/maps), the maps are re-read, at most every DRAIN_REFRESH_MS per
+ * session; a refresh skipped by that limit stays pending (maps_stale) for the next drain or
+ * snapshot.
+ *
+ * Polling. The drain thread sleeps DRAIN_POLL_MIN_NS after a pass that found records and
+ * doubles its sleep after each idle pass, up to DRAIN_POLL_MAX_NS, so an idle daemon wakes
+ * ten times a second and a busy one keeps rings from filling. drain_wake (a new ring) resets
+ * the sleep. A snapshot never waits for the thread: it calls drain_session itself.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "session.h"
+
+#define DRAIN_POLL_MIN_NS 1000000ull    /* 1 ms */
+#define DRAIN_POLL_MAX_NS 100000000ull  /* 100 ms */
+#define DRAIN_REFRESH_MS 100u
+
+struct drain {
+	struct session_registry *reg;
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* CLOCK_MONOTONIC */
+	bool stop;
+	bool woken;
+};
+
+struct drain_ctx {
+	struct session *s;
+	size_t records;
+	bool unknown_pc;
+};
+
+/* ---- one session ------------------------------------------------------------------------ */
+
+static void drain_record(void *arg, const struct llgo_record *rec, const uint64_t *frames)
+{
+	struct drain_ctx *ctx = arg;
+	struct session *s = ctx->s;
+	if (rec->kind != LLGO_REC_ALLOC)
+		return; /* FREE and ALLOC_RAW are reserved; ring.c counts what it hands us */
+	uint64_t rate = rec->rate;
+	int r = bucket_table_add(s->buckets, frames, rec->nframes, rec->size, rate);
+	if (r < 0) {
+		s->bucket_errors++;
+		return;
+	}
+	ctx->records++;
+	s->records++;
+	if (s->first_rate == 0)
+		s->first_rate = rate;
+	else if (rate != s->first_rate)
+		s->mixed_rates = true;
+	s->last_rate = rate;
+	/* Only a stack new to the table can hold a pc we have not checked yet. */
+	if (r == 1 && s->maps && !ctx->unknown_pc) {
+		for (uint32_t i = 0; i < rec->nframes; i++) {
+			if (!procmaps_find(s->maps, frames[i])) {
+				ctx->unknown_pc = true;
+				break;
+			}
+		}
+	}
+}
+
+static void drain_refresh_locked(struct session *s, bool force)
+{
+	if (!s->maps || !session_is_live(s))
+		return;
+	if (!force && !s->maps_stale)
+		return;
+	uint64_t now = session_now_ns(CLOCK_MONOTONIC);
+	if (!force && s->last_refresh_ns &&
+	    now - s->last_refresh_ns < DRAIN_REFRESH_MS * 1000000ull)
+		return;
+	s->last_refresh_ns = now;
+	/* A reused pid would give us another process's maps. */
+	if (!session_process_alive(s))
+		return;
+	procmaps_refresh(s->maps, s->pid);
+	s->maps_stale = false;
+}
+
+static size_t drain_session_locked(struct session *s)
+{
+	if (!session_is_live(s))
+		return 0;
+	session_adopt_rings_locked(s);
+	struct drain_ctx ctx = { .s = s };
+	for (size_t i = 0; i < s->nrings_adopted; i++)
+		ring_reader_drain(&s->rings[i], drain_record, &ctx);
+	if (ctx.unknown_pc)
+		s->maps_stale = true;
+	drain_refresh_locked(s, false);
+	struct session_counts c;
+	session_account_locked(s, &c); /* refreshes the cached counts LIST shows */
+	return ctx.records;
+}
+
+size_t drain_session(struct session *s)
+{
+	pthread_mutex_lock(&s->drain_lock);
+	size_t n = drain_session_locked(s);
+	pthread_mutex_unlock(&s->drain_lock);
+	return n;
+}
+
+void drain_session_exit(struct session *s)
+{
+	pthread_mutex_lock(&s->drain_lock);
+	drain_session_locked(s);
+	/* The mappings of the rings stay valid after the process is gone: the final drain above
+	 * saw everything it published. */
+	session_retire_locked(s);
+	pthread_mutex_unlock(&s->drain_lock);
+}
+
+void drain_refresh_maps(struct session *s, bool force)
+{
+	pthread_mutex_lock(&s->drain_lock);
+	drain_refresh_locked(s, force);
+	pthread_mutex_unlock(&s->drain_lock);
+}
+
+/* ---- the drain thread --------------------------------------------------------------------- */
+
+static void *drain_main(void *arg)
+{
+	struct drain *d = arg;
+	uint64_t sleep_ns = DRAIN_POLL_MIN_NS;
+	for (;;) {
+		struct session **v;
+		size_t n = session_list(d->reg, true, &v);
+		size_t found = 0;
+		for (size_t i = 0; i < n; i++)
+			found += drain_session(v[i]);
+		session_list_release(v, n);
+
+		if (found)
+			sleep_ns = DRAIN_POLL_MIN_NS;
+		else if ((sleep_ns *= 2) > DRAIN_POLL_MAX_NS)
+			sleep_ns = DRAIN_POLL_MAX_NS;
+
+		struct timespec dl;
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		uint64_t ns = (uint64_t)dl.tv_nsec + sleep_ns;
+		dl.tv_sec += (time_t)(ns / 1000000000ull);
+		dl.tv_nsec = (long)(ns % 1000000000ull);
+		pthread_mutex_lock(&d->lock);
+		while (!d->stop && !d->woken) {
+			if (pthread_cond_timedwait(&d->cond, &d->lock, &dl) == ETIMEDOUT)
+				break;
+		}
+		bool stop = d->stop;
+		if (d->woken)
+			sleep_ns = DRAIN_POLL_MIN_NS;
+		d->woken = false;
+		pthread_mutex_unlock(&d->lock);
+		if (stop)
+			break;
+	}
+	return NULL;
+}
+
+struct drain *drain_new(struct session_registry *reg)
+{
+	struct drain *d = calloc(1, sizeof(*d));
+	if (!d)
+		return NULL;
+	d->reg = reg;
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&d->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	return d;
+}
+
+int drain_start(struct drain *d)
+{
+	int err = pthread_create(&d->thread, NULL, drain_main, d);
+	if (err)
+		return -err;
+	d->started = true;
+	return 0;
+}
+
+void drain_wake(struct drain *d)
+{
+	pthread_mutex_lock(&d->lock);
+	d->woken = true;
+	pthread_cond_signal(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+}
+
+void drain_stop(struct drain *d)
+{
+	if (!d || !d->started)
+		return;
+	pthread_mutex_lock(&d->lock);
+	d->stop = true;
+	pthread_cond_signal(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+	pthread_join(d->thread, NULL);
+	d->started = false;
+}
+
+void drain_free(struct drain *d)
+{
+	if (!d)
+		return;
+	drain_stop(d);
+	pthread_cond_destroy(&d->cond);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}

@@ -1,0 +1,393 @@
+// SPDX-License-Identifier: MIT
+/*
+ * profile.c: snapshots of a bucket table, deltas between snapshots, Go's sample scaling,
+ * and the helpers every output writer shares.
+ *
+ * A struct profile holds raw counters, one psample per bucket, i.e. per (stack, size,
+ * rate). Raw counts are never corrected here: each writer applies profile_scale (Go's
+ * scaleHeapSample) with the rate a sample was taken at, or writes raw counts where the
+ * format wants them (Go's legacy text). Stacks are borrowed from the bucket table, which
+ * never frees them while it lives; the session keeps the table alive while a profile of
+ * it exists.
+ *
+ * Left to others: the counters (bucket.c), the metadata (the session fills p->meta:
+ * pid, comm, times, rate, accounting), the formats (pprof.c, text.c, folded.c, top.c).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- Scaling -------------------------------------------------------------------------- */
+
+/*
+ * Go's scaleHeapSample (runtime/pprof/protomem.go): a block of avg = size/count bytes is
+ * sampled with probability 1 - exp(-avg/rate), so each sampled one stands for
+ * 1 / (1 - exp(-avg/rate)) blocks. Results are truncated toward zero like Go's int64().
+ */
+void profile_scale(uint64_t count, uint64_t size, uint64_t rate, int64_t *out_count,
+		   int64_t *out_size)
+{
+	if (count == 0 || size == 0) {
+		*out_count = 0;
+		*out_size = 0;
+		return;
+	}
+	if (rate <= 1) {
+		/* Every allocation was recorded. */
+		*out_count = (int64_t)count;
+		*out_size = (int64_t)size;
+		return;
+	}
+	double avg = (double)size / (double)count;
+	double scale = 1 / (1 - exp(-avg / (double)rate));
+	*out_count = (int64_t)((double)count * scale);
+	*out_size = (int64_t)((double)size * scale);
+}
+
+/* Signed pairs (in-use in a delta can be negative): Go's formula gives the same magnitude
+ * for (-c, -s) as for (c, s), truncation being toward zero. */
+static void scale_signed(int64_t count, int64_t size, uint64_t rate, int64_t *oc, int64_t *os)
+{
+	if ((count < 0) != (size < 0) && count != 0 && size != 0) {
+		/* Inconsistent signs cannot come from real counters; report them raw. */
+		*oc = count;
+		*os = size;
+		return;
+	}
+	bool neg = count < 0 || size < 0;
+	uint64_t c = neg ? (uint64_t)0 - (uint64_t)count : (uint64_t)count;
+	uint64_t s = neg ? (uint64_t)0 - (uint64_t)size : (uint64_t)size;
+	profile_scale(c, s, rate, oc, os);
+	if (neg) {
+		*oc = -*oc;
+		*os = -*os;
+	}
+}
+
+void profile_sample_raw(const struct psample *s, struct profile_values *v)
+{
+	v->alloc_objects = (int64_t)s->alloc_objects;
+	v->alloc_bytes = v->alloc_objects ? (int64_t)s->alloc_bytes : 0;
+	v->inuse_objects = (int64_t)(s->alloc_objects - s->free_objects);
+	v->inuse_bytes = v->inuse_objects ? (int64_t)(s->alloc_bytes - s->free_bytes) : 0;
+}
+
+void profile_sample_scaled(const struct psample *s, struct profile_values *v)
+{
+	profile_scale(s->alloc_objects, s->alloc_bytes, s->rate, &v->alloc_objects,
+		      &v->alloc_bytes);
+	scale_signed((int64_t)(s->alloc_objects - s->free_objects),
+		     (int64_t)(s->alloc_bytes - s->free_bytes), s->rate, &v->inuse_objects,
+		     &v->inuse_bytes);
+}
+
+/* ---- Collect, subtract, release ------------------------------------------------------- */
+
+struct collect_ctx {
+	struct profile *p;
+	size_t cap;
+	int err;
+};
+
+static int collect_one(void *arg, const struct bucket *b)
+{
+	struct collect_ctx *c = arg;
+	struct profile *p = c->p;
+	if (p->nsamples == c->cap) {
+		size_t nc = c->cap ? c->cap * 2 : 256;
+		struct psample *ns = realloc(p->samples, nc * sizeof(*ns));
+		if (!ns) {
+			c->err = -ENOMEM;
+			return 1;
+		}
+		p->samples = ns;
+		c->cap = nc;
+	}
+	struct psample *s = &p->samples[p->nsamples];
+	s->stack = b->stack;
+	s->size = b->size;
+	s->rate = b->rate;
+	/* Frees are read before allocations: each free follows its allocation, so this
+	 * order never sees more frees than allocations of a consistent table. */
+	s->free_objects = atomic_load_explicit(&b->free_objects, memory_order_relaxed);
+	s->free_bytes = atomic_load_explicit(&b->free_bytes, memory_order_relaxed);
+	s->alloc_objects = atomic_load_explicit(&b->alloc_objects, memory_order_relaxed);
+	s->alloc_bytes = atomic_load_explicit(&b->alloc_bytes, memory_order_relaxed);
+	/* A bucket of one size holds whole blocks; recompute bytes so a concurrent add
+	 * caught between its two counters cannot leave a count without its bytes. (The
+	 * overflow bucket, with no stack, may mix sizes: its counters are taken as read.) */
+	if (s->size && s->stack && s->stack->npcs) {
+		s->alloc_bytes = s->alloc_objects * s->size;
+		s->free_bytes = s->free_objects * s->size;
+	}
+	if (s->free_objects > s->alloc_objects) {
+		s->free_objects = s->alloc_objects;
+		s->free_bytes = s->alloc_bytes;
+	}
+	if (s->free_bytes > s->alloc_bytes)
+		s->free_bytes = s->alloc_bytes;
+	p->nsamples++;
+	return 0;
+}
+
+int profile_collect(struct profile *p, struct bucket_table *t)
+{
+	struct collect_ctx c = { .p = p };
+	p->samples = NULL;
+	p->nsamples = 0;
+	int rc = bucket_table_foreach(t, collect_one, &c);
+	if (c.err || rc < 0) {
+		profile_release(p);
+		return c.err ? c.err : rc;
+	}
+	struct bucket_stats st;
+	bucket_table_stats(t, &st);
+	p->meta.cap_hits = st.cap_hits;
+	if (profile_mixed_rates(p))
+		p->meta.mixed_rates = true;
+	return 0;
+}
+
+void profile_release(struct profile *p)
+{
+	if (!p)
+		return;
+	free(p->samples);
+	p->samples = NULL;
+	p->nsamples = 0;
+}
+
+static uint64_t stack_hash(const struct stack *st)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	uint32_t n = st ? st->npcs : 0;
+	for (uint32_t i = 0; i < n; i++) {
+		h ^= st->pcs[i];
+		h *= 0x100000001b3ULL;
+		h ^= h >> 29;
+	}
+	return h ^ n;
+}
+
+static bool stack_equal(const struct stack *a, const struct stack *b)
+{
+	if (a == b)
+		return true;
+	uint32_t na = a ? a->npcs : 0, nb = b ? b->npcs : 0;
+	if (na != nb)
+		return false;
+	return na == 0 || memcmp(a->pcs, b->pcs, na * sizeof(a->pcs[0])) == 0;
+}
+
+static uint64_t sample_key_hash(const struct psample *s, bool with_rate)
+{
+	uint64_t h = stack_hash(s->stack) ^ (s->size * 0x9e3779b97f4a7c15ULL);
+	if (with_rate)
+		h ^= s->rate * 0xc2b2ae3d27d4eb4fULL;
+	return h ^ (h >> 31);
+}
+
+static uint64_t sub_clamp(uint64_t a, uint64_t b)
+{
+	return a > b ? a - b : 0;
+}
+
+int profile_subtract(struct profile *p, const struct profile *base)
+{
+	if (!base || base->nsamples == 0)
+		return 0;
+	size_t cap = 16;
+	while (cap < base->nsamples * 2)
+		cap *= 2;
+	size_t *tab = malloc(cap * sizeof(*tab)); /* index + 1 into base->samples, 0 empty */
+	if (!tab)
+		return -ENOMEM;
+	memset(tab, 0, cap * sizeof(*tab));
+	for (size_t i = 0; i < base->nsamples; i++) {
+		size_t j = sample_key_hash(&base->samples[i], true) & (cap - 1);
+		while (tab[j])
+			j = (j + 1) & (cap - 1);
+		tab[j] = i + 1;
+	}
+	size_t w = 0;
+	for (size_t i = 0; i < p->nsamples; i++) {
+		struct psample *s = &p->samples[i];
+		size_t j = sample_key_hash(s, true) & (cap - 1);
+		for (; tab[j]; j = (j + 1) & (cap - 1)) {
+			const struct psample *b = &base->samples[tab[j] - 1];
+			if (b->size != s->size || b->rate != s->rate || !stack_equal(b->stack, s->stack))
+				continue;
+			/* Counters only grow, so each difference is what happened in between. */
+			s->alloc_objects = sub_clamp(s->alloc_objects, b->alloc_objects);
+			s->alloc_bytes = sub_clamp(s->alloc_bytes, b->alloc_bytes);
+			s->free_objects = sub_clamp(s->free_objects, b->free_objects);
+			s->free_bytes = sub_clamp(s->free_bytes, b->free_bytes);
+			break;
+		}
+		if (s->alloc_objects | s->alloc_bytes | s->free_objects | s->free_bytes)
+			p->samples[w++] = *s;
+	}
+	p->nsamples = w;
+	free(tab);
+	return 0;
+}
+
+/* ---- Helpers for the writers ---------------------------------------------------------- */
+
+static int group_cmp(const struct psample *a, const struct psample *b)
+{
+	uint32_t na = a->stack ? a->stack->npcs : 0, nb = b->stack ? b->stack->npcs : 0;
+	uint32_t n = na < nb ? na : nb;
+	for (uint32_t i = 0; i < n; i++)
+		if (a->stack->pcs[i] != b->stack->pcs[i])
+			return a->stack->pcs[i] < b->stack->pcs[i] ? -1 : 1;
+	if (na != nb)
+		return na < nb ? -1 : 1;
+	if (a->size != b->size)
+		return a->size < b->size ? -1 : 1;
+	if (a->rate != b->rate)
+		return a->rate < b->rate ? -1 : 1;
+	return 0;
+}
+
+/* qsort has no context argument in C11; merge sort over indices does the job. */
+static void msort(size_t *v, size_t *tmp, size_t n, const struct psample *s)
+{
+	if (n < 2)
+		return;
+	size_t h = n / 2;
+	msort(v, tmp, h, s);
+	msort(v + h, tmp, n - h, s);
+	size_t i = 0, j = h, k = 0;
+	while (i < h && j < n)
+		tmp[k++] = group_cmp(&s[v[j]], &s[v[i]]) < 0 ? v[j++] : v[i++];
+	while (i < h)
+		tmp[k++] = v[i++];
+	while (j < n)
+		tmp[k++] = v[j++];
+	memcpy(v, tmp, n * sizeof(*v));
+}
+
+int profile_group(const struct profile *p, size_t **order_out, size_t **starts_out,
+		  size_t *ngroups)
+{
+	size_t n = p->nsamples;
+	size_t *order = malloc((n + 1) * sizeof(*order));
+	size_t *tmp = malloc((n + 1) * sizeof(*tmp));
+	size_t *starts = malloc((n + 1) * sizeof(*starts));
+	if (!order || !tmp || !starts) {
+		free(order);
+		free(tmp);
+		free(starts);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		order[i] = i;
+	msort(order, tmp, n, p->samples);
+	free(tmp);
+	size_t g = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct psample *a = &p->samples[order[i]];
+		if (i == 0) {
+			starts[g++] = 0;
+			continue;
+		}
+		const struct psample *b = &p->samples[order[i - 1]];
+		if (a->size != b->size || !stack_equal(a->stack, b->stack))
+			starts[g++] = i;
+	}
+	starts[g] = n;
+	*order_out = order;
+	*starts_out = starts;
+	*ngroups = g;
+	return 0;
+}
+
+bool profile_mixed_rates(const struct profile *p)
+{
+	if (p->meta.mixed_rates)
+		return true;
+	uint64_t seen = 0;
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct psample *s = &p->samples[i];
+		if (!(s->alloc_objects | s->free_objects))
+			continue;
+		if (seen && s->rate != seen)
+			return true;
+		seen = s->rate;
+	}
+	return false;
+}
+
+uint64_t profile_main_rate(const struct profile *p)
+{
+	/* A handful of distinct rates at most: a small linear table is enough. */
+	struct {
+		uint64_t rate, bytes;
+	} t[16];
+	size_t nt = 0;
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct psample *s = &p->samples[i];
+		if (!(s->alloc_objects | s->free_objects))
+			continue;
+		size_t j = 0;
+		while (j < nt && t[j].rate != s->rate)
+			j++;
+		if (j == nt) {
+			if (nt == LLGO_ARRAY_SIZE(t))
+				continue;
+			t[nt].rate = s->rate;
+			t[nt++].bytes = 0;
+		}
+		t[j].bytes += s->alloc_bytes + 1;
+	}
+	if (nt == 0)
+		return p->meta.rate;
+	size_t best = 0;
+	for (size_t j = 1; j < nt; j++)
+		if (t[j].bytes > t[best].bytes ||
+		    (t[j].bytes == t[best].bytes && t[j].rate == p->meta.rate))
+			best = j;
+	return t[best].rate;
+}
+
+int profile_accounting(struct buf *b, const struct profile *p)
+{
+	return buf_printf(b, "llgo-heap: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
+			  (unsigned long long)p->meta.sampled, (unsigned long long)p->meta.delivered,
+			  (unsigned long long)p->meta.dropped, (unsigned long long)p->meta.corrupt);
+}
+
+void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr)
+{
+	if (!m || !m->path || !m->path[0]) {
+		snprintf(out, n, "0x%llx", (unsigned long long)addr);
+		return;
+	}
+	const char *base = strrchr(m->path, '/');
+	base = base ? base + 1 : m->path;
+	snprintf(out, n, "%s+0x%llx", base, (unsigned long long)(addr - m->start + m->offset));
+}
+
+/* ---- Dispatch ------------------------------------------------------------------------- */
+
+int profile_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
+		  uint32_t flags, uint32_t top_n)
+{
+	switch (fmt) {
+	case LLGO_FORMAT_PPROF:
+		return pprof_write(out, p, maps, flags);
+	case LLGO_FORMAT_TEXT:
+		return text_write(out, p, maps);
+	case LLGO_FORMAT_FOLDED:
+		return folded_write(out, p, maps, flags);
+	case LLGO_FORMAT_TOP:
+		return top_write(out, p, maps, flags, top_n ? top_n : 10);
+	default:
+		return -EINVAL;
+	}
+}

@@ -1,0 +1,1060 @@
+// SPDX-License-Identifier: MIT
+/*
+ * server.c: llgo-heapd's socket. It listens (on --socket PATH, or on the socket systemd
+ * passes), accepts shims and clients, identifies each peer with SO_PEERCRED, validates every
+ * packet (shared/proto.h) and answers. What the packets act on is left to session.c (HELLO,
+ * ADD_RING, SET_RATE), drain.c (BYE, exit, snapshots drain first) and profile.c (output).
+ *
+ * Threads:
+ *   - one event loop (epoll) accepts and reads packets. Every connection is registered with
+ *     EPOLLONESHOT, so at most one thread handles a connection at a time: the loop reads one
+ *     packet and either handles it at once (ADD_RING: an mmap) or hands the connection to a
+ *     worker, which re-arms it when done (or closes it). The loop never waits on a session's
+ *     drain lock, a client or the disk.
+ *   - shim workers (SERVER_SHIM_WORKERS) run HELLO (map the control page, read the maps: the
+ *     shim waits for the ACK before main), BYE and the final drain at EOF;
+ *   - client workers (opts.client_workers) run LIST, SNAPSHOT and SET_RATE, so a slow
+ *     snapshot delays neither the loop, nor attaching processes, nor (up to the pool size)
+ *     other clients. Answers go out with SO_SNDTIMEO: a client that stops reading is dropped
+ *     after SERVER_SEND_TIMEOUT_S instead of holding a worker.
+ *   - the drain thread (drain.c).
+ *
+ * A packet that breaks the protocol (bad header or length, wrong order, a descriptor where
+ * none belongs or none where one must be, a ring or control page that fails its checks) drops
+ * its connection, is counted and logged in one line. A dropped shim connection ends its
+ * session as EOF does: final drain, session EXITED.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "session.h"
+
+#define SERVER_SHIM_WORKERS 2u
+#define SERVER_CLIENT_WORKERS 4u
+#define SERVER_MAX_WORKERS 64u
+#define SERVER_SEND_TIMEOUT_S 5
+#define SERVER_EXIT_WAIT_MS 2000u
+#define SERVER_MAX_CONNS 65536u
+#define SERVER_JOB_EXIT 0xffffu /* not a message type: the peer is gone */
+#define SERVER_LOG_PER_SEC 50u
+
+enum server_conn_kind {
+	SERVER_CONN_NEW,
+	SERVER_CONN_SHIM,
+	SERVER_CONN_CLIENT,
+};
+
+struct server_conn {
+	struct server *srv;
+	int fd;
+	enum server_conn_kind kind;
+	struct ucred cred;
+	struct session *session; /* shim connections, after HELLO */
+	struct server_conn *prev, *next; /* srv->conns, under conns_lock */
+	/* The job a worker runs next (one at most: EPOLLONESHOT). */
+	struct server_conn *job_next;
+	uint16_t job;
+	int job_fd;
+	unsigned char req[128];
+};
+
+struct server_workq {
+	struct server *srv;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct server_conn *head, *tail;
+	pthread_t *threads;
+	unsigned nthreads, started;
+	bool stop;
+	bool inited;
+};
+
+struct server {
+	struct server_opts opts;
+	char *socket_path;
+	int listen_fd;
+	bool own_socket; /* we bound it: unlink at stop if it is still ours */
+	dev_t sock_dev;
+	ino_t sock_ino;
+	int spare_fd; /* closed to accept-and-drop when out of descriptors */
+	int epfd;
+	int wake_fd;
+	struct session_registry *reg;
+	struct drain *drain;
+	pthread_t loop;
+	bool loop_started;
+	_Atomic bool stopping;
+	struct server_workq shimq, clientq;
+	pthread_mutex_t conns_lock;
+	struct server_conn *conns;
+	size_t nconns, max_conns;
+	unsigned char *rxbuf; /* the loop's packet buffer */
+	_Atomic uint64_t n_connections, n_malformed, n_refused, n_sessions;
+};
+
+/* ---- logging -------------------------------------------------------------------------- */
+
+static struct {
+	pthread_mutex_t lock;
+	bool syslog;
+	time_t window;
+	unsigned lines;
+	unsigned long suppressed;
+} server_logger = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+void server_log_use_syslog(bool on)
+{
+	pthread_mutex_lock(&server_logger.lock);
+	if (on && !server_logger.syslog)
+		openlog("llgo-heapd", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+	server_logger.syslog = on;
+	pthread_mutex_unlock(&server_logger.lock);
+}
+
+/* At most SERVER_LOG_PER_SEC lines a second: a peer that reconnects in a loop with bad
+ * packets must not flood the log. */
+void server_log(const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	time_t now = time(NULL);
+	pthread_mutex_lock(&server_logger.lock);
+	if (now != server_logger.window) {
+		server_logger.window = now;
+		server_logger.lines = 0;
+	}
+	if (server_logger.lines >= SERVER_LOG_PER_SEC) {
+		server_logger.suppressed++;
+		pthread_mutex_unlock(&server_logger.lock);
+		return;
+	}
+	server_logger.lines++;
+	unsigned long sup = server_logger.suppressed;
+	server_logger.suppressed = 0;
+	if (server_logger.syslog) {
+		if (sup)
+			syslog(LOG_WARNING, "(%lu log lines suppressed)", sup);
+		syslog(LOG_NOTICE, "%s", line);
+	} else {
+		if (sup)
+			fprintf(stderr, "llgo-heapd: (%lu log lines suppressed)\n", sup);
+		fprintf(stderr, "llgo-heapd: %s\n", line);
+	}
+	pthread_mutex_unlock(&server_logger.lock);
+}
+
+/* ---- listening socket ------------------------------------------------------------------- */
+
+/* systemd socket activation (sd_listen_fds(3) protocol): LISTEN_PID names us and LISTEN_FDS
+ * counts descriptors from 3. Returns the descriptor, -ENOENT when not activated. */
+static int server_systemd_fd(char *err, size_t errlen)
+{
+	const char *lp = getenv("LISTEN_PID"), *lf = getenv("LISTEN_FDS");
+	if (!lp || !lf)
+		return -ENOENT;
+	char *end;
+	errno = 0;
+	unsigned long pid = strtoul(lp, &end, 10);
+	if (errno || *end || pid != (unsigned long)getpid())
+		return -ENOENT;
+	unsigned long n = strtoul(lf, &end, 10);
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	if (*end || n < 1)
+		return -ENOENT;
+	int fd = 3, type = 0, domain = 0, acc = 0;
+	socklen_t l = sizeof(int);
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0 || type != SOCK_SEQPACKET ||
+	    (l = sizeof(int), getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l)) < 0 ||
+	    domain != AF_UNIX ||
+	    (l = sizeof(int), getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l)) < 0 || !acc) {
+		snprintf(err, errlen, "socket activation: fd 3 is not a listening AF_UNIX "
+				      "SOCK_SEQPACKET socket");
+		return -EINVAL;
+	}
+	if (n > 1)
+		server_log("socket activation passed %lu sockets; using the first", n);
+	fcntl(fd, F_SETFD, FD_CLOEXEC);
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	return fd;
+}
+
+static int server_mkdir_parents(const char *path)
+{
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return 0;
+	*slash = '\0';
+	for (char *p = dir + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int server_bind(struct server *srv, const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "socket path too long: %s", path);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, path);
+	int rc = server_mkdir_parents(path);
+	if (rc) {
+		snprintf(err, errlen, "cannot create the folder of %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	struct stat st;
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			snprintf(err, errlen, "%s exists and is not a socket", path);
+			return -EEXIST;
+		}
+		/* Unlink a stale socket only: if something answers, another daemon owns it. */
+		int t = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (t < 0) {
+			snprintf(err, errlen, "socket: %s", strerror(errno));
+			return -errno;
+		}
+		int c = connect(t, (struct sockaddr *)&sa, sizeof(sa));
+		int cerr = errno;
+		close(t);
+		if (c == 0) {
+			snprintf(err, errlen, "another llgo-heapd is listening on %s", path);
+			return -EADDRINUSE;
+		}
+		if (cerr != ECONNREFUSED && cerr != ENOENT) {
+			snprintf(err, errlen, "cannot check %s: %s", path, strerror(cerr));
+			return -cerr;
+		}
+		if (unlink(path) < 0 && errno != ENOENT) {
+			snprintf(err, errlen, "cannot remove stale %s: %s", path, strerror(errno));
+			return -errno;
+		}
+	}
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		snprintf(err, errlen, "socket: %s", strerror(errno));
+		return -errno;
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "bind %s: %s", path, strerror(errno));
+		close(fd);
+		return rc;
+	}
+	/* Any user's shim may attach; reads are checked per request with SO_PEERCRED. */
+	if (chmod(path, 0666) < 0 || listen(fd, 256) < 0 || stat(path, &st) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "setting up %s: %s", path, strerror(errno));
+		close(fd);
+		unlink(path);
+		return rc;
+	}
+	srv->own_socket = true;
+	srv->sock_dev = st.st_dev;
+	srv->sock_ino = st.st_ino;
+	srv->listen_fd = fd;
+	return 0;
+}
+
+/* ---- connections ------------------------------------------------------------------------ */
+
+static void server_conn_close(struct server_conn *c)
+{
+	struct server *srv = c->srv;
+	pthread_mutex_lock(&srv->conns_lock);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		srv->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	srv->nconns--;
+	/* closed under the lock: server_stop shuts descriptors down under it too */
+	epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	pthread_mutex_unlock(&srv->conns_lock);
+	if (c->job_fd >= 0)
+		close(c->job_fd);
+	session_put(c->session);
+	free(c);
+}
+
+/* Hand the connection back to the event loop. Under conns_lock, like the close in
+ * server_conn_close: whoever gets the next event may close the descriptor, and the lock makes
+ * that ordering explicit (ThreadSanitizer does not model epoll's MOD -> wait ordering). */
+static void server_conn_rearm(struct server_conn *c)
+{
+	struct server *srv = c->srv;
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = c };
+	pthread_mutex_lock(&srv->conns_lock);
+	bool ok = !atomic_load(&srv->stopping) &&
+		  epoll_ctl(srv->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0;
+	pthread_mutex_unlock(&srv->conns_lock);
+	if (!ok)
+		server_conn_close(c);
+}
+
+static void server_workq_push(struct server_workq *q, struct server_conn *c, uint16_t job)
+{
+	c->job = job;
+	c->job_next = NULL;
+	pthread_mutex_lock(&q->lock);
+	if (q->stop) {
+		pthread_mutex_unlock(&q->lock);
+		server_conn_close(c);
+		return;
+	}
+	if (q->tail)
+		q->tail->job_next = c;
+	else
+		q->head = c;
+	q->tail = c;
+	pthread_cond_signal(&q->cond);
+	pthread_mutex_unlock(&q->lock);
+}
+
+/* The peer is gone or broke the protocol: a shim's session gets its final drain (on a shim
+ * worker: it takes the drain lock), anything else is closed at once. */
+static void server_conn_end(struct server_conn *c)
+{
+	if (c->kind == SERVER_CONN_SHIM && c->session)
+		server_workq_push(&c->srv->shimq, c, SERVER_JOB_EXIT);
+	else
+		server_conn_close(c);
+}
+
+static void server_malformed(struct server_conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void server_malformed(struct server_conn *c, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	atomic_fetch_add(&c->srv->n_malformed, 1);
+	server_log("dropping connection from pid %d uid %u: %s", (int)c->cred.pid,
+		   (unsigned)c->cred.uid, why);
+	server_conn_end(c);
+}
+
+static void server_accept(struct server *srv)
+{
+	for (;;) {
+		int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if ((errno == EMFILE || errno == ENFILE) && srv->spare_fd >= 0) {
+				/* Out of descriptors: accept with the spare and drop, or the
+				 * pending connection would wake us forever. */
+				close(srv->spare_fd);
+				fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+				if (fd >= 0)
+					close(fd);
+				srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+				atomic_fetch_add(&srv->n_refused, 1);
+				server_log("out of file descriptors: connection refused");
+				continue;
+			}
+			if (errno != EAGAIN)
+				server_log("accept: %s", strerror(errno));
+			return;
+		}
+		struct server_conn *c = calloc(1, sizeof(*c));
+		socklen_t l = sizeof(struct ucred);
+		if (!c || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &l) < 0) {
+			free(c);
+			close(fd);
+			continue;
+		}
+		pthread_mutex_lock(&srv->conns_lock);
+		if (srv->nconns >= srv->max_conns) {
+			pthread_mutex_unlock(&srv->conns_lock);
+			atomic_fetch_add(&srv->n_refused, 1);
+			server_log("too many connections (%zu): refusing pid %d", srv->max_conns,
+				   (int)c->cred.pid);
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->srv = srv;
+		c->fd = fd;
+		c->job_fd = -1;
+		c->next = srv->conns;
+		if (srv->conns)
+			srv->conns->prev = c;
+		srv->conns = c;
+		srv->nconns++;
+		pthread_mutex_unlock(&srv->conns_lock);
+		atomic_fetch_add(&srv->n_connections, 1);
+		/* Answers block at most this long on a peer that does not read. */
+		struct timeval tv = { .tv_sec = SERVER_SEND_TIMEOUT_S };
+		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+		struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = c };
+		if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+			server_conn_close(c);
+	}
+}
+
+/* ---- packets (event loop) --------------------------------------------------------------- */
+
+static void server_add_ring(struct server_conn *c, const unsigned char *pkt, int fd)
+{
+	struct llgo_msg_add_ring m;
+	memcpy(&m, pkt, sizeof(m));
+	int err = session_add_ring(c->session, m.ring_id, fd, m.data_size);
+	close(fd);
+	if (err) {
+		server_malformed(c, "ADD_RING %u (%u bytes): %s", m.ring_id, m.data_size,
+				 strerror(-err));
+		return;
+	}
+	drain_wake(c->srv->drain);
+	server_conn_rearm(c);
+}
+
+static void server_conn_event(struct server *srv, struct server_conn *c)
+{
+	int fd = -1;
+	ssize_t r = msg_recv(c->fd, srv->rxbuf, LLGO_MSG_MAX, &fd);
+	if (r == -EAGAIN) {
+		server_conn_rearm(c);
+		return;
+	}
+	if (r == -EMSGSIZE) {
+		server_malformed(c, "packet larger than %u bytes", LLGO_MSG_MAX);
+		return;
+	}
+	if (r <= 0) { /* EOF, or the peer reset the connection */
+		if (fd >= 0)
+			close(fd);
+		server_conn_end(c);
+		return;
+	}
+	struct llgo_msg_header h;
+	int err = msg_header_check(srv->rxbuf, (size_t)r, &h);
+	if (err) {
+		if (fd >= 0)
+			close(fd);
+		server_malformed(c, "bad header (%zd bytes): %s", r, strerror(-err));
+		return;
+	}
+	size_t want = 0;
+	bool needs_fd = false;
+	bool shim_msg = false;
+	switch (h.type) {
+	case LLGO_MSG_HELLO:
+		want = sizeof(struct llgo_msg_hello);
+		needs_fd = shim_msg = true;
+		break;
+	case LLGO_MSG_ADD_RING:
+		want = sizeof(struct llgo_msg_add_ring);
+		needs_fd = shim_msg = true;
+		break;
+	case LLGO_MSG_BYE:
+		want = sizeof(struct llgo_msg_header);
+		shim_msg = true;
+		break;
+	case LLGO_MSG_LIST:
+		want = sizeof(struct llgo_msg_header);
+		break;
+	case LLGO_MSG_SNAPSHOT:
+		want = sizeof(struct llgo_msg_snapshot);
+		break;
+	case LLGO_MSG_SET_RATE:
+		want = sizeof(struct llgo_msg_set_rate);
+		break;
+	default:
+		if (fd >= 0)
+			close(fd);
+		server_malformed(c, "unknown message type %u", h.type);
+		return;
+	}
+	const char *bad = NULL;
+	if ((size_t)r != want)
+		bad = "wrong length";
+	else if (needs_fd && fd < 0)
+		bad = "no descriptor attached";
+	else if (!needs_fd && fd >= 0)
+		bad = "unexpected descriptor";
+	else if (h.type == LLGO_MSG_HELLO && c->kind != SERVER_CONN_NEW)
+		bad = c->kind == SERVER_CONN_SHIM ? "second HELLO" : "HELLO from a client";
+	else if (shim_msg && h.type != LLGO_MSG_HELLO && c->kind != SERVER_CONN_SHIM)
+		bad = "before HELLO";
+	else if (!shim_msg && c->kind == SERVER_CONN_SHIM)
+		bad = "client request on a shim connection";
+	if (bad) {
+		if (fd >= 0)
+			close(fd);
+		server_malformed(c, "message type %u (%zd bytes): %s", h.type, r, bad);
+		return;
+	}
+
+	switch (h.type) {
+	case LLGO_MSG_ADD_RING:
+		server_add_ring(c, srv->rxbuf, fd);
+		return;
+	case LLGO_MSG_HELLO:
+	case LLGO_MSG_BYE:
+		memcpy(c->req, srv->rxbuf, (size_t)r);
+		c->job_fd = fd;
+		server_workq_push(&srv->shimq, c, h.type);
+		return;
+	default:
+		c->kind = SERVER_CONN_CLIENT;
+		memcpy(c->req, srv->rxbuf, (size_t)r);
+		server_workq_push(&srv->clientq, c, h.type);
+		return;
+	}
+}
+
+static void *server_loop(void *arg)
+{
+	struct server *srv = arg;
+	struct epoll_event ev[64];
+	while (!atomic_load(&srv->stopping)) {
+		int n = epoll_wait(srv->epfd, ev, 64, -1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			server_log("epoll_wait: %s", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n && !atomic_load(&srv->stopping); i++) {
+			void *p = ev[i].data.ptr;
+			if (p == &srv->listen_fd) {
+				server_accept(srv);
+			} else if (p == &srv->wake_fd) {
+				uint64_t v;
+				if (read(srv->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+					server_log("eventfd: %s", strerror(errno));
+			} else {
+				server_conn_event(srv, p);
+			}
+		}
+	}
+	return NULL;
+}
+
+/* ---- shim jobs (workers) ------------------------------------------------------------------ */
+
+static void server_hello(struct server *srv, struct server_conn *c)
+{
+	struct llgo_msg_hello m;
+	memcpy(&m, c->req, sizeof(m));
+	m.comm[LLGO_COMM_LEN - 1] = '\0';
+	int fd = c->job_fd;
+	c->job_fd = -1;
+	int err = 0;
+	const char *why = NULL;
+	struct session *s = NULL;
+	uint32_t ds = m.ring_data_size;
+	if (c->cred.pid <= 0) {
+		err = -ESRCH;
+		why = "peer pid unknown (another pid namespace?)";
+	} else if (ds < LLGO_RING_MIN_DATA || ds > LLGO_RING_MAX_DATA || (ds & (ds - 1))) {
+		err = -EINVAL;
+		why = "ring data size";
+	} else if (!(s = session_new(srv->reg, c->cred.pid, c->cred.uid, c->cred.gid, m.comm,
+				     ds))) {
+		err = -ENOMEM;
+		why = "session";
+	} else if ((err = session_attach_ctl(s, fd)) != 0) {
+		why = "control page";
+	}
+	close(fd);
+
+	struct llgo_msg_hello_ack ack;
+	memset(&ack, 0, sizeof(ack));
+	msg_header_init(&ack.h, LLGO_MSG_HELLO_ACK, sizeof(ack));
+	if (err) {
+		session_put(s);
+		ack.status = -err;
+		msg_send(c->fd, &ack, sizeof(ack), -1);
+		server_malformed(c, "HELLO refused: %s: %s", why, strerror(-err));
+		return;
+	}
+	/* The shim waits for the ACK, so the process is alive while we read its maps. */
+	int merr = session_attach_maps(s);
+	if (merr)
+		server_log("pid %d: cannot read its mappings (%s); its profiles will show "
+			   "addresses only", (int)s->pid, strerror(-merr));
+	session_register(s);
+	c->session = s;
+	c->kind = SERVER_CONN_SHIM;
+	atomic_fetch_add(&srv->n_sessions, 1);
+	if (msg_send(c->fd, &ack, sizeof(ack), -1) != 0) {
+		server_conn_end(c);
+		return;
+	}
+	drain_wake(srv->drain);
+	server_conn_rearm(c);
+}
+
+static void server_bye(struct server *srv, struct server_conn *c)
+{
+	/* The process is about to exit: collect what it wrote and read the maps once more
+	 * (libraries loaded late) while they still exist. */
+	drain_session(c->session);
+	drain_refresh_maps(c->session, true);
+	if (msg_send_answer(c->fd, NULL, 0, 0, NULL) != 0) {
+		server_conn_end(c);
+		return;
+	}
+	server_conn_rearm(c);
+}
+
+/* ---- client jobs (workers) ---------------------------------------------------------------- */
+
+static bool server_allowed(const struct session *s, uid_t requester)
+{
+	return requester == 0 || requester == s->uid;
+}
+
+int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
+		    uint32_t top_n, struct buf *out, char *err, size_t errlen)
+{
+	if (fmt < LLGO_FORMAT_PPROF || fmt > LLGO_FORMAT_TOP) {
+		snprintf(err, errlen, "unknown format %d", fmt);
+		return -EINVAL;
+	}
+	struct session *s = session_lookup(srv->reg, pid);
+	if (!s) {
+		snprintf(err, errlen, "no such profiled process: %d", (int)pid);
+		return -ESRCH;
+	}
+	if (!server_allowed(s, requester)) {
+		snprintf(err, errlen, "permission denied: pid %d belongs to uid %u", (int)pid,
+			 (unsigned)s->uid);
+		session_put(s);
+		return -EACCES;
+	}
+	/* The process is gone but its EOF not handled yet (packets may still be queued on its
+	 * connection): wait for the final drain rather than miss its last rings. */
+	if (session_is_live(s) && !session_process_alive(s))
+		session_wait_exited(s, SERVER_EXIT_WAIT_MS);
+	drain_session(s);
+	drain_refresh_maps(s, false);
+
+	struct profile p;
+	memset(&p, 0, sizeof(p));
+	struct session_counts cnt;
+	pthread_mutex_lock(&s->drain_lock);
+	/* Under the drain lock, so the counts describe exactly the buckets collected. */
+	int rc = profile_collect(&p, s->buckets);
+	session_account_locked(s, &cnt);
+	bool mixed = s->mixed_rates;
+	uint64_t last_rate = s->last_rate;
+	pthread_mutex_unlock(&s->drain_lock);
+	if (rc) {
+		snprintf(err, errlen, "collecting the profile: %s", strerror(-rc));
+		session_put(s);
+		return rc;
+	}
+	struct bucket_stats bs;
+	bucket_table_stats(s->buckets, &bs);
+	p.meta.pid = s->pid;
+	memcpy(p.meta.comm, s->comm, sizeof(p.meta.comm));
+	p.meta.time_nanos = session_now_ns(CLOCK_REALTIME);
+	p.meta.duration_nanos = 0;
+	p.meta.rate = session_rate(s);
+	/* Sampling is off now: state the rate the samples were taken at. */
+	if (p.meta.rate == 0)
+		p.meta.rate = last_rate ? last_rate : LLGO_RATE_DEFAULT;
+	p.meta.mixed_rates = p.meta.mixed_rates || mixed;
+	p.meta.sampled = cnt.sampled;
+	p.meta.delivered = cnt.delivered;
+	p.meta.dropped = cnt.dropped;
+	p.meta.corrupt = cnt.corrupt;
+	p.meta.cap_hits = bs.cap_hits;
+	rc = profile_write(out, &p, s->maps, fmt, flags, top_n);
+	profile_release(&p);
+	session_put(s);
+	if (!rc && out->failed)
+		rc = -ENOMEM;
+	if (rc)
+		snprintf(err, errlen, "writing the profile: %s", strerror(-rc));
+	return rc;
+}
+
+static int server_list(struct server *srv, struct server_conn *c)
+{
+	struct session **v;
+	size_t n = session_list(srv->reg, false, &v);
+	/* DATA packets carry whole rows */
+	const size_t per = (LLGO_MSG_MAX - sizeof(struct llgo_msg_header)) /
+			   sizeof(struct llgo_list_entry);
+	unsigned char *pkt = malloc(LLGO_MSG_MAX);
+	int err = pkt ? 0 : -ENOMEM;
+	for (size_t i = 0; i < n && !err; i += per) {
+		size_t k = n - i < per ? n - i : per;
+		size_t len = sizeof(struct llgo_msg_header) + k * sizeof(struct llgo_list_entry);
+		msg_header_init((struct llgo_msg_header *)pkt, LLGO_MSG_DATA, (uint32_t)len);
+		for (size_t j = 0; j < k; j++) {
+			struct llgo_list_entry e;
+			session_list_entry(v[i + j], &e);
+			memcpy(pkt + sizeof(struct llgo_msg_header) + j * sizeof(e), &e, sizeof(e));
+		}
+		err = msg_send(c->fd, pkt, len, -1);
+	}
+	free(pkt);
+	session_list_release(v, n);
+	if (err == -ENOMEM)
+		return msg_send_answer(c->fd, NULL, 0, ENOMEM, "out of memory");
+	if (err)
+		return err;
+	return msg_send_answer(c->fd, NULL, 0, 0, NULL);
+}
+
+static int server_set_rate(struct server *srv, struct server_conn *c)
+{
+	struct llgo_msg_set_rate m;
+	memcpy(&m, c->req, sizeof(m));
+	char msg[LLGO_END_MSG_LEN];
+	pid_t pid = (pid_t)m.pid;
+	if (m.rate > LLGO_RATE_MAX) {
+		snprintf(msg, sizeof(msg), "rate %llu out of range (0..%llu)",
+			 (unsigned long long)m.rate, (unsigned long long)LLGO_RATE_MAX);
+		return msg_send_answer(c->fd, NULL, 0, EINVAL, msg);
+	}
+	struct session *s = session_lookup(srv->reg, pid);
+	if (!s) {
+		snprintf(msg, sizeof(msg), "no such profiled process: %u", m.pid);
+		return msg_send_answer(c->fd, NULL, 0, ESRCH, msg);
+	}
+	if (!server_allowed(s, c->cred.uid)) {
+		snprintf(msg, sizeof(msg), "permission denied: pid %u belongs to uid %u", m.pid,
+			 (unsigned)s->uid);
+		session_put(s);
+		return msg_send_answer(c->fd, NULL, 0, EACCES, msg);
+	}
+	uint64_t old_rate, new_rate;
+	int err = session_set_rate(s, m.rate, &old_rate, &new_rate);
+	session_put(s);
+	if (err) {
+		snprintf(msg, sizeof(msg), "no such profiled process: %u (it has exited)", m.pid);
+		return msg_send_answer(c->fd, NULL, 0, ESRCH, msg);
+	}
+	snprintf(msg, sizeof(msg), "pid %u: rate %llu -> %llu", m.pid,
+		 (unsigned long long)old_rate, (unsigned long long)new_rate);
+	server_log("uid %u: %s", (unsigned)c->cred.uid, msg);
+	return msg_send_answer(c->fd, NULL, 0, 0, msg);
+}
+
+static int server_snapshot_req(struct server *srv, struct server_conn *c)
+{
+	struct llgo_msg_snapshot m;
+	memcpy(&m, c->req, sizeof(m));
+	struct buf out;
+	buf_init(&out);
+	char msg[LLGO_END_MSG_LEN] = "";
+	int rc = server_snapshot(srv, (pid_t)m.pid, c->cred.uid, (int)m.format, m.flags, m.top_n,
+				 &out, msg, sizeof(msg));
+	if (rc)
+		rc = msg_send_answer(c->fd, NULL, 0, -rc, msg);
+	else
+		rc = msg_send_answer(c->fd, out.data, out.len, 0, NULL);
+	buf_free(&out);
+	return rc;
+}
+
+static void server_job(struct server *srv, struct server_conn *c)
+{
+	int err = 0;
+	switch (c->job) {
+	case LLGO_MSG_HELLO:
+		server_hello(srv, c);
+		return;
+	case LLGO_MSG_BYE:
+		server_bye(srv, c);
+		return;
+	case SERVER_JOB_EXIT:
+		drain_session_exit(c->session);
+		server_conn_close(c);
+		return;
+	case LLGO_MSG_LIST:
+		err = server_list(srv, c);
+		break;
+	case LLGO_MSG_SNAPSHOT:
+		err = server_snapshot_req(srv, c);
+		break;
+	case LLGO_MSG_SET_RATE:
+		err = server_set_rate(srv, c);
+		break;
+	}
+	if (err) {
+		/* the client stopped reading (send timeout) or went away */
+		if (err != -EPIPE && err != -ECONNRESET)
+			server_log("answer to pid %d uid %u: %s", (int)c->cred.pid,
+				   (unsigned)c->cred.uid, strerror(-err));
+		server_conn_close(c);
+		return;
+	}
+	server_conn_rearm(c);
+}
+
+static void *server_worker(void *arg)
+{
+	struct server_workq *q = arg;
+	for (;;) {
+		pthread_mutex_lock(&q->lock);
+		while (!q->stop && !q->head)
+			pthread_cond_wait(&q->cond, &q->lock);
+		if (q->stop) {
+			pthread_mutex_unlock(&q->lock);
+			return NULL;
+		}
+		struct server_conn *c = q->head;
+		q->head = c->job_next;
+		if (!q->head)
+			q->tail = NULL;
+		pthread_mutex_unlock(&q->lock);
+		server_job(q->srv, c);
+	}
+}
+
+static int server_workq_init(struct server_workq *q, struct server *srv, unsigned n)
+{
+	memset(q, 0, sizeof(*q));
+	q->srv = srv;
+	pthread_mutex_init(&q->lock, NULL);
+	pthread_cond_init(&q->cond, NULL);
+	q->threads = calloc(n, sizeof(*q->threads));
+	q->nthreads = n;
+	q->inited = true;
+	return q->threads ? 0 : -ENOMEM;
+}
+
+static int server_workq_start(struct server_workq *q)
+{
+	for (; q->started < q->nthreads; q->started++) {
+		int err = pthread_create(&q->threads[q->started], NULL, server_worker, q);
+		if (err)
+			return -err;
+	}
+	return 0;
+}
+
+/* Stop the workers after their current job; queued jobs are dropped with their conns. */
+static void server_workq_stop(struct server_workq *q)
+{
+	if (!q->inited)
+		return;
+	pthread_mutex_lock(&q->lock);
+	q->stop = true;
+	pthread_cond_broadcast(&q->cond);
+	pthread_mutex_unlock(&q->lock);
+	for (unsigned i = 0; i < q->started; i++)
+		pthread_join(q->threads[i], NULL);
+	q->started = 0;
+	pthread_mutex_lock(&q->lock);
+	struct server_conn *c = q->head;
+	q->head = q->tail = NULL;
+	pthread_mutex_unlock(&q->lock);
+	while (c) {
+		struct server_conn *n = c->job_next;
+		server_conn_close(c);
+		c = n;
+	}
+}
+
+static void server_workq_destroy(struct server_workq *q)
+{
+	if (!q->inited)
+		return;
+	q->inited = false;
+	free(q->threads);
+	q->threads = NULL;
+	pthread_cond_destroy(&q->cond);
+	pthread_mutex_destroy(&q->lock);
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------ */
+
+struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
+{
+	struct server *srv = calloc(1, sizeof(*srv));
+	if (!srv) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	srv->opts = *o;
+	srv->listen_fd = srv->epfd = srv->wake_fd = srv->spare_fd = -1;
+	pthread_mutex_init(&srv->conns_lock, NULL);
+	unsigned nclient = o->client_workers ? o->client_workers : SERVER_CLIENT_WORKERS;
+	if (nclient > SERVER_MAX_WORKERS)
+		nclient = SERVER_MAX_WORKERS;
+	srv->rxbuf = malloc(LLGO_MSG_MAX);
+	srv->socket_path = o->socket_path ? strdup(o->socket_path) : NULL;
+	srv->reg = session_registry_new(o->keep_exited, o->max_buckets, o->max_bytes);
+	srv->drain = srv->reg ? drain_new(srv->reg) : NULL;
+	if (!srv->rxbuf || !srv->reg || !srv->drain || (o->socket_path && !srv->socket_path) ||
+	    server_workq_init(&srv->shimq, srv, SERVER_SHIM_WORKERS) ||
+	    server_workq_init(&srv->clientq, srv, nclient)) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	struct rlimit rl;
+	srv->max_conns = SERVER_MAX_CONNS;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < SERVER_MAX_CONNS + 64)
+		srv->max_conns = rl.rlim_cur > 128 ? (size_t)rl.rlim_cur - 64 : 64;
+
+	int fd = server_systemd_fd(err, errlen);
+	if (fd >= 0) {
+		srv->listen_fd = fd;
+	} else if (fd != -ENOENT) {
+		goto fail;
+	} else {
+		if (!srv->socket_path) {
+			snprintf(err, errlen, "no socket path");
+			goto fail;
+		}
+		if (server_bind(srv, srv->socket_path, err, errlen) != 0)
+			goto fail;
+	}
+	srv->epfd = epoll_create1(EPOLL_CLOEXEC);
+	srv->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (srv->epfd < 0 || srv->wake_fd < 0) {
+		snprintf(err, errlen, "epoll/eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &srv->listen_fd };
+	struct epoll_event wv = { .events = EPOLLIN, .data.ptr = &srv->wake_fd };
+	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->listen_fd, &ev) < 0 ||
+	    epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->wake_fd, &wv) < 0) {
+		snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
+		goto fail;
+	}
+	return srv;
+fail:
+	server_free(srv);
+	return NULL;
+}
+
+int server_start(struct server *srv)
+{
+	/* listen() again after a daemonizing fork: it records the caller's credentials, so
+	 * clients' SO_PEERCRED names the daemon rather than the parent that bound it. */
+	if (srv->own_socket && listen(srv->listen_fd, 256) < 0)
+		return -errno;
+	int err = drain_start(srv->drain);
+	if (!err)
+		err = server_workq_start(&srv->shimq);
+	if (!err)
+		err = server_workq_start(&srv->clientq);
+	if (!err) {
+		err = -pthread_create(&srv->loop, NULL, server_loop, srv);
+		srv->loop_started = err == 0;
+	}
+	if (err)
+		server_stop(srv);
+	return err;
+}
+
+void server_stop(struct server *srv)
+{
+	if (!srv || atomic_exchange(&srv->stopping, true))
+		return;
+	if (srv->wake_fd >= 0) {
+		uint64_t one = 1;
+		if (write(srv->wake_fd, &one, sizeof(one)) < 0)
+			server_log("eventfd: %s", strerror(errno));
+	}
+	if (srv->loop_started)
+		pthread_join(srv->loop, NULL);
+	srv->loop_started = false;
+	/* Unblock workers waiting on a peer: their sends fail at once. */
+	pthread_mutex_lock(&srv->conns_lock);
+	for (struct server_conn *c = srv->conns; c; c = c->next)
+		shutdown(c->fd, SHUT_RDWR);
+	pthread_mutex_unlock(&srv->conns_lock);
+	server_workq_stop(&srv->shimq);
+	server_workq_stop(&srv->clientq);
+	if (srv->drain)
+		drain_stop(srv->drain);
+	/* What is left is owned by nobody now (idle, between packets). */
+	for (;;) {
+		pthread_mutex_lock(&srv->conns_lock);
+		struct server_conn *c = srv->conns;
+		pthread_mutex_unlock(&srv->conns_lock);
+		if (!c)
+			break;
+		server_conn_close(c);
+	}
+	if (srv->listen_fd >= 0) {
+		close(srv->listen_fd);
+		srv->listen_fd = -1;
+	}
+	/* Remove the socket only if it is still the one we bound (a newer daemon may have
+	 * replaced it). */
+	struct stat st;
+	if (srv->own_socket && srv->socket_path && lstat(srv->socket_path, &st) == 0 &&
+	    st.st_dev == srv->sock_dev && st.st_ino == srv->sock_ino)
+		unlink(srv->socket_path);
+	srv->own_socket = false;
+}
+
+void server_free(struct server *srv)
+{
+	if (!srv)
+		return;
+	server_stop(srv);
+	if (srv->epfd >= 0)
+		close(srv->epfd);
+	if (srv->wake_fd >= 0)
+		close(srv->wake_fd);
+	if (srv->spare_fd >= 0)
+		close(srv->spare_fd);
+	drain_free(srv->drain);
+	session_registry_free(srv->reg);
+	server_workq_destroy(&srv->shimq);
+	server_workq_destroy(&srv->clientq);
+	pthread_mutex_destroy(&srv->conns_lock);
+	free(srv->rxbuf);
+	free(srv->socket_path);
+	free(srv);
+}
+
+void server_get_stats(struct server *srv, struct server_stats *out)
+{
+	out->connections = atomic_load(&srv->n_connections);
+	out->malformed = atomic_load(&srv->n_malformed);
+	out->refused = atomic_load(&srv->n_refused);
+	out->sessions = atomic_load(&srv->n_sessions);
+}
+
+struct session_registry *server_sessions(struct server *srv)
+{
+	return srv->reg;
+}

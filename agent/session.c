@@ -1,0 +1,636 @@
+// SPDX-License-Identifier: MIT
+/*
+ * session.c: one session per attached process, and the registry of sessions.
+ *
+ * A session is created at HELLO from the peer's SO_PEERCRED identity (never from the
+ * message), maps the process's control page, reads its mappings while it is alive, and then
+ * collects ring readers (ADD_RING) and buckets (drain.c) until the shim's socket closes. It
+ * then becomes EXITED: rings and control page are unmapped, buckets and mappings are kept so
+ * `snapshot PID` still works. The registry keeps up to keep_exited exited sessions and evicts
+ * the oldest exited one first. Sessions are reference counted so a snapshot or a drain in
+ * progress keeps its session alive past eviction.
+ *
+ * Left to others: reading records (ring.c via drain.c), the socket (server.c), mappings and
+ * symbols (procmaps.c), output (profile.c).
+ *
+ * Locks: see session.h. The registry lock is innermost: nothing else is locked under it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "session.h"
+
+struct session_registry {
+	pthread_mutex_t lock;
+	pthread_cond_t changed; /* a session exited (broadcast) */
+	struct session *head;   /* newest first */
+	size_t nexited;
+	unsigned keep_exited;
+	uint64_t next_seq;
+	uint64_t max_buckets, max_bytes;
+};
+
+uint64_t session_now_ns(clockid_t clk)
+{
+	struct timespec ts;
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- /proc ----------------------------------------------------------------------------- */
+
+/* Field 3 (state) and 22 (starttime) of /proc/PID/stat. The command name (field 2) may hold
+ * spaces and parentheses, so parsing starts after the last ')'. */
+static int session_proc_stat(pid_t pid, char *state, uint64_t *start)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	int err = n < 0 ? -errno : 0;
+	close(fd);
+	if (err)
+		return err;
+	buf[n] = '\0';
+	char *p = strrchr(buf, ')');
+	if (!p || p[1] != ' ')
+		return -EINVAL;
+	p += 2;
+	*state = *p;
+	/* p is at field 3; starttime is field 22 */
+	for (int field = 3; field < 22; field++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return -EINVAL;
+		p++;
+	}
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(p, &end, 10);
+	if (errno || end == p)
+		return -EINVAL;
+	*start = v;
+	return 0;
+}
+
+bool session_process_alive(const struct session *s)
+{
+	char state;
+	uint64_t start;
+	if (session_proc_stat(s->pid, &state, &start) != 0)
+		return false;
+	if (state == 'Z' || state == 'X')
+		return false;
+	return s->proc_start == 0 || start == s->proc_start;
+}
+
+/* ---- lifetime -------------------------------------------------------------------------- */
+
+struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max_buckets,
+					      uint64_t max_bytes)
+{
+	struct session_registry *reg = calloc(1, sizeof(*reg));
+	if (!reg)
+		return NULL;
+	pthread_mutex_init(&reg->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&reg->changed, &ca);
+	pthread_condattr_destroy(&ca);
+	reg->keep_exited = keep_exited;
+	reg->max_buckets = max_buckets;
+	reg->max_bytes = max_bytes;
+	return reg;
+}
+
+void session_registry_free(struct session_registry *reg)
+{
+	if (!reg)
+		return;
+	pthread_mutex_lock(&reg->lock);
+	struct session *s = reg->head;
+	reg->head = NULL;
+	pthread_mutex_unlock(&reg->lock);
+	while (s) {
+		struct session *next = s->next;
+		s->reg = NULL;
+		session_put(s);
+		s = next;
+	}
+	pthread_cond_destroy(&reg->changed);
+	pthread_mutex_destroy(&reg->lock);
+	free(reg);
+}
+
+static void session_sanitize_comm(char *dst, const char *src)
+{
+	size_t i = 0;
+	for (; src && i < LLGO_COMM_LEN - 1 && src[i]; i++) {
+		unsigned char c = (unsigned char)src[i];
+		dst[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+	}
+	dst[i] = '\0';
+}
+
+struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, gid_t gid,
+			    const char *comm, uint32_t ring_data_size)
+{
+	struct session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->buckets = bucket_table_new(reg->max_buckets, reg->max_bytes);
+	s->ring_ids = calloc(LLGO_MAX_RINGS / 8, 1);
+	if (!s->buckets || !s->ring_ids) {
+		bucket_table_free(s->buckets);
+		free(s->ring_ids);
+		free(s);
+		return NULL;
+	}
+	s->pid = pid;
+	s->uid = uid;
+	s->gid = gid;
+	if (comm && comm[0]) {
+		session_sanitize_comm(s->comm, comm);
+	} else {
+		/* The hello left it empty: the kernel's name is good enough. */
+		char path[64], buf[LLGO_COMM_LEN] = "";
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			ssize_t n = read(fd, buf, sizeof(buf) - 1);
+			buf[n > 0 ? n : 0] = '\0';
+			close(fd);
+		}
+		buf[strcspn(buf, "\n")] = '\0';
+		session_sanitize_comm(s->comm, buf);
+	}
+	s->attach_ns = session_now_ns(CLOCK_REALTIME);
+	char state;
+	if (session_proc_stat(pid, &state, &s->proc_start) != 0)
+		s->proc_start = 0;
+	s->ring_data_size = ring_data_size;
+	s->reg = reg;
+	atomic_init(&s->refs, 1);
+	atomic_init(&s->state, LLGO_PROC_LIVE);
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->drain_lock, NULL);
+	return s;
+}
+
+static void session_unmap_all(struct session *s)
+{
+	for (size_t i = 0; i < s->nrings_adopted; i++)
+		ring_reader_unmap(&s->rings[i]);
+	s->nrings_adopted = 0;
+	for (size_t i = 0; i < s->npending; i++)
+		ring_reader_unmap(&s->pending[i]);
+	s->npending = 0;
+	if (s->ctl) {
+		munmap(s->ctl, LLGO_CTL_SIZE);
+		s->ctl = NULL;
+	}
+}
+
+static void session_free(struct session *s)
+{
+	session_unmap_all(s);
+	free(s->rings);
+	free(s->pending);
+	free(s->ring_ids);
+	bucket_table_free(s->buckets);
+	procmaps_free(s->maps);
+	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->drain_lock);
+	free(s);
+}
+
+struct session *session_get(struct session *s)
+{
+	atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+	return s;
+}
+
+void session_put(struct session *s)
+{
+	if (!s)
+		return;
+	/* acq_rel: the last put must see every other holder's writes before freeing */
+	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
+		session_free(s);
+}
+
+/* ---- control page and mappings ---------------------------------------------------------- */
+
+int session_attach_ctl(struct session *s, int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || st.st_size != (off_t)LLGO_CTL_SIZE)
+		return -EINVAL;
+	/* A peer that shrinks the file under our mapping would make our loads fault (SIGBUS).
+	 * Seal it against shrinking; the shim creates it with MFD_ALLOW_SEALING. */
+	fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EPERM;
+	void *p = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	struct llgo_ctl *ctl = p;
+	/* Copy, then check: the peer may change these at any time, we use them only here. */
+	uint64_t magic;
+	uint32_t version, size;
+	memcpy(&magic, &ctl->magic, sizeof(magic));
+	memcpy(&version, &ctl->version, sizeof(version));
+	memcpy(&size, &ctl->size, sizeof(size));
+	if (magic != LLGO_CTL_MAGIC || version != LLGO_CTL_VERSION || size != LLGO_CTL_SIZE) {
+		munmap(p, LLGO_CTL_SIZE);
+		return -EPROTO;
+	}
+	pthread_mutex_lock(&s->lock);
+	if (s->ctl) {
+		pthread_mutex_unlock(&s->lock);
+		munmap(p, LLGO_CTL_SIZE);
+		return -EEXIST;
+	}
+	s->ctl = ctl;
+	s->last_rate_word = atomic_load_explicit(&ctl->rate_word, memory_order_relaxed);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+int session_attach_maps(struct session *s)
+{
+	if (s->maps)
+		return 0;
+	struct procmaps *m = procmaps_new(s->pid);
+	if (!m)
+		return -ENOENT;
+	/* The pid may have been reused between HELLO and the read: then the maps belong to
+	 * someone else. (While the shim waits for HELLO_ACK it cannot exit.) */
+	char state;
+	uint64_t start;
+	if (s->proc_start &&
+	    (session_proc_stat(s->pid, &state, &start) != 0 || start != s->proc_start)) {
+		procmaps_free(m);
+		return -ESRCH;
+	}
+	s->maps = m;
+	return 0;
+}
+
+/* ---- registry -------------------------------------------------------------------------- */
+
+void session_register(struct session *s)
+{
+	struct session_registry *reg = s->reg;
+	session_get(s);
+	pthread_mutex_lock(&reg->lock);
+	s->seq = ++reg->next_seq;
+	s->next = reg->head;
+	reg->head = s;
+	pthread_mutex_unlock(&reg->lock);
+}
+
+bool session_is_live(const struct session *s)
+{
+	return atomic_load_explicit(&s->state, memory_order_acquire) == LLGO_PROC_LIVE;
+}
+
+struct session *session_lookup(struct session_registry *reg, pid_t pid)
+{
+	struct session *best = NULL;
+	pthread_mutex_lock(&reg->lock);
+	/* newest first: the first live match wins, else the first (newest) exited one */
+	for (struct session *s = reg->head; s; s = s->next) {
+		if (s->pid != pid)
+			continue;
+		if (session_is_live(s)) {
+			best = s;
+			break;
+		}
+		if (!best)
+			best = s;
+	}
+	if (best)
+		session_get(best);
+	pthread_mutex_unlock(&reg->lock);
+	return best;
+}
+
+size_t session_list(struct session_registry *reg, bool live_only, struct session ***out)
+{
+	*out = NULL;
+	pthread_mutex_lock(&reg->lock);
+	size_t n = 0;
+	for (struct session *s = reg->head; s; s = s->next)
+		n++;
+	struct session **v = n ? calloc(n, sizeof(*v)) : NULL;
+	size_t k = 0;
+	if (v) {
+		for (struct session *s = reg->head; s; s = s->next) {
+			bool live = session_is_live(s);
+			if (live_only && !live)
+				continue;
+			if (!live_only) {
+				/* one per pid: the session session_lookup would return */
+				bool shadowed = false;
+				for (struct session *o = reg->head; o; o = o->next) {
+					if (o == s || o->pid != s->pid)
+						continue;
+					bool olive = session_is_live(o);
+					if ((olive && !live) ||
+					    (olive == live && o->seq > s->seq)) {
+						shadowed = true;
+						break;
+					}
+				}
+				if (shadowed)
+					continue;
+			}
+			v[k++] = session_get(s);
+		}
+	}
+	pthread_mutex_unlock(&reg->lock);
+	/* oldest first */
+	for (size_t i = 0; i < k / 2; i++) {
+		struct session *t = v[i];
+		v[i] = v[k - 1 - i];
+		v[k - 1 - i] = t;
+	}
+	if (k == 0) {
+		free(v);
+		v = NULL;
+	}
+	*out = v;
+	return k;
+}
+
+void session_list_release(struct session **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		session_put(v[i]);
+	free(v);
+}
+
+/* Called with reg->lock held after a session became EXITED: evict the oldest exited ones
+ * beyond keep_exited. Returns the evicted sessions (linked by next) for the caller to put
+ * outside the lock. */
+static struct session *session_evict_locked(struct session_registry *reg)
+{
+	struct session *evicted = NULL;
+	while (reg->nexited > reg->keep_exited) {
+		struct session **victim = NULL;
+		for (struct session **pp = &reg->head; *pp; pp = &(*pp)->next) {
+			if (!session_is_live(*pp))
+				victim = pp; /* the list is newest first: the last one is oldest */
+		}
+		if (!victim)
+			break;
+		struct session *v = *victim;
+		*victim = v->next;
+		v->next = evicted;
+		evicted = v;
+		reg->nexited--;
+	}
+	return evicted;
+}
+
+/* ---- rings ------------------------------------------------------------------------------ */
+
+int session_add_ring(struct session *s, uint32_t ring_id, int fd, uint32_t data_size)
+{
+	if (ring_id >= LLGO_MAX_RINGS || data_size != s->ring_data_size)
+		return -EINVAL;
+	pthread_mutex_lock(&s->lock);
+	int err = 0;
+	if (!session_is_live(s))
+		err = -ESRCH;
+	else if (s->nrings >= LLGO_MAX_RINGS)
+		err = -ENOSPC;
+	else if (s->ring_ids[ring_id / 8] & (1u << (ring_id % 8)))
+		err = -EEXIST;
+	else if (s->npending == s->cap_pending) {
+		size_t cap = s->cap_pending ? s->cap_pending * 2 : 8;
+		struct ring_reader *p = realloc(s->pending, cap * sizeof(*p));
+		if (!p)
+			err = -ENOMEM;
+		else {
+			s->pending = p;
+			s->cap_pending = cap;
+		}
+	}
+	if (!err) {
+		struct ring_reader r;
+		memset(&r, 0, sizeof(r));
+		err = ring_reader_map(&r, fd, ring_id, data_size);
+		if (!err) {
+			s->pending[s->npending++] = r;
+			s->ring_ids[ring_id / 8] |= (uint8_t)(1u << (ring_id % 8));
+			s->nrings++;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return err;
+}
+
+void session_adopt_rings_locked(struct session *s)
+{
+	pthread_mutex_lock(&s->lock);
+	size_t n = s->npending;
+	if (n && s->nrings_adopted + n > s->cap_rings) {
+		size_t cap = s->cap_rings ? s->cap_rings : 8;
+		while (cap < s->nrings_adopted + n)
+			cap *= 2;
+		struct ring_reader *p = realloc(s->rings, cap * sizeof(*p));
+		if (!p) {
+			pthread_mutex_unlock(&s->lock);
+			return; /* they stay pending; the next drain tries again */
+		}
+		s->rings = p;
+		s->cap_rings = cap;
+	}
+	if (n) {
+		memcpy(s->rings + s->nrings_adopted, s->pending, n * sizeof(*s->pending));
+		s->nrings_adopted += n;
+		s->npending = 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- accounting ------------------------------------------------------------------------- */
+
+/* sum over rings (ring.c's per-ring rules keep each ring's sampled == delivered + dropped +
+ * corrupt) + lost_no_ring, counted as sampled and dropped; so the sum holds too. */
+void session_account_locked(struct session *s, struct session_counts *out)
+{
+	struct ring_account sum = {
+		.sampled = s->retired.sampled,
+		.delivered = s->retired.delivered,
+		.dropped = s->retired.dropped,
+		.corrupt = s->retired.corrupt,
+	};
+	for (size_t i = 0; i < s->nrings_adopted; i++) {
+		struct ring_account a;
+		ring_reader_account(&s->rings[i], &a);
+		ring_account_add(&sum, &a);
+	}
+	pthread_mutex_lock(&s->lock);
+	if (s->ctl) {
+		/* hostile: keep the highest value seen, so the count never goes back */
+		uint64_t lost = atomic_load_explicit(&s->ctl->lost_no_ring, memory_order_relaxed);
+		if (lost > s->lost_no_ring)
+			s->lost_no_ring = lost;
+	}
+	ring_account_lost(&sum, s->lost_no_ring);
+	struct session_counts c = {
+		.sampled = sum.sampled,
+		.delivered = sum.delivered,
+		.dropped = sum.dropped,
+		.corrupt = sum.corrupt,
+	};
+	s->cached = c;
+	pthread_mutex_unlock(&s->lock);
+	*out = c;
+}
+
+void session_counts_cached(struct session *s, struct session_counts *out)
+{
+	pthread_mutex_lock(&s->lock);
+	*out = s->cached;
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* ---- exit --------------------------------------------------------------------------------- */
+
+void session_retire_locked(struct session *s)
+{
+	if (!session_is_live(s))
+		return;
+	session_adopt_rings_locked(s);
+	struct session_counts c;
+	session_account_locked(s, &c);
+	/* Everything counted so far now lives in `retired` alone. */
+	s->retired = c;
+	s->retired.sampled -= s->lost_no_ring;
+	s->retired.dropped -= s->lost_no_ring;
+	pthread_mutex_lock(&s->lock);
+	if (s->ctl)
+		s->last_rate_word = atomic_load_explicit(&s->ctl->rate_word, memory_order_relaxed);
+	session_unmap_all(s);
+	free(s->ring_ids); /* add_ring checks the state first */
+	s->ring_ids = NULL;
+	atomic_store_explicit(&s->state, LLGO_PROC_EXITED, memory_order_release);
+	pthread_mutex_unlock(&s->lock);
+
+	struct session_registry *reg = s->reg;
+	if (!reg)
+		return;
+	pthread_mutex_lock(&reg->lock);
+	bool listed = false;
+	for (struct session *o = reg->head; o; o = o->next)
+		listed |= o == s;
+	struct session *evicted = NULL;
+	if (listed) {
+		reg->nexited++;
+		evicted = session_evict_locked(reg);
+	}
+	pthread_cond_broadcast(&reg->changed);
+	pthread_mutex_unlock(&reg->lock);
+	while (evicted) {
+		struct session *n = evicted->next;
+		session_put(evicted);
+		evicted = n;
+	}
+}
+
+bool session_wait_exited(struct session *s, unsigned timeout_ms)
+{
+	struct session_registry *reg = s->reg;
+	if (!reg)
+		return !session_is_live(s);
+	struct timespec dl;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += timeout_ms / 1000;
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&reg->lock);
+	int rc = 0;
+	while (session_is_live(s) && rc == 0)
+		rc = pthread_cond_timedwait(&reg->changed, &reg->lock, &dl);
+	pthread_mutex_unlock(&reg->lock);
+	return !session_is_live(s);
+}
+
+/* ---- rate ------------------------------------------------------------------------------- */
+
+uint64_t session_rate(struct session *s)
+{
+	pthread_mutex_lock(&s->lock);
+	if (s->ctl)
+		s->last_rate_word = atomic_load_explicit(&s->ctl->rate_word, memory_order_relaxed);
+	uint64_t r = llgo_rate_from_word(s->last_rate_word);
+	pthread_mutex_unlock(&s->lock);
+	if (r > LLGO_RATE_MAX) /* a hostile word */
+		r = LLGO_RATE_MAX;
+	return r;
+}
+
+int session_set_rate(struct session *s, uint64_t rate, uint64_t *old_rate, uint64_t *new_rate)
+{
+	int64_t word = llgo_rate_to_word(rate);
+	pthread_mutex_lock(&s->lock);
+	if (!s->ctl) {
+		pthread_mutex_unlock(&s->lock);
+		return -ESRCH;
+	}
+	int64_t old = atomic_load_explicit(&s->ctl->rate_word, memory_order_relaxed);
+	/* release: the shim's fast path loads rate_word relaxed and needs no other data; the
+	 * release only orders our earlier writes to the page (none today) before the rate */
+	atomic_store_explicit(&s->ctl->rate_word, word, memory_order_release);
+	atomic_fetch_add_explicit(&s->ctl->rate_changes, 1, memory_order_relaxed);
+	s->last_rate_word = word;
+	s->rate_changes++;
+	pthread_mutex_unlock(&s->lock);
+	uint64_t o = llgo_rate_from_word(old);
+	*old_rate = o > LLGO_RATE_MAX ? LLGO_RATE_MAX : o;
+	*new_rate = llgo_rate_from_word(word);
+	return 0;
+}
+
+void session_list_entry(struct session *s, struct llgo_list_entry *e)
+{
+	memset(e, 0, sizeof(*e));
+	struct session_counts c;
+	session_counts_cached(s, &c);
+	struct bucket_stats bs;
+	bucket_table_stats(s->buckets, &bs);
+	e->pid = (uint32_t)s->pid;
+	e->uid = (uint32_t)s->uid;
+	e->state = session_is_live(s) ? LLGO_PROC_LIVE : LLGO_PROC_EXITED;
+	pthread_mutex_lock(&s->lock);
+	e->rings = s->nrings;
+	pthread_mutex_unlock(&s->lock);
+	e->rate = session_rate(s);
+	e->sampled = c.sampled;
+	e->delivered = c.delivered;
+	e->dropped = c.dropped;
+	e->corrupt = c.corrupt;
+	e->buckets = bs.buckets;
+	e->start_time_ns = s->attach_ns;
+	memcpy(e->comm, s->comm, sizeof(e->comm));
+}

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * session.h: llgo-heapd's own objects, shared by session.c, drain.c, server.c and daemon.c
+ * (and their tests): attached processes and their registry, the drain thread, the socket
+ * server. The CLI never includes this file; the cross-file helpers both programs use are in
+ * internal.h.
+ *
+ * Locks, in the order they may be taken (never the other way):
+ *   session->drain_lock   single consumer of the session's rings; adopted ring readers,
+ *                         rates seen, retired accounting; held for a drain, a snapshot's
+ *                         collect, and the final drain at exit
+ *   session->lock         small fields: pending rings, ring ids, control page, cached counts
+ *   registry->lock        the session list and its exited count
+ * The bucket table has its own insert lock (never held while calling out); lookups and
+ * snapshot walks take none.
+ */
+#ifndef LLGO_AGENT_SESSION_H
+#define LLGO_AGENT_SESSION_H
+
+#include "internal.h"
+
+/* ---- session.c: one attached process; the registry of them ---------------------------- */
+
+#define SESSION_DEFAULT_KEEP_EXITED 256u
+
+struct session_counts {
+	uint64_t sampled, delivered, dropped, corrupt;
+};
+
+struct session_registry;
+
+struct session {
+	/* Immutable once the session is registered. */
+	pid_t pid; /* SO_PEERCRED, never the message */
+	uid_t uid;
+	gid_t gid;
+	char comm[LLGO_COMM_LEN];
+	uint64_t attach_ns;  /* CLOCK_REALTIME at HELLO */
+	uint64_t proc_start; /* /proc/PID/stat starttime (ticks since boot); 0 unknown */
+	uint64_t seq;        /* registry order, 1.. */
+	uint32_t ring_data_size;
+	struct bucket_table *buckets;
+	struct procmaps *maps; /* NULL when /proc/PID/maps could not be read */
+	struct session_registry *reg;
+
+	_Atomic int refs;
+	_Atomic int state; /* enum llgo_proc_state */
+
+	pthread_mutex_t lock;
+	struct llgo_ctl *ctl;           /* shared, hostile; NULL once exited */
+	struct ring_reader *pending;    /* mapped, not yet adopted by a drain */
+	size_t npending, cap_pending;
+	uint8_t *ring_ids;              /* ids seen, LLGO_MAX_RINGS bits; freed at exit */
+	uint32_t nrings;                /* rings accepted, adopted or pending */
+	int64_t last_rate_word;         /* last value seen in (or written to) ctl */
+	uint64_t lost_no_ring;          /* highest value seen in ctl */
+	uint64_t rate_changes;
+	struct session_counts cached;   /* as of the last drain */
+
+	pthread_mutex_t drain_lock;
+	struct ring_reader *rings;
+	size_t nrings_adopted, cap_rings;
+	struct session_counts retired;  /* rings already unmapped */
+	uint64_t first_rate, last_rate; /* rates seen in records (0: none yet) */
+	bool mixed_rates;
+	bool maps_stale;                /* a pc outside every mapping awaits a refresh */
+	uint64_t last_refresh_ns;       /* CLOCK_MONOTONIC */
+	uint64_t records;               /* records bucketed */
+	uint64_t bucket_errors;         /* bucket_table_add failures (out of memory) */
+
+	struct session *next; /* registry list, newest first */
+};
+
+struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max_buckets,
+					      uint64_t max_bytes);
+/* Drops the registry's references; sessions still referenced elsewhere live on. */
+void session_registry_free(struct session_registry *reg);
+
+/* A new, unregistered session (one reference, the caller's). */
+struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, gid_t gid,
+			    const char *comm, uint32_t ring_data_size);
+/* Map the control page memfd (read/write) after checking its size, magic and version. */
+int session_attach_ctl(struct session *s, int fd);
+/* Read the process's mappings (procmaps_new), checking the pid was not reused meanwhile. */
+int session_attach_maps(struct session *s);
+/* Make the session visible to lookups; the registry takes its own reference. */
+void session_register(struct session *s);
+struct session *session_get(struct session *s);
+void session_put(struct session *s);
+
+/* The session `snapshot PID` means: the live one, else the most recently attached. */
+struct session *session_lookup(struct session_registry *reg, pid_t pid);
+/* Referenced sessions, oldest first; live_only, or one per pid (the lookup's choice). */
+size_t session_list(struct session_registry *reg, bool live_only, struct session ***out);
+void session_list_release(struct session **v, size_t n);
+
+/* Map a ring memfd and queue it for the next drain. */
+int session_add_ring(struct session *s, uint32_t ring_id, int fd, uint32_t data_size);
+/* Move queued rings to the adopted array; caller holds drain_lock. */
+void session_adopt_rings_locked(struct session *s);
+/* Per-process accounting from the adopted rings (caller holds drain_lock); also refreshes
+ * the cached copy that session_counts_cached returns without waiting for a drain. */
+void session_account_locked(struct session *s, struct session_counts *out);
+void session_counts_cached(struct session *s, struct session_counts *out);
+/* Unmap rings and control page after the final drain; mark EXITED; caller holds drain_lock. */
+void session_retire_locked(struct session *s);
+
+bool session_is_live(const struct session *s);
+/* Whether the process that attached still runs (same pid and start time, not a zombie). */
+bool session_process_alive(const struct session *s);
+/* Wait until the session is EXITED; returns false on timeout. */
+bool session_wait_exited(struct session *s, unsigned timeout_ms);
+/* The public rate in force (from the control page while live). */
+uint64_t session_rate(struct session *s);
+/* Write a new rate to the control page; -ESRCH once exited. */
+int session_set_rate(struct session *s, uint64_t rate, uint64_t *old_rate, uint64_t *new_rate);
+void session_list_entry(struct session *s, struct llgo_list_entry *e);
+
+uint64_t session_now_ns(clockid_t clk);
+
+/* ---- drain.c: moving records from rings into buckets ---------------------------------- */
+
+struct drain;
+
+/* Drain every ring of s once (no-op once exited); returns the records bucketed. */
+size_t drain_session(struct session *s);
+/* The shim is gone: drain a last time, then unmap rings and mark the session exited. */
+void drain_session_exit(struct session *s);
+/* Re-read the process's maps if a pc fell outside them (force: always), at most every
+ * DRAIN_REFRESH_MS unless forced; only while the process is alive. */
+void drain_refresh_maps(struct session *s, bool force);
+
+/* The drain thread: polls live sessions, adaptively (1 ms when busy, up to 100 ms idle). */
+struct drain *drain_new(struct session_registry *reg);
+int drain_start(struct drain *d);
+/* Poll soon (a ring was added). */
+void drain_wake(struct drain *d);
+void drain_stop(struct drain *d);
+void drain_free(struct drain *d);
+
+/* ---- server.c: the socket, the event loop, the workers -------------------------------- */
+
+struct server_opts {
+	const char *socket_path; /* where to listen (and the name given to clients) */
+	unsigned keep_exited;    /* exited sessions kept for snapshots */
+	uint64_t max_buckets;    /* per process, 0 = default */
+	uint64_t max_bytes;      /* per process, 0 = default */
+	unsigned client_workers; /* 0 = default */
+	/* Reserved for the --http ADDR:PORT server (not implemented yet): it would run beside
+	 * the event loop and answer /debug/pprof/{heap,allocs}?pid=N through server_snapshot. */
+	const char *http_addr;
+};
+
+struct server_stats {
+	uint64_t connections; /* accepted */
+	uint64_t malformed;   /* connections dropped for a bad packet */
+	uint64_t refused;     /* connections closed at accept (too many) */
+	uint64_t sessions;    /* HELLOs accepted */
+};
+
+struct server;
+
+/* Set up the listening socket (systemd's, or bind socket_path) and the registry; starts no
+ * thread, so the caller may still fork (daemonize). Writes a reason to err on failure. */
+struct server *server_new(const struct server_opts *o, char *err, size_t errlen);
+int server_start(struct server *srv);
+/* Stop the threads, close every connection; unlink the socket if we created it. */
+void server_stop(struct server *srv);
+void server_free(struct server *srv);
+void server_get_stats(struct server *srv, struct server_stats *out);
+struct session_registry *server_sessions(struct server *srv);
+
+/* The snapshot path shared by the socket (SNAPSHOT) and a future HTTP server: permission
+ * check, drain, collect, write fmt into out. Returns 0, or -errno with a one-line reason in
+ * err (-ESRCH unknown pid, -EACCES, -EINVAL bad format). */
+int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
+		    uint32_t top_n, struct buf *out, char *err, size_t errlen);
+
+/* One log line (stderr, or syslog once server_log_use_syslog(true)). */
+void server_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void server_log_use_syslog(bool on);
+
+#endif

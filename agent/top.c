@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: MIT
+/*
+ * top.c: a human-readable table of the top allocation sites.
+ *
+ *   llgo-heap: pid 4242 (server), 3 of 57 sites by alloc_space, rate 524288
+ *    alloc_space       %  alloc_objects  inuse_space  site
+ *       12.5MiB   45.21%           1200       1.2MiB  parse_line parse.c:42
+ *   ...
+ *   # llgo-heap: sampled=N delivered=N dropped=N corrupt=N
+ *
+ * A site is the allocating call site: frame 0 of the stack, and inside it the innermost
+ * inlined frame ("function file:line", the file's base name). Samples at one site are
+ * summed whatever the rest of their stacks. Values are Go's scaled estimates. Rows are
+ * ranked by allocated bytes, or in-use bytes with LLGO_SNAP_INUSE, or the matching object
+ * counts with LLGO_SNAP_OBJECTS; "%" is the row's share of that total over all sites.
+ *
+ * Left to others: the samples (profile.c), symbols (symbolize.c).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct site {
+	char *name;
+	struct profile_values v;
+	int64_t key;
+};
+
+static int site_name_cmp(const void *x, const void *y)
+{
+	const struct site *a = x, *b = y;
+	return strcmp(a->name, b->name);
+}
+
+static int site_key_cmp(const void *x, const void *y)
+{
+	const struct site *a = x, *b = y;
+	if (a->key != b->key)
+		return a->key > b->key ? -1 : 1;
+	return strcmp(a->name, b->name);
+}
+
+static char *site_name(const struct stack *st, struct procmaps *maps)
+{
+	char *s = NULL;
+	if (!st || st->npcs == 0 || st->pcs[0] == 0)
+		return strdup("[no stack]");
+	uint64_t addr = st->pcs[0] - 1;
+	const struct mapping *m = procmaps_find(maps, addr);
+	struct sym_result r;
+	int nf = m ? symbolize_pc(m, addr, &r) : 0;
+	if (nf <= 0) {
+		char name[320];
+		profile_addr_name(name, sizeof(name), m, addr);
+		return strdup(name);
+	}
+	const struct sym_frame *f = &r.frames[0];
+	if (!f->file)
+		return strdup(f->function);
+	const char *base = strrchr(f->file, '/');
+	base = base ? base + 1 : f->file;
+	if (asprintf(&s, "%s %s:%d", f->function, base, f->line) < 0)
+		return NULL;
+	return s;
+}
+
+/* Bytes in binary units, like "12.5MiB" or "512B". */
+static void human(char *out, size_t n, int64_t v)
+{
+	static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	const char *sign = v < 0 ? "-" : "";
+	uint64_t a = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+	if (a < 1024) {
+		snprintf(out, n, "%s%lluB", sign, (unsigned long long)a);
+		return;
+	}
+	double d = (double)a;
+	size_t u = 0;
+	while (d >= 1024 && u + 1 < LLGO_ARRAY_SIZE(units)) {
+		d /= 1024;
+		u++;
+	}
+	snprintf(out, n, "%s%.1f%s", sign, d, units[u]);
+}
+
+static int64_t rank_value(const struct profile_values *v, uint32_t flags)
+{
+	bool inuse = flags & LLGO_SNAP_INUSE, objects = flags & LLGO_SNAP_OBJECTS;
+	if (inuse)
+		return objects ? v->inuse_objects : v->inuse_bytes;
+	return objects ? v->alloc_objects : v->alloc_bytes;
+}
+
+int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, uint32_t flags,
+	      uint32_t top_n)
+{
+	int err = 0;
+	struct site *sites = calloc(p->nsamples + 1, sizeof(*sites));
+	size_t n = 0;
+	struct buf b;
+	buf_init(&b);
+	if (!sites)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct psample *s = &p->samples[i];
+		sites[n].name = site_name(s->stack, maps);
+		if (!sites[n].name) {
+			err = -ENOMEM;
+			goto out;
+		}
+		profile_sample_scaled(s, &sites[n].v);
+		n++;
+	}
+	/* Sum by site. */
+	if (n > 1)
+		qsort(sites, n, sizeof(*sites), site_name_cmp);
+	size_t w = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (w > 0 && strcmp(sites[w - 1].name, sites[i].name) == 0) {
+			struct profile_values *d = &sites[w - 1].v;
+			d->alloc_objects += sites[i].v.alloc_objects;
+			d->alloc_bytes += sites[i].v.alloc_bytes;
+			d->inuse_objects += sites[i].v.inuse_objects;
+			d->inuse_bytes += sites[i].v.inuse_bytes;
+			free(sites[i].name);
+			sites[i].name = NULL;
+			continue;
+		}
+		if (w != i) {
+			sites[w] = sites[i];
+			sites[i].name = NULL;
+		}
+		w++;
+	}
+	n = w;
+	int64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		sites[i].key = rank_value(&sites[i].v, flags);
+		total += sites[i].key;
+	}
+	if (n > 1)
+		qsort(sites, n, sizeof(*sites), site_key_cmp);
+
+	const char *metric = (flags & LLGO_SNAP_INUSE)
+				     ? ((flags & LLGO_SNAP_OBJECTS) ? "inuse_objects" : "inuse_space")
+				     : ((flags & LLGO_SNAP_OBJECTS) ? "alloc_objects" : "alloc_space");
+	size_t rows = n < top_n ? n : top_n;
+	char comm[LLGO_COMM_LEN + 1];
+	memcpy(comm, p->meta.comm, LLGO_COMM_LEN);
+	comm[LLGO_COMM_LEN] = '\0';
+	buf_printf(&b, "llgo-heap: pid %d (%s), %zu of %zu sites by %s, rate %llu\n",
+		   (int)p->meta.pid, comm[0] ? comm : "?", rows, n, metric,
+		   (unsigned long long)profile_main_rate(p));
+	buf_printf(&b, "%12s %8s %14s %12s  %s\n", "alloc_space", "%", "alloc_objects",
+		   "inuse_space", "site");
+	for (size_t i = 0; i < rows; i++) {
+		const struct site *s = &sites[i];
+		char as[32], is[32];
+		human(as, sizeof(as), s->v.alloc_bytes);
+		human(is, sizeof(is), s->v.inuse_bytes);
+		double pct = total ? 100.0 * (double)s->key / (double)total : 0;
+		buf_printf(&b, "%12s %7.2f%% %14lld %12s  %s\n", as, pct,
+			   (long long)s->v.alloc_objects, is, s->name);
+	}
+	if (profile_mixed_rates(p))
+		buf_puts(&b, "# llgo-heap: samples were taken at several rates; each sample is "
+			     "scaled with its own rate\n");
+	if (p->meta.cap_hits)
+		buf_printf(&b, "# llgo-heap: bucket cap reached: %llu samples counted without "
+			       "their stack\n", (unsigned long long)p->meta.cap_hits);
+	buf_puts(&b, "# ");
+	profile_accounting(&b, p);
+	buf_putc(&b, '\n');
+	err = b.failed ? -ENOMEM : buf_append(out, b.data, b.len);
+out:
+	for (size_t i = 0; i < p->nsamples; i++)
+		free(sites[i].name);
+	free(sites);
+	buf_free(&b);
+	return err;
+}

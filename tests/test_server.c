@@ -1,0 +1,1152 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_server.c: llgo-heapd as a black box. Each test starts the real daemon binary on a
+ * private socket in a fresh temporary folder and stops it by pid (SIGTERM, then waitpid).
+ * The test speaks the protocol itself: as a fake shim (its own control page and ring memfds,
+ * records written by the small producer below with shared/ring.h's helpers) and as a client
+ * (LIST, SNAPSHOT, SET_RATE). Malformed packets must cost the sender its connection and
+ * nothing else; profiles are served to the owner or root only.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../agent/internal.h"
+
+#ifndef LLGO_BUILD_DIR
+#error "LLGO_BUILD_DIR must be set by the Makefile"
+#endif
+#define HEAPD LLGO_BUILD_DIR "/bin/llgo-heapd"
+
+/* ---- sites: real code addresses for the fake records --------------------------------- */
+
+/* Each body is longer than the offset RET() uses, so the address stays inside it. */
+__attribute__((noinline)) void srv_site_alpha(void)
+{
+	__asm__ volatile("nop; nop; nop; nop; nop; nop; nop; nop" ::: "memory");
+}
+
+__attribute__((noinline)) void srv_site_beta(void)
+{
+	__asm__ volatile("nop; nop; nop; nop; nop; nop; nop; nop" ::: "memory");
+}
+
+__attribute__((noinline)) void srv_site_caller(void)
+{
+	srv_site_alpha();
+	srv_site_beta();
+	__asm__ volatile("nop; nop; nop; nop; nop; nop; nop; nop" ::: "memory");
+}
+
+/* A return address inside f (a few bytes past its entry). */
+#define RET(f) ((uint64_t)(uintptr_t)(f) + 4)
+
+/* ---- the daemon ------------------------------------------------------------------------ */
+
+struct heapd {
+	pid_t pid;
+	char dir[64];
+	char sock[100];
+	char log[128];
+};
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+static int sock_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = -errno;
+		close(s);
+		return e;
+	}
+	struct timeval tv = { .tv_sec = 10 };
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return s;
+}
+
+static void heapd_dir(struct heapd *d)
+{
+	snprintf(d->dir, sizeof(d->dir), "/tmp/llgo-srv.XXXXXX");
+	cr_assert(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
+	/* other users (the permission test) must reach the socket inside */
+	chmod(d->dir, 0755);
+	snprintf(d->sock, sizeof(d->sock), "%s/heapd.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/heapd.log", d->dir);
+}
+
+static pid_t heapd_spawn(struct heapd *d, const char *const *extra)
+{
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		/* a test that fails half-way still takes its daemon down with it */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		const char *argv[16] = { "llgo-heapd", "--socket", d->sock, "--foreground" };
+		int n = 4;
+		for (; extra && *extra && n < 15; extra++)
+			argv[n++] = *extra;
+		argv[n] = NULL;
+		unsetenv("LD_PRELOAD");
+		execv(HEAPD, (char **)argv);
+		_exit(127);
+	}
+	return pid;
+}
+
+static bool heapd_wait_socket(const char *sock, pid_t pid)
+{
+	for (int i = 0; i < 1000; i++) {
+		int s = sock_connect(sock);
+		if (s >= 0) {
+			close(s);
+			return true;
+		}
+		int st;
+		if (pid > 0 && waitpid(pid, &st, WNOHANG) == pid)
+			return false;
+		sleep_ms(5);
+	}
+	return false;
+}
+
+static void heapd_start(struct heapd *d, const char *const *extra)
+{
+	heapd_dir(d);
+	d->pid = heapd_spawn(d, extra);
+	cr_assert(heapd_wait_socket(d->sock, d->pid), "llgo-heapd did not start");
+}
+
+static bool heapd_alive(struct heapd *d)
+{
+	int st;
+	return waitpid(d->pid, &st, WNOHANG) == 0;
+}
+
+static char *read_all(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return strdup("");
+	char *s = calloc(1, 1 << 20);
+	size_t n = fread(s, 1, (1 << 20) - 1, f);
+	s[n] = '\0';
+	fclose(f);
+	return s;
+}
+
+static int count_lines(const char *s, const char *needle)
+{
+	int n = 0;
+	for (const char *p = s; (p = strstr(p, needle)) != NULL; p++)
+		n++;
+	return n;
+}
+
+/* SIGTERM, wait; returns the exit status (expects a clean exit) */
+static int heapd_stop(struct heapd *d)
+{
+	cr_assert(heapd_alive(d), "llgo-heapd died:\n%s", read_all(d->log));
+	kill(d->pid, SIGTERM);
+	int st = 0;
+	for (int i = 0; i < 1000; i++) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			break;
+		}
+		sleep_ms(10);
+	}
+	if (d->pid) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, &st, 0);
+		cr_assert_fail("llgo-heapd did not stop on SIGTERM");
+	}
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "llgo-heapd exit status %d:\n%s", st,
+		  read_all(d->log));
+	struct stat sb;
+	cr_expect(lstat(d->sock, &sb) < 0, "socket left behind after SIGTERM");
+	return st;
+}
+
+static void heapd_cleanup(struct heapd *d)
+{
+	char cmd[256];
+	if (!getenv("LLGO_KEEP_TMP")) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "warning: could not remove %s\n", d->dir);
+	}
+}
+
+/* ---- client ------------------------------------------------------------------------------ */
+
+struct answer {
+	struct buf data;
+	int status;
+	char message[LLGO_END_MSG_LEN];
+};
+
+/* Send req on s and collect DATA until END. Returns 0, or -errno (connection dropped...). */
+static int request_on(int s, const void *req, size_t n, struct answer *a)
+{
+	buf_init(&a->data);
+	a->status = -1;
+	a->message[0] = '\0';
+	int err = msg_send(s, req, n, -1);
+	if (err)
+		return err;
+	unsigned char *pkt = malloc(LLGO_MSG_MAX);
+	for (;;) {
+		ssize_t r = msg_recv(s, pkt, LLGO_MSG_MAX, NULL);
+		if (r <= 0) {
+			err = r < 0 ? (int)r : -ECONNRESET;
+			break;
+		}
+		struct llgo_msg_header h;
+		if ((err = msg_header_check(pkt, (size_t)r, &h)) != 0)
+			break;
+		if (h.type == LLGO_MSG_DATA) {
+			buf_append(&a->data, pkt + sizeof(h), (size_t)r - sizeof(h));
+		} else if (h.type == LLGO_MSG_END && (size_t)r == sizeof(struct llgo_msg_end)) {
+			struct llgo_msg_end end;
+			memcpy(&end, pkt, sizeof(end));
+			a->status = end.status;
+			end.message[sizeof(end.message) - 1] = '\0';
+			snprintf(a->message, sizeof(a->message), "%s", end.message);
+			break;
+		} else {
+			err = -EPROTO;
+			break;
+		}
+	}
+	free(pkt);
+	return err;
+}
+
+static int request(const char *sock, const void *req, size_t n, struct answer *a)
+{
+	int s = sock_connect(sock);
+	if (s < 0)
+		return s;
+	int err = request_on(s, req, n, a);
+	close(s);
+	return err;
+}
+
+static size_t list(const char *sock, struct llgo_list_entry *out, size_t max)
+{
+	struct llgo_msg_header h;
+	msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
+	struct answer a;
+	cr_assert_eq(request(sock, &h, sizeof(h), &a), 0, "LIST failed");
+	cr_assert_eq(a.status, 0);
+	cr_assert_eq(a.data.len % sizeof(struct llgo_list_entry), 0);
+	size_t n = a.data.len / sizeof(struct llgo_list_entry);
+	for (size_t i = 0; i < n && i < max; i++)
+		memcpy(&out[i], a.data.data + i * sizeof(*out), sizeof(*out));
+	buf_free(&a.data);
+	return n;
+}
+
+static bool list_find(const char *sock, pid_t pid, struct llgo_list_entry *e)
+{
+	struct llgo_list_entry v[64];
+	size_t n = list(sock, v, 64);
+	for (size_t i = 0; i < n && i < 64; i++) {
+		if ((pid_t)v[i].pid == pid) {
+			*e = v[i];
+			return true;
+		}
+	}
+	return false;
+}
+
+static int snapshot(const char *sock, pid_t pid, int fmt, struct answer *a)
+{
+	struct llgo_msg_snapshot m;
+	memset(&m, 0, sizeof(m));
+	msg_header_init(&m.h, LLGO_MSG_SNAPSHOT, sizeof(m));
+	m.pid = (uint32_t)pid;
+	m.format = (uint32_t)fmt;
+	return request(sock, &m, sizeof(m), a);
+}
+
+static int set_rate(const char *sock, pid_t pid, uint64_t rate, struct answer *a)
+{
+	struct llgo_msg_set_rate m;
+	memset(&m, 0, sizeof(m));
+	msg_header_init(&m.h, LLGO_MSG_SET_RATE, sizeof(m));
+	m.pid = (uint32_t)pid;
+	m.rate = rate;
+	return request(sock, &m, sizeof(m), a);
+}
+
+/* ---- fake shim ---------------------------------------------------------------------------- */
+
+struct fring {
+	int fd;
+	uint32_t id;
+	struct llgo_ring_header *hdr;
+	unsigned char *data;
+	uint64_t size, head, sampled, dropped;
+};
+
+struct fshim {
+	int sock;
+	int ctl_fd;
+	struct llgo_ctl *ctl;
+};
+
+static int memfd_sized(const char *name, size_t size)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+	return fd;
+}
+
+static void fshim_ctl(struct fshim *sh, uint32_t ring_data_size, int64_t rate_word)
+{
+	sh->ctl_fd = memfd_sized("test-ctl", LLGO_CTL_SIZE);
+	sh->ctl = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, sh->ctl_fd, 0);
+	cr_assert_neq(sh->ctl, MAP_FAILED);
+	sh->ctl->magic = LLGO_CTL_MAGIC;
+	sh->ctl->version = LLGO_CTL_VERSION;
+	sh->ctl->size = LLGO_CTL_SIZE;
+	atomic_store(&sh->ctl->rate_word, rate_word);
+	sh->ctl->ring_data_size = ring_data_size;
+}
+
+static void hello_init(struct llgo_msg_hello *m, uint32_t ring_data_size, int64_t rate_word)
+{
+	memset(m, 0, sizeof(*m));
+	msg_header_init(&m->h, LLGO_MSG_HELLO, sizeof(*m));
+	m->pid = (uint32_t)getpid();
+	m->ring_data_size = ring_data_size;
+	m->rate_word = rate_word;
+	snprintf(m->comm, sizeof(m->comm), "fake-shim");
+}
+
+/* Wait for one packet of type `type`; returns its status field (END/HELLO_ACK), or -errno. */
+static int wait_reply(int s, uint16_t type)
+{
+	unsigned char pkt[LLGO_MSG_MAX];
+	ssize_t r = msg_recv(s, pkt, sizeof(pkt), NULL);
+	if (r <= 0)
+		return r < 0 ? (int)r : -ECONNRESET;
+	struct llgo_msg_header h;
+	if (msg_header_check(pkt, (size_t)r, &h) || h.type != type)
+		return -EPROTO;
+	int32_t status;
+	memcpy(&status, pkt + sizeof(h), sizeof(status));
+	return status;
+}
+
+/* Connect and attach as a shim; returns the HELLO_ACK status. */
+static int fshim_attach(struct fshim *sh, const char *sock, uint32_t ring_data_size,
+			int64_t rate_word)
+{
+	sh->sock = sock_connect(sock);
+	cr_assert_geq(sh->sock, 0);
+	fshim_ctl(sh, ring_data_size, rate_word);
+	struct llgo_msg_hello m;
+	hello_init(&m, ring_data_size, rate_word);
+	cr_assert_eq(msg_send(sh->sock, &m, sizeof(m), sh->ctl_fd), 0);
+	return wait_reply(sh->sock, LLGO_MSG_HELLO_ACK);
+}
+
+static void fring_new(struct fring *r, uint32_t id, uint32_t data_size)
+{
+	memset(r, 0, sizeof(*r));
+	r->id = id;
+	r->size = data_size;
+	r->fd = memfd_sized("test-ring", LLGO_RING_HEADER_SIZE + (size_t)data_size);
+	void *p = mmap(NULL, LLGO_RING_HEADER_SIZE + (size_t)data_size, PROT_READ | PROT_WRITE,
+		       MAP_SHARED, r->fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	r->hdr = p;
+	r->data = (unsigned char *)p + LLGO_RING_HEADER_SIZE;
+	r->hdr->magic = LLGO_RING_MAGIC;
+	r->hdr->version = LLGO_RING_VERSION;
+	r->hdr->header_size = LLGO_RING_HEADER_SIZE;
+	r->hdr->data_size = data_size;
+	r->hdr->ring_id = id;
+	atomic_store(&r->hdr->state, LLGO_RING_OWNED);
+	atomic_store(&r->hdr->owner_tid, (uint32_t)gettid());
+}
+
+static int fshim_add_ring(struct fshim *sh, struct fring *r)
+{
+	struct llgo_msg_add_ring m;
+	memset(&m, 0, sizeof(m));
+	msg_header_init(&m.h, LLGO_MSG_ADD_RING, sizeof(m));
+	m.ring_id = r->id;
+	m.data_size = (uint32_t)r->size;
+	return msg_send(sh->sock, &m, sizeof(m), r->fd);
+}
+
+/* The producer of shared/ring.h: bytes, release head, release sampled; a full ring drops
+ * (release dropped, then release sampled). */
+static bool fring_push(struct fring *r, const uint64_t *frames, uint16_t n, uint64_t size,
+		       uint64_t rate, bool corrupt)
+{
+	uint32_t len = llgo_record_alloc_len(n);
+	uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
+	if (r->head + len - tail > r->size) {
+		r->dropped++;
+		atomic_store_explicit(&r->hdr->dropped, r->dropped, memory_order_release);
+		r->sampled++;
+		atomic_store_explicit(&r->hdr->sampled, r->sampled, memory_order_release);
+		return false;
+	}
+	unsigned char rec[LLGO_RECORD_MAX_LEN];
+	struct llgo_record h;
+	memset(&h, 0, sizeof(h));
+	h.kind = LLGO_REC_ALLOC;
+	h.version = LLGO_REC_VERSION;
+	h.nframes = n;
+	h.length = len;
+	h.seq = r->sampled + 1;
+	h.size = size;
+	h.rate = rate;
+	h.tid = (uint32_t)gettid();
+	memcpy(rec, &h, sizeof(h));
+	memcpy(rec + sizeof(h), frames, 8u * n);
+	uint64_t sum = llgo_record_checksum(rec, len) ^ (corrupt ? 1 : 0);
+	memcpy(rec + offsetof(struct llgo_record, checksum), &sum, sizeof(sum));
+	llgo_ring_copy_in(r->data, r->size - 1, r->head, rec, len);
+	r->head += len;
+	atomic_store_explicit(&r->hdr->head, r->head, memory_order_release);
+	r->sampled++;
+	atomic_store_explicit(&r->hdr->sampled, r->sampled, memory_order_release);
+	return true;
+}
+
+/* Push n records, waiting for the daemon to make room when the ring is full. */
+static void fring_push_n(struct fring *r, const uint64_t *frames, uint16_t nf, uint64_t size,
+			 uint64_t rate, unsigned n)
+{
+	uint32_t len = llgo_record_alloc_len(nf);
+	for (unsigned i = 0; i < n; i++) {
+		for (int spin = 0; spin < 5000; spin++) {
+			uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
+			if (r->head + len - tail <= r->size)
+				break;
+			sleep_ms(1);
+		}
+		cr_assert(fring_push(r, frames, nf, size, rate, false), "ring stayed full");
+	}
+}
+
+static void fshim_close(struct fshim *sh)
+{
+	close(sh->sock);
+	close(sh->ctl_fd);
+}
+
+static bool accounting_holds(const struct llgo_list_entry *e)
+{
+	return e->sampled == e->delivered + e->dropped + e->corrupt;
+}
+
+/* Poll LIST until the daemon has drained `want` delivered records of pid. */
+static struct llgo_list_entry wait_delivered(const char *sock, pid_t pid, uint64_t want)
+{
+	struct llgo_list_entry e;
+	memset(&e, 0, sizeof(e));
+	for (int i = 0; i < 500; i++) {
+		if (list_find(sock, pid, &e) && e.delivered >= want)
+			return e;
+		sleep_ms(10);
+	}
+	cr_assert_fail("pid %d: %llu delivered, want %llu", (int)pid,
+		       (unsigned long long)e.delivered, (unsigned long long)want);
+	return e;
+}
+
+/* ---- tests --------------------------------------------------------------------------------- */
+
+Test(server, attach_list_snapshot_exit, .timeout = 120)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0, "HELLO refused");
+	struct fring r;
+	fring_new(&r, 0, LLGO_RING_MIN_DATA);
+	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+
+	uint64_t a[2] = { RET(srv_site_alpha), RET(srv_site_caller) };
+	uint64_t b[2] = { RET(srv_site_beta), RET(srv_site_caller) };
+	/* more records than the 4 KiB ring holds at once: the drain thread keeps up */
+	fring_push_n(&r, a, 2, 24, 1, 300);
+	fring_push_n(&r, b, 2, 1000, 1, 100);
+
+	struct answer ans;
+	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
+	cr_assert_eq(ans.status, 0, "snapshot: %s", ans.message);
+	buf_putc(&ans.data, '\0');
+	const char *folded = (const char *)ans.data.data;
+	cr_expect(strstr(folded, "srv_site_caller;srv_site_alpha 7200\n") != NULL,
+		  "folded:\n%s", folded);
+	cr_expect(strstr(folded, "srv_site_caller;srv_site_beta 100000\n") != NULL,
+		  "folded:\n%s", folded);
+	cr_expect(strstr(folded, "sampled=400 delivered=400 dropped=0 corrupt=0") != NULL,
+		  "folded:\n%s", folded);
+	buf_free(&ans.data);
+
+	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_TEXT, &ans), 0);
+	cr_assert_eq(ans.status, 0, "%s", ans.message);
+	buf_putc(&ans.data, '\0');
+	cr_expect(strncmp((char *)ans.data.data, "heap profile: ", 14) == 0, "text:\n%s",
+		  (char *)ans.data.data);
+	buf_free(&ans.data);
+
+	struct llgo_list_entry e;
+	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_expect_eq(e.state, LLGO_PROC_LIVE);
+	cr_expect_eq(e.uid, getuid());
+	cr_expect_eq(e.rings, 1);
+	cr_expect_eq(e.rate, 1);
+	cr_expect_eq(e.delivered, 400);
+	cr_expect_eq(e.buckets, 2);
+	cr_expect(accounting_holds(&e));
+	cr_expect_str_eq(e.comm, "fake-shim");
+	cr_expect_gt(e.start_time_ns, 0);
+
+	/* The shim goes away without BYE: the session stays, exited, with its data. Records
+	 * written just before the close are drained at EOF. */
+	fring_push_n(&r, a, 2, 24, 1, 10);
+	fshim_close(&sh);
+	for (int i = 0; i < 500; i++) {
+		cr_assert(list_find(d.sock, getpid(), &e));
+		if (e.state == LLGO_PROC_EXITED)
+			break;
+		sleep_ms(10);
+	}
+	cr_expect_eq(e.state, LLGO_PROC_EXITED);
+	cr_expect_eq(e.delivered, 410);
+	cr_expect(accounting_holds(&e));
+	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
+	cr_assert_eq(ans.status, 0, "%s", ans.message);
+	buf_putc(&ans.data, '\0');
+	cr_expect(strstr((char *)ans.data.data, "srv_site_caller;srv_site_alpha 7440\n") != NULL,
+		  "after exit:\n%s", (char *)ans.data.data);
+	buf_free(&ans.data);
+	/* a new process with the same pid (exec) is preferred while live */
+	struct fshim sh2;
+	cr_assert_eq(fshim_attach(&sh2, d.sock, LLGO_RING_MIN_DATA, 4096), 0);
+	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_expect_eq(e.state, LLGO_PROC_LIVE);
+	cr_expect_eq(e.rate, 4096);
+	cr_expect_eq(e.delivered, 0);
+	fshim_close(&sh2);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct fring r;
+	fring_new(&r, 7, LLGO_RING_MIN_DATA);
+	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+	uint64_t a[1] = { RET(srv_site_alpha) };
+	fring_push_n(&r, a, 1, 64, 512, 5);
+	/* three drops, as a full ring counts them, and two samples that found no ring */
+	for (int i = 0; i < 3; i++) {
+		r.dropped++;
+		atomic_store(&r.hdr->dropped, r.dropped);
+		r.sampled++;
+		atomic_store(&r.hdr->sampled, r.sampled);
+	}
+	atomic_store(&sh.ctl->lost_no_ring, 2);
+	/* one record that fails its checksum */
+	fring_push(&r, a, 1, 64, 512, true);
+	fring_push_n(&r, a, 1, 64, 512, 1);
+
+	struct llgo_msg_header bye;
+	msg_header_init(&bye, LLGO_MSG_BYE, sizeof(bye));
+	cr_assert_eq(msg_send(sh.sock, &bye, sizeof(bye), -1), 0);
+	cr_expect_eq(wait_reply(sh.sock, LLGO_MSG_END), 0, "BYE must be answered by END(0)");
+
+	struct llgo_list_entry e = wait_delivered(d.sock, getpid(), 6);
+	cr_expect_eq(e.delivered, 6);
+	cr_expect_eq(e.dropped, 5);
+	cr_expect_eq(e.corrupt, 1);
+	cr_expect_eq(e.sampled, 12);
+	cr_expect(accounting_holds(&e), "sampled %llu delivered %llu dropped %llu corrupt %llu",
+		  (unsigned long long)e.sampled, (unsigned long long)e.delivered,
+		  (unsigned long long)e.dropped, (unsigned long long)e.corrupt);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+Test(server, set_rate_writes_the_control_page, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 524288), 0);
+	struct answer a;
+	cr_assert_eq(set_rate(d.sock, getpid(), 4096, &a), 0);
+	cr_expect_eq(a.status, 0, "%s", a.message);
+	char want[128];
+	snprintf(want, sizeof(want), "pid %d: rate 524288 -> 4096", (int)getpid());
+	cr_expect_str_eq(a.message, want);
+	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 4096);
+	cr_expect_eq(atomic_load(&sh.ctl->rate_changes), 1);
+
+	cr_assert_eq(set_rate(d.sock, getpid(), 1, &a), 0);
+	cr_expect_eq(a.status, 0);
+	cr_expect_eq(atomic_load(&sh.ctl->rate_word), LLGO_RATE_WORD_EVERY);
+	cr_assert_eq(set_rate(d.sock, getpid(), 0, &a), 0);
+	cr_expect_eq(a.status, 0);
+	snprintf(want, sizeof(want), "pid %d: rate 1 -> 0", (int)getpid());
+	cr_expect_str_eq(a.message, want);
+	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 0);
+	cr_expect_eq(atomic_load(&sh.ctl->rate_changes), 3);
+	struct llgo_list_entry e;
+	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_expect_eq(e.rate, 0);
+
+	cr_assert_eq(set_rate(d.sock, getpid(), LLGO_RATE_MAX + 1, &a), 0);
+	cr_expect_eq(a.status, EINVAL);
+	cr_assert_eq(set_rate(d.sock, 999999999, 10, &a), 0);
+	cr_expect_eq(a.status, ESRCH);
+	cr_expect_str_eq(a.message, "no such profiled process: 999999999");
+	cr_assert_eq(snapshot(d.sock, 999999999, LLGO_FORMAT_TEXT, &a), 0);
+	cr_expect_eq(a.status, ESRCH);
+	cr_expect_str_eq(a.message, "no such profiled process: 999999999");
+	cr_assert_eq(snapshot(d.sock, getpid(), 99, &a), 0);
+	cr_expect_eq(a.status, EINVAL);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* Send one packet (with fd >= 0 attached) on a fresh connection, optionally after a valid
+ * HELLO; the daemon must close the connection. */
+static bool dropped_after(const char *sock, bool hello_first, const void *pkt, size_t n, int fd)
+{
+	struct fshim sh = { .sock = -1, .ctl_fd = -1 };
+	int s;
+	if (hello_first) {
+		if (fshim_attach(&sh, sock, LLGO_RING_MIN_DATA, 1) != 0)
+			return false;
+		s = sh.sock;
+	} else {
+		s = sock_connect(sock);
+		if (s < 0)
+			return false;
+	}
+	int err = msg_send(s, pkt, n, fd);
+	bool dropped = false;
+	if (err == 0) {
+		struct pollfd p = { .fd = s, .events = POLLIN };
+		if (poll(&p, 1, 5000) == 1) {
+			unsigned char buf[LLGO_MSG_MAX];
+			/* a HELLO_ACK with an error status may come first */
+			for (int i = 0; i < 3; i++) {
+				ssize_t r = recv(s, buf, sizeof(buf), 0);
+				if (r <= 0) {
+					dropped = true;
+					break;
+				}
+			}
+		}
+	} else {
+		dropped = err == -EPIPE || err == -ECONNRESET;
+	}
+	close(s);
+	if (sh.ctl_fd >= 0)
+		close(sh.ctl_fd);
+	return dropped;
+}
+
+Test(server, malformed_packets_drop_the_connection, .timeout = 120)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	unsigned char big[70000];
+	memset(big, 0, sizeof(big));
+	struct llgo_msg_header h;
+	int cases = 0;
+
+	/* wrong magic */
+	msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
+	h.magic ^= 1;
+	cr_expect(dropped_after(d.sock, false, &h, sizeof(h), -1), "wrong magic");
+	cases++;
+	/* wrong version */
+	msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
+	h.version = 99;
+	cr_expect(dropped_after(d.sock, false, &h, sizeof(h), -1), "wrong version");
+	cases++;
+	/* short packet */
+	msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
+	cr_expect(dropped_after(d.sock, false, &h, 8, -1), "short");
+	cases++;
+	/* length field disagrees with the packet */
+	msg_header_init(&h, LLGO_MSG_LIST, 4096);
+	cr_expect(dropped_after(d.sock, false, &h, sizeof(h), -1), "length field");
+	cases++;
+	/* huge packet */
+	msg_header_init((struct llgo_msg_header *)big, LLGO_MSG_LIST, sizeof(big));
+	cr_expect(dropped_after(d.sock, false, big, sizeof(big), -1), "huge");
+	cases++;
+	/* right header, wrong size for the type */
+	msg_header_init((struct llgo_msg_header *)big, LLGO_MSG_SNAPSHOT, 20);
+	cr_expect(dropped_after(d.sock, false, big, 20, -1), "short SNAPSHOT");
+	cases++;
+	/* unknown type */
+	msg_header_init(&h, 77, sizeof(h));
+	cr_expect(dropped_after(d.sock, false, &h, sizeof(h), -1), "unknown type");
+	cases++;
+	/* a descriptor where none belongs */
+	int junk = memfd_sized("junk", 4096);
+	msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
+	cr_expect(dropped_after(d.sock, false, &h, sizeof(h), junk), "LIST with an fd");
+	cases++;
+	/* ADD_RING before HELLO */
+	struct fring r;
+	fring_new(&r, 1, LLGO_RING_MIN_DATA);
+	struct llgo_msg_add_ring ar;
+	memset(&ar, 0, sizeof(ar));
+	msg_header_init(&ar.h, LLGO_MSG_ADD_RING, sizeof(ar));
+	ar.ring_id = 1;
+	ar.data_size = LLGO_RING_MIN_DATA;
+	cr_expect(dropped_after(d.sock, false, &ar, sizeof(ar), r.fd), "ADD_RING before HELLO");
+	cases++;
+	/* ADD_RING without its descriptor */
+	cr_expect(dropped_after(d.sock, true, &ar, sizeof(ar), -1), "ADD_RING without fd");
+	cases++;
+	/* ring memfd of the wrong size */
+	cr_expect(dropped_after(d.sock, true, &ar, sizeof(ar), junk), "ring fd wrong size");
+	cases++;
+	/* ring whose header is corrupt */
+	r.hdr->magic = 0x1234;
+	cr_expect(dropped_after(d.sock, true, &ar, sizeof(ar), r.fd), "corrupt ring header");
+	cases++;
+	r.hdr->magic = LLGO_RING_MAGIC;
+	/* ring size that is not the one HELLO announced */
+	ar.data_size = 2 * LLGO_RING_MIN_DATA;
+	cr_expect(dropped_after(d.sock, true, &ar, sizeof(ar), r.fd), "ring size mismatch");
+	cases++;
+	ar.data_size = LLGO_RING_MIN_DATA;
+	/* ring id out of range */
+	ar.ring_id = LLGO_MAX_RINGS;
+	cr_expect(dropped_after(d.sock, true, &ar, sizeof(ar), r.fd), "ring id out of range");
+	cases++;
+	/* second HELLO */
+	struct fshim tmp;
+	fshim_ctl(&tmp, LLGO_RING_MIN_DATA, 1);
+	struct llgo_msg_hello hm;
+	hello_init(&hm, LLGO_RING_MIN_DATA, 1);
+	cr_expect(dropped_after(d.sock, true, &hm, sizeof(hm), tmp.ctl_fd), "second HELLO");
+	cases++;
+	/* HELLO without a descriptor */
+	cr_expect(dropped_after(d.sock, false, &hm, sizeof(hm), -1), "HELLO without fd");
+	cases++;
+	/* HELLO with a control page of the wrong size */
+	cr_expect(dropped_after(d.sock, false, &hm, sizeof(hm), r.fd), "ctl fd wrong size");
+	cases++;
+	/* HELLO with a control page whose magic is wrong */
+	tmp.ctl->magic = 0;
+	cr_expect(dropped_after(d.sock, false, &hm, sizeof(hm), tmp.ctl_fd), "ctl bad magic");
+	cases++;
+	/* an unsealed control page (could be shrunk under the daemon's mapping) */
+	int unsealed = memfd_create("unsealed", MFD_CLOEXEC);
+	cr_assert_eq(ftruncate(unsealed, LLGO_CTL_SIZE), 0);
+	cr_expect(dropped_after(d.sock, false, &hm, sizeof(hm), unsealed), "unsealed ctl");
+	cases++;
+	/* HELLO with an impossible ring size */
+	tmp.ctl->magic = LLGO_CTL_MAGIC;
+	hm.ring_data_size = 12345;
+	cr_expect(dropped_after(d.sock, false, &hm, sizeof(hm), tmp.ctl_fd), "ring size");
+	cases++;
+	/* a client request on a shim connection */
+	msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
+	cr_expect(dropped_after(d.sock, true, &h, sizeof(h), -1), "LIST on a shim connection");
+	cases++;
+
+	cr_assert(heapd_alive(&d), "llgo-heapd died:\n%s", read_all(d.log));
+	struct llgo_list_entry v[64];
+	list(d.sock, v, 64); /* still serving */
+	/* one log line per dropped connection */
+	char *log = read_all(d.log);
+	cr_expect_eq(count_lines(log, "dropping connection"), cases, "log:\n%s", log);
+	free(log);
+	close(junk);
+	close(unsealed);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* A shim process killed without BYE: its rings are drained at EOF and its profile is still
+ * served afterwards. */
+Test(server, snapshot_after_the_process_died, .timeout = 120)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	int pipefd[2];
+	cr_assert_eq(pipe(pipefd), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(pipefd[0]);
+		struct fshim sh;
+		if (fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1) != 0)
+			_exit(1);
+		/* two rings; records still unread when the process dies */
+		struct fring r1, r2;
+		fring_new(&r1, 0, LLGO_RING_MIN_DATA);
+		fring_new(&r2, 1, LLGO_RING_MIN_DATA);
+		fshim_add_ring(&sh, &r1);
+		uint64_t a[1] = { RET(srv_site_alpha) };
+		uint64_t b[1] = { RET(srv_site_beta) };
+		for (int i = 0; i < 20; i++)
+			fring_push(&r1, a, 1, 32, 1, false);
+		for (int i = 0; i < 30; i++)
+			fring_push(&r2, b, 1, 48, 1, false);
+		fshim_add_ring(&sh, &r2);
+		char c = 1;
+		if (write(pipefd[1], &c, 1) != 1)
+			_exit(2);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	char c;
+	cr_assert_eq(read(pipefd[0], &c, 1), 1);
+	int st;
+	waitpid(child, &st, 0);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	struct answer a;
+	cr_assert_eq(snapshot(d.sock, child, LLGO_FORMAT_FOLDED, &a), 0);
+	cr_assert_eq(a.status, 0, "%s", a.message);
+	buf_putc(&a.data, '\0');
+	cr_expect(strstr((char *)a.data.data, "srv_site_alpha 640\n") != NULL, "%s", a.data.data);
+	cr_expect(strstr((char *)a.data.data, "srv_site_beta 1440\n") != NULL, "%s", a.data.data);
+	buf_free(&a.data);
+	struct llgo_list_entry e;
+	cr_assert(list_find(d.sock, child, &e));
+	cr_expect_eq(e.state, LLGO_PROC_EXITED);
+	cr_expect_eq(e.rings, 2);
+	cr_expect_eq(e.delivered, 50);
+	cr_expect(accounting_holds(&e));
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
+{
+	if (geteuid() != 0)
+		cr_skip_test("needs root to switch to another uid");
+	struct passwd *pw = getpwnam("nobody");
+	uid_t nobody = pw ? pw->pw_uid : 65534;
+	gid_t nogroup = pw ? pw->pw_gid : 65534;
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	pid_t me = getpid();
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		if (setgroups(0, NULL) != 0 || setgid(nogroup) != 0 || setuid(nobody) != 0)
+			_exit(10);
+		struct answer a;
+		if (snapshot(d.sock, me, LLGO_FORMAT_TEXT, &a) != 0)
+			_exit(11);
+		if (a.status != EACCES || strncmp(a.message, "permission denied", 17) != 0)
+			_exit(12);
+		if (set_rate(d.sock, me, 1, &a) != 0 || a.status != EACCES)
+			_exit(13);
+		struct llgo_msg_header h;
+		msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
+		if (request(d.sock, &h, sizeof(h), &a) != 0 || a.status != 0)
+			_exit(14);
+		_exit(0);
+	}
+	int st;
+	waitpid(child, &st, 0);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child as nobody: status %d", st);
+	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 512, "rate changed by another user");
+	/* root may */
+	struct answer a;
+	cr_assert_eq(snapshot(d.sock, me, LLGO_FORMAT_TEXT, &a), 0);
+	cr_expect_eq(a.status, 0);
+	buf_free(&a.data);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* Clients that never read their answers hold nothing: others are still served. */
+Test(server, idle_clients_do_not_block_others, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0);
+	int idle[16];
+	struct llgo_msg_snapshot m;
+	memset(&m, 0, sizeof(m));
+	msg_header_init(&m.h, LLGO_MSG_SNAPSHOT, sizeof(m));
+	m.pid = (uint32_t)getpid();
+	m.format = LLGO_FORMAT_PPROF;
+	for (int i = 0; i < 16; i++) {
+		idle[i] = sock_connect(d.sock);
+		cr_assert_geq(idle[i], 0);
+		if (i % 2)
+			cr_assert_eq(msg_send(idle[i], &m, sizeof(m), -1), 0);
+	}
+	struct llgo_list_entry e;
+	cr_expect(list_find(d.sock, getpid(), &e));
+	struct answer a;
+	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_FOLDED, &a), 0);
+	cr_expect_eq(a.status, 0);
+	buf_free(&a.data);
+	for (int i = 0; i < 16; i++)
+		close(idle[i]);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+Test(server, stale_socket_is_replaced_live_one_is_not, .timeout = 60)
+{
+	struct heapd d;
+	heapd_dir(&d);
+	/* a socket file nobody listens on */
+	int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
+	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(s);
+	d.pid = heapd_spawn(&d, NULL);
+	cr_assert(heapd_wait_socket(d.sock, d.pid), "did not replace a stale socket:\n%s",
+		  read_all(d.log));
+	struct stat st;
+	cr_assert_eq(stat(d.sock, &st), 0);
+	cr_expect_eq(st.st_mode & 0777, 0666, "mode %o", st.st_mode & 0777);
+
+	/* a second daemon on the same path must refuse and leave the first alone */
+	struct heapd d2 = d;
+	d2.pid = heapd_spawn(&d2, NULL);
+	int wst;
+	cr_assert_eq(waitpid(d2.pid, &wst, 0), d2.pid);
+	cr_expect(WIFEXITED(wst) && WEXITSTATUS(wst) != 0, "second daemon status %d", wst);
+	char *log = read_all(d.log);
+	cr_expect(strstr(log, "another llgo-heapd") != NULL, "log:\n%s", log);
+	free(log);
+	struct llgo_list_entry v[4];
+	list(d.sock, v, 4);
+	heapd_stop(&d);
+
+	/* a file that is not a socket is never removed */
+	int fd = open(d.sock, O_WRONLY | O_CREAT, 0644);
+	close(fd);
+	d.pid = heapd_spawn(&d, NULL);
+	cr_assert_eq(waitpid(d.pid, &wst, 0), d.pid);
+	cr_expect(WIFEXITED(wst) && WEXITSTATUS(wst) != 0);
+	cr_expect_eq(stat(d.sock, &st), 0);
+	cr_expect(S_ISREG(st.st_mode));
+	heapd_cleanup(&d);
+}
+
+Test(server, creates_missing_folders_and_rejects_bad_options, .timeout = 60)
+{
+	struct heapd d;
+	heapd_dir(&d);
+	snprintf(d.sock, sizeof(d.sock), "%s/a/b/heapd.sock", d.dir);
+	const char *extra[] = { "--max-buckets", "1000", "--max-memory=64M", "--keep-exited",
+				"3", NULL };
+	d.pid = heapd_spawn(&d, extra);
+	cr_assert(heapd_wait_socket(d.sock, d.pid), "log:\n%s", read_all(d.log));
+	heapd_stop(&d);
+
+	const char *bad[][3] = { { "--bogus", NULL, NULL },
+				 { "--max-memory", "lots", NULL },
+				 { "--max-buckets", "0", NULL },
+				 { "--keep-exited", NULL, NULL } };
+	for (size_t i = 0; i < 4; i++) {
+		pid_t pid = heapd_spawn(&d, bad[i]);
+		int st;
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s: status %d", bad[i][0], st);
+	}
+	heapd_cleanup(&d);
+}
+
+/* --keep-exited N: the oldest exited sessions go first. */
+Test(server, exited_sessions_are_evicted_oldest_first, .timeout = 120)
+{
+	struct heapd d;
+	const char *extra[] = { "--keep-exited", "2", NULL };
+	heapd_start(&d, extra);
+	pid_t kids[4];
+	for (int i = 0; i < 4; i++) {
+		kids[i] = fork();
+		cr_assert_geq(kids[i], 0);
+		if (kids[i] == 0) {
+			struct fshim sh;
+			_exit(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1) == 0 ? 0 : 1);
+		}
+		int st;
+		waitpid(kids[i], &st, 0);
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		/* wait until the daemon saw it exit, so the order is known */
+		struct llgo_list_entry e;
+		for (int k = 0; k < 500; k++) {
+			if (list_find(d.sock, kids[i], &e) && e.state == LLGO_PROC_EXITED)
+				break;
+			sleep_ms(10);
+		}
+	}
+	struct llgo_list_entry e;
+	cr_expect(!list_find(d.sock, kids[0], &e));
+	cr_expect(!list_find(d.sock, kids[1], &e));
+	cr_expect(list_find(d.sock, kids[2], &e));
+	cr_expect(list_find(d.sock, kids[3], &e));
+	struct answer a;
+	cr_assert_eq(snapshot(d.sock, kids[0], LLGO_FORMAT_TEXT, &a), 0);
+	cr_expect_eq(a.status, ESRCH);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* Without --foreground the daemon detaches; it is found (and stopped) through its socket's
+ * SO_PEERCRED. */
+Test(server, daemonizes_without_foreground, .timeout = 60)
+{
+	struct heapd d;
+	heapd_dir(&d);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		execl(HEAPD, "llgo-heapd", "--socket", d.sock, (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+	cr_assert(heapd_wait_socket(d.sock, -1));
+	/* The daemon listens again once detached, so SO_PEERCRED names it (not the parent that
+	 * bound the socket); until then connections still queue. */
+	struct ucred cred = { 0 };
+	for (int i = 0; i < 500; i++) {
+		int s = sock_connect(d.sock);
+		cr_assert_geq(s, 0);
+		socklen_t l = sizeof(cred);
+		cr_assert_eq(getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &l), 0);
+		close(s);
+		if (cred.pid != pid)
+			break;
+		sleep_ms(10);
+	}
+	cr_assert_neq(cred.pid, pid, "the daemon must be a grandchild");
+	cr_assert_gt(cred.pid, 0);
+	char path[64], stat_line[512] = "";
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)cred.pid);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (!fgets(stat_line, sizeof(stat_line), f))
+			stat_line[0] = '\0';
+		fclose(f);
+	}
+	/* stop it before any check can end the test */
+	int killed = kill(cred.pid, SIGTERM);
+	int ppid = 0, sid = 0;
+	const char *p = strrchr(stat_line, ')');
+	cr_expect(p && sscanf(p + 2, "%*c %d %*d %d", &ppid, &sid) == 2, "stat: %s", stat_line);
+	cr_expect_neq(sid, getsid(0), "the daemon must have left our session");
+	cr_expect_neq(sid, cred.pid, "the daemon must not be a session leader");
+	cr_assert_eq(killed, 0);
+	struct stat sb;
+	bool gone = false;
+	for (int i = 0; i < 500 && !gone; i++) {
+		gone = lstat(d.sock, &sb) < 0 && kill(cred.pid, 0) < 0;
+		sleep_ms(10);
+	}
+	cr_expect(gone, "daemon did not exit and remove its socket");
+	heapd_cleanup(&d);
+}
+
+/* systemd socket activation: the listening socket arrives as fd 3 with LISTEN_PID/FDS. */
+Test(server, socket_activation, .timeout = 60)
+{
+	struct heapd d;
+	heapd_dir(&d);
+	int ls = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
+	cr_assert_eq(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(ls, 16), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		int fd = open(d.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		dup2(fd, 2);
+		dup2(ls, 3);
+		char buf[32];
+		snprintf(buf, sizeof(buf), "%d", (int)getpid());
+		setenv("LISTEN_PID", buf, 1);
+		setenv("LISTEN_FDS", "1", 1);
+		/* --socket names a path that does not exist: the passed socket wins */
+		execl(HEAPD, "llgo-heapd", "--foreground", "--socket", "/nonexistent/x.sock",
+		      (char *)NULL);
+		_exit(127);
+	}
+	d.pid = pid;
+	struct llgo_list_entry v[4];
+	for (int i = 0; i < 200 && heapd_alive(&d); i++) {
+		/* connections queue on the socket before the daemon accepts them */
+		list(d.sock, v, 4);
+		break;
+	}
+	cr_assert(heapd_alive(&d), "log:\n%s", read_all(d.log));
+	kill(pid, SIGTERM);
+	int st;
+	waitpid(pid, &st, 0);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	struct stat sb;
+	cr_expect_eq(lstat(d.sock, &sb), 0, "the activated socket is systemd's to remove");
+	close(ls);
+	heapd_cleanup(&d);
+}

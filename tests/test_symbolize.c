@@ -1,0 +1,443 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_symbolize.c: procmaps.c and symbolize.c against real code: functions of this test
+ * binary (noinline callers, a static inline function inlined into two callers, a gap no
+ * symbol covers), a shared library built and dlopen'ed during the test (with and without
+ * debug info), and a program whose executable is deleted while it runs.
+ */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../agent/internal.h"
+#include "e2e_util.h"
+
+/* ---- Code to symbolize ---------------------------------------------------------------- */
+
+#define KEEP(x) __asm__ volatile("" : : "r"(x) : "memory")
+
+static int line_caller, line_inl, line_inl_a, line_inl_b;
+
+__attribute__((noinline)) uint64_t symt_leaf(void)
+{
+	uint64_t r = (uint64_t)(uintptr_t)__builtin_return_address(0);
+	KEEP(r);
+	return r;
+}
+
+__attribute__((noinline)) uint64_t symt_caller(void)
+{
+	uint64_t r = symt_leaf(); line_caller = __LINE__;
+	KEEP(r);
+	return r;
+}
+
+static inline __attribute__((always_inline)) uint64_t symt_inl(void)
+{
+	uint64_t r = symt_leaf(); line_inl = __LINE__;
+	KEEP(r);
+	return r;
+}
+
+__attribute__((noinline)) uint64_t symt_inl_a(void)
+{
+	uint64_t r = symt_inl(); line_inl_a = __LINE__;
+	KEEP(r);
+	return r;
+}
+
+__attribute__((noinline)) uint64_t symt_inl_b(void)
+{
+	uint64_t r = symt_inl(); line_inl_b = __LINE__;
+	KEEP(r);
+	return r + 1 - 1;
+}
+
+/* Two one-byte functions with 15 bytes between them that no symbol covers. */
+__asm__(".pushsection .text\n"
+	".p2align 4\n"
+	".globl symt_gap_before\n"
+	".type symt_gap_before, @function\n"
+	"symt_gap_before:\n"
+	"\tret\n"
+	".size symt_gap_before, 1\n"
+	".skip 15, 0xcc\n"
+	".globl symt_gap_after\n"
+	".type symt_gap_after, @function\n"
+	"symt_gap_after:\n"
+	"\tret\n"
+	".size symt_gap_after, 1\n"
+	".popsection\n");
+void symt_gap_before(void);
+void symt_gap_after(void);
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t a = s ? strlen(s) : 0, b = strlen(suffix);
+	return s && a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int resolve(struct procmaps *pm, uint64_t addr, struct sym_result *r)
+{
+	const struct mapping *m = procmaps_find(pm, addr);
+	cr_assert(m != NULL, "no mapping holds 0x%llx", (unsigned long long)addr);
+	return symbolize_pc(m, addr, r);
+}
+
+/* ---- This binary ---------------------------------------------------------------------- */
+
+Test(symbolize, noinline_caller_and_line)
+{
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm != NULL, "procmaps_new: %s", strerror(errno));
+	uint64_t ret = symt_caller();
+	struct sym_result r;
+	int n = resolve(pm, ret - 1, &r);
+	cr_assert_eq(n, 1, "frames: %d", n);
+	cr_expect_str_eq(r.frames[0].function, "symt_caller");
+	cr_expect(ends_with(r.frames[0].file, "tests/test_symbolize.c"), "file %s",
+		  r.frames[0].file);
+	cr_expect_eq(r.frames[0].line, line_caller);
+	cr_expect(r.has_functions && r.has_filenames && r.has_lines && r.has_inlines);
+	cr_expect_eq(r.entry, (uint64_t)(uintptr_t)symt_caller, "entry 0x%llx",
+		     (unsigned long long)r.entry);
+	cr_expect_gt(r.frames[0].start_line, 0);
+	cr_expect_lt(r.frames[0].start_line, line_caller);
+
+	/* The function's first byte names the function itself. */
+	n = resolve(pm, (uint64_t)(uintptr_t)symt_leaf, &r);
+	cr_assert_geq(n, 1);
+	cr_expect_str_eq(r.frames[n - 1].function, "symt_leaf");
+	procmaps_free(pm);
+}
+
+Test(symbolize, inline_chain_in_two_callers)
+{
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm);
+	uint64_t rets[2] = { symt_inl_a(), symt_inl_b() };
+	const char *callers[2] = { "symt_inl_a", "symt_inl_b" };
+	int lines[2] = { line_inl_a, line_inl_b };
+	for (int i = 0; i < 2; i++) {
+		struct sym_result r;
+		int n = resolve(pm, rets[i] - 1, &r);
+		cr_assert_eq(n, 2, "%s: %d frames", callers[i], n);
+		cr_expect_str_eq(r.frames[0].function, "symt_inl");
+		cr_expect_eq(r.frames[0].line, line_inl);
+		cr_expect(ends_with(r.frames[0].file, "test_symbolize.c"));
+		cr_expect_str_eq(r.frames[1].function, callers[i]);
+		cr_expect_eq(r.frames[1].line, lines[i], "%s: line %d want %d", callers[i],
+			     r.frames[1].line, lines[i]);
+		cr_expect(ends_with(r.frames[1].file, "test_symbolize.c"));
+	}
+	procmaps_free(pm);
+}
+
+Test(symbolize, gap_between_symbols_has_no_function)
+{
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm);
+	uint64_t before = (uint64_t)(uintptr_t)symt_gap_before;
+	uint64_t after = (uint64_t)(uintptr_t)symt_gap_after;
+	cr_assert_eq(after - before, 16);
+	struct sym_result r;
+	int n = resolve(pm, before, &r);
+	cr_assert_eq(n, 1);
+	cr_expect_str_eq(r.frames[0].function, "symt_gap_before");
+	for (uint64_t a = before + 1; a < after; a++) {
+		n = resolve(pm, a, &r);
+		cr_expect_eq(n, 0, "0x%llx (gap_before+%llu) named %s", (unsigned long long)a,
+			     (unsigned long long)(a - before), n > 0 ? r.frames[0].function : "");
+		cr_expect(r.has_functions, "the file still has functions");
+	}
+	n = resolve(pm, after, &r);
+	cr_assert_eq(n, 1);
+	cr_expect_str_eq(r.frames[0].function, "symt_gap_after");
+	procmaps_free(pm);
+}
+
+Test(symbolize, mappings_build_id_vdso_and_shared_cache)
+{
+	struct procmaps *a = procmaps_new(getpid()), *b = procmaps_new(getpid());
+	cr_assert(a && b);
+	const struct mapping *ma = procmaps_find(a, (uint64_t)(uintptr_t)symt_leaf);
+	const struct mapping *mb = procmaps_find(b, (uint64_t)(uintptr_t)symt_leaf);
+	cr_assert(ma && mb && ma != mb);
+	cr_expect(ma->file != NULL && ma->file == mb->file, "one symfile for one binary");
+	cr_expect_eq(strlen(ma->build_id), 40, "build id '%s'", ma->build_id);
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	cr_assert_gt(n, 0);
+	self[n] = '\0';
+	cr_expect_str_eq(ma->path, self);
+	cr_expect_eq(ma->perms[2], 'x');
+	cr_expect_neq(ma->inode, 0);
+
+	const struct mapping **v;
+	size_t nm = procmaps_list(a, &v);
+	cr_assert_gt(nm, 2);
+	bool vdso = false;
+	for (size_t i = 0; i < nm; i++) {
+		if (i > 0)
+			cr_expect_geq(v[i]->start, v[i - 1]->end, "sorted, disjoint");
+		cr_expect_eq(procmaps_find(a, v[i]->start), v[i]);
+		cr_expect_eq(procmaps_find(a, v[i]->end - 1), v[i]);
+		if (strcmp(v[i]->path, "[vdso]") == 0) {
+			vdso = true;
+			cr_expect_null(v[i]->file);
+			struct sym_result r;
+			cr_expect_eq(symbolize_pc(v[i], v[i]->start, &r), 0);
+		}
+	}
+	cr_expect(vdso, "[vdso] is kept");
+	errno = 0;
+	cr_expect_null(procmaps_new(0x7ffffff0), "no such process");
+	cr_expect_eq(errno, ENOENT);
+	cr_expect_null(procmaps_find(a, 0x1000));
+	procmaps_free(a);
+	/* b's symfile is still referenced and usable */
+	struct sym_result r;
+	cr_expect_eq(symbolize_pc(mb, symt_caller() - 1, &r), 1);
+	cr_expect_str_eq(r.frames[0].function, "symt_caller");
+	procmaps_free(b);
+}
+
+/* ---- Threads -------------------------------------------------------------------------- */
+
+struct thr_arg {
+	struct procmaps *pm;
+	uint64_t addrs[3];
+	int fails;
+};
+
+static void *thr_lookup(void *p)
+{
+	struct thr_arg *a = p;
+	for (int i = 0; i < 2000; i++) {
+		struct sym_result r;
+		uint64_t addr = a->addrs[i % 3];
+		const struct mapping *m = procmaps_find(a->pm, addr);
+		if (!m || symbolize_pc(m, addr, &r) < 1)
+			a->fails++;
+		if (i % 500 == 0)
+			procmaps_refresh(a->pm, getpid());
+	}
+	return NULL;
+}
+
+Test(symbolize, concurrent_lookups_and_refreshes)
+{
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm);
+	struct thr_arg args[4];
+	pthread_t t[4];
+	for (int i = 0; i < 4; i++) {
+		args[i] = (struct thr_arg){ pm, { symt_caller() - 1, symt_inl_a() - 1,
+						  (uint64_t)(uintptr_t)symt_leaf }, 0 };
+		cr_assert_eq(pthread_create(&t[i], NULL, thr_lookup, &args[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		cr_expect_eq(args[i].fails, 0);
+	}
+	procmaps_free(pm);
+}
+
+/* ---- A library loaded after the maps were read ---------------------------------------- */
+
+static const char lib_src[] =
+	"#include <stdint.h>\n"                                                      /* 1 */
+	"__attribute__((noinline)) uint64_t symt_dl_leaf(void) {\n"                  /* 2 */
+	"  uint64_t r = (uint64_t)(uintptr_t)__builtin_return_address(0);\n"         /* 3 */
+	"  __asm__ volatile(\"\" : : \"r\"(r) : \"memory\");\n"                      /* 4 */
+	"  return r;\n"                                                              /* 5 */
+	"}\n"                                                                        /* 6 */
+	"static __attribute__((noinline)) uint64_t symt_dl_static(void) {\n"         /* 7 */
+	"  uint64_t r = symt_dl_leaf();\n"                                           /* 8 */
+	"  __asm__ volatile(\"\" : : \"r\"(r) : \"memory\");\n"                      /* 9 */
+	"  return r;\n"                                                              /* 10 */
+	"}\n"                                                                        /* 11 */
+	"uint64_t symt_dl_caller(uint64_t *st) {\n"                                  /* 12 */
+	"  uint64_t r = symt_dl_leaf();\n"                                           /* 13 */
+	"  *st = symt_dl_static();\n"                                                /* 14 */
+	"  __asm__ volatile(\"\" : : \"r\"(r) : \"memory\");\n"                      /* 15 */
+	"  return r;\n"                                                              /* 16 */
+	"}\n";
+
+static void build_lib(const char *dir, const char *name, const char *flags)
+{
+	char path[4200], *out = NULL;
+	snprintf(path, sizeof(path), "%s/symt_dl.c", dir);
+	FILE *f = fopen(path, "w");
+	cr_assert(f);
+	fputs(lib_src, f);
+	fclose(f);
+	int rc = e2e_sh(&out, "cd %s && cc -shared -fPIC -O2 -fno-omit-frame-pointer %s "
+			      "-o %s symt_dl.c", dir, flags, name);
+	cr_assert_eq(rc, 0, "cc failed:\n%s", out);
+	free(out);
+}
+
+Test(symbolize, dlopen_then_refresh)
+{
+	char *dir = e2e_tmpdir();
+	build_lib(dir, "libsymt.so", "-g");
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm);
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/libsymt.so", dir);
+	void *h = dlopen(path, RTLD_NOW);
+	cr_assert(h, "dlopen: %s", dlerror());
+	uint64_t (*fn)(uint64_t *) = (uint64_t(*)(uint64_t *))dlsym(h, "symt_dl_caller");
+	cr_assert(fn);
+	uint64_t st = 0, ret = fn(&st);
+	cr_expect_null(procmaps_find(pm, ret - 1), "not known before the refresh");
+	const struct mapping *self = procmaps_find(pm, (uint64_t)(uintptr_t)symt_leaf);
+	cr_assert_eq(procmaps_refresh(pm, getpid()), 0);
+	cr_expect_eq(procmaps_find(pm, (uint64_t)(uintptr_t)symt_leaf), self,
+		     "known mappings are kept");
+	const struct mapping *m = procmaps_find(pm, ret - 1);
+	cr_assert(m, "the library is found after the refresh");
+	cr_expect_str_eq(m->path, path);
+	cr_expect_eq(strlen(m->build_id), 40);
+	struct sym_result r;
+	cr_assert_eq(symbolize_pc(m, ret - 1, &r), 1);
+	cr_expect_str_eq(r.frames[0].function, "symt_dl_caller");
+	cr_expect(ends_with(r.frames[0].file, "symt_dl.c"), "%s", r.frames[0].file);
+	cr_expect_eq(r.frames[0].line, 13);
+	cr_assert_eq(symbolize_pc(m, st - 1, &r), 1);
+	cr_expect_str_eq(r.frames[0].function, "symt_dl_static");
+	cr_expect_eq(r.frames[0].line, 8);
+	procmaps_free(pm);
+	dlclose(h);
+	e2e_rmdir(dir);
+}
+
+Test(symbolize, stripped_library_uses_dynsym)
+{
+	char *dir = e2e_tmpdir();
+	build_lib(dir, "libsymt_s.so", "-s");
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/libsymt_s.so", dir);
+	void *h = dlopen(path, RTLD_NOW);
+	cr_assert(h, "dlopen: %s", dlerror());
+	uint64_t (*fn)(uint64_t *) = (uint64_t(*)(uint64_t *))dlsym(h, "symt_dl_caller");
+	uint64_t st = 0, ret = fn(&st);
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm);
+	const struct mapping *m = procmaps_find(pm, ret - 1);
+	cr_assert(m && m->file);
+	struct sym_result r;
+	cr_assert_eq(symbolize_pc(m, ret - 1, &r), 1);
+	cr_expect_str_eq(r.frames[0].function, "symt_dl_caller");
+	cr_expect_null(r.frames[0].file);
+	cr_expect_eq(r.frames[0].line, 0);
+	cr_expect(r.has_functions);
+	cr_expect(!r.has_lines && !r.has_filenames && !r.has_inlines);
+	/* The static function has no .dynsym entry: no name, not its neighbour's. */
+	cr_expect_eq(symbolize_pc(m, st - 1, &r), 0);
+	procmaps_free(pm);
+	dlclose(h);
+	e2e_rmdir(dir);
+}
+
+Test(symbolize, separate_debug_file_through_debuglink)
+{
+	char *dir = e2e_tmpdir(), *out = NULL;
+	build_lib(dir, "libsymt_d.so", "-g");
+	int rc = e2e_sh(&out, "cd %s && objcopy --only-keep-debug libsymt_d.so libsymt_d.debug && "
+			      "objcopy --strip-debug --add-gnu-debuglink=libsymt_d.debug "
+			      "libsymt_d.so", dir);
+	cr_assert_eq(rc, 0, "objcopy: %s", out);
+	free(out);
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/libsymt_d.so", dir);
+	void *h = dlopen(path, RTLD_NOW);
+	cr_assert(h, "dlopen: %s", dlerror());
+	uint64_t (*fn)(uint64_t *) = (uint64_t(*)(uint64_t *))dlsym(h, "symt_dl_caller");
+	uint64_t st = 0, ret = fn(&st);
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm);
+	const struct mapping *m = procmaps_find(pm, ret - 1);
+	cr_assert(m && m->file);
+	struct sym_result r;
+	cr_assert_eq(symbolize_pc(m, ret - 1, &r), 1);
+	cr_expect_str_eq(r.frames[0].function, "symt_dl_caller");
+	cr_expect(ends_with(r.frames[0].file, "/symt_dl.c"), "%s", r.frames[0].file);
+	cr_expect_eq(r.frames[0].line, 13);
+	cr_expect(r.has_lines);
+	procmaps_free(pm);
+	dlclose(h);
+	e2e_rmdir(dir);
+}
+
+/* ---- A deleted executable ------------------------------------------------------------- */
+
+Test(symbolize, deleted_binary_through_map_files)
+{
+	char *dir = e2e_tmpdir(), *out = NULL;
+	cr_assert_eq(e2e_sh(&out, "cp %s/sym_deleted %s/prog", E2E_PROGS, dir), 0, "%s", out);
+	free(out);
+	char prog[4200];
+	snprintf(prog, sizeof(prog), "%s/prog", dir);
+	int in[2], outp[2];
+	cr_assert_eq(pipe(in), 0);
+	cr_assert_eq(pipe(outp), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		dup2(in[0], 0);
+		dup2(outp[1], 1);
+		close(in[1]);
+		close(outp[0]);
+		execl(prog, prog, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(outp[1]);
+	FILE *f = fdopen(outp[0], "r");
+	int cpid = 0, line = 0;
+	unsigned long addr = 0;
+	cr_assert(f && fscanf(f, "pid %d addr %lx line %d", &cpid, &addr, &line) == 3);
+	cr_assert_eq(cpid, pid);
+	cr_assert_eq(unlink(prog), 0);
+
+	struct procmaps *pm = procmaps_new(pid);
+	cr_assert(pm, "procmaps_new(%d): %s", pid, strerror(errno));
+	const struct mapping *m = procmaps_find(pm, addr - 1);
+	cr_assert(m);
+	cr_expect_str_eq(m->path, prog, "\" (deleted)\" is trimmed");
+	char mf[128];
+	snprintf(mf, sizeof(mf), "/proc/%d/map_files/%llx-%llx", pid,
+		 (unsigned long long)m->start, (unsigned long long)m->end);
+	int fd = open(mf, O_RDONLY);
+	if (fd < 0) {
+		close(in[1]);
+		waitpid(pid, NULL, 0);
+		cr_skip_test("no access to /proc/PID/map_files (%s)", strerror(errno));
+	}
+	close(fd);
+	cr_assert(m->file, "the deleted file is opened through map_files");
+	struct sym_result r;
+	cr_assert_eq(symbolize_pc(m, addr - 1, &r), 1);
+	cr_expect_str_eq(r.frames[0].function, "sym_prog_caller");
+	cr_expect(ends_with(r.frames[0].file, "sym_deleted.c"), "%s", r.frames[0].file);
+	cr_expect_eq(r.frames[0].line, line);
+
+	/* The process exits; what was opened keeps symbolizing. */
+	close(in[1]);
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	fclose(f);
+	cr_assert_eq(symbolize_pc(m, addr - 1, &r), 1);
+	cr_expect_str_eq(r.frames[0].function, "sym_prog_caller");
+	procmaps_free(pm);
+	e2e_rmdir(dir);
+}
