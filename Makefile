@@ -62,10 +62,12 @@ HEADERS := $(wildcard shared/*.h agent/*.h shim/*.h include/*.h tests/*.h)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRCS))
-PROG_C_SRCS := $(wildcard tests/progs/*.c)
+PROG_C_SRCS := $(filter-out tests/progs/lib%,$(wildcard tests/progs/*.c))
+PROG_SO_SRCS := $(wildcard tests/progs/lib*.c)
 PROG_CXX_SRCS := $(wildcard tests/progs/*.cc)
 PROG_BINS := $(patsubst tests/progs/%.c,$(OUT)/progs/%,$(PROG_C_SRCS)) \
-	$(patsubst tests/progs/%.cc,$(OUT)/progs/%,$(PROG_CXX_SRCS))
+	$(patsubst tests/progs/%.cc,$(OUT)/progs/%,$(PROG_CXX_SRCS)) \
+	$(patsubst tests/progs/%.c,$(OUT)/progs/%.so,$(PROG_SO_SRCS))
 
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
@@ -111,7 +113,7 @@ $(OUT)/bin/llgo-heap: $(OUT)/obj/agent/cli.o $(AGENT_COMMON_OBJS)
 $(OUT)/tests/%: tests/%.c $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) $(HEADERS) | $(BINS) $(LIBS) $(PROG_BINS)
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' \
+	$(Q)$(CC) $(CFLAGS_AGENT) -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' -DLLGO_SRC_DIR='"$(CURDIR)"' \
 		-DLLGO_PLAIN_SHIM='"$(abspath $(OUT))/lib/libllgoheap.so"' \
 		$(filter -I%,$(TEST_CRITERION)) -o $@ $< $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) \
 		$(LIBS_AGENT) $(filter -l%,$(TEST_CRITERION)) -lm -ldl
@@ -122,6 +124,11 @@ $(OUT)/progs/%: tests/progs/%.c
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(PROG_CFLAGS) -o $@ $< -ldl -lm
+
+$(OUT)/progs/%.so: tests/progs/%.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_CFLAGS) -shared -fPIC -o $@ $<
 
 $(OUT)/progs/%: tests/progs/%.cc
 	$(call msg,CXX,$@)

@@ -6,7 +6,8 @@
  *
  *   heapsampling interleaved N   six sizes (17K, 1K, 18K, 512, 16K, 256) N times each
  *   heapsampling small N         three sizes (1K, 512, 256) N times each
- *   heapsampling large N         sizes around and far above the default rate
+ *   heapsampling large N         4 KiB and 64 KiB N times, 600 KiB and 4 MiB N/25 times:
+ *                                sizes below, around and far above the default rate
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,15 +19,21 @@ static void *sink;
 
 static int lines[8];
 static size_t sizes[8];
+static long counts[8];
 static int nsites;
 
+/* Count one allocation of size at line; the table is tiny and allocates nothing. */
 static void note(int line, size_t size)
 {
-	for (int i = 0; i < nsites; i++)
-		if (lines[i] == line)
+	for (int i = 0; i < nsites; i++) {
+		if (lines[i] == line) {
+			counts[i]++;
 			return;
+		}
+	}
 	lines[nsites] = line;
 	sizes[nsites] = size;
+	counts[nsites] = 1;
 	nsites++;
 }
 
@@ -61,9 +68,11 @@ __attribute__((noinline)) static void alloc_large(int n)
 {
 	for (int i = 0; i < n; i++) {
 		SITE(4096);
-		SITE(256 * 1024);
-		SITE(600 * 1024);
-		SITE(4 * 1024 * 1024);
+		SITE(64 * 1024);
+		if (i % 25 == 0) {
+			SITE(600 * 1024);
+			SITE(4 * 1024 * 1024);
+		}
 	}
 }
 
@@ -78,6 +87,6 @@ int main(int argc, char **argv)
 	else
 		alloc_large(n);
 	for (int i = 0; i < nsites; i++)
-		printf("site %d %zu %d\n", lines[i], sizes[i], n);
+		printf("site %d %zu %ld\n", lines[i], sizes[i], counts[i]);
 	return 0;
 }

@@ -1,0 +1,887 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_shim.c: the preloaded shim end to end, against a fake llgo-heapd run in a thread of
+ * this test (a SOCK_SEQPACKET listener in a private temp dir that ACKs HELLO, maps the rings
+ * of ADD_RING with agent/ring.c, drains them and answers BYE). Programs from tests/progs run
+ * under LD_PRELOAD of the plain shim (LLGO_PLAIN_SHIM):
+ *   - behaviour (sizes, alignment, zeroing, errno, failures) is glibc's, with and without a
+ *     daemon, at rate 1 and at the default rate;
+ *   - at rate 1 every allocation arrives, once, with frame 0 in the calling function (frames
+ *     are mapped to symbols with libelf), for C and C++ (every operator new form);
+ *   - threads get rings, exited threads' rings are reused; accounting adds up;
+ *   - a fork()ed child attaches as a new process and never writes into its parent's rings;
+ *   - no daemon, a daemon that never answers, a daemon that refuses: rate 0, silence;
+ *   - the hook API compiles out without LLGO_HEAP_PROFILING and, with it, samples a custom
+ *     allocator with its plumbing trimmed by llgo_heap_trim_add;
+ *   - the frame-pointer walk survives hostile chains.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../agent/internal.h"
+#include "../shim/internal.h"
+
+#ifndef LLGO_PLAIN_SHIM
+#error "LLGO_PLAIN_SHIM must be set by the Makefile"
+#endif
+
+#define PROGS LLGO_BUILD_DIR "/progs"
+
+/* ---- fake daemon ------------------------------------------------------------------------ */
+
+#define FAKE_MAX_CONNS 32
+#define FAKE_MAX_RINGS 1024
+
+enum fake_ack { FAKE_ACK_OK, FAKE_ACK_NEVER, FAKE_ACK_REFUSE };
+
+struct fake_conn {
+	int fd;
+	pid_t pid;
+	uint64_t flags;
+	int64_t rate_word;
+	uint32_t ring_data_size;
+	char comm[LLGO_COMM_LEN];
+	bool hello, bye, closed;
+	struct llgo_ctl *ctl;
+	struct ring_account acct;
+	uint32_t nrings;
+};
+
+struct fake_rec {
+	int conn;
+	uint32_t tid;
+	uint64_t size, rate;
+	uint32_t nframes;
+	uint64_t frames[8];
+};
+
+struct fake {
+	char dir[64];
+	char path[108];
+	int lfd;
+	pthread_t th;
+	_Atomic bool stop;
+	enum fake_ack ack;
+	bool drain; /* drain rings while running (else only at BYE and EOF) */
+	int nconns;
+	struct fake_conn conns[FAKE_MAX_CONNS];
+	int nrings;
+	struct ring_reader rings[FAKE_MAX_RINGS];
+	int ring_conn[FAKE_MAX_RINGS];
+	int map_errors, bad_packets;
+	struct fake_rec *recs;
+	size_t nrecs, cap;
+	int cur_conn;
+};
+
+static void fake_rec_cb(void *arg, const struct llgo_record *rec, const uint64_t *frames)
+{
+	struct fake *f = arg;
+	if (f->nrecs == f->cap) {
+		f->cap = f->cap ? 2 * f->cap : 4096;
+		f->recs = realloc(f->recs, f->cap * sizeof(*f->recs));
+	}
+	struct fake_rec *r = &f->recs[f->nrecs++];
+	memset(r, 0, sizeof(*r));
+	r->conn = f->cur_conn;
+	r->tid = rec->tid;
+	r->size = rec->size;
+	r->rate = rec->rate;
+	r->nframes = rec->nframes;
+	for (uint32_t i = 0; i < rec->nframes && i < 8; i++)
+		r->frames[i] = frames[i];
+}
+
+static void fake_drain_conn(struct fake *f, int c)
+{
+	for (int i = 0; i < f->nrings; i++) {
+		if (f->ring_conn[i] != c)
+			continue;
+		f->cur_conn = c;
+		ring_reader_drain(&f->rings[i], fake_rec_cb, f);
+	}
+}
+
+static void fake_account(struct fake *f, int c)
+{
+	struct ring_account sum = { 0 };
+	for (int i = 0; i < f->nrings; i++) {
+		if (f->ring_conn[i] != c)
+			continue;
+		struct ring_account a;
+		ring_reader_account(&f->rings[i], &a);
+		ring_account_add(&sum, &a);
+	}
+	if (f->conns[c].ctl)
+		ring_account_lost(&sum, atomic_load(&f->conns[c].ctl->lost_no_ring));
+	f->conns[c].acct = sum;
+}
+
+static void fake_send(int fd, uint16_t type, const void *body, size_t n)
+{
+	unsigned char pkt[512];
+	struct llgo_msg_header h = { .magic = LLGO_PROTO_MAGIC,
+				     .version = LLGO_PROTO_VERSION,
+				     .type = type,
+				     .length = (uint32_t)(sizeof(h) + n) };
+	memcpy(pkt, &h, sizeof(h));
+	memcpy(pkt + sizeof(h), body, n);
+	if (send(fd, pkt, sizeof(h) + n, MSG_NOSIGNAL) < 0)
+		return;
+}
+
+static void fake_packet(struct fake *f, int c)
+{
+	struct fake_conn *k = &f->conns[c];
+	unsigned char buf[LLGO_MSG_MAX];
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cb;
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b,
+			     .msg_controllen = sizeof(cb.b) };
+	ssize_t n = recvmsg(k->fd, &mh, MSG_CMSG_CLOEXEC);
+	int fd = -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	if (n <= 0) {
+		fake_drain_conn(f, c);
+		k->closed = true;
+		close(k->fd);
+		k->fd = -1;
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct llgo_msg_header h;
+	if ((size_t)n < sizeof(h)) {
+		f->bad_packets++;
+		goto out;
+	}
+	memcpy(&h, buf, sizeof(h));
+	if (h.magic != LLGO_PROTO_MAGIC || h.version != LLGO_PROTO_VERSION || h.length != n) {
+		f->bad_packets++;
+		goto out;
+	}
+	if (h.type == LLGO_MSG_HELLO && n == sizeof(struct llgo_msg_hello) && fd >= 0) {
+		struct llgo_msg_hello m;
+		memcpy(&m, buf, sizeof(m));
+		k->hello = true;
+		k->flags = m.flags;
+		k->rate_word = m.rate_word;
+		k->ring_data_size = m.ring_data_size;
+		memcpy(k->comm, m.comm, sizeof(k->comm));
+		k->comm[sizeof(k->comm) - 1] = '\0';
+		void *ctl = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		k->ctl = ctl == MAP_FAILED ? NULL : ctl;
+		if (f->ack != FAKE_ACK_NEVER) {
+			int32_t body[2] = { f->ack == FAKE_ACK_REFUSE ? EPERM : 0, 0 };
+			fake_send(k->fd, LLGO_MSG_HELLO_ACK, body, sizeof(body));
+		}
+	} else if (h.type == LLGO_MSG_ADD_RING && n == sizeof(struct llgo_msg_add_ring) &&
+		   fd >= 0 && f->nrings < FAKE_MAX_RINGS) {
+		struct llgo_msg_add_ring m;
+		memcpy(&m, buf, sizeof(m));
+		if (ring_reader_map(&f->rings[f->nrings], fd, m.ring_id, m.data_size) == 0) {
+			f->ring_conn[f->nrings++] = c;
+			k->nrings++;
+		} else {
+			f->map_errors++;
+		}
+	} else if (h.type == LLGO_MSG_BYE) {
+		k->bye = true;
+		fake_drain_conn(f, c);
+		unsigned char end[sizeof(struct llgo_msg_end) - sizeof(h)];
+		memset(end, 0, sizeof(end));
+		fake_send(k->fd, LLGO_MSG_END, end, sizeof(end));
+	} else {
+		f->bad_packets++;
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	while (!atomic_load(&f->stop)) {
+		struct pollfd p[FAKE_MAX_CONNS + 1];
+		int idx[FAKE_MAX_CONNS + 1], np = 0;
+		p[np].fd = f->lfd;
+		p[np].events = POLLIN;
+		idx[np++] = -1;
+		for (int c = 0; c < f->nconns; c++) {
+			if (f->conns[c].fd < 0)
+				continue;
+			p[np].fd = f->conns[c].fd;
+			p[np].events = POLLIN;
+			idx[np++] = c;
+		}
+		int r = poll(p, (nfds_t)np, 1);
+		for (int i = 0; r > 0 && i < np; i++) {
+			if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			if (idx[i] < 0) {
+				int fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+				if (fd < 0 || f->nconns == FAKE_MAX_CONNS) {
+					if (fd >= 0)
+						close(fd);
+					continue;
+				}
+				struct fake_conn *k = &f->conns[f->nconns];
+				memset(k, 0, sizeof(*k));
+				k->fd = fd;
+				struct ucred cred;
+				socklen_t len = sizeof(cred);
+				if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+					k->pid = cred.pid;
+				f->nconns++;
+			} else {
+				fake_packet(f, idx[i]);
+			}
+		}
+		if (f->drain)
+			for (int c = 0; c < f->nconns; c++)
+				fake_drain_conn(f, c);
+	}
+	for (int c = 0; c < f->nconns; c++) {
+		fake_drain_conn(f, c);
+		fake_account(f, c);
+	}
+	return NULL;
+}
+
+static struct fake *fake_start(enum fake_ack ack, bool drain)
+{
+	struct fake *f = calloc(1, sizeof(*f));
+	cr_assert(f);
+	f->ack = ack;
+	f->drain = drain;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/llgo-shim.XXXXXX");
+	cr_assert(mkdtemp(f->dir));
+	snprintf(f->path, sizeof(f->path), "%s/d.sock", f->dir);
+	f->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	cr_assert(f->lfd >= 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
+	cr_assert_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(f->lfd, 64), 0);
+	cr_assert_eq(pthread_create(&f->th, NULL, fake_main, f), 0);
+	return f;
+}
+
+/* Stop the listener (after the programs exited), drain and account everything. */
+static void fake_stop(struct fake *f)
+{
+	atomic_store(&f->stop, true);
+	pthread_join(f->th, NULL);
+}
+
+static void fake_free(struct fake *f)
+{
+	for (int i = 0; i < f->nrings; i++)
+		ring_reader_unmap(&f->rings[i]);
+	for (int c = 0; c < f->nconns; c++) {
+		if (f->conns[c].fd >= 0)
+			close(f->conns[c].fd);
+		if (f->conns[c].ctl)
+			munmap(f->conns[c].ctl, LLGO_CTL_SIZE);
+	}
+	close(f->lfd);
+	unlink(f->path);
+	rmdir(f->dir);
+	free(f->recs);
+	free(f);
+}
+
+static int fake_conn_of(struct fake *f, pid_t pid)
+{
+	for (int c = 0; c < f->nconns; c++)
+		if (f->conns[c].pid == pid && f->conns[c].hello)
+			return c;
+	return -1;
+}
+
+/* ---- running programs ------------------------------------------------------------------- */
+
+struct run {
+	int status; /* exit code, or 128 + signal */
+	char out[65536];
+	double seconds;
+};
+
+/* Run argv with LD_PRELOAD of the plain shim and extra NAME=VALUE strings (NULL-terminated),
+ * capturing stdout and stderr together. */
+static void run_prog(struct run *r, const char *const *env_extra, const char *const *argv)
+{
+	char *envp[32];
+	int ne = 0;
+	static char preload[512];
+	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", LLGO_PLAIN_SHIM);
+	envp[ne++] = preload;
+	envp[ne++] = "PATH=/usr/bin:/bin";
+	for (int i = 0; env_extra && env_extra[i] && ne < 30; i++)
+		envp[ne++] = (char *)env_extra[i];
+	envp[ne] = NULL;
+	int pfd[2];
+	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		execve(argv[0], (char *const *)argv, envp);
+		_exit(127);
+	}
+	close(pfd[1]);
+	size_t len = 0;
+	ssize_t n;
+	while ((n = read(pfd[0], r->out + len, sizeof(r->out) - 1 - len)) > 0)
+		len += (size_t)n;
+	r->out[len] = '\0';
+	close(pfd[0]);
+	int st = 0;
+	waitpid(pid, &st, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ---- symbols of a program (libelf) ------------------------------------------------------ */
+
+struct syms {
+	size_t n;
+	struct {
+		char name[64];
+		uint64_t lo, hi;
+	} s[4096];
+	uint64_t slide; /* runtime address - link-time address */
+};
+
+static void syms_load(struct syms *y, const char *path)
+{
+	cr_assert_neq(elf_version(EV_CURRENT), EV_NONE);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	cr_assert(fd >= 0, "open %s", path);
+	Elf *e = elf_begin(fd, ELF_C_READ, NULL);
+	cr_assert(e);
+	y->n = 0;
+	Elf_Scn *scn = NULL;
+	while ((scn = elf_nextscn(e, scn)) != NULL) {
+		GElf_Shdr sh;
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_SYMTAB)
+			continue;
+		Elf_Data *d = elf_getdata(scn, NULL);
+		size_t count = sh.sh_size / sh.sh_entsize;
+		for (size_t i = 0; i < count && y->n < 4096; i++) {
+			GElf_Sym s;
+			if (!gelf_getsym(d, (int)i, &s) || GELF_ST_TYPE(s.st_info) != STT_FUNC ||
+			    !s.st_value)
+				continue;
+			const char *name = elf_strptr(e, sh.sh_link, s.st_name);
+			if (!name)
+				continue;
+			snprintf(y->s[y->n].name, sizeof(y->s[0].name), "%s", name);
+			y->s[y->n].lo = s.st_value;
+			y->s[y->n].hi = s.st_value + (s.st_size ? s.st_size : 1);
+			y->n++;
+		}
+	}
+	elf_end(e);
+	close(fd);
+}
+
+static uint64_t syms_addr(const struct syms *y, const char *name)
+{
+	for (size_t i = 0; i < y->n; i++)
+		if (strcmp(y->s[i].name, name) == 0)
+			return y->s[i].lo;
+	return 0;
+}
+
+/* The function a return address (runtime) belongs to, or "?". */
+static const char *syms_name(const struct syms *y, uint64_t pc)
+{
+	uint64_t at = pc - 1 - y->slide;
+	for (size_t i = 0; i < y->n; i++)
+		if (at >= y->s[i].lo && at < y->s[i].hi)
+			return y->s[i].name;
+	return "?";
+}
+
+static void syms_slide(struct syms *y, const char *out)
+{
+	const char *m = strstr(out, "main 0x");
+	cr_assert(m, "program did not print main's address:\n%s", out);
+	uint64_t rt = strtoull(m + 5, NULL, 16);
+	uint64_t lt = syms_addr(y, "main");
+	cr_assert(lt, "no main in the symbol table");
+	y->slide = rt - lt;
+}
+
+/* Records of connection c whose frame 0 is in func with the given size (0: any). */
+static long count_site(struct fake *f, const struct syms *y, int c, const char *func,
+		       uint64_t size)
+{
+	long n = 0;
+	for (size_t i = 0; i < f->nrecs; i++) {
+		const struct fake_rec *r = &f->recs[i];
+		if (r->conn != c || !r->nframes || (size && r->size != size))
+			continue;
+		n += strcmp(syms_name(y, r->frames[0]), func) == 0;
+	}
+	return n;
+}
+
+static void expect_accounting(struct fake *f, int c)
+{
+	const struct ring_account *a = &f->conns[c].acct;
+	cr_expect_eq(a->sampled, a->delivered + a->dropped + a->corrupt,
+		     "sampled %llu != delivered %llu + dropped %llu + corrupt %llu",
+		     (unsigned long long)a->sampled, (unsigned long long)a->delivered,
+		     (unsigned long long)a->dropped, (unsigned long long)a->corrupt);
+	cr_expect_eq(a->corrupt, 0);
+}
+
+/* ---- behaviour -------------------------------------------------------------------------- */
+
+Test(shim, behaviour_without_daemon_and_silent)
+{
+	struct run r;
+	const char *env[] = { "LLGO_HEAP_SOCKET=/nonexistent/llgo.sock", "LLGO_HEAP_RATE=1",
+			      NULL };
+	const char *argv[] = { PROGS "/shim_behaviour", "check", NULL };
+	run_prog(&r, env, argv);
+	cr_expect_eq(r.status, 0, "output:\n%s", r.out);
+	cr_expect_str_eq(r.out, "check ok (0 failures)\n", "the shim printed something");
+	const char *argv2[] = { PROGS "/shim_behaviour", "rate", NULL };
+	run_prog(&r, env, argv2);
+	cr_expect_str_eq(r.out, "rate 0\n");
+	/* the default socket path (no daemon in the test environment, normally) */
+	const char *env3[] = { "XDG_RUNTIME_DIR=/nonexistent", NULL };
+	run_prog(&r, env3, argv);
+	cr_expect_str_eq(r.out, "check ok (0 failures)\n");
+}
+
+Test(shim, behaviour_at_rate_1_and_default_rate, .timeout = 120)
+{
+	const char *rates[] = { "LLGO_HEAP_RATE=1", "LLGO_HEAP_RATE=4096", NULL };
+	for (int k = 0; rates[k]; k++) {
+		struct fake *f = fake_start(FAKE_ACK_OK, true);
+		char sock[200];
+		snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+		const char *env[] = { sock, rates[k], NULL };
+		const char *argv[] = { PROGS "/shim_behaviour", "check", NULL };
+		struct run r;
+		run_prog(&r, env, argv);
+		fake_stop(f);
+		cr_expect_eq(r.status, 0, "%s: output:\n%s", rates[k], r.out);
+		cr_expect_str_eq(r.out, "check ok (0 failures)\n");
+		cr_assert_eq(f->nconns, 1);
+		cr_expect(f->conns[0].hello && f->conns[0].bye, "HELLO and BYE");
+		cr_expect_eq(f->map_errors, 0);
+		cr_expect_eq(f->bad_packets, 0);
+		cr_expect_gt(f->nrecs, k == 0 ? 2000 : 100, "%s: %zu records", rates[k],
+			     f->nrecs);
+		expect_accounting(f, 0);
+		fake_free(f);
+	}
+}
+
+Test(shim, cxx_behaviour)
+{
+	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *argv[] = { PROGS "/shim_cxx", "check", NULL };
+	struct run r;
+	run_prog(&r, env, argv);
+	fake_stop(f);
+	cr_expect_eq(r.status, 0, "output:\n%s", r.out);
+	cr_expect_str_eq(r.out, "check ok (0 failures)\n");
+	cr_expect_gt(f->nrecs, 500);
+	expect_accounting(f, 0);
+	fake_free(f);
+	/* and without a daemon */
+	const char *env2[] = { "LLGO_HEAP_SOCKET=/nonexistent.sock", NULL };
+	run_prog(&r, env2, argv);
+	cr_expect_str_eq(r.out, "check ok (0 failures)\n");
+}
+
+/* ---- frames ----------------------------------------------------------------------------- */
+
+Test(shim, every_allocation_once_with_frame0_in_the_caller, .timeout = 120)
+{
+	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *argv[] = { PROGS "/shim_behaviour", "sites", "300", NULL };
+	struct run r;
+	run_prog(&r, env, argv);
+	fake_stop(f);
+	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	static struct syms y;
+	syms_load(&y, PROGS "/shim_behaviour");
+	syms_slide(&y, r.out);
+	int c = fake_conn_of(f, f->conns[0].pid);
+	cr_assert(c >= 0);
+	struct {
+		const char *func;
+		uint64_t size;
+	} sites[] = {
+		{ "site_malloc", 40 },	   { "site_calloc", 120 },  { "site_realloc", 300 },
+		{ "site_aligned", 128 },   { "site_memalign", 256 }, { "site_posix_memalign", 96 },
+		{ "site_reallocarray", 63 }, { "site_valloc", 200 },  { "site_deep3", 1234 },
+	};
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(sites); i++) {
+		cr_expect_eq(count_site(f, &y, c, sites[i].func, sites[i].size), 300,
+			     "%s: %ld records of size %llu with it as frame 0", sites[i].func,
+			     count_site(f, &y, c, sites[i].func, sites[i].size),
+			     (unsigned long long)sites[i].size);
+		cr_expect_eq(count_site(f, &y, c, sites[i].func, 0), 300,
+			     "%s sampled more than once per allocation", sites[i].func);
+	}
+	/* the deep site's chain: site_deep3 <- site_deep2 <- site_deep1 */
+	long chains = 0;
+	for (size_t i = 0; i < f->nrecs; i++) {
+		const struct fake_rec *x = &f->recs[i];
+		if (x->size != 1234 || x->nframes < 3)
+			continue;
+		chains += strcmp(syms_name(&y, x->frames[1]), "site_deep2") == 0 &&
+			  strcmp(syms_name(&y, x->frames[2]), "site_deep1") == 0;
+	}
+	cr_expect_eq(chains, 300);
+	/* no record starts in the shim: every frame 0 is in the program or libc */
+	for (size_t i = 0; i < f->nrecs; i++)
+		cr_expect_eq(f->recs[i].rate, 1);
+	expect_accounting(f, c);
+	cr_expect_eq(f->conns[c].acct.dropped, 0);
+	fake_free(f);
+}
+
+Test(shim, cxx_frame0_is_the_caller_for_every_new_form, .timeout = 120)
+{
+	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *argv[] = { PROGS "/shim_cxx", "sites", "200", NULL };
+	struct run r;
+	run_prog(&r, env, argv);
+	fake_stop(f);
+	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	static struct syms y;
+	syms_load(&y, PROGS "/shim_cxx");
+	syms_slide(&y, r.out);
+	struct {
+		const char *func;
+		uint64_t size;
+	} sites[] = {
+		{ "cxx_site_new", 28 },	     { "cxx_site_object", 24 },
+		{ "cxx_site_aligned", 256 }, { "cxx_site_nothrow", 300 },
+		{ "cxx_site_aligned_array", 512 },
+	};
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(sites); i++)
+		cr_expect_eq(count_site(f, &y, 0, sites[i].func, sites[i].size), 200,
+			     "%s: %ld records of size %llu", sites[i].func,
+			     count_site(f, &y, 0, sites[i].func, sites[i].size),
+			     (unsigned long long)sites[i].size);
+	expect_accounting(f, 0);
+	fake_free(f);
+}
+
+/* ---- threads, fork, rates --------------------------------------------------------------- */
+
+Test(shim, threads_get_rings_and_exited_rings_are_reused, .timeout = 120)
+{
+	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *argv[] = { PROGS "/shim_behaviour", "threads", "16", "200", NULL };
+	struct run r;
+	run_prog(&r, env, argv);
+	fake_stop(f);
+	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	long n = 0;
+	for (size_t i = 0; i < f->nrecs; i++)
+		n += f->recs[i].size == 72;
+	cr_expect_eq(n, 3 * 16 * 200, "thread_site records: %ld", n);
+	/* 16 threads at a time, 3 rounds: retired rings are claimed again */
+	cr_expect_leq(f->conns[0].nrings, 16 + 1 + 8, "%u rings for 48 threads",
+		      f->conns[0].nrings);
+	cr_expect_eq(atomic_load(&f->conns[0].ctl->ring_count), f->conns[0].nrings);
+	expect_accounting(f, 0);
+	fake_free(f);
+}
+
+Test(shim, fork_child_attaches_and_never_writes_parent_rings, .timeout = 120)
+{
+	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *argv[] = { PROGS "/shim_behaviour", "fork", "300", NULL };
+	struct run r;
+	run_prog(&r, env, argv);
+	fake_stop(f);
+	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	int child = 0;
+	const char *p = strstr(r.out, "child ");
+	cr_assert(p && sscanf(p, "child %d", &child) == 1, "%s", r.out);
+	cr_assert_eq(f->nconns, 2, "want the parent and the child attached");
+	int cc = fake_conn_of(f, child);
+	int pc = cc == 0 ? 1 : 0;
+	cr_assert(cc >= 0, "child %d did not attach", child);
+	cr_expect_eq(f->conns[cc].flags & LLGO_HELLO_FORKED, LLGO_HELLO_FORKED);
+	cr_expect_eq(f->conns[pc].flags & LLGO_HELLO_FORKED, 0);
+	cr_expect_eq(f->conns[cc].rate_word, LLGO_RATE_WORD_EVERY, "the child keeps the rate");
+	long parent_recs = 0, child_recs = 0;
+	for (size_t i = 0; i < f->nrecs; i++) {
+		const struct fake_rec *x = &f->recs[i];
+		if (x->conn == pc) {
+			cr_expect_neq(x->tid, (uint32_t)child, "the child wrote a parent ring");
+			parent_recs += x->size == 1000;
+			cr_expect_neq(x->size, 2000);
+		} else {
+			child_recs += x->size == 2000;
+			cr_expect_neq(x->size, 1000, "the child recorded the parent's site");
+		}
+	}
+	cr_expect_eq(parent_recs, 600, "parent_site before and after the fork");
+	cr_expect_eq(child_recs, 300);
+	expect_accounting(f, pc);
+	expect_accounting(f, cc);
+	fake_free(f);
+}
+
+Test(shim, default_rate_samples_by_bytes, .timeout = 120)
+{
+	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *env[] = { sock, NULL };
+	const char *argv[] = { PROGS "/shim_behaviour", "bytes", "512", "1024", NULL };
+	struct run r;
+	run_prog(&r, env, argv);
+	fake_stop(f);
+	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	cr_expect_eq(f->conns[0].rate_word, (int64_t)LLGO_RATE_DEFAULT);
+	long n = 0;
+	for (size_t i = 0; i < f->nrecs; i++) {
+		n += f->recs[i].size == 1024;
+		cr_expect_eq(f->recs[i].rate, LLGO_RATE_DEFAULT);
+	}
+	/* 524288 allocations of 1 KiB, each sampled with p = 1 - exp(-1024/524288) */
+	double p = 1.0 - exp(-1024.0 / 524288.0), mean = 524288.0 * p, sd = sqrt(mean);
+	cr_expect(fabs((double)n - mean) < 6 * sd, "%ld samples, expected %.0f +- %.0f", n, mean,
+		  6 * sd);
+	expect_accounting(f, 0);
+	fake_free(f);
+}
+
+Test(shim, rate_from_environment)
+{
+	struct {
+		const char *env;
+		const char *want;
+	} cases[] = {
+		{ "LLGO_HEAP_RATE=1", "rate 1\n" },
+		{ "LLGO_HEAP_RATE=0", "rate 0\n" },
+		{ "LLGO_HEAP_RATE=65536", "rate 65536\n" },
+		{ "LLGO_HEAP_RATE=", "rate 524288\n" },
+	};
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(cases); i++) {
+		struct fake *f = fake_start(FAKE_ACK_OK, true);
+		char sock[200];
+		snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+		const char *env[] = { sock, cases[i].env, NULL };
+		const char *argv[] = { PROGS "/shim_behaviour", "rate", NULL };
+		struct run r;
+		run_prog(&r, env, argv);
+		fake_stop(f);
+		cr_expect_str_eq(r.out, cases[i].want, "%s", cases[i].env);
+		cr_expect_eq(f->nconns, 1, "attached even at rate 0 (the daemon may raise it)");
+		fake_free(f);
+	}
+}
+
+Test(shim, silent_daemon_and_refusing_daemon_leave_rate_0, .timeout = 60)
+{
+	enum fake_ack modes[] = { FAKE_ACK_NEVER, FAKE_ACK_REFUSE };
+	for (size_t i = 0; i < 2; i++) {
+		struct fake *f = fake_start(modes[i], true);
+		char sock[200];
+		snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+		const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+		const char *argv[] = { PROGS "/shim_behaviour", "rate", NULL };
+		struct run r;
+		run_prog(&r, env, argv);
+		fake_stop(f);
+		cr_expect_str_eq(r.out, "rate 0\n", "mode %zu", i);
+		cr_expect_eq(f->nrings, 0);
+		if (modes[i] == FAKE_ACK_NEVER)
+			cr_expect(r.seconds > 1.5 && r.seconds < 10, "waited %.2f s for the ACK",
+				  r.seconds);
+		fake_free(f);
+	}
+}
+
+Test(shim, small_undrained_ring_drops_and_accounts, .timeout = 60)
+{
+	struct fake *f = fake_start(FAKE_ACK_OK, false);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *env[] = { sock, "LLGO_HEAP_RATE=1", "LLGO_HEAP_RING_KB=4", NULL };
+	const char *argv[] = { PROGS "/shim_behaviour", "sites", "100", NULL };
+	struct run r;
+	run_prog(&r, env, argv);
+	fake_stop(f);
+	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	cr_expect_eq(f->conns[0].ring_data_size, 4096);
+	const struct ring_account *a = &f->conns[0].acct;
+	cr_expect_gt(a->dropped, 0);
+	cr_expect_geq(a->sampled, 900);
+	expect_accounting(f, 0);
+	fake_free(f);
+}
+
+/* ---- hook API --------------------------------------------------------------------------- */
+
+Test(shim, hook_compiles_out_without_profiling)
+{
+	struct run r;
+	const char *argv[] = { "/bin/sh", "-c",
+			       "nm " PROGS "/shim_hook | grep -c llgo_heap; "
+			       "objdump -d " PROGS "/shim_hook | grep -c llgo_heap", NULL };
+	run_prog(&r, NULL, argv);
+	cr_expect_str_eq(r.out, "0\n0\n", "llgo_heap references in a build without "
+			 "LLGO_HEAP_PROFILING:\n%s", r.out);
+	const char *argv2[] = { PROGS "/shim_hook", "100", NULL };
+	run_prog(&r, NULL, argv2);
+	cr_expect_eq(r.status, 0, "%s", r.out);
+}
+
+Test(shim, hook_samples_a_custom_allocator_trimmed, .timeout = 120)
+{
+	/* Build the hook program with profiling on, linked with the static hook library. */
+	char src[512], bin[512], cmd[2048];
+	snprintf(src, sizeof(src), "%s/../tests/progs/shim_hook.c", LLGO_BUILD_DIR);
+	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	snprintf(bin, sizeof(bin), "%s/hook", f->dir);
+	snprintf(cmd, sizeof(cmd),
+		 "cc -std=gnu11 -O2 -g -fno-omit-frame-pointer -pthread -DLLGO_HEAP_PROFILING "
+		 "-I%s/../include -o %s %s %s/lib/libllgoheap.a -ldl",
+		 LLGO_BUILD_DIR, bin, src, LLGO_BUILD_DIR);
+	struct run r;
+	const char *sh[] = { "/bin/sh", "-c", cmd, NULL };
+	run_prog(&r, NULL, sh);
+	cr_assert_eq(r.status, 0, "%s\n%s", cmd, r.out);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	/* no LD_PRELOAD needed, but harmless: the program's own malloc calls are sampled too */
+	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *argv[] = { bin, "500", NULL };
+	run_prog(&r, env, argv);
+	fake_stop(f);
+	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	cr_expect(strstr(r.out, "trim 2") != NULL, "trim_add found myalloc_ functions:\n%s",
+		  r.out);
+	static struct syms y;
+	syms_load(&y, bin);
+	syms_slide(&y, r.out);
+	int c = -1;
+	for (int i = 0; i < f->nconns; i++)
+		if (strcmp(f->conns[i].comm, "hook") == 0)
+			c = i;
+	cr_assert(c >= 0, "the hook program did not attach");
+	cr_expect_eq(count_site(f, &y, c, "hook_site", 48), 500, "hook_site: %ld",
+		     count_site(f, &y, c, "hook_site", 48));
+	cr_expect_eq(count_site(f, &y, c, "myalloc_alloc", 0), 0, "plumbing not trimmed");
+	expect_accounting(f, c);
+	fake_free(f);
+}
+
+/* ---- stack walk -------------------------------------------------------------------------- */
+
+Test(shim, frame_walk_stops_on_hostile_chains)
+{
+	/* a fake stack: frames at increasing addresses, [fp] = next fp, [fp+8] = return */
+	static uintptr_t st[512] __attribute__((aligned(16)));
+	uintptr_t lo = (uintptr_t)st, hi = (uintptr_t)(st + 512);
+	uint64_t out[LLGO_MAX_FRAMES];
+	/* a good chain of 10 frames, then 0 */
+	for (int i = 0; i < 10; i++) {
+		st[i * 8] = (uintptr_t)&st[(i + 1) * 8];
+		st[i * 8 + 1] = 0x1000 + (uintptr_t)i;
+	}
+	st[80] = 0;
+	st[81] = 0;
+	cr_expect_eq(stack_walk(out, LLGO_MAX_FRAMES, lo, lo, hi), 10);
+	cr_expect_eq(out[9], 0x1009);
+	cr_expect_eq(stack_walk(out, 4, lo, lo, hi), 4, "max frames");
+	/* a cycle: the frame at st[24] is read, its link back down is not followed */
+	st[8 * 3] = (uintptr_t)&st[8];
+	cr_expect_eq(stack_walk(out, LLGO_MAX_FRAMES, lo, lo, hi), 4);
+	/* pointing below, misaligned, out of bounds, at the very top */
+	uintptr_t bad[] = { lo - 64, (uintptr_t)&st[40] + 3, hi + 4096, hi - 8, 0,
+			    UINTPTR_MAX - 7 };
+	for (size_t k = 0; k < LLGO_ARRAY_SIZE(bad); k++) {
+		st[8 * 3] = bad[k];
+		cr_expect_eq(stack_walk(out, LLGO_MAX_FRAMES, lo, lo, hi), 4, "bad fp %zu", k);
+	}
+	/* unknown bounds: nothing is read */
+	cr_expect_eq(stack_walk(out, LLGO_MAX_FRAMES, lo, 0, 0), 0);
+	/* capture: frame 0 is ra, then the chain from the frame's saved pointer */
+	st[8 * 3] = (uintptr_t)&st[8 * 4];
+	uint32_t n = stack_capture(out, LLGO_MAX_FRAMES, (void *)0x777, &st[8], 0, lo, hi);
+	cr_expect_eq(n, 1 + 8);
+	cr_expect_eq(out[0], 0x777);
+	cr_expect_eq(out[1], 0x1002);
+}
+
+__attribute__((noinline)) int trimme_one(int x) { __asm__ volatile("" : "+r"(x)); return x + 1; }
+__attribute__((noinline)) int trimme_two(int x) { __asm__ volatile("" : "+r"(x)); return x + 2; }
+
+Test(shim, trim_by_prefix_and_range)
+{
+	cr_expect_eq(stack_add_prefix("trimme_"), 2, "both trimme_ functions found");
+	cr_expect_eq(stack_add_prefix("trimme_"), -EEXIST);
+	cr_expect_eq(stack_add_prefix(""), -EINVAL);
+	uint64_t one = (uint64_t)(uintptr_t)trimme_one, two = (uint64_t)(uintptr_t)trimme_two;
+	cr_expect(stack_is_plumbing(one + 1));
+	cr_expect(stack_is_plumbing(two + 2));
+	uint64_t frames[4] = { one + 1, two + 1, 0x4242, one + 1 };
+	cr_expect_eq(stack_trim(frames, 4), 2);
+	cr_expect_eq(frames[0], 0x4242, "leading plumbing dropped, the rest kept");
+	cr_expect_eq(frames[1], one + 1);
+	uint64_t all[2] = { one + 1, two + 1 };
+	cr_expect_eq(stack_trim(all, 2), 2, "nothing would remain: keep everything");
+	cr_expect_eq(stack_add_range(0x5000, 0x6000), 0);
+	cr_expect(stack_is_plumbing(0x5001));
+	cr_expect(!stack_is_plumbing(0x6001));
+}
