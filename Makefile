@@ -93,10 +93,15 @@ $(OUT)/lib/libllgoheap.so: $(SHIM_OBJS) shim/libllgoheap.map
 	$(Q)$(CC) -shared -o $@ $(SHIM_OBJS) -Wl,--version-script=shim/libllgoheap.map \
 		-Wl,-z,now -Wl,-z,relro -ldl -pthread
 
+# One relocatable object with every hidden symbol made local, so the archive adds only the
+# llgo_heap_* API to a program's namespace (no clash with a user's emit_init or stack_init).
 $(OUT)/lib/libllgoheap.a: $(SHIM_LIB_OBJS)
 	$(call msg,AR,$@)
 	@mkdir -p $(dir $@)
-	$(Q)rm -f $@ && ar rcs $@ $(SHIM_LIB_OBJS)
+	$(Q)rm -f $@ $(OUT)/obj/shim/libllgoheap-all.o && \
+		$(LD) -r -o $(OUT)/obj/shim/libllgoheap-all.o $(SHIM_LIB_OBJS) && \
+		objcopy --localize-hidden $(OUT)/obj/shim/libllgoheap-all.o && \
+		ar rcs $@ $(OUT)/obj/shim/libllgoheap-all.o
 
 $(OUT)/bin/llgo-heapd: $(OUT)/obj/agent/daemon.o $(AGENT_COMMON_OBJS)
 	$(call msg,LD,$@)

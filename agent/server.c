@@ -481,6 +481,7 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 		needs_fd = shim_msg = true;
 		break;
 	case LLGO_MSG_BYE:
+	case LLGO_MSG_WAKE:
 		want = sizeof(struct llgo_msg_header);
 		shim_msg = true;
 		break;
@@ -522,6 +523,12 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 	switch (h.type) {
 	case LLGO_MSG_ADD_RING:
 		server_add_ring(c, srv->rxbuf, fd);
+		return;
+	case LLGO_MSG_WAKE:
+		/* A producer is filling a ring faster than the idle poll: drain now. The
+		 * drain reads the rings themselves, so a forged wake costs one pass. */
+		drain_wake(srv->drain);
+		server_conn_rearm(c);
 		return;
 	case LLGO_MSG_HELLO:
 	case LLGO_MSG_BYE:

@@ -26,6 +26,7 @@ enum llgo_msg_type {
 	LLGO_MSG_HELLO = 1,    /* struct llgo_msg_hello, SCM_RIGHTS: control memfd */
 	LLGO_MSG_ADD_RING = 2, /* struct llgo_msg_add_ring, SCM_RIGHTS: ring memfd */
 	LLGO_MSG_BYE = 3,      /* header only: the process is exiting; answered by END */
+	LLGO_MSG_WAKE = 4,     /* header only: a ring passed half full; drain soon (no answer) */
 	/* client -> daemon */
 	LLGO_MSG_LIST = 16,     /* header only; answered by DATA (llgo_list_entry[]) + END */
 	LLGO_MSG_SNAPSHOT = 17, /* struct llgo_msg_snapshot; answered by DATA... + END */

@@ -117,7 +117,7 @@ Test(e2e, cxx_new_frame0_is_caller, .timeout = 300)
 	static struct e2e_text_rec recs[4096];
 	long period;
 	int nrec = e2e_parse_text(text, &period, recs, 4096);
-	const char *funcs[] = { "_Z14cxx_new_scalarv", "_Z14cxx_new_objectv",
+	const char *funcs[] = { "_Z14cxx_new_scalarv", "_Z14cxx_new_objectB5cxx11v",
 				"_Z15cxx_new_alignedv", "_Z15cxx_new_nothrowv" };
 	for (size_t i = 0; i < 4; i++) {
 		long got = e2e_count(recs, nrec, funcs[i], 0);

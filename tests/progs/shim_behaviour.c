@@ -7,6 +7,7 @@
  *                  and reallocarray semantics, free(NULL). Prints "check ok" or the failures.
  *   sites N        N allocations at each of several noinline sites; prints the runtime
  *                  address of main ("main 0x...") so the test can map frames to symbols.
+ *   paced N        as sites, with a 2 ms pause every 8 rounds (time for a woken daemon).
  *   threads T N    T threads at a time, three rounds, each N allocations at thread_site.
  *   fork N         N allocations at parent_site, then a fork()ed child (no exec) makes N at
  *                  child_site; prints "child PID".
@@ -18,6 +19,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,11 +222,13 @@ __attribute__((noinline)) void *site_deep3(void) { void *p = malloc(opaque(1234)
 __attribute__((noinline)) void *site_deep2(void) { void *p = site_deep3(); KEEP(p); return p; }
 __attribute__((noinline)) void *site_deep1(void) { void *p = site_deep2(); KEEP(p); return p; }
 
-static int mode_sites(int n)
+static int mode_sites(int n, bool paced)
 {
 	printf("main %p\n", (void *)(uintptr_t)main);
 	fflush(stdout);
 	for (int i = 0; i < n; i++) {
+		if (paced && i % 8 == 7)
+			usleep(2000);
 		free(site_malloc());
 		free(site_calloc());
 		free(site_realloc(NULL));
@@ -326,7 +330,9 @@ int main(int argc, char **argv)
 	if (strcmp(mode, "check") == 0)
 		return mode_check();
 	if (strcmp(mode, "sites") == 0)
-		return mode_sites(argc > 2 ? atoi(argv[2]) : 100);
+		return mode_sites(argc > 2 ? atoi(argv[2]) : 100, false);
+	if (strcmp(mode, "paced") == 0)
+		return mode_sites(argc > 2 ? atoi(argv[2]) : 100, true);
 	if (strcmp(mode, "threads") == 0)
 		return mode_threads(argc > 2 ? atoi(argv[2]) : 8, argc > 3 ? atoi(argv[3]) : 100);
 	if (strcmp(mode, "fork") == 0)

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ring.c: the daemon's reader of one shared ring (shared/ring.h). It maps a ring memfd sent
+ * by a shim, copies published records out, validates every one of them, hands the valid ones
+ * to a callback and publishes the new tail. What a record means (buckets, symbols) is left
+ * to the session code that calls ring_reader_drain.
+ *
+ * Everything in the mapping is hostile: the profiled process can write any byte at any time,
+ * including while we read. So positions are copied into locals and checked before use, each
+ * record is copied out in full before a field of it is trusted, and the geometry and the
+ * tail the reader relies on are its own copies (struct ring_reader), never re-read from the
+ * header. A ring memfd must be sealed against shrinking (F_SEAL_SHRINK; the shim seals
+ * shrink, grow and seal): otherwise the process could truncate it under our mapping and
+ * kill the daemon with SIGBUS.
+ *
+ * Validation of one record at position pos (head = published end):
+ *   - the header fits in [pos, head); length is 8-aligned, >= the header, <= LLGO_RECORD_MAX_LEN
+ *     and <= head - pos. A bad length makes the rest unreadable: one corrupt, skip to head;
+ *   - the checksum of the copy holds (else corrupt, skip this record by its length);
+ *   - kind/version unknown: skipped (valid length and checksum), not an error;
+ *   - ALLOC: length == header + 8 * nframes, rate >= 1, seq > the previous seq (a gap is a
+ *     drop, counted by the producer; going back is corrupt).
+ * A head more than a ring ahead of our tail, or behind it, is corrupt: resynchronise at head.
+ *
+ * Accounting (shared/ring.h: "sampled == delivered + dropped + corrupt"): the producer
+ * publishes head before sampled, and dropped before sampled; the reader loads sampled, then
+ * dropped, then head (acquire). Every sample counted in the sampled value read is therefore
+ * either in [tail, head) at that drain, or in the dropped value read. After a drain:
+ *   - sampled > delivered + dropped + corrupt: records were lost without a record-level count
+ *     (a resynchronisation skipped them): the shortfall is reported as corrupt;
+ *   - sampled < delivered + dropped + corrupt: records published after the sampled load (in
+ *     flight) were delivered: sampled is reported as delivered + dropped + corrupt.
+ * ring_reader_account() applies both rules to one ring, ring_account_add() sums rings and
+ * ring_account_lost() adds the control page's lost_no_ring (sampled and dropped).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static bool ring_geometry_ok(uint64_t data_size)
+{
+	return data_size >= LLGO_RING_MIN_DATA && data_size <= LLGO_RING_MAX_DATA &&
+	       (data_size & (data_size - 1)) == 0;
+}
+
+int ring_reader_init(struct ring_reader *r, void *mem, size_t map_len, uint32_t ring_id,
+		     uint32_t data_size)
+{
+	memset(r, 0, sizeof(*r));
+	if (!mem || !ring_geometry_ok(data_size) ||
+	    map_len < (size_t)LLGO_RING_HEADER_SIZE + data_size)
+		return -EINVAL;
+	/* The immutable part of the header, copied once and checked against what the shim
+	 * announced in ADD_RING. */
+	struct llgo_ring_header h;
+	memcpy(&h, mem, offsetof(struct llgo_ring_header, head));
+	if (h.magic != LLGO_RING_MAGIC || h.version != LLGO_RING_VERSION ||
+	    h.header_size != LLGO_RING_HEADER_SIZE || h.data_size != data_size ||
+	    h.ring_id != ring_id)
+		return -EPROTO;
+	r->hdr = (struct llgo_ring_header *)mem;
+	r->data = (unsigned char *)mem + LLGO_RING_HEADER_SIZE;
+	r->data_size = data_size;
+	r->mask = (uint64_t)data_size - 1;
+	r->ring_id = ring_id;
+	r->map_len = map_len;
+	r->next_seq = 1;
+	/* Start where the consumer side says (0 for a new ring), unless that is not within a
+	 * ring of head: then at head. */
+	uint64_t head = atomic_load_explicit(&r->hdr->head, memory_order_acquire);
+	uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_relaxed);
+	r->tail = head - tail <= r->data_size ? tail : head;
+	return 0;
+}
+
+int ring_reader_map(struct ring_reader *r, int fd, uint32_t ring_id, uint32_t data_size)
+{
+	memset(r, 0, sizeof(*r));
+	if (!ring_geometry_ok(data_size))
+		return -EINVAL;
+	size_t len = (size_t)LLGO_RING_HEADER_SIZE + data_size;
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || st.st_size < 0 || (uint64_t)st.st_size < len)
+		return -EINVAL;
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EPERM;
+	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (mem == MAP_FAILED)
+		return -errno;
+	int rc = ring_reader_init(r, mem, len, ring_id, data_size);
+	if (rc != 0) {
+		munmap(mem, len);
+		memset(r, 0, sizeof(*r));
+	}
+	return rc;
+}
+
+void ring_reader_unmap(struct ring_reader *r)
+{
+	if (r->hdr)
+		munmap(r->hdr, r->map_len);
+	memset(r, 0, sizeof(*r));
+}
+
+size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
+{
+	struct llgo_ring_header *h = r->hdr;
+	if (!h)
+		return 0;
+	/* sampled, dropped, then head: see the accounting note at the top. Each acquire pairs
+	 * with the producer's release store of the same counter. */
+	uint64_t sampled = atomic_load_explicit(&h->sampled, memory_order_acquire);
+	uint64_t dropped = atomic_load_explicit(&h->dropped, memory_order_acquire);
+	uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
+	uint64_t pos = r->tail;
+	size_t delivered = 0;
+
+	if (head - pos > r->data_size) { /* also head < pos: the difference wraps */
+		r->counts.corrupt++;
+		pos = head;
+	}
+	while (pos != head) {
+		uint64_t avail = head - pos;
+		union {
+			struct llgo_record rec;
+			unsigned char bytes[LLGO_RECORD_MAX_LEN];
+		} u;
+		if (avail < sizeof(struct llgo_record)) {
+			r->counts.corrupt++;
+			pos = head;
+			break;
+		}
+		llgo_ring_copy_out(&u.rec, r->data, r->mask, pos, sizeof(u.rec));
+		uint32_t len = u.rec.length;
+		if (len < sizeof(struct llgo_record) || (len & 7) || len > LLGO_RECORD_MAX_LEN ||
+		    len > avail) {
+			r->counts.corrupt++;
+			pos = head;
+			break;
+		}
+		/* The full copy is what gets validated and delivered; the writer may have changed
+		 * the header since the first copy, so its length is compared again. */
+		llgo_ring_copy_out(u.bytes, r->data, r->mask, pos, len);
+		pos += len;
+		if (u.rec.length != len || llgo_record_checksum(u.bytes, len) != u.rec.checksum) {
+			r->counts.corrupt++;
+			continue;
+		}
+		if (u.rec.kind != LLGO_REC_ALLOC || u.rec.version != LLGO_REC_VERSION) {
+			r->counts.skipped++;
+			continue;
+		}
+		if (len != llgo_record_alloc_len(u.rec.nframes) || u.rec.nframes > LLGO_MAX_FRAMES ||
+		    u.rec.rate < 1 || u.rec.seq < r->next_seq || u.rec.seq == UINT64_MAX) {
+			r->counts.corrupt++;
+			continue;
+		}
+		r->next_seq = u.rec.seq + 1;
+		if (fn)
+			fn(arg, &u.rec, (const uint64_t *)(const void *)(u.bytes + sizeof(u.rec)));
+		delivered++;
+	}
+	r->tail = pos;
+	/* Pairs with the producer's acquire load of tail: the bytes before pos were copied. */
+	atomic_store_explicit(&h->tail, pos, memory_order_release);
+	/* Counters only move forward; values that go back or do not add up are not taken. */
+	if (sampled >= r->sampled && dropped >= r->dropped && dropped <= sampled) {
+		r->sampled = sampled;
+		r->dropped = dropped;
+	}
+	r->counts.delivered += delivered;
+	return delivered;
+}
+
+void ring_reader_account(const struct ring_reader *r, struct ring_account *out)
+{
+	out->delivered = r->counts.delivered;
+	out->dropped = r->dropped;
+	out->corrupt = r->counts.corrupt;
+	uint64_t known = out->delivered + out->dropped + out->corrupt;
+	if (r->sampled > known) {
+		out->corrupt += r->sampled - known; /* lost without a record-level count */
+		out->sampled = r->sampled;
+	} else {
+		out->sampled = known; /* in flight when sampled was read */
+	}
+}
+
+void ring_account_add(struct ring_account *sum, const struct ring_account *a)
+{
+	sum->sampled += a->sampled;
+	sum->delivered += a->delivered;
+	sum->dropped += a->dropped;
+	sum->corrupt += a->corrupt;
+}
+
+void ring_account_lost(struct ring_account *sum, uint64_t lost_no_ring)
+{
+	sum->sampled += lost_no_ring;
+	sum->dropped += lost_no_ring;
+}

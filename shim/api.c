@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+/*
+ * api.c: the public functions of include/llgo_heap.h: rate get/set, the hook's slow path for
+ * custom allocators, and trimming by name. The sampling itself is sample.c's, the rate and
+ * its page attach.c's, the name lookup stack.c's.
+ */
+#define LLGO_HEAP_PROFILING 1
+#include "../include/llgo_heap.h"
+
+#include <errno.h>
+
+#include "internal.h"
+
+/* The hook's view of the rate word. A pointer, not the page itself, so that a program
+ * linked without -fPIC (copy relocations) still reads the shim's page. */
+llgo_export const int64_t *const llgo_heap_rate_word =
+	(const int64_t *)(const void *)&attach_ctl.rate_word;
+
+llgo_export uint64_t llgo_heap_rate(void)
+{
+	return llgo_rate_from_word(atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed));
+}
+
+llgo_export int llgo_heap_set_rate(uint64_t rate)
+{
+	if (!attach_connected())
+		return -ENOTCONN;
+	atomic_store_explicit(&attach_ctl.rate_word, llgo_rate_to_word(rate), memory_order_relaxed);
+	return 0;
+}
+
+llgo_export int llgo_heap_trim_add(const char *name_or_prefix)
+{
+	return stack_add_prefix(name_or_prefix);
+}
+
+/* Called from the allocator's entry point (the inline hook): our return address is in the
+ * allocator and our saved frame pointer is the allocator's frame. */
+llgo_export llgo_noinline void llgo_heap_sample_slow(void *p, size_t size)
+{
+	sample_hooked(p, size, __builtin_return_address(0), __builtin_frame_address(0));
+}

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: MIT
+/*
+ * emit.c: the per-thread rings of shared/ring.h, producer side. A thread gets a ring on its
+ * first sample (never on the fast path): first a RETIRED ring the daemon has drained
+ * (tail == head) is claimed with a CAS on its state, else a new memfd ring is created, sealed
+ * against resizing, mapped, registered in a static table and sent to the daemon
+ * (LLGO_MSG_ADD_RING with the fd). A pthread key destructor gives the ring back (RETIRED) at
+ * thread exit. Records are pushed by emit_push_alloc (internal.h); a full ring drops and
+ * counts, never blocks. A push that takes a ring past half full (or finds it full) sends
+ * LLGO_MSG_WAKE, without waiting, so bursts are drained before the ring fills. A sample that
+ * finds no ring is counted in ctl.lost_no_ring.
+ *
+ * After fork() the child forgets every ring (emit_forget_all): they are unmapped, the table is
+ * cleared, and the generation counter changes so that no thread state refers to them.
+ * What is left to others: the daemon connection (attach.c), the decision and stack (sample.c,
+ * stack.c).
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* Rings this process created, by ring id. Pointers are published with release after the
+ * header is formatted; a claiming thread loads them with acquire. Slots are never reused
+ * within a generation. */
+static struct llgo_ring_header *_Atomic emit_table[LLGO_MAX_RINGS];
+static _Atomic uint32_t emit_nslots;
+/* Starts at 1: a new thread's gen (0) never matches, which initialises its state. */
+static _Atomic uint32_t emit_gen = 1;
+static uint32_t emit_size = LLGO_RING_DEFAULT_DATA;
+static pthread_key_t emit_key;
+static bool emit_key_ok;
+
+uint32_t emit_data_size(void)
+{
+	return emit_size;
+}
+
+uint32_t emit_generation(void)
+{
+	return atomic_load_explicit(&emit_gen, memory_order_relaxed);
+}
+
+static size_t emit_map_len(void)
+{
+	return (size_t)LLGO_RING_HEADER_SIZE + emit_size;
+}
+
+static void emit_bind(struct emit_ring *r, struct llgo_ring_header *h)
+{
+	r->hdr = h;
+	r->data = (unsigned char *)h + LLGO_RING_HEADER_SIZE;
+	r->mask = (uint64_t)emit_size - 1;
+}
+
+/* Key destructor: the thread exits. Release pairs with the acquire load of state by a thread
+ * claiming the ring, which then sees this thread's final head and counters. */
+static void emit_thread_exit(void *v)
+{
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	t->exiting = 1;
+	if (t->ring.hdr && (void *)t->ring.hdr == v && t->gen == emit_generation())
+		atomic_store_explicit(&t->ring.hdr->state, LLGO_RING_RETIRED, memory_order_release);
+	t->ring.hdr = NULL;
+}
+
+void emit_init(void)
+{
+	const char *kb = getenv("LLGO_HEAP_RING_KB");
+	if (kb && *kb) {
+		uint64_t v = 0;
+		for (const char *c = kb; *c >= '0' && *c <= '9' && v < (1ULL << 40); c++)
+			v = v * 10 + (uint64_t)(*c - '0');
+		v <<= 10;
+		uint64_t size = LLGO_RING_MIN_DATA;
+		while (size < v && size < LLGO_RING_MAX_DATA)
+			size <<= 1;
+		emit_size = (uint32_t)size;
+	}
+	if (!emit_key_ok && pthread_key_create(&emit_key, emit_thread_exit) == 0)
+		emit_key_ok = true;
+}
+
+/* A ring whose thread exited and that the daemon drained. */
+static bool emit_claim_retired(struct llgo_heap_thread *t)
+{
+	uint32_t n = atomic_load_explicit(&emit_nslots, memory_order_acquire);
+	if (n > LLGO_MAX_RINGS)
+		n = LLGO_MAX_RINGS;
+	for (uint32_t i = 0; i < n; i++) {
+		struct llgo_ring_header *h =
+			atomic_load_explicit(&emit_table[i], memory_order_acquire);
+		if (!h || atomic_load_explicit(&h->state, memory_order_acquire) != LLGO_RING_RETIRED)
+			continue;
+		/* tail pairs with the daemon's release store after copying out */
+		if (atomic_load_explicit(&h->tail, memory_order_acquire) !=
+		    atomic_load_explicit(&h->head, memory_order_relaxed))
+			continue;
+		uint32_t expect = LLGO_RING_RETIRED;
+		if (!atomic_compare_exchange_strong_explicit(&h->state, &expect, LLGO_RING_OWNED,
+							     memory_order_acq_rel,
+							     memory_order_relaxed))
+			continue;
+		atomic_store_explicit(&h->owner_tid, t->tid, memory_order_relaxed);
+		emit_bind(&t->ring, h);
+		return true;
+	}
+	return false;
+}
+
+static bool emit_create(struct llgo_heap_thread *t)
+{
+	uint32_t slot = atomic_fetch_add_explicit(&emit_nslots, 1, memory_order_relaxed);
+	if (slot >= LLGO_MAX_RINGS)
+		return false;
+	int fd = memfd_create("llgo-heap-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return false;
+	size_t len = emit_map_len();
+	void *mem = MAP_FAILED;
+	if (ftruncate(fd, (off_t)len) != 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+		goto fail;
+	mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (mem == MAP_FAILED)
+		goto fail;
+	struct emit_ring r;
+	if (emit_ring_format(&r, mem, len, emit_size, slot, t->tid) != 0)
+		goto fail;
+	struct llgo_msg_add_ring m;
+	memset(&m, 0, sizeof(m));
+	m.h.magic = LLGO_PROTO_MAGIC;
+	m.h.version = LLGO_PROTO_VERSION;
+	m.h.type = LLGO_MSG_ADD_RING;
+	m.h.length = sizeof(m);
+	m.ring_id = slot;
+	m.data_size = emit_size;
+	/* The header is complete before sendmsg; the daemon maps the ring after receiving it. */
+	if (attach_send(&m, sizeof(m), fd, true) != 0)
+		goto fail;
+	close(fd);
+	atomic_store_explicit(&emit_table[slot], r.hdr, memory_order_release);
+	atomic_fetch_add_explicit(&attach_ctl.ring_count, 1, memory_order_relaxed);
+	t->ring = r;
+	return true;
+fail:
+	if (mem != MAP_FAILED)
+		munmap(mem, len);
+	close(fd);
+	return false;
+}
+
+/* Under the thread's guard (may allocate: pthread_setspecific). */
+static bool emit_claim(struct llgo_heap_thread *t)
+{
+	if (t->exiting || t->ring_failed || !attach_connected())
+		return false;
+	if (!emit_claim_retired(t) && !emit_create(t)) {
+		t->ring_failed = 1;
+		return false;
+	}
+	if (emit_key_ok)
+		pthread_setspecific(emit_key, t->ring.hdr);
+	return true;
+}
+
+/* Tell the daemon to drain now (LLGO_MSG_WAKE), never waiting: a lost wake only means the
+ * daemon finds the records at its next poll. */
+static llgo_noinline void emit_wake(void)
+{
+	struct llgo_msg_header m;
+	memset(&m, 0, sizeof(m));
+	m.magic = LLGO_PROTO_MAGIC;
+	m.version = LLGO_PROTO_VERSION;
+	m.type = LLGO_MSG_WAKE;
+	m.length = sizeof(m);
+	attach_send(&m, sizeof(m), -1, false);
+}
+
+void emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
+		 const uint64_t *frames, uint32_t n)
+{
+	if (llgo_unlikely(!t->ring.hdr) && !emit_claim(t)) {
+		attach_count_lost();
+		return;
+	}
+	struct llgo_ring_header *h = t->ring.hdr;
+	uint64_t before = atomic_load_explicit(&h->head, memory_order_relaxed);
+	bool pushed = emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
+	/*
+	 * Wake the daemon when this push took the ring past half full, or when it was dropped
+	 * (once per stall: head does not move while the ring is full), so a burst is drained
+	 * before the ring fills instead of at the daemon's next idle poll. tail is only a hint
+	 * here (relaxed); a wrong one costs a spurious wake or a poll's delay.
+	 */
+	uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
+	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
+	uint64_t half = (t->ring.mask + 1) / 2;
+	bool crossed = pushed && before - tail < half && head - tail >= half;
+	if ((crossed || !pushed) && t->wake_head != head) {
+		t->wake_head = head;
+		emit_wake();
+	}
+}
+
+void emit_forget_all(void)
+{
+	uint32_t n = atomic_load_explicit(&emit_nslots, memory_order_relaxed);
+	if (n > LLGO_MAX_RINGS)
+		n = LLGO_MAX_RINGS;
+	for (uint32_t i = 0; i < n; i++) {
+		struct llgo_ring_header *h =
+			atomic_exchange_explicit(&emit_table[i], NULL, memory_order_relaxed);
+		if (h)
+			munmap(h, emit_map_len());
+	}
+	atomic_store_explicit(&emit_nslots, 0, memory_order_relaxed);
+	uint32_t g = atomic_load_explicit(&emit_gen, memory_order_relaxed) + 1;
+	atomic_store_explicit(&emit_gen, g ? g : 1, memory_order_relaxed);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	t->ring.hdr = NULL;
+	t->ring_failed = 0;
+	if (emit_key_ok) {
+		uint8_t guard = t->guard;
+		t->guard = 1;
+		pthread_setspecific(emit_key, NULL);
+		t->guard = guard;
+	}
+}

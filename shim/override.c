@@ -1,0 +1,495 @@
+// SPDX-License-Identifier: MIT
+/*
+ * override.c: the libc allocation functions of libllgoheap.so (LD_PRELOAD) and their fast
+ * path. Everything else of the shim is reached from here only through the noinline slow
+ * paths of sample.c. This file is not part of libllgoheap.a (the hook library).
+ *
+ * Fast path (the product: its cost is paid by every allocation of a profiled program):
+ *   w = ctl.rate_word (relaxed, one RIP-relative load of the shim's control page)
+ *   w == 0  -> tail-call the real function             (rate 0: 3 instructions + the jmp)
+ *   w <  0  -> slow path (every allocation is recorded)
+ *   countdown -= size in the one TLS variable (initial-exec); <= 0 -> slow path
+ *   else    -> tail-call the real function              (about 8 instructions + the jmp)
+ * free and malloc_usable_size are one indirect jmp. The functions stay frameless (check with
+ * objdump -d: gcc shrink-wraps the frame into the slow branch), so the slow path, entered by a
+ * tail call, finds the program's frame as its own saved frame pointer and the program's call
+ * site as its return address. On x86-64 the countdown update is one `sub %reg, %fs:(..)` whose flags feed the
+ * branch (inline asm; gcc otherwise adds a store and a test); other targets use plain C.
+ *
+ * The real functions come from dlsym(RTLD_NEXT) (the next definition after the shim, usually
+ * glibc's, but also a malloc replacement loaded after us). Their pointers start at bootstrap
+ * functions, so the fast path never tests for NULL: the first call (or the constructor)
+ * resolves them all. dlsym may itself allocate; those calls are served from a small static
+ * pool (zeroed, never reused) while the calling thread resolves. If the pool was used, free,
+ * realloc and malloc_usable_size go through pool-aware variants that recognise pool pointers;
+ * otherwise they jump straight to the real functions.
+ *
+ * Behaviour is never changed: sizes, alignment, zeroing, usable sizes, errno and failures are
+ * the real allocator's (the slow paths restore errno after recording).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+typedef void *(*override_malloc_fn)(size_t);
+typedef void (*override_free_fn)(void *);
+typedef void *(*override_calloc_fn)(size_t, size_t);
+typedef void *(*override_realloc_fn)(void *, size_t);
+typedef int (*override_posix_memalign_fn)(void **, size_t, size_t);
+typedef void *(*override_memalign_fn)(size_t, size_t);
+typedef size_t (*override_usable_fn)(void *);
+
+/* glibc's own entry points, for the unlikely case dlsym finds nothing. */
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_valloc(size_t);
+extern void *__libc_pvalloc(size_t);
+
+/* ---- bootstrap pool -------------------------------------------------------------------- */
+
+#define OVERRIDE_POOL_SIZE (64u << 10)
+#define OVERRIDE_POOL_HDR 16u
+
+static unsigned char override_pool[OVERRIDE_POOL_SIZE] llgo_aligned(64);
+static _Atomic size_t override_pool_top;
+
+static inline bool override_in_pool(const void *p)
+{
+	return (uintptr_t)p - (uintptr_t)override_pool < OVERRIDE_POOL_SIZE;
+}
+
+static size_t override_pool_size(const void *p)
+{
+	size_t n;
+	memcpy(&n, (const unsigned char *)p - sizeof(size_t), sizeof(n));
+	return n;
+}
+
+static void override_pool_used(void);
+
+/* Bump allocation; memory is zero (static) and never reused. */
+static void *override_pool_alloc(size_t size, size_t align)
+{
+	if (align < OVERRIDE_POOL_HDR)
+		align = OVERRIDE_POOL_HDR;
+	if ((align & (align - 1)) || align > 4096 || size > OVERRIDE_POOL_SIZE) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	size_t top = atomic_load_explicit(&override_pool_top, memory_order_relaxed);
+	size_t start, end;
+	do {
+		uintptr_t at = (uintptr_t)override_pool + top + OVERRIDE_POOL_HDR;
+		start = ((at + align - 1) & ~(uintptr_t)(align - 1)) - (uintptr_t)override_pool;
+		end = start + size;
+		if (end > OVERRIDE_POOL_SIZE) {
+			errno = ENOMEM;
+			return NULL;
+		}
+	} while (!atomic_compare_exchange_weak_explicit(&override_pool_top, &top, end,
+							memory_order_relaxed,
+							memory_order_relaxed));
+	unsigned char *p = override_pool + start;
+	memcpy(p - sizeof(size_t), &size, sizeof(size));
+	override_pool_used();
+	return p;
+}
+
+/* ---- real functions -------------------------------------------------------------------- */
+
+static void *override_boot_malloc(size_t size);
+static void override_boot_free(void *p);
+static void *override_boot_calloc(size_t n, size_t size);
+static void *override_boot_realloc(void *p, size_t size);
+static int override_boot_posix_memalign(void **pp, size_t align, size_t size);
+static void *override_boot_aligned_alloc(size_t align, size_t size);
+static void *override_boot_memalign(size_t align, size_t size);
+static void *override_boot_valloc(size_t size);
+static void *override_boot_pvalloc(size_t size);
+static size_t override_boot_usable(void *p);
+
+/*
+ * Read by the fast paths with plain loads (one `jmp *ptr(%rip)`); written only while
+ * resolving, at startup, with aligned pointer-sized stores, so a reader sees either the
+ * bootstrap function or the final one, both correct.
+ */
+static override_malloc_fn override_malloc = override_boot_malloc;
+static override_free_fn override_free = override_boot_free;
+static override_calloc_fn override_calloc = override_boot_calloc;
+static override_realloc_fn override_realloc = override_boot_realloc;
+static override_posix_memalign_fn override_posix_memalign = override_boot_posix_memalign;
+static override_memalign_fn override_aligned_alloc = override_boot_aligned_alloc;
+static override_memalign_fn override_memalign = override_boot_memalign;
+static override_malloc_fn override_valloc = override_boot_valloc;
+static override_malloc_fn override_pvalloc = override_boot_pvalloc;
+static override_usable_fn override_usable = override_boot_usable;
+
+/* The real free, realloc and malloc_usable_size, behind the pool-aware variants. */
+static override_free_fn override_libc_free;
+static override_realloc_fn override_libc_realloc;
+static override_usable_fn override_libc_usable;
+
+static void override_pool_free(void *p)
+{
+	override_free_fn f = __atomic_load_n(&override_libc_free, __ATOMIC_ACQUIRE);
+	if (override_in_pool(p))
+		return;
+	if (f)
+		f(p); /* else: freed while this thread resolves (in dlsym); leaked, harmless */
+}
+
+static void *override_pool_realloc(void *p, size_t size)
+{
+	override_realloc_fn r = __atomic_load_n(&override_libc_realloc, __ATOMIC_ACQUIRE);
+	if (!override_in_pool(p))
+		return r ? r(p, size) : override_pool_alloc(size, 16);
+	if (size == 0)
+		return NULL; /* as glibc: realloc(p, 0) frees p (pool blocks are never reused) */
+	void *q = r ? r(NULL, size) : override_pool_alloc(size, 16);
+	if (q) {
+		size_t old = override_pool_size(p);
+		memcpy(q, p, old < size ? old : size);
+	}
+	return q;
+}
+
+static size_t override_pool_usable(void *p)
+{
+	override_usable_fn u = __atomic_load_n(&override_libc_usable, __ATOMIC_ACQUIRE);
+	if (override_in_pool(p))
+		return override_pool_size(p);
+	return u ? u(p) : 0;
+}
+
+/* Once the pool holds a block, pointers into it may reach free, realloc and
+ * malloc_usable_size at any time: route them through the pool-aware variants for good.
+ * The installation in override_resolve only replaces the bootstrap functions (CAS), so it
+ * never undoes this. */
+static void override_pool_used(void)
+{
+	__atomic_store_n(&override_free, override_pool_free, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_realloc, override_pool_realloc, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_usable, override_pool_usable, __ATOMIC_RELEASE);
+}
+
+/* Fallbacks for functions a libc may lack; built from the others, same contracts. */
+static int override_fallback_posix_memalign(void **pp, size_t align, size_t size)
+{
+	if (align < sizeof(void *) || (align & (align - 1)))
+		return EINVAL;
+	int e = errno;
+	void *p = override_memalign(align, size);
+	if (!p) {
+		errno = e;
+		return ENOMEM;
+	}
+	*pp = p;
+	return 0;
+}
+
+static size_t override_fallback_usable(void *p)
+{
+	(void)p;
+	return 0;
+}
+
+static void *override_sym(const char *name, void *fallback)
+{
+	void *f = dlsym(RTLD_NEXT, name);
+	return f ? f : fallback;
+}
+
+#define OVERRIDE_INSTALL(var, boot, value) \
+	do { \
+		__typeof__(var) expect = (boot); \
+		__atomic_compare_exchange_n(&(var), &expect, (value), false, __ATOMIC_RELEASE, \
+					    __ATOMIC_RELAXED); \
+	} while (0)
+
+/* Resolve every real function once (idempotent; concurrent callers store the same values).
+ * While this thread is inside dlsym, its allocations come from the pool. */
+static llgo_noinline void override_resolve(void)
+{
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	if (t->resolving)
+		return;
+	t->resolving = 1;
+	override_malloc_fn m = override_sym("malloc", (void *)__libc_malloc);
+	override_free_fn f = override_sym("free", (void *)__libc_free);
+	override_calloc_fn c = override_sym("calloc", (void *)__libc_calloc);
+	override_realloc_fn r = override_sym("realloc", (void *)__libc_realloc);
+	override_posix_memalign_fn pm =
+		override_sym("posix_memalign", (void *)override_fallback_posix_memalign);
+	override_memalign_fn aa = override_sym("aligned_alloc", (void *)__libc_memalign);
+	override_memalign_fn ma = override_sym("memalign", (void *)__libc_memalign);
+	override_malloc_fn va = override_sym("valloc", (void *)__libc_valloc);
+	override_malloc_fn pv = override_sym("pvalloc", (void *)__libc_pvalloc);
+	override_usable_fn us =
+		override_sym("malloc_usable_size", (void *)override_fallback_usable);
+	t->resolving = 0;
+
+	__atomic_store_n(&override_libc_free, f, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_libc_realloc, r, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_libc_usable, us, __ATOMIC_RELEASE);
+	OVERRIDE_INSTALL(override_malloc, override_boot_malloc, m);
+	OVERRIDE_INSTALL(override_free, override_boot_free, f);
+	OVERRIDE_INSTALL(override_calloc, override_boot_calloc, c);
+	OVERRIDE_INSTALL(override_realloc, override_boot_realloc, r);
+	OVERRIDE_INSTALL(override_posix_memalign, override_boot_posix_memalign, pm);
+	OVERRIDE_INSTALL(override_aligned_alloc, override_boot_aligned_alloc, aa);
+	OVERRIDE_INSTALL(override_memalign, override_boot_memalign, ma);
+	OVERRIDE_INSTALL(override_valloc, override_boot_valloc, va);
+	OVERRIDE_INSTALL(override_pvalloc, override_boot_pvalloc, pv);
+	OVERRIDE_INSTALL(override_usable, override_boot_usable, us);
+}
+
+/* Bootstrap functions: inside dlsym (this thread resolving) serve from the pool, else
+ * resolve and call the real function. */
+static void *override_boot_malloc(size_t size)
+{
+	if (llgo_heap_tls.resolving)
+		return override_pool_alloc(size, 16);
+	override_resolve();
+	return override_malloc(size);
+}
+
+static void override_boot_free(void *p)
+{
+	if (override_in_pool(p) || llgo_heap_tls.resolving)
+		return;
+	override_resolve();
+	override_free(p);
+}
+
+static void *override_boot_calloc(size_t n, size_t size)
+{
+	if (llgo_heap_tls.resolving) {
+		size_t total;
+		if (__builtin_mul_overflow(n, size, &total)) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		return override_pool_alloc(total, 16);
+	}
+	override_resolve();
+	return override_calloc(n, size);
+}
+
+static void *override_boot_realloc(void *p, size_t size)
+{
+	if (llgo_heap_tls.resolving || override_in_pool(p))
+		return override_pool_realloc(p, size);
+	override_resolve();
+	return override_realloc(p, size);
+}
+
+static int override_boot_posix_memalign(void **pp, size_t align, size_t size)
+{
+	if (llgo_heap_tls.resolving) {
+		if (align < sizeof(void *) || (align & (align - 1)))
+			return EINVAL;
+		void *p = override_pool_alloc(size, align);
+		if (!p)
+			return ENOMEM;
+		*pp = p;
+		return 0;
+	}
+	override_resolve();
+	return override_posix_memalign(pp, align, size);
+}
+
+static void *override_boot_aligned_alloc(size_t align, size_t size)
+{
+	if (llgo_heap_tls.resolving)
+		return override_pool_alloc(size, align);
+	override_resolve();
+	return override_aligned_alloc(align, size);
+}
+
+static void *override_boot_memalign(size_t align, size_t size)
+{
+	if (llgo_heap_tls.resolving)
+		return override_pool_alloc(size, align);
+	override_resolve();
+	return override_memalign(align, size);
+}
+
+static void *override_boot_valloc(size_t size)
+{
+	if (llgo_heap_tls.resolving)
+		return override_pool_alloc(size, 4096);
+	override_resolve();
+	return override_valloc(size);
+}
+
+static void *override_boot_pvalloc(size_t size)
+{
+	if (llgo_heap_tls.resolving)
+		return override_pool_alloc((size + 4095) & ~(size_t)4095, 4096);
+	override_resolve();
+	return override_pvalloc(size);
+}
+
+static size_t override_boot_usable(void *p)
+{
+	if (override_in_pool(p))
+		return override_pool_size(p);
+	if (llgo_heap_tls.resolving)
+		return 0;
+	override_resolve();
+	return override_usable(p);
+}
+
+__attribute__((constructor(101))) static void override_init(void)
+{
+	override_resolve();
+}
+
+/* ---- fast path ------------------------------------------------------------------------- */
+
+static inline __attribute__((always_inline)) int64_t override_rate(void)
+{
+	return atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
+}
+
+/* countdown -= size; true while it stays > 0 (no sample due). */
+static inline __attribute__((always_inline)) bool override_countdown(size_t size)
+{
+#if defined(__x86_64__)
+	bool due;
+	uintptr_t off;
+	/* jle after sub: (countdown - size) <= 0 as exact signed arithmetic */
+	__asm__("movq llgo_heap_tls@gottpoff(%%rip), %[off]\n\t"
+		"subq %[size], %%fs:(%[off])"
+		: [off] "=&r"(off), "=@ccle"(due)
+		: [size] "r"(size)
+		: "memory");
+	return !due;
+#else
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t left = (int64_t)((uint64_t)t->countdown - (uint64_t)size);
+	t->countdown = left;
+	return left > 0;
+#endif
+}
+
+llgo_export void *malloc(size_t size)
+{
+	int64_t w = override_rate();
+	if (llgo_likely(w == 0))
+		return override_malloc(size);
+	if (w > 0 && llgo_likely(override_countdown(size)))
+		return override_malloc(size);
+	return sample_malloc(override_malloc, size, __builtin_return_address(0));
+}
+
+llgo_export void free(void *p)
+{
+	override_free(p);
+}
+
+llgo_export void *calloc(size_t n, size_t size)
+{
+	int64_t w = override_rate();
+	if (llgo_likely(w == 0))
+		return override_calloc(n, size);
+	size_t total;
+	if (__builtin_mul_overflow(n, size, &total))
+		return override_calloc(n, size); /* fails as the real calloc fails: ENOMEM */
+	if (w > 0 && llgo_likely(override_countdown(total)))
+		return override_calloc(n, size);
+	return sample_calloc(override_calloc, n, size, __builtin_return_address(0));
+}
+
+llgo_export void *realloc(void *p, size_t size)
+{
+	int64_t w = override_rate();
+	if (llgo_likely(w == 0))
+		return override_realloc(p, size);
+	if (w > 0 && llgo_likely(override_countdown(size)))
+		return override_realloc(p, size);
+	return sample_realloc(override_realloc, p, size, __builtin_return_address(0));
+}
+
+/*
+ * reallocarray is glibc's definition (ENOMEM on overflow, else realloc of the product), not a
+ * forward: glibc's reallocarray calls realloc through the PLT, which is ours, so forwarding
+ * would record the allocation twice (and the second time from inside libc).
+ */
+llgo_export void *reallocarray(void *p, size_t n, size_t size)
+{
+	size_t total;
+	if (llgo_unlikely(__builtin_mul_overflow(n, size, &total))) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	int64_t w = override_rate();
+	if (llgo_likely(w == 0))
+		return override_realloc(p, total);
+	if (w > 0 && llgo_likely(override_countdown(total)))
+		return override_realloc(p, total);
+	return sample_realloc(override_realloc, p, total, __builtin_return_address(0));
+}
+
+llgo_export int posix_memalign(void **pp, size_t align, size_t size)
+{
+	int64_t w = override_rate();
+	if (llgo_likely(w == 0))
+		return override_posix_memalign(pp, align, size);
+	if (w > 0 && llgo_likely(override_countdown(size)))
+		return override_posix_memalign(pp, align, size);
+	return sample_posix_memalign(override_posix_memalign, pp, align, size,
+				     __builtin_return_address(0));
+}
+
+llgo_export void *aligned_alloc(size_t align, size_t size)
+{
+	int64_t w = override_rate();
+	if (llgo_likely(w == 0))
+		return override_aligned_alloc(align, size);
+	if (w > 0 && llgo_likely(override_countdown(size)))
+		return override_aligned_alloc(align, size);
+	return sample_memalign(override_aligned_alloc, align, size, __builtin_return_address(0));
+}
+
+llgo_export void *memalign(size_t align, size_t size)
+{
+	int64_t w = override_rate();
+	if (llgo_likely(w == 0))
+		return override_memalign(align, size);
+	if (w > 0 && llgo_likely(override_countdown(size)))
+		return override_memalign(align, size);
+	return sample_memalign(override_memalign, align, size, __builtin_return_address(0));
+}
+
+llgo_export void *valloc(size_t size)
+{
+	int64_t w = override_rate();
+	if (llgo_likely(w == 0))
+		return override_valloc(size);
+	if (w > 0 && llgo_likely(override_countdown(size)))
+		return override_valloc(size);
+	return sample_malloc(override_valloc, size, __builtin_return_address(0));
+}
+
+/* The recorded size is the size asked, not pvalloc's page-rounded one. */
+llgo_export void *pvalloc(size_t size)
+{
+	int64_t w = override_rate();
+	if (llgo_likely(w == 0))
+		return override_pvalloc(size);
+	if (w > 0 && llgo_likely(override_countdown(size)))
+		return override_pvalloc(size);
+	return sample_malloc(override_pvalloc, size, __builtin_return_address(0));
+}
+
+llgo_export size_t malloc_usable_size(void *p)
+{
+	return override_usable(p);
+}
