@@ -15,6 +15,9 @@ struct entry {
 
 static struct entry *cache[1024];
 
+/* Keep the compiler from eliding a malloc/free pair whose memory is never read. */
+#define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
+
 __attribute__((noinline)) static char *parse_request(int i)
 {
 	char *buf = malloc(256);
@@ -38,6 +41,7 @@ __attribute__((noinline)) static void log_line(int i)
 {
 	char *line = malloc(64 + (size_t)(i % 64));
 	snprintf(line, 64, "served %d", i);
+	KEEP(line);
 	free(line);
 }
 
@@ -46,6 +50,7 @@ __attribute__((noinline)) static void render_page(int i)
 	size_t n = 4096 + (size_t)(i % 8) * 1024;
 	char *page = malloc(n);
 	memset(page, 'x', n);
+	KEEP(page);
 	free(page);
 }
 
