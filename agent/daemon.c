@@ -16,11 +16,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "http.h"
 #include "session.h"
 
 struct daemon_opts {
 	struct server_opts server;
 	bool foreground;
+	const char *http_uids; /* --http-uids, checked by http_parse_uids */
 	char socket_buf[PATH_MAX];
 };
 
@@ -29,6 +31,7 @@ static void daemon_usage(FILE *f)
 	fprintf(f,
 		"usage: llgo-heapd [--socket PATH] [--foreground] [--max-buckets N]\n"
 		"                  [--max-memory BYTES] [--keep-exited N]\n"
+		"                  [--http ADDR:PORT [--http-uids UID,...]]\n"
 		"  --socket PATH       listen here (default: $LLGO_HEAP_SOCKET, else\n"
 		"                      /run/llgo-heapd/llgo-heapd.sock for root,\n"
 		"                      $XDG_RUNTIME_DIR/llgo-heapd.sock otherwise);\n"
@@ -37,7 +40,11 @@ static void daemon_usage(FILE *f)
 		"  --max-buckets N     buckets per process before records go to an overflow\n"
 		"                      bucket (default 1000000)\n"
 		"  --max-memory BYTES  bucket memory per process, K/M/G suffixes (default 512M)\n"
-		"  --keep-exited N     exited processes kept for snapshots (default %u)\n",
+		"  --keep-exited N     exited processes kept for snapshots (default %u)\n"
+		"  --http ADDR:PORT    serve Go's /debug/pprof/{heap,allocs}?pid=N over HTTP\n"
+		"                      (off by default; \":PORT\" is 127.0.0.1, [::1]:PORT IPv6)\n"
+		"  --http-uids UID,... serve only processes of these uids or user names\n"
+		"                      (default: the daemon's own uid)\n",
 		SESSION_DEFAULT_KEEP_EXITED);
 }
 
@@ -99,7 +106,7 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 			continue;
 		}
 		const char *names[] = { "--socket", "--max-buckets", "--max-memory",
-					"--keep-exited" };
+					"--keep-exited", "--http", "--http-uids" };
 		const char *val = NULL;
 		size_t which = LLGO_ARRAY_SIZE(names);
 		for (size_t k = 0; k < LLGO_ARRAY_SIZE(names); k++) {
@@ -141,6 +148,12 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 				return daemon_die("--keep-exited: not a number up to 1000000: %s",
 						  val);
 			o->server.keep_exited = (unsigned)v;
+			break;
+		case 4:
+			o->server.http_addr = val;
+			break;
+		case 5:
+			o->http_uids = val;
 			break;
 		default:
 			daemon_usage(stderr);
@@ -197,11 +210,15 @@ int main(int argc, char **argv)
 	struct daemon_opts o;
 	memset(&o, 0, sizeof(o));
 	o.server.keep_exited = SESSION_DEFAULT_KEEP_EXITED;
-	/* o.server.http_addr stays NULL: the --http ADDR:PORT server will set it and serve
-	 * /debug/pprof/{heap,allocs} through server_snapshot. */
 	int rc = daemon_parse(argc, argv, &o);
 	if (rc)
 		return rc;
+	uid_t *http_uids = NULL;
+	size_t n_http_uids = 0;
+	char err[512] = "";
+	if (o.http_uids && http_parse_uids(o.http_uids, &http_uids, &n_http_uids, err,
+					   sizeof(err)))
+		return daemon_die("%s", err);
 
 	signal(SIGPIPE, SIG_IGN);
 	/* One descriptor per connection: take what the hard limit allows. */
@@ -211,16 +228,26 @@ int main(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 
-	char err[512] = "";
 	struct server *srv = server_new(&o.server, err, sizeof(err));
 	if (!srv) {
 		fprintf(stderr, "llgo-heapd: %s\n", err);
+		return 1;
+	}
+	/* Bound before detaching, so a busy port is reported on the terminal. */
+	struct http_server *http = NULL;
+	if (o.server.http_addr)
+		http = http_new(srv, o.server.http_addr, http_uids, n_http_uids, err, sizeof(err));
+	free(http_uids);
+	if (o.server.http_addr && !http) {
+		fprintf(stderr, "llgo-heapd: %s\n", err);
+		server_free(srv);
 		return 1;
 	}
 	if (!o.foreground) {
 		rc = daemon_detach();
 		if (rc) {
 			fprintf(stderr, "llgo-heapd: daemonize: %s\n", strerror(-rc));
+			http_free(http);
 			server_free(srv);
 			return 1;
 		}
@@ -238,10 +265,17 @@ int main(int argc, char **argv)
 	rc = server_start(srv);
 	if (rc) {
 		server_log("cannot start: %s", strerror(-rc));
+		http_free(http);
 		server_free(srv);
 		return 1;
 	}
 	server_log("listening on %s (pid %d)", o.server.socket_path, (int)getpid());
+	if (http && http_start(http, err, sizeof(err))) {
+		server_log("%s", err);
+		http_free(http);
+		server_free(srv);
+		return 1;
+	}
 	int sig = 0;
 	for (;;) {
 		if (sigwait(&set, &sig) != 0)
@@ -255,6 +289,7 @@ int main(int argc, char **argv)
 	server_log("signal %d: exiting (%llu connections, %llu processes, %llu dropped for "
 		   "bad packets)", sig, (unsigned long long)st.connections,
 		   (unsigned long long)st.sessions, (unsigned long long)st.malformed);
+	http_free(http); /* before the server: its requests hold sessions */
 	server_free(srv);
 	return 0;
 }

@@ -47,6 +47,7 @@
 #define SERVER_MAX_WORKERS 64u
 #define SERVER_SEND_TIMEOUT_S 5
 #define SERVER_EXIT_WAIT_MS 2000u
+#define SERVER_SETTLE_MS 200u
 #define SERVER_MAX_CONNS 65536u
 #define SERVER_JOB_EXIT 0xffffu /* not a message type: the peer is gone */
 #define SERVER_LOG_PER_SEC 50u
@@ -102,6 +103,10 @@ struct server {
 	struct server_conn *conns;
 	size_t nconns, max_conns;
 	unsigned char *rxbuf; /* the loop's packet buffer */
+	/* Set by the loop from before it reads a packet until it has handled it; with an empty
+	 * socket buffer, 0 here means every packet sent so far has been handled (see
+	 * server_settle). Sequentially consistent on both sides. */
+	_Atomic int loop_busy;
 	_Atomic uint64_t n_connections, n_malformed, n_refused, n_sessions;
 };
 
@@ -565,7 +570,9 @@ static void *server_loop(void *arg)
 				if (read(srv->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 					server_log("eventfd: %s", strerror(errno));
 			} else {
+				atomic_store(&srv->loop_busy, 1);
 				server_conn_event(srv, p);
+				atomic_store(&srv->loop_busy, 0);
 			}
 		}
 	}
@@ -647,6 +654,74 @@ static bool server_allowed(const struct session *s, uid_t requester)
 	return requester == 0 || requester == s->uid;
 }
 
+/*
+ * Packets a shim sent before this request (an ADD_RING for a thread's first ring, the EOF of
+ * an exited process) may still sit in its connection's buffer while a client's request is
+ * already being served: sockets are not ordered with each other. Wait, briefly, until the
+ * loop has read and handled everything s's connections hold, so that a snapshot includes
+ * every record published before it was asked for.
+ */
+void server_settle(struct server *srv, struct session *s)
+{
+	for (unsigned i = 0; i < SERVER_SETTLE_MS * 4; i++) {
+		bool pending = false;
+		pthread_mutex_lock(&srv->conns_lock);
+		for (struct server_conn *c = srv->conns; c && !pending; c = c->next) {
+			if (c->session != s)
+				continue;
+			char b;
+			/* >= 0: a packet or the EOF is waiting for the loop */
+			pending = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+		}
+		pthread_mutex_unlock(&srv->conns_lock);
+		if (!pending && !atomic_load(&srv->loop_busy))
+			return;
+		struct timespec ts = { 0, 250 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Everything s published before now, as a profile: settle its connection, drain, then copy
+ * the buckets and the accounting under the drain lock (so they describe the same records).
+ * Shared by SNAPSHOT and the HTTP endpoints (which subtract two for delta profiles). */
+int server_collect(struct server *srv, struct session *s, struct profile *p)
+{
+	memset(p, 0, sizeof(*p));
+	server_settle(srv, s);
+	/* The process is gone but its EOF not handled yet (packets may still be queued on its
+	 * connection): wait for the final drain rather than miss its last rings. */
+	if (session_is_live(s) && !session_process_alive(s))
+		session_wait_exited(s, SERVER_EXIT_WAIT_MS);
+	drain_session(s);
+	drain_refresh_maps(s, false);
+
+	struct session_counts cnt;
+	pthread_mutex_lock(&s->drain_lock);
+	int rc = profile_collect(p, s->buckets);
+	session_account_locked(s, &cnt);
+	bool mixed = s->mixed_rates;
+	uint64_t last_rate = s->last_rate;
+	pthread_mutex_unlock(&s->drain_lock);
+	if (rc)
+		return rc;
+	struct bucket_stats bs;
+	bucket_table_stats(s->buckets, &bs);
+	p->meta.pid = s->pid;
+	memcpy(p->meta.comm, s->comm, sizeof(p->meta.comm));
+	p->meta.time_nanos = session_now_ns(CLOCK_REALTIME);
+	p->meta.rate = session_rate(s);
+	/* Sampling is off now: state the rate the samples were taken at. */
+	if (p->meta.rate == 0)
+		p->meta.rate = last_rate ? last_rate : LLGO_RATE_DEFAULT;
+	p->meta.mixed_rates = p->meta.mixed_rates || mixed;
+	p->meta.sampled = cnt.sampled;
+	p->meta.delivered = cnt.delivered;
+	p->meta.dropped = cnt.dropped;
+	p->meta.corrupt = cnt.corrupt;
+	p->meta.cap_hits = bs.cap_hits;
+	return 0;
+}
+
 int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
 		    uint32_t top_n, struct buf *out, char *err, size_t errlen)
 {
@@ -665,44 +740,13 @@ int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uin
 		session_put(s);
 		return -EACCES;
 	}
-	/* The process is gone but its EOF not handled yet (packets may still be queued on its
-	 * connection): wait for the final drain rather than miss its last rings. */
-	if (session_is_live(s) && !session_process_alive(s))
-		session_wait_exited(s, SERVER_EXIT_WAIT_MS);
-	drain_session(s);
-	drain_refresh_maps(s, false);
-
 	struct profile p;
-	memset(&p, 0, sizeof(p));
-	struct session_counts cnt;
-	pthread_mutex_lock(&s->drain_lock);
-	/* Under the drain lock, so the counts describe exactly the buckets collected. */
-	int rc = profile_collect(&p, s->buckets);
-	session_account_locked(s, &cnt);
-	bool mixed = s->mixed_rates;
-	uint64_t last_rate = s->last_rate;
-	pthread_mutex_unlock(&s->drain_lock);
+	int rc = server_collect(srv, s, &p);
 	if (rc) {
 		snprintf(err, errlen, "collecting the profile: %s", strerror(-rc));
 		session_put(s);
 		return rc;
 	}
-	struct bucket_stats bs;
-	bucket_table_stats(s->buckets, &bs);
-	p.meta.pid = s->pid;
-	memcpy(p.meta.comm, s->comm, sizeof(p.meta.comm));
-	p.meta.time_nanos = session_now_ns(CLOCK_REALTIME);
-	p.meta.duration_nanos = 0;
-	p.meta.rate = session_rate(s);
-	/* Sampling is off now: state the rate the samples were taken at. */
-	if (p.meta.rate == 0)
-		p.meta.rate = last_rate ? last_rate : LLGO_RATE_DEFAULT;
-	p.meta.mixed_rates = p.meta.mixed_rates || mixed;
-	p.meta.sampled = cnt.sampled;
-	p.meta.delivered = cnt.delivered;
-	p.meta.dropped = cnt.dropped;
-	p.meta.corrupt = cnt.corrupt;
-	p.meta.cap_hits = bs.cap_hits;
 	rc = profile_write(out, &p, s->maps, fmt, flags, top_n);
 	profile_release(&p);
 	session_put(s);

@@ -146,8 +146,7 @@ struct server_opts {
 	uint64_t max_buckets;    /* per process, 0 = default */
 	uint64_t max_bytes;      /* per process, 0 = default */
 	unsigned client_workers; /* 0 = default */
-	/* Reserved for the --http ADDR:PORT server (not implemented yet): it would run beside
-	 * the event loop and answer /debug/pprof/{heap,allocs}?pid=N through server_snapshot. */
+	/* --http ADDR:PORT (http.c): served beside the event loop. */
 	const char *http_addr;
 };
 
@@ -175,6 +174,11 @@ struct session_registry *server_sessions(struct server *srv);
  * err (-ESRCH unknown pid, -EACCES, -EINVAL bad format). */
 int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
 		    uint32_t top_n, struct buf *out, char *err, size_t errlen);
+
+/* Settle, drain and collect s into p (counts and buckets consistent). */
+int server_collect(struct server *srv, struct session *s, struct profile *p);
+/* Wait (at most 200 ms) until the event loop has handled every packet s's shim has sent. */
+void server_settle(struct server *srv, struct session *s);
 
 /* One log line (stderr, or syslog once server_log_use_syslog(true)). */
 void server_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
