@@ -658,7 +658,7 @@ static int cmd_run(struct opts *o)
 			break;
 	}
 	buf_free(&list);
-	if (!rc && !found)
+	if (!rc && !found && exit_code != 126 && exit_code != 127)
 		fprintf(stderr,
 			"%s: %s was not profiled (a static binary, or the shim could not attach)\n",
 			prog, o->cmd[0]);
@@ -687,18 +687,19 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	struct opts o;
 	int rc = opts_parse(sub, argc - 2, argv + 2, &o);
-	if (rc)
+	if (rc) {
+		free(o.pos);
 		return rc;
-	if (o.ncmd && strcmp(sub, "run") != 0)
-		return die("%s: unexpected '--'", sub);
-	if (strcmp(sub, "run") == 0)
-		return cmd_run(&o);
-
+	}
 	char sockbuf[PATH_MAX];
 	const char *path = o.socket ? o.socket : default_socket(sockbuf, sizeof(sockbuf));
-	if (!path)
-		return die("no socket: set --socket PATH, LLGO_HEAP_SOCKET or XDG_RUNTIME_DIR");
-	if (strcmp(sub, "list") == 0)
+	if (o.ncmd && strcmp(sub, "run") != 0)
+		rc = die("%s: unexpected '--'", sub);
+	else if (strcmp(sub, "run") == 0)
+		rc = cmd_run(&o);
+	else if (!path)
+		rc = die("no socket: set --socket PATH, LLGO_HEAP_SOCKET or XDG_RUNTIME_DIR");
+	else if (strcmp(sub, "list") == 0)
 		rc = cmd_list(path, &o);
 	else if (strcmp(sub, "snapshot") == 0)
 		rc = cmd_snapshot(path, &o);
