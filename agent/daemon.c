@@ -31,7 +31,7 @@ static void daemon_usage(FILE *f)
 	fprintf(f,
 		"usage: llgo-heapd [--socket PATH] [--foreground] [--max-buckets N]\n"
 		"                  [--max-memory BYTES] [--keep-exited N]\n"
-		"                  [--http ADDR:PORT [--http-uids UID,...]]\n"
+		"                  [--http ADDR:PORT [--http-uids UID,...]] [--trim NAME,...]\n"
 		"  --socket PATH       listen here (default: $LLGO_HEAP_SOCKET, else\n"
 		"                      /run/llgo-heapd/llgo-heapd.sock for root,\n"
 		"                      $XDG_RUNTIME_DIR/llgo-heapd.sock otherwise);\n"
@@ -44,7 +44,10 @@ static void daemon_usage(FILE *f)
 		"  --http ADDR:PORT    serve Go's /debug/pprof/{heap,allocs}?pid=N over HTTP\n"
 		"                      (off by default; \":PORT\" is 127.0.0.1, [::1]:PORT IPv6)\n"
 		"  --http-uids UID,... serve only processes of these uids or user names\n"
-		"                      (default: the daemon's own uid)\n",
+		"                      (default: the daemon's own uid)\n"
+		"  --trim NAME,...     hide these functions (NAME* for a prefix) from the top\n"
+		"                      of every stack, e.g. a linked allocator's plumbing;\n"
+		"                      may be repeated\n",
 		SESSION_DEFAULT_KEEP_EXITED);
 }
 
@@ -93,6 +96,25 @@ static int daemon_parse_size(const char *s, uint64_t *out, bool suffixes)
 	return 0;
 }
 
+/* Append the comma-separated names of val to o->server.trim (kept for the daemon's life). */
+static int daemon_add_trim(struct daemon_opts *o, const char *val)
+{
+	char *copy = strdup(val);
+	if (!copy)
+		return -1;
+	for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (!*tok || strcmp(tok, "*") == 0)
+			return -1;
+		char **v = realloc(o->server.trim, (o->server.ntrim + 1) * sizeof(*v));
+		if (!v)
+			return -1;
+		o->server.trim = v;
+		o->server.trim[o->server.ntrim++] = tok;
+	}
+	return 0;
+}
+
 static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 {
 	for (int i = 1; i < argc; i++) {
@@ -106,7 +128,7 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 			continue;
 		}
 		const char *names[] = { "--socket", "--max-buckets", "--max-memory",
-					"--keep-exited", "--http", "--http-uids" };
+					"--keep-exited", "--http", "--http-uids", "--trim" };
 		const char *val = NULL;
 		size_t which = LLGO_ARRAY_SIZE(names);
 		for (size_t k = 0; k < LLGO_ARRAY_SIZE(names); k++) {
@@ -154,6 +176,11 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 			break;
 		case 5:
 			o->http_uids = val;
+			break;
+		case 6:
+			if (daemon_add_trim(o, val))
+				return daemon_die("--trim: bad list '%s' (NAME or PREFIX*, comma-"
+						  "separated)", val);
 			break;
 		default:
 			daemon_usage(stderr);

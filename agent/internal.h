@@ -225,6 +225,8 @@ struct profile {
 	struct profile_meta meta;
 	struct psample *samples;
 	size_t nsamples;
+	struct stack **owned; /* stacks made by profile_trim, freed with the profile */
+	size_t nowned;
 };
 
 /* Copy the current counters of every bucket (stacks are borrowed from the table). */
@@ -232,6 +234,10 @@ int profile_collect(struct profile *p, struct bucket_table *t);
 /* p := p - base, matched by (stack, size, rate); for delta profiles. */
 int profile_subtract(struct profile *p, const struct profile *base);
 void profile_release(struct profile *p);
+/* Drop the leading frames of every sample whose function matches one of the patterns (an
+ * exact name, or a prefix when the pattern ends in '*'), as Go hides runtime.* frames; a
+ * stack that would lose every frame is kept whole. */
+int profile_trim(struct profile *p, struct procmaps *maps, char *const *patterns, size_t n);
 /* Write p in format fmt (enum llgo_format) with LLGO_SNAP_* flags to out. */
 int profile_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
 		  uint32_t flags, uint32_t top_n);

@@ -159,6 +159,73 @@ void profile_release(struct profile *p)
 	free(p->samples);
 	p->samples = NULL;
 	p->nsamples = 0;
+	for (size_t i = 0; i < p->nowned; i++)
+		free(p->owned[i]);
+	free(p->owned);
+	p->owned = NULL;
+	p->nowned = 0;
+}
+
+static bool trim_match(const char *name, char *const *patterns, size_t n)
+{
+	if (!name)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strlen(patterns[i]);
+		if (len && patterns[i][len - 1] == '*') {
+			if (strncmp(name, patterns[i], len - 1) == 0)
+				return true;
+		} else if (strcmp(name, patterns[i]) == 0) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Whether the frame at return address pc lies in a function to trim: any function of its
+ * inline chain counts, so an inlined allocator helper is trimmed with its host. */
+static bool trim_frame(struct procmaps *maps, uint64_t pc, char *const *patterns, size_t n)
+{
+	const struct mapping *m = maps ? procmaps_find(maps, pc - 1) : NULL;
+	struct sym_result r;
+	if (!m || symbolize_pc(m, pc - 1, &r) <= 0)
+		return false;
+	for (int i = 0; i < r.nframes; i++)
+		if (trim_match(r.frames[i].function, patterns, n))
+			return true;
+	return false;
+}
+
+int profile_trim(struct profile *p, struct procmaps *maps, char *const *patterns, size_t n)
+{
+	if (n == 0)
+		return 0;
+	for (size_t i = 0; i < p->nsamples; i++) {
+		const struct stack *st = p->samples[i].stack;
+		if (!st)
+			continue;
+		uint32_t k = 0;
+		while (k < st->npcs && trim_frame(maps, st->pcs[k], patterns, n))
+			k++;
+		if (k == 0 || k == st->npcs)
+			continue;
+		struct stack *t = calloc(1, sizeof(*t) + (st->npcs - k) * sizeof(uint64_t));
+		struct stack **owned = realloc(p->owned, (p->nowned + 1) * sizeof(*owned));
+		if (!t || !owned) {
+			free(t);
+			if (owned)
+				p->owned = owned;
+			return -ENOMEM;
+		}
+		p->owned = owned;
+		p->owned[p->nowned++] = t;
+		t->npcs = st->npcs - k;
+		t->hash = st->hash;
+		t->id = st->id;
+		memcpy(t->pcs, st->pcs + k, t->npcs * sizeof(uint64_t));
+		p->samples[i].stack = t;
+	}
+	return 0;
 }
 
 static uint64_t stack_hash(const struct stack *st)

@@ -702,8 +702,12 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
 	bool mixed = s->mixed_rates;
 	uint64_t last_rate = s->last_rate;
 	pthread_mutex_unlock(&s->drain_lock);
-	if (rc)
+	if (!rc)
+		rc = profile_trim(p, s->maps, srv->opts.trim, srv->opts.ntrim);
+	if (rc) {
+		profile_release(p);
 		return rc;
+	}
 	struct bucket_stats bs;
 	bucket_table_stats(s->buckets, &bs);
 	p->meta.pid = s->pid;

@@ -148,6 +148,9 @@ struct server_opts {
 	unsigned client_workers; /* 0 = default */
 	/* --http ADDR:PORT (http.c): served beside the event loop. */
 	const char *http_addr;
+	/* --trim: function names (or prefixes ending in '*') hidden from the top of stacks */
+	char **trim;
+	size_t ntrim;
 };
 
 struct server_stats {

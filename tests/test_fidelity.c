@@ -179,6 +179,47 @@ Test(fidelity, pprof_lines_inline_and_dlopen, .timeout = 600)
 	e2e_rmdir(dir);
 }
 
+/* A linked allocator's plumbing named by llgo-heapd --trim disappears from the top of every
+ * stack, so frame 0 is the user's function (the public header's llgo_heap_trim_add does the
+ * same from inside the process; tests/test_shim.c covers it). */
+Test(fidelity, daemon_trim_option, .timeout = 120)
+{
+	char *dir = e2e_tmpdir(), *out = NULL;
+	char sock[4200];
+	snprintf(sock, sizeof(sock), "%s/heapd.sock", dir);
+	pid_t d = fork();
+	cr_assert(d >= 0);
+	if (d == 0) {
+		execl(E2E_BIN "/llgo-heapd", "llgo-heapd", "--socket", sock, "--foreground",
+		      "--trim", "pool_*", (char *)NULL);
+		_exit(127);
+	}
+	int rc = e2e_sh(&out, "cd %s && for i in $(seq 200); do [ -S heapd.sock ] && break; "
+			"sleep 0.01; done; LD_PRELOAD=" LLGO_PLAIN_SHIM " LLGO_HEAP_SOCKET=%s "
+			"LLGO_HEAP_RATE=1 " E2E_PROGS "/e2e_trim 100 > prog.out; "
+			"sed -n 1p prog.out", dir, sock);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	/* the program has exited; its session is kept */
+	rc = e2e_sh(&out, E2E_BIN "/llgo-heap list --socket %s | awk '$7 != \"\" && "
+		    "/e2e_trim/ {print $1}'", sock);
+	cr_assert_eq(rc, 0, "%s", out);
+	int pid = atoi(out);
+	free(out);
+	cr_assert_gt(pid, 0, "e2e_trim not listed");
+	rc = e2e_sh(&out, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", pid, sock);
+	cr_assert_eq(rc, 0, "%s", out);
+	static struct e2e_text_rec recs[256];
+	long period;
+	int n = e2e_parse_text(out, &period, recs, 256);
+	cr_expect_eq(e2e_count(recs, n, "user_builds_index", 4000), 100, "%s", out);
+	cr_expect_eq(e2e_count(recs, n, "pool_refill", 0), 0, "%s", out);
+	cr_expect_eq(e2e_count(recs, n, "pool_alloc", 0), 0, "%s", out);
+	free(out);
+	e2e_daemon_stop(d);
+	e2e_rmdir(dir);
+}
+
 /* Read "sampled" and the count at ratectl_site from a text snapshot. */
 static long ratectl_count(const char *sock, pid_t pid, char **acc_line)
 {
