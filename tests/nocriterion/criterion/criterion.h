@@ -66,8 +66,14 @@ static inline void llgo_t_check(bool ok, bool fatal, const char *file, int line,
 	llgo_t_failed_expect = 1;
 }
 
+/* The message's arguments are evaluated only after the condition failed, as Criterion does
+ * (a message may name a buffer the condition's own call fills). */
 #define LLGO_T_CHECK(fatal, cond, text, ...)                                               \
-	llgo_t_check((cond), (fatal), __FILE__, __LINE__, text, " " __VA_ARGS__)
+	do {                                                                               \
+		if (!(cond))                                                               \
+			llgo_t_check(false, (fatal), __FILE__, __LINE__, text,             \
+				     " " __VA_ARGS__);                                     \
+	} while (0)
 
 #define cr_assert(c, ...) LLGO_T_CHECK(1, !!(c), #c, __VA_ARGS__)
 #define cr_expect(c, ...) LLGO_T_CHECK(0, !!(c), #c, __VA_ARGS__)
