@@ -1,0 +1,421 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# bench.sh: runs the benchmarks of docs/performance.md and prints their tables (markdown).
+#
+#   sh bench.sh bench OUT   ours: interleaved ns/op, callgrind instructions, slow path,
+#                           drain, snapshot, memory, drops under snapshots
+#   sh bench.sh peers OUT   the same interleaved run with heaptrack, jemalloc, tcmalloc
+#                           (gperftools) and Go 1.19 beside ours, plus peers' memory
+#   sh bench.sh deps OUT    install the Debian packages the peers need (missing ones only)
+#
+# OUT is the absolute build folder (bin/, lib/, bench/). One private llgo-heapd runs on a
+# socket in a temporary folder for the whole run; it is started here and stopped by its pid.
+# Knobs: ROUNDS (11), PEER_ROUNDS (5), SLOW_ROUNDS (3), DROP_SECONDS (10), RESULTS (a file
+# that receives a copy of the report).
+set -eu
+
+MODE=${1:?usage: bench.sh bench|peers|deps OUT}
+OUT=${2:?usage: bench.sh bench|peers|deps OUT}
+B=$OUT/bench
+SHIM=$OUT/lib/libllgoheap.so
+HEAPD=$OUT/bin/llgo-heapd
+CLI=$OUT/bin/llgo-heap
+ROUNDS=${ROUNDS:-11}
+PEER_ROUNDS=${PEER_ROUNDS:-5}
+SLOW_ROUNDS=${SLOW_ROUNDS:-3}
+DROP_SECONDS=${DROP_SECONDS:-10}
+LIBDIR=/usr/lib/x86_64-linux-gnu
+JEMALLOC=$LIBDIR/libjemalloc.so.2
+TCMALLOC=$LIBDIR/libtcmalloc.so.4
+PEER_PKGS="heaptrack libjemalloc2 libgoogle-perftools4 golang-go valgrind"
+
+# ---- deps --------------------------------------------------------------------------------
+install_missing() { # packages...
+	missing=""
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed' \
+			|| missing="$missing $p"
+	done
+	if [ -z "$missing" ]; then
+		echo "bench deps: all present"
+		return 0
+	fi
+	echo "bench deps: installing$missing"
+	if [ "$(id -u)" != 0 ]; then
+		echo "bench deps: run as root (or install:$missing)" >&2
+		return 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	# shellcheck disable=SC2086
+	apt-get install -y -q --no-install-recommends $missing >/dev/null ||
+		{ apt-get update -q >/dev/null &&
+			apt-get install -y -q --no-install-recommends $missing >/dev/null; }
+}
+
+if [ "$MODE" = deps ]; then
+	install_missing $PEER_PKGS
+	exit 0
+fi
+if [ "$MODE" = bench ] && ! command -v valgrind >/dev/null; then
+	# the instruction counts need callgrind; best effort (the section says so if absent)
+	install_missing valgrind || true
+fi
+
+for f in "$SHIM" "$HEAPD" "$CLI" "$B/alloc_bench" "$B/alloc_driver" "$B/slowpath_bench"; do
+	[ -e "$f" ] || { echo "bench.sh: missing $f (run make first)" >&2; exit 1; }
+done
+
+TMP=$(mktemp -d /tmp/llgo-bench.XXXXXX)
+SOCK=$TMP/heapd.sock
+DPID=""
+REPORT=$TMP/report.md
+
+cleanup() {
+	if [ -n "$DPID" ]; then
+		kill "$DPID" 2>/dev/null || true
+		wait "$DPID" 2>/dev/null || true
+	fi
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+out() { printf '%s\n' "$*" | tee -a "$REPORT"; }
+outf() { tee -a "$REPORT"; }
+
+start_daemon() {
+	"$HEAPD" --socket "$SOCK" --foreground >"$TMP/heapd.log" 2>&1 &
+	DPID=$!
+	i=0
+	while [ ! -S "$SOCK" ]; do
+		i=$((i + 1))
+		if [ $i -gt 100 ] || ! kill -0 "$DPID" 2>/dev/null; then
+			echo "bench.sh: llgo-heapd did not start:" >&2
+			cat "$TMP/heapd.log" >&2
+			exit 1
+		fi
+		sleep 0.05
+	done
+}
+
+# Accounting of one pid from `llgo-heap list`: "sampled delivered dropped corrupt" or "".
+acct() {
+	"$CLI" list --socket "$SOCK" 2>/dev/null | awk -v pid="$1" '
+		NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+		$1 == pid { print $col["SAMPLED"], $col["DELIVERED"], $col["DROPPED"], $col["CORRUPT"] }'
+}
+
+machine() {
+	out "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), \
+$(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), \
+Debian $(cat /etc/debian_version), $(uname -r), glibc $(ldd --version | head -1 | awk '{print $NF}'), \
+$(cc --version | head -1)"
+	out "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+	out ""
+}
+
+# ---- 1. interleaved ns/op -----------------------------------------------------------------
+run_driver() { # set rounds
+	"$B/alloc_driver" --bench "$B/alloc_bench" --shim "$SHIM" --socket "$SOCK" \
+		--passthrough "$B/libpassthrough.so" --tmp "$TMP" --rounds "$2" --slow-rounds "$SLOW_ROUNDS" --set "$1" \
+		--pids "$TMP/pids.$1" ${3:+$3} >"$TMP/driver.$1" 2>"$TMP/driver.$1.err" &
+	drv=$!
+	# progress lines to the terminal while it runs
+	tail -f "$TMP/driver.$1" --pid "$drv" 2>/dev/null | grep --line-buffered '^round' >&2 || true
+	wait "$drv" || { cat "$TMP/driver.$1.err" >&2; exit 1; }
+	cat "$TMP/driver.$1.err" >&2
+	sed -n '/^###/,$p' "$TMP/driver.$1" | outf
+	# Accounting of the rate-1 runs (the daemon keeps exited processes in its list).
+	out "Records of the profiled runs (llgo-heap list, summed over every process of a row):"
+	out ""
+	out "| configuration | processes | sampled | delivered | dropped | corrupt |"
+	out "|---|---:|---:|---:|---:|---:|"
+	"$CLI" list --socket "$SOCK" >"$TMP/list" 2>/dev/null || true
+	awk -F'|' '
+		FILENAME == ARGV[1] { cfg[$1] = $2 " (" $3 ")"; next }
+		FNR == 1 { next }
+		{ split($0, f, " ")
+		  if (!(f[1] in cfg)) next
+		  k = cfg[f[1]]
+		  n[k]++; s[k] += f[4]; d[k] += f[5]; dr[k] += f[6]; co[k] += f[7] }
+		END { for (k in n) printf "| %s | %d | %d | %d | %d | %d |\n", k, n[k], s[k], d[k], dr[k], co[k] }
+	' "$TMP/pids.$1" FS=' ' "$TMP/list" | sort | outf
+	out ""
+}
+
+# ---- 2. callgrind ---------------------------------------------------------------------------
+callgrind_ir() { # file -> total Ir of the collected region
+	awk '/^(summary|totals):/ { print $2; exit }' "$1"
+}
+
+callgrind_section() {
+	if ! command -v valgrind >/dev/null; then
+		out "callgrind: valgrind is not installed (make deps installs it); skipped."
+		return
+	fi
+	out "### Instructions per malloc+free pair (callgrind, Ir in bench_loop inclusive)"
+	out ""
+	out "| workload | pairs | glibc Ir/pair | llgo rate 0 | added | llgo default | added | llgo rate 1 | added |"
+	out "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	for wl in small mixed; do
+		np=400000
+		np1=20000
+		row="| $wl |"
+		for cfg in none 0 524288 1; do
+			n=$np
+			[ "$cfg" = 1 ] && n=$np1
+			f=$TMP/cg.$wl.$cfg
+			if [ "$cfg" = none ]; then
+				valgrind --tool=callgrind --callgrind-out-file="$f.n" \
+					--toggle-collect=bench_loop "$B/alloc_bench" -w "$wl" --pairs "$n" \
+					>/dev/null 2>"$f.log"
+				valgrind --tool=callgrind --callgrind-out-file="$f" \
+					--toggle-collect=bench_loop "$B/alloc_bench" -w "$wl" --pairs "$np1" \
+					>/dev/null 2>>"$f.log"
+				base=$(callgrind_ir "$f.n")
+				base1=$(callgrind_ir "$f")
+				row="$row $n | $(echo "$base $n" | awk '{printf "%.1f", $1/$2}') |"
+			else
+				LD_PRELOAD=$SHIM LLGO_HEAP_SOCKET=$SOCK LLGO_HEAP_RATE=$cfg \
+					valgrind --tool=callgrind --callgrind-out-file="$f" \
+					--toggle-collect=bench_loop "$B/alloc_bench" -w "$wl" --pairs "$n" \
+					>/dev/null 2>"$f.log"
+				ir=$(callgrind_ir "$f")
+				b=$base
+				[ "$cfg" = 1 ] && b=$base1
+				row="$row $(echo "$ir $n" | awk '{printf "%.1f", $1/$2}') | $(echo "$ir $b $n" | awk '{printf "%+.2f", ($1-$2)/$3}') |"
+			fi
+		done
+		out "$row"
+	done
+	out ""
+	out "Rate 1 uses 20,000 pairs against a 20,000-pair glibc run; the others 400,000."
+	out ""
+	# Check that callgrind ran the shim's malloc (callgrind does not replace malloc; only
+	# memcheck-like tools do) and show where the instructions go.
+	f=$TMP/cg.small.524288
+	if callgrind_annotate "$f" 2>/dev/null | grep -q 'libllgoheap'; then
+		out "Verified: the callgrind profile of the shim runs contains libllgoheap.so's functions"
+		out "(callgrind keeps the program's malloc; valgrind replaces malloc only for memcheck-like tools)."
+	else
+		out "WARNING: no libllgoheap.so function in the callgrind profile: the shim was not measured."
+	fi
+	out ""
+	for wl in small mixed; do
+		for cfg in none 0 524288; do
+			out "Per-function self cost, $wl, $([ $cfg = none ] && echo glibc alone || echo "llgo rate $cfg") (callgrind_annotate --inclusive=no, top 10):"
+			out ""
+			out '```'
+			ff=$TMP/cg.$wl.$cfg
+			[ "$cfg" = none ] && ff=$ff.n
+			callgrind_annotate --inclusive=no --threshold=100 "$ff" 2>/dev/null |
+				awk '/file:function/ { f = 1; getline; next } f && /^-+$/ { exit }
+					f && NF { print; if (++n >= 10) exit }' |
+				sed -E 's/^ *//; s#  [^ ]*:([^ :]+)#  \1#; s#\[[^]]*/([^]/]+)\]#[\1]#' | outf
+			out '```'
+			out ""
+		done
+	done
+}
+
+# ---- 3. slow path, drain, snapshot -------------------------------------------------------------
+median3() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+slowpath_section() {
+	out "### Sampled path alone: stack_capture + emit_push_alloc (shim objects linked in, rdtscp per sample)"
+	out ""
+	out "| frames | median ns | mean ns (< p99) | p99 ns | p99.9 ns | threshold draw median ns | draw p99 ns |"
+	out "|---:|---:|---:|---:|---:|---:|---:|"
+	for fr in 10 50; do
+		: >"$TMP/push"
+		for rep in 1 2 3; do
+			"$B/slowpath_bench" push --frames $fr --samples 200000 >>"$TMP/push"
+		done
+		get() { sed -n "s/.* $2=\([0-9.]*\).*/\1/p" "$1" | median3; }
+		seen=$(sed -n 's/.*frames=\([0-9]*\).*/\1/p' "$TMP/push" | head -1)
+		out "| $seen | $(get "$TMP/push" median_ns) | $(get "$TMP/push" mean_ns) | $(get "$TMP/push" p99_ns) | $(get "$TMP/push" p999_ns) | $(get "$TMP/push" draw_median_ns) | $(get "$TMP/push" draw_p99_ns) |"
+	done
+	out ""
+	out "Median of 3 processes x 200,000 samples; the ring is emptied between samples (untimed)."
+	out ""
+	out "### Sampled path: one malloc(16) timed alone (rdtscp), shim at rate 1 vs glibc alone"
+	out ""
+	out "| frames | glibc median ns | glibc mean (< p99) | llgo rate 1 median ns | mean (< p99) | p99 ns | p99.9 ns | added median ns | added mean ns | added p99 ns | samples dropped |"
+	out "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	for fr in 10 50; do
+		: >"$TMP/cap.base"
+		: >"$TMP/cap.shim"
+		for rep in 1 2 3; do
+			"$B/slowpath_bench" capture --frames $fr --samples 200000 --gap-ns 2000 \
+				>>"$TMP/cap.base"
+			LD_PRELOAD=$SHIM LLGO_HEAP_SOCKET=$SOCK LLGO_HEAP_RATE=1 \
+				"$B/slowpath_bench" capture --frames $fr --samples 200000 --gap-ns 2000 \
+				>>"$TMP/cap.shim"
+		done
+		get() { sed -n "s/.* $2=\([0-9.]*\).*/\1/p" "$1" | median3; }
+		bm=$(get "$TMP/cap.base" median_ns)
+		bp=$(get "$TMP/cap.base" p99_ns)
+		sm=$(get "$TMP/cap.shim" median_ns)
+		sp=$(get "$TMP/cap.shim" p99_ns)
+		s9=$(get "$TMP/cap.shim" p999_ns)
+		seen=$(sed -n 's/.*frames=\([0-9]*\).*/\1/p' "$TMP/cap.shim" | head -1)
+		drops=0
+		for pid in $(sed -n 's/.*pid=\([0-9]*\).*/\1/p' "$TMP/cap.shim"); do
+			a=$(acct "$pid")
+			d=$(echo "$a" | awk '{print $3 + 0}')
+			drops=$((drops + d))
+		done
+		ba=$(get "$TMP/cap.base" mean_ns)
+		sa=$(get "$TMP/cap.shim" mean_ns)
+		out "| $seen | $bm | $ba | $sm | $sa | $sp | $s9 | $(echo "$sm $bm" | awk '{printf "%.1f", $1-$2}') | $(echo "$sa $ba" | awk '{printf "%.1f", $1-$2}') | $(echo "$sp $bp" | awk '{printf "%.1f", $1-$2}') | $drops |"
+	done
+	out ""
+	out "Median of 3 processes x 200,000 timed calls each; 2 us of untimed spinning between calls"
+	out "lets the daemon keep the ring drained, so each timed call is a real push."
+	out ""
+	out "### Daemon drain throughput (one core, ring_reader_drain, 16 MiB ring)"
+	out ""
+	out "| frames/record | callback | records/s | ns/record |"
+	out "|---:|---|---:|---:|"
+	for fr in 10 50; do
+		"$B/slowpath_bench" drain --frames $fr --records 5000000 |
+			sed -n 's/DRAIN frames=\([0-9]*\) callback=\([a-z_]*\) .*records_per_sec=\([0-9]*\) ns_per_record=\([0-9.]*\).*/| \1 | \2 | \3 | \4 |/p' |
+			outf
+	done
+	out ""
+	out "### Snapshot time and daemon memory"
+	out ""
+	out "| buckets | stacks | snapshot cold ms | warm ms | pprof bytes | table bytes | RSS table KiB | RSS table+maps+snapshot KiB |"
+	out "|---:|---:|---:|---:|---:|---:|---:|---:|"
+	for nb in 10000 100000; do
+		"$B/slowpath_bench" snapshot --buckets $nb |
+			sed -n 's/SNAPSHOT buckets=\([0-9]*\) stacks=\([0-9]*\) cold_ms=\([0-9.]*\) warm_ms=\([0-9.]*\) pprof_bytes=\([0-9]*\) table_bytes=\([0-9]*\) rss_table_kb=\([-0-9]*\) rss_total_kb=\([-0-9]*\).*/| \1 | \2 | \3 | \4 | \5 | \6 | \7 | \8 |/p' |
+			outf
+	done
+	out ""
+}
+
+# ---- 4. memory ---------------------------------------------------------------------------------
+rss_row() { # label, env...
+	label=$1
+	shift
+	: >"$TMP/rss"
+	for rep in 1 2 3 4 5; do
+		env "$@" "$B/alloc_bench" -w small --rss | sed -n 's/^RSS //p' >>"$TMP/rss"
+	done
+	v=$(sed -n 's/vmrss_kb=\([0-9]*\).*/\1/p' "$TMP/rss" | median3)
+	a=$(sed -n 's/.*anon_kb=\([0-9]*\).*/\1/p' "$TMP/rss" | median3)
+	fl=$(sed -n 's/.*file_kb=\([0-9]*\).*/\1/p' "$TMP/rss" | median3)
+	sh=$(sed -n 's/.*shmem_kb=\([0-9]*\).*/\1/p' "$TMP/rss" | median3)
+	echo "$label $v $a $fl $sh"
+}
+
+memory_section() {
+	out "### Resident memory at the end of the single-threaded 16 B run (median of 5)"
+	out ""
+	out "| configuration | VmRSS KiB | RssAnon | RssFile | RssShmem | added VmRSS KiB |"
+	out "|---|---:|---:|---:|---:|---:|"
+	base=$(rss_row glibc X=1)
+	bv=$(echo "$base" | awk '{print $2}')
+	echo "$base" | awk '{printf "| %s | %d | %d | %d | %d | - |\n", $1, $2, $3, $4, $5}' | outf
+	for r in 0 524288 1; do
+		rss_row "llgo_rate_$r" LD_PRELOAD="$SHIM" LLGO_HEAP_SOCKET="$SOCK" LLGO_HEAP_RATE=$r |
+			awk -v bv="$bv" '{ gsub(/_/, " ", $1)
+				printf "| %s | %d | %d | %d | %d | %+d |\n", $1, $2, $3, $4, $5, $2 - bv }' |
+			outf
+	done
+	if [ "$MODE" = peers ]; then
+		jb=$(rss_row jemalloc LD_PRELOAD="$JEMALLOC")
+		jv=$(echo "$jb" | awk '{print $2}')
+		echo "$jb" | awk '{printf "| %s | %d | %d | %d | %d | - |\n", $1, $2, $3, $4, $5}' | outf
+		rss_row "jemalloc_prof_lg19" LD_PRELOAD="$JEMALLOC" MALLOC_CONF=prof:true,lg_prof_sample:19 |
+			awk -v bv="$jv" '{ gsub(/_/, " ", $1); printf "| %s | %d | %d | %d | %d | %+d (vs jemalloc) |\n", $1, $2, $3, $4, $5, $2 - bv }' | outf
+		tb=$(rss_row tcmalloc LD_PRELOAD="$TCMALLOC" TCMALLOC_SAMPLE_PARAMETER=0)
+		tv=$(echo "$tb" | awk '{print $2}')
+		echo "$tb" | awk '{printf "| %s | %d | %d | %d | %d | - |\n", $1, $2, $3, $4, $5}' | outf
+		rss_row "tcmalloc_sample_512K" LD_PRELOAD="$TCMALLOC" TCMALLOC_SAMPLE_PARAMETER=524288 |
+			awk -v bv="$tv" '{ gsub(/_/, " ", $1); printf "| %s | %d | %d | %d | %d | %+d (vs tcmalloc) |\n", $1, $2, $3, $4, $5, $2 - bv }' | outf
+	fi
+	out ""
+}
+
+# ---- 5. drops under snapshots -------------------------------------------------------------------
+drop_section() {
+	out "### Two threads flat out at the default rate, a snapshot every second (${DROP_SECONDS} s)"
+	out ""
+	out "| workload | pairs | snapshots ok | snapshot ms (max) | sampled | delivered | dropped | corrupt |"
+	out "|---|---:|---:|---:|---:|---:|---:|---:|"
+	for wl in small mixed; do
+		LD_PRELOAD=$SHIM LLGO_HEAP_SOCKET=$SOCK LLGO_HEAP_RATE=524288 \
+			"$B/alloc_bench" -w $wl -t 2 --seconds "$DROP_SECONDS" >"$TMP/drop.out" &
+		bpid=$!
+		ok=0
+		maxms=0
+		sleep 1
+		while kill -0 "$bpid" 2>/dev/null; do
+			t0=$(date +%s%N)
+			if "$CLI" snapshot "$bpid" -o /dev/null --socket "$SOCK" >/dev/null 2>&1; then
+				ok=$((ok + 1))
+			fi
+			t1=$(date +%s%N)
+			ms=$(( (t1 - t0) / 1000000 ))
+			[ $ms -gt $maxms ] && maxms=$ms
+			sleep 1
+		done
+		wait "$bpid"
+		pairs=$(sed -n 's/DONE pairs=\([0-9]*\).*/\1/p' "$TMP/drop.out")
+		a=$(acct "$bpid")
+		set -- $a
+		out "| $wl | $pairs | $ok | $maxms | ${1:-?} | ${2:-?} | ${3:-?} | ${4:-?} |"
+	done
+	out ""
+}
+
+# ---- main ---------------------------------------------------------------------------------------
+start_daemon
+case "$MODE" in
+bench)
+	out "## make bench"
+	out ""
+	machine
+	out "### Interleaved ns/op ($ROUNDS rounds; 5 warm-up + 61 measured batches of 250,000 per process)"
+	out ""
+	run_driver ours "$ROUNDS"
+	callgrind_section
+	slowpath_section
+	memory_section
+	drop_section
+	;;
+peers)
+	for f in "$JEMALLOC" "$TCMALLOC" "$B/go_alloc_bench"; do
+		[ -e "$f" ] || { echo "bench.sh: missing $f (make bench-peers installs it)" >&2; exit 1; }
+	done
+	command -v heaptrack >/dev/null || { echo "bench.sh: heaptrack missing" >&2; exit 1; }
+	out "## make bench-peers"
+	out ""
+	machine
+	cfg=$(LD_PRELOAD=$JEMALLOC MALLOC_CONF=prof:true "$B/alloc_bench" --pairs 1 2>&1 >/dev/null | head -2 || true)
+	[ -n "$cfg" ] && out "jemalloc with prof:true printed: $cfg"
+	out "### Interleaved ns/op, ours and the peers ($PEER_ROUNDS rounds; slow profilers: $SLOW_ROUNDS rounds of 1 + 5 batches)"
+	out ""
+	"$B/alloc_driver" --bench "$B/alloc_bench" --go "$B/go_alloc_bench" --shim "$SHIM" \
+		--passthrough "$B/libpassthrough.so" --socket "$SOCK" --tmp "$TMP" --rounds "$PEER_ROUNDS" --slow-rounds "$SLOW_ROUNDS" \
+		--set peers --heaptrack "$(command -v heaptrack)" --jemalloc "$JEMALLOC" \
+		--tcmalloc "$TCMALLOC" --pids "$TMP/pids.peers" >"$TMP/driver.peers" &
+	drv=$!
+	tail -f "$TMP/driver.peers" --pid "$drv" 2>/dev/null | grep --line-buffered '^round' >&2 || true
+	wait "$drv"
+	sed -n '/^###/,$p' "$TMP/driver.peers" | outf
+	memory_section
+	;;
+*)
+	echo "usage: bench.sh bench|peers|deps OUT" >&2
+	exit 2
+	;;
+esac
+out "Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine skews every figure)."
+if [ -n "${RESULTS:-}" ]; then
+	cp "$REPORT" "$RESULTS"
+	echo "bench.sh: report copied to $RESULTS" >&2
+fi
