@@ -90,7 +90,7 @@ struct fake {
 	_Atomic bool stop;
 	enum fake_ack ack;
 	bool drain;       /* drain rings while running (else only at WAKE, BYE and EOF) */
-	bool ignore_wake; /* and not at WAKE either */
+	_Atomic bool ignore_wake; /* and not at WAKE either (set while the fake runs) */
 	int nconns;
 	struct fake_conn conns[FAKE_MAX_CONNS];
 	int nrings;
