@@ -13,11 +13,17 @@
  *     drain lock, a client or the disk.
  *   - shim workers (SERVER_SHIM_WORKERS) run HELLO (map the control page, read the maps: the
  *     shim waits for the ACK before main), BYE and the final drain at EOF;
- *   - client workers (opts.client_workers) run LIST, SNAPSHOT and SET_RATE, so a slow
- *     snapshot delays neither the loop, nor attaching processes, nor (up to the pool size)
- *     other clients. Answers go out with SO_SNDTIMEO: a client that stops reading is dropped
- *     after SERVER_SEND_TIMEOUT_S instead of holding a worker.
+ *   - client workers (opts.client_workers) run SNAPSHOT and SET_RATE, so a slow snapshot
+ *     delays neither the loop, nor attaching processes, nor (up to the pool size) other
+ *     clients. LIST is cheap (short locks, never a drain lock) and answered by the loop.
  *   - the drain thread (drain.c).
+ *
+ * Answers (to clients, and END to a shim's BYE) are built in memory and sent without
+ * blocking: what the socket does not take at once stays with the connection, which is armed
+ * for EPOLLOUT, and the event loop sends the rest as the peer reads. So a client that asks
+ * for a huge snapshot and never reads holds memory (bounded: SERVER_MAX_OUT_BYTES over all
+ * connections), not a worker. A connection whose answer makes no progress for
+ * SERVER_SEND_TIMEOUT_S is closed by the loop.
  *
  * A packet that breaks the protocol (bad header or length, wrong order, a descriptor where
  * none belongs or none where one must be, a ring or control page that fails its checks) drops
@@ -51,6 +57,8 @@
 #define SERVER_MAX_CONNS 65536u
 #define SERVER_JOB_EXIT 0xffffu /* not a message type: the peer is gone */
 #define SERVER_LOG_PER_SEC 50u
+#define SERVER_MAX_OUT_BYTES (512ull << 20) /* unsent answers, all connections together */
+#define SERVER_OUT_SCAN_MS 250
 
 enum server_conn_kind {
 	SERVER_CONN_NEW,
@@ -70,6 +78,16 @@ struct server_conn {
 	uint16_t job;
 	int job_fd;
 	unsigned char req[128];
+	/* The answer being sent: DATA packets of at most out_chunk payload bytes from out, then
+	 * end. Owned by whoever owns the connection (a worker, or the loop once armed for
+	 * EPOLLOUT). out_waiting, out_deadline_ms and out_counted change under conns_lock. */
+	struct buf out;
+	size_t out_off, out_chunk;
+	struct llgo_msg_end end;
+	bool out_end;          /* end not sent yet */
+	bool out_waiting;      /* armed for EPOLLOUT: the rest goes out from the loop */
+	uint64_t out_counted;  /* bytes counted in srv->out_bytes */
+	int64_t out_deadline_ms;
 };
 
 struct server_workq {
@@ -108,6 +126,9 @@ struct server {
 	 * server_settle). Sequentially consistent on both sides. */
 	_Atomic int loop_busy;
 	_Atomic uint64_t n_connections, n_malformed, n_refused, n_sessions;
+	_Atomic uint64_t out_bytes;   /* unsent answer bytes, all connections */
+	_Atomic uint32_t out_waiting; /* connections armed for EPOLLOUT */
+	int64_t next_out_scan_ms;     /* the loop's */
 };
 
 /* ---- logging -------------------------------------------------------------------------- */
@@ -305,9 +326,14 @@ static void server_conn_close(struct server_conn *c)
 	/* closed under the lock: server_stop shuts descriptors down under it too */
 	epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
+	if (c->out_waiting)
+		atomic_fetch_sub(&srv->out_waiting, 1);
+	if (c->out_counted)
+		atomic_fetch_sub(&srv->out_bytes, c->out_counted);
 	pthread_mutex_unlock(&srv->conns_lock);
 	if (c->job_fd >= 0)
 		close(c->job_fd);
+	buf_free(&c->out);
 	session_put(c->session);
 	free(c);
 }
@@ -325,6 +351,196 @@ static void server_conn_rearm(struct server_conn *c)
 	pthread_mutex_unlock(&srv->conns_lock);
 	if (!ok)
 		server_conn_close(c);
+}
+
+/* ---- answers ------------------------------------------------------------------------------ */
+
+static void server_conn_end(struct server_conn *c);
+
+/* Send as much of c's answer as the socket takes now, never blocking. Returns 0 when all of it
+ * is sent, 1 when the socket is full (the rest waits), -errno when the peer is gone.
+ * *progress tells whether a packet went out. */
+static int server_out_flush(struct server_conn *c, bool *progress)
+{
+	*progress = false;
+	while (c->out_off < c->out.len || c->out_end) {
+		struct llgo_msg_header h;
+		struct iovec iov[2];
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 1 };
+		size_t n = 0, want = sizeof(c->end);
+		if (c->out_off < c->out.len) {
+			n = c->out.len - c->out_off;
+			if (n > c->out_chunk)
+				n = c->out_chunk;
+			want = sizeof(h) + n;
+			msg_header_init(&h, LLGO_MSG_DATA, (uint32_t)want);
+			iov[0] = (struct iovec){ .iov_base = &h, .iov_len = sizeof(h) };
+			iov[1] = (struct iovec){ .iov_base = c->out.data + c->out_off, .iov_len = n };
+			mh.msg_iovlen = 2;
+		} else {
+			iov[0] = (struct iovec){ .iov_base = &c->end, .iov_len = sizeof(c->end) };
+		}
+		ssize_t r = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 1;
+			return -errno;
+		}
+		if ((size_t)r != want)
+			return -EMSGSIZE;
+		*progress = true;
+		if (n)
+			c->out_off += n;
+		else
+			c->out_end = false;
+	}
+	return 0;
+}
+
+/* Start answering c: payload (taken over and emptied; may be NULL), then END with status and
+ * message; chunk is the most payload bytes per DATA packet (0: as many as fit). Sends what
+ * the socket takes now; returns as server_out_flush. */
+static int server_answer(struct server_conn *c, struct buf *payload, size_t chunk, int status,
+			 const char *message)
+{
+	buf_free(&c->out);
+	if (payload) {
+		c->out = *payload;
+		buf_init(payload);
+	}
+	c->out_off = 0;
+	const size_t max = LLGO_MSG_MAX - sizeof(struct llgo_msg_header);
+	c->out_chunk = chunk && chunk < max ? chunk : max;
+	memset(&c->end, 0, sizeof(c->end));
+	msg_header_init(&c->end.h, LLGO_MSG_END, sizeof(c->end));
+	c->end.status = status;
+	if (message)
+		snprintf(c->end.message, sizeof(c->end.message), "%s", message);
+	c->out_end = true;
+	bool progress;
+	return server_out_flush(c, &progress);
+}
+
+/* The answer is out: forget it, listen for the next request. */
+static void server_out_done(struct server_conn *c)
+{
+	struct server *srv = c->srv;
+	pthread_mutex_lock(&srv->conns_lock);
+	if (c->out_waiting)
+		atomic_fetch_sub(&srv->out_waiting, 1);
+	if (c->out_counted)
+		atomic_fetch_sub(&srv->out_bytes, c->out_counted);
+	c->out_waiting = false;
+	c->out_counted = 0;
+	pthread_mutex_unlock(&srv->conns_lock);
+	buf_free(&c->out);
+	server_conn_rearm(c);
+}
+
+static int64_t server_now_ms(void)
+{
+	return (int64_t)(session_now_ns(CLOCK_MONOTONIC) / 1000000u);
+}
+
+/* The socket is full: hand c to the event loop, armed for EPOLLOUT, until the peer reads the
+ * rest or SERVER_SEND_TIMEOUT_S pass without progress. */
+static void server_out_wait(struct server_conn *c, bool progress)
+{
+	struct server *srv = c->srv;
+	uint64_t left = c->out.len - c->out_off + (c->out_end ? sizeof(c->end) : 0);
+	struct epoll_event ev = { .events = EPOLLOUT | EPOLLONESHOT, .data.ptr = c };
+	pthread_mutex_lock(&srv->conns_lock);
+	bool first = !c->out_waiting;
+	if (first && atomic_fetch_add(&srv->out_bytes, left) + left > SERVER_MAX_OUT_BYTES) {
+		atomic_fetch_sub(&srv->out_bytes, left);
+		pthread_mutex_unlock(&srv->conns_lock);
+		server_log("pid %d uid %u: answer dropped, %llu bytes of answers are unread "
+			   "already", (int)c->cred.pid, (unsigned)c->cred.uid,
+			   (unsigned long long)atomic_load(&srv->out_bytes));
+		server_conn_end(c);
+		return;
+	}
+	uint32_t waiting = 0;
+	if (first) {
+		c->out_counted = left;
+		c->out_waiting = true;
+		waiting = atomic_fetch_add(&srv->out_waiting, 1) + 1;
+	}
+	if (first || progress)
+		c->out_deadline_ms = server_now_ms() + SERVER_SEND_TIMEOUT_S * 1000;
+	bool ok = !atomic_load(&srv->stopping) &&
+		  epoll_ctl(srv->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0;
+	pthread_mutex_unlock(&srv->conns_lock);
+	if (!ok) {
+		server_conn_end(c);
+		return;
+	}
+	/* The loop sleeps without a timeout while nothing waits: make it watch the clock. */
+	if (waiting == 1) {
+		uint64_t one = 1;
+		if (write(srv->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			server_log("eventfd: %s", strerror(errno));
+	}
+}
+
+/* Once an answer was started (rc as server_out_flush): listen again, wait, or close. */
+static void server_answered(struct server_conn *c, int rc)
+{
+	if (rc == 0) {
+		server_out_done(c);
+	} else if (rc == 1) {
+		server_out_wait(c, true);
+	} else {
+		/* the peer went away (a shim's session still gets its final drain) */
+		if (rc != -EPIPE && rc != -ECONNRESET)
+			server_log("answer to pid %d uid %u: %s", (int)c->cred.pid,
+				   (unsigned)c->cred.uid, strerror(-rc));
+		server_conn_end(c);
+	}
+}
+
+/* The loop: a connection armed for EPOLLOUT has room, or an error. */
+static void server_out_event(struct server_conn *c)
+{
+	bool progress;
+	int rc = server_out_flush(c, &progress);
+	if (rc == 1)
+		server_out_wait(c, progress);
+	else
+		server_answered(c, rc);
+}
+
+/* The loop, between two batches of events (so no connection found here is in anybody's
+ * hands: each waits in epoll): close those whose answer made no progress for
+ * SERVER_SEND_TIMEOUT_S. */
+static void server_out_expire(struct server *srv)
+{
+	int64_t now = server_now_ms();
+	if (now < srv->next_out_scan_ms)
+		return;
+	srv->next_out_scan_ms = now + SERVER_OUT_SCAN_MS;
+	struct server_conn *expired = NULL;
+	pthread_mutex_lock(&srv->conns_lock);
+	for (struct server_conn *c = srv->conns; c; c = c->next) {
+		if (c->out_waiting && c->out_deadline_ms <= now) {
+			/* out of epoll and of later scans: a worker may own it next */
+			epoll_ctl(srv->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+			c->out_waiting = false;
+			atomic_fetch_sub(&srv->out_waiting, 1);
+			c->job_next = expired;
+			expired = c;
+		}
+	}
+	pthread_mutex_unlock(&srv->conns_lock);
+	while (expired) {
+		struct server_conn *n = expired->job_next;
+		server_log("pid %d uid %u stopped reading its answer: connection dropped",
+			   (int)expired->cred.pid, (unsigned)expired->cred.uid);
+		server_conn_end(expired);
+		expired = n;
+	}
 }
 
 static void server_workq_push(struct server_workq *q, struct server_conn *c, uint16_t job)
@@ -414,6 +630,7 @@ static void server_accept(struct server *srv)
 		c->srv = srv;
 		c->fd = fd;
 		c->job_fd = -1;
+		buf_init(&c->out);
 		c->next = srv->conns;
 		if (srv->conns)
 			srv->conns->prev = c;
@@ -446,6 +663,8 @@ static void server_add_ring(struct server_conn *c, const unsigned char *pkt, int
 	drain_wake(c->srv->drain);
 	server_conn_rearm(c);
 }
+
+static int server_list(struct server *srv, struct server_conn *c);
 
 static void server_conn_event(struct server *srv, struct server_conn *c)
 {
@@ -541,6 +760,12 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 		c->job_fd = fd;
 		server_workq_push(&srv->shimq, c, h.type);
 		return;
+	case LLGO_MSG_LIST:
+		/* Cheap (short locks, never a drain lock) and answered without blocking: here,
+		 * so that busy workers never delay it. */
+		c->kind = SERVER_CONN_CLIENT;
+		server_answered(c, server_list(srv, c));
+		return;
 	default:
 		c->kind = SERVER_CONN_CLIENT;
 		memcpy(c->req, srv->rxbuf, (size_t)r);
@@ -554,7 +779,8 @@ static void *server_loop(void *arg)
 	struct server *srv = arg;
 	struct epoll_event ev[64];
 	while (!atomic_load(&srv->stopping)) {
-		int n = epoll_wait(srv->epfd, ev, 64, -1);
+		int timeout = atomic_load(&srv->out_waiting) ? SERVER_OUT_SCAN_MS : -1;
+		int n = epoll_wait(srv->epfd, ev, 64, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -570,11 +796,25 @@ static void *server_loop(void *arg)
 				if (read(srv->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 					server_log("eventfd: %s", strerror(errno));
 			} else {
+				/* Whoever armed c did so under conns_lock, after its last write
+				 * to c: taking the lock here makes those writes visible in a way
+				 * ThreadSanitizer sees too (it does not model EPOLL_CTL_MOD ->
+				 * epoll_wait). */
+				struct server_conn *c = p;
+				pthread_mutex_lock(&srv->conns_lock);
+				bool out = c->out_waiting;
+				pthread_mutex_unlock(&srv->conns_lock);
+				if (out) {
+					server_out_event(c);
+					continue;
+				}
 				atomic_store(&srv->loop_busy, 1);
-				server_conn_event(srv, p);
+				server_conn_event(srv, c);
 				atomic_store(&srv->loop_busy, 0);
 			}
 		}
+		if (atomic_load(&srv->out_waiting))
+			server_out_expire(srv);
 	}
 	return NULL;
 }
@@ -640,11 +880,12 @@ static void server_bye(struct server *srv, struct server_conn *c)
 	 * (libraries loaded late) while they still exist. */
 	drain_session(c->session);
 	drain_refresh_maps(c->session, true);
-	if (msg_send_answer(c->fd, NULL, 0, 0, NULL) != 0) {
+	int rc = server_answer(c, NULL, 0, 0, NULL);
+	if (rc < 0) {
 		server_conn_end(c);
 		return;
 	}
-	server_conn_rearm(c);
+	server_answered(c, rc);
 }
 
 /* ---- client jobs (workers) ---------------------------------------------------------------- */
@@ -768,26 +1009,19 @@ static int server_list(struct server *srv, struct server_conn *c)
 	/* DATA packets carry whole rows */
 	const size_t per = (LLGO_MSG_MAX - sizeof(struct llgo_msg_header)) /
 			   sizeof(struct llgo_list_entry);
-	unsigned char *pkt = malloc(LLGO_MSG_MAX);
-	int err = pkt ? 0 : -ENOMEM;
-	for (size_t i = 0; i < n && !err; i += per) {
-		size_t k = n - i < per ? n - i : per;
-		size_t len = sizeof(struct llgo_msg_header) + k * sizeof(struct llgo_list_entry);
-		msg_header_init((struct llgo_msg_header *)pkt, LLGO_MSG_DATA, (uint32_t)len);
-		for (size_t j = 0; j < k; j++) {
-			struct llgo_list_entry e;
-			session_list_entry(v[i + j], &e);
-			memcpy(pkt + sizeof(struct llgo_msg_header) + j * sizeof(e), &e, sizeof(e));
-		}
-		err = msg_send(c->fd, pkt, len, -1);
+	struct buf rows;
+	buf_init(&rows);
+	for (size_t i = 0; i < n; i++) {
+		struct llgo_list_entry e;
+		session_list_entry(v[i], &e);
+		buf_append(&rows, &e, sizeof(e));
 	}
-	free(pkt);
 	session_list_release(v, n);
-	if (err == -ENOMEM)
-		return msg_send_answer(c->fd, NULL, 0, ENOMEM, "out of memory");
-	if (err)
-		return err;
-	return msg_send_answer(c->fd, NULL, 0, 0, NULL);
+	if (rows.failed) {
+		buf_free(&rows);
+		return server_answer(c, NULL, 0, ENOMEM, "out of memory");
+	}
+	return server_answer(c, &rows, per * sizeof(struct llgo_list_entry), 0, NULL);
 }
 
 static int server_set_rate(struct server *srv, struct server_conn *c)
@@ -799,30 +1033,30 @@ static int server_set_rate(struct server *srv, struct server_conn *c)
 	if (m.rate > LLGO_RATE_MAX) {
 		snprintf(msg, sizeof(msg), "rate %llu out of range (0..%llu)",
 			 (unsigned long long)m.rate, (unsigned long long)LLGO_RATE_MAX);
-		return msg_send_answer(c->fd, NULL, 0, EINVAL, msg);
+		return server_answer(c, NULL, 0, EINVAL, msg);
 	}
 	struct session *s = session_lookup(srv->reg, pid);
 	if (!s) {
 		snprintf(msg, sizeof(msg), "no such profiled process: %u", m.pid);
-		return msg_send_answer(c->fd, NULL, 0, ESRCH, msg);
+		return server_answer(c, NULL, 0, ESRCH, msg);
 	}
 	if (!server_allowed(s, c->cred.uid)) {
 		snprintf(msg, sizeof(msg), "permission denied: pid %u belongs to uid %u", m.pid,
 			 (unsigned)s->uid);
 		session_put(s);
-		return msg_send_answer(c->fd, NULL, 0, EACCES, msg);
+		return server_answer(c, NULL, 0, EACCES, msg);
 	}
 	uint64_t old_rate, new_rate;
 	int err = session_set_rate(s, m.rate, &old_rate, &new_rate);
 	session_put(s);
 	if (err) {
 		snprintf(msg, sizeof(msg), "no such profiled process: %u (it has exited)", m.pid);
-		return msg_send_answer(c->fd, NULL, 0, ESRCH, msg);
+		return server_answer(c, NULL, 0, ESRCH, msg);
 	}
 	snprintf(msg, sizeof(msg), "pid %u: rate %llu -> %llu", m.pid,
 		 (unsigned long long)old_rate, (unsigned long long)new_rate);
 	server_log("uid %u: %s", (unsigned)c->cred.uid, msg);
-	return msg_send_answer(c->fd, NULL, 0, 0, msg);
+	return server_answer(c, NULL, 0, 0, msg);
 }
 
 static int server_snapshot_req(struct server *srv, struct server_conn *c)
@@ -835,9 +1069,9 @@ static int server_snapshot_req(struct server *srv, struct server_conn *c)
 	int rc = server_snapshot(srv, (pid_t)m.pid, c->cred.uid, (int)m.format, m.flags, m.top_n,
 				 &out, msg, sizeof(msg));
 	if (rc)
-		rc = msg_send_answer(c->fd, NULL, 0, -rc, msg);
+		rc = server_answer(c, NULL, 0, -rc, msg);
 	else
-		rc = msg_send_answer(c->fd, out.data, out.len, 0, NULL);
+		rc = server_answer(c, &out, 0, 0, NULL);
 	buf_free(&out);
 	return rc;
 }
@@ -866,15 +1100,7 @@ static void server_job(struct server *srv, struct server_conn *c)
 		err = server_set_rate(srv, c);
 		break;
 	}
-	if (err) {
-		/* the client stopped reading (send timeout) or went away */
-		if (err != -EPIPE && err != -ECONNRESET)
-			server_log("answer to pid %d uid %u: %s", (int)c->cred.pid,
-				   (unsigned)c->cred.uid, strerror(-err));
-		server_conn_close(c);
-		return;
-	}
-	server_conn_rearm(c);
+	server_answered(c, err);
 }
 
 static void *server_worker(void *arg)

@@ -13,8 +13,11 @@
  * At exit (a late destructor, idempotent) the shim sends BYE and waits briefly for END, so the
  * daemon drains the rings and reads /proc/PID/maps while the process still exists.
  *
- * fork(): pthread_atfork handlers. prepare raises attach_forking, which stops recording
- * (sample.c) until the child or parent handler lowers it; in the child, a private anonymous
+ * fork(): pthread_atfork handlers. prepare raises the forking thread's own `forking` flag, which
+ * stops that thread recording (sample.c) until the child or parent handler lowers it: the
+ * child's only thread is that one, so nothing is written to the parent's page or rings before
+ * the child handler forgot them, while the parent's other threads (and other threads forking
+ * at the same time) record on. In the child, a private anonymous
  * page replaces the shared control page (rate 0 meanwhile), every ring of the parent is
  * unmapped and forgotten (emit.c), the parent's socket is closed, and the child attaches as a
  * new process (LLGO_HELLO_FORKED) with the rate the parent had. A forked child therefore never
@@ -39,7 +42,6 @@
 #define ATTACH_SEND_WAIT_MS 50
 
 llgo_hidden struct llgo_ctl attach_ctl llgo_aligned(LLGO_CTL_SIZE);
-llgo_hidden _Atomic uint32_t attach_forking;
 
 static _Atomic int attach_fd = -1;
 static _Atomic uint32_t attach_bye_sent;
@@ -306,12 +308,12 @@ static void attach_fail_msg(const char *what, int rc)
 
 static void attach_atfork_prepare(void)
 {
-	atomic_store_explicit(&attach_forking, 1, memory_order_relaxed);
+	llgo_heap_tls.forking = 1;
 }
 
 static void attach_atfork_parent(void)
 {
-	atomic_store_explicit(&attach_forking, 0, memory_order_relaxed);
+	llgo_heap_tls.forking = 0;
 }
 
 static void attach_atfork_child(void)
@@ -324,7 +326,7 @@ static void attach_atfork_child(void)
 	emit_forget_all();
 	if (sock >= 0)
 		close(sock);
-	atomic_store_explicit(&attach_forking, 0, memory_order_relaxed);
+	llgo_heap_tls.forking = 0;
 	if (was) {
 		int rc = attach_connect(word, LLGO_HELLO_FORKED);
 		if (rc != 0)

@@ -53,7 +53,9 @@ struct llgo_heap_thread {
 	uint8_t exiting;     /* the ring was given back at thread exit: samples are lost */
 	uint8_t ring_failed; /* no ring could be had in this generation; do not retry */
 	uint8_t resolving;   /* override.c: this thread is inside dlsym (bootstrap pool) */
-	uint8_t pad[2];
+	uint8_t forking;     /* attach.c: this thread is in fork() (prepare ran, parent or child
+				handler not yet): it records nothing meanwhile */
+	uint8_t pad[1];
 	uint32_t tid;
 	uint32_t gen; /* emit_generation() the ring, tid and rng belong to */
 	uint64_t rng;
@@ -226,9 +228,6 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 /* The control page: a page of the shim's .bss, replaced (MAP_FIXED) by the shared memfd at
  * attach so that the fast path reads rate_word with one RIP-relative load. */
 extern struct llgo_ctl attach_ctl;
-/* Non-zero from pthread_atfork's prepare handler until the parent or child handler ran: the
- * slow path records nothing meanwhile (in the child, the page and rings are the parent's). */
-extern _Atomic uint32_t attach_forking;
 
 /* Send one packet (with fd when >= 0) on the daemon socket; 0 or -errno. Never blocks for
  * long: the socket is non-blocking and a full socket is waited for at most ~50 ms, or not at

@@ -157,8 +157,9 @@ static inline void sample_take(size_t size, void *p, void *ra, void *frame)
 	if (t->guard)
 		return;
 	int64_t w = atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
-	/* rate 0, or a fork in progress: the control page and the rings may be the parent's */
-	if (w == 0 || atomic_load_explicit(&attach_forking, memory_order_relaxed))
+	/* rate 0, or this thread is forking: until the child handler ran, the control page and
+	 * the rings a child would see are its parent's (other threads record on) */
+	if (w == 0 || t->forking)
 		return;
 	t->guard = 1;
 	if (llgo_unlikely(t->gen != emit_generation()))

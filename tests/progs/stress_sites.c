@@ -26,7 +26,12 @@ __attribute__((noinline)) void stress_a(void) { void *p = malloc(16); KEEP(p); f
 __attribute__((noinline)) void stress_b(void) { void *p = malloc(200); KEEP(p); free(p); }
 __attribute__((noinline)) void stress_c(void) { void *p = calloc(4, 250); KEEP(p); free(p); }
 __attribute__((noinline)) void stress_d(void) { void *p = malloc(3000); KEEP(p); free(p); }
-__attribute__((noinline)) void stress_e(void) { void *p = aligned_alloc(64, 640); KEEP(p); free(p); }
+__attribute__((noinline)) void stress_e(void)
+{
+	void *p = aligned_alloc(64, 640);
+	KEEP(p);
+	free(p);
+}
 
 static void (*const sites[NSITES])(void) = { stress_a, stress_b, stress_c, stress_d, stress_e };
 static const char *const names[NSITES] = { "stress_a", "stress_b", "stress_c", "stress_d",

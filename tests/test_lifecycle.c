@@ -1,0 +1,485 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_lifecycle.c: threads, processes and clients that come and go, end to end (real
+ * daemon, real programs under the plain shim).
+ *   - 20,000 short-lived threads at rate 1: every sample accounted, rings reused (the
+ *     process registers a handful), peak RSS of the program and of the daemon bounded.
+ *   - Threads that were allocating before the shim attached (started by a library
+ *     constructor that runs before the shim's) and threads started by the program's own
+ *     constructor: counted exactly.
+ *   - fork from several threads at once, vfork + exec and posix_spawn: no deadlock, the
+ *     parent's profile is exact and holds nothing of its children, every child is a
+ *     process of its own with its exact counts.
+ *   - Per-process caps (--max-buckets, --max-memory): hit end to end, reported in the
+ *     profile (text and pprof comments) and in LIST's bucket count.
+ *   - Stuck clients (asking for a huge snapshot and never reading, connecting and never
+ *     asking) delay neither other clients nor the drain.
+ */
+#include <pthread.h>
+
+#include "life_util.h"
+
+#define PROG(name) E2E_PROGS "/" name
+
+/* ---- thread churn ------------------------------------------------------------------------ */
+
+Test(lifecycle, twenty_thousand_threads, .timeout = 300)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	const char *nthreads = "20000";
+	struct lu_proc p;
+	char *argv[] = { PROG("life_churn"), (char *)nthreads, "4", "8", NULL };
+	long t0 = lu_now_ms();
+	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
+	char *out = lu_read_rest(&p, 120000);
+	int st = lu_wait(&p, 120000);
+	long ms = lu_now_ms() - t0;
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x:\n%s", st, out);
+
+	long churn = lu_site_truth(out, "churn_site"), ctor = lu_site_truth(out, "ctor_site");
+	const char *h = strstr(out, "hwm_kb_end ");
+	long prog_hwm = h ? atol(h + 11) : -1;
+	h = strstr(out, "hwm_kb_early ");
+	long prog_hwm_early = h ? atol(h + 13) : -1;
+	long daemon_hwm = lu_status_kb(d.pid, "VmHWM");
+	cr_assert_eq(churn, atol(nthreads) * 4);
+
+	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	struct lu_acct a;
+	cr_assert(lu_text_acct(text, &a));
+	long got = lu_text_count(text, "churn_site", 40);
+	long got_ctor = lu_text_count(text, "ctor_site", 72);
+	struct llgo_list_entry e;
+	cr_assert(lu_list_pid(d.sock, p.pid, &e));
+	cr_log_info("churn: %s threads (8 at a time) in %ld ms: %ld/%ld at churn_site, %ld/%ld "
+		    "at ctor_site; sampled=%llu delivered=%llu dropped=%llu corrupt=%llu; %u rings; "
+		    "peak RSS: program %ld KiB (%ld KiB after a tenth of the threads), daemon %ld "
+		    "KiB", nthreads, ms, got, churn, got_ctor, ctor, a.sampled, a.delivered,
+		    a.dropped, a.corrupt, e.rings, prog_hwm, prog_hwm_early, daemon_hwm);
+	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
+	cr_expect_eq(a.corrupt, 0);
+	cr_expect_eq(e.sampled, a.sampled);
+	/* everything made is sampled; what was not delivered is counted as dropped */
+	cr_expect_geq(got + (long)a.dropped, churn);
+	cr_expect_geq(got, churn - churn / 100, "delivered %ld of %ld", got, churn);
+	cr_expect_geq(got_ctor + (long)a.dropped, ctor);
+	/* rings are given back and reused: their number follows the threads alive at once
+	 * (and the drain's delay), not the threads that ever lived */
+	cr_expect_lt(e.rings, 1024, "%u rings for %s threads", e.rings, nthreads);
+	/* ASan's allocator and shadow need room of their own */
+	long daemon_max = lu_san()[0] ? 512 * 1024 : 128 * 1024;
+	cr_expect(prog_hwm > 0 && prog_hwm < 64 * 1024, "program peak RSS %ld KiB", prog_hwm);
+	cr_expect(daemon_hwm > 0 && daemon_hwm < daemon_max, "daemon peak RSS %ld KiB",
+		  daemon_hwm);
+	free(text);
+	free(out);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+Test(lifecycle, threads_older_than_the_attach, .timeout = 120)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	char preload[1024];
+	snprintf(preload, sizeof(preload), "%s %s", LLGO_PLAIN_SHIM, PROG("liblife_early.so"));
+	for (int round = 0; round < 3; round++) {
+		struct lu_proc p;
+		char *argv[] = { PROG("life_early"), "2000", NULL };
+		lu_start(&p, &d, "1", 4096, preload, argv, NULL);
+		char *out = lu_read_rest(&p, 30000);
+		int st = lu_wait(&p, 30000);
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x:\n%s", st, out);
+		long truth = lu_site_truth(out, "early_site");
+		cr_assert_eq(truth, 8000, "%s", out);
+		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		struct lu_acct a;
+		cr_assert(lu_text_acct(text, &a));
+		long got = lu_text_count(text, "early_site", 96);
+		cr_log_info("early threads, round %d: %ld/%ld at early_site; sampled=%llu "
+			    "delivered=%llu dropped=%llu corrupt=%llu", round, got, truth, a.sampled,
+			    a.delivered, a.dropped, a.corrupt);
+		cr_expect_eq(got, truth);
+		cr_expect_eq(a.sampled, a.delivered);
+		cr_expect_eq(a.corrupt, 0);
+		free(text);
+		free(out);
+	}
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+/* ---- fork, vfork, posix_spawn from threads ---------------------------------------------- */
+
+static void check_child(const struct lu_daemon *d, pid_t pid, const char *site, long size, long k)
+{
+	struct llgo_list_entry e;
+	cr_assert(lu_list_pid(d->sock, pid, &e), "child %d is not a profiled process", (int)pid);
+	char *text = lu_snapshot(d->sock, pid, LLGO_FORMAT_TEXT, NULL);
+	struct lu_acct a;
+	cr_assert(lu_text_acct(text, &a));
+	long got = lu_text_count(text, site, size);
+	cr_expect_eq(got, k, "child %d: %ld at %s, %ld made", (int)pid, got, site, k);
+	cr_expect(a.sampled == a.delivered && a.corrupt == 0,
+		  "child %d: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu", (int)pid,
+		  a.sampled, a.delivered, a.dropped, a.corrupt);
+	cr_expect_eq(lu_text_count(text, "parent_site", 0), 0, "child %d has parent records",
+		     (int)pid);
+	/* made before the child re-attached: not sampled anywhere */
+	cr_expect_eq(lu_text_count(text, "atfork_site", 0), 0, "child %d has atfork records",
+		     (int)pid);
+	free(text);
+}
+
+Test(lifecycle, fork_vfork_spawn_from_threads, .timeout = 300)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	const int threads = 4, rounds = 4, k = 200;
+	/* the second run has a fork child handler that allocates before the shim's runs */
+	char preload[1024];
+	snprintf(preload, sizeof(preload), "%s %s", LLGO_PLAIN_SHIM, PROG("liblife_atfork.so"));
+	for (int run = 0; run < 2; run++) {
+		struct lu_proc p;
+		char *argv[] = { PROG("life_fork"), "4", "4", "200", NULL };
+		lu_start(&p, &d, "1", 1024, run ? preload : NULL, argv, NULL);
+		char *out = lu_read_rest(&p, 90000);
+		int st = lu_wait(&p, 90000);
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x (deadlock ends in "
+			  "SIGALRM):\n%s", st, out);
+		long truth = lu_site_truth(out, "parent_site");
+		cr_assert_eq(truth, (long)(threads + 1) * rounds * k);
+
+		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		struct lu_acct a;
+		cr_assert(lu_text_acct(text, &a));
+		long got = lu_text_count(text, "parent_site", 100);
+		cr_log_info("fork run %d: parent %ld/%ld at parent_site; sampled=%llu "
+			    "delivered=%llu dropped=%llu corrupt=%llu", run, got, truth, a.sampled,
+			    a.delivered, a.dropped, a.corrupt);
+		cr_expect_eq(got, truth);
+		cr_expect_eq(a.sampled, a.delivered);
+		cr_expect_eq(a.corrupt, 0);
+		const char *theirs[] = { "child_site", "exec_site", "spawn_site", "atfork_site" };
+		for (int i = 0; i < 4; i++)
+			cr_expect_eq(lu_text_count(text, theirs[i], 0), 0,
+				     "the parent's profile has %s", theirs[i]);
+		free(text);
+
+		int nchild = 0;
+		for (const char *l = out; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+			int pid;
+			if (sscanf(l, "fork %d", &pid) == 1)
+				check_child(&d, pid, "child_site", 200, k);
+			else if (sscanf(l, "exec %d", &pid) == 1)
+				check_child(&d, pid, "exec_site", 300, k);
+			else if (sscanf(l, "spawn %d", &pid) == 1)
+				check_child(&d, pid, "spawn_site", 400, k);
+			else
+				continue;
+			nchild++;
+		}
+		cr_expect_eq(nchild, threads * rounds * 3);
+		free(out);
+	}
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+/* ---- bucket caps -------------------------------------------------------------------------- */
+
+Test(lifecycle, bucket_cap_reported, .timeout = 120)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	const char *opts[] = { "--max-buckets", "100", NULL };
+	lu_daemon_start(&d, dir, opts);
+	struct lu_proc p;
+	char *argv[] = { PROG("stress_stacks"), "1000", NULL };
+	lu_start(&p, &d, "1", 1024, NULL, argv, NULL);
+	char *out = lu_read_rest(&p, 30000);
+	cr_assert_eq(lu_wait(&p, 30000), 0, "%s", out);
+	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	struct lu_acct a;
+	cr_assert(lu_text_acct(text, &a));
+	const char *cap = strstr(text, "# llgo-heap: bucket cap reached: ");
+	cr_assert(cap, "the profile does not say the cap was hit:\n%.1000s", text);
+	long hits = atol(cap + strlen("# llgo-heap: bucket cap reached: "));
+	struct llgo_list_entry e;
+	cr_assert(lu_list_pid(d.sock, p.pid, &e));
+	long in_buckets = lu_text_count(text, "stacks_site", 0);
+	cr_log_info("cap 100: %llu buckets in LIST, %ld records without their stack, %ld in "
+		    "stacks_site buckets; sampled=%llu delivered=%llu", (unsigned long long)e.buckets,
+		    hits, in_buckets, a.sampled, a.delivered);
+	/* 100 buckets and the overflow bucket; every record is counted somewhere */
+	cr_expect_eq(e.buckets, 101);
+	cr_expect_gt(hits, 800);
+	cr_expect_eq(lu_text_total(text), (long)a.delivered);
+	cr_expect_eq(a.sampled, a.delivered);
+	cr_expect_leq(in_buckets + hits, (long)a.delivered);
+	cr_expect_geq(in_buckets + hits, 1000, "%ld in buckets + %ld in the overflow",
+		      in_buckets, hits);
+	free(text);
+	/* the pprof says it too, in a comment */
+	size_t len;
+	char *pb = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_PPROF, &len);
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/cap.pb.gz", dir);
+	FILE *f = fopen(path, "wb");
+	cr_assert(f && fwrite(pb, 1, len, f) == len);
+	fclose(f);
+	free(pb);
+	char *gout;
+	int rc = e2e_sh(&gout, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw %s", dir,
+			dir, dir, path);
+	cr_expect_eq(rc, 0, "%s", gout);
+	cr_expect(strstr(gout, "bucket cap reached") != NULL, "no cap comment:\n%.800s", gout);
+	free(gout);
+	free(out);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+/* The memory cap (--max-memory): hit, reported the same way. */
+Test(lifecycle, memory_cap_reported, .timeout = 120)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	const char *opts[] = { "--max-memory", "64K", NULL };
+	lu_daemon_start(&d, dir, opts);
+	struct lu_proc p;
+	char *argv[] = { PROG("stress_stacks"), "2000", NULL };
+	lu_start(&p, &d, "1", 1024, NULL, argv, NULL);
+	char *out = lu_read_rest(&p, 30000);
+	cr_assert_eq(lu_wait(&p, 30000), 0, "%s", out);
+	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	struct lu_acct a;
+	cr_assert(lu_text_acct(text, &a));
+	const char *cap = strstr(text, "# llgo-heap: bucket cap reached: ");
+	cr_assert(cap, "the profile does not say the cap was hit:\n%.1000s", text);
+	long hits = atol(cap + strlen("# llgo-heap: bucket cap reached: "));
+	struct llgo_list_entry e;
+	cr_assert(lu_list_pid(d.sock, p.pid, &e));
+	cr_log_info("memory cap 64 KiB: %llu buckets in LIST, %ld records without their stack; "
+		    "sampled=%llu delivered=%llu", (unsigned long long)e.buckets, hits, a.sampled,
+		    a.delivered);
+	cr_expect(e.buckets > 1 && e.buckets < 2000);
+	cr_expect_gt(hits, 0);
+	cr_expect_eq(lu_text_total(text), (long)a.delivered);
+	cr_expect_eq(a.sampled, a.delivered);
+	free(text);
+	free(out);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+/* ---- stuck clients -------------------------------------------------------------------------- */
+
+/* A client that asks for a snapshot, waits a second, then reads it slowly (a pause after
+ * every packet): the rest of its answer must follow as it reads. */
+struct slow_reader {
+	const char *sock;
+	pid_t pid;
+	char *data;
+	size_t len;
+	int rc;
+	long packets;
+};
+
+static void *slow_reader_main(void *arg)
+{
+	struct slow_reader *r = arg;
+	struct llgo_msg_snapshot m;
+	lu_snapshot_req(&m, r->pid, LLGO_FORMAT_TEXT);
+	r->rc = -ECONNREFUSED;
+	int s = lu_connect(r->sock);
+	if (s < 0)
+		return NULL;
+	r->rc = -EPIPE;
+	if (send(s, &m, sizeof(m), MSG_NOSIGNAL) != (ssize_t)sizeof(m)) {
+		close(s);
+		return NULL;
+	}
+	lu_sleep_ms(1000);
+	size_t cap = 1 << 20;
+	r->data = malloc(cap);
+	unsigned char *pkt = malloc(LLGO_MSG_MAX);
+	r->rc = -EPROTO;
+	for (;;) {
+		struct pollfd pf = { .fd = s, .events = POLLIN };
+		if (poll(&pf, 1, 60000) <= 0)
+			break;
+		ssize_t n = recv(s, pkt, LLGO_MSG_MAX, 0);
+		if (n < (ssize_t)sizeof(struct llgo_msg_header))
+			break;
+		r->packets++;
+		struct llgo_msg_header h;
+		memcpy(&h, pkt, sizeof(h));
+		if (h.type == LLGO_MSG_END) {
+			struct llgo_msg_end e;
+			memcpy(&e, pkt, sizeof(e));
+			r->rc = e.status;
+			break;
+		}
+		size_t k = (size_t)n - sizeof(h);
+		while (r->len + k > cap)
+			r->data = realloc(r->data, cap *= 2);
+		memcpy(r->data + r->len, pkt + sizeof(h), k);
+		r->len += k;
+		lu_sleep_ms(1);
+	}
+	free(pkt);
+	close(s);
+	return NULL;
+}
+
+Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	/* a process with a profile of 10,000 buckets (several MB of text) */
+	struct lu_proc big;
+	char *bargv[] = { PROG("stress_stacks"), "10000", NULL };
+	lu_start(&big, &d, "1", 4096, NULL, bargv, NULL);
+	char *bout = lu_read_rest(&big, 30000);
+	cr_assert_eq(lu_wait(&big, 30000), 0, "%s", bout);
+	free(bout);
+	size_t hugelen;
+	long t0 = lu_now_ms();
+	char *huge = lu_snapshot(d.sock, big.pid, LLGO_FORMAT_TEXT, &hugelen);
+	long huge_ms = lu_now_ms() - t0;
+
+	/* a live process that allocates on demand */
+	struct lu_proc small;
+	char *sargv[] = { PROG("life_idle"), "100", NULL };
+	lu_start(&small, &d, "1", 0, NULL, sargv, NULL);
+	char line[64];
+	cr_assert(lu_read_line(&small, line, sizeof(line), 30000));
+
+	/* the stuck ones: huge snapshots never read, a LIST never read, silent connections;
+	 * and a slow one, which asks for the huge snapshot and reads it later */
+	enum { NHUGE = 8, NSILENT = 8 };
+	int stuck[NHUGE + NSILENT + 1], nstuck = 0;
+	struct llgo_msg_snapshot m;
+	lu_snapshot_req(&m, big.pid, LLGO_FORMAT_TEXT);
+	struct slow_reader slow = { .sock = d.sock, .pid = big.pid };
+	pthread_t slow_th;
+	cr_assert_eq(pthread_create(&slow_th, NULL, slow_reader_main, &slow), 0);
+	for (int i = 0; i < NHUGE; i++) {
+		int s = lu_connect(d.sock);
+		cr_assert(s >= 0);
+		cr_assert_eq(send(s, &m, sizeof(m), 0), (ssize_t)sizeof(m));
+		stuck[nstuck++] = s;
+	}
+	for (int i = 0; i < NSILENT; i++) {
+		stuck[nstuck] = lu_connect(d.sock);
+		cr_assert(stuck[nstuck++] >= 0);
+	}
+	struct llgo_msg_header lh;
+	lu_header(&lh, LLGO_MSG_LIST, sizeof(lh));
+	stuck[nstuck] = lu_connect(d.sock);
+	cr_assert(stuck[nstuck] >= 0);
+	cr_assert_eq(send(stuck[nstuck++], &lh, sizeof(lh), 0), (ssize_t)sizeof(lh));
+	/* while the workers build the huge answers: LIST answers at once, a snapshot of
+	 * another process waits for a worker at most */
+	t0 = lu_now_ms();
+	struct llgo_list_entry e0;
+	cr_assert(lu_list_pid(d.sock, small.pid, &e0));
+	long busy_list = lu_now_ms() - t0;
+	t0 = lu_now_ms();
+	free(lu_snapshot(d.sock, small.pid, LLGO_FORMAT_TEXT, NULL));
+	long busy_snap = lu_now_ms() - t0;
+	/* every huge answer is built (and stuck) by now */
+	lu_sleep_ms(huge_ms * NHUGE / 2 + 300);
+
+	long worst_list = 0, worst_snap = 0, worst_drain = 0;
+	for (int round = 1; round <= 3; round++) {
+		t0 = lu_now_ms();
+		struct llgo_list_entry e;
+		cr_assert(lu_list_pid(d.sock, small.pid, &e));
+		long ms = lu_now_ms() - t0;
+		worst_list = ms > worst_list ? ms : worst_list;
+
+		/* the drain thread (not a snapshot) moves new records into LIST's counts */
+		uint64_t before = e.delivered;
+		fputs("more\n", small.in);
+		fflush(small.in);
+		cr_assert(lu_read_line(&small, line, sizeof(line), 30000));
+		t0 = lu_now_ms();
+		do {
+			cr_assert(lu_list_pid(d.sock, small.pid, &e));
+		} while (e.delivered < before + 100 && lu_now_ms() - t0 < 5000 &&
+			 (lu_sleep_ms(5), true));
+		ms = lu_now_ms() - t0;
+		worst_drain = ms > worst_drain ? ms : worst_drain;
+		cr_expect_geq(e.delivered, before + 100, "the drain did not run in 5 s");
+
+		t0 = lu_now_ms();
+		char *text = lu_snapshot(d.sock, small.pid, LLGO_FORMAT_TEXT, NULL);
+		ms = lu_now_ms() - t0;
+		worst_snap = ms > worst_snap ? ms : worst_snap;
+		cr_expect_eq(lu_text_count(text, "idle_more_site", 555), 100L * round);
+		free(text);
+	}
+	cr_log_info("stuck clients (%d huge snapshots of %zu bytes unread, %d silent, 1 LIST "
+		    "unread; a huge snapshot takes %ld ms): while the huge answers are built, "
+		    "LIST %ld ms, snapshot of another process %ld ms; once they are stuck, worst "
+		    "LIST %ld ms, worst snapshot of another process %ld ms, worst drain delay %ld "
+		    "ms", NHUGE, hugelen, NSILENT, huge_ms, busy_list, busy_snap, worst_list,
+		    worst_snap, worst_drain);
+	long slack = lu_san()[0] ? 4 : 1;
+	cr_expect_lt(busy_list, 1000 * slack);
+	/* the 4 workers build 8 huge answers: a snapshot queued behind waits for two */
+	cr_expect_lt(busy_snap, 3 * huge_ms + 2000 * slack);
+	cr_expect_lt(worst_list, 1000 * slack);
+	cr_expect_lt(worst_snap, 2000 * slack);
+	cr_expect_lt(worst_drain, 1000 * slack);
+
+	/* the slow reader gets its whole answer, sent as it reads */
+	pthread_join(slow_th, NULL);
+	cr_expect_eq(slow.rc, 0);
+	cr_expect(slow.len == hugelen && memcmp(slow.data, huge, hugelen) == 0,
+		  "the slow reader got %zu bytes of %zu", slow.len, hugelen);
+	free(slow.data);
+	/* answers nobody reads for 5 s are dropped with their connection (watched without
+	 * reading: reading is progress); silent connections and answers that fit stay */
+	long t_hup = lu_now_ms();
+	int dropped = 0, open = 0;
+	while (dropped < NHUGE && lu_now_ms() - t_hup < 30000) {
+		dropped = 0;
+		for (int i = 0; i < NHUGE; i++) {
+			struct pollfd pf = { .fd = stuck[i], .events = POLLRDHUP };
+			dropped += poll(&pf, 1, 0) == 1 && (pf.revents & (POLLHUP | POLLRDHUP));
+		}
+		lu_sleep_ms(50);
+	}
+	long hup_ms = lu_now_ms() - t_hup;
+	for (int i = 0; i < nstuck; i++) {
+		char *junk;
+		size_t jl;
+		int rc = lu_read_answer(stuck[i], &junk, &jl, i < NHUGE ? 5000 : 100);
+		free(junk);
+		if (i < NHUGE)
+			cr_expect(rc == -EPROTO && jl < hugelen, "stuck client %d: %d, %zu bytes",
+				  i, rc, jl);
+		else
+			open += i < nstuck - 1 ? rc == -ETIMEDOUT : rc == 0;
+	}
+	cr_log_info("%d of %d unread huge answers dropped %ld ms after the measurements; the "
+		    "slow reader got all %zu bytes in %ld packets; %d of %d other connections "
+		    "still open", dropped, NHUGE, hup_ms, slow.len, slow.packets, open,
+		    nstuck - NHUGE);
+	cr_expect_eq(dropped, NHUGE);
+	cr_expect_eq(open, nstuck - NHUGE);
+	for (int i = 0; i < nstuck; i++)
+		close(stuck[i]);
+	free(huge);
+	cr_expect_eq(lu_wait(&small, 10000), 0);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
