@@ -100,19 +100,19 @@ static int daemon_parse_size(const char *s, uint64_t *out, bool suffixes)
 static int daemon_add_trim(struct daemon_opts *o, const char *val)
 {
 	char *copy = strdup(val);
-	if (!copy)
-		return -1;
-	for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+	int rc = copy ? 0 : -1;
+	for (char *save = NULL, *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && !rc;
 	     tok = strtok_r(NULL, ",", &save)) {
-		if (!*tok || strcmp(tok, "*") == 0)
-			return -1;
 		char **v = realloc(o->server.trim, (o->server.ntrim + 1) * sizeof(*v));
-		if (!v)
-			return -1;
-		o->server.trim = v;
-		o->server.trim[o->server.ntrim++] = tok;
+		if (v)
+			o->server.trim = v;
+		if (strcmp(tok, "*") == 0 || !v || !(v[o->server.ntrim] = strdup(tok)))
+			rc = -1;
+		else
+			o->server.ntrim++;
 	}
-	return 0;
+	free(copy);
+	return rc;
 }
 
 static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
@@ -237,6 +237,16 @@ int main(int argc, char **argv)
 	struct daemon_opts o;
 	memset(&o, 0, sizeof(o));
 	o.server.keep_exited = SESSION_DEFAULT_KEEP_EXITED;
+	/* Signals are taken synchronously by sigwait below; blocked from the start, so a
+	 * SIGTERM that arrives while the socket is being set up still ends in an orderly exit,
+	 * and every thread started later inherits the mask. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+
 	int rc = daemon_parse(argc, argv, &o);
 	if (rc)
 		return rc;
@@ -281,14 +291,6 @@ int main(int argc, char **argv)
 		server_log_use_syslog(true);
 	}
 
-	/* Signals are taken synchronously here; every thread started below inherits the mask. */
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-
 	rc = server_start(srv);
 	if (rc) {
 		server_log("cannot start: %s", strerror(-rc));
@@ -318,5 +320,8 @@ int main(int argc, char **argv)
 		   (unsigned long long)st.sessions, (unsigned long long)st.malformed);
 	http_free(http); /* before the server: its requests hold sessions */
 	server_free(srv);
+	for (size_t i = 0; i < o.server.ntrim; i++)
+		free(o.server.trim[i]);
+	free(o.server.trim);
 	return 0;
 }
