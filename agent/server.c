@@ -12,7 +12,9 @@
  *     worker, which re-arms it when done (or closes it). The loop never waits on a session's
  *     drain lock, a client or the disk.
  *   - shim workers (SERVER_SHIM_WORKERS) run HELLO (map the control page, read the maps: the
- *     shim waits for the ACK before main), BYE and the final drain at EOF;
+ *     shim waits for the ACK before main), and nothing else, so attaching never waits;
+ *   - exit workers (SERVER_EXIT_WORKERS) run BYE and the final drain at EOF, which may take
+ *     a while for a process that exits with full rings;
  *   - client workers (opts.client_workers) run SNAPSHOT and SET_RATE, so a slow snapshot
  *     delays neither the loop, nor attaching processes, nor (up to the pool size) other
  *     clients. LIST is cheap (short locks, never a drain lock) and answered by the loop.
@@ -49,6 +51,7 @@
 #include "session.h"
 
 #define SERVER_SHIM_WORKERS 2u
+#define SERVER_EXIT_WORKERS 2u
 #define SERVER_CLIENT_WORKERS 4u
 #define SERVER_MAX_WORKERS 64u
 #define SERVER_SEND_TIMEOUT_S 5
@@ -116,7 +119,7 @@ struct server {
 	pthread_t loop;
 	bool loop_started;
 	_Atomic bool stopping;
-	struct server_workq shimq, clientq;
+	struct server_workq shimq, exitq, clientq;
 	pthread_mutex_t conns_lock;
 	struct server_conn *conns;
 	size_t nconns, max_conns;
@@ -567,7 +570,7 @@ static void server_workq_push(struct server_workq *q, struct server_conn *c, uin
 static void server_conn_end(struct server_conn *c)
 {
 	if (c->kind == SERVER_CONN_SHIM && c->session)
-		server_workq_push(&c->srv->shimq, c, SERVER_JOB_EXIT);
+		server_workq_push(&c->srv->exitq, c, SERVER_JOB_EXIT);
 	else
 		server_conn_close(c);
 }
@@ -758,7 +761,9 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 	case LLGO_MSG_BYE:
 		memcpy(c->req, srv->rxbuf, (size_t)r);
 		c->job_fd = fd;
-		server_workq_push(&srv->shimq, c, h.type);
+		/* A process blocks in its constructor until HELLO is answered: never queue it
+		 * behind the drains of exiting processes. */
+		server_workq_push(h.type == LLGO_MSG_HELLO ? &srv->shimq : &srv->exitq, c, h.type);
 		return;
 	case LLGO_MSG_LIST:
 		/* Cheap (short locks, never a drain lock) and answered without blocking: here,
@@ -1200,6 +1205,7 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	srv->drain = srv->reg ? drain_new(srv->reg) : NULL;
 	if (!srv->rxbuf || !srv->reg || !srv->drain || (o->socket_path && !srv->socket_path) ||
 	    server_workq_init(&srv->shimq, srv, SERVER_SHIM_WORKERS) ||
+	    server_workq_init(&srv->exitq, srv, SERVER_EXIT_WORKERS) ||
 	    server_workq_init(&srv->clientq, srv, nclient)) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
@@ -1253,6 +1259,8 @@ int server_start(struct server *srv)
 	if (!err)
 		err = server_workq_start(&srv->shimq);
 	if (!err)
+		err = server_workq_start(&srv->exitq);
+	if (!err)
 		err = server_workq_start(&srv->clientq);
 	if (!err) {
 		err = -pthread_create(&srv->loop, NULL, server_loop, srv);
@@ -1281,6 +1289,7 @@ void server_stop(struct server *srv)
 		shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&srv->conns_lock);
 	server_workq_stop(&srv->shimq);
+	server_workq_stop(&srv->exitq);
 	server_workq_stop(&srv->clientq);
 	if (srv->drain)
 		drain_stop(srv->drain);
@@ -1320,6 +1329,7 @@ void server_free(struct server *srv)
 	drain_free(srv->drain);
 	session_registry_free(srv->reg);
 	server_workq_destroy(&srv->shimq);
+	server_workq_destroy(&srv->exitq);
 	server_workq_destroy(&srv->clientq);
 	pthread_mutex_destroy(&srv->conns_lock);
 	free(srv->rxbuf);
