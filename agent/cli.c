@@ -273,6 +273,23 @@ static int daemon_error(const char *path, int err)
 	return die("talking to llgo-heapd at %s: %s", path, strerror(-err));
 }
 
+/* One request to the daemon, its DATA collected in out; a transport error or an END with a
+ * non-zero status becomes one line on stderr (and exit status 2). message gets END's text. */
+static int daemon_call(const char *path, const void *req, size_t n, struct buf *out,
+		       char *message, size_t mlen)
+{
+	int status = 0;
+	message[0] = '\0';
+	int err = client_request(path, req, n, out, &status, message, mlen);
+	if (err)
+		return daemon_error(path, err);
+	if (status)
+		return die("%s", message[0] ? message : strerror(status));
+	if (out->failed)
+		return die("out of memory");
+	return 0;
+}
+
 static int snapshot_fetch(const char *path, pid_t pid, int fmt, uint32_t flags, uint32_t top_n,
 			  struct buf *out)
 {
@@ -283,32 +300,19 @@ static int snapshot_fetch(const char *path, pid_t pid, int fmt, uint32_t flags, 
 	req.format = (uint32_t)fmt;
 	req.flags = flags;
 	req.top_n = top_n;
-	int status = 0;
-	char message[LLGO_END_MSG_LEN] = "";
-	int err = client_request(path, &req, sizeof(req), out, &status, message, sizeof(message));
-	if (err)
-		return daemon_error(path, err);
-	if (status)
-		return die("%s", message[0] ? message : strerror(status));
-	if (out->failed)
-		return die("out of memory");
-	return 0;
+	char message[LLGO_END_MSG_LEN];
+	return daemon_call(path, &req, sizeof(req), out, message, sizeof(message));
 }
 
 static int list_fetch(const char *path, struct buf *out)
 {
 	struct llgo_msg_header req;
 	msg_header_init(&req, LLGO_MSG_LIST, sizeof(req));
-	int status = 0;
-	char message[LLGO_END_MSG_LEN] = "";
-	int err = client_request(path, &req, sizeof(req), out, &status, message, sizeof(message));
-	if (err)
-		return daemon_error(path, err);
-	if (status)
-		return die("%s", message[0] ? message : strerror(status));
-	if (out->len % sizeof(struct llgo_list_entry))
+	char message[LLGO_END_MSG_LEN];
+	int rc = daemon_call(path, &req, sizeof(req), out, message, sizeof(message));
+	if (!rc && out->len % sizeof(struct llgo_list_entry))
 		return die("malformed list answer from llgo-heapd");
-	return 0;
+	return rc;
 }
 
 static int write_file(const char *file, const struct buf *b)
@@ -425,16 +429,12 @@ static int cmd_rate(const char *path, struct opts *o)
 	req.rate = rate;
 	struct buf b;
 	buf_init(&b);
-	int status = 0;
-	char message[LLGO_END_MSG_LEN] = "";
-	int err = client_request(path, &req, sizeof(req), &b, &status, message, sizeof(message));
+	char message[LLGO_END_MSG_LEN];
+	rc = daemon_call(path, &req, sizeof(req), &b, message, sizeof(message));
 	buf_free(&b);
-	if (err)
-		return daemon_error(path, err);
-	if (status)
-		return die("%s", message[0] ? message : strerror(status));
-	printf("%s\n", message);
-	return 0;
+	if (!rc)
+		printf("%s\n", message);
+	return rc;
 }
 
 /* ---- run ------------------------------------------------------------------------------- */

@@ -23,72 +23,6 @@
 
 #ifndef LLGO_BUILD_DIR
 #error "LLGO_BUILD_DIR must be set by the Makefile"
-/* A private llgo-heapd on dir/heapd.sock; returns its pid (stop it with e2e_daemon_stop). */
-static inline pid_t e2e_daemon_start(const char *dir, char *sock, size_t socklen)
-{
-	snprintf(sock, socklen, "%s/heapd.sock", dir);
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		unsetenv("LD_PRELOAD");
-		execl(E2E_BIN "/llgo-heapd", "llgo-heapd", "--socket", sock, "--foreground",
-		      (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 1000; i++) {
-		int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-		struct sockaddr_un sa = { .sun_family = AF_UNIX };
-		cr_assert(strlen(sock) < sizeof(sa.sun_path));
-		memcpy(sa.sun_path, sock, strlen(sock) + 1);
-		int ok = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-		close(s);
-		if (ok)
-			return pid;
-		struct timespec ts = { 0, 5000000 };
-		nanosleep(&ts, NULL);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	cr_assert_fail("llgo-heapd did not start on %s", sock);
-	return -1;
-}
-
-static inline void e2e_daemon_stop(pid_t pid)
-{
-	if (pid <= 0)
-		return;
-	kill(pid, SIGTERM);
-	int st;
-	waitpid(pid, &st, 0);
-}
-
-/* Start argv with extra environment (NULL-terminated "K=V" list), stdin and stdout piped. */
-static inline pid_t e2e_spawn(char *const argv[], char *const env[], FILE **in, FILE **out)
-{
-	int pin[2], pout[2];
-	cr_assert(pipe(pin) == 0 && pipe(pout) == 0);
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		dup2(pin[0], 0);
-		dup2(pout[1], 1);
-		close(pin[0]);
-		close(pin[1]);
-		close(pout[0]);
-		close(pout[1]);
-		for (int i = 0; env && env[i]; i++)
-			putenv(env[i]);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(pin[0]);
-	close(pout[1]);
-	*in = fdopen(pin[1], "w");
-	*out = fdopen(pout[0], "r");
-	setvbuf(*in, NULL, _IOLBF, 0);
-	return pid;
-}
-
 #endif
 
 #define E2E_BIN LLGO_BUILD_DIR "/bin"
@@ -150,8 +84,6 @@ static inline int e2e_sh(char **out, const char *fmt, ...)
 	return 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
-/* Environment prefix for `go tool pprof`: a private HOME and GOCACHE, no network. */
-#define E2E_GO_ENV(dir) "HOME=" dir " GOCACHE=" dir "/gocache GOFLAGS=-mod=mod GOPROXY=off "
 
 /* One record of Go's legacy heap text. */
 struct e2e_text_rec {
