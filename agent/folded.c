@@ -65,10 +65,10 @@ static void put_frames(struct buf *b, const struct stack *st, struct procmaps *m
 	}
 	for (uint32_t i = depth; i-- > 0;) {
 		uint64_t addr = st->pcs[i] - 1;
-		const struct mapping *m = procmaps_find(maps, addr);
+		const struct mapping *m;
 		struct sym_result r;
-		int nf = m ? symbolize_pc(m, addr, &r) : 0;
-		if (nf <= 0) {
+		int nf = profile_frame(maps, st->pcs[i], &m, &r);
+		if (nf == 0) {
 			char name[320];
 			profile_addr_name(name, sizeof(name), m, addr);
 			if (!first)

@@ -271,6 +271,10 @@ bool profile_mixed_rates(const struct profile *p);
 /* The one rate to state for p: the samples' rate, the one covering the most raw bytes
  * when mixed, meta.rate when there are no samples. */
 uint64_t profile_main_rate(const struct profile *p);
+/* Symbolize the frame at return address pc (looked up at pc - 1, inside the call): *m gets
+ * its mapping (NULL if none) and r its inline chain; returns r's frame count (0: unknown). */
+int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
+		  struct sym_result *r);
 /* "llgo-heap: sampled=N delivered=N dropped=N corrupt=N" (no newline). */
 int profile_accounting(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a

@@ -182,13 +182,22 @@ static bool trim_match(const char *name, char *const *patterns, size_t n)
 	return false;
 }
 
+int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
+		  struct sym_result *r)
+{
+	*m = maps ? procmaps_find(maps, pc - 1) : NULL;
+	r->nframes = 0;
+	int nf = *m ? symbolize_pc(*m, pc - 1, r) : 0;
+	return nf > 0 ? nf : 0;
+}
+
 /* Whether the frame at return address pc lies in a function to trim: any function of its
  * inline chain counts, so an inlined allocator helper is trimmed with its host. */
 static bool trim_frame(struct procmaps *maps, uint64_t pc, char *const *patterns, size_t n)
 {
-	const struct mapping *m = maps ? procmaps_find(maps, pc - 1) : NULL;
+	const struct mapping *m;
 	struct sym_result r;
-	if (!m || symbolize_pc(m, pc - 1, &r) <= 0)
+	if (profile_frame(maps, pc, &m, &r) == 0)
 		return false;
 	for (int i = 0; i < r.nframes; i++)
 		if (trim_match(r.frames[i].function, patterns, n))

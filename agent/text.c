@@ -178,11 +178,11 @@ static int text_frames(struct tw *t, const struct stack *st, struct procmaps *ma
 		if (st->pcs[i] == 0)
 			break;
 		uint64_t addr = st->pcs[i] - 1;
-		const struct mapping *m = procmaps_find(maps, addr);
+		const struct mapping *m;
 		struct sym_result r;
-		int nf = m ? symbolize_pc(m, addr, &r) : 0;
+		int nf = profile_frame(maps, st->pcs[i], &m, &r);
 		int err;
-		if (nf <= 0) {
+		if (nf == 0) {
 			err = tw_addf(t, "#\t0x%llx", (unsigned long long)addr);
 		} else {
 			unsigned long long off = r.entry && r.entry <= addr ? addr - r.entry : 0;

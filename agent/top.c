@@ -49,10 +49,10 @@ static char *site_name(const struct stack *st, struct procmaps *maps)
 	if (!st || st->npcs == 0 || st->pcs[0] == 0)
 		return strdup("[no stack]");
 	uint64_t addr = st->pcs[0] - 1;
-	const struct mapping *m = procmaps_find(maps, addr);
+	const struct mapping *m;
 	struct sym_result r;
-	int nf = m ? symbolize_pc(m, addr, &r) : 0;
-	if (nf <= 0) {
+	int nf = profile_frame(maps, st->pcs[0], &m, &r);
+	if (nf == 0) {
 		char name[320];
 		profile_addr_name(name, sizeof(name), m, addr);
 		return strdup(name);
