@@ -19,7 +19,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "session.h"
 
@@ -136,10 +139,16 @@ void drain_refresh_maps(struct session *s, bool force)
 
 /* ---- the drain thread --------------------------------------------------------------------- */
 
+/* Nice value of the drain thread where the daemon may raise it (root, CAP_SYS_NICE): the
+ * programs it serves may saturate every core, and a drain that waits for the scheduler lets
+ * their rings fill and drop. Without the privilege it runs at the daemon's own priority. */
+#define DRAIN_NICE (-10)
+
 static void *drain_main(void *arg)
 {
 	struct drain *d = arg;
 	uint64_t sleep_ns = DRAIN_POLL_MIN_NS;
+	(void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), DRAIN_NICE);
 	for (;;) {
 		struct session **v;
 		size_t n = session_list(d->reg, true, &v);
