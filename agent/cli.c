@@ -523,13 +523,8 @@ static pid_t spawn_command(char **cmd, const char *shim, const char *sock, const
 	}
 	setenv("LD_PRELOAD", pre, 1);
 	setenv("LLGO_HEAP_SOCKET", sock, 1);
-	if (rate) {
+	if (rate)
 		setenv("LLGO_HEAP_RATE", rate, 1);
-		/* Low rates make bursts of records: give each thread a 4 MiB ring so a short
-		 * program's burst fits between two drains (drops are counted either way). */
-		if (strtoull(rate, NULL, 10) < 65536)
-			setenv("LLGO_HEAP_RING_KB", "4096", 0);
-	}
 	signal(SIGINT, SIG_DFL);
 	signal(SIGQUIT, SIG_DFL);
 	execvp(cmd[0], cmd);

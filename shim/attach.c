@@ -387,10 +387,11 @@ __attribute__((constructor(102))) static void attach_init(void)
 	const char *dbg = getenv("LLGO_HEAP_DEBUG");
 	attach_debug = dbg && dbg[0] == '1';
 	stack_init();
-	emit_init();
+	uint64_t rate = attach_parse_rate(getenv("LLGO_HEAP_RATE"));
+	emit_init(rate);
 	pthread_atfork(attach_atfork_prepare, attach_atfork_parent, attach_atfork_child);
 	attach_socket_path();
-	int64_t word = llgo_rate_to_word(attach_parse_rate(getenv("LLGO_HEAP_RATE")));
+	int64_t word = llgo_rate_to_word(rate);
 	int rc = attach_connect(word, 0);
 	if (rc != 0)
 		attach_fail_msg(attach_path, rc);

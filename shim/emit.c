@@ -67,9 +67,17 @@ static void emit_thread_exit(void *v)
 	t->ring.hdr = NULL;
 }
 
-void emit_init(void)
+/* Processes that start at a rate below EMIT_LOW_RATE get rings of EMIT_LOW_RATE_DATA bytes: at
+ * such rates a thread publishes records in bursts a default ring cannot hold between two
+ * drains (rate 1 writes one per allocation). Pages are touched only as the ring cycles. */
+#define EMIT_LOW_RATE 65536u
+#define EMIT_LOW_RATE_DATA (4u << 20)
+
+void emit_init(uint64_t rate)
 {
 	const char *kb = getenv("LLGO_HEAP_RING_KB");
+	if ((!kb || !*kb) && rate >= 1 && rate < EMIT_LOW_RATE)
+		emit_size = EMIT_LOW_RATE_DATA;
 	if (kb && *kb) {
 		uint64_t v = 0;
 		for (const char *c = kb; *c >= '0' && *c <= '9' && v < (1ULL << 40); c++)

@@ -140,7 +140,8 @@ void stack_thread_bounds(uintptr_t *lo, uintptr_t *hi);
 
 /* Ring data size from LLGO_HEAP_RING_KB (power of two, clamped), read once at init. */
 uint32_t emit_data_size(void);
-void emit_init(void);
+/* Ring size (LLGO_HEAP_RING_KB, else by the starting rate) and the thread-exit key. */
+void emit_init(uint64_t rate);
 /* Every ring of the previous process image is forgotten (fork child). */
 void emit_forget_all(void);
 uint32_t emit_generation(void);
