@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../agent/session.h"
+#include "../shim/internal.h"
 
 static void sleep_ms(unsigned ms)
 {
@@ -31,11 +32,11 @@ static bool under_tsan(void)
 
 /* ---- producer (shared/ring.h's protocol) ------------------------------------------------ */
 
+/* A producer ring in a sealed memfd, written with the shim's own emit_push_alloc. */
 struct pring {
 	int fd;
 	struct llgo_ring_header *hdr;
-	unsigned char *data;
-	uint64_t size, head, sampled, dropped;
+	struct emit_ring ring;
 };
 
 static int sealed_memfd(size_t size)
@@ -50,53 +51,18 @@ static int sealed_memfd(size_t size)
 static void pring_new(struct pring *r, uint32_t id, uint32_t size)
 {
 	memset(r, 0, sizeof(*r));
-	r->size = size;
-	r->fd = sealed_memfd(LLGO_RING_HEADER_SIZE + (size_t)size);
-	void *p = mmap(NULL, LLGO_RING_HEADER_SIZE + (size_t)size, PROT_READ | PROT_WRITE,
-		       MAP_SHARED, r->fd, 0);
+	size_t len = LLGO_RING_HEADER_SIZE + (size_t)size;
+	r->fd = sealed_memfd(len);
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
 	cr_assert_neq(p, MAP_FAILED);
-	r->hdr = p;
-	r->data = (unsigned char *)p + LLGO_RING_HEADER_SIZE;
-	r->hdr->magic = LLGO_RING_MAGIC;
-	r->hdr->version = LLGO_RING_VERSION;
-	r->hdr->header_size = LLGO_RING_HEADER_SIZE;
-	r->hdr->data_size = size;
-	r->hdr->ring_id = id;
-	atomic_store(&r->hdr->state, LLGO_RING_OWNED);
+	cr_assert_eq(emit_ring_format(&r->ring, p, len, size, id, 0), 0);
+	r->hdr = r->ring.hdr;
 }
 
 static bool pring_push(struct pring *r, const uint64_t *frames, uint16_t n, uint64_t size,
 		       uint64_t rate)
 {
-	uint32_t len = llgo_record_alloc_len(n);
-	uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
-	if (r->head + len - tail > r->size) {
-		r->dropped++;
-		atomic_store_explicit(&r->hdr->dropped, r->dropped, memory_order_release);
-		r->sampled++;
-		atomic_store_explicit(&r->hdr->sampled, r->sampled, memory_order_release);
-		return false;
-	}
-	unsigned char rec[LLGO_RECORD_MAX_LEN];
-	struct llgo_record h;
-	memset(&h, 0, sizeof(h));
-	h.kind = LLGO_REC_ALLOC;
-	h.version = LLGO_REC_VERSION;
-	h.nframes = n;
-	h.length = len;
-	h.seq = r->sampled + 1;
-	h.size = size;
-	h.rate = rate;
-	memcpy(rec, &h, sizeof(h));
-	memcpy(rec + sizeof(h), frames, 8u * n);
-	uint64_t sum = llgo_record_checksum(rec, len);
-	memcpy(rec + offsetof(struct llgo_record, checksum), &sum, sizeof(sum));
-	llgo_ring_copy_in(r->data, r->size - 1, r->head, rec, len);
-	r->head += len;
-	atomic_store_explicit(&r->hdr->head, r->head, memory_order_release);
-	r->sampled++;
-	atomic_store_explicit(&r->hdr->sampled, r->sampled, memory_order_release);
-	return true;
+	return emit_push_alloc(&r->ring, size, rate, 0, 0, frames, n);
 }
 
 /* ---- fixtures ------------------------------------------------------------------------------ */
@@ -302,7 +268,7 @@ Test(drain, thread_keeps_up_and_shares_rings_with_snapshots, .timeout = 120)
 	expect_accounting(s, &c);
 	cr_expect_eq(c.delivered, pushed);
 	cr_expect_eq(c.corrupt, 0);
-	cr_expect_eq(c.dropped, r.dropped);
+	cr_expect_eq(c.dropped, atomic_load(&r.hdr->dropped));
 	session_put(s);
 	session_registry_free(reg);
 }
