@@ -291,7 +291,5 @@ int msg_send(int sock, const void *pkt, size_t n, int fd);
 /* Receive one packet into buf (cap bytes); *fd gets an attached descriptor or -1. Returns the
  * packet length, 0 at EOF, or a negative errno. Truncated packets are an error (-EMSGSIZE). */
 ssize_t msg_recv(int sock, void *buf, size_t cap, int *fd);
-/* Send data as DATA packets followed by END(status, message). */
-int msg_send_answer(int sock, const void *data, size_t n, int status, const char *message);
 
 #endif

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * msg.c: framing of llgo-heapd's SOCK_SEQPACKET packets (shared/proto.h) for the daemon and
- * the CLI: header init and checks, send and receive with an optional SCM_RIGHTS descriptor,
- * and the DATA...END answer sequence. What a packet means is left to server.c and cli.c.
+ * the CLI: header init and checks, send and receive with an optional SCM_RIGHTS descriptor.
+ * What a packet means, and how answers are queued, is left to server.c and cli.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -110,29 +110,4 @@ ssize_t msg_recv(int sock, void *buf, size_t cap, int *fd)
 		return -EMSGSIZE;
 	}
 	return r;
-}
-
-int msg_send_answer(int sock, const void *data, size_t n, int status, const char *message)
-{
-	static const size_t chunk = LLGO_MSG_MAX - sizeof(struct llgo_msg_header);
-	unsigned char pkt[LLGO_MSG_MAX];
-	const unsigned char *p = data;
-	while (n > 0) {
-		size_t len = n < chunk ? n : chunk;
-		msg_header_init((struct llgo_msg_header *)pkt, LLGO_MSG_DATA,
-				(uint32_t)(sizeof(struct llgo_msg_header) + len));
-		memcpy(pkt + sizeof(struct llgo_msg_header), p, len);
-		int err = msg_send(sock, pkt, sizeof(struct llgo_msg_header) + len, -1);
-		if (err)
-			return err;
-		p += len;
-		n -= len;
-	}
-	struct llgo_msg_end end;
-	memset(&end, 0, sizeof(end));
-	msg_header_init(&end.h, LLGO_MSG_END, sizeof(end));
-	end.status = status;
-	if (message)
-		snprintf(end.message, sizeof(end.message), "%s", message);
-	return msg_send(sock, &end, sizeof(end), -1);
 }
