@@ -5,7 +5,6 @@
  * What a packet means, and how answers are queued, is left to server.c and cli.c.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
