@@ -100,6 +100,7 @@ static size_t drain_session_locked(struct session *s)
 {
 	if (!session_is_live(s))
 		return 0;
+	session_sync_rings(s);
 	session_adopt_rings_locked(s);
 	struct drain_ctx ctx = { .s = s };
 	for (size_t i = 0; i < s->nrings_adopted; i++)
@@ -107,6 +108,15 @@ static size_t drain_session_locked(struct session *s)
 	if (ctx.unknown_pc)
 		s->maps_stale = true;
 	drain_refresh_locked(s, false);
+	/* Tell the shim whether it must wait for us at exit (a pc we could not place yet). */
+	pthread_mutex_lock(&s->lock);
+	if (s->ctl) {
+		atomic_store_explicit(&s->ctl->maps_stale, s->maps_stale ? 1u : 0u,
+				      memory_order_relaxed);
+		if (s->maps)
+			atomic_fetch_add_explicit(&s->ctl->daemon_beat, 1, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&s->lock);
 	struct session_counts c;
 	session_account_locked(s, &c); /* refreshes the cached counts LIST shows */
 	return ctx.records;

@@ -275,7 +275,6 @@ static struct session *http_sole_session(struct http_server *h, size_t *allowed)
 static struct session *http_session(struct http_server *h, struct MHD_Connection *c,
 				    enum MHD_Result *sent)
 {
-	struct session_registry *reg = server_sessions(h->srv);
 	const char *arg = http_arg(c, "pid");
 	if (arg && *arg) {
 		int64_t pid;
@@ -284,7 +283,7 @@ static struct session *http_session(struct http_server *h, struct MHD_Connection
 					   "invalid value for \"pid\" - must be a positive integer");
 			return NULL;
 		}
-		struct session *s = session_lookup(reg, (pid_t)pid);
+		struct session *s = server_lookup(h->srv, (pid_t)pid);
 		if (s && !http_uid_allowed(h, s->uid)) {
 			session_put(s);
 			s = NULL;
@@ -429,6 +428,9 @@ static enum MHD_Result http_profile(struct http_server *h, struct MHD_Connection
 	p1.meta.delivered = http_sub(p1.meta.delivered, p0.meta.delivered);
 	p1.meta.dropped = http_sub(p1.meta.dropped, p0.meta.dropped);
 	p1.meta.corrupt = http_sub(p1.meta.corrupt, p0.meta.corrupt);
+	p1.meta.dropped_prior = http_sub(p1.meta.dropped_prior, p0.meta.dropped_prior);
+	p1.meta.dropped_no_ring = http_sub(p1.meta.dropped_no_ring, p0.meta.dropped_no_ring);
+	p1.meta.dropped_detached = http_sub(p1.meta.dropped_detached, p0.meta.dropped_detached);
 	p1.meta.cap_hits = http_sub(p1.meta.cap_hits, p0.meta.cap_hits);
 	http_answer_init(&a, MHD_HTTP_OK, "application/octet-stream");
 	snprintf(a.disposition, sizeof(a.disposition), "attachment; filename=\"%s-delta\"",

@@ -66,6 +66,9 @@ struct ring_reader {
 	struct ring_counts counts;
 	uint64_t sampled;  /* last sampled value accepted from the ring */
 	uint64_t dropped;  /* last dropped value accepted from the ring */
+	/* Samples of this ring that an earlier reader took (a daemon that died or a session
+	 * that ended before the process did): counted as sampled and dropped. */
+	uint64_t prior;
 };
 
 /* A valid record copied out of the ring; frames points into the reader's scratch copy and
@@ -75,6 +78,13 @@ typedef void (*ring_record_fn)(void *arg, const struct llgo_record *rec, const u
 /* Map a ring memfd (checking its size, its F_SEAL_SHRINK seal and header) and set up the
  * reader; closes nothing. -EPERM: not sealed against shrinking (could SIGBUS the daemon). */
 int ring_reader_map(struct ring_reader *r, int fd, uint32_t ring_id, uint32_t data_size);
+/* Map the ring at offset off of a process memfd (shared/ring.h layout); the memfd's size and
+ * seal are checked as ring_reader_map does. -EAGAIN: the shim has not formatted it yet. */
+int ring_reader_map_at(struct ring_reader *r, int fd, uint64_t off, size_t map_len,
+		       uint32_t ring_id, uint32_t data_size);
+/* A ring found already in use (re-adoption): count what an earlier reader took before this
+ * one starts at the shared tail, so that the accounting still adds up. */
+void ring_reader_baseline(struct ring_reader *r);
 /* Set up a reader over memory already mapped (tests). */
 int ring_reader_init(struct ring_reader *r, void *mem, size_t map_len, uint32_t ring_id,
 		     uint32_t data_size);
@@ -91,10 +101,14 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg);
  * (samples that found no ring: sampled and dropped) with ring_account_lost. */
 struct ring_account {
 	uint64_t sampled, delivered, dropped, corrupt;
+	/* Parts of dropped: samples an earlier reader took (prior), samples that found no ring
+	 * (no_ring), samples taken while the shim had no daemon (detached). */
+	uint64_t prior, no_ring, detached;
 };
 void ring_reader_account(const struct ring_reader *r, struct ring_account *out);
 void ring_account_add(struct ring_account *sum, const struct ring_account *a);
 void ring_account_lost(struct ring_account *sum, uint64_t lost_no_ring);
+void ring_account_detached(struct ring_account *sum, uint64_t lost_detached);
 
 /* ---- bucket.c: (stack, size, rate) -> counters ----------------------------------------- */
 
@@ -218,6 +232,9 @@ struct profile_meta {
 	uint64_t rate;           /* public rate in force */
 	bool mixed_rates;        /* samples were taken at more than one rate */
 	uint64_t sampled, delivered, dropped, corrupt;
+	/* Parts of dropped (see struct ring_account). */
+	uint64_t dropped_prior, dropped_no_ring, dropped_detached;
+	uint64_t reconnects; /* the shim reattached after losing its daemon */
 	uint64_t cap_hits;
 };
 

@@ -431,11 +431,25 @@ uint64_t profile_main_rate(const struct profile *p)
 	return t[best].rate;
 }
 
+/* One line; the parts of dropped follow when any sample was dropped for a reason other than a
+ * full ring (ring_full is the rest), and reconnects when the shim lost its daemon. */
 int profile_accounting(struct buf *b, const struct profile *p)
 {
-	return buf_printf(b, "llgo-heap: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
-			  (unsigned long long)p->meta.sampled, (unsigned long long)p->meta.delivered,
-			  (unsigned long long)p->meta.dropped, (unsigned long long)p->meta.corrupt);
+	const struct profile_meta *m = &p->meta;
+	int rc = buf_printf(b, "llgo-heap: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
+			    (unsigned long long)m->sampled, (unsigned long long)m->delivered,
+			    (unsigned long long)m->dropped, (unsigned long long)m->corrupt);
+	uint64_t parts = m->dropped_prior + m->dropped_no_ring + m->dropped_detached;
+	if (rc == 0 && parts && parts <= m->dropped)
+		rc = buf_printf(b, " (dropped: ring_full=%llu no_ring=%llu detached=%llu "
+				   "earlier_daemon=%llu)",
+				(unsigned long long)(m->dropped - parts),
+				(unsigned long long)m->dropped_no_ring,
+				(unsigned long long)m->dropped_detached,
+				(unsigned long long)m->dropped_prior);
+	if (rc == 0 && m->reconnects)
+		rc = buf_printf(b, " reconnects=%llu", (unsigned long long)m->reconnects);
+	return rc;
 }
 
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr)

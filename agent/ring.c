@@ -77,29 +77,63 @@ int ring_reader_init(struct ring_reader *r, void *mem, size_t map_len, uint32_t 
 	return 0;
 }
 
-int ring_reader_map(struct ring_reader *r, int fd, uint32_t ring_id, uint32_t data_size)
+int ring_reader_map_at(struct ring_reader *r, int fd, uint64_t off, size_t map_len,
+		       uint32_t ring_id, uint32_t data_size)
 {
 	memset(r, 0, sizeof(*r));
-	if (!ring_geometry_ok(data_size))
+	if (!ring_geometry_ok(data_size) || map_len < (size_t)LLGO_RING_HEADER_SIZE + data_size)
 		return -EINVAL;
-	size_t len = (size_t)LLGO_RING_HEADER_SIZE + data_size;
 	struct stat st;
 	if (fstat(fd, &st) != 0)
 		return -errno;
-	if (!S_ISREG(st.st_mode) || st.st_size < 0 || (uint64_t)st.st_size < len)
-		return -EINVAL;
+	if (!S_ISREG(st.st_mode) || st.st_size < 0 || (uint64_t)st.st_size < off ||
+	    (uint64_t)st.st_size - off < map_len)
+		return off ? -EAGAIN : -EINVAL; /* a process memfd grows as rings are made */
 	int seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || !(seals & F_SEAL_SHRINK))
 		return -EPERM;
-	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	void *mem = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
 	if (mem == MAP_FAILED)
 		return -errno;
-	int rc = ring_reader_init(r, mem, len, ring_id, data_size);
+	int rc = ring_reader_init(r, mem, map_len, ring_id, data_size);
 	if (rc != 0) {
-		munmap(mem, len);
+		/* Within ring_count but all zero: formatted by a thread that has not finished */
+		uint64_t magic;
+		memcpy(&magic, mem, sizeof(magic));
+		if (rc == -EPROTO && magic == 0 && off)
+			rc = -EAGAIN;
+		munmap(mem, map_len);
 		memset(r, 0, sizeof(*r));
 	}
 	return rc;
+}
+
+int ring_reader_map(struct ring_reader *r, int fd, uint32_t ring_id, uint32_t data_size)
+{
+	return ring_reader_map_at(r, fd, 0, (size_t)LLGO_RING_HEADER_SIZE + data_size, ring_id,
+				  data_size);
+}
+
+void ring_reader_baseline(struct ring_reader *r)
+{
+	struct llgo_ring_header *h = r->hdr;
+	if (!h)
+		return;
+	uint64_t sampled = atomic_load_explicit(&h->sampled, memory_order_acquire);
+	uint64_t dropped = atomic_load_explicit(&h->dropped, memory_order_acquire);
+	uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
+	uint64_t pos = r->tail, unread = 0;
+	/* Count the records still to read by their lengths alone; the drain validates them. */
+	while (head - pos >= sizeof(struct llgo_record) && head - pos <= r->data_size) {
+		struct llgo_record rec;
+		llgo_ring_copy_out(&rec, r->data, r->mask, pos, sizeof(rec));
+		uint32_t len = rec.length;
+		if (len < sizeof(rec) || (len & 7) || len > LLGO_RECORD_MAX_LEN || len > head - pos)
+			break;
+		unread++;
+		pos += len;
+	}
+	r->prior = sampled >= dropped + unread ? sampled - dropped - unread : 0;
 }
 
 void ring_reader_unmap(struct ring_reader *r)
@@ -181,8 +215,10 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 
 void ring_reader_account(const struct ring_reader *r, struct ring_account *out)
 {
+	memset(out, 0, sizeof(*out));
 	out->delivered = r->counts.delivered;
-	out->dropped = r->dropped;
+	out->dropped = r->dropped + r->prior;
+	out->prior = r->prior;
 	out->corrupt = r->counts.corrupt;
 	uint64_t known = out->delivered + out->dropped + out->corrupt;
 	if (r->sampled > known) {
@@ -199,10 +235,21 @@ void ring_account_add(struct ring_account *sum, const struct ring_account *a)
 	sum->delivered += a->delivered;
 	sum->dropped += a->dropped;
 	sum->corrupt += a->corrupt;
+	sum->prior += a->prior;
+	sum->no_ring += a->no_ring;
+	sum->detached += a->detached;
 }
 
 void ring_account_lost(struct ring_account *sum, uint64_t lost_no_ring)
 {
 	sum->sampled += lost_no_ring;
 	sum->dropped += lost_no_ring;
+	sum->no_ring += lost_no_ring;
+}
+
+void ring_account_detached(struct ring_account *sum, uint64_t lost_detached)
+{
+	sum->sampled += lost_detached;
+	sum->dropped += lost_detached;
+	sum->detached += lost_detached;
 }

@@ -128,6 +128,7 @@ struct server {
 	 * socket buffer, 0 here means every packet sent so far has been handled (see
 	 * server_settle). Sequentially consistent on both sides. */
 	_Atomic int loop_busy;
+	_Atomic unsigned hellos_pending; /* HELLO jobs queued or running */
 	_Atomic uint64_t n_connections, n_malformed, n_refused, n_sessions;
 	_Atomic uint64_t out_bytes;   /* unsent answer bytes, all connections */
 	_Atomic uint32_t out_waiting; /* connections armed for EPOLLOUT */
@@ -657,7 +658,8 @@ static void server_add_ring(struct server_conn *c, const unsigned char *pkt, int
 	struct llgo_msg_add_ring m;
 	memcpy(&m, pkt, sizeof(m));
 	int err = session_add_ring(c->session, m.ring_id, fd, m.data_size);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	if (err) {
 		server_malformed(c, "ADD_RING %u (%u bytes): %s", m.ring_id, m.data_size,
 				 strerror(-err));
@@ -705,7 +707,10 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 		break;
 	case LLGO_MSG_ADD_RING:
 		want = sizeof(struct llgo_msg_add_ring);
-		needs_fd = shim_msg = true;
+		/* A ring of the process memfd is named by id; a ring of its own comes as a
+		 * descriptor (a shim that sent a control page alone). */
+		needs_fd = !(c->session && c->session->memfd >= 0);
+		shim_msg = true;
 		break;
 	case LLGO_MSG_BYE:
 	case LLGO_MSG_WAKE:
@@ -734,6 +739,8 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 		bad = "no descriptor attached";
 	else if (!needs_fd && fd >= 0)
 		bad = "unexpected descriptor";
+	else if (h.type == LLGO_MSG_ADD_RING && c->kind != SERVER_CONN_SHIM)
+		bad = "before HELLO";
 	else if (h.type == LLGO_MSG_HELLO && c->kind != SERVER_CONN_NEW)
 		bad = c->kind == SERVER_CONN_SHIM ? "second HELLO" : "HELLO from a client";
 	else if (shim_msg && h.type != LLGO_MSG_HELLO && c->kind != SERVER_CONN_SHIM)
@@ -763,6 +770,8 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 		c->job_fd = fd;
 		/* A process blocks in its constructor until HELLO is answered: never queue it
 		 * behind the drains of exiting processes. */
+		if (h.type == LLGO_MSG_HELLO)
+			atomic_fetch_add(&srv->hellos_pending, 1);
 		server_workq_push(h.type == LLGO_MSG_HELLO ? &srv->shimq : &srv->exitq, c, h.type);
 		return;
 	case LLGO_MSG_LIST:
@@ -837,41 +846,64 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	const char *why = NULL;
 	struct session *s = NULL;
 	uint32_t ds = m.ring_data_size;
+	bool memfd = m.flags & LLGO_HELLO_MEMFD, ack = !(m.flags & LLGO_HELLO_NO_ACK);
+	bool reattach = m.flags & LLGO_HELLO_REATTACH;
 	if (c->cred.pid <= 0) {
 		err = -ESRCH;
 		why = "peer pid unknown (another pid namespace?)";
 	} else if (ds < LLGO_RING_MIN_DATA || ds > LLGO_RING_MAX_DATA || (ds & (ds - 1))) {
 		err = -EINVAL;
 		why = "ring data size";
+	} else if (memfd && reattach &&
+		   (s = session_find_live(srv->reg, c->cred.pid, 0, fd)) != NULL) {
+		/* A process this daemon found on its own (server_adopt) calls back: the
+		 * connection joins the session it already has. */
+		close(fd);
+		c->session = s;
+		c->kind = SERVER_CONN_SHIM;
+		server_log("pid %d: reconnected to its session", (int)s->pid);
+		drain_wake(srv->drain);
+		server_conn_rearm(c);
+		return;
 	} else if (!(s = session_new(srv->reg, c->cred.pid, c->cred.uid, c->cred.gid, m.comm,
 				     ds))) {
 		err = -ENOMEM;
 		why = "session";
-	} else if ((err = session_attach_ctl(s, fd)) != 0) {
-		why = "control page";
+	} else if ((err = memfd ? session_attach_memfd(s, fd, reattach)
+				: session_attach_ctl(s, fd)) != 0) {
+		why = memfd ? "process memfd" : "control page";
 	}
 	close(fd);
 
-	struct llgo_msg_hello_ack ack;
-	memset(&ack, 0, sizeof(ack));
-	msg_header_init(&ack.h, LLGO_MSG_HELLO_ACK, sizeof(ack));
+	struct llgo_msg_hello_ack a;
+	memset(&a, 0, sizeof(a));
+	msg_header_init(&a.h, LLGO_MSG_HELLO_ACK, sizeof(a));
 	if (err) {
 		session_put(s);
-		ack.status = -err;
-		msg_send(c->fd, &ack, sizeof(ack), -1);
+		a.status = -err;
+		if (ack)
+			msg_send(c->fd, &a, sizeof(a), -1);
 		server_malformed(c, "HELLO refused: %s: %s", why, strerror(-err));
 		return;
 	}
-	/* The shim waits for the ACK, so the process is alive while we read its maps. */
+	/* Read while the process runs: a shim that waits for no answer may exit soon, and then
+	 * waits at exit (BYE) only if we have not seen what we need. */
 	int merr = session_attach_maps(s);
+	if (merr && (m.flags & LLGO_HELLO_FORKED) &&
+	    session_attach_parent_maps(s, (pid_t)m.ppid) == 0)
+		merr = 0;
 	if (merr)
 		server_log("pid %d: cannot read its mappings (%s); its profiles will show "
 			   "addresses only", (int)s->pid, strerror(-merr));
+	else if (s->ctl)
+		atomic_fetch_add_explicit(&s->ctl->daemon_beat, 1, memory_order_relaxed);
 	session_register(s);
 	c->session = s;
 	c->kind = SERVER_CONN_SHIM;
 	atomic_fetch_add(&srv->n_sessions, 1);
-	if (msg_send(c->fd, &ack, sizeof(ack), -1) != 0) {
+	if (reattach)
+		server_log("pid %d: reattached (%s)", (int)s->pid, s->comm);
+	if (ack && msg_send(c->fd, &a, sizeof(a), -1) != 0) {
 		server_conn_end(c);
 		return;
 	}
@@ -968,8 +1000,40 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
 	p->meta.delivered = cnt.delivered;
 	p->meta.dropped = cnt.dropped;
 	p->meta.corrupt = cnt.corrupt;
+	p->meta.dropped_prior = cnt.prior;
+	p->meta.dropped_no_ring = cnt.no_ring;
+	p->meta.dropped_detached = cnt.detached;
+	p->meta.reconnects = cnt.reconnects;
 	p->meta.cap_hits = bs.cap_hits;
 	return 0;
+}
+
+/*
+ * The session of pid; when there is none yet, the process may have connected and sent HELLO
+ * (which it does not wait for) without the loop or a shim worker having handled it: wait for
+ * that, briefly, as server_settle does for the packets of a known session.
+ */
+struct session *server_lookup(struct server *srv, pid_t pid)
+{
+	struct session *s = session_lookup(srv->reg, pid);
+	for (unsigned i = 0; !s && i < SERVER_SETTLE_MS * 4; i++) {
+		bool pending = false;
+		pthread_mutex_lock(&srv->conns_lock);
+		for (struct server_conn *c = srv->conns; c && !pending; c = c->next) {
+			if (c->cred.pid != pid || c->kind != SERVER_CONN_NEW)
+				continue;
+			char b;
+			/* a HELLO waiting in the socket */
+			pending = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+		}
+		pthread_mutex_unlock(&srv->conns_lock);
+		if (!pending && !atomic_load(&srv->hellos_pending) && !atomic_load(&srv->loop_busy))
+			break;
+		struct timespec ts = { 0, 250 * 1000 };
+		nanosleep(&ts, NULL);
+		s = session_lookup(srv->reg, pid);
+	}
+	return s;
 }
 
 int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
@@ -979,7 +1043,7 @@ int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uin
 		snprintf(err, errlen, "unknown format %d", fmt);
 		return -EINVAL;
 	}
-	struct session *s = session_lookup(srv->reg, pid);
+	struct session *s = server_lookup(srv, pid);
 	if (!s) {
 		snprintf(err, errlen, "no such profiled process: %d", (int)pid);
 		return -ESRCH;
@@ -1040,7 +1104,7 @@ static int server_set_rate(struct server *srv, struct server_conn *c)
 			 (unsigned long long)m.rate, (unsigned long long)LLGO_RATE_MAX);
 		return server_answer(c, NULL, 0, EINVAL, msg);
 	}
-	struct session *s = session_lookup(srv->reg, pid);
+	struct session *s = server_lookup(srv, pid);
 	if (!s) {
 		snprintf(msg, sizeof(msg), "no such profiled process: %u", m.pid);
 		return server_answer(c, NULL, 0, ESRCH, msg);
@@ -1087,6 +1151,7 @@ static void server_job(struct server *srv, struct server_conn *c)
 	switch (c->job) {
 	case LLGO_MSG_HELLO:
 		server_hello(srv, c);
+		atomic_fetch_sub(&srv->hellos_pending, 1);
 		return;
 	case LLGO_MSG_BYE:
 		server_bye(srv, c);

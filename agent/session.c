@@ -179,6 +179,7 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 	if (session_proc_stat(pid, &state, &s->proc_start) != 0)
 		s->proc_start = 0;
 	s->ring_data_size = ring_data_size;
+	s->memfd = -1;
 	s->reg = reg;
 	atomic_init(&s->refs, 1);
 	atomic_init(&s->state, LLGO_PROC_LIVE);
@@ -195,6 +196,10 @@ static void session_unmap_all(struct session *s)
 	for (size_t i = 0; i < s->npending; i++)
 		ring_reader_unmap(&s->pending[i]);
 	s->npending = 0;
+	if (s->memfd >= 0) {
+		close(s->memfd);
+		s->memfd = -1;
+	}
 	if (s->ctl) {
 		munmap(s->ctl, LLGO_CTL_SIZE);
 		s->ctl = NULL;
@@ -270,6 +275,139 @@ int session_attach_ctl(struct session *s, int fd)
 	return 0;
 }
 
+int session_attach_memfd(struct session *s, int fd, bool reattached)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	long dpage = sysconf(_SC_PAGESIZE);
+	if (!S_ISREG(st.st_mode) || st.st_size < (off_t)LLGO_CTL_SIZE)
+		return -EINVAL;
+	fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EPERM;
+	void *p = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	struct llgo_ctl *ctl = p;
+	uint64_t magic;
+	uint32_t version, size, page;
+	memcpy(&magic, &ctl->magic, sizeof(magic));
+	memcpy(&version, &ctl->version, sizeof(version));
+	memcpy(&size, &ctl->size, sizeof(size));
+	memcpy(&page, &ctl->page_size, sizeof(page));
+	/* Ring offsets are multiples of the shim's page: they must be of ours too. */
+	if (magic != LLGO_CTL_MAGIC || version != LLGO_CTL_VERSION || size != LLGO_CTL_SIZE ||
+	    !llgo_page_size_ok(page) || dpage <= 0 || page % (uint32_t)dpage != 0) {
+		munmap(p, LLGO_CTL_SIZE);
+		return -EPROTO;
+	}
+	int keep = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (keep < 0) {
+		int e = -errno;
+		munmap(p, LLGO_CTL_SIZE);
+		return e;
+	}
+	pthread_mutex_lock(&s->lock);
+	if (s->ctl) {
+		pthread_mutex_unlock(&s->lock);
+		munmap(p, LLGO_CTL_SIZE);
+		close(keep);
+		return -EEXIST;
+	}
+	s->ctl = ctl;
+	s->memfd = keep;
+	s->memfd_dev = (uint64_t)st.st_dev;
+	s->memfd_ino = (uint64_t)st.st_ino;
+	s->page_size = page;
+	s->last_rate_word = atomic_load_explicit(&ctl->rate_word, memory_order_relaxed);
+	uint32_t n = atomic_load_explicit(&ctl->ring_count, memory_order_acquire);
+	s->baseline_below = reattached ? (n > LLGO_MAX_RINGS ? LLGO_MAX_RINGS : n) : 0;
+	pthread_mutex_unlock(&s->lock);
+	session_sync_rings(s);
+	return 0;
+}
+
+bool session_same_memfd(const struct session *s, int fd)
+{
+	struct stat st;
+	return s->memfd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_dev == s->memfd_dev &&
+	       (uint64_t)st.st_ino == s->memfd_ino;
+}
+
+struct session *session_find_live(struct session_registry *reg, pid_t pid, uint64_t start,
+				  int memfd)
+{
+	struct session *found = NULL;
+	pthread_mutex_lock(&reg->lock);
+	for (struct session *s = reg->head; s; s = s->next) {
+		if (s->pid == pid && session_is_live(s) && (!start || s->proc_start == start) &&
+		    session_same_memfd(s, memfd)) {
+			found = session_get(s);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&reg->lock);
+	return found;
+}
+
+static int session_queue_locked(struct session *s, struct ring_reader *r)
+{
+	if (s->npending == s->cap_pending) {
+		size_t cap = s->cap_pending ? s->cap_pending * 2 : 8;
+		struct ring_reader *p = realloc(s->pending, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		s->pending = p;
+		s->cap_pending = cap;
+	}
+	s->pending[s->npending++] = *r;
+	s->ring_ids[r->ring_id / 8] |= (uint8_t)(1u << (r->ring_id % 8));
+	s->nrings++;
+	return 0;
+}
+
+size_t session_sync_rings(struct session *s)
+{
+	size_t added = 0;
+	pthread_mutex_lock(&s->lock);
+	if (s->memfd < 0 || !s->ctl || !session_is_live(s) || !s->ring_ids) {
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	/* acquire: pairs with the shim's release after formatting the ring headers */
+	uint32_t n = atomic_load_explicit(&s->ctl->ring_count, memory_order_acquire);
+	if (n > LLGO_MAX_RINGS)
+		n = LLGO_MAX_RINGS;
+	uint64_t span = llgo_ring_span(s->ring_data_size, s->page_size);
+	while (s->rings_known < n) {
+		uint32_t id = s->rings_known;
+		if (s->ring_ids[id / 8] & (1u << (id % 8))) {
+			s->rings_known++;
+			continue;
+		}
+		struct ring_reader r;
+		int err = ring_reader_map_at(&r, s->memfd,
+					     llgo_ring_offset(id, s->ring_data_size, s->page_size),
+					     (size_t)span, id, s->ring_data_size);
+		if (err == -EAGAIN)
+			break; /* not formatted yet: the next drain looks again */
+		s->rings_known++;
+		if (err)
+			continue; /* a ring that fails its checks is never read */
+		if (id < s->baseline_below)
+			ring_reader_baseline(&r);
+		if (session_queue_locked(s, &r) != 0) {
+			ring_reader_unmap(&r);
+			break;
+		}
+		added++;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return added;
+}
+
 int session_attach_maps(struct session *s)
 {
 	if (s->maps)
@@ -286,6 +424,32 @@ int session_attach_maps(struct session *s)
 		procmaps_free(m);
 		return -ESRCH;
 	}
+	s->maps = m;
+	return 0;
+}
+
+int session_attach_parent_maps(struct session *s, pid_t ppid)
+{
+	if (s->maps || ppid <= 0 || ppid == s->pid)
+		return -EINVAL;
+	/* Only a parent of the same uid: a child must not read another user's mappings. */
+	char path[64], buf[4096];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)ppid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -EIO;
+	buf[n] = '\0';
+	const char *u = strstr(buf, "\nUid:");
+	unsigned ruid, euid;
+	if (!u || sscanf(u + 5, "%u %u", &ruid, &euid) != 2 || euid != (unsigned)s->uid)
+		return -EACCES;
+	struct procmaps *m = procmaps_new(ppid);
+	if (!m)
+		return -ENOENT;
 	s->maps = m;
 	return 0;
 }
@@ -413,6 +577,14 @@ int session_add_ring(struct session *s, uint32_t ring_id, int fd, uint32_t data_
 {
 	if (ring_id >= LLGO_MAX_RINGS || data_size != s->ring_data_size)
 		return -EINVAL;
+	if (fd < 0) { /* a ring in the process memfd: a hint to look at ring_count now */
+		if (s->memfd < 0)
+			return -EINVAL;
+		session_sync_rings(s);
+		return 0;
+	}
+	if (s->memfd >= 0)
+		return -EINVAL; /* memfd sessions send no ring descriptors */
 	pthread_mutex_lock(&s->lock);
 	int err = 0;
 	if (!session_is_live(s))
@@ -421,25 +593,11 @@ int session_add_ring(struct session *s, uint32_t ring_id, int fd, uint32_t data_
 		err = -ENOSPC;
 	else if (s->ring_ids[ring_id / 8] & (1u << (ring_id % 8)))
 		err = -EEXIST;
-	else if (s->npending == s->cap_pending) {
-		size_t cap = s->cap_pending ? s->cap_pending * 2 : 8;
-		struct ring_reader *p = realloc(s->pending, cap * sizeof(*p));
-		if (!p)
-			err = -ENOMEM;
-		else {
-			s->pending = p;
-			s->cap_pending = cap;
-		}
-	}
 	if (!err) {
 		struct ring_reader r;
-		memset(&r, 0, sizeof(r));
 		err = ring_reader_map(&r, fd, ring_id, data_size);
-		if (!err) {
-			s->pending[s->npending++] = r;
-			s->ring_ids[ring_id / 8] |= (uint8_t)(1u << (ring_id % 8));
-			s->nrings++;
-		}
+		if (!err && (err = session_queue_locked(s, &r)) != 0)
+			ring_reader_unmap(&r);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return err;
@@ -480,6 +638,7 @@ void session_account_locked(struct session *s, struct session_counts *out)
 		.delivered = s->retired.delivered,
 		.dropped = s->retired.dropped,
 		.corrupt = s->retired.corrupt,
+		.prior = s->retired.prior,
 	};
 	for (size_t i = 0; i < s->nrings_adopted; i++) {
 		struct ring_account a;
@@ -488,17 +647,29 @@ void session_account_locked(struct session *s, struct session_counts *out)
 	}
 	pthread_mutex_lock(&s->lock);
 	if (s->ctl) {
-		/* hostile: keep the highest value seen, so the count never goes back */
+		/* hostile: keep the highest value seen, so the count never goes back; at most
+		 * LLGO_COUNT_MAX, so that sums cannot wrap */
 		uint64_t lost = atomic_load_explicit(&s->ctl->lost_no_ring, memory_order_relaxed);
-		if (lost > s->lost_no_ring)
+		if (lost > s->lost_no_ring && lost < (1ull << 48))
 			s->lost_no_ring = lost;
+		uint64_t det = atomic_load_explicit(&s->ctl->lost_detached, memory_order_relaxed);
+		if (det > s->lost_detached && det < (1ull << 48))
+			s->lost_detached = det;
+		uint64_t rc = atomic_load_explicit(&s->ctl->reconnects, memory_order_relaxed);
+		if (rc > s->reconnects && rc < (1ull << 32))
+			s->reconnects = rc;
 	}
 	ring_account_lost(&sum, s->lost_no_ring);
+	ring_account_detached(&sum, s->lost_detached);
 	struct session_counts c = {
 		.sampled = sum.sampled,
 		.delivered = sum.delivered,
 		.dropped = sum.dropped,
 		.corrupt = sum.corrupt,
+		.prior = sum.prior,
+		.no_ring = sum.no_ring,
+		.detached = sum.detached,
+		.reconnects = s->reconnects,
 	};
 	s->cached = c;
 	pthread_mutex_unlock(&s->lock);
@@ -523,8 +694,8 @@ void session_retire_locked(struct session *s)
 	session_account_locked(s, &c);
 	/* Everything counted so far now lives in `retired` alone. */
 	s->retired = c;
-	s->retired.sampled -= s->lost_no_ring;
-	s->retired.dropped -= s->lost_no_ring;
+	s->retired.sampled -= s->lost_no_ring + s->lost_detached;
+	s->retired.dropped -= s->lost_no_ring + s->lost_detached;
 	pthread_mutex_lock(&s->lock);
 	if (s->ctl)
 		s->last_rate_word = atomic_load_explicit(&s->ctl->rate_word, memory_order_relaxed);
@@ -602,6 +773,7 @@ int session_set_rate(struct session *s, uint64_t rate, uint64_t *old_rate, uint6
 	/* release: the shim's fast path loads rate_word relaxed and needs no other data; the
 	 * release only orders our earlier writes to the page (none today) before the rate */
 	atomic_store_explicit(&s->ctl->rate_word, word, memory_order_release);
+	atomic_store_explicit(&s->ctl->want_rate_word, word, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->ctl->rate_changes, 1, memory_order_relaxed);
 	s->last_rate_word = word;
 	s->rate_changes++;

@@ -25,6 +25,10 @@
 
 struct session_counts {
 	uint64_t sampled, delivered, dropped, corrupt;
+	/* Parts of dropped: taken by an earlier reader (a daemon that died, a session that
+	 * ended), samples that found no ring, samples taken while the shim had no daemon. */
+	uint64_t prior, no_ring, detached;
+	uint64_t reconnects;
 };
 
 struct session_registry;
@@ -48,6 +52,15 @@ struct session {
 
 	pthread_mutex_t lock;
 	struct llgo_ctl *ctl;           /* shared, hostile; NULL once exited */
+	/* The process memfd (LLGO_HELLO_MEMFD; -1 for a control page alone): rings are mapped
+	 * from it by id up to ctl.ring_count. page_size is the shim's, checked. */
+	int memfd;
+	uint64_t memfd_dev, memfd_ino;
+	uint32_t page_size;
+	uint32_t rings_known;           /* ring ids below this are mapped (memfd sessions) */
+	uint32_t baseline_below;        /* rings below this id existed before we did: baseline */
+	uint64_t lost_detached;         /* highest value seen in ctl */
+	uint64_t reconnects;
 	struct ring_reader *pending;    /* mapped, not yet adopted by a drain */
 	size_t npending, cap_pending;
 	uint8_t *ring_ids;              /* ids seen, LLGO_MAX_RINGS bits; freed at exit */
@@ -81,8 +94,23 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 			    const char *comm, uint32_t ring_data_size);
 /* Map the control page memfd (read/write) after checking its size, magic and version. */
 int session_attach_ctl(struct session *s, int fd);
+/* Map the control page from a process memfd and keep the memfd for its rings. reattached:
+ * rings already in it were read by someone else before (their records so far are counted as
+ * taken by an earlier reader). */
+int session_attach_memfd(struct session *s, int fd, bool reattached);
+/* Whether fd is the memfd s already holds (same file). */
+bool session_same_memfd(const struct session *s, int fd);
+/* Map the rings the shim announced in ctl.ring_count and we do not have yet (memfd
+ * sessions); returns how many were added. */
+size_t session_sync_rings(struct session *s);
+/* The live session of the process pid started at start_ticks with this memfd, if any. */
+struct session *session_find_live(struct session_registry *reg, pid_t pid, uint64_t start,
+				  int memfd);
 /* Read the process's mappings (procmaps_new), checking the pid was not reused meanwhile. */
 int session_attach_maps(struct session *s);
+/* A fork child gone before its maps were read: its parent's (same uid only), which were its
+ * own at fork. */
+int session_attach_parent_maps(struct session *s, pid_t ppid);
 /* Make the session visible to lookups; the registry takes its own reference. */
 void session_register(struct session *s);
 struct session *session_get(struct session *s);
@@ -178,6 +206,8 @@ struct session_registry *server_sessions(struct server *srv);
 int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
 		    uint32_t top_n, struct buf *out, char *err, size_t errlen);
 
+/* The session of pid, after waiting (at most 200 ms) for a HELLO of pid still in flight. */
+struct session *server_lookup(struct server *srv, pid_t pid);
 /* Settle, drain and collect s into p (counts and buckets consistent). */
 int server_collect(struct server *srv, struct session *s, struct profile *p);
 /* Wait (at most 200 ms) until the event loop has handled every packet s's shim has sent. */

@@ -228,7 +228,7 @@ __attribute__((noinline)) static void push_slow(struct push_opts *o, long i)
 	_mm_lfence();
 	uint64_t c0 = __rdtscp(&aux);
 	uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, __builtin_return_address(0),
-				   __builtin_frame_address(0), 0, o->lo, o->hi);
+				   __builtin_frame_address(0), 0, o->lo, o->hi, 0, 0);
 	bool ok = emit_push_alloc(&o->ring, 16, 1, 0x1000, 1, frames, n);
 	uint64_t c1 = __rdtscp(&aux);
 	_mm_lfence();
@@ -278,7 +278,7 @@ static int mode_push(int argc, char **argv)
 		return 2;
 	tsc_calibrate();
 	stack_init();
-	stack_thread_bounds(&o.lo, &o.hi);
+	stack_mapping_of((uintptr_t)__builtin_frame_address(0), &o.lo, &o.hi);
 	size_t data = LLGO_RING_DEFAULT_DATA, len = LLGO_RING_HEADER_SIZE + data;
 	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (mem == MAP_FAILED || emit_ring_format(&o.ring, mem, len, data, 1, 1))

@@ -24,8 +24,10 @@
 enum llgo_msg_type {
 	/* shim -> daemon */
 	LLGO_MSG_HELLO = 1,    /* struct llgo_msg_hello, SCM_RIGHTS: control memfd */
-	LLGO_MSG_ADD_RING = 2, /* struct llgo_msg_add_ring, SCM_RIGHTS: ring memfd */
-	LLGO_MSG_BYE = 3,      /* header only: the process is exiting; answered by END */
+	LLGO_MSG_ADD_RING = 2, /* struct llgo_msg_add_ring; SCM_RIGHTS: a ring memfd, or none
+				  for a ring in the process memfd (LLGO_HELLO_MEMFD) */
+	LLGO_MSG_BYE = 3,      /* header only: the process is exiting with records the daemon
+				  may not have seen; answered by END once drained */
 	LLGO_MSG_WAKE = 4,     /* header only: a ring passed half full; drain soon (no answer) */
 	/* client -> daemon */
 	LLGO_MSG_LIST = 16,     /* header only; answered by DATA (llgo_list_entry[]) + END */
@@ -55,12 +57,27 @@ struct llgo_msg_hello {
 	int64_t rate_word;       /* the rate the shim starts with (see ring.h) */
 	uint64_t flags;          /* LLGO_HELLO_* */
 	char comm[LLGO_COMM_LEN]; /* argv[0]-ish, NUL-terminated if shorter */
+	/* LLGO_HELLO_FORKED: the parent's pid. A fork child's mappings are its parent's, so a
+	 * child gone before the daemon read its own is symbolized from the parent's (only when
+	 * both belong to the same uid). */
+	uint32_t ppid;
+	uint32_t reserved;
 };
-_Static_assert(sizeof(struct llgo_msg_hello) == 104, "hello size");
+_Static_assert(sizeof(struct llgo_msg_hello) == 112, "hello size");
 _Static_assert(offsetof(struct llgo_msg_hello, rate_word) == 24, "hello rate offset");
 
-/* The process was started by fork() from a profiled parent (re-attached in the child). */
+/* The process was started by fork() from a profiled parent (attached lazily in the child). */
 #define LLGO_HELLO_FORKED 1ull
+/* Send no HELLO_ACK: the shim does not wait for one. A refused HELLO closes the connection,
+ * which the shim notices at its next send. */
+#define LLGO_HELLO_NO_ACK 2ull
+/* The memfd has been shared with a daemon before (a reconnect after the daemon was lost or
+ * restarted): its rings (0 .. ctl.ring_count - 1) hold records already, and samples an earlier
+ * daemon consumed are accounted as such. */
+#define LLGO_HELLO_REATTACH 4ull
+/* The descriptor is the process memfd (control page, then rings; see shared/ring.h), not a
+ * control page alone; ADD_RING then carries no descriptor. */
+#define LLGO_HELLO_MEMFD 8ull
 
 struct llgo_msg_hello_ack {
 	struct llgo_msg_header h;

@@ -30,8 +30,14 @@
 /* ---- Control page --------------------------------------------------------------------- */
 
 #define LLGO_CTL_MAGIC 0x314c544348474c4cULL /* "LLGHCTL1" */
-#define LLGO_CTL_VERSION 1u
+#define LLGO_CTL_VERSION 2u
+/* The control structure's size. In the memfd it occupies the first page (4 KiB .. 64 KiB:
+ * the shim's run-time page size, ctl.page_size); rings follow (llgo_ring_offset). */
 #define LLGO_CTL_SIZE 4096u
+/* Largest page size the layout allows (arm64 and ppc64 kernels use 16K or 64K pages): the
+ * shim reserves this much, aligned, so that one page of any size can be mapped over it. */
+#define LLGO_PAGE_MAX (64u << 10)
+#define LLGO_PAGE_MIN 4096u
 
 /*
  * rate_word encodes the sampling rate for the shim's fast path in one load:
@@ -61,6 +67,15 @@ static inline uint64_t llgo_rate_from_word(int64_t word)
 	return (uint64_t)word;
 }
 
+/* The shim's connection state (ctl.shim_state; shim/lifecycle.c owns the transitions). */
+enum llgo_shim_state {
+	LLGO_SHIM_DETACHED = 0,  /* no daemon at start: rate 0, nothing shared */
+	LLGO_SHIM_ATTACHING = 1, /* a connection is being set up (or a fork child waits to) */
+	LLGO_SHIM_ATTACHED = 2,  /* HELLO sent; records go to rings */
+	LLGO_SHIM_LOST = 3,      /* a send failed: no stack walks, samples counted, reconnects */
+	LLGO_SHIM_OFF = 4,       /* sandboxed (seccomp) or closed for good: no syscalls */
+};
+
 struct llgo_ctl {
 	uint64_t magic;
 	uint32_t version;
@@ -71,19 +86,49 @@ struct llgo_ctl {
 	/* Samples the shim took but could not place in any ring (no ring could be created or
 	 * claimed, or the thread was exiting). Counted as sampled and dropped. Shim-written. */
 	_Atomic uint64_t lost_no_ring;
-	/* Number of rings the shim has created; informational. Shim-written. */
+	/* Number of rings the shim has created (ring ids are 0 .. ring_count - 1 in the
+	 * memfd). Store-release by the shim after a ring's header is formatted; a daemon that
+	 * re-adopts the process loads it with acquire. */
 	_Atomic uint32_t ring_count;
 	uint32_t ring_data_size;
 	/* Number of rate changes the daemon applied; daemon-written. */
 	_Atomic uint64_t rate_changes;
-	uint8_t reserved[LLGO_CTL_SIZE - 48];
+	/* ---- version 2 ---- */
+	uint32_t page_size;          /* the shim's page size: the memfd layout's unit */
+	_Atomic uint32_t shim_state; /* enum llgo_shim_state; shim-written, informational */
+	/* Samples taken while the shim had no daemon to give them to (LOST, or attaching).
+	 * Counted as sampled and dropped. Shim-written. */
+	_Atomic uint64_t lost_detached;
+	/* The rate the process wants while attached: the shim's start rate, then every rate a
+	 * daemon set. While LOST the shim keeps rate_word for counting only; a daemon that
+	 * re-adopts the process restores rate_word from here. */
+	_Atomic int64_t want_rate_word;
+	/* Incremented by a daemon that re-adopted the process without a connection (found its
+	 * memfd itself); the shim then reconnects from its next slow path. */
+	_Atomic uint64_t adopt_gen;
+	/* Daemon-written: 1 while a drained pc lies outside the mappings the daemon read (it
+	 * needs /proc/PID/maps again). With this 0 and every ring drained, the shim exits
+	 * without waiting for the daemon. */
+	_Atomic uint32_t maps_stale;
+	/* Daemon-written: incremented when the daemon has read the process's mappings and at
+	 * each drain, so that a shim waiting at exit tells a slow daemon from a stopped one. */
+	_Atomic uint32_t daemon_beat;
+	_Atomic uint64_t reconnects; /* shim-written: successful reconnects, informational */
+	uint8_t reserved[LLGO_CTL_SIZE - 96];
 };
 
-_Static_assert(sizeof(struct llgo_ctl) == LLGO_CTL_SIZE, "control page is one page");
+_Static_assert(sizeof(struct llgo_ctl) == LLGO_CTL_SIZE, "control structure is 4 KiB");
 _Static_assert(offsetof(struct llgo_ctl, rate_word) == 16, "rate_word offset");
 _Static_assert(offsetof(struct llgo_ctl, lost_no_ring) == 24, "lost_no_ring offset");
 _Static_assert(offsetof(struct llgo_ctl, ring_count) == 32, "ring_count offset");
 _Static_assert(offsetof(struct llgo_ctl, rate_changes) == 40, "rate_changes offset");
+_Static_assert(offsetof(struct llgo_ctl, page_size) == 48, "page_size offset");
+_Static_assert(offsetof(struct llgo_ctl, lost_detached) == 56, "lost_detached offset");
+_Static_assert(offsetof(struct llgo_ctl, want_rate_word) == 64, "want_rate_word offset");
+_Static_assert(offsetof(struct llgo_ctl, adopt_gen) == 72, "adopt_gen offset");
+_Static_assert(offsetof(struct llgo_ctl, maps_stale) == 80, "maps_stale offset");
+_Static_assert(offsetof(struct llgo_ctl, daemon_beat) == 84, "daemon_beat offset");
+_Static_assert(offsetof(struct llgo_ctl, reconnects) == 88, "reconnects offset");
 
 /* ---- Ring header ---------------------------------------------------------------------- */
 
@@ -140,6 +185,30 @@ _Static_assert(offsetof(struct llgo_ring_header, dropped) == 80, "dropped offset
 _Static_assert(offsetof(struct llgo_ring_header, state) == 88, "state offset");
 _Static_assert(offsetof(struct llgo_ring_header, tail) == 128, "tail on its own line");
 _Static_assert(LLGO_RING_HEADER_SIZE >= sizeof(struct llgo_ring_header), "header fits");
+
+/*
+ * The process memfd (version 2): one memfd per process, created by the shim at attach, sealed
+ * against shrinking (it only grows, so a mapping of it never faults), kept open by the shim
+ * and sent with HELLO:
+ *   [0, page)                              the control page (struct llgo_ctl)
+ *   [llgo_ring_offset(id), + ring span)   ring `id`: header page(s), then data_size bytes
+ * where page = ctl.page_size and the ring span is LLGO_RING_HEADER_SIZE + data_size rounded
+ * up to the page. ADD_RING without a descriptor names a ring in this memfd by id.
+ */
+static inline uint64_t llgo_ring_span(uint64_t data_size, uint64_t page)
+{
+	return (LLGO_RING_HEADER_SIZE + data_size + page - 1) & ~(page - 1);
+}
+
+static inline uint64_t llgo_ring_offset(uint32_t ring_id, uint64_t data_size, uint64_t page)
+{
+	return page + (uint64_t)ring_id * llgo_ring_span(data_size, page);
+}
+
+static inline int llgo_page_size_ok(uint64_t page)
+{
+	return page >= LLGO_PAGE_MIN && page <= LLGO_PAGE_MAX && (page & (page - 1)) == 0;
+}
 
 /* ---- Records -------------------------------------------------------------------------- */
 

@@ -2,7 +2,7 @@
 /*
  * api.c: the public functions of include/llgo_heap.h: rate get/set, the hook's slow path for
  * custom allocators, and trimming by name. The sampling itself is sample.c's, the rate and
- * its page attach.c's, the name lookup stack.c's.
+ * its page lifecycle.c's, the name lookup stack.c's.
  */
 #define LLGO_HEAP_PROFILING 1
 #include "../include/llgo_heap.h"
@@ -23,7 +23,7 @@ llgo_export uint64_t llgo_heap_rate(void)
 
 llgo_export int llgo_heap_set_rate(uint64_t rate)
 {
-	if (!attach_connected())
+	if (lifecycle_state() != LLGO_SHIM_ATTACHED)
 		return -ENOTCONN;
 	atomic_store_explicit(&attach_ctl.rate_word, llgo_rate_to_word(rate), memory_order_relaxed);
 	return 0;

@@ -2,10 +2,13 @@
 /*
  * emit.c: the per-thread rings of shared/ring.h, producer side. A thread gets a ring on its
  * first sample (never on the fast path): first a RETIRED ring the daemon has drained
- * (tail == head) is claimed with a CAS on its state, else a new memfd ring is created, sealed
- * against resizing, mapped, registered in a static table and sent to the daemon
- * (LLGO_MSG_ADD_RING with the fd). A pthread key destructor gives the ring back (RETIRED) at
- * thread exit. Records are pushed by emit_push_alloc (internal.h); a full ring drops and
+ * (tail == head) is claimed with a CAS on its state, else a new ring is made in the process
+ * memfd (lifecycle.c) at the next ring id's offset: the memfd grows (it is sealed against
+ * shrinking only), the ring is mapped MADV_DONTFORK, formatted, registered in a static table,
+ * counted in ctl.ring_count (store-release: a daemon that finds the memfd on its own maps ids
+ * below it) and announced with LLGO_MSG_ADD_RING (no descriptor; a hint the daemon may also
+ * miss: it checks ring_count as it drains). A pthread key destructor gives the ring back
+ * (RETIRED) at thread exit. Records are pushed by emit_push_alloc (internal.h); a full ring drops and
  * counts, never blocks. A push that takes a ring past half full (or finds it full) sends
  * LLGO_MSG_WAKE, without waiting, so bursts are drained before the ring fills. A sample that
  * finds no ring is counted in ctl.lost_no_ring.
@@ -19,6 +22,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -46,7 +50,7 @@ uint32_t emit_generation(void)
 
 static size_t emit_map_len(void)
 {
-	return (size_t)LLGO_RING_HEADER_SIZE + emit_size;
+	return (size_t)llgo_ring_span(emit_size, attach_page_size);
 }
 
 static void emit_bind(struct emit_ring *r, struct llgo_ring_header *h)
@@ -119,52 +123,70 @@ static bool emit_claim_retired(struct llgo_heap_thread *t)
 	return false;
 }
 
+/* Grow the memfd to at least len bytes. Concurrent creators may race: a truncation to a
+ * smaller size than another's is refused by the seal (EPERM) and then already satisfied. */
+static bool emit_grow(int fd, uint64_t len)
+{
+	for (int tries = 0; tries < 4; tries++) {
+		struct stat st;
+		if (fstat(fd, &st) != 0)
+			return false;
+		if ((uint64_t)st.st_size >= len)
+			return true;
+		if (ftruncate(fd, (off_t)len) != 0 && errno != EPERM)
+			return false;
+	}
+	return false;
+}
+
+static void emit_count_ring(uint32_t slot)
+{
+	uint32_t n = atomic_load_explicit(&attach_ctl.ring_count, memory_order_relaxed);
+	/* release: a daemon that loads ring_count (acquire) finds the headers formatted */
+	while (n < slot + 1 &&
+	       !atomic_compare_exchange_weak_explicit(&attach_ctl.ring_count, &n, slot + 1,
+						      memory_order_release, memory_order_relaxed))
+		;
+}
+
 static bool emit_create(struct llgo_heap_thread *t)
 {
+	const struct attach_fd *mem = lifecycle_memfd();
+	if (lifecycle_state() != LLGO_SHIM_ATTACHED || !attach_fd_owned(mem))
+		return false;
 	uint32_t slot = atomic_fetch_add_explicit(&emit_nslots, 1, memory_order_relaxed);
 	if (slot >= LLGO_MAX_RINGS)
 		return false;
-	int fd = memfd_create("llgo-heap-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return false;
 	size_t len = emit_map_len();
-	void *mem = MAP_FAILED;
-	if (ftruncate(fd, (off_t)len) != 0 ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-		goto fail;
-	mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (mem == MAP_FAILED)
-		goto fail;
+	uint64_t off = llgo_ring_offset(slot, emit_size, attach_page_size);
+	if (!emit_grow(mem->fd, off + len))
+		return false;
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mem->fd, (off_t)off);
+	if (m == MAP_FAILED)
+		return false;
+	/* A fork child must never write its parent's rings: it does not even map them. */
+	madvise(m, len, MADV_DONTFORK);
 	struct emit_ring r;
-	if (emit_ring_format(&r, mem, len, emit_size, slot, t->tid) != 0)
-		goto fail;
-	struct llgo_msg_add_ring m;
-	memset(&m, 0, sizeof(m));
-	m.h.magic = LLGO_PROTO_MAGIC;
-	m.h.version = LLGO_PROTO_VERSION;
-	m.h.type = LLGO_MSG_ADD_RING;
-	m.h.length = sizeof(m);
-	m.ring_id = slot;
-	m.data_size = emit_size;
-	/* The header is complete before sendmsg; the daemon maps the ring after receiving it. */
-	if (attach_send(&m, sizeof(m), fd, true) != 0)
-		goto fail;
-	close(fd);
+	if (emit_ring_format(&r, m, len, emit_size, slot, t->tid) != 0) {
+		munmap(m, len);
+		return false;
+	}
 	atomic_store_explicit(&emit_table[slot], r.hdr, memory_order_release);
-	atomic_fetch_add_explicit(&attach_ctl.ring_count, 1, memory_order_relaxed);
+	emit_count_ring(slot);
 	t->ring = r;
+	struct llgo_msg_add_ring msg;
+	memset(&msg, 0, sizeof(msg));
+	attach_header(&msg.h, LLGO_MSG_ADD_RING, sizeof(msg));
+	msg.ring_id = slot;
+	msg.data_size = emit_size;
+	lifecycle_send(&msg, sizeof(msg));
 	return true;
-fail:
-	if (mem != MAP_FAILED)
-		munmap(mem, len);
-	close(fd);
-	return false;
 }
 
 /* Under the thread's guard (may allocate: pthread_setspecific). */
 static bool emit_claim(struct llgo_heap_thread *t)
 {
-	if (t->exiting || t->ring_failed || !attach_connected())
+	if (t->exiting || t->ring_failed)
 		return false;
 	if (!emit_claim_retired(t) && !emit_create(t)) {
 		t->ring_failed = 1;
@@ -180,12 +202,8 @@ static bool emit_claim(struct llgo_heap_thread *t)
 static llgo_noinline void emit_wake(void)
 {
 	struct llgo_msg_header m;
-	memset(&m, 0, sizeof(m));
-	m.magic = LLGO_PROTO_MAGIC;
-	m.version = LLGO_PROTO_VERSION;
-	m.type = LLGO_MSG_WAKE;
-	m.length = sizeof(m);
-	attach_send(&m, sizeof(m), -1, false);
+	attach_header(&m, LLGO_MSG_WAKE, sizeof(m));
+	lifecycle_send(&m, sizeof(m));
 }
 
 void emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
@@ -219,12 +237,10 @@ void emit_forget_all(void)
 	uint32_t n = atomic_load_explicit(&emit_nslots, memory_order_relaxed);
 	if (n > LLGO_MAX_RINGS)
 		n = LLGO_MAX_RINGS;
-	for (uint32_t i = 0; i < n; i++) {
-		struct llgo_ring_header *h =
-			atomic_exchange_explicit(&emit_table[i], NULL, memory_order_relaxed);
-		if (h)
-			munmap(h, emit_map_len());
-	}
+	/* Not unmapped: in a fork child they are not mapped (MADV_DONTFORK); in a process whose
+	 * memfd the program closed, other threads may still be writing them. */
+	for (uint32_t i = 0; i < n; i++)
+		atomic_store_explicit(&emit_table[i], NULL, memory_order_relaxed);
 	atomic_store_explicit(&emit_nslots, 0, memory_order_relaxed);
 	uint32_t g = atomic_load_explicit(&emit_gen, memory_order_relaxed) + 1;
 	atomic_store_explicit(&emit_gen, g ? g : 1, memory_order_relaxed);
@@ -237,4 +253,20 @@ void emit_forget_all(void)
 		pthread_setspecific(emit_key, NULL);
 		t->guard = guard;
 	}
+}
+
+bool emit_all_drained(void)
+{
+	uint32_t n = atomic_load_explicit(&emit_nslots, memory_order_acquire);
+	if (n > LLGO_MAX_RINGS)
+		n = LLGO_MAX_RINGS;
+	for (uint32_t i = 0; i < n; i++) {
+		struct llgo_ring_header *h =
+			atomic_load_explicit(&emit_table[i], memory_order_acquire);
+		/* tail: the daemon's release store after copying out */
+		if (h && atomic_load_explicit(&h->tail, memory_order_acquire) !=
+				 atomic_load_explicit(&h->head, memory_order_relaxed))
+			return false;
+	}
+	return true;
 }

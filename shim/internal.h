@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "../shared/compiler.h"
 #include "../shared/proto.h"
@@ -53,13 +54,20 @@ struct llgo_heap_thread {
 	uint8_t exiting;     /* the ring was given back at thread exit: samples are lost */
 	uint8_t ring_failed; /* no ring could be had in this generation; do not retry */
 	uint8_t resolving;   /* override.c: this thread is inside dlsym (bootstrap pool) */
-	uint8_t forking;     /* attach.c: this thread is in fork() (prepare ran, parent or child
-				handler not yet): it records nothing meanwhile */
-	uint8_t pad[1];
+	uint8_t forking;     /* lifecycle.c: this thread is in fork() (prepare ran, parent or
+				child handler not yet): it records nothing meanwhile */
+	uint8_t bounded;     /* stack_hi was set at thread start (lifecycle.c) or found */
 	uint32_t tid;
 	uint32_t gen; /* emit_generation() the ring, tid and rng belong to */
 	uint64_t rng;
+	/* The thread's own stack: every frame of the program lies below stack_hi (set at thread
+	 * start without any lock: the start routine's frame, or __libc_stack_end for the main
+	 * thread; else found once in /proc/self/maps with raw reads). */
 	uintptr_t stack_lo, stack_hi;
+	/* Another stack this thread was last seen running on (sigaltstack, a coroutine), found
+	 * in /proc/self/maps; alt_scan_ns rate-limits those scans. */
+	uintptr_t alt_lo, alt_hi;
+	uint64_t alt_scan_ns;
 	/* Frame of the outermost C++ operator new wrapper in progress (override_cxx.c), or 0:
 	 * libstdc++'s operators have no frame pointer and may use rbp as a plain register, so a
 	 * sample whose frame 0 is inside one walks from here instead. */
@@ -120,7 +128,7 @@ uint32_t stack_walk(uint64_t *out, uint32_t max, uintptr_t fp, uintptr_t lo, uin
  * shim's text, the real operators, registered ranges) are trimmed unless nothing else would
  * remain. */
 uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintptr_t cxx_frame,
-		       uintptr_t lo, uintptr_t hi);
+		       uintptr_t lo, uintptr_t hi, uintptr_t lo2, uintptr_t hi2);
 /* Drop the leading frames that are allocator plumbing; returns how many remain at out[0]. */
 uint32_t stack_trim(uint64_t *frames, uint32_t n);
 /* pc is a return address: the calling instruction is at pc - 1. */
@@ -133,8 +141,14 @@ int stack_add_cxx_range(uintptr_t lo, uintptr_t hi);
 /* Register every function whose symbol name starts with prefix in the loaded objects'
  * symbol tables (.symtab, else .dynsym). Returns the number of functions found or -errno. */
 int stack_add_prefix(const char *prefix);
-/* The calling thread's stack bounds (0, 0 when unknown). May allocate: call under guard. */
-void stack_thread_bounds(uintptr_t *lo, uintptr_t *hi);
+/* The mapping that holds address sp, from /proc/self/maps read with raw open/read (no
+ * malloc, no stdio, no lock). Returns false when it cannot be read. */
+bool stack_mapping_of(uintptr_t sp, uintptr_t *lo, uintptr_t *hi);
+/* Stack bounds for the walk of thread t from frame: its own stack when frame is on it, else
+ * the other stack it runs on (found and cached, rate-limited). lo..hi may be 0..0 (walk
+ * nothing beyond frame 0). */
+void stack_bounds_for(struct llgo_heap_thread *t, uintptr_t frame, uintptr_t *lo, uintptr_t *hi,
+		      uintptr_t *lo2, uintptr_t *hi2);
 
 /* ---- emit.c ------------------------------------------------------------------------------ */
 
@@ -142,8 +156,11 @@ void stack_thread_bounds(uintptr_t *lo, uintptr_t *hi);
 uint32_t emit_data_size(void);
 /* Ring size (LLGO_HEAP_RING_KB, else by the starting rate) and the thread-exit key. */
 void emit_init(uint64_t rate);
-/* Every ring of the previous process image is forgotten (fork child). */
+/* Every ring of the previous process image is forgotten (fork child: they were mapped
+ * MADV_DONTFORK, so the child has none of them mapped). */
 void emit_forget_all(void);
+/* Whether every ring's records were consumed by the daemon (tail == head). */
+bool emit_all_drained(void);
 uint32_t emit_generation(void);
 /* Record one sample into the calling thread's ring (claimed or created on first use); counts
  * it in ctl.lost_no_ring when no ring can be had. */
@@ -224,21 +241,85 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 	return true;
 }
 
-/* ---- attach.c: the control page and the daemon connection ------------------------------ */
+/* ---- attach.c: the transport to llgo-heapd (a leaf: no state machine) ----------------- */
 
-/* The control page: a page of the shim's .bss, replaced (MAP_FIXED) by the shared memfd at
- * attach so that the fast path reads rate_word with one RIP-relative load. */
-extern struct llgo_ctl attach_ctl;
+/* The control page: the first page of a LLGO_PAGE_MAX-aligned reservation in the shim's .bss,
+ * replaced (MAP_FIXED) by the first page of the process memfd at attach, so that the fast
+ * path reads rate_word with one RIP-relative load whatever the kernel's page size. */
+union attach_area {
+	struct llgo_ctl ctl;
+	unsigned char bytes[LLGO_PAGE_MAX];
+};
+extern union attach_area attach_area;
+#define attach_ctl (attach_area.ctl)
 
-/* Send one packet (with fd when >= 0) on the daemon socket; 0 or -errno. Never blocks for
- * long: the socket is non-blocking and a full socket is waited for at most ~50 ms, or not at
- * all unless wait. */
-int attach_send(const void *pkt, size_t n, int fd, bool wait);
-bool attach_connected(void);
+/* The run-time page size (getauxval(AT_PAGESZ)); set by lifecycle_init. */
+extern uint32_t attach_page_size;
+
+/* A descriptor the shim opened, with the identity it had then: the program may close it and
+ * get the same number back for something else (close-all loops), so every use first checks
+ * that the number still names the same file. */
+struct attach_fd {
+	int fd;
+	uint64_t dev, ino;
+};
+
+/* Non-blocking connect to the Unix socket at path (SOCK_SEQPACKET, close-on-exec).
+ * Returns 0 or -errno (-ENOENT: no such socket, -ECONNREFUSED: nobody listens). */
+int attach_connect(const char *path, struct attach_fd *out);
+/* Whether d still names the file it was opened as (one fstat). */
+bool attach_fd_owned(const struct attach_fd *d);
+/* Close d only if it is still ours; forget it either way. */
+void attach_fd_close(struct attach_fd *d);
+/* Send one packet (with fd when >= 0) without ever waiting; 0 or -errno. -EBADF when d no
+ * longer names our socket (nothing is written then). */
+int attach_sendmsg(const struct attach_fd *d, const void *pkt, size_t n, int fd);
+/* Receive one packet of the given type within timeout_ms (descriptors attached by the peer
+ * are closed). Returns its length or -errno. */
+ssize_t attach_recv(const struct attach_fd *d, void *buf, size_t cap, uint16_t type,
+		    int timeout_ms);
+/* POLLHUP/POLLRDHUP/POLLERR on d without waiting (the daemon closed or died); unexpected
+ * packets are read and discarded. */
+bool attach_peer_gone(const struct attach_fd *d);
+/* A header for a shim -> daemon packet. */
+void attach_header(struct llgo_msg_header *h, uint16_t type, uint32_t length);
+uint64_t attach_now_ns(void);
+
 static inline void attach_count_lost(void)
 {
 	atomic_fetch_add_explicit(&attach_ctl.lost_no_ring, 1, memory_order_relaxed);
 }
+
+/* ---- lifecycle.c: process and thread lifecycle ----------------------------------------- */
+
+/*
+ * The process's state (enum llgo_shim_state, mirrored in ctl.shim_state) lives here alone.
+ * Transitions: DETACHED -> (constructor) ATTACHED | LOST; ATTACHED -> LOST on a failed send
+ * or a closed peer; LOST -> ATTACHED on a reconnect (backoff, from the slow path); fork child
+ * -> ATTACHING (lazy: attaches at its first sample); anything -> OFF when the program
+ * sandboxes itself (seccomp) or the memfd cannot be had.
+ */
+uint32_t lifecycle_state(void);
+/* Called by the slow path for a sampled allocation while not ATTACHED (and, rate-limited, while
+ * ATTACHED, to notice a dead daemon). Returns true when the sample may be recorded: the
+ * process is ATTACHED (perhaps just now: lazy fork attach, reconnect). Never blocks. */
+bool lifecycle_ready(struct llgo_heap_thread *t);
+/* The process memfd (rings live in it) and whether sends may be made. */
+const struct attach_fd *lifecycle_memfd(void);
+/* Send a packet to the daemon if attached; a failure other than a full socket makes the
+ * process LOST. Returns 0 or -errno. */
+int lifecycle_send(const void *pkt, size_t n);
+/* The exit handshake: wait (bounded) for the daemon only if it has not drained us or lacks
+ * our mappings. The destructor; also called from _exit. */
+void lifecycle_exit(void);
+/* No syscalls from now on (the program installs a seccomp filter). */
+void lifecycle_sandboxed(void);
+/* Thread start (lifecycle's pthread_create wrapper, or the main thread): bounds, tid, rng,
+ * without any lock. frame: the outermost frame of the thread that the program can see. */
+void lifecycle_thread_start(struct llgo_heap_thread *t, uintptr_t frame);
+/* The process's thread state for a thread the shim did not see start (created before the
+ * shim, or by clone directly): tid and rng. */
+void lifecycle_thread_adopt(struct llgo_heap_thread *t);
 
 /* ---- override.c: the real allocator ---------------------------------------------------- */
 

@@ -51,6 +51,9 @@ extern void *__libc_memalign(size_t, size_t);
 extern void *__libc_valloc(size_t);
 extern void *__libc_pvalloc(size_t);
 
+/* Every read of a function pointer is atomic (relaxed: a plain mov), as are its writes. */
+#define OVERRIDE_LOAD(var) __atomic_load_n(&(var), __ATOMIC_RELAXED)
+
 /* ---- bootstrap pool -------------------------------------------------------------------- */
 
 #define OVERRIDE_POOL_SIZE (64u << 10)
@@ -115,9 +118,9 @@ static void *override_boot_pvalloc(size_t size);
 static size_t override_boot_usable(void *p);
 
 /*
- * Read by the fast paths with plain loads (one `jmp *ptr(%rip)`); written only while
- * resolving, at startup, with aligned pointer-sized stores, so a reader sees either the
- * bootstrap function or the final one, both correct.
+ * Read by the fast paths with relaxed atomic loads (one `jmp *ptr(%rip)`); written only while
+ * resolving, at startup, with atomic stores, so a reader sees either the bootstrap function
+ * or the final one, both correct.
  */
 static override_malloc_fn override_malloc = override_boot_malloc;
 static override_free_fn override_free = override_boot_free;
@@ -184,7 +187,7 @@ static int override_fallback_posix_memalign(void **pp, size_t align, size_t size
 	if (align < sizeof(void *) || (align & (align - 1)))
 		return EINVAL;
 	int e = errno;
-	void *p = override_memalign(align, size);
+	void *p = OVERRIDE_LOAD(override_memalign)(align, size);
 	if (!p) {
 		errno = e;
 		return ENOMEM;
@@ -256,7 +259,7 @@ static void *override_boot_malloc(size_t size)
 	if (llgo_heap_tls.resolving)
 		return override_pool_alloc(size, 16);
 	override_resolve();
-	return override_malloc(size);
+	return OVERRIDE_LOAD(override_malloc)(size);
 }
 
 static void override_boot_free(void *p)
@@ -264,7 +267,7 @@ static void override_boot_free(void *p)
 	if (override_in_pool(p) || llgo_heap_tls.resolving)
 		return;
 	override_resolve();
-	override_free(p);
+	OVERRIDE_LOAD(override_free)(p);
 }
 
 static void *override_boot_calloc(size_t n, size_t size)
@@ -278,7 +281,7 @@ static void *override_boot_calloc(size_t n, size_t size)
 		return override_pool_alloc(total, 16);
 	}
 	override_resolve();
-	return override_calloc(n, size);
+	return OVERRIDE_LOAD(override_calloc)(n, size);
 }
 
 static void *override_boot_realloc(void *p, size_t size)
@@ -286,7 +289,7 @@ static void *override_boot_realloc(void *p, size_t size)
 	if (llgo_heap_tls.resolving || override_in_pool(p))
 		return override_pool_realloc(p, size);
 	override_resolve();
-	return override_realloc(p, size);
+	return OVERRIDE_LOAD(override_realloc)(p, size);
 }
 
 static int override_boot_posix_memalign(void **pp, size_t align, size_t size)
@@ -301,7 +304,7 @@ static int override_boot_posix_memalign(void **pp, size_t align, size_t size)
 		return 0;
 	}
 	override_resolve();
-	return override_posix_memalign(pp, align, size);
+	return OVERRIDE_LOAD(override_posix_memalign)(pp, align, size);
 }
 
 static void *override_boot_aligned_alloc(size_t align, size_t size)
@@ -309,7 +312,7 @@ static void *override_boot_aligned_alloc(size_t align, size_t size)
 	if (llgo_heap_tls.resolving)
 		return override_pool_alloc(size, align);
 	override_resolve();
-	return override_aligned_alloc(align, size);
+	return OVERRIDE_LOAD(override_aligned_alloc)(align, size);
 }
 
 static void *override_boot_memalign(size_t align, size_t size)
@@ -317,7 +320,7 @@ static void *override_boot_memalign(size_t align, size_t size)
 	if (llgo_heap_tls.resolving)
 		return override_pool_alloc(size, align);
 	override_resolve();
-	return override_memalign(align, size);
+	return OVERRIDE_LOAD(override_memalign)(align, size);
 }
 
 static void *override_boot_valloc(size_t size)
@@ -325,7 +328,7 @@ static void *override_boot_valloc(size_t size)
 	if (llgo_heap_tls.resolving)
 		return override_pool_alloc(size, 4096);
 	override_resolve();
-	return override_valloc(size);
+	return OVERRIDE_LOAD(override_valloc)(size);
 }
 
 static void *override_boot_pvalloc(size_t size)
@@ -333,7 +336,7 @@ static void *override_boot_pvalloc(size_t size)
 	if (llgo_heap_tls.resolving)
 		return override_pool_alloc((size + 4095) & ~(size_t)4095, 4096);
 	override_resolve();
-	return override_pvalloc(size);
+	return OVERRIDE_LOAD(override_pvalloc)(size);
 }
 
 static size_t override_boot_usable(void *p)
@@ -343,7 +346,7 @@ static size_t override_boot_usable(void *p)
 	if (llgo_heap_tls.resolving)
 		return 0;
 	override_resolve();
-	return override_usable(p);
+	return OVERRIDE_LOAD(override_usable)(p);
 }
 
 __attribute__((constructor(101))) static void override_init(void)
@@ -352,6 +355,7 @@ __attribute__((constructor(101))) static void override_init(void)
 }
 
 /* ---- fast path ------------------------------------------------------------------------- */
+
 
 static inline __attribute__((always_inline)) int64_t override_rate(void)
 {
@@ -383,68 +387,77 @@ llgo_export void *malloc(size_t size)
 {
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
-		return override_malloc(size);
+		return OVERRIDE_LOAD(override_malloc)(size);
 	if (w > 0 && llgo_likely(override_countdown(size)))
-		return override_malloc(size);
-	return sample_malloc(override_malloc, size, __builtin_return_address(0));
+		return OVERRIDE_LOAD(override_malloc)(size);
+	return sample_malloc(OVERRIDE_LOAD(override_malloc), size, __builtin_return_address(0));
 }
 
 llgo_export void free(void *p)
 {
-	override_free(p);
+	OVERRIDE_LOAD(override_free)(p);
 }
 
 llgo_export void *calloc(size_t n, size_t size)
 {
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
-		return override_calloc(n, size);
+		return OVERRIDE_LOAD(override_calloc)(n, size);
 	size_t total;
 	if (__builtin_mul_overflow(n, size, &total))
-		return override_calloc(n, size); /* fails as the real calloc fails: ENOMEM */
+		return OVERRIDE_LOAD(override_calloc)(n, size); /* fails as the real calloc fails: ENOMEM */
 	if (w > 0 && llgo_likely(override_countdown(total)))
-		return override_calloc(n, size);
-	return sample_calloc(override_calloc, n, size, __builtin_return_address(0));
+		return OVERRIDE_LOAD(override_calloc)(n, size);
+	return sample_calloc(OVERRIDE_LOAD(override_calloc), n, size, __builtin_return_address(0));
 }
 
 llgo_export void *realloc(void *p, size_t size)
 {
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
-		return override_realloc(p, size);
+		return OVERRIDE_LOAD(override_realloc)(p, size);
 	if (w > 0 && llgo_likely(override_countdown(size)))
-		return override_realloc(p, size);
-	return sample_realloc(override_realloc, p, size, __builtin_return_address(0));
+		return OVERRIDE_LOAD(override_realloc)(p, size);
+	return sample_realloc(OVERRIDE_LOAD(override_realloc), p, size, __builtin_return_address(0));
 }
 
 /*
- * reallocarray is glibc's definition (ENOMEM on overflow, else realloc of the product), not a
- * forward: glibc's reallocarray calls realloc through the PLT, which is ours, so forwarding
- * would record the allocation twice (and the second time from inside libc).
+ * reallocarray forwards to the next reallocarray (RTLD_NEXT, as every function here), which
+ * multiplies and calls realloc through the global scope: our realloc when the shim comes
+ * before the allocator (sampled there, once), or a preloaded allocator's realloc when that
+ * allocator comes before the shim. Forwarding to our realloc pointer instead would hand a
+ * jemalloc pointer to glibc's realloc in that order.
  */
-llgo_export void *reallocarray(void *p, size_t n, size_t size)
+typedef void *(*override_reallocarray_fn)(void *, size_t, size_t);
+static void *override_fallback_reallocarray(void *p, size_t n, size_t size)
 {
 	size_t total;
-	if (llgo_unlikely(__builtin_mul_overflow(n, size, &total))) {
+	if (__builtin_mul_overflow(n, size, &total)) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return override_realloc(p, total);
-	if (w > 0 && llgo_likely(override_countdown(total)))
-		return override_realloc(p, total);
-	return sample_realloc(override_realloc, p, total, __builtin_return_address(0));
+	return realloc(p, total);
+}
+static override_reallocarray_fn override_reallocarray;
+
+llgo_export void *reallocarray(void *p, size_t n, size_t size)
+{
+	override_reallocarray_fn f = __atomic_load_n(&override_reallocarray, __ATOMIC_ACQUIRE);
+	if (llgo_unlikely(!f)) {
+		f = override_sym("reallocarray", (void *)override_fallback_reallocarray);
+		__atomic_store_n(&override_reallocarray, f, __ATOMIC_RELEASE);
+	}
+	return f(p, n, size);
 }
 
 llgo_export int posix_memalign(void **pp, size_t align, size_t size)
 {
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
-		return override_posix_memalign(pp, align, size);
+		return OVERRIDE_LOAD(override_posix_memalign)(pp, align, size);
 	if (w > 0 && llgo_likely(override_countdown(size)))
-		return override_posix_memalign(pp, align, size);
-	return sample_posix_memalign(override_posix_memalign, pp, align, size,
+		return OVERRIDE_LOAD(override_posix_memalign)(pp, align, size);
+	return sample_posix_memalign(OVERRIDE_LOAD(override_posix_memalign), pp, align, size,
 				     __builtin_return_address(0));
 }
 
@@ -452,30 +465,30 @@ llgo_export void *aligned_alloc(size_t align, size_t size)
 {
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
-		return override_aligned_alloc(align, size);
+		return OVERRIDE_LOAD(override_aligned_alloc)(align, size);
 	if (w > 0 && llgo_likely(override_countdown(size)))
-		return override_aligned_alloc(align, size);
-	return sample_memalign(override_aligned_alloc, align, size, __builtin_return_address(0));
+		return OVERRIDE_LOAD(override_aligned_alloc)(align, size);
+	return sample_memalign(OVERRIDE_LOAD(override_aligned_alloc), align, size, __builtin_return_address(0));
 }
 
 llgo_export void *memalign(size_t align, size_t size)
 {
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
-		return override_memalign(align, size);
+		return OVERRIDE_LOAD(override_memalign)(align, size);
 	if (w > 0 && llgo_likely(override_countdown(size)))
-		return override_memalign(align, size);
-	return sample_memalign(override_memalign, align, size, __builtin_return_address(0));
+		return OVERRIDE_LOAD(override_memalign)(align, size);
+	return sample_memalign(OVERRIDE_LOAD(override_memalign), align, size, __builtin_return_address(0));
 }
 
 llgo_export void *valloc(size_t size)
 {
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
-		return override_valloc(size);
+		return OVERRIDE_LOAD(override_valloc)(size);
 	if (w > 0 && llgo_likely(override_countdown(size)))
-		return override_valloc(size);
-	return sample_malloc(override_valloc, size, __builtin_return_address(0));
+		return OVERRIDE_LOAD(override_valloc)(size);
+	return sample_malloc(OVERRIDE_LOAD(override_valloc), size, __builtin_return_address(0));
 }
 
 /* The recorded size is the size asked, not pvalloc's page-rounded one. */
@@ -483,13 +496,13 @@ llgo_export void *pvalloc(size_t size)
 {
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
-		return override_pvalloc(size);
+		return OVERRIDE_LOAD(override_pvalloc)(size);
 	if (w > 0 && llgo_likely(override_countdown(size)))
-		return override_pvalloc(size);
-	return sample_malloc(override_pvalloc, size, __builtin_return_address(0));
+		return OVERRIDE_LOAD(override_pvalloc)(size);
+	return sample_malloc(OVERRIDE_LOAD(override_pvalloc), size, __builtin_return_address(0));
 }
 
 llgo_export size_t malloc_usable_size(void *p)
 {
-	return override_usable(p);
+	return OVERRIDE_LOAD(override_usable)(p);
 }

@@ -14,15 +14,15 @@
  * bytes (an integer size S crosses a countdown c exactly when S >= c, so ceil keeps
  * P(sampled) exact), and clamped to 64 * rate, like LLGo's runtime.
  *
- * Re-entrancy: everything below the guard may call into libc (pthread_getattr_np, memfd,
- * sendmsg) and so into malloc; such nested calls see the guard and are never sampled. errno
+ * Re-entrancy: everything below the guard may call into libc (a ring's first mmap, a
+ * sendmsg, pthread_setspecific) and so into malloc; such nested calls see the guard and are
+ * never sampled. Nothing below takes a lock or calls a pthread function that does: a thread
+ * may be sampled while glibc holds its own locks (pthread_getattr_np allocates under one). errno
  * is saved right after the real call and restored before returning, so the program sees the
  * real allocator's errno. What is left to others: stack capture and trimming (stack.c),
- * rings (emit.c), rate and connection (attach.c).
+ * rings (emit.c), whether the process may record at all (lifecycle.c).
  */
 #include <errno.h>
-#include <pthread.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -131,24 +131,17 @@ bool sample_decide(struct llgo_heap_thread *t, int64_t w, size_t size)
 
 /* ---- the slow path --------------------------------------------------------------------- */
 
-/* First slow path of a thread, or first after a fork (generation changed). Under guard. */
+/* First slow path of a thread the shim did not see start (its pthread_create wrapper and the
+ * constructor set this up beforehand), or first after a fork (generation changed). No lock,
+ * no pthread call: the stack bounds are found by stack.c when the walk needs them. */
 static llgo_noinline void sample_thread_init(struct llgo_heap_thread *t)
 {
-	uint32_t gen = emit_generation();
-	if (t->gen != 0 && t->gen != gen) {
-		/* A fork child: the ring was the parent's and is unmapped already. */
+	if (t->gen != 0) {
+		/* A fork child, or a memfd replaced: the ring was the old one. */
 		t->ring.hdr = NULL;
 		t->ring_failed = 0;
 	}
-	t->tid = (uint32_t)gettid();
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-	t->rng = sample_rng_seed(((uint64_t)t->tid << 32) ^ (uint64_t)(uintptr_t)t ^ t->rng, now);
-	if (!t->stack_hi)
-		stack_thread_bounds(&t->stack_lo, &t->stack_hi);
-	t->gen = gen;
-	t->inited = 1;
+	lifecycle_thread_adopt(t);
 }
 
 static inline void sample_take(size_t size, void *p, void *ra, void *frame)
@@ -168,17 +161,26 @@ static inline void sample_take(size_t size, void *p, void *ra, void *frame)
 		/* Nested allocations below (first ring, pthread_setspecific) must not eat the
 		 * fresh threshold: they are not the program's. */
 		int64_t keep = t->countdown;
-		uint64_t frames[LLGO_MAX_FRAMES];
-		/* Called from a real C++ operator new under one of our wrappers: walk from the
-		 * wrapper and record the size the program asked of it. */
-		uintptr_t cxx = 0;
-		if (t->cxx_frame && stack_is_cxx_operator((uint64_t)(uintptr_t)ra)) {
-			cxx = t->cxx_frame;
-			size = t->cxx_size;
+		if (llgo_unlikely(!lifecycle_ready(t))) {
+			/* No daemon to give it to: no stack walk, counted for the next profile. */
+			atomic_fetch_add_explicit(&attach_ctl.lost_detached, 1,
+						  memory_order_relaxed);
+		} else {
+			uint64_t frames[LLGO_MAX_FRAMES];
+			/* Called from a real C++ operator new under one of our wrappers: walk
+			 * from the wrapper and record the size the program asked of it. */
+			uintptr_t cxx = 0;
+			if (t->cxx_frame && stack_is_cxx_operator((uint64_t)(uintptr_t)ra)) {
+				cxx = t->cxx_frame;
+				size = t->cxx_size;
+			}
+			uintptr_t lo, hi, lo2, hi2;
+			stack_bounds_for(t, cxx ? cxx : (uintptr_t)frame, &lo, &hi, &lo2, &hi2);
+			uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, ra, frame, cxx, lo,
+						   hi, lo2, hi2);
+			emit_sample(t, size, llgo_rate_from_word(w), (uint64_t)(uintptr_t)p,
+				    frames, n);
 		}
-		uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, ra, frame, cxx, t->stack_lo,
-					   t->stack_hi);
-		emit_sample(t, size, llgo_rate_from_word(w), (uint64_t)(uintptr_t)p, frames, n);
 		t->countdown = keep;
 	}
 	t->guard = 0;

@@ -2,8 +2,16 @@
 /*
  * stack.c: the stack of a sampled allocation, from frame pointers, trimmed so that frame 0 is
  * the program's allocating call site. The walk trusts nothing it reads: every frame pointer
- * must lie inside the thread's stack, be 8-aligned and be above the previous one, so a broken
- * chain (code built without frame pointers) ends the walk early instead of faulting.
+ * must lie inside the stack being walked, be 8-aligned and be above the previous one, so a
+ * broken chain (code built without frame pointers) ends the walk early instead of faulting.
+ * Since the walk starts at the slow path's own frame and only goes up, everything it reads
+ * lies between the current stack pointer and the stack's end: mapped memory.
+ *
+ * Stack bounds come without locks: the thread's own stack is set at thread start
+ * (lifecycle.c); a thread the shim did not see start, or a frame on another stack (a
+ * sigaltstack handler, a coroutine), is looked up once in /proc/self/maps with raw
+ * open/read (no malloc, no stdio) and cached per thread. A walk may cross once from such a
+ * stack to the thread's own (a signal frame's saved frame pointer is the interrupted code's).
  *
  * Plumbing that is trimmed from the top of a stack: the shim's own text (found at init from a
  * shim function with dladdr and the ELF program headers, dl_iterate_phdr), the real C++
@@ -16,6 +24,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -160,12 +169,23 @@ void stack_init(void)
 /* ---- walking --------------------------------------------------------------------------- */
 
 static uint32_t stack_walk_from(uint64_t *out, uint32_t max, uintptr_t fp, uintptr_t prev,
-				uintptr_t lo, uintptr_t hi)
+				uintptr_t lo, uintptr_t hi, uintptr_t lo2, uintptr_t hi2)
 {
 	uint32_t n = 0;
 	while (n < max) {
-		if ((fp & 7) || fp <= prev || fp < lo || hi < lo + 16 || fp > hi - 16)
+		if ((fp & 7) || hi < lo + 16)
 			break;
+		if (fp <= prev || fp < lo || fp > hi - 16) {
+			/* One crossing to the second range (from an alternate stack to the
+			 * thread's own), where the order of addresses starts again. */
+			if (hi2 <= lo2 || fp < lo2 || hi2 < lo2 + 16 || fp > hi2 - 16)
+				break;
+			lo = lo2;
+			hi = hi2;
+			lo2 = hi2 = 0;
+			prev = 0;
+			continue;
+		}
 		const uintptr_t *f = (const uintptr_t *)fp;
 		uintptr_t ret = f[1];
 		if (!ret)
@@ -179,7 +199,7 @@ static uint32_t stack_walk_from(uint64_t *out, uint32_t max, uintptr_t fp, uintp
 
 uint32_t stack_walk(uint64_t *out, uint32_t max, uintptr_t fp, uintptr_t lo, uintptr_t hi)
 {
-	return stack_walk_from(out, max, fp, 0, lo, hi);
+	return stack_walk_from(out, max, fp, 0, lo, hi, 0, 0);
 }
 
 uint32_t stack_trim(uint64_t *frames, uint32_t n)
@@ -194,7 +214,7 @@ uint32_t stack_trim(uint64_t *frames, uint32_t n)
 }
 
 uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintptr_t cxx_frame,
-		       uintptr_t lo, uintptr_t hi)
+		       uintptr_t lo, uintptr_t hi, uintptr_t lo2, uintptr_t hi2)
 {
 	/* Room for plumbing frames that trimming removes. */
 	uint64_t tmp[LLGO_MAX_FRAMES + 8];
@@ -203,12 +223,13 @@ uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintp
 	if (max == 0)
 		return 0;
 	if (cxx_frame)
-		n = stack_walk_from(tmp, cap, cxx_frame, 0, lo, hi);
+		n = stack_walk_from(tmp, cap, cxx_frame, 0, lo, hi, lo2, hi2);
 	if (n == 0) {
 		tmp[n++] = (uint64_t)(uintptr_t)ra;
 		uintptr_t f = (uintptr_t)frame;
 		if (!(f & 7) && f >= lo && hi >= lo + 16 && f <= hi - 16)
-			n += stack_walk_from(tmp + 1, cap - 1, ((const uintptr_t *)f)[0], f, lo, hi);
+			n += stack_walk_from(tmp + 1, cap - 1, ((const uintptr_t *)f)[0], f, lo, hi,
+					     lo2, hi2);
 	}
 	n = stack_trim(tmp, n);
 	if (n > max)
@@ -217,19 +238,111 @@ uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintp
 	return n;
 }
 
-void stack_thread_bounds(uintptr_t *lo, uintptr_t *hi)
+/* ---- stack bounds without locks -------------------------------------------------------- */
+
+static bool stack_hex(const char **p, const char *end, uintptr_t *out)
 {
-	pthread_attr_t attr;
-	*lo = *hi = 0;
-	if (pthread_getattr_np(pthread_self(), &attr) != 0)
-		return;
-	void *addr = NULL;
-	size_t size = 0;
-	if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr && size) {
-		*lo = (uintptr_t)addr;
-		*hi = (uintptr_t)addr + size;
+	uintptr_t v = 0;
+	const char *c = *p;
+	int digits = 0;
+	for (; c < end; c++, digits++) {
+		int d;
+		if (*c >= '0' && *c <= '9')
+			d = *c - '0';
+		else if (*c >= 'a' && *c <= 'f')
+			d = *c - 'a' + 10;
+		else
+			break;
+		v = (v << 4) | (uintptr_t)d;
 	}
-	pthread_attr_destroy(&attr);
+	*p = c;
+	*out = v;
+	return digits > 0 && digits <= (int)(2 * sizeof(uintptr_t));
+}
+
+bool stack_mapping_of(uintptr_t sp, uintptr_t *lo, uintptr_t *hi)
+{
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	/* Lines are "lo-hi perms ...\n"; a line may straddle two reads: keep its start. */
+	char buf[4096];
+	size_t have = 0;
+	bool found = false;
+	for (;;) {
+		ssize_t r = read(fd, buf + have, sizeof(buf) - have);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		have += (size_t)r;
+		size_t start = 0;
+		for (;;) {
+			char *nl = memchr(buf + start, '\n', have - start);
+			if (!nl)
+				break;
+			const char *c = buf + start, *end = nl;
+			uintptr_t a, b;
+			if (stack_hex(&c, end, &a) && c < end && *c == '-' && (c++, true) &&
+			    stack_hex(&c, end, &b) && sp >= a && sp < b) {
+				*lo = a;
+				*hi = b;
+				found = true;
+				break;
+			}
+			start = (size_t)(nl - buf) + 1;
+		}
+		if (found)
+			break;
+		if (start == 0 && have == sizeof(buf))
+			start = have; /* a line longer than the buffer (a long path): skip it */
+		memmove(buf, buf + start, have - start);
+		have -= start;
+	}
+	close(fd);
+	return found;
+}
+
+#define STACK_ALT_SCAN_NS (10ull * 1000000)
+
+void stack_bounds_for(struct llgo_heap_thread *t, uintptr_t frame, uintptr_t *lo, uintptr_t *hi,
+		      uintptr_t *lo2, uintptr_t *hi2)
+{
+	*lo = *hi = *lo2 = *hi2 = 0;
+	if (t->bounded && frame >= t->stack_lo && frame < t->stack_hi) {
+		*lo = frame;
+		*hi = t->stack_hi;
+		return;
+	}
+	if (!(t->alt_hi && frame >= t->alt_lo && frame < t->alt_hi)) {
+		/* Not on a stack we know: look it up, at most every STACK_ALT_SCAN_NS per thread
+		 * and never once the program forbade syscalls. */
+		uint64_t now = attach_now_ns();
+		uintptr_t a, b;
+		if (lifecycle_state() == LLGO_SHIM_OFF ||
+		    (t->alt_scan_ns && now - t->alt_scan_ns < STACK_ALT_SCAN_NS))
+			return;
+		t->alt_scan_ns = now;
+		if (!stack_mapping_of(frame, &a, &b))
+			return;
+		if (!t->bounded) {
+			/* The thread's own stack, first seen here. */
+			t->stack_lo = a;
+			t->stack_hi = b;
+			t->bounded = 1;
+			*lo = frame;
+			*hi = b;
+			return;
+		}
+		t->alt_lo = a;
+		t->alt_hi = b;
+	}
+	*lo = frame;
+	*hi = t->alt_hi;
+	if (t->bounded) {
+		*lo2 = t->stack_lo;
+		*hi2 = t->stack_hi;
+	}
 }
 
 /* ---- trimming by name: symbol tables of the loaded objects ----------------------------- */

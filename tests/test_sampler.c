@@ -183,25 +183,25 @@ Test(sampler, sampling_probability_matches_pprof_scaling, .timeout = 60)
 }
 
 /* The real slow path, not attached to a daemon: rate 0 records nothing; rate 1 takes every
- * sample and, with no ring to put it in, counts it in lost_no_ring. */
+ * sample and, with no daemon to give it to, counts it in lost_detached without a walk. */
 Test(sampler, slow_path_rate_1_and_rate_0)
 {
-	if (attach_connected())
+	if (lifecycle_state() == LLGO_SHIM_ATTACHED)
 		cr_skip_test("a daemon is listening on the default socket");
 	int x;
-	uint64_t lost = atomic_load(&attach_ctl.lost_no_ring);
+	uint64_t lost = atomic_load(&attach_ctl.lost_detached);
 	atomic_store(&attach_ctl.rate_word, 0);
 	for (int i = 0; i < 100; i++)
 		sample_hooked(&x, 16, __builtin_return_address(0), __builtin_frame_address(0));
-	cr_expect_eq(atomic_load(&attach_ctl.lost_no_ring), lost);
+	cr_expect_eq(atomic_load(&attach_ctl.lost_detached), lost);
 	atomic_store(&attach_ctl.rate_word, LLGO_RATE_WORD_EVERY);
 	errno = 1234;
 	for (int i = 0; i < 100; i++)
 		sample_hooked(&x, 16, __builtin_return_address(0), __builtin_frame_address(0));
 	cr_expect_eq(errno, 1234, "the slow path preserves errno");
-	cr_expect_eq(atomic_load(&attach_ctl.lost_no_ring), lost + 100);
+	cr_expect_eq(atomic_load(&attach_ctl.lost_detached), lost + 100);
 	/* NULL: the allocation failed, nothing is recorded */
 	sample_hooked(NULL, 16, __builtin_return_address(0), __builtin_frame_address(0));
-	cr_expect_eq(atomic_load(&attach_ctl.lost_no_ring), lost + 100);
+	cr_expect_eq(atomic_load(&attach_ctl.lost_detached), lost + 100);
 	atomic_store(&attach_ctl.rate_word, 0);
 }

@@ -70,6 +70,8 @@ struct fake_conn {
 	char comm[LLGO_COMM_LEN];
 	bool hello, bye, closed;
 	struct llgo_ctl *ctl;
+	int memfd;             /* the process memfd (LLGO_HELLO_MEMFD), else -1 */
+	uint32_t rings_known;  /* ring ids below this were mapped from memfd */
 	struct ring_account acct;
 	uint32_t nrings;
 };
@@ -120,8 +122,35 @@ static void fake_rec_cb(void *arg, const struct llgo_record *rec, const uint64_t
 		r->frames[i] = frames[i];
 }
 
+/* Map the rings of c's memfd up to ctl.ring_count, as llgo-heapd does. */
+static void fake_sync_rings(struct fake *f, int c)
+{
+	struct fake_conn *k = &f->conns[c];
+	if (k->memfd < 0 || !k->ctl)
+		return;
+	uint32_t n = atomic_load_explicit(&k->ctl->ring_count, memory_order_acquire);
+	uint64_t page = k->ctl->page_size;
+	while (k->rings_known < n && f->nrings < FAKE_MAX_RINGS) {
+		uint32_t id = k->rings_known;
+		int rc = ring_reader_map_at(&f->rings[f->nrings], k->memfd,
+					    llgo_ring_offset(id, k->ring_data_size, page),
+					    llgo_ring_span(k->ring_data_size, page), id,
+					    k->ring_data_size);
+		if (rc == -EAGAIN)
+			break;
+		k->rings_known++;
+		if (rc == 0) {
+			f->ring_conn[f->nrings++] = c;
+			k->nrings++;
+		} else {
+			f->map_errors++;
+		}
+	}
+}
+
 static void fake_drain_conn(struct fake *f, int c)
 {
+	fake_sync_rings(f, c);
 	for (int i = 0; i < f->nrings; i++) {
 		if (f->ring_conn[i] != c)
 			continue;
@@ -140,8 +169,10 @@ static void fake_account(struct fake *f, int c)
 		ring_reader_account(&f->rings[i], &a);
 		ring_account_add(&sum, &a);
 	}
-	if (f->conns[c].ctl)
+	if (f->conns[c].ctl) {
 		ring_account_lost(&sum, atomic_load(&f->conns[c].ctl->lost_no_ring));
+		ring_account_detached(&sum, atomic_load(&f->conns[c].ctl->lost_detached));
+	}
 	f->conns[c].acct = sum;
 }
 
@@ -204,10 +235,20 @@ static void fake_packet(struct fake *f, int c)
 		k->comm[sizeof(k->comm) - 1] = '\0';
 		void *ctl = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		k->ctl = ctl == MAP_FAILED ? NULL : ctl;
-		if (f->ack != FAKE_ACK_NEVER) {
+		if (m.flags & LLGO_HELLO_MEMFD)
+			k->memfd = dup(fd);
+		if (f->ack == FAKE_ACK_REFUSE && (m.flags & LLGO_HELLO_NO_ACK)) {
+			/* a daemon refuses a shim that awaits no answer by closing */
+			close(k->fd);
+			k->fd = -1;
+			k->closed = true;
+		} else if (f->ack != FAKE_ACK_NEVER && !(m.flags & LLGO_HELLO_NO_ACK)) {
 			int32_t body[2] = { f->ack == FAKE_ACK_REFUSE ? EPERM : 0, 0 };
 			fake_send(k->fd, LLGO_MSG_HELLO_ACK, body, sizeof(body));
 		}
+	} else if (h.type == LLGO_MSG_ADD_RING && n == sizeof(struct llgo_msg_add_ring) &&
+		   fd < 0 && k->memfd >= 0) {
+		fake_sync_rings(f, c);
 	} else if (h.type == LLGO_MSG_ADD_RING && n == sizeof(struct llgo_msg_add_ring) &&
 		   fd >= 0 && f->nrings < FAKE_MAX_RINGS) {
 		struct llgo_msg_add_ring m;
@@ -266,6 +307,7 @@ static void *fake_main(void *arg)
 				struct fake_conn *k = &f->conns[f->nconns];
 				memset(k, 0, sizeof(*k));
 				k->fd = fd;
+				k->memfd = -1;
 				struct ucred cred;
 				socklen_t len = sizeof(cred);
 				if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
@@ -322,6 +364,8 @@ static void fake_free(struct fake *f)
 			close(f->conns[c].fd);
 		if (f->conns[c].ctl)
 			munmap(f->conns[c].ctl, LLGO_CTL_SIZE);
+		if (f->conns[c].memfd >= 0)
+			close(f->conns[c].memfd);
 	}
 	close(f->lfd);
 	unlink(f->path);
@@ -746,25 +790,38 @@ Test(shim, rate_from_environment)
 	}
 }
 
-Test(shim, silent_daemon_and_refusing_daemon_leave_rate_0, .timeout = 60)
+/* A daemon that never reads (stopped) costs the process nothing at start: it does not wait for
+ * an answer, runs at its rate and leaves records in its rings. A daemon that drops the
+ * connection at HELLO: the process runs on, and every sample it takes from then on is counted
+ * (lost_detached) in the control page the next daemon reads. */
+Test(shim, silent_daemon_and_refusing_daemon, .timeout = 60)
 {
-	enum fake_ack modes[] = { FAKE_ACK_NEVER, FAKE_ACK_REFUSE };
-	for (size_t i = 0; i < 2; i++) {
-		struct fake *f = fake_start(modes[i], true);
-		char sock[200];
-		snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-		const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
-		const char *argv[] = { PROGS "/shim_behaviour", "rate", NULL };
-		struct run r;
-		run_prog(&r, env, argv);
-		fake_stop(f);
-		cr_expect_str_eq(r.out, "rate 0\n", "mode %zu", i);
-		cr_expect_eq(f->nrings, 0);
-		if (modes[i] == FAKE_ACK_NEVER)
-			cr_expect(r.seconds > 1.5 && r.seconds < 10, "waited %.2f s for the ACK",
-				  r.seconds);
-		fake_free(f);
-	}
+	struct fake *f = fake_start(FAKE_ACK_NEVER, false);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *argv[] = { PROGS "/shim_behaviour", "rate", NULL };
+	struct run r;
+	run_prog(&r, env, argv);
+	cr_expect_str_eq(r.out, "rate 1\n");
+	cr_expect(r.seconds < 0.5, "waited %.3f s at start or exit", r.seconds);
+	fake_stop(f);
+	fake_free(f);
+
+	f = fake_start(FAKE_ACK_REFUSE, true);
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *argv2[] = { PROGS "/shim_behaviour", "sites", "100", NULL };
+	run_prog(&r, env, argv2);
+	fake_stop(f);
+	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	cr_assert(f->conns[0].ctl);
+	uint64_t det = atomic_load(&f->conns[0].ctl->lost_detached);
+	const struct ring_account *a = &f->conns[0].acct;
+	cr_expect_gt(det, 0, "samples after the connection was dropped are counted");
+	cr_expect_geq(a->sampled, 900, "sampled %llu (detached %llu)",
+		      (unsigned long long)a->sampled, (unsigned long long)det);
+	expect_accounting(f, 0);
+	fake_free(f);
 }
 
 Test(shim, small_undrained_ring_drops_and_accounts, .timeout = 60)
@@ -898,7 +955,7 @@ Test(shim, frame_walk_stops_on_hostile_chains)
 	cr_expect_eq(stack_walk(out, LLGO_MAX_FRAMES, lo, 0, 0), 0);
 	/* capture: frame 0 is ra, then the chain from the frame's saved pointer */
 	st[8 * 3] = (uintptr_t)&st[8 * 4];
-	uint32_t n = stack_capture(out, LLGO_MAX_FRAMES, (void *)0x777, &st[8], 0, lo, hi);
+	uint32_t n = stack_capture(out, LLGO_MAX_FRAMES, (void *)0x777, &st[8], 0, lo, hi, 0, 0);
 	cr_expect_eq(n, 1 + 8);
 	cr_expect_eq(out[0], 0x777);
 	cr_expect_eq(out[1], 0x1002);

@@ -54,6 +54,10 @@ int main(int argc, char **argv)
 	const char *mode = argv[1];
 	long k = atol(argv[2]);
 	if (strcmp(mode, "selfkill") == 0 || strcmp(mode, "ready") == 0) {
+		/* Attaching does not hold up main: the daemon reads our mappings a moment after
+		 * we start. A process SIGKILLed before that cannot be symbolized (it never
+		 * reaches the exit handshake); give the daemon that moment. */
+		usleep(300 * 1000);
 		for (long i = 0; i < k; i++)
 			crash_site();
 		if (mode[0] == 's')

@@ -1,0 +1,614 @@
+// SPDX-License-Identifier: MIT
+/*
+ * lifecycle.c: everything about the profiled process's and its threads' lives, out of the
+ * malloc path: start-up, the connection state, daemon loss and reconnects, fork, exit,
+ * sandboxes, thread start. The slow path (sample.c) only asks lifecycle_ready() whether a
+ * sample may be recorded; the transport is attach.c's, the rings emit.c's.
+ *
+ * The process memfd. At attach the shim creates one memfd ("llgo-heap"), sealed against
+ * shrinking: its first page becomes the control page (mapped MAP_FIXED over attach_area, so
+ * the fast path's rate load does not move), rings follow (shared/ring.h). The shim keeps it
+ * open for the life of the process: a reconnect re-sends it (HELLO REATTACH) and a restarted
+ * daemon can find it on its own (pidfd_getfd), so rings and their unread records survive the
+ * daemon. It is MADV_DONTFORK'ed ring by ring (emit.c): a fork child maps none of them.
+ *
+ * States (enum llgo_shim_state, one atomic here, mirrored in ctl.shim_state for the daemon):
+ *   DETACHED   no daemon socket at start: rate 0 for good, nothing created;
+ *   ATTACHED   HELLO sent (no answer awaited: the daemon reads what it needs while the
+ *              process runs, and a refusal closes the socket, noticed below);
+ *   LOST       a send failed (other than a full socket), the peer closed, or the socket was
+ *              replaced under us: no stack walks and no ring writes; each sample is counted
+ *              in ctl.lost_detached; the slow path reconnects with backoff (10 ms doubling to
+ *              2 s), at once when a daemon re-adopted the memfd (ctl.adopt_gen);
+ *   ATTACHING  one thread holds the right to (re)connect; others count their samples;
+ *   OFF        the program sandboxed itself (seccomp) or the shim cannot work: no syscalls
+ *              from the shim ever again (records still go to existing rings: memory only).
+ * While LOST the rate word keeps its value so that the slow path still sees the samples it
+ * must count; ctl.want_rate_word holds the rate to restore.
+ *
+ * Noticing a dead daemon: a failed send, or at most every 100 ms of sampling a poll() of the
+ * socket for HUP (one syscall, from the slow path). Never a thread of ours.
+ *
+ * Start-up costs a connect, a memfd, an mmap and one sendmsg; nothing waits. Exit waits for
+ * the daemon only when it may still need the process (records not yet drained, or pcs outside
+ * the mappings it read), and then at most LIFECYCLE_BYE_WAIT_MS.
+ *
+ * fork: the child never talks to the daemon inside fork(). Its handler replaces the shared
+ * control page by a private copy, forgets the parent's rings, drops the parent's socket and
+ * memfd (only if they still are ours), and leaves the process LOST with an immediate retry
+ * and the FORKED flag: its first sampled allocation attaches it (a new memfd, one session);
+ * a child that execs or exits first never attaches. exec'd images attach from their own
+ * constructor.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define LIFECYCLE_BYE_WAIT_MS 15
+#define LIFECYCLE_BYE_WAIT_MAX_MS 1000
+#define LIFECYCLE_CHECK_NS (100ull * 1000000)
+#define LIFECYCLE_BACKOFF_MIN_NS (10ull * 1000000)
+#define LIFECYCLE_BACKOFF_MAX_NS (2000ull * 1000000)
+
+static _Atomic uint32_t lifecycle_st = LLGO_SHIM_DETACHED;
+static struct attach_fd lifecycle_sock = { .fd = -1 };
+static struct attach_fd lifecycle_mem = { .fd = -1 };
+static char lifecycle_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static bool lifecycle_debug;
+/* Only the thread in ATTACHING touches these. */
+static uint64_t lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
+static uint64_t lifecycle_hello_flags;
+static _Atomic uint64_t lifecycle_retry_ns;
+static _Atomic uint64_t lifecycle_check_ns;
+static _Atomic uint64_t lifecycle_adopt_seen;
+static _Atomic pid_t lifecycle_pid; /* the process that attached (a vfork child is not it) */
+
+extern void *__libc_stack_end;
+
+/* ---- small things ----------------------------------------------------------------------- */
+
+static void lifecycle_say(const char *a, const char *b)
+{
+	if (!lifecycle_debug || atomic_load_explicit(&lifecycle_st, memory_order_relaxed) ==
+					LLGO_SHIM_OFF)
+		return;
+	char line[512];
+	size_t n = 0;
+	const char *parts[] = { "llgo-heap: ", a, b, "\n" };
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(parts); i++)
+		for (const char *c = parts[i]; c && *c && n < sizeof(line) - 1; c++)
+			line[n++] = *c;
+	ssize_t r = write(2, line, n);
+	(void)r;
+}
+
+static size_t lifecycle_utoa(char *out, unsigned v)
+{
+	char tmp[12];
+	size_t n = 0;
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	for (size_t i = 0; i < n; i++)
+		out[i] = tmp[n - 1 - i];
+	return n;
+}
+
+static void lifecycle_say_err(const char *what, int rc)
+{
+	char msg[96];
+	size_t n = strnlen(what, 64);
+	memcpy(msg, what, n);
+	memcpy(msg + n, ": error ", 8);
+	n += 8;
+	n += lifecycle_utoa(msg + n, (unsigned)(rc < 0 ? -rc : rc));
+	msg[n] = '\0';
+	lifecycle_say(msg, "");
+}
+
+static void lifecycle_set(uint32_t st)
+{
+	atomic_store_explicit(&lifecycle_st, st, memory_order_release);
+	atomic_store_explicit(&attach_ctl.shim_state, st, memory_order_relaxed);
+}
+
+uint32_t lifecycle_state(void)
+{
+	return atomic_load_explicit(&lifecycle_st, memory_order_acquire);
+}
+
+const struct attach_fd *lifecycle_memfd(void)
+{
+	return &lifecycle_mem;
+}
+
+/* ---- the process memfd ------------------------------------------------------------------ */
+
+/* Map the first page of the memfd over the control page, keeping what the page held (a fork
+ * child's copy of its parent's settings, counters of a process that was LOST). */
+static int lifecycle_map_ctl(int fd)
+{
+	struct llgo_ctl keep;
+	memcpy(&keep, &attach_ctl, sizeof(keep));
+	if (mmap(&attach_area, attach_page_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+		 fd, 0) == MAP_FAILED)
+		return -errno;
+	/* The new page is zero (rate 0) until the fields below are in. */
+	attach_ctl.magic = LLGO_CTL_MAGIC;
+	attach_ctl.version = LLGO_CTL_VERSION;
+	attach_ctl.size = LLGO_CTL_SIZE;
+	attach_ctl.page_size = attach_page_size;
+	attach_ctl.ring_data_size = emit_data_size();
+	atomic_store_explicit(&attach_ctl.lost_no_ring, keep.lost_no_ring, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.lost_detached, keep.lost_detached, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.want_rate_word, keep.want_rate_word,
+			      memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.shim_state, keep.shim_state, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.rate_word, keep.rate_word, memory_order_relaxed);
+	return 0;
+}
+
+/* Replace the control page by a private page holding the same values: nobody else sees or
+ * changes it from here on. */
+static void lifecycle_private_ctl(void)
+{
+	struct llgo_ctl keep;
+	memcpy(&keep, &attach_ctl, sizeof(keep));
+	if (mmap(&attach_area, attach_page_size, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED)
+		memcpy(&attach_ctl, &keep, sizeof(keep));
+}
+
+static int lifecycle_new_memfd(void)
+{
+	int fd = memfd_create("llgo-heap", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	int rc = 0;
+	if (ftruncate(fd, attach_page_size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+		rc = -errno;
+	else
+		rc = lifecycle_map_ctl(fd);
+	if (rc == 0) {
+		struct stat st;
+		if (fstat(fd, &st) != 0) {
+			rc = -errno;
+		} else {
+			lifecycle_mem.fd = fd;
+			lifecycle_mem.dev = (uint64_t)st.st_dev;
+			lifecycle_mem.ino = (uint64_t)st.st_ino;
+		}
+	}
+	if (rc)
+		close(fd);
+	return rc;
+}
+
+/* ---- connecting ------------------------------------------------------------------------- */
+
+static void lifecycle_comm(char *out, size_t cap)
+{
+	memset(out, 0, cap);
+	int fd = open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, out, cap - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (n > 0) {
+		out[n] = '\0';
+		char *nl = memchr(out, '\n', (size_t)n);
+		if (nl)
+			*nl = '\0';
+		return;
+	}
+	const char *name = program_invocation_short_name;
+	if (name)
+		memcpy(out, name, strnlen(name, cap - 1));
+}
+
+/*
+ * Connect and send HELLO with the memfd (made first if the process has none, or if the
+ * program closed ours: then earlier rings are forgotten). Called by the one thread that moved
+ * the state to ATTACHING (or by the constructor). Returns 0 when ATTACHED.
+ */
+static int lifecycle_connect(uint64_t flags)
+{
+	struct attach_fd sock;
+	int rc = attach_connect(lifecycle_path, &sock);
+	if (rc)
+		return rc;
+	if (!attach_fd_owned(&lifecycle_mem)) {
+		bool had = lifecycle_mem.fd >= 0;
+		lifecycle_mem.fd = -1;
+		if (had) {
+			/* The program closed the memfd: its rings cannot be re-sent. Threads
+			 * re-claim rings in the new one (generation change). */
+			emit_forget_all();
+			flags &= ~LLGO_HELLO_REATTACH;
+		}
+		rc = lifecycle_new_memfd();
+		if (rc) {
+			attach_fd_close(&sock);
+			return rc;
+		}
+	}
+	struct llgo_msg_hello hello;
+	memset(&hello, 0, sizeof(hello));
+	attach_header(&hello.h, LLGO_MSG_HELLO, sizeof(hello));
+	hello.pid = (uint32_t)getpid();
+	hello.ring_data_size = emit_data_size();
+	hello.rate_word = atomic_load_explicit(&attach_ctl.want_rate_word, memory_order_relaxed);
+	hello.flags = flags | LLGO_HELLO_NO_ACK | LLGO_HELLO_MEMFD;
+	if (flags & LLGO_HELLO_FORKED)
+		hello.ppid = (uint32_t)getppid();
+	lifecycle_comm(hello.comm, sizeof(hello.comm));
+	rc = attach_sendmsg(&sock, &hello, sizeof(hello), lifecycle_mem.fd);
+	if (rc) {
+		attach_fd_close(&sock);
+		return rc;
+	}
+	lifecycle_sock = sock;
+	atomic_store_explicit(&lifecycle_pid, getpid(), memory_order_relaxed);
+	lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
+	atomic_store_explicit(&lifecycle_adopt_seen,
+			      atomic_load_explicit(&attach_ctl.adopt_gen, memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_store_explicit(&lifecycle_check_ns, attach_now_ns() + LIFECYCLE_CHECK_NS,
+			      memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.rate_word,
+			      atomic_load_explicit(&attach_ctl.want_rate_word, memory_order_relaxed),
+			      memory_order_relaxed);
+	lifecycle_set(LLGO_SHIM_ATTACHED);
+	return 0;
+}
+
+static void lifecycle_schedule_retry(void)
+{
+	uint64_t b = lifecycle_backoff_ns;
+	atomic_store_explicit(&lifecycle_retry_ns, attach_now_ns() + b, memory_order_relaxed);
+	lifecycle_backoff_ns = b * 2 > LIFECYCLE_BACKOFF_MAX_NS ? LIFECYCLE_BACKOFF_MAX_NS : b * 2;
+}
+
+/* ATTACHED -> LOST (once; whoever wins the CAS logs and schedules the first retry). */
+static void lifecycle_lose(const char *why)
+{
+	uint32_t expect = LLGO_SHIM_ATTACHED;
+	if (!atomic_compare_exchange_strong_explicit(&lifecycle_st, &expect, LLGO_SHIM_ATTACHING,
+						     memory_order_acq_rel, memory_order_relaxed))
+		return;
+	lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
+	lifecycle_schedule_retry();
+	lifecycle_hello_flags = LLGO_HELLO_REATTACH;
+	lifecycle_say("daemon lost: ", why);
+	lifecycle_set(LLGO_SHIM_LOST);
+}
+
+/* LOST -> ATTACHING -> ATTACHED | LOST, by the one thread that wins the CAS. */
+static void lifecycle_reconnect(void)
+{
+	uint32_t expect = LLGO_SHIM_LOST;
+	if (!atomic_compare_exchange_strong_explicit(&lifecycle_st, &expect, LLGO_SHIM_ATTACHING,
+						     memory_order_acq_rel, memory_order_relaxed))
+		return;
+	atomic_store_explicit(&attach_ctl.shim_state, LLGO_SHIM_ATTACHING, memory_order_relaxed);
+	/*
+	 * The old socket is closed only here, by the thread that holds ATTACHING; a thread that
+	 * saw ATTACHED an instant ago may still be inside attach_sendmsg on it. Its identity
+	 * check ran before; the window in which the program could reuse the number between that
+	 * check and the send is a few instructions long.
+	 */
+	attach_fd_close(&lifecycle_sock);
+	uint64_t flags = lifecycle_hello_flags;
+	int rc = lifecycle_connect(flags);
+	if (rc == 0) {
+		lifecycle_hello_flags = 0;
+		if (flags & LLGO_HELLO_REATTACH)
+			atomic_fetch_add_explicit(&attach_ctl.reconnects, 1, memory_order_relaxed);
+		lifecycle_say("attached to ", lifecycle_path);
+		return;
+	}
+	lifecycle_schedule_retry();
+	lifecycle_set(LLGO_SHIM_LOST);
+}
+
+bool lifecycle_ready(struct llgo_heap_thread *t)
+{
+	(void)t;
+	uint32_t st = lifecycle_state();
+	if (llgo_likely(st == LLGO_SHIM_ATTACHED)) {
+		uint64_t now = attach_now_ns();
+		uint64_t due = atomic_load_explicit(&lifecycle_check_ns, memory_order_relaxed);
+		if (llgo_unlikely(now >= due) &&
+		    atomic_compare_exchange_strong_explicit(&lifecycle_check_ns, &due,
+							    now + LIFECYCLE_CHECK_NS,
+							    memory_order_relaxed,
+							    memory_order_relaxed) &&
+		    attach_peer_gone(&lifecycle_sock))
+			lifecycle_lose("connection closed");
+		return lifecycle_state() == LLGO_SHIM_ATTACHED;
+	}
+	if (st == LLGO_SHIM_LOST) {
+		uint64_t adopt = atomic_load_explicit(&attach_ctl.adopt_gen, memory_order_relaxed);
+		if (attach_now_ns() >=
+			    atomic_load_explicit(&lifecycle_retry_ns, memory_order_relaxed) ||
+		    adopt != atomic_load_explicit(&lifecycle_adopt_seen, memory_order_relaxed))
+			lifecycle_reconnect();
+		return lifecycle_state() == LLGO_SHIM_ATTACHED;
+	}
+	/* OFF: existing rings take records (no syscall); nothing else happens. */
+	return st == LLGO_SHIM_OFF && t->ring.hdr;
+}
+
+int lifecycle_send(const void *pkt, size_t n)
+{
+	if (lifecycle_state() != LLGO_SHIM_ATTACHED)
+		return -ENOTCONN;
+	int rc = attach_sendmsg(&lifecycle_sock, pkt, n, -1);
+	if (rc == -EBADF)
+		lifecycle_lose("socket closed or replaced by the program");
+	else if (rc && rc != -EAGAIN && rc != -ENOBUFS)
+		lifecycle_lose("send failed");
+	return rc;
+}
+
+void lifecycle_sandboxed(void)
+{
+	lifecycle_set(LLGO_SHIM_OFF);
+}
+
+/* ---- threads ---------------------------------------------------------------------------- */
+
+static void lifecycle_seed(struct llgo_heap_thread *t)
+{
+	if (lifecycle_state() != LLGO_SHIM_OFF)
+		t->tid = (uint32_t)gettid();
+	t->rng = sample_rng_seed(((uint64_t)t->tid << 32) ^ (uint64_t)(uintptr_t)t ^ t->rng,
+				 attach_now_ns());
+	t->gen = emit_generation();
+	t->inited = 1;
+}
+
+void lifecycle_thread_start(struct llgo_heap_thread *t, uintptr_t frame)
+{
+	t->guard = 1;
+	pthread_attr_t attr;
+	void *addr = NULL;
+	size_t size = 0;
+	/* Outside any allocation: glibc's lock and its allocations are harmless here (they are
+	 * not sampled: guard). */
+	if (lifecycle_state() != LLGO_SHIM_OFF && pthread_getattr_np(pthread_self(), &attr) == 0) {
+		if (pthread_attr_getstack(&attr, &addr, &size) != 0)
+			addr = NULL;
+		pthread_attr_destroy(&attr);
+	}
+	/* Every frame of the program is below the wrapper's frame record, which is left out:
+	 * the thread's start routine is its outermost frame. */
+	t->stack_hi = frame;
+	t->stack_lo = addr && (uintptr_t)addr < frame ? (uintptr_t)addr : frame - (8u << 20);
+	t->bounded = 1;
+	lifecycle_seed(t);
+	t->guard = 0;
+}
+
+void lifecycle_thread_adopt(struct llgo_heap_thread *t)
+{
+	lifecycle_seed(t);
+}
+
+/* The main thread: every frame of it lies below the stack pointer _start was entered with. */
+static void lifecycle_main_thread(void)
+{
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	uintptr_t hi = (uintptr_t)__libc_stack_end;
+	struct rlimit rl;
+	uint64_t size = 8u << 20;
+	if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		size = rl.rlim_cur;
+	if (size > (1ull << 30))
+		size = 1ull << 30;
+	if (hi) {
+		t->stack_hi = hi;
+		t->stack_lo = hi > size ? hi - (uintptr_t)size : 0;
+		t->bounded = 1;
+	}
+	lifecycle_seed(t);
+}
+
+/* ---- fork ------------------------------------------------------------------------------- */
+
+static void lifecycle_atfork_prepare(void)
+{
+	llgo_heap_tls.forking = 1;
+}
+
+static void lifecycle_atfork_parent(void)
+{
+	llgo_heap_tls.forking = 0;
+}
+
+static void lifecycle_atfork_child(void)
+{
+	uint32_t st = lifecycle_state();
+	if (st == LLGO_SHIM_DETACHED || st == LLGO_SHIM_OFF) {
+		llgo_heap_tls.forking = 0;
+		return;
+	}
+	/* Order matters: the parent's page goes first (no daemon write reaches us after),
+	 * then its rings (never mapped here: MADV_DONTFORK), then its descriptors. */
+	lifecycle_private_ctl();
+	atomic_store_explicit(&attach_ctl.ring_count, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.lost_no_ring, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.lost_detached, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.reconnects, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.rate_word,
+			      atomic_load_explicit(&attach_ctl.want_rate_word, memory_order_relaxed),
+			      memory_order_relaxed);
+	emit_forget_all();
+	attach_fd_close(&lifecycle_sock);
+	attach_fd_close(&lifecycle_mem);
+	lifecycle_hello_flags = LLGO_HELLO_FORKED;
+	lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
+	atomic_store_explicit(&lifecycle_retry_ns, 0, memory_order_relaxed);
+	lifecycle_set(LLGO_SHIM_LOST);
+	llgo_heap_tls.forking = 0;
+}
+
+/* ---- load and exit ---------------------------------------------------------------------- */
+
+/* Whether the process starts under a seccomp filter (set by a parent, systemd's
+ * SystemCallFilter=): then any of our syscalls may kill it, so the shim stays OFF. */
+static bool lifecycle_filtered_at_start(void)
+{
+	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	char buf[4096];
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	const char *p = strstr(buf, "\nSeccomp:");
+	if (!p)
+		return false;
+	p += 9;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	return *p != '0';
+}
+
+static uint64_t lifecycle_parse_rate(const char *s)
+{
+	if (!s || !*s)
+		return LLGO_RATE_DEFAULT;
+	uint64_t v = 0;
+	for (const char *c = s; *c; c++) {
+		if (*c < '0' || *c > '9')
+			return LLGO_RATE_DEFAULT;
+		if (v > LLGO_RATE_MAX)
+			return LLGO_RATE_MAX;
+		v = v * 10 + (uint64_t)(*c - '0');
+	}
+	return v;
+}
+
+static void lifecycle_socket_path(void)
+{
+	const char *env = getenv("LLGO_HEAP_SOCKET");
+	const char *dir = getenv("XDG_RUNTIME_DIR");
+	char path[sizeof(lifecycle_path) + 64];
+	size_t n = 0;
+	if (env && *env) {
+		n = strnlen(env, sizeof(path) - 1);
+		memcpy(path, env, n);
+	} else if (geteuid() == 0) {
+		n = strlen("/run/llgo-heapd/llgo-heapd.sock");
+		memcpy(path, "/run/llgo-heapd/llgo-heapd.sock", n);
+	} else {
+		if (dir && *dir) {
+			n = strnlen(dir, sizeof(lifecycle_path));
+			if (n >= sizeof(lifecycle_path))
+				return;
+			memcpy(path, dir, n);
+		} else { /* where systemd-logind puts XDG_RUNTIME_DIR */
+			memcpy(path, "/run/user/", 10);
+			n = 10 + lifecycle_utoa(path + 10, (unsigned)geteuid());
+		}
+		memcpy(path + n, "/llgo-heapd.sock", 16);
+		n += 16;
+	}
+	if (n >= sizeof(lifecycle_path))
+		return; /* does not fit in sun_path: no daemon */
+	memcpy(lifecycle_path, path, n);
+	lifecycle_path[n] = '\0';
+}
+
+__attribute__((constructor(102))) static void lifecycle_init(void)
+{
+	const char *dbg = getenv("LLGO_HEAP_DEBUG");
+	lifecycle_debug = dbg && dbg[0] == '1';
+	unsigned long page = getauxval(AT_PAGESZ);
+	if (llgo_page_size_ok(page))
+		attach_page_size = (uint32_t)page;
+	stack_init();
+	uint64_t rate = lifecycle_parse_rate(getenv("LLGO_HEAP_RATE"));
+	emit_init(rate);
+	lifecycle_main_thread();
+	pthread_atfork(lifecycle_atfork_prepare, lifecycle_atfork_parent, lifecycle_atfork_child);
+	lifecycle_socket_path();
+	if (!lifecycle_path[0] || attach_page_size > LLGO_PAGE_MAX)
+		return;
+	if (lifecycle_filtered_at_start()) {
+		lifecycle_say("not attached: ", "the process runs under a seccomp filter");
+		lifecycle_set(LLGO_SHIM_OFF);
+		return;
+	}
+	atomic_store_explicit(&attach_ctl.want_rate_word, llgo_rate_to_word(rate),
+			      memory_order_relaxed);
+	int rc = lifecycle_connect(0);
+	if (rc == 0) {
+		lifecycle_say("attached to ", lifecycle_path);
+		return;
+	}
+	lifecycle_say_err(lifecycle_path, rc);
+	if (rc == -ECONNREFUSED || rc == -EAGAIN) {
+		/* A socket nobody accepts on (a daemon restarting) or a full backlog: count the
+		 * samples and retry from the slow path, as after a loss. */
+		lifecycle_hello_flags = 0;
+		lifecycle_schedule_retry();
+		atomic_store_explicit(&attach_ctl.rate_word, llgo_rate_to_word(rate),
+				      memory_order_relaxed);
+		lifecycle_set(LLGO_SHIM_LOST);
+	}
+}
+
+/* Runs after the program's destructors and atexit handlers (a low number runs last among
+ * destructors), and from _exit (override_thread.c: fork children often leave that way);
+ * calling it again, or from a vfork child (which shares our memory and socket), does
+ * nothing. */
+__attribute__((destructor(101))) void lifecycle_exit(void)
+{
+	static _Atomic int done;
+	if (lifecycle_state() != LLGO_SHIM_ATTACHED ||
+	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) != getpid() ||
+	    atomic_exchange(&done, 1))
+		return;
+	/* The daemon drains rings and reads maps on its own; it needs us alive only for what it
+	 * has not seen yet. */
+	if (emit_all_drained() &&
+	    !atomic_load_explicit(&attach_ctl.maps_stale, memory_order_relaxed))
+		return;
+	struct llgo_msg_header bye;
+	attach_header(&bye, LLGO_MSG_BYE, sizeof(bye));
+	if (lifecycle_send(&bye, sizeof(bye)) != 0)
+		return;
+	union {
+		struct llgo_msg_end end;
+		unsigned char bytes[512];
+	} in;
+	/* A stopped or hung daemon costs LIFECYCLE_BYE_WAIT_MS; one that shows progress (it
+	 * drains us or has read our maps meanwhile: daemon_beat) is given up to
+	 * LIFECYCLE_BYE_WAIT_MAX_MS, since it is working on us. */
+	uint32_t beat = atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed);
+	for (int waited = 0; waited < LIFECYCLE_BYE_WAIT_MAX_MS; waited += LIFECYCLE_BYE_WAIT_MS) {
+		if (attach_recv(&lifecycle_sock, &in, sizeof(in), LLGO_MSG_END,
+				LIFECYCLE_BYE_WAIT_MS) != -ETIMEDOUT)
+			return;
+		uint32_t now = atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed);
+		if (now == beat)
+			return;
+		beat = now;
+	}
+}
