@@ -269,3 +269,108 @@ $(OUT)/tests/test_fallback: shim/fallback/llgo_fallback.c shim/fallback/llgo_fal
 test-fallback: deps
 	$(Q)$(MAKE) --no-print-directory fallback-progs $(OUT)/tests/test_fallback
 	$(OUT)/tests/test_fallback --jobs=2 --timeout=600
+
+# ---- linked shim: -lllgoheap, fully static executables, pkg-config (issue 14) -------------
+# A program links libllgoheap.so (-lllgoheap: its malloc precedes libc's in the lookup order,
+# as with LD_PRELOAD) or, fully static (glibc static), libllgoheap-static.a with the linker's
+# --wrap for each allocation function (shim/static/wrap.c). The pkg-config files say how:
+#   cc prog.c $(pkg-config --cflags --libs llgoheap)                   dynamic
+#   cc -static prog.c $(pkg-config --cflags --libs llgoheap-static)    fully static
+#   cc -DLLGO_HEAP_PROFILING alloc.c $(pkg-config --cflags --libs --static llgoheap)
+#                                                  hook only (libllgoheap.a, no interposition)
+# build/lib/pkgconfig/ points into this tree; make install writes copies for $(PREFIX).
+
+LLGO_HEAP_VERSION := 0.1.0
+STATIC_WRAP := malloc calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc \
+	pvalloc
+STATIC_WRAP_FLAGS := -Wl,$(subst $(eval) ,$(comma),$(patsubst %,--wrap=%,$(STATIC_WRAP)))
+PC_DIR := $(OUT)/lib/pkgconfig
+PC_FILES := $(PC_DIR)/llgoheap.pc $(PC_DIR)/llgoheap-static.pc
+
+all: $(OUT)/lib/libllgoheap-static.a $(PC_FILES)
+
+$(OUT)/lib/libllgoheap-static.a: $(SHIM_LIB_OBJS) $(OUT)/obj/shim/static/wrap.o
+	$(call msg,AR,$@)
+	@mkdir -p $(dir $@)
+	$(Q)rm -f $@ $(OUT)/obj/shim/libllgoheap-static-all.o && \
+		$(LD) -r -o $(OUT)/obj/shim/libllgoheap-static-all.o $^ && \
+		objcopy --localize-hidden $(OUT)/obj/shim/libllgoheap-static-all.o && \
+		ar rcs $@ $(OUT)/obj/shim/libllgoheap-static-all.o
+
+# pc_write(file, prefix, libdir, includedir)
+define pc_write
+	@mkdir -p $(dir $(1))
+	@printf '%s\n' 'prefix=$(2)' 'libdir=$(3)' 'includedir=$(4)' '' \
+		'Name: llgoheap' \
+		'Description: llgo-heap in-process sampler: malloc interposition and allocation hook' \
+		'Version: $(LLGO_HEAP_VERSION)' \
+		'Cflags: -I$${includedir}' \
+		'Libs: -L$${libdir} -lllgoheap' \
+		'Libs.private: -ldl -pthread' > $(1)
+	@printf '%s\n' 'prefix=$(2)' 'libdir=$(3)' 'includedir=$(4)' '' \
+		'Name: llgoheap-static' \
+		'Description: llgo-heap in-process sampler for fully static executables (link with -static)' \
+		'Version: $(LLGO_HEAP_VERSION)' \
+		'Cflags: -I$${includedir}' \
+		'Libs: $(STATIC_WRAP_FLAGS) $${libdir}/libllgoheap-static.a -pthread' > $(dir $(1))llgoheap-static.pc
+endef
+
+$(PC_FILES) &: Makefile
+	$(call msg,GEN,$(PC_FILES))
+	$(call pc_write,$(PC_DIR)/llgoheap.pc,$(abspath $(OUT)),$${prefix}/lib,$(CURDIR)/include)
+
+# ---- selection and zero-cost proofs (issue 14) ---------------------------------------------
+# tests/test_select.c reads the symbol tables and the disassembly of these builds of one
+# program with a custom allocator: without LLGO_HEAP_PROFILING (plain, -flto), with it linked
+# with libllgoheap.a, with libllgoheap.so (through pkg-config) and with GCC LTO; and a plugin
+# carrying its own copy of the sampler, loaded into a preloaded program.
+
+SEL_OUT := $(OUT)/select
+SEL_SRCS := tests/select/sel_main.c tests/select/sel_alloc.c
+SEL_CFLAGS := -std=gnu11 -O2 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread
+SEL_PROGS := $(addprefix $(SEL_OUT)/,sel-plain sel-plain-lto sel-archive sel-shared sel-lto \
+	sel-dlopen libsel_pool.so)
+
+.PHONY: select-progs
+select-progs: $(SEL_PROGS)
+
+$(SEL_OUT)/sel-plain: $(SEL_SRCS) tests/select/sel.h include/llgo_heap.h
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -o $@ $(SEL_SRCS)
+
+$(SEL_OUT)/sel-plain-lto: $(SEL_SRCS) tests/select/sel.h include/llgo_heap.h
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -flto -o $@ $(SEL_SRCS)
+
+$(SEL_OUT)/sel-archive: $(SEL_SRCS) tests/select/sel.h include/llgo_heap.h $(OUT)/lib/libllgoheap.a
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -DLLGO_HEAP_PROFILING -o $@ $(SEL_SRCS) $(OUT)/lib/libllgoheap.a -ldl
+
+$(SEL_OUT)/sel-shared: $(SEL_SRCS) tests/select/sel.h $(OUT)/lib/libllgoheap.so $(PC_FILES)
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -DLLGO_HEAP_PROFILING -o $@ $(SEL_SRCS) \
+		$$(PKG_CONFIG_PATH=$(PC_DIR) pkg-config --cflags --libs llgoheap) \
+		-Wl,-rpath,$(abspath $(OUT))/lib
+
+$(SEL_OUT)/sel-lto: $(SEL_SRCS) tests/select/sel.h include/llgo_heap.h $(OUT)/lib/libllgoheap.a
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -flto -DLLGO_HEAP_PROFILING -o $@ $(SEL_SRCS) \
+		$(OUT)/lib/libllgoheap.a -ldl
+
+$(SEL_OUT)/sel-dlopen: tests/select/sel_dlopen.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -o $@ $< -ldl
+
+$(SEL_OUT)/libsel_pool.so: tests/select/libsel_pool.c include/llgo_heap.h $(OUT)/lib/libllgoheap.a
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -shared -fPIC -DLLGO_HEAP_PROFILING -o $@ $< \
+		$(OUT)/lib/libllgoheap.a -ldl
+
+$(OUT)/tests/test_select: | select-progs

@@ -386,6 +386,10 @@ __attribute__((constructor(102))) static void attach_init(void)
 {
 	const char *dbg = getenv("LLGO_HEAP_DEBUG");
 	attach_debug = dbg && dbg[0] == '1';
+	if (!owner_elect()) { /* another copy of the shim samples this process (owner.c) */
+		attach_say("not attached: ", "another copy of the sampler is active");
+		return;
+	}
 	stack_init();
 	uint64_t rate = attach_parse_rate(getenv("LLGO_HEAP_RATE"));
 	emit_init(rate);

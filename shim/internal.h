@@ -246,6 +246,12 @@ static inline void attach_count_lost(void)
  * constructor and reaches sample.c only through the sample_* slow paths; the C++ operators
  * (override_cxx.c) resolve lazily and register the real operators with stack.c. */
 
+/* ---- owner.c: one sampler per process ------------------------------------------------- */
+
+/* True when this copy of the shim is the process's sampler (the one the public symbols bind
+ * to); a copy that is not must not attach. */
+bool owner_elect(void);
+
 #pragma GCC visibility pop
 
 #endif
