@@ -374,3 +374,43 @@ $(SEL_OUT)/libsel_pool.so: tests/select/libsel_pool.c include/llgo_heap.h $(OUT)
 		$(OUT)/lib/libllgoheap.a -ldl
 
 $(OUT)/tests/test_select: | select-progs
+
+# Programs that link the shim instead of preloading it (tests/test_linked.c), built with the
+# documented pkg-config lines.
+LINK_OUT := $(OUT)/linked
+LINK_PROGS := $(addprefix $(LINK_OUT)/,sites-dynamic sites-static stress-static)
+
+.PHONY: linked-progs install-linked
+linked-progs: $(LINK_PROGS)
+
+$(LINK_OUT)/sites-dynamic: tests/progs/e2e_sites.c $(OUT)/lib/libllgoheap.so $(PC_FILES)
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_CFLAGS) -o $@ $< \
+		$$(PKG_CONFIG_PATH=$(PC_DIR) pkg-config --cflags --libs llgoheap) \
+		-Wl,-rpath,$(abspath $(OUT))/lib
+
+$(LINK_OUT)/sites-static: tests/progs/e2e_sites.c $(OUT)/lib/libllgoheap-static.a $(PC_FILES)
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_CFLAGS) -static -o $@ $< \
+		$$(PKG_CONFIG_PATH=$(PC_DIR) pkg-config --cflags --libs llgoheap-static)
+
+$(LINK_OUT)/stress-static: tests/progs/stress_sites.c $(OUT)/lib/libllgoheap-static.a $(PC_FILES)
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_CFLAGS) -static -o $@ $< \
+		$$(PKG_CONFIG_PATH=$(PC_DIR) pkg-config --cflags --libs llgoheap-static)
+
+$(OUT)/tests/test_linked: | linked-progs
+
+# make install also installs the static library, the pkg-config files (for $(PREFIX)) and
+# the fallback recorder's sources, which a wasm or bare-metal runtime compiles in.
+install: install-linked
+install-linked: all
+	install -D -m 644 $(OUT)/lib/libllgoheap-static.a $(DESTDIR)$(PREFIX)/lib/libllgoheap-static.a
+	$(call pc_write,$(DESTDIR)$(PREFIX)/lib/pkgconfig/llgoheap.pc,$(PREFIX),$${prefix}/lib,$${prefix}/include)
+	install -D -m 644 shim/fallback/llgo_fallback.h \
+		$(DESTDIR)$(PREFIX)/share/llgo-heap/fallback/llgo_fallback.h
+	install -D -m 644 shim/fallback/llgo_fallback.c \
+		$(DESTDIR)$(PREFIX)/share/llgo-heap/fallback/llgo_fallback.c
