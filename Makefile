@@ -100,7 +100,7 @@ $(OUT)/lib/libllgoheap.a: $(SHIM_LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(Q)rm -f $@ $(OUT)/obj/shim/libllgoheap-all.o && \
 		$(LD) -r -o $(OUT)/obj/shim/libllgoheap-all.o $(SHIM_LIB_OBJS) && \
-		objcopy --localize-hidden $(OUT)/obj/shim/libllgoheap-all.o && \
+		$(OBJCOPY) --localize-hidden $(OUT)/obj/shim/libllgoheap-all.o && \
 		ar rcs $@ $(OUT)/obj/shim/libllgoheap-all.o
 
 $(OUT)/bin/llgo-heapd: $(OUT)/obj/agent/daemon.o $(AGENT_COMMON_OBJS)
@@ -281,6 +281,7 @@ test-fallback: deps
 # build/lib/pkgconfig/ points into this tree; make install writes copies for $(PREFIX).
 
 LLGO_HEAP_VERSION := 0.1.0
+OBJCOPY ?= objcopy
 STATIC_WRAP := malloc calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc \
 	pvalloc
 STATIC_WRAP_FLAGS := -Wl,$(subst $(eval) ,$(comma),$(patsubst %,--wrap=%,$(STATIC_WRAP)))
@@ -294,7 +295,7 @@ $(OUT)/lib/libllgoheap-static.a: $(SHIM_LIB_OBJS) $(OUT)/obj/shim/static/wrap.o
 	@mkdir -p $(dir $@)
 	$(Q)rm -f $@ $(OUT)/obj/shim/libllgoheap-static-all.o && \
 		$(LD) -r -o $(OUT)/obj/shim/libllgoheap-static-all.o $^ && \
-		objcopy --localize-hidden $(OUT)/obj/shim/libllgoheap-static-all.o && \
+		$(OBJCOPY) --localize-hidden $(OUT)/obj/shim/libllgoheap-static-all.o && \
 		ar rcs $@ $(OUT)/obj/shim/libllgoheap-static-all.o
 
 # pc_write(file, prefix, libdir, includedir)
@@ -414,3 +415,43 @@ install-linked: all
 		$(DESTDIR)$(PREFIX)/share/llgo-heap/fallback/llgo_fallback.h
 	install -D -m 644 shim/fallback/llgo_fallback.c \
 		$(DESTDIR)$(PREFIX)/share/llgo-heap/fallback/llgo_fallback.c
+
+# ---- arm64 Linux (issue 14) ---------------------------------------------------------------
+# The shim and the test programs cross-built for aarch64 into build-arm64/ (a sub-make with
+# the cross compiler); tests/test_arm64.c runs them under qemu-aarch64 (user mode, the
+# aarch64 libc from the cross sysroot) against the native daemon, which symbolizes the
+# aarch64 ELF files. Without the cross compiler, its libc or qemu, $(OUT)/arm64.skip says
+# why and the tests are skipped.
+
+DEB_PKGS += gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+
+ARM64_OUT := build-arm64
+ARM64_CROSS ?= aarch64-linux-gnu-
+ARM64_SYSROOT ?= /usr/aarch64-linux-gnu
+ARM64_TARGETS := $(addprefix $(ARM64_OUT)/,lib/libllgoheap.so lib/libllgoheap.a \
+	lib/libllgoheap-static.a progs/e2e_sites progs/stress_sites progs/heapsampling \
+	select/sel-archive linked/sites-static)
+
+.PHONY: arm64-progs test-arm64
+arm64-progs:
+	@mkdir -p $(OUT); rm -f $(OUT)/arm64.skip
+	$(Q)if ! command -v qemu-aarch64 >/dev/null; then \
+		echo "qemu-aarch64 (Debian package qemu-user) is not installed" > $(OUT)/arm64.skip; \
+	elif [ ! -e $(ARM64_SYSROOT)/lib/ld-linux-aarch64.so.1 ]; then \
+		echo "no aarch64 libc in $(ARM64_SYSROOT) (Debian package libc6-dev-arm64-cross)" \
+			> $(OUT)/arm64.skip; \
+	elif ! echo 'int main(void){return 0;}' | $(ARM64_CROSS)gcc -x c - \
+		-o $(OUT)/arm64-probe >/dev/null 2>&1; then \
+		echo "$(ARM64_CROSS)gcc cannot link (Debian package gcc-aarch64-linux-gnu)" \
+			> $(OUT)/arm64.skip; \
+	else \
+		$(MAKE) -s --no-print-directory OUT=$(ARM64_OUT) SAN= CC=$(ARM64_CROSS)gcc \
+			LD=$(ARM64_CROSS)ld OBJCOPY=$(ARM64_CROSS)objcopy $(ARM64_TARGETS) || exit 1; \
+	fi; rm -f $(OUT)/arm64-probe
+	@if [ -f $(OUT)/arm64.skip ]; then echo "  SKIP     arm64: $$(cat $(OUT)/arm64.skip)"; fi
+
+$(OUT)/tests/test_arm64: | arm64-progs
+
+test-arm64: deps
+	$(Q)$(MAKE) --no-print-directory all arm64-progs $(OUT)/tests/test_arm64
+	$(OUT)/tests/test_arm64 --jobs=2 --timeout=600

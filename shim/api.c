@@ -35,8 +35,11 @@ llgo_export int llgo_heap_trim_add(const char *name_or_prefix)
 }
 
 /* Called from the allocator's entry point (the inline hook): our return address is in the
- * allocator and our saved frame pointer is the allocator's frame. */
+ * allocator and our saved frame pointer is the allocator's frame. The frame must outlive the
+ * call, so it is not a tail call (the empty asm after it): a sibling call pops the frame
+ * record first, and on aarch64 sample_hooked's own frame then overwrites it. */
 llgo_export llgo_noinline void llgo_heap_sample_slow(void *p, size_t size)
 {
 	sample_hooked(p, size, __builtin_return_address(0), __builtin_frame_address(0));
+	__asm__ volatile("" ::: "memory");
 }
