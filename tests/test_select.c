@@ -401,3 +401,26 @@ Test(select, plugin_copy_defers_to_the_preloaded_sampler, .timeout = 120)
 	cr_expect(sa == de + dr + co && dr == 0 && co == 0, "%.100s", acc);
 	sel_run_free(&r);
 }
+
+/* A program that linked libllgoheap.a into itself (not exporting the API) runs under the
+ * preloaded shim: the preloaded copy is the sampler, the program's copy forwards its hooked
+ * allocations to it (owner.c), and the one session holds them, trimmed, besides malloc's. */
+Test(select, program_copy_forwards_to_the_preloaded_sampler, .timeout = 120)
+{
+	struct sel_run r;
+	sel_profile(&r, "LD_PRELOAD=" LLGO_PLAIN_SHIM " " SEL "/sel-archive 700");
+	cr_expect(strstr(r.out, "not attached: another copy of the sampler is active") != NULL,
+		  "the program's copy did not stand down:\n%s", r.out);
+	cr_expect(strstr(r.out, "trim 2") != NULL, "trim_add reached the sampler:\n%s", r.out);
+	char pidstr[32];
+	snprintf(pidstr, sizeof(pidstr), "\n%d ", r.pid);
+	const char *s = strstr(r.list, pidstr);
+	cr_assert(s, "no session for %d:\n%s", r.pid, r.list);
+	cr_expect(strstr(s + 1, pidstr) == NULL, "two sessions for %d:\n%s", r.pid, r.list);
+	static struct e2e_text_rec recs[1024];
+	long period;
+	int n = e2e_parse_text(r.profile, &period, recs, 1024);
+	cr_expect_eq(e2e_count(recs, n, "sel_site", 48), 700, "%s", r.profile);
+	cr_expect_eq(e2e_count(recs, n, "myalloc_alloc", 0), 0, "not trimmed:\n%s", r.profile);
+	sel_run_free(&r);
+}
