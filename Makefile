@@ -455,3 +455,8 @@ $(OUT)/tests/test_arm64: | arm64-progs
 test-arm64: deps
 	$(Q)$(MAKE) --no-print-directory all arm64-progs $(OUT)/tests/test_arm64
 	$(OUT)/tests/test_arm64 --jobs=2 --timeout=600
+
+clean: clean-arm64
+.PHONY: clean-arm64
+clean-arm64:
+	rm -rf $(ARM64_OUT)
