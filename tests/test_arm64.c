@@ -202,3 +202,31 @@ Test(arm64, no_daemon_runs_unchanged, .timeout = 120)
 	cr_expect(strstr(out, "site site_calloc 480 100") != NULL, "%s", out);
 	free(out);
 }
+
+/* The preloaded malloc's fast path on aarch64 (aarch64-linux-gnu-objdump): no call, the
+ * rate word read once, one thread-pointer read (mrs tpidr_el0) for the countdown, which is
+ * one ldr/sub/str; the slow path is a tail branch to sample_malloc. */
+Test(arm64, malloc_fast_path_listing)
+{
+	a64_need();
+	char *out = NULL;
+	int rc = e2e_sh(&out, "aarch64-linux-gnu-objdump -d --no-show-raw-insn --disassemble=malloc "
+			A64 "/lib/libllgoheap.so | grep -P '^\\s+[0-9a-f]+:'");
+	cr_assert_eq(rc, 0, "%s", out);
+	int n = 0, bl = 0, mrs = 0, subs = 0, attach = 0, slow = 0;
+	for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n")) {
+		n++;
+		bl += strstr(l, "\tbl\t") != NULL || strstr(l, "\tblr\t") != NULL;
+		mrs += strstr(l, "tpidr_el0") != NULL;
+		subs += strstr(l, "\tsub\t") != NULL;
+		attach += strstr(l, "<attach_ctl>") != NULL;
+		slow += strstr(l, "\tb\t") && strstr(l, "<sample_malloc>");
+	}
+	cr_log_info("aarch64 malloc: %d instructions", n);
+	cr_expect_eq(bl, 0, "calls in malloc's fast path");
+	cr_expect_eq(mrs, 1, "thread-pointer reads: %d", mrs);
+	cr_expect_eq(subs, 1, "countdown updates: %d", subs);
+	cr_expect_eq(attach, 1, "rate word reads: %d", attach);
+	cr_expect_eq(slow, 1, "tail branches to sample_malloc: %d", slow);
+	free(out);
+}
