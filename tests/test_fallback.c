@@ -369,7 +369,11 @@ static void fb_heapsampling(const char *target, const char *mode, long n, long r
 	double lo[MAXS][2], hi[MAXS][2];
 	for (int run = 0; run < RUNS; run++) {
 		char *dir = e2e_tmpdir(), *out = NULL;
-		long seed = (long)time(NULL) * 16 + run * 7919 + getpid();
+		long seed = 0; /* a fresh random stream per run */
+		FILE *ur = fopen("/dev/urandom", "rb");
+		cr_assert(ur && fread(&seed, sizeof(seed), 1, ur) == 1);
+		fclose(ur);
+		seed &= 0x7fffffffffffffffL;
 		int rc = fb_run(&out, target, dir, mode, n, seed, rate);
 		cr_assert_eq(rc, 0, "%s exited %d:\n%s", target, rc, out);
 		struct fb_truth t[MAXS];
@@ -479,4 +483,26 @@ Test(heapsampling, cortex_m3_interleaved, .timeout = 300)
 Test(heapsampling, cortex_m3_small, .timeout = 300)
 {
 	fb_heapsampling("cortex-m3", "small", 50000, 16384);
+}
+
+/* The recorder computes the same thing everywhere: with one seed, the native, wasm32 and
+ * Cortex-M3 (soft-float) builds print the same profile, byte for byte. */
+Test(heapsampling, same_seed_same_profile_on_every_target, .timeout = 300)
+{
+	const char *targets[] = { "native", "wasm32-wasi", "cortex-m3" };
+	char *first = NULL;
+	for (size_t i = 0; i < sizeof(targets) / sizeof(targets[0]); i++) {
+		char *dir = e2e_tmpdir(), *out = NULL;
+		int rc = fb_run(&out, targets[i], dir, "interleaved", 20000, 42, 16384);
+		cr_assert_eq(rc, 0, "%s: %s", targets[i], out);
+		char *prof = strstr(out, "heap profile: ");
+		cr_assert(prof, "%s: %s", targets[i], out);
+		if (!first)
+			first = strdup(prof);
+		else
+			cr_expect_str_eq(prof, first, "%s differs from native", targets[i]);
+		free(out);
+		e2e_rmdir(dir);
+	}
+	free(first);
 }
