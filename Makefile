@@ -100,7 +100,7 @@ $(OUT)/lib/libllgoheap.a: $(SHIM_LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(Q)rm -f $@ $(OUT)/obj/shim/libllgoheap-all.o && \
 		$(LD) -r -o $(OUT)/obj/shim/libllgoheap-all.o $(SHIM_LIB_OBJS) && \
-		objcopy --localize-hidden $(OUT)/obj/shim/libllgoheap-all.o && \
+		$(OBJCOPY) --localize-hidden $(OUT)/obj/shim/libllgoheap-all.o && \
 		ar rcs $@ $(OUT)/obj/shim/libllgoheap-all.o
 
 $(OUT)/bin/llgo-heapd: $(OUT)/obj/agent/daemon.o $(AGENT_COMMON_OBJS)
@@ -203,3 +203,260 @@ install: all
 	install -D -m 644 include/llgo_heap.h $(DESTDIR)$(PREFIX)/include/llgo_heap.h
 	install -D -m 644 systemd/llgo-heapd.service $(DESTDIR)/lib/systemd/system/llgo-heapd.service
 	install -D -m 644 systemd/llgo-heapd.socket $(DESTDIR)/lib/systemd/system/llgo-heapd.socket
+
+# ---- targets without a stack source: the size-class fallback recorder (issue 14) ---------
+# shim/fallback/ is freestanding and depends on nothing else here. tests/test_fallback.c runs
+# Go's heapsampling check on its text natively, as wasm32-wasi under Node's WASI and on a
+# bare-metal Cortex-M3 under qemu-system-arm (semihosting). A target whose compiler or
+# runner is missing gets a .skip file with the reason instead of its program, and the test
+# reports it as skipped; with the toolchain present, a build failure is an error.
+
+DEB_PKGS += lld wasi-libc libclang-rt-14-dev-wasm32 nodejs gcc-arm-none-eabi qemu-system-arm
+
+FB_OUT := $(OUT)/fallback
+FB_SRCS := shim/fallback/llgo_fallback.c tests/fallback/hs.c
+FB_DEPS := $(FB_SRCS) shim/fallback/llgo_fallback.h tests/fallback/hs.h Makefile
+FB_CFLAGS := -std=c11 -g -O2 -Wall -Wextra -Werror -Wundef -Wstrict-prototypes
+WASI_CC ?= clang
+CM_CC ?= arm-none-eabi-gcc
+CM_CFLAGS := -mcpu=cortex-m3 -mthumb -ffreestanding -nostdlib
+
+.PHONY: fallback-progs test-fallback
+fallback-progs: $(FB_OUT)/hs-native $(FB_OUT)/hs.wasm $(FB_OUT)/hs-cortex-m3.elf
+
+$(FB_OUT)/hs-native: $(FB_DEPS) tests/fallback/hosted_main.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(FB_CFLAGS) -o $@ $(FB_SRCS) tests/fallback/hosted_main.c
+
+# The probes test the toolchain with an empty program, never with our sources.
+$(FB_OUT)/hs.wasm: $(FB_DEPS) tests/fallback/hosted_main.c
+	@mkdir -p $(dir $@); rm -f $(FB_OUT)/wasm32-wasi.skip
+	$(Q)if ! command -v node >/dev/null; then \
+		echo "node (Debian package nodejs) is not installed" > $(FB_OUT)/wasm32-wasi.skip; \
+	elif ! echo 'int main(void){return 0;}' | $(WASI_CC) --target=wasm32-wasi -x c - \
+		-o $(FB_OUT)/probe.wasm >/dev/null 2>&1; then \
+		echo "$(WASI_CC) --target=wasm32-wasi cannot link a program (Debian packages" \
+			"clang, lld, wasi-libc, libclang-rt-14-dev-wasm32)" > $(FB_OUT)/wasm32-wasi.skip; \
+	else \
+		$(if $(filter 1,$(V)),,printf '  %-8s %s\n' CC $@;) \
+		$(WASI_CC) --target=wasm32-wasi $(FB_CFLAGS) -o $@ $(FB_SRCS) \
+			tests/fallback/hosted_main.c; \
+	fi; rm -f $(FB_OUT)/probe.wasm
+	@if [ -f $(FB_OUT)/wasm32-wasi.skip ]; then \
+		echo "  SKIP     wasm32-wasi: $$(cat $(FB_OUT)/wasm32-wasi.skip)"; fi
+
+$(FB_OUT)/hs-cortex-m3.elf: $(FB_DEPS) tests/fallback/cortexm.c tests/fallback/cortexm.ld
+	@mkdir -p $(dir $@); rm -f $(FB_OUT)/cortex-m3.skip
+	$(Q)if ! command -v qemu-system-arm >/dev/null; then \
+		echo "qemu-system-arm (Debian package qemu-system-arm) is not installed" \
+			> $(FB_OUT)/cortex-m3.skip; \
+	elif ! echo 'void _start(void){for(;;);}' | $(CM_CC) $(CM_CFLAGS) -x c - \
+		-o $(FB_OUT)/probe.elf >/dev/null 2>&1; then \
+		echo "$(CM_CC) cannot link for Cortex-M3 (Debian package gcc-arm-none-eabi)" \
+			> $(FB_OUT)/cortex-m3.skip; \
+	else \
+		$(if $(filter 1,$(V)),,printf '  %-8s %s\n' CC $@;) \
+		$(CM_CC) $(CM_CFLAGS) $(FB_CFLAGS) -T tests/fallback/cortexm.ld -o $@ $(FB_SRCS) \
+			tests/fallback/cortexm.c -lgcc; \
+	fi; rm -f $(FB_OUT)/probe.elf
+	@if [ -f $(FB_OUT)/cortex-m3.skip ]; then \
+		echo "  SKIP     cortex-m3: $$(cat $(FB_OUT)/cortex-m3.skip)"; fi
+
+# The unit test compiles the recorder in (#include) and runs the programs above.
+$(OUT)/tests/test_fallback: shim/fallback/llgo_fallback.c shim/fallback/llgo_fallback.h | fallback-progs
+
+test-fallback: deps
+	$(Q)$(MAKE) --no-print-directory fallback-progs $(OUT)/tests/test_fallback
+	$(OUT)/tests/test_fallback --jobs=2 --timeout=600
+
+# ---- linked shim: -lllgoheap, fully static executables, pkg-config (issue 14) -------------
+# A program links libllgoheap.so (-lllgoheap: its malloc precedes libc's in the lookup order,
+# as with LD_PRELOAD) or, fully static (glibc static), libllgoheap-static.a with the linker's
+# --wrap for each allocation function (shim/static/wrap.c). The pkg-config files say how:
+#   cc prog.c $(pkg-config --cflags --libs llgoheap)                   dynamic
+#   cc -static prog.c $(pkg-config --cflags --libs llgoheap-static)    fully static
+#   cc -DLLGO_HEAP_PROFILING alloc.c $(pkg-config --cflags --libs --static llgoheap)
+#                                                  hook only (libllgoheap.a, no interposition)
+# build/lib/pkgconfig/ points into this tree; make install writes copies for $(PREFIX).
+
+LLGO_HEAP_VERSION := 0.1.0
+OBJCOPY ?= objcopy
+STATIC_WRAP := malloc calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc \
+	pvalloc
+STATIC_WRAP_FLAGS := -Wl,$(subst $(eval) ,$(comma),$(patsubst %,--wrap=%,$(STATIC_WRAP)))
+PC_DIR := $(OUT)/lib/pkgconfig
+PC_FILES := $(PC_DIR)/llgoheap.pc $(PC_DIR)/llgoheap-static.pc
+
+all: $(OUT)/lib/libllgoheap-static.a $(PC_FILES)
+
+$(OUT)/lib/libllgoheap-static.a: $(SHIM_LIB_OBJS) $(OUT)/obj/shim/static/wrap.o
+	$(call msg,AR,$@)
+	@mkdir -p $(dir $@)
+	$(Q)rm -f $@ $(OUT)/obj/shim/libllgoheap-static-all.o && \
+		$(LD) -r -o $(OUT)/obj/shim/libllgoheap-static-all.o $^ && \
+		$(OBJCOPY) --localize-hidden $(OUT)/obj/shim/libllgoheap-static-all.o && \
+		ar rcs $@ $(OUT)/obj/shim/libllgoheap-static-all.o
+
+# pc_write(file, prefix, libdir, includedir)
+define pc_write
+	@mkdir -p $(dir $(1))
+	@printf '%s\n' 'prefix=$(2)' 'libdir=$(3)' 'includedir=$(4)' '' \
+		'Name: llgoheap' \
+		'Description: llgo-heap in-process sampler: malloc interposition and allocation hook' \
+		'Version: $(LLGO_HEAP_VERSION)' \
+		'Cflags: -I$${includedir}' \
+		'Libs: -L$${libdir} -lllgoheap' \
+		'Libs.private: -ldl -pthread' > $(1)
+	@printf '%s\n' 'prefix=$(2)' 'libdir=$(3)' 'includedir=$(4)' '' \
+		'Name: llgoheap-static' \
+		'Description: llgo-heap in-process sampler for fully static executables (link with -static)' \
+		'Version: $(LLGO_HEAP_VERSION)' \
+		'Cflags: -I$${includedir}' \
+		'Libs: $(STATIC_WRAP_FLAGS) $${libdir}/libllgoheap-static.a -pthread' > $(dir $(1))llgoheap-static.pc
+endef
+
+$(PC_FILES) &: Makefile
+	$(call msg,GEN,$(PC_FILES))
+	$(call pc_write,$(PC_DIR)/llgoheap.pc,$(abspath $(OUT)),$${prefix}/lib,$(CURDIR)/include)
+
+# ---- selection and zero-cost proofs (issue 14) ---------------------------------------------
+# tests/test_select.c reads the symbol tables and the disassembly of these builds of one
+# program with a custom allocator: without LLGO_HEAP_PROFILING (plain, -flto), with it linked
+# with libllgoheap.a, with libllgoheap.so (through pkg-config) and with GCC LTO; and a plugin
+# carrying its own copy of the sampler, loaded into a preloaded program.
+
+SEL_OUT := $(OUT)/select
+SEL_SRCS := tests/select/sel_main.c tests/select/sel_alloc.c
+SEL_CFLAGS := -std=gnu11 -O2 -g -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread
+SEL_PROGS := $(addprefix $(SEL_OUT)/,sel-plain sel-plain-lto sel-archive sel-shared sel-lto \
+	sel-dlopen libsel_pool.so)
+
+.PHONY: select-progs
+select-progs: $(SEL_PROGS)
+
+$(SEL_OUT)/sel-plain: $(SEL_SRCS) tests/select/sel.h include/llgo_heap.h
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -o $@ $(SEL_SRCS)
+
+$(SEL_OUT)/sel-plain-lto: $(SEL_SRCS) tests/select/sel.h include/llgo_heap.h
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -flto -o $@ $(SEL_SRCS)
+
+$(SEL_OUT)/sel-archive: $(SEL_SRCS) tests/select/sel.h include/llgo_heap.h $(OUT)/lib/libllgoheap.a
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -DLLGO_HEAP_PROFILING -o $@ $(SEL_SRCS) $(OUT)/lib/libllgoheap.a -ldl
+
+$(SEL_OUT)/sel-shared: $(SEL_SRCS) tests/select/sel.h $(OUT)/lib/libllgoheap.so $(PC_FILES)
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -DLLGO_HEAP_PROFILING -o $@ $(SEL_SRCS) \
+		$$(PKG_CONFIG_PATH=$(PC_DIR) pkg-config --cflags --libs llgoheap) \
+		-Wl,-rpath,$(abspath $(OUT))/lib
+
+$(SEL_OUT)/sel-lto: $(SEL_SRCS) tests/select/sel.h include/llgo_heap.h $(OUT)/lib/libllgoheap.a
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -flto -DLLGO_HEAP_PROFILING -o $@ $(SEL_SRCS) \
+		$(OUT)/lib/libllgoheap.a -ldl
+
+$(SEL_OUT)/sel-dlopen: tests/select/sel_dlopen.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -o $@ $< -ldl
+
+$(SEL_OUT)/libsel_pool.so: tests/select/libsel_pool.c include/llgo_heap.h $(OUT)/lib/libllgoheap.a
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(SEL_CFLAGS) -shared -fPIC -DLLGO_HEAP_PROFILING -o $@ $< \
+		$(OUT)/lib/libllgoheap.a -ldl
+
+$(OUT)/tests/test_select: | select-progs
+
+# Programs that link the shim instead of preloading it (tests/test_linked.c), built with the
+# documented pkg-config lines.
+LINK_OUT := $(OUT)/linked
+LINK_PROGS := $(addprefix $(LINK_OUT)/,sites-dynamic sites-static stress-static)
+
+.PHONY: linked-progs install-linked
+linked-progs: $(LINK_PROGS)
+
+$(LINK_OUT)/sites-dynamic: tests/progs/e2e_sites.c $(OUT)/lib/libllgoheap.so $(PC_FILES)
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_CFLAGS) -o $@ $< \
+		$$(PKG_CONFIG_PATH=$(PC_DIR) pkg-config --cflags --libs llgoheap) \
+		-Wl,-rpath,$(abspath $(OUT))/lib
+
+$(LINK_OUT)/sites-static: tests/progs/e2e_sites.c $(OUT)/lib/libllgoheap-static.a $(PC_FILES)
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_CFLAGS) -static -o $@ $< \
+		$$(PKG_CONFIG_PATH=$(PC_DIR) pkg-config --cflags --libs llgoheap-static)
+
+$(LINK_OUT)/stress-static: tests/progs/stress_sites.c $(OUT)/lib/libllgoheap-static.a $(PC_FILES)
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_CFLAGS) -static -o $@ $< \
+		$$(PKG_CONFIG_PATH=$(PC_DIR) pkg-config --cflags --libs llgoheap-static)
+
+$(OUT)/tests/test_linked: | linked-progs
+
+# make install also installs the static library, the pkg-config files (for $(PREFIX)) and
+# the fallback recorder's sources, which a wasm or bare-metal runtime compiles in.
+install: install-linked
+install-linked: all
+	install -D -m 644 $(OUT)/lib/libllgoheap-static.a $(DESTDIR)$(PREFIX)/lib/libllgoheap-static.a
+	$(call pc_write,$(DESTDIR)$(PREFIX)/lib/pkgconfig/llgoheap.pc,$(PREFIX),$${prefix}/lib,$${prefix}/include)
+	install -D -m 644 shim/fallback/llgo_fallback.h \
+		$(DESTDIR)$(PREFIX)/share/llgo-heap/fallback/llgo_fallback.h
+	install -D -m 644 shim/fallback/llgo_fallback.c \
+		$(DESTDIR)$(PREFIX)/share/llgo-heap/fallback/llgo_fallback.c
+
+# ---- arm64 Linux (issue 14) ---------------------------------------------------------------
+# The shim and the test programs cross-built for aarch64 into build-arm64/ (a sub-make with
+# the cross compiler); tests/test_arm64.c runs them under qemu-aarch64 (user mode, the
+# aarch64 libc from the cross sysroot) against the native daemon, which symbolizes the
+# aarch64 ELF files. Without the cross compiler, its libc or qemu, $(OUT)/arm64.skip says
+# why and the tests are skipped.
+
+DEB_PKGS += gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+
+ARM64_OUT := build-arm64
+ARM64_CROSS ?= aarch64-linux-gnu-
+ARM64_SYSROOT ?= /usr/aarch64-linux-gnu
+ARM64_TARGETS := $(addprefix $(ARM64_OUT)/,lib/libllgoheap.so lib/libllgoheap.a \
+	lib/libllgoheap-static.a progs/e2e_sites progs/stress_sites progs/heapsampling \
+	select/sel-archive linked/sites-static)
+
+.PHONY: arm64-progs test-arm64
+arm64-progs:
+	@mkdir -p $(OUT); rm -f $(OUT)/arm64.skip
+	$(Q)if ! command -v qemu-aarch64 >/dev/null; then \
+		echo "qemu-aarch64 (Debian package qemu-user) is not installed" > $(OUT)/arm64.skip; \
+	elif [ ! -e $(ARM64_SYSROOT)/lib/ld-linux-aarch64.so.1 ]; then \
+		echo "no aarch64 libc in $(ARM64_SYSROOT) (Debian package libc6-dev-arm64-cross)" \
+			> $(OUT)/arm64.skip; \
+	elif ! echo 'int main(void){return 0;}' | $(ARM64_CROSS)gcc -x c - \
+		-o $(OUT)/arm64-probe >/dev/null 2>&1; then \
+		echo "$(ARM64_CROSS)gcc cannot link (Debian package gcc-aarch64-linux-gnu)" \
+			> $(OUT)/arm64.skip; \
+	else \
+		$(MAKE) -s --no-print-directory OUT=$(ARM64_OUT) SAN= CC=$(ARM64_CROSS)gcc \
+			LD=$(ARM64_CROSS)ld OBJCOPY=$(ARM64_CROSS)objcopy $(ARM64_TARGETS) || exit 1; \
+	fi; rm -f $(OUT)/arm64-probe
+	@if [ -f $(OUT)/arm64.skip ]; then echo "  SKIP     arm64: $$(cat $(OUT)/arm64.skip)"; fi
+
+$(OUT)/tests/test_arm64: | arm64-progs
+
+test-arm64: deps
+	$(Q)$(MAKE) --no-print-directory all arm64-progs $(OUT)/tests/test_arm64
+	$(OUT)/tests/test_arm64 --jobs=2 --timeout=600
+
+clean: clean-arm64
+.PHONY: clean-arm64
+clean-arm64:
+	rm -rf $(ARM64_OUT)

@@ -191,9 +191,30 @@ static int map_cmp(const void *x, const void *y)
 	return 0;
 }
 
-static bool keep_line(const struct maps_line *l)
+/*
+ * A program run by QEMU's user-mode emulator (qemu-aarch64 PROG, docs/targets.md): the
+ * guest's ELF files are mapped at the guest's own addresses (guest_base is 0 for a 64-bit
+ * guest on a 64-bit host), but without PROT_EXEC on the host, since QEMU translates the code
+ * instead of running it. For such a process every readable file mapping is kept, so that
+ * the guest's return addresses find their files.
+ */
+static bool procmaps_emulated(pid_t pid)
 {
-	if (strchr(l->perms, 'x') == NULL || l->path[0] == '\0')
+	char p[64], exe[4096];
+	snprintf(p, sizeof(p), "/proc/%d/exe", (int)pid);
+	ssize_t n = readlink(p, exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return false;
+	exe[n] = '\0';
+	const char *base = strrchr(exe, '/');
+	return strncmp(base ? base + 1 : exe, "qemu-", 5) == 0;
+}
+
+static bool keep_line(const struct maps_line *l, bool emulated)
+{
+	bool code = strchr(l->perms, 'x') != NULL ||
+		    (emulated && l->perms[0] == 'r' && l->inode != 0);
+	if (!code || l->path[0] == '\0')
 		return false;
 	if (l->inode == 0)
 		return l->path[0] == '['; /* [vdso], [vsyscall] */
@@ -227,6 +248,7 @@ static char *read_maps(pid_t pid, size_t *len)
 int procmaps_refresh(struct procmaps *pm, pid_t pid)
 {
 	pthread_once(&elf_once, procmaps_elf_init);
+	bool emulated = procmaps_emulated(pid);
 	size_t len;
 	char *text = read_maps(pid, &len);
 	if (!text)
@@ -251,7 +273,7 @@ int procmaps_refresh(struct procmaps *pm, pid_t pid)
 		if (nl)
 			*nl = '\0';
 		struct maps_line l;
-		if (maps_parse(line, &l) && keep_line(&l)) {
+		if (maps_parse(line, &l) && keep_line(&l, emulated)) {
 			const struct mapping *m = NULL;
 			for (size_t i = 0; old && i < old->n && !m; i++)
 				if (same_mapping(old->v[i], &l))

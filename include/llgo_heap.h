@@ -47,12 +47,18 @@ int llgo_heap_trim_add(const char *name_or_prefix);
  * llgo_heap_trim_add) and the next frame the program's call site.
  *
  * Without LLGO_HEAP_PROFILING defined when compiling the allocator it is an empty inline
- * function: no code, no reference to libllgoheap. With it, the cost per allocation is about
- * what the preloaded malloc pays: at rate 0, two loads (three from PIC/PIE code, through the
- * GOT: the exported pointer to the rate word, then the word) and a branch; at a positive rate,
- * add the TLS countdown update (one `sub` on %fs memory on x86-64) and a branch, about 8
- * instructions in all and no call; llgo_heap_sample_slow is called only when a sample is due
- * (or for every allocation at rate 1).
+ * function: no code, no symbol, no reference to libllgoheap (with or without -flto). With it,
+ * the cost per allocation is about what the preloaded malloc pays. On x86-64 the sequence is
+ * (tests/test_select.c walks it in the listings of every build mode):
+ *   rate 0:      load the pointer llgo_heap_rate_word (one load; two from position-independent
+ *                code, through the GOT; GCC LTO may `lea` it first), load the word, test, jne,
+ *                and the allocator's own return: 5 instructions in a function of its own
+ *                (6 with LTO), 2 loads (3 in PIC code), no call;
+ *   rate > 0:    the other branch (jle), the TLS offset (an immediate in executables, a GOT
+ *                load in PIC code), one `sub %size, %fs:(off)` on the countdown and jg: 9
+ *                instructions in all (10 with LTO), no call;
+ *   sample due:  a tail call (or call) to llgo_heap_sample_slow, which also takes every
+ *                allocation at rate 1.
  */
 #ifdef LLGO_HEAP_PROFILING
 struct llgo_heap_thread; /* private; its first field is the int64_t countdown */

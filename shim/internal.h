@@ -327,6 +327,21 @@ void lifecycle_thread_adopt(struct llgo_heap_thread *t);
  * constructor and reaches sample.c only through the sample_* slow paths; the C++ operators
  * (override_cxx.c) resolve lazily and register the real operators with stack.c. */
 
+/* ---- owner.c: one sampler per process ------------------------------------------------- */
+
+/* The process's sampler when it is another copy of the shim: its functions, looked up by
+ * name. hook == NULL: this copy is the sampler. Written once by owner_elect (constructor). */
+struct owner_winner {
+	void (*hook)(void *p, size_t size, void *ra, void *frame); /* llgo_heap__hook_forward */
+	uint64_t (*rate)(void);
+	int (*set_rate)(uint64_t rate);
+	int (*trim_add)(const char *name_or_prefix);
+};
+extern struct owner_winner owner_winner;
+/* True when this copy of the shim is the process's sampler (the one the public symbols bind
+ * to); a copy that is not must not attach, and forwards to the winner (owner_winner). */
+bool owner_elect(void);
+
 #pragma GCC visibility pop
 
 #endif

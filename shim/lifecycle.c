@@ -539,6 +539,10 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 {
 	const char *dbg = getenv("LLGO_HEAP_DEBUG");
 	lifecycle_debug = dbg && dbg[0] == '1';
+	if (!owner_elect()) { /* another copy of the shim samples this process (owner.c) */
+		lifecycle_say("not attached: ", "another copy of the sampler is active");
+		return;
+	}
 	unsigned long page = getauxval(AT_PAGESZ);
 	if (llgo_page_size_ok(page))
 		attach_page_size = (uint32_t)page;

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_linked.c: programs that link the shim instead of preloading it, built with the
+ * documented pkg-config lines (Makefile section "linked shim"): dynamically (-lllgoheap) and
+ * as fully static glibc executables (llgoheap-static: --wrap and libllgoheap-static.a). Each
+ * runs without LD_PRELOAD against a private daemon at rate 1 and must give the exact counts
+ * per site that the preloaded shim gives, with its accounting adding up; the static one also
+ * with threads. Last, `make install` into a staging folder installs the libraries and
+ * pkg-config files, and a program built from the installed files is profiled the same way.
+ */
+#include "e2e_util.h"
+
+#define LINKED LLGO_BUILD_DIR "/linked"
+
+struct lk_site {
+	char name[64];
+	long size, count;
+};
+
+/* Run `cmd` (its first word the program) with a private daemon at rate 1 and no preload;
+ * check every "site NAME SIZE COUNT" line the program prints against the profile. */
+static void lk_expect_exact(const char *cmd)
+{
+	char *dir = e2e_tmpdir(), sock[4200], *out = NULL, *prof = NULL;
+	pid_t d = e2e_daemon_start(dir, sock, sizeof(sock));
+	/* the shell prints the pid the program will have, then becomes it */
+	int rc = e2e_sh(&out, "cd %s && unset LD_PRELOAD && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 "
+			"LLGO_HEAP_DEBUG=1 sh -c 'echo pid $$; exec \"$0\" \"$@\"' %s", dir, sock, cmd);
+	cr_assert_eq(rc, 0, "%s:\n%s", cmd, out);
+	cr_expect(strstr(out, "llgo-heap: attached to") != NULL, "did not attach:\n%s", out);
+	int pid = 0;
+	const char *p = strstr(out, "pid ");
+	cr_assert(p && sscanf(p, "pid %d", &pid) == 1, "%s", out);
+	rc = e2e_sh(&prof, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", pid, sock);
+	cr_assert_eq(rc, 0, "snapshot: %s", prof);
+	static struct e2e_text_rec recs[4096];
+	long period;
+	int n = e2e_parse_text(prof, &period, recs, 4096), nsites = 0;
+	cr_expect_eq(period, 2);
+	for (p = strstr(out, "site "); p; p = strstr(p + 1, "\nsite ")) {
+		struct lk_site s;
+		if (*p == '\n')
+			p++;
+		if (sscanf(p, "site %63s %ld %ld", s.name, &s.size, &s.count) != 3)
+			continue;
+		nsites++;
+		long got = e2e_count(recs, n, s.name, s.size);
+		cr_expect_eq(got, s.count, "%s: %s size %ld: %ld in the profile, %ld made\n%s", cmd,
+			     s.name, s.size, got, s.count, prof);
+	}
+	cr_expect_geq(nsites, 5, "%s printed no sites:\n%s", cmd, out);
+	unsigned long long sa, de, dr, co;
+	const char *acc = strstr(prof, "# llgo-heap: sampled=");
+	cr_assert(acc && sscanf(acc, "# llgo-heap: sampled=%llu delivered=%llu dropped=%llu "
+				"corrupt=%llu", &sa, &de, &dr, &co) == 4, "%s", prof);
+	cr_expect(sa == de + dr + co && dr == 0 && co == 0, "%.120s", acc);
+	free(out);
+	free(prof);
+	e2e_daemon_stop(d);
+	e2e_rmdir(dir);
+}
+
+Test(linked, dynamic_lllgoheap, .timeout = 120)
+{
+	char *out = NULL;
+	e2e_sh(&out, "readelf -d " LINKED "/sites-dynamic | grep -c 'NEEDED.*libllgoheap.so'");
+	cr_expect_str_eq(out, "1\n", "sites-dynamic is not linked with libllgoheap.so: %s", out);
+	free(out);
+	lk_expect_exact(LINKED "/sites-dynamic 1000");
+}
+
+/* A fully static executable: no dynamic section, no interpreter; libc's own internal
+ * allocations (stdio buffers) go through the wrappers too. */
+Test(linked, static_glibc, .timeout = 120)
+{
+	char *out = NULL;
+	e2e_sh(&out, "readelf -l " LINKED "/sites-static | grep -c 'INTERP\\|DYNAMIC'; "
+		     "nm " LINKED "/sites-static | grep -c ' T __wrap_malloc$'");
+	cr_expect_str_eq(out, "0\n1\n", "sites-static is not a static, wrapped executable: %s",
+			 out);
+	free(out);
+	lk_expect_exact(LINKED "/sites-static 1000");
+}
+
+Test(linked, static_glibc_threads, .timeout = 120)
+{
+	lk_expect_exact(LINKED "/stress-static 6 count 3000");
+}
+
+/* A static executable with no daemon runs as if nothing were linked. */
+Test(linked, static_without_daemon, .timeout = 60)
+{
+	char *out = NULL;
+	int rc = e2e_sh(&out, "LLGO_HEAP_SOCKET=/nonexistent/sock " LINKED "/sites-static 50");
+	cr_expect_eq(rc, 0, "%s", out);
+	cr_expect(strstr(out, "site site_malloc_small 24 50") != NULL, "%s", out);
+	free(out);
+}
+
+/* make install (staged with DESTDIR): libraries, header, pkg-config files for the prefix;
+ * a program built with the installed pkg-config files (pkgconf --define-prefix relocates the
+ * staged prefix) is profiled exactly, dynamically and fully static. */
+Test(linked, make_install_and_pkg_config, .timeout = 600)
+{
+	char *dir = e2e_tmpdir(), *out = NULL;
+	const char *san = getenv("LLGO_SAN");
+	int rc = e2e_sh(&out, "make -s --no-print-directory -C %s install DESTDIR=%s/stage "
+			"PREFIX=/opt/llgo SAN='%s'", LLGO_SRC_DIR, dir, san ? san : "");
+	cr_assert_eq(rc, 0, "make install:\n%s", out);
+	free(out);
+	const char *want[] = { "lib/libllgoheap.so", "lib/libllgoheap.a",
+			       "lib/libllgoheap-static.a", "lib/pkgconfig/llgoheap.pc",
+			       "lib/pkgconfig/llgoheap-static.pc", "include/llgo_heap.h",
+			       "bin/llgo-heapd", "bin/llgo-heap",
+			       "share/llgo-heap/fallback/llgo_fallback.c" };
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		char path[4400];
+		snprintf(path, sizeof(path), "%s/stage/opt/llgo/%s", dir, want[i]);
+		cr_expect(access(path, F_OK) == 0, "not installed: %s", path);
+	}
+	rc = e2e_sh(&out, "grep -h '^prefix=' %s/stage/opt/llgo/lib/pkgconfig/*.pc", dir);
+	cr_expect_str_eq(out, "prefix=/opt/llgo\nprefix=/opt/llgo\n", "%s", out);
+	free(out);
+	const char *pc = "PKG_CONFIG_PATH=%s/stage/opt/llgo/lib/pkgconfig pkg-config "
+			 "--define-prefix";
+	char pcbuf[4400];
+	snprintf(pcbuf, sizeof(pcbuf), pc, dir);
+	rc = e2e_sh(&out, "cd %s && cc -O2 -g -fno-omit-frame-pointer -o dyn "
+		    LLGO_SRC_DIR "/tests/progs/e2e_sites.c $(%s --cflags --libs llgoheap) "
+		    "-Wl,-rpath,$(%s --variable=libdir llgoheap) && "
+		    "cc -O2 -g -fno-omit-frame-pointer -static -o stat "
+		    LLGO_SRC_DIR "/tests/progs/e2e_sites.c $(%s --cflags --libs llgoheap-static) && "
+		    "ldd ./dyn | grep libllgoheap", dir, pcbuf, pcbuf, pcbuf);
+	cr_assert_eq(rc, 0, "building with the installed pkg-config files:\n%s", out);
+	cr_expect(strstr(out, "/stage/opt/llgo/lib/libllgoheap.so") != NULL,
+		  "dyn does not use the installed library:\n%s", out);
+	free(out);
+	char cmd[4400];
+	snprintf(cmd, sizeof(cmd), "%s/dyn 300", dir);
+	lk_expect_exact(cmd);
+	snprintf(cmd, sizeof(cmd), "%s/stat 300", dir);
+	lk_expect_exact(cmd);
+	e2e_rmdir(dir);
+}
