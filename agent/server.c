@@ -670,6 +670,7 @@ static void server_add_ring(struct server_conn *c, const unsigned char *pkt, int
 }
 
 static int server_list(struct server *srv, struct server_conn *c);
+static bool server_hello_in_flight(struct server *srv, pid_t pid);
 
 static void server_conn_event(struct server *srv, struct server_conn *c)
 {
@@ -776,8 +777,15 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 		return;
 	case LLGO_MSG_LIST:
 		/* Cheap (short locks, never a drain lock) and answered without blocking: here,
-		 * so that busy workers never delay it. */
+		 * so that busy workers never delay it; unless a process's HELLO is still in
+		 * flight, which a worker waits for first (a started process is listed). */
 		c->kind = SERVER_CONN_CLIENT;
+		atomic_store(&srv->loop_busy, 0);
+		if (server_hello_in_flight(srv, 0)) {
+			memcpy(c->req, srv->rxbuf, (size_t)r);
+			server_workq_push(&srv->clientq, c, h.type);
+			return;
+		}
 		server_answered(c, server_list(srv, c));
 		return;
 	default:
@@ -1013,27 +1021,45 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
  * (which it does not wait for) without the loop or a shim worker having handled it: wait for
  * that, briefly, as server_settle does for the packets of a known session.
  */
+/* A HELLO of pid (any pid when pid <= 0) sent but not handled yet: queued for or running in
+ * a shim worker, or still in a new connection's socket. */
+static bool server_hello_in_flight(struct server *srv, pid_t pid)
+{
+	if (atomic_load(&srv->hellos_pending) || atomic_load(&srv->loop_busy))
+		return true;
+	bool pending = false;
+	pthread_mutex_lock(&srv->conns_lock);
+	for (struct server_conn *c = srv->conns; c && !pending; c = c->next) {
+		if ((pid > 0 && c->cred.pid != pid) || c->kind != SERVER_CONN_NEW)
+			continue;
+		char b;
+		pending = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+	}
+	pthread_mutex_unlock(&srv->conns_lock);
+	return pending;
+}
+
+/* Wait (at most SERVER_SETTLE_MS) until no HELLO of pid is in flight. */
+static void server_settle_hellos(struct server *srv, pid_t pid)
+{
+	for (unsigned i = 0; i < SERVER_SETTLE_MS * 4 && server_hello_in_flight(srv, pid); i++) {
+		struct timespec ts = { 0, 250 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+/*
+ * The session of pid; when there is none yet, the process may have connected and sent HELLO
+ * (which it does not wait for) without the loop or a shim worker having handled it: wait for
+ * that, briefly, as server_settle does for the packets of a known session.
+ */
 struct session *server_lookup(struct server *srv, pid_t pid)
 {
 	struct session *s = session_lookup(srv->reg, pid);
-	for (unsigned i = 0; !s && i < SERVER_SETTLE_MS * 4; i++) {
-		bool pending = false;
-		pthread_mutex_lock(&srv->conns_lock);
-		for (struct server_conn *c = srv->conns; c && !pending; c = c->next) {
-			if (c->cred.pid != pid || c->kind != SERVER_CONN_NEW)
-				continue;
-			char b;
-			/* a HELLO waiting in the socket */
-			pending = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
-		}
-		pthread_mutex_unlock(&srv->conns_lock);
-		if (!pending && !atomic_load(&srv->hellos_pending) && !atomic_load(&srv->loop_busy))
-			break;
-		struct timespec ts = { 0, 250 * 1000 };
-		nanosleep(&ts, NULL);
-		s = session_lookup(srv->reg, pid);
-	}
-	return s;
+	if (s)
+		return s;
+	server_settle_hellos(srv, pid);
+	return session_lookup(srv->reg, pid);
 }
 
 int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
@@ -1161,6 +1187,7 @@ static void server_job(struct server *srv, struct server_conn *c)
 		server_conn_close(c);
 		return;
 	case LLGO_MSG_LIST:
+		server_settle_hellos(srv, 0);
 		err = server_list(srv, c);
 		break;
 	case LLGO_MSG_SNAPSHOT:

@@ -74,6 +74,7 @@ static _Atomic uint64_t lifecycle_retry_ns;
 static _Atomic uint64_t lifecycle_check_ns;
 static _Atomic uint64_t lifecycle_adopt_seen;
 static _Atomic pid_t lifecycle_pid; /* the process that attached (a vfork child is not it) */
+static pid_t lifecycle_daemon_pid;  /* SO_PEERCRED of our socket: the daemon */
 
 extern void *__libc_stack_end;
 
@@ -260,6 +261,10 @@ static int lifecycle_connect(uint64_t flags)
 		return rc;
 	}
 	lifecycle_sock = sock;
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
+	lifecycle_daemon_pid =
+		getsockopt(sock.fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 ? cred.pid : 0;
 	atomic_store_explicit(&lifecycle_pid, getpid(), memory_order_relaxed);
 	lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
 	atomic_store_explicit(&lifecycle_adopt_seen,
@@ -578,6 +583,63 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 	}
 }
 
+/* The daemon's scheduler state and CPU time (utime + stime ticks) from /proc/PID/stat; false
+ * when it cannot be read (gone, another pid namespace). */
+static bool lifecycle_daemon_stat(char *state, uint64_t *ticks)
+{
+	if (lifecycle_daemon_pid <= 0)
+		return false;
+	char path[32] = "/proc/";
+	size_t n = 6 + lifecycle_utoa(path + 6, (unsigned)lifecycle_daemon_pid);
+	memcpy(path + n, "/stat", 6);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	char buf[512];
+	ssize_t r = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (r <= 0)
+		return false;
+	buf[r] = '\0';
+	char *p = strrchr(buf, ')');
+	if (!p || p[1] != ' ')
+		return false;
+	*state = p[2];
+	/* fields after the state: ppid pgrp session tty tpgid flags minflt cminflt majflt
+	 * cmajflt utime stime */
+	p += 3;
+	uint64_t f[12] = { 0 };
+	for (int i = 0; i < 12 && *p; i++) {
+		while (*p == ' ')
+			p++;
+		while (*p >= '0' && *p <= '9')
+			f[i] = f[i] * 10 + (uint64_t)(*p++ - '0');
+		while (*p && *p != ' ')
+			p++;
+	}
+	*ticks = f[10] + f[11];
+	return true;
+}
+
+/* Whether a daemon that has not answered yet is working (on us or on others): it ran, or
+ * wants to run, or it touched our page since the last look. A stopped daemon (T), a dead one,
+ * and one that neither runs nor uses CPU (hung, or idle and not reading) are not. */
+static bool lifecycle_daemon_working(uint32_t *beat, uint64_t *ticks)
+{
+	uint32_t b = atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed);
+	bool moved = b != *beat;
+	*beat = b;
+	char st;
+	uint64_t t;
+	if (!lifecycle_daemon_stat(&st, &t))
+		return moved;
+	bool ran = t != *ticks;
+	*ticks = t;
+	if (st == 'T' || st == 't' || st == 'Z' || st == 'X')
+		return false;
+	return moved || ran || st == 'R';
+}
+
 /* Runs after the program's destructors and atexit handlers (a low number runs last among
  * destructors), and from _exit (override_thread.c: fork children often leave that way);
  * calling it again, or from a vfork child (which shares our memory and socket), does
@@ -602,17 +664,19 @@ __attribute__((destructor(101))) void lifecycle_exit(void)
 		struct llgo_msg_end end;
 		unsigned char bytes[512];
 	} in;
-	/* A stopped or hung daemon costs LIFECYCLE_BYE_WAIT_MS; one that shows progress (it
-	 * drains us or has read our maps meanwhile: daemon_beat) is given up to
-	 * LIFECYCLE_BYE_WAIT_MAX_MS, since it is working on us. */
+	/* A stopped or hung daemon costs LIFECYCLE_BYE_WAIT_MS; one that is working (a busy
+	 * daemon on a loaded machine may not have reached our HELLO yet) is given up to
+	 * LIFECYCLE_BYE_WAIT_MAX_MS. */
 	uint32_t beat = atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed);
+	uint64_t ticks = 0;
+	char st;
+	if (!lifecycle_daemon_stat(&st, &ticks))
+		ticks = 0;
 	for (int waited = 0; waited < LIFECYCLE_BYE_WAIT_MAX_MS; waited += LIFECYCLE_BYE_WAIT_MS) {
 		if (attach_recv(&lifecycle_sock, &in, sizeof(in), LLGO_MSG_END,
 				LIFECYCLE_BYE_WAIT_MS) != -ETIMEDOUT)
 			return;
-		uint32_t now = atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed);
-		if (now == beat)
+		if (!lifecycle_daemon_working(&beat, &ticks))
 			return;
-		beat = now;
 	}
 }

@@ -219,7 +219,7 @@ Test(arm64, malloc_fast_path_listing)
 		bl += strstr(l, "\tbl\t") != NULL || strstr(l, "\tblr\t") != NULL;
 		mrs += strstr(l, "tpidr_el0") != NULL;
 		subs += strstr(l, "\tsub\t") != NULL;
-		attach += strstr(l, "<attach_ctl>") != NULL;
+		attach += strstr(l, "<attach_area>") != NULL;
 		slow += strstr(l, "\tb\t") && strstr(l, "<sample_malloc>");
 	}
 	cr_log_info("aarch64 malloc: %d instructions", n);
