@@ -77,6 +77,12 @@ all: $(BINS) $(LIBS)
 
 # ---- build -----------------------------------------------------------------------------
 
+# The C++ operators: exceptions thrown by a new_handler or by libstdc++'s operator new unwind
+# through their frames (unwind tables whatever the compiler's default); their fast path calls
+# the real malloc without a frame pointer, as libstdc++'s does (the functions that need a frame
+# force one, see override_cxx.c).
+$(OUT)/obj/shim/override_cxx.o: CFLAGS_SHIM += -fasynchronous-unwind-tables -fomit-frame-pointer
+
 $(OUT)/obj/shim/%.o: shim/%.c $(HEADERS) Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)

@@ -240,11 +240,43 @@ static inline void attach_count_lost(void)
 	atomic_fetch_add_explicit(&attach_ctl.lost_no_ring, 1, memory_order_relaxed);
 }
 
-/* ---- override.c: the real allocator ---------------------------------------------------- */
+/* ---- override.c: the real allocator and the fast path ----------------------------------- */
 
-/* Nothing is shared: the malloc family (override.c) resolves its real functions in a
- * constructor and reaches sample.c only through the sample_* slow paths; the C++ operators
- * (override_cxx.c) resolve lazily and register the real operators with stack.c. */
+/* The real malloc, aligned_alloc and free (the next definitions, resolved by override.c; a
+ * bootstrap function until then, so always callable). Written with atomic stores; read them
+ * with relaxed atomic loads. The C++ operators (override_cxx.c) allocate and free through
+ * them directly, as libstdc++'s operators would through the shim's malloc, so that the
+ * countdown is charged once. */
+extern void *(*override_malloc)(size_t);
+extern void *(*override_aligned_alloc)(size_t, size_t);
+extern void (*override_free)(void *);
+
+/* The fast path's rate load: one RIP-relative load of the control page. */
+static inline __attribute__((always_inline)) int64_t override_rate(void)
+{
+	return atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
+}
+
+/* countdown -= size; true while it stays > 0 (no sample due). */
+static inline __attribute__((always_inline)) bool override_countdown(size_t size)
+{
+#if defined(__x86_64__)
+	bool due;
+	uintptr_t off;
+	/* jle after sub: (countdown - size) <= 0 as exact signed arithmetic */
+	__asm__("movq llgo_heap_tls@gottpoff(%%rip), %[off]\n\t"
+		"subq %[size], %%fs:(%[off])"
+		: [off] "=&r"(off), "=@ccle"(due)
+		: [size] "r"(size)
+		: "memory");
+	return !due;
+#else
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t left = (int64_t)((uint64_t)t->countdown - (uint64_t)size);
+	t->countdown = left;
+	return left > 0;
+#endif
+}
 
 #pragma GCC visibility pop
 
