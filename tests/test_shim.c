@@ -346,15 +346,17 @@ struct run {
 	double seconds;
 };
 
-/* Run argv with LD_PRELOAD of the plain shim and extra NAME=VALUE strings (NULL-terminated),
- * capturing stdout and stderr together. */
-static void run_prog(struct run *r, const char *const *env_extra, const char *const *argv)
+/* Run argv with LD_PRELOAD of the plain shim (or nothing preloaded when !shim) and extra
+ * NAME=VALUE strings (NULL-terminated), capturing stdout and stderr together. */
+static void run_prog_with(struct run *r, bool shim, const char *const *env_extra,
+			  const char *const *argv)
 {
 	char *envp[32];
 	int ne = 0;
 	static char preload[512];
 	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", LLGO_PLAIN_SHIM);
-	envp[ne++] = preload;
+	if (shim)
+		envp[ne++] = preload;
 	envp[ne++] = "PATH=/usr/bin:/bin";
 	for (int i = 0; env_extra && env_extra[i] && ne < 30; i++)
 		envp[ne++] = (char *)env_extra[i];
@@ -383,6 +385,11 @@ static void run_prog(struct run *r, const char *const *env_extra, const char *co
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void run_prog(struct run *r, const char *const *env_extra, const char *const *argv)
+{
+	run_prog_with(r, true, env_extra, argv);
 }
 
 /* ---- symbols of a program (libelf) ------------------------------------------------------ */
@@ -526,24 +533,48 @@ Test(shim, behaviour_at_rate_1_and_default_rate, .timeout = 120)
 	}
 }
 
-Test(shim, cxx_behaviour)
+/* Every operator new/delete form under the shim at rate 0, the default rate and rate 1 (a
+ * daemon attached): the program's own checks pass (alignment, sizes, nothrow, bad_alloc, the
+ * new_handler loop freeing memory then succeeding, a throwing handler, every delete freeing),
+ * and every edge case (impossible sizes, invalid and huge alignments, handlers that count,
+ * remove themselves or throw) ends exactly as in a run without the shim. */
+Test(shim, cxx_behaviour, .timeout = 300)
 {
-	struct fake *f = fake_start(FAKE_ACK_OK, true);
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
-	const char *argv[] = { PROGS "/shim_cxx", "check", NULL };
-	struct run r;
-	run_prog(&r, env, argv);
-	fake_stop(f);
-	cr_expect_eq(r.status, 0, "output:\n%s", r.out);
-	cr_expect_str_eq(r.out, "check ok (0 failures)\n");
-	cr_expect_gt(f->nrecs, 500);
-	expect_accounting(f, 0);
-	fake_free(f);
+	static struct run plain, r;
+	const char *sem_argv[] = { PROGS "/shim_cxx", "semantics", NULL };
+	const char *check_argv[] = { PROGS "/shim_cxx", "check", NULL };
+	run_prog_with(&plain, false, NULL, sem_argv);
+	cr_assert_eq(plain.status, 0, "plain run:\n%s", plain.out);
+	cr_assert(strstr(plain.out, "bad_alloc, handler called 3") != NULL, "%s", plain.out);
+	run_prog_with(&r, false, NULL, check_argv);
+	cr_assert_str_eq(r.out, "check ok (0 failures)\n", "the checks fail without the shim");
+	const char *rates[] = { "LLGO_HEAP_RATE=0", NULL /* default */, "LLGO_HEAP_RATE=1" };
+	for (int k = 0; k < 3; k++) {
+		const char *rate = rates[k] ? rates[k] : "default rate";
+		struct fake *f = fake_start(FAKE_ACK_OK, true);
+		char sock[200];
+		snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+		const char *env[] = { sock, rates[k], NULL };
+		run_prog(&r, env, check_argv);
+		cr_expect_eq(r.status, 0, "%s: output:\n%s", rate, r.out);
+		cr_expect_str_eq(r.out, "check ok (0 failures)\n", "%s", rate);
+		run_prog(&r, env, sem_argv);
+		cr_expect_eq(r.status, 0, "%s: output:\n%s", rate, r.out);
+		cr_expect_str_eq(r.out, plain.out, "%s: outcomes differ from the plain run", rate);
+		fake_stop(f);
+		cr_expect_eq(f->nconns, 2, "%s: both runs attached", rate);
+		if (k == 0)
+			cr_expect_eq(f->nrecs, 0, "rate 0 recorded %zu", f->nrecs);
+		else
+			cr_expect_gt(f->nrecs, k == 2 ? 5000 : 10, "%s: %zu records", rate,
+				     f->nrecs);
+		for (int c = 0; c < f->nconns; c++)
+			expect_accounting(f, c);
+		fake_free(f);
+	}
 	/* and without a daemon */
 	const char *env2[] = { "LLGO_HEAP_SOCKET=/nonexistent.sock", NULL };
-	run_prog(&r, env2, argv);
+	run_prog(&r, env2, check_argv);
 	cr_expect_str_eq(r.out, "check ok (0 failures)\n");
 }
 
@@ -619,13 +650,30 @@ Test(shim, cxx_frame0_is_the_caller_for_every_new_form, .timeout = 120)
 	} sites[] = {
 		{ "cxx_site_new", 28 },	     { "cxx_site_object", 24 },
 		{ "cxx_site_aligned", 256 }, { "cxx_site_nothrow", 300 },
-		{ "cxx_site_aligned_array", 512 },
+		{ "cxx_site_aligned_array", 512 }, { "cxx_site_aligned_nothrow", 768 },
+		{ "cxx_site_array_nothrow", 44 }, { "cxx_site_aligned_odd", 100 },
 	};
-	for (size_t i = 0; i < LLGO_ARRAY_SIZE(sites); i++)
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(sites); i++) {
 		cr_expect_eq(count_site(f, &y, 0, sites[i].func, sites[i].size), 200,
 			     "%s: %ld records of size %llu", sites[i].func,
 			     count_site(f, &y, 0, sites[i].func, sites[i].size),
 			     (unsigned long long)sites[i].size);
+		/* (cxx_site_object also allocates the vector's 20-byte buffer) */
+		cr_expect_eq(count_site(f, &y, 0, sites[i].func, 0), i == 1 ? 400 : 200,
+			     "%s sampled more than once per allocation", sites[i].func);
+	}
+	/* the walk goes on from the caller of new: frame 1 of every site's record is main */
+	long at_site = 0, main_next = 0;
+	for (size_t i = 0; i < f->nrecs; i++) {
+		const struct fake_rec *x = &f->recs[i];
+		if (!x->nframes || strncmp(syms_name(&y, x->frames[0]), "cxx_site_", 9) != 0)
+			continue;
+		at_site++;
+		main_next += x->nframes >= 2 && strcmp(syms_name(&y, x->frames[1]), "main") == 0;
+	}
+	cr_expect_eq(at_site, 200 * (long)LLGO_ARRAY_SIZE(sites) + 200);
+	cr_expect_eq(main_next, at_site, "%ld of %ld site records have main as frame 1",
+		     main_next, at_site);
 	expect_accounting(f, 0);
 	fake_free(f);
 }
