@@ -578,6 +578,51 @@ Test(shim, cxx_behaviour, .timeout = 300)
 	cr_expect_str_eq(r.out, "check ok (0 failures)\n");
 }
 
+/* Another definition of the operators after the shim (a preloaded allocator's): every form is
+ * forwarded to it, and what it allocates through the shim's malloc is sampled with frame 0
+ * the caller of new. A program that replaces only operator new and delete: libstdc++'s other
+ * forms call the replacements, with or without the shim. */
+Test(shim, cxx_forwards_to_a_next_definition_or_a_replacement, .timeout = 120)
+{
+	static struct run r;
+	const char *rep_argv[] = { PROGS "/shim_cxx_replaced", NULL };
+	run_prog_with(&r, false, NULL, rep_argv);
+	cr_assert_str_eq(r.out, "replaced new 8 delete 8\n");
+	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	run_prog(&r, env, rep_argv);
+	cr_expect_str_eq(r.out, "replaced new 8 delete 8\n");
+
+	static char preload[600];
+	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s:%s", LLGO_PLAIN_SHIM,
+		 PROGS "/libshim_cxxnext.so");
+	const char *env2[] = { preload, sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *next_argv[] = { PROGS "/shim_cxx", "next", NULL };
+	run_prog_with(&r, false, env2, next_argv);
+	cr_expect_str_eq(r.out, "next calls 24\n", "every form reaches the next definition");
+	const char *sites_argv[] = { PROGS "/shim_cxx", "sites", "200", NULL };
+	run_prog_with(&r, false, env2, sites_argv);
+	fake_stop(f);
+	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	cr_assert_eq(f->nconns, 3); /* one connection per run, in order */
+	static struct syms y;
+	syms_load(&y, PROGS "/shim_cxx");
+	syms_slide(&y, r.out);
+	int c = 2;
+	const char *sites[] = { "cxx_site_new",		  "cxx_site_aligned",
+				"cxx_site_nothrow",	  "cxx_site_aligned_array",
+				"cxx_site_aligned_nothrow", "cxx_site_array_nothrow",
+				"cxx_site_aligned_odd" };
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(sites); i++)
+		cr_expect_eq(count_site(f, &y, c, sites[i], 0), 200, "%s: %ld records", sites[i],
+			     count_site(f, &y, c, sites[i], 0));
+	for (int k = 0; k < f->nconns; k++)
+		expect_accounting(f, k);
+	fake_free(f);
+}
+
 /* ---- frames ----------------------------------------------------------------------------- */
 
 Test(shim, every_allocation_once_with_frame0_in_the_caller, .timeout = 120)

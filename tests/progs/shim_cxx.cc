@@ -7,12 +7,15 @@
 //              that throws), every delete form freeing its block. Prints "check ok".
 //   semantics  one line per edge case (results, exceptions, handler calls), for the test to
 //              compare a run under the shim with a plain run.
+//   next       every operator new and delete form once; prints how many calls the library
+//              libshim_cxxnext.so (preloaded after the shim: its next definitions) counted.
 //   sites N    N allocations at each extern "C" site (plain names for the test's symbol
 //              lookup); prints "main 0x...".
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dlfcn.h>
 #include <malloc.h>
 #include <new>
 #include <string>
@@ -298,6 +301,31 @@ static int semantics()
 	return 0;
 }
 
+
+// ---- next: every form once, for a library that defines the operators itself ------------------
+
+static int next_calls()
+{
+	const long *calls = (const long *)dlsym(RTLD_DEFAULT, "cxx_next_calls");
+	const std::align_val_t al = std::align_val_t(64);
+	const std::size_t n = 10;
+	void *p;
+	p = ::operator new(opaque(n)); ::operator delete(p);
+	p = ::operator new[](opaque(n)); ::operator delete[](p);
+	p = ::operator new(opaque(n), std::nothrow); ::operator delete(p, std::nothrow);
+	p = ::operator new[](opaque(n), std::nothrow); ::operator delete[](p, std::nothrow);
+	p = ::operator new(opaque(n), al); ::operator delete(p, al);
+	p = ::operator new[](opaque(n), al); ::operator delete[](p, al);
+	p = ::operator new(opaque(n), al, std::nothrow); ::operator delete(p, al, std::nothrow);
+	p = ::operator new[](opaque(n), al, std::nothrow); ::operator delete[](p, al, std::nothrow);
+	p = ::operator new(opaque(n)); ::operator delete(p, n);
+	p = ::operator new[](opaque(n)); ::operator delete[](p, n);
+	p = ::operator new(opaque(n), al); ::operator delete(p, n, al);
+	p = ::operator new[](opaque(n), al); ::operator delete[](p, n, al);
+	std::printf("next calls %ld\n", calls ? *calls : -1L);
+	return 0;
+}
+
 static int check()
 {
 	for (int round = 0; round < 50; round++) {
@@ -402,5 +430,7 @@ int main(int argc, char **argv)
 	}
 	if (argc > 1 && std::strcmp(argv[1], "semantics") == 0)
 		return semantics();
+	if (argc > 1 && std::strcmp(argv[1], "next") == 0)
+		return next_calls();
 	return check();
 }
