@@ -7,8 +7,9 @@
  *
  * Each exported operator is one indirect jump through its entry in override_cxx (a tail jump:
  * the program's return address and frame pointer reach the target untouched). An entry starts
- * at a bootstrap function; the first call of any operator resolves the next definitions
- * (dlsym RTLD_NEXT, else a libstdc++ loaded anywhere) and installs one of two modes:
+ * at a bootstrap function. The constructor, when the program links a C++ runtime, or else the
+ * first call of any operator, resolves the next definitions (dlsym RTLD_NEXT, else a
+ * libstdc++ loaded anywhere) and installs one of two modes:
  *
  * - inline: the next definitions are libstdc++'s own and the program replaced none of the 20
  *   operators (every one still resolves to the shim). Each operator new then does what
@@ -36,7 +37,8 @@
  * The failure paths keep a frame of their own while they call a handler or a real operator,
  * so an allocation sampled inside one (by the shim's malloc, or by a nested operator) walks
  * from that frame to the caller of new; the real operators new are registered as plumbing
- * (stack.c) so that their return addresses are trimmed. Exceptions from a handler or a real
+ * (stack.c) so that their return addresses are trimmed (at start-up in the forward mode, at
+ * the first failed allocation in the inline mode). Exceptions from a handler or a real
  * operator unwind through these frames: the file is built with asynchronous unwind tables
  * (the Makefile asks for them) and holds no state that would need a cleanup.
  */
@@ -118,6 +120,12 @@ static _Atomic int override_cxx_resolved;
 static _Atomic int override_cxx_registered;
 
 static void override_cxx_resolve(void);
+static void override_cxx_register(void);
+static void override_cxx_die(void);
+static void *override_cxx_self(void);
+
+/* A next definition or std::get_new_handler, after override_cxx_ready(). */
+#define OVERRIDE_CXX_REAL(field) __atomic_load_n(&override_cxx_next.field, __ATOMIC_RELAXED)
 
 /* override_cxx_next and override_cxx_get_handler are set and visible to this thread. */
 static inline void override_cxx_ready(void)
@@ -170,10 +178,12 @@ static llgo_noinline llgo_cold void *override_cxx_retry(size_t n, size_t al, int
 {
 	OVERRIDE_CXX_FRAME();
 	override_cxx_ready();
+	override_cxx_register();
 	bool aligned = op == OVERRIDE_CXX_NW_AL || op == OVERRIDE_CXX_NA_AL;
 	for (;;) {
-		override_cxx_handler h =
-			override_cxx_get_handler ? override_cxx_get_handler() : NULL;
+		override_cxx_handler (*get)(void) =
+			__atomic_load_n(&override_cxx_get_handler, __ATOMIC_RELAXED);
+		override_cxx_handler h = get ? get() : NULL;
 		if (!h)
 			break;
 		h();
@@ -184,16 +194,16 @@ static llgo_noinline llgo_cold void *override_cxx_retry(size_t n, size_t al, int
 	void *p;
 	switch (op) {
 	case OVERRIDE_CXX_NW:
-		p = override_cxx_next.nw(n);
+		p = OVERRIDE_CXX_REAL(nw)(n);
 		break;
 	case OVERRIDE_CXX_NA:
-		p = override_cxx_next.na(n);
+		p = OVERRIDE_CXX_REAL(na)(n);
 		break;
 	case OVERRIDE_CXX_NW_AL:
-		p = override_cxx_next.nw_al(n, al);
+		p = OVERRIDE_CXX_REAL(nw_al)(n, al);
 		break;
 	default:
-		p = override_cxx_next.na_al(n, al);
+		p = OVERRIDE_CXX_REAL(na_al)(n, al);
 		break;
 	}
 	OVERRIDE_CXX_KEEP_FRAME(p);
@@ -207,19 +217,20 @@ static llgo_noinline llgo_cold void *override_cxx_real(size_t n, size_t al, cons
 {
 	OVERRIDE_CXX_FRAME();
 	override_cxx_ready();
+	override_cxx_register();
 	void *p;
 	switch (op) {
 	case OVERRIDE_CXX_NW:
-		p = nothrow ? override_cxx_next.nw_nt(n, nt) : override_cxx_next.nw(n);
+		p = nothrow ? OVERRIDE_CXX_REAL(nw_nt)(n, nt) : OVERRIDE_CXX_REAL(nw)(n);
 		break;
 	case OVERRIDE_CXX_NA:
-		p = nothrow ? override_cxx_next.na_nt(n, nt) : override_cxx_next.na(n);
+		p = nothrow ? OVERRIDE_CXX_REAL(na_nt)(n, nt) : OVERRIDE_CXX_REAL(na)(n);
 		break;
 	case OVERRIDE_CXX_NW_AL:
-		p = nothrow ? override_cxx_next.nw_al_nt(n, al, nt) : override_cxx_next.nw_al(n, al);
+		p = nothrow ? OVERRIDE_CXX_REAL(nw_al_nt)(n, al, nt) : OVERRIDE_CXX_REAL(nw_al)(n, al);
 		break;
 	default:
-		p = nothrow ? override_cxx_next.na_al_nt(n, al, nt) : override_cxx_next.na_al(n, al);
+		p = nothrow ? OVERRIDE_CXX_REAL(na_al_nt)(n, al, nt) : OVERRIDE_CXX_REAL(na_al)(n, al);
 		break;
 	}
 	OVERRIDE_CXX_KEEP_FRAME(p);
@@ -422,124 +433,6 @@ static const struct override_cxx_ops override_cxx_inline = {
 #undef OVERRIDE_CXX_INLINE_INIT
 };
 
-/* ---- resolving ---------------------------------------------------------------------------- */
-
-static void override_cxx_register(void *fn)
-{
-	Dl_info di;
-	const ElfW(Sym) *sym = NULL;
-	if (!dladdr1(fn, &di, (void **)&sym, RTLD_DL_SYMENT) || !sym || !sym->st_size ||
-	    !di.dli_saddr)
-		return;
-	uintptr_t lo = (uintptr_t)di.dli_saddr;
-	stack_add_cxx_range(lo, lo + sym->st_size);
-}
-
-/* The object that defines addr (its load address), or NULL. */
-static void *override_cxx_object(void *addr)
-{
-	Dl_info di;
-	if (!addr || !dladdr(addr, &di))
-		return NULL;
-	return di.dli_fbase;
-}
-
-/* Every operator and std::get_new_handler come from one libstdc++. */
-static bool override_cxx_is_libstdcxx(const struct override_cxx_ops *raw, void *get_handler)
-{
-	Dl_info di;
-	if (!get_handler || !dladdr(get_handler, &di) || !di.dli_fname || !di.dli_fbase)
-		return false;
-	const char *base = strrchr(di.dli_fname, '/');
-	base = base ? base + 1 : di.dli_fname;
-	if (strncmp(base, "libstdc++.so", 12) != 0)
-		return false;
-	bool same = true;
-#define OVERRIDE_CXX_SAME(sym, field, params, args) \
-	same = same && override_cxx_object((void *)raw->field) == di.dli_fbase;
-	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SAME) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SAME)
-#undef OVERRIDE_CXX_SAME
-	return same;
-}
-
-/* Some operator resolves, for the program, to a definition outside the shim: a replacement
- * that libstdc++'s other operators call. */
-static bool override_cxx_replaced(void)
-{
-	void *mine = override_cxx_object((void *)(uintptr_t)override_cxx_resolve);
-	bool replaced = false;
-#define OVERRIDE_CXX_MINE(sym, field, params, args) \
-	replaced = replaced || override_cxx_object(dlsym(RTLD_DEFAULT, #sym)) != mine;
-	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_MINE) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_MINE)
-#undef OVERRIDE_CXX_MINE
-	return replaced;
-}
-
-/*
- * Every caller resolves (the values are the same, and waiting for another resolver could
- * deadlock: a thread inside dlopen holds the loader lock that dlsym takes); only the first
- * registers the ranges. The next definitions are the ones after the shim in the global
- * scope; failing that (a C program that dlopened a C++ library RTLD_LOCAL), a libstdc++ that
- * is loaded anywhere.
- */
-static llgo_noinline void override_cxx_resolve(void)
-{
-	struct llgo_heap_thread *t = &llgo_heap_tls;
-	uint8_t guard = t->guard;
-	t->guard = 1; /* dlsym, dladdr and dlopen may allocate: never sample that */
-	struct override_cxx_ops raw;
-	bool any = false;
-#define OVERRIDE_CXX_NEXT(sym, field, params, args) \
-	raw.field = (__typeof__(raw.field))dlsym(RTLD_NEXT, #sym); \
-	any = any || raw.field;
-	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_NEXT) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_NEXT)
-#undef OVERRIDE_CXX_NEXT
-	void *gnh = dlsym(RTLD_NEXT, "_ZSt15get_new_handlerv");
-	if (!any) {
-		void *lib = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_NOLOAD);
-		if (lib) { /* kept open: the operators stay in use */
-#define OVERRIDE_CXX_LIB(sym, field, params, args) \
-	raw.field = (__typeof__(raw.field))dlsym(lib, #sym);
-			OVERRIDE_CXX_NEWS(OVERRIDE_CXX_LIB) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_LIB)
-#undef OVERRIDE_CXX_LIB
-			gnh = dlsym(lib, "_ZSt15get_new_handlerv");
-		}
-	}
-	bool inline_mode = true, none = true;
-#define OVERRIDE_CXX_NONE(sym, field, params, args) none = none && !raw.field;
-	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_NONE) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_NONE)
-#undef OVERRIDE_CXX_NONE
-	if (none)
-		gnh = NULL;
-	else
-		inline_mode = override_cxx_is_libstdcxx(&raw, gnh) && !override_cxx_replaced();
-
-	int expect = 0;
-	if (atomic_compare_exchange_strong_explicit(&override_cxx_registered, &expect, 1,
-						    memory_order_relaxed, memory_order_relaxed)) {
-#define OVERRIDE_CXX_REG(sym, field, params, args) \
-	if (raw.field) \
-		override_cxx_register((void *)raw.field);
-		OVERRIDE_CXX_NEWS(OVERRIDE_CXX_REG)
-#undef OVERRIDE_CXX_REG
-	}
-#define OVERRIDE_CXX_SET_NEXT(sym, field, params, args) \
-	__atomic_store_n(&override_cxx_next.field, raw.field ? raw.field : override_cxx_none.field, \
-			 __ATOMIC_RELAXED);
-	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SET_NEXT) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SET_NEXT)
-#undef OVERRIDE_CXX_SET_NEXT
-	__atomic_store_n(&override_cxx_get_handler, (override_cxx_handler(*)(void))gnh,
-			 __ATOMIC_RELAXED);
-	atomic_store_explicit(&override_cxx_resolved, 1, memory_order_release);
-#define OVERRIDE_CXX_SET_ENTRY(sym, field, params, args) \
-	__atomic_store_n(&override_cxx.field, \
-			 inline_mode || !raw.field ? override_cxx_inline.field : raw.field, \
-			 __ATOMIC_RELEASE);
-	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SET_ENTRY) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SET_ENTRY)
-#undef OVERRIDE_CXX_SET_ENTRY
-	t->guard = guard;
-}
-
 #define OVERRIDE_CXX_NEW_BOOT(sym, field, params, args) \
 	static void *override_cxx_boot_##field params \
 	{ \
@@ -569,3 +462,156 @@ OVERRIDE_CXX_DELETES(OVERRIDE_CXX_DEL_BOOT)
 	}
 OVERRIDE_CXX_NEWS(OVERRIDE_CXX_NEW_EXPORT)
 OVERRIDE_CXX_DELETES(OVERRIDE_CXX_DEL_EXPORT)
+
+/* The shim's own definitions, by hidden aliases: taking the address of an exported symbol in
+ * position-independent code yields the program-wide one, which may be a replacement. */
+#define OVERRIDE_CXX_SELF(sym, field, params, args) \
+	extern __typeof__(sym) override_cxx_self_##field __attribute__((alias(#sym))) llgo_hidden;
+OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SELF)
+OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SELF)
+
+/* ---- resolving ---------------------------------------------------------------------------- */
+
+/* Register the next operators new as plumbing (stack.c) so that a sample taken inside one
+ * starts at its caller. dladdr1 scans the defining object's symbol table (about 0.1 million
+ * instructions per call in libstdc++), so the inline mode, where the real operators run only
+ * after a failed allocation, registers them on its first failure instead of at start-up. */
+static void override_cxx_register(void)
+{
+	int expect = 0;
+	if (!atomic_compare_exchange_strong_explicit(&override_cxx_registered, &expect, 1,
+						     memory_order_relaxed, memory_order_relaxed))
+		return;
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	uint8_t guard = t->guard;
+	t->guard = 1; /* dladdr1 may allocate: never sample that */
+	void *fns[] = {
+#define OVERRIDE_CXX_FN(sym, field, params, args) (void *)override_cxx_next.field,
+		OVERRIDE_CXX_NEWS(OVERRIDE_CXX_FN)
+#undef OVERRIDE_CXX_FN
+	};
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(fns); i++) {
+		Dl_info di;
+		const ElfW(Sym) *sym = NULL;
+		if (!dladdr1(fns[i], &di, (void **)&sym, RTLD_DL_SYMENT) || !sym ||
+		    !sym->st_size || !di.dli_saddr ||
+		    di.dli_fbase == override_cxx_self()) /* a stand-in: the shim's own */
+			continue;
+		stack_add_cxx_range((uintptr_t)di.dli_saddr,
+				    (uintptr_t)di.dli_saddr + sym->st_size);
+	}
+	t->guard = guard;
+}
+
+/* The shim's load address (to recognise its own definitions). */
+static void *override_cxx_self(void)
+{
+	Dl_info di;
+	if (!dladdr((void *)(uintptr_t)override_cxx_die, &di))
+		return NULL;
+	return di.dli_fbase;
+}
+
+/* Every operator and std::get_new_handler are those of the libstdc++.so.6 that is loaded (a
+ * hash lookup per symbol in that object: dlsym on its handle starts with the object). */
+static bool override_cxx_is_libstdcxx(const struct override_cxx_ops *raw, void *get_handler)
+{
+	void *lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
+	if (!lib)
+		return false;
+	bool same = get_handler && dlsym(lib, "_ZSt15get_new_handlerv") == get_handler;
+#define OVERRIDE_CXX_SAME(sym, field, params, args) \
+	same = same && raw->field && dlsym(lib, #sym) == (void *)raw->field;
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SAME) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SAME)
+#undef OVERRIDE_CXX_SAME
+	dlclose(lib); /* the NOLOAD reference only: libstdc++ stays loaded */
+	return same;
+}
+
+/* Some operator resolves, for the program, to a definition other than the shim's own (its
+ * hidden alias): a replacement that libstdc++'s other operators call. */
+static bool override_cxx_replaced(void)
+{
+	bool replaced = false;
+#define OVERRIDE_CXX_MINE(sym, field, params, args) \
+	replaced = replaced || dlsym(RTLD_DEFAULT, #sym) != (void *)(uintptr_t)override_cxx_self_##field;
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_MINE) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_MINE)
+#undef OVERRIDE_CXX_MINE
+	return replaced;
+}
+
+/*
+ * Find the next definitions and install a mode. Returns false, installing nothing, when no
+ * C++ runtime is found and !always (the constructor: a C program may dlopen one later); the
+ * first call of an operator passes always. Every caller resolves (the values are the same, and
+ * waiting for another resolver could deadlock: a thread inside dlopen holds the loader lock
+ * that dlsym takes). The next definitions are the ones after the shim in the global scope;
+ * failing that (a C program that dlopened a C++ library RTLD_LOCAL), a libstdc++ that is
+ * loaded anywhere.
+ */
+static bool override_cxx_setup(bool always)
+{
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	uint8_t guard = t->guard;
+	t->guard = 1; /* dlsym, dladdr and dlopen may allocate: never sample that */
+	struct override_cxx_ops raw;
+	bool any = false;
+#define OVERRIDE_CXX_NEXT(sym, field, params, args) \
+	raw.field = (__typeof__(raw.field))dlsym(RTLD_NEXT, #sym); \
+	any = any || raw.field;
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_NEXT) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_NEXT)
+#undef OVERRIDE_CXX_NEXT
+	void *gnh = dlsym(RTLD_NEXT, "_ZSt15get_new_handlerv");
+	if (!any) {
+		void *lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
+		if (lib) { /* kept open: its operators stay in use */
+#define OVERRIDE_CXX_LIB(sym, field, params, args) \
+	raw.field = (__typeof__(raw.field))dlsym(lib, #sym); \
+	any = any || raw.field;
+			OVERRIDE_CXX_NEWS(OVERRIDE_CXX_LIB) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_LIB)
+#undef OVERRIDE_CXX_LIB
+			gnh = dlsym(lib, "_ZSt15get_new_handlerv");
+		}
+	}
+	if (!any && !always) {
+		t->guard = guard;
+		return false;
+	}
+	bool inline_mode = true;
+	if (!any)
+		gnh = NULL;
+	else
+		inline_mode = override_cxx_is_libstdcxx(&raw, gnh) && !override_cxx_replaced();
+
+#define OVERRIDE_CXX_SET_NEXT(sym, field, params, args) \
+	__atomic_store_n(&override_cxx_next.field, raw.field ? raw.field : override_cxx_none.field, \
+			 __ATOMIC_RELAXED);
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SET_NEXT) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SET_NEXT)
+#undef OVERRIDE_CXX_SET_NEXT
+	__atomic_store_n(&override_cxx_get_handler, (override_cxx_handler(*)(void))gnh,
+			 __ATOMIC_RELAXED);
+	atomic_store_explicit(&override_cxx_resolved, 1, memory_order_release);
+#define OVERRIDE_CXX_SET_ENTRY(sym, field, params, args) \
+	__atomic_store_n(&override_cxx.field, \
+			 inline_mode || !raw.field ? override_cxx_inline.field : raw.field, \
+			 __ATOMIC_RELEASE);
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SET_ENTRY) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SET_ENTRY)
+#undef OVERRIDE_CXX_SET_ENTRY
+	t->guard = guard;
+	if (!inline_mode)
+		override_cxx_register();
+	return true;
+}
+
+static llgo_noinline void override_cxx_resolve(void)
+{
+	override_cxx_setup(true);
+}
+
+/* At load, when the program links a C++ runtime: resolving then keeps the dladdr and dlsym
+ * calls out of the program's first new. After the malloc family (101) and attach (102). */
+__attribute__((constructor(103))) static void override_cxx_init(void)
+{
+	if (!atomic_load_explicit(&override_cxx_resolved, memory_order_acquire))
+		override_cxx_setup(false);
+}

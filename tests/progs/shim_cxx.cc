@@ -210,18 +210,54 @@ static int check_sizes_and_deletes()
 		for (int i = 0; i < 2000; i++) {
 			void *p;
 			switch (form) {
-			case 0: p = ::operator new(opaque(n)); ::operator delete(p); break;
-			case 1: p = ::operator new[](opaque(n)); ::operator delete[](p); break;
-			case 2: p = ::operator new(opaque(n)); ::operator delete(p, n); break;
-			case 3: p = ::operator new[](opaque(n)); ::operator delete[](p, n); break;
-			case 4: p = ::operator new(opaque(n), std::nothrow); ::operator delete(p, std::nothrow); break;
-			case 5: p = ::operator new[](opaque(n), std::nothrow); ::operator delete[](p, std::nothrow); break;
-			case 6: p = ::operator new(opaque(n), al); ::operator delete(p, al); break;
-			case 7: p = ::operator new[](opaque(n), al); ::operator delete[](p, al); break;
-			case 8: p = ::operator new(opaque(n), al); ::operator delete(p, n, al); break;
-			case 9: p = ::operator new[](opaque(n), al); ::operator delete[](p, n, al); break;
-			case 10: p = ::operator new(opaque(n), al, std::nothrow); ::operator delete(p, al, std::nothrow); break;
-			default: p = ::operator new[](opaque(n), al, std::nothrow); ::operator delete[](p, al, std::nothrow); break;
+			case 0:
+				p = ::operator new(opaque(n));
+				::operator delete(p);
+				break;
+			case 1:
+				p = ::operator new[](opaque(n));
+				::operator delete[](p);
+				break;
+			case 2:
+				p = ::operator new(opaque(n));
+				::operator delete(p, n);
+				break;
+			case 3:
+				p = ::operator new[](opaque(n));
+				::operator delete[](p, n);
+				break;
+			case 4:
+				p = ::operator new(opaque(n), std::nothrow);
+				::operator delete(p, std::nothrow);
+				break;
+			case 5:
+				p = ::operator new[](opaque(n), std::nothrow);
+				::operator delete[](p, std::nothrow);
+				break;
+			case 6:
+				p = ::operator new(opaque(n), al);
+				::operator delete(p, al);
+				break;
+			case 7:
+				p = ::operator new[](opaque(n), al);
+				::operator delete[](p, al);
+				break;
+			case 8:
+				p = ::operator new(opaque(n), al);
+				::operator delete(p, n, al);
+				break;
+			case 9:
+				p = ::operator new[](opaque(n), al);
+				::operator delete[](p, n, al);
+				break;
+			case 10:
+				p = ::operator new(opaque(n), al, std::nothrow);
+				::operator delete(p, al, std::nothrow);
+				break;
+			default:
+				p = ::operator new[](opaque(n), al, std::nothrow);
+				::operator delete[](p, al, std::nothrow);
+				break;
 			}
 		}
 		long grown = (long)in_use() - (long)before;
