@@ -60,11 +60,6 @@ struct llgo_heap_thread {
 	uint32_t gen; /* emit_generation() the ring, tid and rng belong to */
 	uint64_t rng;
 	uintptr_t stack_lo, stack_hi;
-	/* Frame of the outermost C++ operator new wrapper in progress (override_cxx.c), or 0:
-	 * libstdc++'s operators have no frame pointer and may use rbp as a plain register, so a
-	 * sample whose frame 0 is inside one walks from here instead. */
-	uintptr_t cxx_frame;
-	uint64_t cxx_size; /* the size the program asked of that wrapper (aligned new rounds up) */
 	uint64_t wake_head; /* ring head when this thread last sent LLGO_MSG_WAKE (emit.c) */
 	struct emit_ring ring;
 };
@@ -114,22 +109,17 @@ void stack_shim_text(uintptr_t *lo, uintptr_t *hi);
 uint32_t stack_walk(uint64_t *out, uint32_t max, uintptr_t fp, uintptr_t lo, uintptr_t hi);
 /* Capture the stack of a sampled allocation into out (up to max frames, frame 0 = the user's
  * allocating call site): ra is the interposed function's return address, frame the slow
- * path's own frame (its saved frame pointer is the interposed function's caller's). A non-zero
- * cxx_frame (the caller found ra inside a real C++ operator new under a wrapper, see struct
- * llgo_heap_thread) starts the walk there instead. Leading plumbing frames (the
- * shim's text, the real operators, registered ranges) are trimmed unless nothing else would
- * remain. */
-uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintptr_t cxx_frame,
-		       uintptr_t lo, uintptr_t hi);
+ * path's own frame (its saved frame pointer is the interposed function's caller's). Leading
+ * plumbing frames (the shim's text, registered ranges such as the real C++ operators new) are
+ * trimmed unless nothing else would remain. */
+uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintptr_t lo,
+		       uintptr_t hi);
 /* Drop the leading frames that are allocator plumbing; returns how many remain at out[0]. */
 uint32_t stack_trim(uint64_t *frames, uint32_t n);
 /* pc is a return address: the calling instruction is at pc - 1. */
 bool stack_is_plumbing(uint64_t pc);
-bool stack_is_cxx_operator(uint64_t pc);
 /* Register [lo, hi) as plumbing; returns 0 or -ENOSPC. Lock-free, callable any time. */
 int stack_add_range(uintptr_t lo, uintptr_t hi);
-/* Register a real C++ operator new function (plumbing, and the cxx_frame rule above). */
-int stack_add_cxx_range(uintptr_t lo, uintptr_t hi);
 /* Register every function whose symbol name starts with prefix in the loaded objects'
  * symbol tables (.symtab, else .dynsym). Returns the number of functions found or -errno. */
 int stack_add_prefix(const char *prefix);

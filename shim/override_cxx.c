@@ -497,8 +497,7 @@ static void override_cxx_register(void)
 		    !sym->st_size || !di.dli_saddr ||
 		    di.dli_fbase == override_cxx_self()) /* a stand-in: the shim's own */
 			continue;
-		stack_add_cxx_range((uintptr_t)di.dli_saddr,
-				    (uintptr_t)di.dli_saddr + sym->st_size);
+		stack_add_range((uintptr_t)di.dli_saddr, (uintptr_t)di.dli_saddr + sym->st_size);
 	}
 	t->guard = guard;
 }

@@ -169,14 +169,7 @@ static inline void sample_take(size_t size, void *p, void *ra, void *frame)
 		 * fresh threshold: they are not the program's. */
 		int64_t keep = t->countdown;
 		uint64_t frames[LLGO_MAX_FRAMES];
-		/* Called from a real C++ operator new under one of our wrappers: walk from the
-		 * wrapper and record the size the program asked of it. */
-		uintptr_t cxx = 0;
-		if (t->cxx_frame && stack_is_cxx_operator((uint64_t)(uintptr_t)ra)) {
-			cxx = t->cxx_frame;
-			size = t->cxx_size;
-		}
-		uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, ra, frame, cxx, t->stack_lo,
+		uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, ra, frame, t->stack_lo,
 					   t->stack_hi);
 		emit_sample(t, size, llgo_rate_from_word(w), (uint64_t)(uintptr_t)p, frames, n);
 		t->countdown = keep;

@@ -991,7 +991,7 @@ Test(shim, frame_walk_stops_on_hostile_chains)
 	cr_expect_eq(stack_walk(out, LLGO_MAX_FRAMES, lo, 0, 0), 0);
 	/* capture: frame 0 is ra, then the chain from the frame's saved pointer */
 	st[8 * 3] = (uintptr_t)&st[8 * 4];
-	uint32_t n = stack_capture(out, LLGO_MAX_FRAMES, (void *)0x777, &st[8], 0, lo, hi);
+	uint32_t n = stack_capture(out, LLGO_MAX_FRAMES, (void *)0x777, &st[8], lo, hi);
 	cr_expect_eq(n, 1 + 8);
 	cr_expect_eq(out[0], 0x777);
 	cr_expect_eq(out[1], 0x1002);
