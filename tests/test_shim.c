@@ -614,7 +614,8 @@ Test(shim, cxx_forwards_to_a_next_definition_or_a_replacement, .timeout = 120)
 	const char *sites[] = { "cxx_site_new",		  "cxx_site_aligned",
 				"cxx_site_nothrow",	  "cxx_site_aligned_array",
 				"cxx_site_aligned_nothrow", "cxx_site_array_nothrow",
-				"cxx_site_aligned_odd" };
+				"cxx_site_aligned_odd",	    "cxx_site_object_nothrow",
+				"cxx_site_wide_nothrow" };
 	for (size_t i = 0; i < LLGO_ARRAY_SIZE(sites); i++)
 		cr_expect_eq(count_site(f, &y, c, sites[i], 0), 200, "%s: %ld records", sites[i],
 			     count_site(f, &y, c, sites[i], 0));
@@ -697,6 +698,7 @@ Test(shim, cxx_frame0_is_the_caller_for_every_new_form, .timeout = 120)
 		{ "cxx_site_aligned", 256 }, { "cxx_site_nothrow", 300 },
 		{ "cxx_site_aligned_array", 512 }, { "cxx_site_aligned_nothrow", 768 },
 		{ "cxx_site_array_nothrow", 44 }, { "cxx_site_aligned_odd", 100 },
+		{ "cxx_site_object_nothrow", 40 }, { "cxx_site_wide_nothrow", 256 },
 	};
 	for (size_t i = 0; i < LLGO_ARRAY_SIZE(sites); i++) {
 		cr_expect_eq(count_site(f, &y, 0, sites[i].func, sites[i].size), 200,

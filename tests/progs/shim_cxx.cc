@@ -37,6 +37,10 @@ struct alignas(128) Wide {
 	char bytes[200];
 };
 
+struct Obj40 {
+	char bytes[40];
+};
+
 static std::size_t opaque(std::size_t v)
 {
 	__asm__ volatile("" : "+r"(v));
@@ -439,6 +443,8 @@ __attribute__((noinline)) void *cxx_site_aligned(void) { Wide *p = new Wide; KEE
 __attribute__((noinline)) void *cxx_site_nothrow(void) { char *p = new (std::nothrow) char[opaque(300)]; KEEP(p); return p; }
 __attribute__((noinline)) void *cxx_site_aligned_array(void) { Wide *p = new Wide[opaque(2)]; KEEP(p); return p; }
 __attribute__((noinline)) void *cxx_site_aligned_nothrow(void) { Wide *p = new (std::nothrow) Wide[opaque(3)]; KEEP(p); return p; }
+__attribute__((noinline)) void *cxx_site_wide_nothrow(void) { Wide *p = new (std::nothrow) Wide; KEEP(p); return p; }
+__attribute__((noinline)) void *cxx_site_object_nothrow(void) { Obj40 *p = new (std::nothrow) Obj40; KEEP(p); return p; }
 __attribute__((noinline)) void *cxx_site_array_nothrow(void) { int *p = new (std::nothrow) int[opaque(11)]; KEEP(p); return p; }
 // asks 100 bytes aligned to 64: libstdc++ allocates 128, the record must say 100
 __attribute__((noinline)) void *cxx_site_aligned_odd(void) { void *p = ::operator new(opaque(100), std::align_val_t(64)); KEEP(p); return p; }
@@ -459,6 +465,8 @@ int main(int argc, char **argv)
 			delete[] (Wide *)cxx_site_aligned_array();
 			delete[] (Wide *)cxx_site_aligned_nothrow();
 			delete[] (int *)cxx_site_array_nothrow();
+			delete (Obj40 *)cxx_site_object_nothrow();
+			delete (Wide *)cxx_site_wide_nothrow();
 			::operator delete(cxx_site_aligned_odd(), 100, std::align_val_t(64));
 		}
 		std::printf("sites done\n");
