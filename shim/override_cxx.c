@@ -11,24 +11,26 @@
  * first call of any operator, resolves the next definitions (dlsym RTLD_NEXT, else a
  * libstdc++ loaded anywhere) and installs one of two modes:
  *
- * - inline: the next definitions are libstdc++'s own and the program replaced none of the 20
- *   operators (every one still resolves to the shim). Each operator new then does what
- *   libstdc++'s does, with the malloc fast path inline: the rate load, at a positive rate the
- *   countdown update (override_rate and override_countdown, internal.h), then one call of the
- *   real malloc (size 0 -> 1), or of the real aligned_alloc with the size rounded up to the
- *   alignment (libstdc++ 12's rule, wrap-around included, so the result is the same block
- *   libstdc++ would return). A NULL result runs the new_handler loop here
- *   (std::get_new_handler(), call it, allocate again); with no handler installed the real
- *   operator is called, which tries once more and throws std::bad_alloc itself. A nothrow
- *   operator whose allocation failed calls the real nothrow operator (libstdc++'s catches the
- *   bad_alloc of the throwing one, which is ours again, and returns nullptr). Every delete
- *   variant is the real free, through override_cxx_free (one jump). This is also the mode
- *   when no C++ runtime can be found at all; stand-ins then replace the real operators
- *   (abort where libstdc++ would throw, nullptr for nothrow).
+ * - inline: the next definitions are libstdc++'s own, the program replaced none of the 20
+ *   operators (every one still resolves to the shim), and malloc, free and aligned_alloc
+ *   resolve to the shim's (so that the real ones are those libstdc++'s operators would reach
+ *   through the shim). Each operator new then does what libstdc++'s does, with the malloc
+ *   fast path inline: the rate load, at a positive rate the countdown update (override_rate
+ *   and override_countdown, internal.h), then one call of the real malloc (size 0 -> 1), or
+ *   of the real aligned_alloc with the size rounded up to the alignment (libstdc++ 12's rule,
+ *   wrap-around included, so the result is the same block libstdc++ would return). A NULL
+ *   result runs the new_handler loop here (std::get_new_handler(), call it, allocate again);
+ *   with no handler installed the real operator is called, which tries once more and throws
+ *   std::bad_alloc itself. A nothrow operator whose allocation failed calls the real nothrow
+ *   operator (libstdc++'s catches the bad_alloc of the throwing one, which is ours again, and
+ *   returns nullptr). Every delete variant is the real free, through override_cxx_free (one
+ *   jump). This is also the mode when no C++ runtime can be found at all; stand-ins then
+ *   replace the real operators (abort where libstdc++ would throw, nullptr for nothrow).
  * - forward: another definition follows the shim (a preloaded tcmalloc or jemalloc, libc++),
- *   or the program replaced some operator (libstdc++'s array, nothrow and sized forms call the
- *   replaced ones). Every entry is then the next definition itself, as for malloc: its
- *   allocations are sampled if and where it calls the shim's malloc.
+ *   the program replaced some operator (libstdc++'s array, nothrow and sized forms call the
+ *   replaced ones), or another malloc comes before the shim's. Every entry is then the next
+ *   definition itself, as for malloc: its allocations are sampled if and where it calls the
+ *   shim's malloc.
  *
  * The allocation is sampled by the operator (the real malloc it calls is never the shim's, so
  * the countdown is charged once): a crossing tail-calls a noinline cold function that
@@ -527,16 +529,35 @@ static bool override_cxx_is_libstdcxx(const struct override_cxx_ops *raw, void *
 	return same;
 }
 
-/* Some operator resolves, for the program, to a definition other than the shim's own (its
- * hidden alias): a replacement that libstdc++'s other operators call. */
+/* name resolves, for the program, to the shim's own definition. dladdr scans the defining
+ * object's symbols: few when it is the shim. */
+static bool override_cxx_mine(const char *name, void *self)
+{
+	Dl_info di;
+	void *f = dlsym(RTLD_DEFAULT, name);
+	return f && dladdr(f, &di) && di.dli_fbase == self;
+}
+
+/*
+ * libstdc++'s operators would not do what the inline mode does: some operator resolves, for
+ * the program, to a definition other than the shim's own (its hidden alias), a replacement
+ * that libstdc++'s other operators call; or malloc, free or aligned_alloc, which libstdc++'s
+ * operators call through their PLT, are not the shim's (an allocator preloaded before it, or
+ * defined by the program), so the shim's real ones would be a different heap.
+ */
 static bool override_cxx_replaced(void)
 {
 	bool replaced = false;
 #define OVERRIDE_CXX_MINE(sym, field, params, args) \
-	replaced = replaced || dlsym(RTLD_DEFAULT, #sym) != (void *)(uintptr_t)override_cxx_self_##field;
+	replaced = replaced || \
+		   dlsym(RTLD_DEFAULT, #sym) != (void *)(uintptr_t)override_cxx_self_##field;
 	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_MINE) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_MINE)
 #undef OVERRIDE_CXX_MINE
-	return replaced;
+	if (replaced)
+		return true;
+	void *self = override_cxx_self();
+	return !override_cxx_mine("malloc", self) || !override_cxx_mine("free", self) ||
+	       !override_cxx_mine("aligned_alloc", self);
 }
 
 /*

@@ -580,7 +580,8 @@ Test(shim, cxx_behaviour, .timeout = 300)
 
 /* Another definition of the operators after the shim (a preloaded allocator's): every form is
  * forwarded to it, and what it allocates through the shim's malloc is sampled with frame 0
- * the caller of new. A program that replaces only operator new and delete: libstdc++'s other
+ * the caller of new. A malloc preloaded before the shim: new and delete still reach it, as
+ * libstdc++'s do. A program that replaces only operator new and delete: libstdc++'s other
  * forms call the replacements, with or without the shim. */
 Test(shim, cxx_forwards_to_a_next_definition_or_a_replacement, .timeout = 120)
 {
@@ -602,15 +603,33 @@ Test(shim, cxx_forwards_to_a_next_definition_or_a_replacement, .timeout = 120)
 	const char *next_argv[] = { PROGS "/shim_cxx", "next", NULL };
 	run_prog_with(&r, false, env2, next_argv);
 	cr_expect_str_eq(r.out, "next calls 24\n", "every form reaches the next definition");
+	static struct run sites_run;
 	const char *sites_argv[] = { PROGS "/shim_cxx", "sites", "200", NULL };
-	run_prog_with(&r, false, env2, sites_argv);
+	run_prog_with(&sites_run, false, env2, sites_argv);
+	cr_assert_eq(sites_run.status, 0, "output:\n%s", sites_run.out);
+
+	static char preload_first[600];
+	snprintf(preload_first, sizeof(preload_first), "LD_PRELOAD=%s",
+		 PROGS "/libshim_mallocfirst.so");
+	const char *env3[] = { preload_first, NULL };
+	const char *first_argv[] = { PROGS "/shim_cxx", "first", NULL };
+	run_prog_with(&r, false, env3, first_argv);
+	cr_assert_str_eq(r.out, "first calls 20\n", "without the shim");
+	snprintf(preload_first, sizeof(preload_first), "LD_PRELOAD=%s:%s",
+		 PROGS "/libshim_mallocfirst.so", LLGO_PLAIN_SHIM);
+	const char *env4[] = { preload_first, sock, "LLGO_HEAP_RATE=1", NULL };
+	run_prog_with(&r, false, env4, first_argv);
+	cr_expect_str_eq(r.out, "first calls 20\n", "malloc before the shim");
+	const char *check_argv[] = { PROGS "/shim_cxx", "check", NULL };
+	run_prog_with(&r, false, env4, check_argv);
+	cr_expect_str_eq(r.out, "check ok (0 failures)\n", "malloc before the shim");
+
 	fake_stop(f);
-	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
-	cr_assert_eq(f->nconns, 3); /* one connection per run, in order */
+	cr_assert_geq(f->nconns, 3); /* one connection per run, in order */
 	static struct syms y;
 	syms_load(&y, PROGS "/shim_cxx");
-	syms_slide(&y, r.out);
-	int c = 2;
+	syms_slide(&y, sites_run.out);
+	int c = 2; /* the sites run */
 	const char *sites[] = { "cxx_site_new",		  "cxx_site_aligned",
 				"cxx_site_nothrow",	  "cxx_site_aligned_array",
 				"cxx_site_aligned_nothrow", "cxx_site_array_nothrow",

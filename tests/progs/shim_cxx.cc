@@ -9,6 +9,9 @@
 //              compare a run under the shim with a plain run.
 //   next       every operator new and delete form once; prints how many calls the library
 //              libshim_cxxnext.so (preloaded after the shim: its next definitions) counted.
+//   first      plain and aligned new/delete pairs; prints how many of their malloc,
+//              aligned_alloc and free calls libshim_mallocfirst.so (preloaded before the shim)
+//              counted.
 //   sites N    N allocations at each extern "C" site (plain names for the test's symbol
 //              lookup); prints "main 0x...".
 #include <cstdint>
@@ -366,6 +369,24 @@ static int next_calls()
 	return 0;
 }
 
+
+// ---- first: a malloc preloaded before the shim must still serve new and delete ---------------
+
+static int first_calls()
+{
+	const long *calls = (const long *)dlsym(RTLD_DEFAULT, "mallocfirst_calls");
+	long before = calls ? *calls : 0;
+	for (int i = 0; i < 5; i++) {
+		void *p = ::operator new(opaque(24));
+		::operator delete(p, 24);
+		p = ::operator new[](opaque(100), std::align_val_t(64));
+		::operator delete[](p, std::align_val_t(64));
+	}
+	long after = calls ? *calls : 0;
+	std::printf("first calls %ld\n", calls ? after - before : -1L);
+	return 0;
+}
+
 static int check()
 {
 	for (int round = 0; round < 50; round++) {
@@ -476,5 +497,7 @@ int main(int argc, char **argv)
 		return semantics();
 	if (argc > 1 && std::strcmp(argv[1], "next") == 0)
 		return next_calls();
+	if (argc > 1 && std::strcmp(argv[1], "first") == 0)
+		return first_calls();
 	return check();
 }
