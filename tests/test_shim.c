@@ -643,6 +643,34 @@ Test(shim, cxx_forwards_to_a_next_definition_or_a_replacement, .timeout = 120)
 	fake_free(f);
 }
 
+/* A C program opens a C++ library with dlopen RTLD_LOCAL: the shim's constructor found no C++
+ * runtime, libstdc++ is outside the global scope; the library's operators still behave as
+ * libstdc++'s (bad_alloc, nothrow, alignment, the new_handler loop) and are sampled. */
+Test(shim, cxx_library_dlopened_by_a_c_program, .timeout = 120)
+{
+	static struct run r;
+	const char *argv[] = { PROGS "/shim_cxx_dlopen", PROGS "/libshim_cxxplug.so", NULL };
+	run_prog_with(&r, false, NULL, argv);
+	cr_assert_str_eq(r.out, "plug 6 of 6\n", "without the shim");
+	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	run_prog(&r, env, argv);
+	fake_stop(f);
+	cr_expect_eq(r.status, 0, "output:\n%s", r.out);
+	cr_expect_str_eq(r.out, "plug 6 of 6\n");
+	long longs = 0;
+	for (size_t i = 0; i < f->nrecs; i++)
+		longs += f->recs[i].size == sizeof(long);
+	cr_expect_geq(longs, 1000, "%ld records of new long", longs);
+	expect_accounting(f, 0);
+	fake_free(f);
+	const char *env2[] = { "LLGO_HEAP_SOCKET=/nonexistent.sock", NULL };
+	run_prog(&r, env2, argv);
+	cr_expect_str_eq(r.out, "plug 6 of 6\n", "rate 0");
+}
+
 /* ---- frames ----------------------------------------------------------------------------- */
 
 Test(shim, every_allocation_once_with_frame0_in_the_caller, .timeout = 120)
