@@ -64,10 +64,12 @@ TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRCS))
 PROG_C_SRCS := $(filter-out tests/progs/lib%,$(wildcard tests/progs/*.c))
 PROG_SO_SRCS := $(wildcard tests/progs/lib*.c)
-PROG_CXX_SRCS := $(wildcard tests/progs/*.cc)
+PROG_CXX_SRCS := $(filter-out tests/progs/lib%,$(wildcard tests/progs/*.cc))
+PROG_CXX_SO_SRCS := $(wildcard tests/progs/lib*.cc)
 PROG_BINS := $(patsubst tests/progs/%.c,$(OUT)/progs/%,$(PROG_C_SRCS)) \
 	$(patsubst tests/progs/%.cc,$(OUT)/progs/%,$(PROG_CXX_SRCS)) \
-	$(patsubst tests/progs/%.c,$(OUT)/progs/%.so,$(PROG_SO_SRCS))
+	$(patsubst tests/progs/%.c,$(OUT)/progs/%.so,$(PROG_SO_SRCS)) \
+	$(patsubst tests/progs/%.cc,$(OUT)/progs/%.so,$(PROG_CXX_SO_SRCS))
 
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
@@ -76,6 +78,12 @@ LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
 all: $(BINS) $(LIBS)
 
 # ---- build -----------------------------------------------------------------------------
+
+# The C++ operators: exceptions thrown by a new_handler or by libstdc++'s operator new unwind
+# through their frames (unwind tables whatever the compiler's default); their fast path calls
+# the real malloc without a frame pointer, as libstdc++'s does (the functions that need a frame
+# force one, see override_cxx.c).
+$(OUT)/obj/shim/override_cxx.o: CFLAGS_SHIM += -fasynchronous-unwind-tables -fomit-frame-pointer
 
 $(OUT)/obj/shim/%.o: shim/%.c $(HEADERS) Makefile
 	$(call msg,CC,$@)
@@ -140,6 +148,12 @@ $(OUT)/progs/%: tests/progs/%.cc
 	@mkdir -p $(dir $@)
 	$(Q)$(CXX) -std=c++17 -g -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread \
 		-o $@ $<
+
+$(OUT)/progs/%.so: tests/progs/%.cc
+	$(call msg,CXX,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) -std=c++17 -g -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread \
+		-shared -fPIC -o $@ $<
 
 # ---- deps ------------------------------------------------------------------------------
 

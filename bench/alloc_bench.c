@@ -13,6 +13,9 @@
  *   small  16-byte blocks;
  *   mixed  sizes from a fixed pseudo-random table, log-uniform over 16 B .. 4 KiB
  *          (mean ~740 B), the same sequence in every run;
+ *   new    C++ operator new(16) and the sized operator delete(p, 16) a `delete` of a 16-byte
+ *          object compiles to, called by their Itanium-ABI names (libstdc++ is linked);
+ *   new-aligned  operator new(64, std::align_val_t(64)) and the sized aligned delete;
  *   with -t 2 each of two threads runs the workload at once, batch by batch (a barrier
  *   separates batches, outside the timed region); the batches of both threads are pooled.
  * Every pointer escapes through an asm barrier with a memory clobber, so the compiler can
@@ -33,7 +36,15 @@
 
 #define MIXED_TABLE 4096u
 
-enum workload { WL_SMALL, WL_MIXED };
+enum workload { WL_SMALL, WL_MIXED, WL_NEW, WL_NEW_ALIGNED };
+static const char *const workload_names[] = { "small", "mixed", "new", "new-aligned" };
+
+/* libstdc++'s operator new(size_t), operator delete(void *, size_t) and their aligned forms
+ * (std::align_val_t is a size_t) */
+void *_Znwm(size_t n);
+void _ZdlPvm(void *p, size_t n);
+void *_ZnwmSt11align_val_t(size_t n, size_t al);
+void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t al);
 
 struct config {
 	enum workload wl;
@@ -99,6 +110,11 @@ static double mixed_mean(void)
 	return sum / MIXED_TABLE;
 }
 
+static double bench_mean_size(void)
+{
+	return cfg.wl == WL_MIXED ? mixed_mean() : cfg.wl == WL_NEW_ALIGNED ? 64.0 : 16.0;
+}
+
 /* The measured loops. noinline so callgrind can collect exactly them (--toggle-collect). */
 __attribute__((noinline)) void bench_loop_small(long n)
 {
@@ -118,12 +134,46 @@ __attribute__((noinline)) void bench_loop_mixed(long n, unsigned start)
 	}
 }
 
+__attribute__((noinline)) void bench_loop_new(long n)
+{
+	for (long i = 0; i < n; i++) {
+		void *p = _Znwm(16);
+		__asm__ volatile("" : : "r"(p) : "memory");
+		_ZdlPvm(p, 16);
+	}
+}
+
+__attribute__((noinline)) void bench_loop_new_aligned(long n)
+{
+	for (long i = 0; i < n; i++) {
+		void *p = _ZnwmSt11align_val_t(64, 64);
+		__asm__ volatile("" : : "r"(p) : "memory");
+		_ZdlPvmSt11align_val_t(p, 64, 64);
+	}
+}
+
+/* n pairs of the configured workload (mixed: from table entry start on). */
+static void bench_batch(long n, unsigned start)
+{
+	switch (cfg.wl) {
+	case WL_SMALL:
+		bench_loop_small(n);
+		break;
+	case WL_MIXED:
+		bench_loop_mixed(n, start);
+		break;
+	case WL_NEW:
+		bench_loop_new(n);
+		break;
+	case WL_NEW_ALIGNED:
+		bench_loop_new_aligned(n);
+		break;
+	}
+}
+
 __attribute__((noinline)) void bench_loop(long n)
 {
-	if (cfg.wl == WL_SMALL)
-		bench_loop_small(n);
-	else
-		bench_loop_mixed(n, 0);
+	bench_batch(n, 0);
 }
 
 struct worker {
@@ -140,10 +190,7 @@ static void *worker_main(void *arg)
 	if (cfg.seconds > 0) {
 		pthread_barrier_wait(&barrier);
 		while (!stop_flag) {
-			if (cfg.wl == WL_SMALL)
-				bench_loop_small(10000);
-			else
-				bench_loop_mixed(10000, start);
+			bench_batch(10000, start);
 			start += 10000;
 			w->done += 10000;
 		}
@@ -152,10 +199,7 @@ static void *worker_main(void *arg)
 	for (int b = 0; b < cfg.warmup + cfg.batches; b++) {
 		pthread_barrier_wait(&barrier);
 		double t0 = now_ns();
-		if (cfg.wl == WL_SMALL)
-			bench_loop_small(cfg.batch);
-		else
-			bench_loop_mixed(cfg.batch, start);
+		bench_batch(cfg.batch, start);
 		double t1 = now_ns();
 		start += (unsigned)cfg.batch;
 		if (b >= cfg.warmup)
@@ -190,7 +234,7 @@ static void print_rss(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: alloc_bench [-w small|mixed] [-t THREADS] [-W WARMUP] "
+	fprintf(stderr, "usage: alloc_bench [-w small|mixed|new|new-aligned] [-t THREADS] [-W WARMUP] "
 			"[-n BATCHES] [-b BATCH] [--seconds S] [--pairs N] [--rss] [-v]\n");
 	exit(2);
 }
@@ -216,6 +260,10 @@ int main(int argc, char **argv)
 				cfg.wl = WL_SMALL;
 			else if (strcmp(v, "mixed") == 0)
 				cfg.wl = WL_MIXED;
+			else if (strcmp(v, "new") == 0)
+				cfg.wl = WL_NEW;
+			else if (strcmp(v, "new-aligned") == 0)
+				cfg.wl = WL_NEW_ALIGNED;
 			else
 				usage();
 		} else if (strcmp(a, "-t") == 0) {
@@ -242,8 +290,7 @@ int main(int argc, char **argv)
 	if (cfg.pairs > 0) {
 		bench_loop(cfg.pairs);
 		printf("PAIRS %ld workload=%s mean_size=%.1f\n", cfg.pairs,
-		       cfg.wl == WL_SMALL ? "small" : "mixed",
-		       cfg.wl == WL_SMALL ? 16.0 : mixed_mean());
+		       workload_names[cfg.wl], bench_mean_size());
 		if (cfg.rss)
 			print_rss();
 		return 0;
@@ -275,10 +322,7 @@ int main(int argc, char **argv)
 		pthread_barrier_wait(&barrier);
 		unsigned start = 0;
 		while (now_ns() < stop_at) {
-			if (cfg.wl == WL_SMALL)
-				bench_loop_small(10000);
-			else
-				bench_loop_mixed(10000, start);
+			bench_batch(10000, start);
 			start += 10000;
 			w[0].done += 10000;
 		}
@@ -315,8 +359,8 @@ int main(int argc, char **argv)
 	double med = n % 2 ? all[n / 2] : (all[n / 2 - 1] + all[n / 2]) / 2;
 	printf("RESULT median=%.3f min=%.3f max=%.3f workload=%s threads=%d batches=%d "
 	       "batch=%ld mean_size=%.1f seconds=%.2f\n",
-	       med, all[0], all[n - 1], cfg.wl == WL_SMALL ? "small" : "mixed", cfg.threads,
-	       cfg.batches, cfg.batch, cfg.wl == WL_SMALL ? 16.0 : mixed_mean(), elapsed);
+	       med, all[0], all[n - 1], workload_names[cfg.wl], cfg.threads, cfg.batches,
+	       cfg.batch, bench_mean_size(), elapsed);
 	if (cfg.rss)
 		print_rss();
 	fflush(stdout);

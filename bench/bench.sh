@@ -5,6 +5,7 @@
 #
 #   sh bench.sh bench OUT   ours: interleaved ns/op, callgrind instructions, slow path,
 #                           drain, snapshot, memory, drops under snapshots
+#   sh bench.sh callgrind OUT  only the callgrind instruction counts (malloc+free, C++ new+delete)
 #   sh bench.sh peers OUT   the same interleaved run with heaptrack, jemalloc, tcmalloc
 #                           (gperftools) and Go 1.19 beside ours, plus peers' memory
 #   sh bench.sh deps OUT    install the Debian packages the peers need (missing ones only)
@@ -15,8 +16,8 @@
 # that receives a copy of the report).
 set -eu
 
-MODE=${1:?usage: bench.sh bench|peers|deps OUT}
-OUT=${2:?usage: bench.sh bench|peers|deps OUT}
+MODE=${1:?usage: bench.sh bench|callgrind|peers|deps OUT}
+OUT=${2:?usage: bench.sh bench|callgrind|peers|deps OUT}
 B=$OUT/bench
 SHIM=$OUT/lib/libllgoheap.so
 HEAPD=$OUT/bin/llgo-heapd
@@ -57,7 +58,7 @@ if [ "$MODE" = deps ]; then
 	install_missing $PEER_PKGS
 	exit 0
 fi
-if [ "$MODE" = bench ] && ! command -v valgrind >/dev/null; then
+if { [ "$MODE" = bench ] || [ "$MODE" = callgrind ]; } && ! command -v valgrind >/dev/null; then
 	# the instruction counts need callgrind; best effort (the section says so if absent)
 	install_missing valgrind || true
 fi
@@ -212,6 +213,83 @@ callgrind_section() {
 			callgrind_annotate --inclusive=no --threshold=100 "$ff" 2>/dev/null |
 				awk '/file:function/ { f = 1; getline; next } f && /^-+$/ { exit }
 					f && NF { print; if (++n >= 10) exit }' |
+				sed -E 's/^ *//; s#  [^ ]*:([^ :]+)#  \1#; s#\[[^]]*/([^]/]+)\]#[\1]#' | outf
+			out '```'
+			out ""
+		done
+	done
+}
+
+# Ir of a callgrind output file spent outside glibc (libc.so.6): the program's loop, libstdc++,
+# the shim and the PLT stubs. Names are compressed as "(n) name" on first use, in ob= and cob=
+# lines alike; a "calls=" line is followed by the call's inclusive cost, not a self cost.
+callgrind_ir_outside_libc() { # file
+	awk '
+		function obname(v,   id, rest) {
+			if (!match(v, /^\([0-9]+\)/))
+				return v
+			id = substr(v, RSTART, RLENGTH)
+			rest = substr(v, RLENGTH + 2)
+			if (rest != "")
+				name[id] = rest
+			return name[id]
+		}
+		/^ob=/ { ob = obname(substr($0, 4)); next }
+		/^cob=/ { obname(substr($0, 5)); next }
+		/^calls=/ { skip = 1; next }
+		/^[0-9+*-]/ { if (skip) { skip = 0; next } if (ob !~ /\/libc\.so\.6$/) n += $2; next }
+		END { print n + 0 }' "$1"
+}
+
+# C++ operator new + sized delete pairs, beside the malloc+free pairs above.
+callgrind_cxx_section() {
+	command -v valgrind >/dev/null || return 0
+	out "### Instructions per C++ new+delete pair (callgrind, Ir in bench_loop inclusive)"
+	out ""
+	out "| workload | pairs | no shim Ir/pair | llgo rate 0 | added | added outside glibc | llgo default | added | added outside glibc |"
+	out "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	for wl in new new-aligned; do
+		n=400000
+		row="| $wl | $n |"
+		for cfg in none 0 524288; do
+			f=$TMP/cg.$wl.$cfg
+			if [ "$cfg" = none ]; then
+				valgrind --tool=callgrind --callgrind-out-file="$f" \
+					--toggle-collect=bench_loop "$B/alloc_bench" -w "$wl" --pairs "$n" \
+					>/dev/null 2>"$f.log"
+				base=$(callgrind_ir "$f")
+				base_out=$(callgrind_ir_outside_libc "$f")
+				row="$row $(echo "$base $n" | awk '{printf "%.1f", $1/$2}') |"
+			else
+				LD_PRELOAD=$SHIM LLGO_HEAP_SOCKET=$SOCK LLGO_HEAP_RATE=$cfg \
+					valgrind --tool=callgrind --callgrind-out-file="$f" \
+					--toggle-collect=bench_loop "$B/alloc_bench" -w "$wl" --pairs "$n" \
+					>/dev/null 2>"$f.log"
+				ir=$(callgrind_ir "$f")
+				ir_out=$(callgrind_ir_outside_libc "$f")
+				row="$row $(echo "$ir $n" | awk '{printf "%.1f", $1/$2}') | $(echo "$ir $base $n" | awk '{printf "%+.2f", ($1-$2)/$3}') | $(echo "$ir_out $base_out $n" | awk '{printf "%+.2f", ($1-$2)/$3}') |"
+			fi
+		done
+		out "$row"
+	done
+	out ""
+	out "new: operator new(16) + operator delete(p, 16); new-aligned: operator new(64, align_val_t(64))"
+	out "+ operator delete(p, 64, align_val_t(64)). Without the shim these are libstdc++'s operators"
+	out "(new calls malloc through its PLT, sized delete jumps to delete, which jumps to free);"
+	out "with it, the shim's (one jump to the operator, the rate load, the countdown at a positive"
+	out "rate, a call of the real malloc or aligned_alloc; delete is two jumps into free)."
+	out "\"Outside glibc\" leaves out libc.so.6's own instructions: the same malloc(16) costs the"
+	out "same in both runs, but glibc's aligned_alloc depends on the heap's layout, which the shim's"
+	out "start-up allocations change."
+	out ""
+	for wl in new new-aligned; do
+		for cfg in none 0; do
+			out "Per-function self cost, $wl, $([ $cfg = none ] && echo "no shim" || echo "llgo rate $cfg") (callgrind_annotate --inclusive=no, top 8):"
+			out ""
+			out '```'
+			callgrind_annotate --inclusive=no --threshold=100 "$TMP/cg.$wl.$cfg" 2>/dev/null |
+				awk '/file:function/ { f = 1; getline; next } f && /^-+$/ { exit }
+					f && NF { print; if (++n >= 8) exit }' |
 				sed -E 's/^ *//; s#  [^ ]*:([^ :]+)#  \1#; s#\[[^]]*/([^]/]+)\]#[\1]#' | outf
 			out '```'
 			out ""
@@ -383,9 +461,17 @@ bench)
 	out ""
 	run_driver ours "$ROUNDS"
 	callgrind_section
+	callgrind_cxx_section
 	slowpath_section
 	memory_section
 	drop_section
+	;;
+callgrind)
+	out "## callgrind instruction counts"
+	out ""
+	machine
+	callgrind_section
+	callgrind_cxx_section
 	;;
 peers)
 	for f in "$JEMALLOC" "$TCMALLOC" "$B/go_alloc_bench"; do
@@ -410,7 +496,7 @@ peers)
 	memory_section
 	;;
 *)
-	echo "usage: bench.sh bench|peers|deps OUT" >&2
+	echo "usage: bench.sh bench|callgrind|peers|deps OUT" >&2
 	exit 2
 	;;
 esac

@@ -228,7 +228,7 @@ __attribute__((noinline)) static void push_slow(struct push_opts *o, long i)
 	_mm_lfence();
 	uint64_t c0 = __rdtscp(&aux);
 	uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, __builtin_return_address(0),
-				   __builtin_frame_address(0), 0, o->lo, o->hi, 0, 0);
+				   __builtin_frame_address(0), o->lo, o->hi, 0, 0);
 	bool ok = emit_push_alloc(&o->ring, 16, 1, 0x1000, 1, frames, n);
 	uint64_t c1 = __rdtscp(&aux);
 	_mm_lfence();

@@ -68,11 +68,6 @@ struct llgo_heap_thread {
 	 * in /proc/self/maps; alt_scan_ns rate-limits those scans. */
 	uintptr_t alt_lo, alt_hi;
 	uint64_t alt_scan_ns;
-	/* Frame of the outermost C++ operator new wrapper in progress (override_cxx.c), or 0:
-	 * libstdc++'s operators have no frame pointer and may use rbp as a plain register, so a
-	 * sample whose frame 0 is inside one walks from here instead. */
-	uintptr_t cxx_frame;
-	uint64_t cxx_size; /* the size the program asked of that wrapper (aligned new rounds up) */
 	uint64_t wake_head; /* ring head when this thread last sent LLGO_MSG_WAKE (emit.c) */
 	struct emit_ring ring;
 };
@@ -122,22 +117,18 @@ void stack_shim_text(uintptr_t *lo, uintptr_t *hi);
 uint32_t stack_walk(uint64_t *out, uint32_t max, uintptr_t fp, uintptr_t lo, uintptr_t hi);
 /* Capture the stack of a sampled allocation into out (up to max frames, frame 0 = the user's
  * allocating call site): ra is the interposed function's return address, frame the slow
- * path's own frame (its saved frame pointer is the interposed function's caller's). A non-zero
- * cxx_frame (the caller found ra inside a real C++ operator new under a wrapper, see struct
- * llgo_heap_thread) starts the walk there instead. Leading plumbing frames (the
- * shim's text, the real operators, registered ranges) are trimmed unless nothing else would
- * remain. */
-uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintptr_t cxx_frame,
-		       uintptr_t lo, uintptr_t hi, uintptr_t lo2, uintptr_t hi2);
+ * path's own frame (its saved frame pointer is the interposed function's caller's). Leading
+ * plumbing frames (the shim's text, registered ranges such as the real C++ operators new) are
+ * trimmed unless nothing else would remain. lo2..hi2: a second range the walk may cross into
+ * once (stack_bounds_for). */
+uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintptr_t lo,
+		       uintptr_t hi, uintptr_t lo2, uintptr_t hi2);
 /* Drop the leading frames that are allocator plumbing; returns how many remain at out[0]. */
 uint32_t stack_trim(uint64_t *frames, uint32_t n);
 /* pc is a return address: the calling instruction is at pc - 1. */
 bool stack_is_plumbing(uint64_t pc);
-bool stack_is_cxx_operator(uint64_t pc);
 /* Register [lo, hi) as plumbing; returns 0 or -ENOSPC. Lock-free, callable any time. */
 int stack_add_range(uintptr_t lo, uintptr_t hi);
-/* Register a real C++ operator new function (plumbing, and the cxx_frame rule above). */
-int stack_add_cxx_range(uintptr_t lo, uintptr_t hi);
 /* Register every function whose symbol name starts with prefix in the loaded objects'
  * symbol tables (.symtab, else .dynsym). Returns the number of functions found or -errno. */
 int stack_add_prefix(const char *prefix);
@@ -321,11 +312,43 @@ void lifecycle_thread_start(struct llgo_heap_thread *t, uintptr_t frame);
  * shim, or by clone directly): tid and rng. */
 void lifecycle_thread_adopt(struct llgo_heap_thread *t);
 
-/* ---- override.c: the real allocator ---------------------------------------------------- */
+/* ---- override.c: the real allocator and the fast path ----------------------------------- */
 
-/* Nothing is shared: the malloc family (override.c) resolves its real functions in a
- * constructor and reaches sample.c only through the sample_* slow paths; the C++ operators
- * (override_cxx.c) resolve lazily and register the real operators with stack.c. */
+/* The real malloc, aligned_alloc and free (the next definitions, resolved by override.c; a
+ * bootstrap function until then, so always callable). Written with atomic stores; read them
+ * with relaxed atomic loads. The C++ operators (override_cxx.c) allocate and free through
+ * them directly, as libstdc++'s operators would through the shim's malloc, so that the
+ * countdown is charged once. */
+extern void *(*override_malloc)(size_t);
+extern void *(*override_aligned_alloc)(size_t, size_t);
+extern void (*override_free)(void *);
+
+/* The fast path's rate load: one RIP-relative load of the control page. */
+static inline __attribute__((always_inline)) int64_t override_rate(void)
+{
+	return atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
+}
+
+/* countdown -= size; true while it stays > 0 (no sample due). */
+static inline __attribute__((always_inline)) bool override_countdown(size_t size)
+{
+#if defined(__x86_64__)
+	bool due;
+	uintptr_t off;
+	/* jle after sub: (countdown - size) <= 0 as exact signed arithmetic */
+	__asm__("movq llgo_heap_tls@gottpoff(%%rip), %[off]\n\t"
+		"subq %[size], %%fs:(%[off])"
+		: [off] "=&r"(off), "=@ccle"(due)
+		: [size] "r"(size)
+		: "memory");
+	return !due;
+#else
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t left = (int64_t)((uint64_t)t->countdown - (uint64_t)size);
+	t->countdown = left;
+	return left > 0;
+#endif
+}
 
 /* ---- owner.c: one sampler per process ------------------------------------------------- */
 

@@ -122,12 +122,12 @@ static size_t override_boot_usable(void *p);
  * resolving, at startup, with atomic stores, so a reader sees either the bootstrap function
  * or the final one, both correct.
  */
-static override_malloc_fn override_malloc = override_boot_malloc;
-static override_free_fn override_free = override_boot_free;
+override_malloc_fn override_malloc = override_boot_malloc;
+override_free_fn override_free = override_boot_free;
 static override_calloc_fn override_calloc = override_boot_calloc;
 static override_realloc_fn override_realloc = override_boot_realloc;
 static override_posix_memalign_fn override_posix_memalign = override_boot_posix_memalign;
-static override_memalign_fn override_aligned_alloc = override_boot_aligned_alloc;
+override_memalign_fn override_aligned_alloc = override_boot_aligned_alloc;
 static override_memalign_fn override_memalign = override_boot_memalign;
 static override_malloc_fn override_valloc = override_boot_valloc;
 static override_malloc_fn override_pvalloc = override_boot_pvalloc;
@@ -355,33 +355,6 @@ __attribute__((constructor(101))) static void override_init(void)
 }
 
 /* ---- fast path ------------------------------------------------------------------------- */
-
-
-static inline __attribute__((always_inline)) int64_t override_rate(void)
-{
-	return atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
-}
-
-/* countdown -= size; true while it stays > 0 (no sample due). */
-static inline __attribute__((always_inline)) bool override_countdown(size_t size)
-{
-#if defined(__x86_64__)
-	bool due;
-	uintptr_t off;
-	/* jle after sub: (countdown - size) <= 0 as exact signed arithmetic */
-	__asm__("movq llgo_heap_tls@gottpoff(%%rip), %[off]\n\t"
-		"subq %[size], %%fs:(%[off])"
-		: [off] "=&r"(off), "=@ccle"(due)
-		: [size] "r"(size)
-		: "memory");
-	return !due;
-#else
-	struct llgo_heap_thread *t = &llgo_heap_tls;
-	int64_t left = (int64_t)((uint64_t)t->countdown - (uint64_t)size);
-	t->countdown = left;
-	return left > 0;
-#endif
-}
 
 llgo_export void *malloc(size_t size)
 {

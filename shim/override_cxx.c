@@ -1,48 +1,382 @@
 // SPDX-License-Identifier: MIT
 /*
- * override_cxx.c: C++ operator new and delete, every variant (plain, nothrow, aligned,
+ * override_cxx.c: C++ operator new and delete, every variant (plain, array, nothrow, aligned,
  * aligned nothrow, sized, sized aligned), in plain C under their x86-64 Itanium-ABI mangled
  * names (size_t is `m`, std::align_val_t `St11align_val_t`, std::nothrow_t const&
  * `RKSt9nothrow_t`). Part of libllgoheap.so only.
  *
- * Each operator new wrapper keeps a frame and CALLS the real operator (found lazily with
- * dlsym(RTLD_NEXT), under the re-entrancy guard), so exceptions, the new_handler loop and
- * nothrow behaviour are exactly the real library's; the real operator calls malloc or
- * aligned_alloc, which sample. Debian's libstdc++ is built without frame pointers and its
- * aligned operator new uses rbp as a plain register, so a walk from inside it can lose the
- * program's frames: the outermost wrapper in progress stores its own frame in the thread's
- * cxx_frame, and a sample whose frame 0 lies inside a real operator new walks from there
- * (stack.c). Its first frame is then the wrapper's return address: the program's call site.
- * The wrapper also stores the size it was asked (cxx_size), which the sample records:
- * libstdc++'s aligned new rounds the size up to the alignment before calling aligned_alloc.
- * A wrapper called from a real operator or from another wrapper (new[] calling new) leaves
- * cxx_frame alone. If the real operator throws, cxx_frame keeps a stale value until the next
- * outermost wrapper overwrites it; it is only read while a wrapper is in progress.
+ * Each exported operator is one indirect jump through its entry in override_cxx (a tail jump:
+ * the program's return address and frame pointer reach the target untouched). An entry starts
+ * at a bootstrap function. The constructor, when the program links a C++ runtime, or else the
+ * first call of any operator, resolves the next definitions (dlsym RTLD_NEXT, else a
+ * libstdc++ loaded anywhere) and installs one of two modes:
  *
- * The real operators' extents (dladdr1 RTLD_DL_SYMENT) are registered as plumbing for
- * trimming. Delete variants forward to the real ones. Without a C++ runtime to forward to,
- * new falls back to malloc/posix_memalign (abort() where the throwing variant would throw)
- * and delete to free.
+ * - inline: the next definitions are libstdc++'s own, the program replaced none of the 20
+ *   operators (every one still resolves to the shim), and malloc, free and aligned_alloc
+ *   resolve to the shim's (so that the real ones are those libstdc++'s operators would reach
+ *   through the shim). Each operator new then does what libstdc++'s does, with the malloc
+ *   fast path inline: the rate load, at a positive rate the countdown update (override_rate
+ *   and override_countdown, internal.h), then one call of the real malloc (size 0 -> 1), or
+ *   of the real aligned_alloc with the size rounded up to the alignment (libstdc++ 12's rule,
+ *   wrap-around included, so the result is the same block libstdc++ would return). A NULL
+ *   result runs the new_handler loop here (std::get_new_handler(), call it, allocate again);
+ *   with no handler installed the real operator is called, which tries once more and throws
+ *   std::bad_alloc itself. A nothrow operator whose allocation failed calls the real nothrow
+ *   operator (libstdc++'s catches the bad_alloc of the throwing one, which is ours again, and
+ *   returns nullptr). Every delete variant is the real free, through override_cxx_free (one
+ *   jump). This is also the mode when no C++ runtime can be found at all; stand-ins then
+ *   replace the real operators (abort where libstdc++ would throw, nullptr for nothrow).
+ * - forward: another definition follows the shim (a preloaded tcmalloc or jemalloc, libc++),
+ *   the program replaced some operator (libstdc++'s array, nothrow and sized forms call the
+ *   replaced ones), or another malloc comes before the shim's. Every entry is then the next
+ *   definition itself, as for malloc: its allocations are sampled if and where it calls the
+ *   shim's malloc.
+ *
+ * The allocation is sampled by the operator (the real malloc it calls is never the shim's, so
+ * the countdown is charged once): a crossing tail-calls a noinline cold function that
+ * allocates, then records through sample_hooked with frame 0 the operator's return address
+ * (the function that called new) and the size the program asked (not the rounded one).
+ * The failure paths keep a frame of their own while they call a handler or a real operator,
+ * so an allocation sampled inside one (by the shim's malloc, or by a nested operator) walks
+ * from that frame to the caller of new; the real operators new are registered as plumbing
+ * (stack.c) so that their return addresses are trimmed (at start-up in the forward mode, at
+ * the first failed allocation in the inline mode). Exceptions from a handler or a real
+ * operator unwind through these frames: the file is built with asynchronous unwind tables
+ * (the Makefile asks for them) and holds no state that would need a cleanup.
  */
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "internal.h"
 
-typedef void *(*cxx_new_fn)(size_t);
-typedef void *(*cxx_new_nt_fn)(size_t, const void *);
-typedef void *(*cxx_new_al_fn)(size_t, size_t);
-typedef void *(*cxx_new_al_nt_fn)(size_t, size_t, const void *);
-typedef void (*cxx_del_fn)(void *);
-typedef void (*cxx_del_sz_fn)(void *, size_t);
-typedef void (*cxx_del_nt_fn)(void *, const void *);
-typedef void (*cxx_del_sz_al_fn)(void *, size_t, size_t);
-typedef void (*cxx_del_al_nt_fn)(void *, size_t, const void *);
+/* X(symbol, field, parameters, arguments): the operators new, then the operators delete. */
+#define OVERRIDE_CXX_NEWS(X) \
+	X(_Znwm, nw, (size_t n), (n)) \
+	X(_Znam, na, (size_t n), (n)) \
+	X(_ZnwmRKSt9nothrow_t, nw_nt, (size_t n, const void *nt), (n, nt)) \
+	X(_ZnamRKSt9nothrow_t, na_nt, (size_t n, const void *nt), (n, nt)) \
+	X(_ZnwmSt11align_val_t, nw_al, (size_t n, size_t al), (n, al)) \
+	X(_ZnamSt11align_val_t, na_al, (size_t n, size_t al), (n, al)) \
+	X(_ZnwmSt11align_val_tRKSt9nothrow_t, nw_al_nt, (size_t n, size_t al, const void *nt), \
+	  (n, al, nt)) \
+	X(_ZnamSt11align_val_tRKSt9nothrow_t, na_al_nt, (size_t n, size_t al, const void *nt), \
+	  (n, al, nt))
 
-/* ---- fallbacks -------------------------------------------------------------------------- */
+#define OVERRIDE_CXX_DELETES(X) \
+	X(_ZdlPv, dl, (void *p), (p)) \
+	X(_ZdaPv, da, (void *p), (p)) \
+	X(_ZdlPvm, dl_sz, (void *p, size_t n), (p, n)) \
+	X(_ZdaPvm, da_sz, (void *p, size_t n), (p, n)) \
+	X(_ZdlPvRKSt9nothrow_t, dl_nt, (void *p, const void *nt), (p, nt)) \
+	X(_ZdaPvRKSt9nothrow_t, da_nt, (void *p, const void *nt), (p, nt)) \
+	X(_ZdlPvSt11align_val_t, dl_al, (void *p, size_t al), (p, al)) \
+	X(_ZdaPvSt11align_val_t, da_al, (void *p, size_t al), (p, al)) \
+	X(_ZdlPvmSt11align_val_t, dl_sz_al, (void *p, size_t n, size_t al), (p, n, al)) \
+	X(_ZdaPvmSt11align_val_t, da_sz_al, (void *p, size_t n, size_t al), (p, n, al)) \
+	X(_ZdlPvSt11align_val_tRKSt9nothrow_t, dl_al_nt, (void *p, size_t al, const void *nt), \
+	  (p, al, nt)) \
+	X(_ZdaPvSt11align_val_tRKSt9nothrow_t, da_al_nt, (void *p, size_t al, const void *nt), \
+	  (p, al, nt))
+
+#define OVERRIDE_CXX_NEW_FIELD(sym, field, params, args) void *(*field) params;
+#define OVERRIDE_CXX_DEL_FIELD(sym, field, params, args) void (*field) params;
+
+struct override_cxx_ops {
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_NEW_FIELD)
+	OVERRIDE_CXX_DELETES(OVERRIDE_CXX_DEL_FIELD)
+};
+
+typedef void (*override_cxx_handler)(void);
+
+/* Bootstrap functions (below): resolve, then go through the entry again. */
+#define OVERRIDE_CXX_NEW_BOOT_DECL(sym, field, params, args) \
+	static void *override_cxx_boot_##field params;
+#define OVERRIDE_CXX_DEL_BOOT_DECL(sym, field, params, args) \
+	static void override_cxx_boot_##field params;
+OVERRIDE_CXX_NEWS(OVERRIDE_CXX_NEW_BOOT_DECL)
+OVERRIDE_CXX_DELETES(OVERRIDE_CXX_DEL_BOOT_DECL)
+
+/*
+ * What each exported operator jumps to. Read with relaxed loads (one `jmp *entry(%rip)`);
+ * written by the resolvers with release stores, after override_cxx_next and
+ * override_cxx_resolved. A reader sees the bootstrap function or the final one, both correct;
+ * code reached through a final one reads override_cxx_next only after override_cxx_ready().
+ */
+static struct override_cxx_ops override_cxx = {
+#define OVERRIDE_CXX_BOOT_INIT(sym, field, params, args) .field = override_cxx_boot_##field,
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_BOOT_INIT) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_BOOT_INIT)
+#undef OVERRIDE_CXX_BOOT_INIT
+};
+
+/* The next definitions (or the stand-ins) and std::get_new_handler (NULL without a C++
+ * runtime). Written before override_cxx_resolved is set (release), equal values by every
+ * resolver. */
+static struct override_cxx_ops override_cxx_next;
+static override_cxx_handler (*override_cxx_get_handler)(void);
+static _Atomic int override_cxx_resolved;
+/* Set by the first resolver, the one that registers the plumbing ranges. */
+static _Atomic int override_cxx_registered;
+
+static void override_cxx_resolve(void);
+static void override_cxx_register(void);
+static void override_cxx_die(void);
+static void *override_cxx_self(void);
+
+/* A next definition or std::get_new_handler, after override_cxx_ready(). */
+#define OVERRIDE_CXX_REAL(field) __atomic_load_n(&override_cxx_next.field, __ATOMIC_RELAXED)
+
+/* override_cxx_next and override_cxx_get_handler are set and visible to this thread. */
+static inline void override_cxx_ready(void)
+{
+	if (llgo_unlikely(!atomic_load_explicit(&override_cxx_resolved, memory_order_acquire)))
+		override_cxx_resolve();
+}
+
+/* ---- the allocation itself ------------------------------------------------------------ */
+
+/* The one place every operator delete of the inline mode frees through. */
+static inline __attribute__((always_inline)) void override_cxx_free(void *p)
+{
+	__atomic_load_n(&override_free, __ATOMIC_RELAXED)(p);
+}
+
+/* std::align_val_t values libstdc++ accepts: powers of two (zero is not one). */
+static inline __attribute__((always_inline)) bool override_cxx_pow2(size_t al)
+{
+	return (al ^ (al - 1)) > al - 1;
+}
+
+/* One attempt, as libstdc++ 12 makes it: malloc of at least one byte; aligned_alloc with the
+ * size (at least one byte) rounded up to a multiple of the alignment, modulo 2^64 as there. */
+static inline __attribute__((always_inline)) void *override_cxx_alloc(size_t n, size_t al,
+								 bool aligned)
+{
+	n += !n;
+	if (!aligned)
+		return __atomic_load_n(&override_malloc, __ATOMIC_RELAXED)(n);
+	return __atomic_load_n(&override_aligned_alloc, __ATOMIC_RELAXED)(al,
+									  (n + al - 1) & ~(al - 1));
+}
+
+/* Which operator new a slow path serves (to call its real counterpart). */
+enum override_cxx_op { OVERRIDE_CXX_NW, OVERRIDE_CXX_NA, OVERRIDE_CXX_NW_AL, OVERRIDE_CXX_NA_AL };
+
+/* The file is built without frame pointers (the fast path is a plain call of malloc, as in
+ * libstdc++). A function that calls out while an allocation may be sampled underneath sets up
+ * its frame pointer (__builtin_frame_address forces one) and keeps the frame on the stack
+ * across its last call (p is used after it, so no tail jump): a walk from a sample below
+ * then reaches the function's return address, the call site of new. */
+#define OVERRIDE_CXX_FRAME() __asm__ volatile("" : : "r"(__builtin_frame_address(0)))
+#define OVERRIDE_CXX_KEEP_FRAME(p) __asm__ volatile("" : : "r"(p) : "memory")
+
+/* A throwing operator new whose allocation failed: the new_handler loop. With no handler the
+ * real operator is called, and it throws std::bad_alloc (or, racing a handler just installed,
+ * runs the loop itself). */
+static llgo_noinline llgo_cold void *override_cxx_retry(size_t n, size_t al, int op)
+{
+	OVERRIDE_CXX_FRAME();
+	override_cxx_ready();
+	override_cxx_register();
+	bool aligned = op == OVERRIDE_CXX_NW_AL || op == OVERRIDE_CXX_NA_AL;
+	for (;;) {
+		override_cxx_handler (*get)(void) =
+			__atomic_load_n(&override_cxx_get_handler, __ATOMIC_RELAXED);
+		override_cxx_handler h = get ? get() : NULL;
+		if (!h)
+			break;
+		h();
+		void *p = override_cxx_alloc(n, al, aligned);
+		if (p)
+			return p;
+	}
+	void *p;
+	switch (op) {
+	case OVERRIDE_CXX_NW:
+		p = OVERRIDE_CXX_REAL(nw)(n);
+		break;
+	case OVERRIDE_CXX_NA:
+		p = OVERRIDE_CXX_REAL(na)(n);
+		break;
+	case OVERRIDE_CXX_NW_AL:
+		p = OVERRIDE_CXX_REAL(nw_al)(n, al);
+		break;
+	default:
+		p = OVERRIDE_CXX_REAL(na_al)(n, al);
+		break;
+	}
+	OVERRIDE_CXX_KEEP_FRAME(p);
+	return p;
+}
+
+/* A nothrow operator new whose allocation failed, or any aligned one given an invalid
+ * alignment: the real operator decides (handlers, nullptr, bad_alloc). */
+static llgo_noinline llgo_cold void *override_cxx_real(size_t n, size_t al, const void *nt,
+						       int op, bool nothrow)
+{
+	OVERRIDE_CXX_FRAME();
+	override_cxx_ready();
+	override_cxx_register();
+	void *p;
+	switch (op) {
+	case OVERRIDE_CXX_NW:
+		p = nothrow ? OVERRIDE_CXX_REAL(nw_nt)(n, nt) : OVERRIDE_CXX_REAL(nw)(n);
+		break;
+	case OVERRIDE_CXX_NA:
+		p = nothrow ? OVERRIDE_CXX_REAL(na_nt)(n, nt) : OVERRIDE_CXX_REAL(na)(n);
+		break;
+	case OVERRIDE_CXX_NW_AL:
+		p = nothrow ? OVERRIDE_CXX_REAL(nw_al_nt)(n, al, nt) : OVERRIDE_CXX_REAL(nw_al)(n, al);
+		break;
+	default:
+		p = nothrow ? OVERRIDE_CXX_REAL(na_al_nt)(n, al, nt) : OVERRIDE_CXX_REAL(na_al)(n, al);
+		break;
+	}
+	OVERRIDE_CXX_KEEP_FRAME(p);
+	return p;
+}
+
+/* The allocation of an operator new failed. */
+static inline __attribute__((always_inline)) void *
+override_cxx_failed(size_t n, size_t al, const void *nt, int op, bool nothrow)
+{
+	return nothrow ? override_cxx_real(n, al, nt, op, true) : override_cxx_retry(n, al, op);
+}
+
+/*
+ * The sampled path, entered by a tail call from an operator new (its frame is gone), so this
+ * function's saved frame pointer is the program's frame at the call of new and ra the return
+ * address into the function that called new. The record carries the size the program asked.
+ */
+static llgo_noinline llgo_cold void *override_cxx_sampled(size_t n, size_t al, const void *nt,
+							  int op, bool nothrow, void *ra)
+{
+	bool aligned = op == OVERRIDE_CXX_NW_AL || op == OVERRIDE_CXX_NA_AL;
+	void *p = override_cxx_alloc(n, al, aligned);
+	if (llgo_unlikely(!p))
+		p = override_cxx_failed(n, al, nt, op, nothrow);
+	sample_hooked(p, n, ra, __builtin_frame_address(0));
+	return p;
+}
+
+/* The inline mode's operator new; op, aligned and nothrow are constants in each caller. */
+static inline __attribute__((always_inline)) void *
+override_cxx_new(size_t n, size_t al, const void *nt, int op, bool nothrow)
+{
+	bool aligned = op == OVERRIDE_CXX_NW_AL || op == OVERRIDE_CXX_NA_AL;
+	if (aligned && llgo_unlikely(!override_cxx_pow2(al)))
+		return override_cxx_real(n, al, nt, op, nothrow);
+	int64_t w = override_rate();
+	if (llgo_likely(w == 0) || (w > 0 && llgo_likely(override_countdown(n)))) {
+		void *p = override_cxx_alloc(n, al, aligned);
+		if (llgo_likely(p != NULL))
+			return p;
+		return override_cxx_failed(n, al, nt, op, nothrow);
+	}
+	return override_cxx_sampled(n, al, nt, op, nothrow, __builtin_return_address(0));
+}
+
+static void *override_cxx_inline_nw(size_t n)
+{
+	return override_cxx_new(n, 0, NULL, OVERRIDE_CXX_NW, false);
+}
+static void *override_cxx_inline_na(size_t n)
+{
+	return override_cxx_new(n, 0, NULL, OVERRIDE_CXX_NA, false);
+}
+static void *override_cxx_inline_nw_nt(size_t n, const void *nt)
+{
+	return override_cxx_new(n, 0, nt, OVERRIDE_CXX_NW, true);
+}
+static void *override_cxx_inline_na_nt(size_t n, const void *nt)
+{
+	return override_cxx_new(n, 0, nt, OVERRIDE_CXX_NA, true);
+}
+static void *override_cxx_inline_nw_al(size_t n, size_t al)
+{
+	return override_cxx_new(n, al, NULL, OVERRIDE_CXX_NW_AL, false);
+}
+static void *override_cxx_inline_na_al(size_t n, size_t al)
+{
+	return override_cxx_new(n, al, NULL, OVERRIDE_CXX_NA_AL, false);
+}
+static void *override_cxx_inline_nw_al_nt(size_t n, size_t al, const void *nt)
+{
+	return override_cxx_new(n, al, nt, OVERRIDE_CXX_NW_AL, true);
+}
+static void *override_cxx_inline_na_al_nt(size_t n, size_t al, const void *nt)
+{
+	return override_cxx_new(n, al, nt, OVERRIDE_CXX_NA_AL, true);
+}
+
+/* The inline mode's operators delete: the size, alignment and nothrow tag change nothing. */
+static void override_cxx_inline_dl(void *p)
+{
+	override_cxx_free(p);
+}
+static void override_cxx_inline_da(void *p)
+{
+	override_cxx_free(p);
+}
+static void override_cxx_inline_dl_sz(void *p, size_t n)
+{
+	(void)n;
+	override_cxx_free(p);
+}
+static void override_cxx_inline_da_sz(void *p, size_t n)
+{
+	(void)n;
+	override_cxx_free(p);
+}
+static void override_cxx_inline_dl_nt(void *p, const void *nt)
+{
+	(void)nt;
+	override_cxx_free(p);
+}
+static void override_cxx_inline_da_nt(void *p, const void *nt)
+{
+	(void)nt;
+	override_cxx_free(p);
+}
+static void override_cxx_inline_dl_al(void *p, size_t al)
+{
+	(void)al;
+	override_cxx_free(p);
+}
+static void override_cxx_inline_da_al(void *p, size_t al)
+{
+	(void)al;
+	override_cxx_free(p);
+}
+static void override_cxx_inline_dl_sz_al(void *p, size_t n, size_t al)
+{
+	(void)n;
+	(void)al;
+	override_cxx_free(p);
+}
+static void override_cxx_inline_da_sz_al(void *p, size_t n, size_t al)
+{
+	(void)n;
+	(void)al;
+	override_cxx_free(p);
+}
+static void override_cxx_inline_dl_al_nt(void *p, size_t al, const void *nt)
+{
+	(void)al;
+	(void)nt;
+	override_cxx_free(p);
+}
+static void override_cxx_inline_da_al_nt(void *p, size_t al, const void *nt)
+{
+	(void)al;
+	(void)nt;
+	override_cxx_free(p);
+}
+
+/* ---- stand-ins, when no C++ runtime can be found ---------------------------------------- */
 
 static llgo_noinline void override_cxx_die(void)
 {
@@ -52,347 +386,252 @@ static llgo_noinline void override_cxx_die(void)
 	abort();
 }
 
-static void *override_cxx_fb_new(size_t n)
-{
-	void *p = malloc(n ? n : 1);
-	if (!p)
-		override_cxx_die();
-	return p;
-}
-
-static void *override_cxx_fb_new_nt(size_t n, const void *nt)
-{
-	(void)nt;
-	return malloc(n ? n : 1);
-}
-
-static void *override_cxx_fb_new_al_nt(size_t n, size_t al, const void *nt)
-{
-	(void)nt;
-	void *p = NULL;
-	if (posix_memalign(&p, al < sizeof(void *) ? sizeof(void *) : al, n ? n : 1) != 0)
-		return NULL;
-	return p;
-}
-
-static void *override_cxx_fb_new_al(size_t n, size_t al)
-{
-	void *p = override_cxx_fb_new_al_nt(n, al, NULL);
-	if (!p)
-		override_cxx_die();
-	return p;
-}
-
-static void override_cxx_fb_del(void *p)
-{
-	free(p);
-}
-
-static void override_cxx_fb_del_sz(void *p, size_t n)
+static void *override_cxx_none_new(size_t n)
 {
 	(void)n;
-	free(p);
+	override_cxx_die();
+	return NULL;
 }
 
-static void override_cxx_fb_del_nt(void *p, const void *nt)
+static void *override_cxx_none_new_nt(size_t n, const void *nt)
 {
+	(void)n;
 	(void)nt;
-	free(p);
+	return NULL;
 }
 
-static void override_cxx_fb_del_sz_al(void *p, size_t n, size_t al)
+static void *override_cxx_none_new_al(size_t n, size_t al)
 {
 	(void)n;
 	(void)al;
-	free(p);
+	override_cxx_die();
+	return NULL;
 }
 
-static void override_cxx_fb_del_al_nt(void *p, size_t al, const void *nt)
+static void *override_cxx_none_new_al_nt(size_t n, size_t al, const void *nt)
 {
+	(void)n;
 	(void)al;
 	(void)nt;
-	free(p);
+	return NULL;
 }
 
-/* ---- the real operators ----------------------------------------------------------------- */
-
-/* X(symbol, field, type, fallback, is an operator new: a plumbing range to register) */
-#define OVERRIDE_CXX_OPS(X) \
-	X(_Znwm, nw, cxx_new_fn, override_cxx_fb_new, 1) \
-	X(_Znam, na, cxx_new_fn, override_cxx_fb_new, 1) \
-	X(_ZnwmRKSt9nothrow_t, nw_nt, cxx_new_nt_fn, override_cxx_fb_new_nt, 1) \
-	X(_ZnamRKSt9nothrow_t, na_nt, cxx_new_nt_fn, override_cxx_fb_new_nt, 1) \
-	X(_ZnwmSt11align_val_t, nw_al, cxx_new_al_fn, override_cxx_fb_new_al, 1) \
-	X(_ZnamSt11align_val_t, na_al, cxx_new_al_fn, override_cxx_fb_new_al, 1) \
-	X(_ZnwmSt11align_val_tRKSt9nothrow_t, nw_al_nt, cxx_new_al_nt_fn, \
-	  override_cxx_fb_new_al_nt, 1) \
-	X(_ZnamSt11align_val_tRKSt9nothrow_t, na_al_nt, cxx_new_al_nt_fn, \
-	  override_cxx_fb_new_al_nt, 1) \
-	X(_ZdlPv, dl, cxx_del_fn, override_cxx_fb_del, 0) \
-	X(_ZdaPv, da, cxx_del_fn, override_cxx_fb_del, 0) \
-	X(_ZdlPvm, dl_sz, cxx_del_sz_fn, override_cxx_fb_del_sz, 0) \
-	X(_ZdaPvm, da_sz, cxx_del_sz_fn, override_cxx_fb_del_sz, 0) \
-	X(_ZdlPvRKSt9nothrow_t, dl_nt, cxx_del_nt_fn, override_cxx_fb_del_nt, 0) \
-	X(_ZdaPvRKSt9nothrow_t, da_nt, cxx_del_nt_fn, override_cxx_fb_del_nt, 0) \
-	X(_ZdlPvSt11align_val_t, dl_al, cxx_del_sz_fn, override_cxx_fb_del_sz, 0) \
-	X(_ZdaPvSt11align_val_t, da_al, cxx_del_sz_fn, override_cxx_fb_del_sz, 0) \
-	X(_ZdlPvmSt11align_val_t, dl_sz_al, cxx_del_sz_al_fn, override_cxx_fb_del_sz_al, 0) \
-	X(_ZdaPvmSt11align_val_t, da_sz_al, cxx_del_sz_al_fn, override_cxx_fb_del_sz_al, 0) \
-	X(_ZdlPvSt11align_val_tRKSt9nothrow_t, dl_al_nt, cxx_del_al_nt_fn, \
-	  override_cxx_fb_del_al_nt, 0) \
-	X(_ZdaPvSt11align_val_tRKSt9nothrow_t, da_al_nt, cxx_del_al_nt_fn, \
-	  override_cxx_fb_del_al_nt, 0)
-
-/* Bootstrap stubs (defined below): resolve everything, then call the real operator. */
-static void *override_cxx_boot_nw(size_t n);
-static void *override_cxx_boot_na(size_t n);
-static void *override_cxx_boot_nw_nt(size_t n, const void *nt);
-static void *override_cxx_boot_na_nt(size_t n, const void *nt);
-static void *override_cxx_boot_nw_al(size_t n, size_t al);
-static void *override_cxx_boot_na_al(size_t n, size_t al);
-static void *override_cxx_boot_nw_al_nt(size_t n, size_t al, const void *nt);
-static void *override_cxx_boot_na_al_nt(size_t n, size_t al, const void *nt);
-static void override_cxx_boot_dl(void *p);
-static void override_cxx_boot_da(void *p);
-static void override_cxx_boot_dl_sz(void *p, size_t n);
-static void override_cxx_boot_da_sz(void *p, size_t n);
-static void override_cxx_boot_dl_nt(void *p, const void *nt);
-static void override_cxx_boot_da_nt(void *p, const void *nt);
-static void override_cxx_boot_dl_al(void *p, size_t al);
-static void override_cxx_boot_da_al(void *p, size_t al);
-static void override_cxx_boot_dl_sz_al(void *p, size_t n, size_t al);
-static void override_cxx_boot_da_sz_al(void *p, size_t n, size_t al);
-static void override_cxx_boot_dl_al_nt(void *p, size_t al, const void *nt);
-static void override_cxx_boot_da_al_nt(void *p, size_t al, const void *nt);
-
-/* Read with plain loads; written by resolvers with aligned pointer stores of equal values. */
-static struct {
-#define X(sym, field, type, fb, isnew) type field;
-	OVERRIDE_CXX_OPS(X)
-#undef X
-} override_cxx = {
-#define X(sym, field, type, fb, isnew) .field = override_cxx_boot_##field,
-	OVERRIDE_CXX_OPS(X)
-#undef X
+/* Stand-ins by field (the deletes: the inline ones). */
+static const struct override_cxx_ops override_cxx_none = {
+	.nw = override_cxx_none_new,
+	.na = override_cxx_none_new,
+	.nw_nt = override_cxx_none_new_nt,
+	.na_nt = override_cxx_none_new_nt,
+	.nw_al = override_cxx_none_new_al,
+	.na_al = override_cxx_none_new_al,
+	.nw_al_nt = override_cxx_none_new_al_nt,
+	.na_al_nt = override_cxx_none_new_al_nt,
+#define OVERRIDE_CXX_INLINE_INIT(sym, field, params, args) .field = override_cxx_inline_##field,
+	OVERRIDE_CXX_DELETES(OVERRIDE_CXX_INLINE_INIT)
 };
 
-/* Set by the first resolver, the one that registers the plumbing ranges. */
-static _Atomic int override_cxx_registered;
-/* Bounding boxes for the wrappers' "called by plumbing" test: the shim's text (set by the
- * constructor) and the real operators new (set when resolved). */
-static uintptr_t override_cxx_text_lo, override_cxx_text_hi;
-static _Atomic uintptr_t override_cxx_real_lo = UINTPTR_MAX, override_cxx_real_hi;
+static const struct override_cxx_ops override_cxx_inline = {
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_INLINE_INIT) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_INLINE_INIT)
+#undef OVERRIDE_CXX_INLINE_INIT
+};
 
-static void override_cxx_register(void *fn)
-{
-	Dl_info di;
-	const ElfW(Sym) *sym = NULL;
-	if (!dladdr1(fn, &di, (void **)&sym, RTLD_DL_SYMENT) || !sym || !sym->st_size ||
-	    !di.dli_saddr)
-		return;
-	uintptr_t lo = (uintptr_t)di.dli_saddr, hi = lo + sym->st_size;
-	if (stack_add_cxx_range(lo, hi) != 0)
-		return;
-	if (lo < atomic_load_explicit(&override_cxx_real_lo, memory_order_relaxed))
-		atomic_store_explicit(&override_cxx_real_lo, lo, memory_order_relaxed);
-	if (hi > atomic_load_explicit(&override_cxx_real_hi, memory_order_relaxed))
-		atomic_store_explicit(&override_cxx_real_hi, hi, memory_order_relaxed);
-}
+#define OVERRIDE_CXX_NEW_BOOT(sym, field, params, args) \
+	static void *override_cxx_boot_##field params \
+	{ \
+		override_cxx_resolve(); \
+		return __atomic_load_n(&override_cxx.field, __ATOMIC_RELAXED) args; \
+	}
+#define OVERRIDE_CXX_DEL_BOOT(sym, field, params, args) \
+	static void override_cxx_boot_##field params \
+	{ \
+		override_cxx_resolve(); \
+		__atomic_load_n(&override_cxx.field, __ATOMIC_RELAXED) args; \
+	}
+OVERRIDE_CXX_NEWS(OVERRIDE_CXX_NEW_BOOT)
+OVERRIDE_CXX_DELETES(OVERRIDE_CXX_DEL_BOOT)
 
-/*
- * Every caller resolves (the values are the same, and waiting for another resolver could
- * deadlock: a thread inside dlopen holds the loader lock that dlsym takes); only the first
- * registers the ranges.
- */
-static llgo_noinline void override_cxx_resolve(void)
+/* ---- the exported operators: one jump each ------------------------------------------------ */
+
+#define OVERRIDE_CXX_NEW_EXPORT(sym, field, params, args) \
+	llgo_export void *sym params \
+	{ \
+		return __atomic_load_n(&override_cxx.field, __ATOMIC_RELAXED) args; \
+	}
+#define OVERRIDE_CXX_DEL_EXPORT(sym, field, params, args) \
+	llgo_export void sym params \
+	{ \
+		__atomic_load_n(&override_cxx.field, __ATOMIC_RELAXED) args; \
+	}
+OVERRIDE_CXX_NEWS(OVERRIDE_CXX_NEW_EXPORT)
+OVERRIDE_CXX_DELETES(OVERRIDE_CXX_DEL_EXPORT)
+
+/* The shim's own definitions, by hidden aliases: taking the address of an exported symbol in
+ * position-independent code yields the program-wide one, which may be a replacement. */
+#define OVERRIDE_CXX_SELF(sym, field, params, args) \
+	extern __typeof__(sym) override_cxx_self_##field __attribute__((alias(#sym))) llgo_hidden;
+OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SELF)
+OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SELF)
+
+/* ---- resolving ---------------------------------------------------------------------------- */
+
+/* Register the next operators new as plumbing (stack.c) so that a sample taken inside one
+ * starts at its caller. dladdr1 scans the defining object's symbol table (about 0.1 million
+ * instructions per call in libstdc++), so the inline mode, where the real operators run only
+ * after a failed allocation, registers them on its first failure instead of at start-up. */
+static void override_cxx_register(void)
 {
 	int expect = 0;
-	bool reg = atomic_compare_exchange_strong_explicit(&override_cxx_registered, &expect, 1,
-							   memory_order_relaxed,
-							   memory_order_relaxed);
+	if (!atomic_compare_exchange_strong_explicit(&override_cxx_registered, &expect, 1,
+						     memory_order_relaxed, memory_order_relaxed))
+		return;
 	struct llgo_heap_thread *t = &llgo_heap_tls;
 	uint8_t guard = t->guard;
-	t->guard = 1; /* dlsym and dladdr1 may allocate: never sample that */
-	void *f;
-#define X(sym, field, type, fb, isnew) \
-	f = dlsym(RTLD_NEXT, #sym); \
-	if (reg && f && (isnew)) \
-		override_cxx_register(f); \
-	__atomic_store_n(&override_cxx.field, f ? (type)f : (fb), __ATOMIC_RELEASE);
-	OVERRIDE_CXX_OPS(X)
-#undef X
+	t->guard = 1; /* dladdr1 may allocate: never sample that */
+	void *fns[] = {
+#define OVERRIDE_CXX_FN(sym, field, params, args) (void *)override_cxx_next.field,
+		OVERRIDE_CXX_NEWS(OVERRIDE_CXX_FN)
+#undef OVERRIDE_CXX_FN
+	};
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(fns); i++) {
+		Dl_info di;
+		const ElfW(Sym) *sym = NULL;
+		if (!dladdr1(fns[i], &di, (void **)&sym, RTLD_DL_SYMENT) || !sym ||
+		    !sym->st_size || !di.dli_saddr ||
+		    di.dli_fbase == override_cxx_self()) /* a stand-in: the shim's own */
+			continue;
+		stack_add_range((uintptr_t)di.dli_saddr, (uintptr_t)di.dli_saddr + sym->st_size);
+	}
 	t->guard = guard;
 }
 
-static void *override_cxx_boot_nw(size_t n)
+/* The shim's load address (to recognise its own definitions). */
+static void *override_cxx_self(void)
 {
-	override_cxx_resolve();
-	return override_cxx.nw(n);
-}
-static void *override_cxx_boot_na(size_t n)
-{
-	override_cxx_resolve();
-	return override_cxx.na(n);
-}
-static void *override_cxx_boot_nw_nt(size_t n, const void *nt)
-{
-	override_cxx_resolve();
-	return override_cxx.nw_nt(n, nt);
-}
-static void *override_cxx_boot_na_nt(size_t n, const void *nt)
-{
-	override_cxx_resolve();
-	return override_cxx.na_nt(n, nt);
-}
-static void *override_cxx_boot_nw_al(size_t n, size_t al)
-{
-	override_cxx_resolve();
-	return override_cxx.nw_al(n, al);
-}
-static void *override_cxx_boot_na_al(size_t n, size_t al)
-{
-	override_cxx_resolve();
-	return override_cxx.na_al(n, al);
-}
-static void *override_cxx_boot_nw_al_nt(size_t n, size_t al, const void *nt)
-{
-	override_cxx_resolve();
-	return override_cxx.nw_al_nt(n, al, nt);
-}
-static void *override_cxx_boot_na_al_nt(size_t n, size_t al, const void *nt)
-{
-	override_cxx_resolve();
-	return override_cxx.na_al_nt(n, al, nt);
-}
-static void override_cxx_boot_dl(void *p)
-{
-	override_cxx_resolve();
-	override_cxx.dl(p);
-}
-static void override_cxx_boot_da(void *p)
-{
-	override_cxx_resolve();
-	override_cxx.da(p);
-}
-static void override_cxx_boot_dl_sz(void *p, size_t n)
-{
-	override_cxx_resolve();
-	override_cxx.dl_sz(p, n);
-}
-static void override_cxx_boot_da_sz(void *p, size_t n)
-{
-	override_cxx_resolve();
-	override_cxx.da_sz(p, n);
-}
-static void override_cxx_boot_dl_nt(void *p, const void *nt)
-{
-	override_cxx_resolve();
-	override_cxx.dl_nt(p, nt);
-}
-static void override_cxx_boot_da_nt(void *p, const void *nt)
-{
-	override_cxx_resolve();
-	override_cxx.da_nt(p, nt);
-}
-static void override_cxx_boot_dl_al(void *p, size_t al)
-{
-	override_cxx_resolve();
-	override_cxx.dl_al(p, al);
-}
-static void override_cxx_boot_da_al(void *p, size_t al)
-{
-	override_cxx_resolve();
-	override_cxx.da_al(p, al);
-}
-static void override_cxx_boot_dl_sz_al(void *p, size_t n, size_t al)
-{
-	override_cxx_resolve();
-	override_cxx.dl_sz_al(p, n, al);
-}
-static void override_cxx_boot_da_sz_al(void *p, size_t n, size_t al)
-{
-	override_cxx_resolve();
-	override_cxx.da_sz_al(p, n, al);
-}
-static void override_cxx_boot_dl_al_nt(void *p, size_t al, const void *nt)
-{
-	override_cxx_resolve();
-	override_cxx.dl_al_nt(p, al, nt);
-}
-static void override_cxx_boot_da_al_nt(void *p, size_t al, const void *nt)
-{
-	override_cxx_resolve();
-	override_cxx.da_al_nt(p, al, nt);
+	Dl_info di;
+	if (!dladdr((void *)(uintptr_t)override_cxx_die, &di))
+		return NULL;
+	return di.dli_fbase;
 }
 
-__attribute__((constructor(103))) static void override_cxx_init(void)
+/* Every operator and std::get_new_handler are those of the libstdc++.so.6 that is loaded (a
+ * hash lookup per symbol in that object: dlsym on its handle starts with the object). */
+static bool override_cxx_is_libstdcxx(const struct override_cxx_ops *raw, void *get_handler)
 {
-	stack_init();
-	stack_shim_text(&override_cxx_text_lo, &override_cxx_text_hi);
-}
-
-/* ---- the wrappers ----------------------------------------------------------------------- */
-
-/* The wrapper was called by the program, not by a real operator or another wrapper. */
-static inline __attribute__((always_inline)) bool override_cxx_outer(uintptr_t ra)
-{
-	uintptr_t at = ra - 1;
-	if (at - override_cxx_text_lo < override_cxx_text_hi - override_cxx_text_lo)
+	void *lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
+	if (!lib)
 		return false;
-	if (at >= atomic_load_explicit(&override_cxx_real_lo, memory_order_relaxed) &&
-	    at < atomic_load_explicit(&override_cxx_real_hi, memory_order_relaxed))
-		return !stack_is_cxx_operator(ra);
+	bool same = get_handler && dlsym(lib, "_ZSt15get_new_handlerv") == get_handler;
+#define OVERRIDE_CXX_SAME(sym, field, params, args) \
+	same = same && raw->field && dlsym(lib, #sym) == (void *)raw->field;
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SAME) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SAME)
+#undef OVERRIDE_CXX_SAME
+	dlclose(lib); /* the NOLOAD reference only: libstdc++ stays loaded */
+	return same;
+}
+
+/* name resolves, for the program, to the shim's own definition. dladdr scans the defining
+ * object's symbols: few when it is the shim. */
+static bool override_cxx_mine(const char *name, void *self)
+{
+	Dl_info di;
+	void *f = dlsym(RTLD_DEFAULT, name);
+	return f && dladdr(f, &di) && di.dli_fbase == self;
+}
+
+/*
+ * libstdc++'s operators would not do what the inline mode does: some operator resolves, for
+ * the program, to a definition other than the shim's own (its hidden alias), a replacement
+ * that libstdc++'s other operators call; or malloc, free or aligned_alloc, which libstdc++'s
+ * operators call through their PLT, are not the shim's (an allocator preloaded before it, or
+ * defined by the program), so the shim's real ones would be a different heap.
+ */
+static bool override_cxx_replaced(void)
+{
+	bool replaced = false;
+#define OVERRIDE_CXX_MINE(sym, field, params, args) \
+	replaced = replaced || \
+		   dlsym(RTLD_DEFAULT, #sym) != (void *)(uintptr_t)override_cxx_self_##field;
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_MINE) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_MINE)
+#undef OVERRIDE_CXX_MINE
+	if (replaced)
+		return true;
+	void *self = override_cxx_self();
+	return !override_cxx_mine("malloc", self) || !override_cxx_mine("free", self) ||
+	       !override_cxx_mine("aligned_alloc", self);
+}
+
+/*
+ * Find the next definitions and install a mode. Returns false, installing nothing, when no
+ * C++ runtime is found and !always (the constructor: a C program may dlopen one later); the
+ * first call of an operator passes always. Every caller resolves (the values are the same, and
+ * waiting for another resolver could deadlock: a thread inside dlopen holds the loader lock
+ * that dlsym takes). The next definitions are the ones after the shim in the global scope;
+ * failing that (a C program that dlopened a C++ library RTLD_LOCAL), a libstdc++ that is
+ * loaded anywhere.
+ */
+static bool override_cxx_setup(bool always)
+{
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	uint8_t guard = t->guard;
+	t->guard = 1; /* dlsym, dladdr and dlopen may allocate: never sample that */
+	struct override_cxx_ops raw;
+	bool any = false;
+#define OVERRIDE_CXX_NEXT(sym, field, params, args) \
+	raw.field = (__typeof__(raw.field))dlsym(RTLD_NEXT, #sym); \
+	any = any || raw.field;
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_NEXT) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_NEXT)
+#undef OVERRIDE_CXX_NEXT
+	void *gnh = dlsym(RTLD_NEXT, "_ZSt15get_new_handlerv");
+	if (!any) {
+		void *lib = dlopen("libstdc++.so.6", RTLD_LAZY | RTLD_NOLOAD);
+		if (lib) { /* kept open: its operators stay in use */
+#define OVERRIDE_CXX_LIB(sym, field, params, args) \
+	raw.field = (__typeof__(raw.field))dlsym(lib, #sym); \
+	any = any || raw.field;
+			OVERRIDE_CXX_NEWS(OVERRIDE_CXX_LIB) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_LIB)
+#undef OVERRIDE_CXX_LIB
+			gnh = dlsym(lib, "_ZSt15get_new_handlerv");
+		}
+	}
+	if (!any && !always) {
+		t->guard = guard;
+		return false;
+	}
+	bool inline_mode = true;
+	if (!any)
+		gnh = NULL;
+	else
+		inline_mode = override_cxx_is_libstdcxx(&raw, gnh) && !override_cxx_replaced();
+
+#define OVERRIDE_CXX_SET_NEXT(sym, field, params, args) \
+	__atomic_store_n(&override_cxx_next.field, raw.field ? raw.field : override_cxx_none.field, \
+			 __ATOMIC_RELAXED);
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SET_NEXT) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SET_NEXT)
+#undef OVERRIDE_CXX_SET_NEXT
+	__atomic_store_n(&override_cxx_get_handler, (override_cxx_handler(*)(void))gnh,
+			 __ATOMIC_RELAXED);
+	atomic_store_explicit(&override_cxx_resolved, 1, memory_order_release);
+#define OVERRIDE_CXX_SET_ENTRY(sym, field, params, args) \
+	__atomic_store_n(&override_cxx.field, \
+			 inline_mode || !raw.field ? override_cxx_inline.field : raw.field, \
+			 __ATOMIC_RELEASE);
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SET_ENTRY) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SET_ENTRY)
+#undef OVERRIDE_CXX_SET_ENTRY
+	t->guard = guard;
+	if (!inline_mode)
+		override_cxx_register();
 	return true;
 }
 
-/* The asm uses p after the call, so the call cannot become a tail jump: the wrapper's frame
- * stays on the stack while the real operator runs. */
-#define OVERRIDE_CXX_NEW(sym, field, params, args) \
-	llgo_export void *sym params \
-	{ \
-		struct llgo_heap_thread *t = &llgo_heap_tls; \
-		bool outer = override_cxx_outer((uintptr_t)__builtin_return_address(0)); \
-		if (outer) { \
-			t->cxx_frame = (uintptr_t)__builtin_frame_address(0); \
-			t->cxx_size = n; \
-		} \
-		void *p = override_cxx.field args; \
-		if (outer) \
-			t->cxx_frame = 0; \
-		__asm__ volatile("" : : "r"(p) : "memory"); \
-		return p; \
-	}
+static llgo_noinline void override_cxx_resolve(void)
+{
+	override_cxx_setup(true);
+}
 
-OVERRIDE_CXX_NEW(_Znwm, nw, (size_t n), (n))
-OVERRIDE_CXX_NEW(_Znam, na, (size_t n), (n))
-OVERRIDE_CXX_NEW(_ZnwmRKSt9nothrow_t, nw_nt, (size_t n, const void *nt), (n, nt))
-OVERRIDE_CXX_NEW(_ZnamRKSt9nothrow_t, na_nt, (size_t n, const void *nt), (n, nt))
-OVERRIDE_CXX_NEW(_ZnwmSt11align_val_t, nw_al, (size_t n, size_t al), (n, al))
-OVERRIDE_CXX_NEW(_ZnamSt11align_val_t, na_al, (size_t n, size_t al), (n, al))
-OVERRIDE_CXX_NEW(_ZnwmSt11align_val_tRKSt9nothrow_t, nw_al_nt,
-		 (size_t n, size_t al, const void *nt), (n, al, nt))
-OVERRIDE_CXX_NEW(_ZnamSt11align_val_tRKSt9nothrow_t, na_al_nt,
-		 (size_t n, size_t al, const void *nt), (n, al, nt))
-
-#define OVERRIDE_CXX_DELETE(sym, field, params, args) \
-	llgo_export void sym params \
-	{ \
-		override_cxx.field args; \
-	}
-
-OVERRIDE_CXX_DELETE(_ZdlPv, dl, (void *p), (p))
-OVERRIDE_CXX_DELETE(_ZdaPv, da, (void *p), (p))
-OVERRIDE_CXX_DELETE(_ZdlPvm, dl_sz, (void *p, size_t n), (p, n))
-OVERRIDE_CXX_DELETE(_ZdaPvm, da_sz, (void *p, size_t n), (p, n))
-OVERRIDE_CXX_DELETE(_ZdlPvRKSt9nothrow_t, dl_nt, (void *p, const void *nt), (p, nt))
-OVERRIDE_CXX_DELETE(_ZdaPvRKSt9nothrow_t, da_nt, (void *p, const void *nt), (p, nt))
-OVERRIDE_CXX_DELETE(_ZdlPvSt11align_val_t, dl_al, (void *p, size_t al), (p, al))
-OVERRIDE_CXX_DELETE(_ZdaPvSt11align_val_t, da_al, (void *p, size_t al), (p, al))
-OVERRIDE_CXX_DELETE(_ZdlPvmSt11align_val_t, dl_sz_al, (void *p, size_t n, size_t al),
-		    (p, n, al))
-OVERRIDE_CXX_DELETE(_ZdaPvmSt11align_val_t, da_sz_al, (void *p, size_t n, size_t al),
-		    (p, n, al))
-OVERRIDE_CXX_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, dl_al_nt,
-		    (void *p, size_t al, const void *nt), (p, al, nt))
-OVERRIDE_CXX_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, da_al_nt,
-		    (void *p, size_t al, const void *nt), (p, al, nt))
+/* At load, when the program links a C++ runtime: resolving then keeps the dladdr and dlsym
+ * calls out of the program's first new. After the malloc family (101) and attach (102). */
+__attribute__((constructor(103))) static void override_cxx_init(void)
+{
+	if (!atomic_load_explicit(&override_cxx_resolved, memory_order_acquire))
+		override_cxx_setup(false);
+}

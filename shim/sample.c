@@ -167,17 +167,10 @@ static inline void sample_take(size_t size, void *p, void *ra, void *frame)
 						  memory_order_relaxed);
 		} else {
 			uint64_t frames[LLGO_MAX_FRAMES];
-			/* Called from a real C++ operator new under one of our wrappers: walk
-			 * from the wrapper and record the size the program asked of it. */
-			uintptr_t cxx = 0;
-			if (t->cxx_frame && stack_is_cxx_operator((uint64_t)(uintptr_t)ra)) {
-				cxx = t->cxx_frame;
-				size = t->cxx_size;
-			}
 			uintptr_t lo, hi, lo2, hi2;
-			stack_bounds_for(t, cxx ? cxx : (uintptr_t)frame, &lo, &hi, &lo2, &hi2);
-			uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, ra, frame, cxx, lo,
-						   hi, lo2, hi2);
+			stack_bounds_for(t, (uintptr_t)frame, &lo, &hi, &lo2, &hi2);
+			uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, ra, frame, lo, hi, lo2,
+						   hi2);
 			emit_sample(t, size, llgo_rate_from_word(w), (uint64_t)(uintptr_t)p,
 				    frames, n);
 		}

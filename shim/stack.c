@@ -38,7 +38,6 @@ struct stack_range {
 };
 
 #define STACK_MAX_TEXT 4u
-#define STACK_MAX_CXX 16u
 #define STACK_MAX_PREFIXES 16u
 #define STACK_PREFIX_LEN 64u
 
@@ -48,8 +47,6 @@ static uint32_t stack_ntext;
 
 static struct stack_range stack_ranges[STACK_MAX_RANGES];
 static _Atomic uint32_t stack_nranges;
-static struct stack_range stack_cxx[STACK_MAX_CXX];
-static _Atomic uint32_t stack_ncxx;
 
 /* llgo_heap_trim_add's prefixes, kept so that a prefix is looked up once. */
 static pthread_mutex_t stack_prefix_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -91,24 +88,13 @@ int stack_add_range(uintptr_t lo, uintptr_t hi)
 	return stack_range_add(stack_ranges, &stack_nranges, STACK_MAX_RANGES, lo, hi);
 }
 
-int stack_add_cxx_range(uintptr_t lo, uintptr_t hi)
-{
-	return stack_range_add(stack_cxx, &stack_ncxx, STACK_MAX_CXX, lo, hi);
-}
-
-bool stack_is_cxx_operator(uint64_t pc)
-{
-	return stack_range_find(stack_cxx, &stack_ncxx, STACK_MAX_CXX, (uintptr_t)pc - 1);
-}
-
 bool stack_is_plumbing(uint64_t pc)
 {
 	uintptr_t at = (uintptr_t)pc - 1; /* the call instruction, not the one after it */
 	for (uint32_t i = 0; i < stack_ntext; i++)
 		if (at >= stack_text_lo[i] && at < stack_text_hi[i])
 			return true;
-	return stack_range_find(stack_cxx, &stack_ncxx, STACK_MAX_CXX, at) ||
-	       stack_range_find(stack_ranges, &stack_nranges, STACK_MAX_RANGES, at);
+	return stack_range_find(stack_ranges, &stack_nranges, STACK_MAX_RANGES, at);
 }
 
 /* ---- the shim's own text --------------------------------------------------------------- */
@@ -213,8 +199,8 @@ uint32_t stack_trim(uint64_t *frames, uint32_t n)
 	return n - k;
 }
 
-uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintptr_t cxx_frame,
-		       uintptr_t lo, uintptr_t hi, uintptr_t lo2, uintptr_t hi2)
+uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintptr_t lo,
+		       uintptr_t hi, uintptr_t lo2, uintptr_t hi2)
 {
 	/* Room for plumbing frames that trimming removes. */
 	uint64_t tmp[LLGO_MAX_FRAMES + 8];
@@ -222,15 +208,11 @@ uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintp
 	uint32_t n = 0;
 	if (max == 0)
 		return 0;
-	if (cxx_frame)
-		n = stack_walk_from(tmp, cap, cxx_frame, 0, lo, hi, lo2, hi2);
-	if (n == 0) {
-		tmp[n++] = (uint64_t)(uintptr_t)ra;
-		uintptr_t f = (uintptr_t)frame;
-		if (!(f & 7) && f >= lo && hi >= lo + 16 && f <= hi - 16)
-			n += stack_walk_from(tmp + 1, cap - 1, ((const uintptr_t *)f)[0], f, lo, hi,
-					     lo2, hi2);
-	}
+	tmp[n++] = (uint64_t)(uintptr_t)ra;
+	uintptr_t f = (uintptr_t)frame;
+	if (!(f & 7) && f >= lo && hi >= lo + 16 && f <= hi - 16)
+		n += stack_walk_from(tmp + 1, cap - 1, ((const uintptr_t *)f)[0], f, lo, hi, lo2,
+				     hi2);
 	n = stack_trim(tmp, n);
 	if (n > max)
 		n = max;

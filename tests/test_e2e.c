@@ -117,13 +117,17 @@ Test(e2e, cxx_new_frame0_is_caller, .timeout = 300)
 	static struct e2e_text_rec recs[4096];
 	long period;
 	int nrec = e2e_parse_text(text, &period, recs, 4096);
-	const char *funcs[] = { "_Z14cxx_new_scalarv", "_Z14cxx_new_objectB5cxx11v",
-				"_Z15cxx_new_alignedv", "_Z15cxx_new_nothrowv" };
-	for (size_t i = 0; i < 4; i++) {
+	const char *funcs[] = { "_Z14cxx_new_scalarv",	      "_Z14cxx_new_objectB5cxx11v",
+				"_Z15cxx_new_alignedv",	      "_Z15cxx_new_nothrowv",
+				"_Z23cxx_new_aligned_nothrowv", "_Z21cxx_new_aligned_arrayv",
+				"_Z19cxx_new_aligned_oddv" };
+	for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++) {
 		long got = e2e_count(recs, nrec, funcs[i], 0);
 		cr_expect_geq(got, 300, "%s: %ld samples with it as frame 0 (want >= 300)\n%s",
 			      funcs[i], got, text);
 	}
+	/* the size the program asked, not the one aligned new rounds up to */
+	cr_expect_eq(e2e_count(recs, nrec, "_Z19cxx_new_aligned_oddv", 100), 300);
 	/* No sample may start inside the shim or libstdc++'s operator new. */
 	for (int i = 0; i < nrec; i++) {
 		cr_expect(strncmp(recs[i].frame0, "_Znw", 4) != 0 &&

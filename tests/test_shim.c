@@ -390,15 +390,17 @@ struct run {
 	double seconds;
 };
 
-/* Run argv with LD_PRELOAD of the plain shim and extra NAME=VALUE strings (NULL-terminated),
- * capturing stdout and stderr together. */
-static void run_prog(struct run *r, const char *const *env_extra, const char *const *argv)
+/* Run argv with LD_PRELOAD of the plain shim (or nothing preloaded when !shim) and extra
+ * NAME=VALUE strings (NULL-terminated), capturing stdout and stderr together. */
+static void run_prog_with(struct run *r, bool shim, const char *const *env_extra,
+			  const char *const *argv)
 {
 	char *envp[32];
 	int ne = 0;
 	static char preload[512];
 	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", LLGO_PLAIN_SHIM);
-	envp[ne++] = preload;
+	if (shim)
+		envp[ne++] = preload;
 	envp[ne++] = "PATH=/usr/bin:/bin";
 	for (int i = 0; env_extra && env_extra[i] && ne < 30; i++)
 		envp[ne++] = (char *)env_extra[i];
@@ -427,6 +429,11 @@ static void run_prog(struct run *r, const char *const *env_extra, const char *co
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void run_prog(struct run *r, const char *const *env_extra, const char *const *argv)
+{
+	run_prog_with(r, true, env_extra, argv);
 }
 
 /* ---- symbols of a program (libelf) ------------------------------------------------------ */
@@ -570,25 +577,142 @@ Test(shim, behaviour_at_rate_1_and_default_rate, .timeout = 120)
 	}
 }
 
-Test(shim, cxx_behaviour)
+/* Every operator new/delete form under the shim at rate 0, the default rate and rate 1 (a
+ * daemon attached): the program's own checks pass (alignment, sizes, nothrow, bad_alloc, the
+ * new_handler loop freeing memory then succeeding, a throwing handler, every delete freeing),
+ * and every edge case (impossible sizes, invalid and huge alignments, handlers that count,
+ * remove themselves or throw) ends exactly as in a run without the shim. */
+Test(shim, cxx_behaviour, .timeout = 300)
 {
+	static struct run plain, r;
+	const char *sem_argv[] = { PROGS "/shim_cxx", "semantics", NULL };
+	const char *check_argv[] = { PROGS "/shim_cxx", "check", NULL };
+	run_prog_with(&plain, false, NULL, sem_argv);
+	cr_assert_eq(plain.status, 0, "plain run:\n%s", plain.out);
+	cr_assert(strstr(plain.out, "bad_alloc, handler called 3") != NULL, "%s", plain.out);
+	run_prog_with(&r, false, NULL, check_argv);
+	cr_assert_str_eq(r.out, "check ok (0 failures)\n", "the checks fail without the shim");
+	const char *rates[] = { "LLGO_HEAP_RATE=0", NULL /* default */, "LLGO_HEAP_RATE=1" };
+	for (int k = 0; k < 3; k++) {
+		const char *rate = rates[k] ? rates[k] : "default rate";
+		struct fake *f = fake_start(FAKE_ACK_OK, true);
+		char sock[200];
+		snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+		const char *env[] = { sock, rates[k], NULL };
+		run_prog(&r, env, check_argv);
+		cr_expect_eq(r.status, 0, "%s: output:\n%s", rate, r.out);
+		cr_expect_str_eq(r.out, "check ok (0 failures)\n", "%s", rate);
+		run_prog(&r, env, sem_argv);
+		cr_expect_eq(r.status, 0, "%s: output:\n%s", rate, r.out);
+		cr_expect_str_eq(r.out, plain.out, "%s: outcomes differ from the plain run", rate);
+		fake_stop(f);
+		cr_expect_eq(f->nconns, 2, "%s: both runs attached", rate);
+		if (k == 0)
+			cr_expect_eq(f->nrecs, 0, "rate 0 recorded %zu", f->nrecs);
+		else
+			cr_expect_gt(f->nrecs, k == 2 ? 5000 : 10, "%s: %zu records", rate,
+				     f->nrecs);
+		for (int c = 0; c < f->nconns; c++)
+			expect_accounting(f, c);
+		fake_free(f);
+	}
+	/* and without a daemon */
+	const char *env2[] = { "LLGO_HEAP_SOCKET=/nonexistent.sock", NULL };
+	run_prog(&r, env2, check_argv);
+	cr_expect_str_eq(r.out, "check ok (0 failures)\n");
+}
+
+/* Another definition of the operators after the shim (a preloaded allocator's): every form is
+ * forwarded to it, and what it allocates through the shim's malloc is sampled with frame 0
+ * the caller of new. A malloc preloaded before the shim: new and delete still reach it, as
+ * libstdc++'s do. A program that replaces only operator new and delete: libstdc++'s other
+ * forms call the replacements, with or without the shim. */
+Test(shim, cxx_forwards_to_a_next_definition_or_a_replacement, .timeout = 120)
+{
+	static struct run r;
+	const char *rep_argv[] = { PROGS "/shim_cxx_replaced", NULL };
+	run_prog_with(&r, false, NULL, rep_argv);
+	cr_assert_str_eq(r.out, "replaced new 8 delete 8\n");
 	struct fake *f = fake_start(FAKE_ACK_OK, true);
 	char sock[200];
 	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
 	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
-	const char *argv[] = { PROGS "/shim_cxx", "check", NULL };
-	struct run r;
+	run_prog(&r, env, rep_argv);
+	cr_expect_str_eq(r.out, "replaced new 8 delete 8\n");
+
+	static char preload[600];
+	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s:%s", LLGO_PLAIN_SHIM,
+		 PROGS "/libshim_cxxnext.so");
+	const char *env2[] = { preload, sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *next_argv[] = { PROGS "/shim_cxx", "next", NULL };
+	run_prog_with(&r, false, env2, next_argv);
+	cr_expect_str_eq(r.out, "next calls 24\n", "every form reaches the next definition");
+	static struct run sites_run;
+	const char *sites_argv[] = { PROGS "/shim_cxx", "sites", "200", NULL };
+	run_prog_with(&sites_run, false, env2, sites_argv);
+	cr_assert_eq(sites_run.status, 0, "output:\n%s", sites_run.out);
+
+	static char preload_first[600];
+	snprintf(preload_first, sizeof(preload_first), "LD_PRELOAD=%s",
+		 PROGS "/libshim_mallocfirst.so");
+	const char *env3[] = { preload_first, NULL };
+	const char *first_argv[] = { PROGS "/shim_cxx", "first", NULL };
+	run_prog_with(&r, false, env3, first_argv);
+	cr_assert_str_eq(r.out, "first calls 20\n", "without the shim");
+	snprintf(preload_first, sizeof(preload_first), "LD_PRELOAD=%s:%s",
+		 PROGS "/libshim_mallocfirst.so", LLGO_PLAIN_SHIM);
+	const char *env4[] = { preload_first, sock, "LLGO_HEAP_RATE=1", NULL };
+	run_prog_with(&r, false, env4, first_argv);
+	cr_expect_str_eq(r.out, "first calls 20\n", "malloc before the shim");
+	const char *check_argv[] = { PROGS "/shim_cxx", "check", NULL };
+	run_prog_with(&r, false, env4, check_argv);
+	cr_expect_str_eq(r.out, "check ok (0 failures)\n", "malloc before the shim");
+
+	fake_stop(f);
+	cr_assert_geq(f->nconns, 3); /* one connection per run, in order */
+	static struct syms y;
+	syms_load(&y, PROGS "/shim_cxx");
+	syms_slide(&y, sites_run.out);
+	int c = 2; /* the sites run */
+	const char *sites[] = { "cxx_site_new",		  "cxx_site_aligned",
+				"cxx_site_nothrow",	  "cxx_site_aligned_array",
+				"cxx_site_aligned_nothrow", "cxx_site_array_nothrow",
+				"cxx_site_aligned_odd",	    "cxx_site_object_nothrow",
+				"cxx_site_wide_nothrow" };
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(sites); i++)
+		cr_expect_eq(count_site(f, &y, c, sites[i], 0), 200, "%s: %ld records", sites[i],
+			     count_site(f, &y, c, sites[i], 0));
+	for (int k = 0; k < f->nconns; k++)
+		expect_accounting(f, k);
+	fake_free(f);
+}
+
+/* A C program opens a C++ library with dlopen RTLD_LOCAL: the shim's constructor found no C++
+ * runtime, libstdc++ is outside the global scope; the library's operators still behave as
+ * libstdc++'s (bad_alloc, nothrow, alignment, the new_handler loop) and are sampled. */
+Test(shim, cxx_library_dlopened_by_a_c_program, .timeout = 120)
+{
+	static struct run r;
+	const char *argv[] = { PROGS "/shim_cxx_dlopen", PROGS "/libshim_cxxplug.so", NULL };
+	run_prog_with(&r, false, NULL, argv);
+	cr_assert_str_eq(r.out, "plug 6 of 6\n", "without the shim");
+	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	char sock[200];
+	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
 	run_prog(&r, env, argv);
 	fake_stop(f);
 	cr_expect_eq(r.status, 0, "output:\n%s", r.out);
-	cr_expect_str_eq(r.out, "check ok (0 failures)\n");
-	cr_expect_gt(f->nrecs, 500);
+	cr_expect_str_eq(r.out, "plug 6 of 6\n");
+	long longs = 0;
+	for (size_t i = 0; i < f->nrecs; i++)
+		longs += f->recs[i].size == sizeof(long);
+	cr_expect_geq(longs, 1000, "%ld records of new long", longs);
 	expect_accounting(f, 0);
 	fake_free(f);
-	/* and without a daemon */
 	const char *env2[] = { "LLGO_HEAP_SOCKET=/nonexistent.sock", NULL };
 	run_prog(&r, env2, argv);
-	cr_expect_str_eq(r.out, "check ok (0 failures)\n");
+	cr_expect_str_eq(r.out, "plug 6 of 6\n", "rate 0");
 }
 
 /* ---- frames ----------------------------------------------------------------------------- */
@@ -663,13 +787,31 @@ Test(shim, cxx_frame0_is_the_caller_for_every_new_form, .timeout = 120)
 	} sites[] = {
 		{ "cxx_site_new", 28 },	     { "cxx_site_object", 24 },
 		{ "cxx_site_aligned", 256 }, { "cxx_site_nothrow", 300 },
-		{ "cxx_site_aligned_array", 512 },
+		{ "cxx_site_aligned_array", 512 }, { "cxx_site_aligned_nothrow", 768 },
+		{ "cxx_site_array_nothrow", 44 }, { "cxx_site_aligned_odd", 100 },
+		{ "cxx_site_object_nothrow", 40 }, { "cxx_site_wide_nothrow", 256 },
 	};
-	for (size_t i = 0; i < LLGO_ARRAY_SIZE(sites); i++)
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(sites); i++) {
 		cr_expect_eq(count_site(f, &y, 0, sites[i].func, sites[i].size), 200,
 			     "%s: %ld records of size %llu", sites[i].func,
 			     count_site(f, &y, 0, sites[i].func, sites[i].size),
 			     (unsigned long long)sites[i].size);
+		/* (cxx_site_object also allocates the vector's 20-byte buffer) */
+		cr_expect_eq(count_site(f, &y, 0, sites[i].func, 0), i == 1 ? 400 : 200,
+			     "%s sampled more than once per allocation", sites[i].func);
+	}
+	/* the walk goes on from the caller of new: frame 1 of every site's record is main */
+	long at_site = 0, main_next = 0;
+	for (size_t i = 0; i < f->nrecs; i++) {
+		const struct fake_rec *x = &f->recs[i];
+		if (!x->nframes || strncmp(syms_name(&y, x->frames[0]), "cxx_site_", 9) != 0)
+			continue;
+		at_site++;
+		main_next += x->nframes >= 2 && strcmp(syms_name(&y, x->frames[1]), "main") == 0;
+	}
+	cr_expect_eq(at_site, 200 * (long)LLGO_ARRAY_SIZE(sites) + 200);
+	cr_expect_eq(main_next, at_site, "%ld of %ld site records have main as frame 1",
+		     main_next, at_site);
 	expect_accounting(f, 0);
 	fake_free(f);
 }
@@ -956,7 +1098,7 @@ Test(shim, frame_walk_stops_on_hostile_chains)
 	cr_expect_eq(stack_walk(out, LLGO_MAX_FRAMES, lo, 0, 0), 0);
 	/* capture: frame 0 is ra, then the chain from the frame's saved pointer */
 	st[8 * 3] = (uintptr_t)&st[8 * 4];
-	uint32_t n = stack_capture(out, LLGO_MAX_FRAMES, (void *)0x777, &st[8], 0, lo, hi, 0, 0);
+	uint32_t n = stack_capture(out, LLGO_MAX_FRAMES, (void *)0x777, &st[8], lo, hi, 0, 0);
 	cr_expect_eq(n, 1 + 8);
 	cr_expect_eq(out[0], 0x777);
 	cr_expect_eq(out[1], 0x1002);

@@ -17,6 +17,10 @@ __attribute__((noinline)) int *cxx_new_scalar() { int *p = new int[5]; KEEP(p); 
 __attribute__((noinline)) std::string *cxx_new_object() { auto *p = new std::string("x"); KEEP(p); return p; }
 __attribute__((noinline)) Wide *cxx_new_aligned() { Wide *p = new Wide; KEEP(p); return p; }
 __attribute__((noinline)) char *cxx_new_nothrow() { char *p = new (std::nothrow) char[300]; KEEP(p); return p; }
+__attribute__((noinline)) Wide *cxx_new_aligned_nothrow() { Wide *p = new (std::nothrow) Wide; KEEP(p); return p; }
+__attribute__((noinline)) Wide *cxx_new_aligned_array() { Wide *p = new Wide[3]; KEEP(p); return p; }
+// 100 bytes aligned to 64: libstdc++ allocates 128 bytes, the profile must show 100
+__attribute__((noinline)) void *cxx_new_aligned_odd() { void *p = ::operator new(100, std::align_val_t(64)); KEEP(p); return p; }
 
 int main(int argc, char **argv)
 {
@@ -26,10 +30,16 @@ int main(int argc, char **argv)
 		std::string *s = cxx_new_object();
 		Wide *w = cxx_new_aligned();
 		char *c = cxx_new_nothrow();
+		Wide *wn = cxx_new_aligned_nothrow();
+		Wide *wa = cxx_new_aligned_array();
+		void *odd = cxx_new_aligned_odd();
 		delete[] a;
 		delete s;
 		delete w;
 		delete[] c;
+		delete wn;
+		delete[] wa;
+		::operator delete(odd, 100, std::align_val_t(64));
 	}
 	std::printf("cxx done %d\n", n);
 	return 0;
