@@ -219,6 +219,7 @@ struct profile_meta {
 	bool mixed_rates;        /* samples were taken at more than one rate */
 	uint64_t sampled, delivered, dropped, corrupt;
 	uint64_t cap_hits;
+	uint64_t verify_samples, verify_agree; /* --verify-every (verify.c); 0 when off */
 };
 
 struct profile {

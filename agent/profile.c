@@ -433,9 +433,16 @@ uint64_t profile_main_rate(const struct profile *p)
 
 int profile_accounting(struct buf *b, const struct profile *p)
 {
-	return buf_printf(b, "llgo-heap: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
-			  (unsigned long long)p->meta.sampled, (unsigned long long)p->meta.delivered,
-			  (unsigned long long)p->meta.dropped, (unsigned long long)p->meta.corrupt);
+	int rc = buf_printf(b, "llgo-heap: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
+			    (unsigned long long)p->meta.sampled,
+			    (unsigned long long)p->meta.delivered,
+			    (unsigned long long)p->meta.dropped, (unsigned long long)p->meta.corrupt);
+	/* llgo-heapd --verify-every: stacks compared with the kernel's (verify.c) */
+	if (!rc && p->meta.verify_samples)
+		rc = buf_printf(b, " verified=%llu agree=%llu",
+				(unsigned long long)p->meta.verify_samples,
+				(unsigned long long)p->meta.verify_agree);
+	return rc;
 }
 
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr)
