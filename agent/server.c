@@ -1357,6 +1357,7 @@ void server_stop(struct server *srv)
 	for (struct server_conn *c = srv->conns; c; c = c->next)
 		shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&srv->conns_lock);
+	verifier_cancel(srv->verifier); /* a verify in progress ends its window now */
 	server_workq_stop(&srv->shimq);
 	server_workq_stop(&srv->exitq);
 	server_workq_stop(&srv->clientq);

@@ -99,6 +99,7 @@ struct verify_target {
 	size_t pending;
 	bool window;  /* a one-off verify is collecting */
 	bool closing; /* its captures are all in: later records only count as outside */
+	bool stop_pending; /* verify_session_stop came during the window */
 	struct llgo_verify_summary win;
 	struct verify_disagree *dis[VERIFY_KEEP_DISAGREE];
 	uint32_t ndis;
@@ -114,6 +115,7 @@ struct verifier {
 	pthread_t reader;
 	bool reader_started;
 	_Atomic bool stop;
+	_Atomic bool cancel; /* the daemon stops: windows close now */
 	_Atomic uint64_t polls; /* reader passes completed */
 	struct verify_target *targets;
 	uint32_t max_stack; /* frames the kernel's walk can return (buffer, sysctl) */
@@ -397,18 +399,21 @@ void verify_note_record(struct verify_target *t, uint32_t ring_id, const struct 
 	struct verify_entry *e = verify_entry_new(ring_id, rec->seq, VERIFY_RECORD, rec->size,
 						  frames, n);
 	pthread_mutex_lock(&t->lock);
-	if (t->closing) {
-		const struct verify_seqrange *r =
-			ring_id < t->nseqranges ? &t->ranges[ring_id] : NULL;
-		if (!r || !r->khi || rec->seq > r->khi) {
+	/* Not kept: records of a ring the kernel has captured nothing on yet (pushed while the
+	 * uprobe was being installed: the semaphore is up before the program is linked), and,
+	 * once the window closes, records after its ring's last capture. The reader takes a
+	 * capture microseconds after the probe, the drain a record a millisecond or more after
+	 * the push, so a record whose capture is only late is rare; both halves then count as
+	 * outside. */
+	const struct verify_seqrange *r = ring_id < t->nseqranges ? &t->ranges[ring_id] : NULL;
+	if (!r || !r->khi || (t->closing && rec->seq > r->khi)) {
+		if (t->window)
 			t->win.outside++;
-			pthread_mutex_unlock(&t->lock);
-			free(e);
-			return;
-		}
+		pthread_mutex_unlock(&t->lock);
+		free(e);
+		return;
 	}
-	if (t->window)
-		verify_note_range(t, ring_id, rec->seq, VERIFY_RECORD);
+	verify_note_range(t, ring_id, rec->seq, VERIFY_RECORD);
 	if (e)
 		verify_offer(t, e);
 	else
@@ -454,10 +459,15 @@ static void verify_flush(struct verify_target *t, uint64_t older_than, bool coun
 static int verify_on_event(void *ctx, void *data, size_t len)
 {
 	struct verifier *v = ctx;
+	/* the header, then only the frames the kernel found (verify.bpf.c) */
 	struct llgo_verify_event ev;
-	if (len < sizeof(ev))
+	const size_t head = offsetof(struct llgo_verify_event, frames);
+	if (len < head)
 		return 0;
-	memcpy(&ev, data, sizeof(ev));
+	if (len > sizeof(ev))
+		len = sizeof(ev);
+	memset(&ev, 0, sizeof(ev));
+	memcpy(&ev, data, len);
 	pthread_mutex_lock(&v->lock);
 	struct verify_target *t = v->targets;
 	while (t && t->pid != (pid_t)ev.tgid)
@@ -472,10 +482,9 @@ static int verify_on_event(void *ctx, void *data, size_t len)
 			t->win.kernel_errors++;
 	} else {
 		uint32_t n = (uint32_t)ev.stack_len / 8u;
-		if (n > LLGO_VERIFY_MAX_FRAMES)
-			n = LLGO_VERIFY_MAX_FRAMES;
-		if (t->window)
-			verify_note_range(t, ev.ring_id, ev.seq, VERIFY_KERNEL);
+		if (n > (len - head) / 8u)
+			n = (uint32_t)((len - head) / 8u);
+		verify_note_range(t, ev.ring_id, ev.seq, VERIFY_KERNEL);
 		struct verify_entry *e = verify_entry_new(ev.ring_id, ev.seq, VERIFY_KERNEL, ev.size,
 							  (const uint64_t *)(const void *)ev.frames, n);
 		if (e)
@@ -600,11 +609,6 @@ int verifier_load(struct verifier *v, char *err, size_t errlen)
 	}
 	libbpf_set_print(verify_libbpf_print);
 	int rc = verify_precheck(v->load_msg, sizeof(v->load_msg));
-	if (!rc && libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, NULL) == 0) {
-		snprintf(v->load_msg, sizeof(v->load_msg),
-			 "BPF unavailable: the kernel has no BPF ring buffer (Linux 5.8+)");
-		rc = -ENOTSUP;
-	}
 	if (!rc) {
 		v->skel = verify_bpf__open();
 		if (!v->skel) {
@@ -613,8 +617,16 @@ int verifier_load(struct verifier *v, char *err, size_t errlen)
 				       sizeof(v->load_msg));
 		}
 	}
-	if (!rc && (rc = verify_bpf__load(v->skel)) != 0)
-		verify_explain(rc, "loading the BPF program", v->load_msg, sizeof(v->load_msg));
+	if (!rc && (rc = verify_bpf__load(v->skel)) != 0) {
+		/* a kernel without the ring buffer fails the load too; say which it was */
+		if (rc != -EPERM && rc != -EACCES &&
+		    libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, NULL) == 0)
+			snprintf(v->load_msg, sizeof(v->load_msg),
+				 "BPF unavailable: the kernel has no BPF ring buffer (Linux 5.8+)");
+		else
+			verify_explain(rc, "loading the BPF program", v->load_msg,
+				       sizeof(v->load_msg));
+	}
 	if (!rc) {
 		v->rb = ring_buffer__new(bpf_map__fd(v->skel->maps.events), verify_on_event, v, NULL);
 		if (!v->rb) {
@@ -819,12 +831,39 @@ void verify_session_stop(struct verifier *v, struct session *s)
 		return;
 	pthread_mutex_lock(&s->drain_lock);
 	struct verify_target *t = s->verify;
+	if (t) {
+		/* a one-off verify uses t: it tears t down when its window closes */
+		pthread_mutex_lock(&t->lock);
+		bool window = t->window;
+		t->stop_pending |= window;
+		pthread_mutex_unlock(&t->lock);
+		if (window) {
+			pthread_mutex_unlock(&s->drain_lock);
+			return;
+		}
+	}
 	s->verify = NULL;
 	pthread_mutex_unlock(&s->drain_lock);
 	if (!t)
 		return;
 	verify_target_detach(v, t, true);
 	verify_target_free(t);
+}
+
+/* The window of t closed: finish a teardown verify_session_stop left to us. */
+static void verify_stop_pending(struct verifier *v, struct verify_target *t)
+{
+	pthread_mutex_lock(&t->lock);
+	bool stop = t->stop_pending;
+	pthread_mutex_unlock(&t->lock);
+	if (stop)
+		verify_session_stop(v, t->s);
+}
+
+void verifier_cancel(struct verifier *v)
+{
+	if (v)
+		atomic_store(&v->cancel, true);
 }
 
 void verifier_free(struct verifier *v)
@@ -906,10 +945,10 @@ static void verify_report_disagree(struct buf *b, struct procmaps *maps,
 		buf_puts(b, "  ...\n");
 }
 
-static bool verify_sleep(struct session *s, uint32_t seconds)
+static bool verify_sleep(struct verifier *v, struct session *s, uint32_t seconds)
 {
 	uint64_t end = verify_now() + (uint64_t)seconds * 1000000000ull;
-	while (verify_now() < end) {
+	while (verify_now() < end && !atomic_load(&v->cancel)) {
 		if (!session_is_live(s) || !session_process_alive(s))
 			return false;
 		struct timespec ts = { 0, 50 * 1000 * 1000 };
@@ -929,27 +968,26 @@ int verify_run(struct verifier *v, struct server *srv, struct session *s, uint32
 	int rc = verifier_load(v, err, errlen);
 	if (rc)
 		return rc;
-	/* Records published so far are not part of the window. */
-	server_settle(srv, s);
-	drain_session(s);
-
 	pthread_mutex_lock(&s->drain_lock);
 	struct verify_target *t = s->verify;
 	bool own = t == NULL;
-	if (t && t->window) {
-		pthread_mutex_unlock(&s->drain_lock);
-		snprintf(err, errlen, "pid %d is being verified already", (int)s->pid);
-		return -EBUSY;
-	}
 	if (t) {
 		pthread_mutex_lock(&t->lock);
-		verify_flush(t, 0, false);
-		t->window = true;
+		bool busy = t->window;
+		t->window = true; /* claimed: --verify-every's teardown waits for us */
 		pthread_mutex_unlock(&t->lock);
+		if (busy) {
+			pthread_mutex_unlock(&s->drain_lock);
+			snprintf(err, errlen, "pid %d is being verified already", (int)s->pid);
+			return -EBUSY;
+		}
 	}
 	pthread_mutex_unlock(&s->drain_lock);
 
 	if (own) {
+		/* Records published so far are not part of the window. */
+		server_settle(srv, s);
+		drain_session(s);
 		t = verify_target_new(v, s, err, errlen);
 		if (!t)
 			return -ENOENT;
@@ -958,19 +996,34 @@ int verify_run(struct verifier *v, struct server *srv, struct session *s, uint32
 		if (rc)
 			return rc;
 	} else {
-		rc = verify_set_every(v, t, 1); /* every sample while the window is open */
+		/* Every sample while the window is open: records first, then captures; then
+		 * what was captured or drained before is read and forgotten. */
+		uint32_t old = atomic_exchange(&t->every, 1);
+		rc = verify_set_every(v, t, 1);
 		if (rc) {
+			atomic_store(&t->every, old);
 			verify_explain(rc, "updating the BPF map", err, errlen);
 			pthread_mutex_lock(&t->lock);
 			t->window = false;
 			pthread_mutex_unlock(&t->lock);
+			verify_stop_pending(v, t);
 			return rc;
 		}
+		verify_reader_sync(v);
+		server_settle(srv, s);
+		drain_session(s);
+		pthread_mutex_lock(&t->lock);
+		verify_flush(t, 0, false);
+		memset(&t->win, 0, sizeof(t->win));
+		free(t->ranges);
+		t->ranges = NULL;
+		t->nseqranges = 0;
+		pthread_mutex_unlock(&t->lock);
 	}
 	struct llgo_verify_target before;
 	verify_map_stats(v, t, &before);
 
-	bool alive = verify_sleep(s, seconds);
+	bool alive = verify_sleep(v, s, seconds);
 
 	/* Close the window: no new captures, then every record and capture sent so far. */
 	struct llgo_verify_target after;
@@ -1033,5 +1086,7 @@ int verify_run(struct verifier *v, struct server *srv, struct session *s, uint32
 	}
 	if (own)
 		verify_session_stop(v, s);
+	else
+		verify_stop_pending(v, t);
 	return text->failed ? -ENOMEM : 0;
 }

@@ -19,6 +19,8 @@ struct verifier;
 struct verify_target;
 
 struct verifier *verifier_new(void);
+/* The daemon stops: one-off verifies in progress end their collection now. */
+void verifier_cancel(struct verifier *v);
 /* Detach and free every target, unload the program. NULL is fine. */
 void verifier_free(struct verifier *v);
 /* Load the BPF program and start its reader (idempotent). 0, or -errno with a one-line
