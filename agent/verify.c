@@ -276,6 +276,14 @@ static void verify_compare(struct verify_target *t, const struct verify_entry *k
 	uint32_t skip = verify_trim(t, ke->frames, ke->nframes);
 	const uint64_t *k = ke->frames + skip;
 	uint32_t nk = ke->nframes - skip, nr = re->nframes;
+	if (nk == 0 && nr > 0) {
+		/* The kernel's walk ended inside the shim or the allocator: frameless code (e.g.
+		 * libstdc++'s aligned operator new, which uses rbp as a plain register) broke the
+		 * chain the shim bridges with its own frame. Nothing to compare. */
+		if (t->window)
+			t->win.incomparable++;
+		return;
+	}
 	uint32_t n = nk < nr ? nk : nr;
 	bool same = memcmp(k, re->frames, 8u * n) == 0;
 	if (same && nk != nr) {
@@ -363,7 +371,16 @@ static void verify_offer(struct verify_target *t, struct verify_entry *e)
 		return;
 	}
 	if (t->pending >= VERIFY_MAX_PENDING) {
-		t->overflow++;
+		/* Full: a record past its ring's last capture is one pushed after the capture
+		 * window (the uprobe is slow to go away); anything else is lost for the count. */
+		const struct verify_seqrange *r =
+			e->ring_id < t->nseqranges ? &t->ranges[e->ring_id] : NULL;
+		if (e->side == VERIFY_RECORD && r && e->seq > r->khi) {
+			if (t->window)
+				t->win.outside++;
+		} else {
+			t->overflow++;
+		}
 		free(e);
 		return;
 	}
@@ -1073,6 +1090,10 @@ int verify_run(struct verifier *v, struct server *srv, struct session *s, uint32
 		   (unsigned long long)(sum->samples - sum->agree),
 		   (unsigned long long)sum->kernel_unmatched,
 		   (unsigned long long)sum->record_unmatched, (unsigned long long)sum->outside);
+	if (sum->incomparable)
+		buf_printf(text, "not compared: %llu samples whose kernel stack ends inside the shim "
+				 "or the allocator (frameless code there broke the kernel's "
+				 "frame-pointer walk)\n", (unsigned long long)sum->incomparable);
 	buf_printf(text, "kernel: %llu probe hits, %llu captures lost (BPF ring buffer full), "
 			 "%llu unreadable stacks%s\n",
 		   (unsigned long long)sum->hits, (unsigned long long)sum->lost,

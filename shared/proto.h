@@ -130,8 +130,11 @@ struct llgo_verify_summary {
 	uint64_t kernel_errors;    /* captures whose stack the kernel could not read */
 	uint64_t lost;             /* probe hits the BPF ring buffer had no room for */
 	uint64_t hits;             /* probe hits in the process */
+	uint64_t incomparable;     /* matched, but the kernel's walk never left the shim or the
+				      allocator (frameless code broke its chain): not counted
+				      in samples */
 };
-_Static_assert(sizeof(struct llgo_verify_summary) == 64, "verify summary size");
+_Static_assert(sizeof(struct llgo_verify_summary) == 72, "verify summary size");
 
 #define LLGO_END_MSG_LEN 240u
 
