@@ -185,9 +185,15 @@ static int verify_find_probe(struct verify_target *t)
 	const struct mapping **v;
 	size_t n = procmaps_list(s->maps, &v);
 	const char *found = NULL;
-	for (size_t i = 0; i < n && !found; i++) {
-		const struct mapping *m = v[i];
+	/* Two passes: the preloaded libllgoheap.so first (a program may also link the shim's
+	 * objects, e.g. for the hook API; the preloaded copy is the one interposing malloc),
+	 * then any file, for programs that link libllgoheap.a only. */
+	for (size_t i = 0; i < 2 * n && !found; i++) {
+		const struct mapping *m = v[i % n];
 		if (!m->path || m->path[0] != '/' || !strchr(m->perms, 'x'))
+			continue;
+		const char *mb = strrchr(m->path, '/');
+		if (i < n && strncmp(mb ? mb + 1 : m->path, "libllgoheap", 11) != 0)
 			continue;
 		/* the process's own view of the file (another mount namespace, a replaced file) */
 		char p[sizeof(t->binary)];
@@ -416,14 +422,10 @@ void verify_note_record(struct verify_target *t, uint32_t ring_id, const struct 
 	struct verify_entry *e = verify_entry_new(ring_id, rec->seq, VERIFY_RECORD, rec->size,
 						  frames, n);
 	pthread_mutex_lock(&t->lock);
-	/* Not kept: records of a ring the kernel has captured nothing on yet (pushed while the
-	 * uprobe was being installed: the semaphore is up before the program is linked), and,
-	 * once the window closes, records after its ring's last capture. The reader takes a
-	 * capture microseconds after the probe, the drain a record a millisecond or more after
-	 * the push, so a record whose capture is only late is rare; both halves then count as
-	 * outside. */
+	/* Once the window has closed (the link is gone and the reader has read every capture),
+	 * a record after its ring's last capture was pushed after the window. */
 	const struct verify_seqrange *r = ring_id < t->nseqranges ? &t->ranges[ring_id] : NULL;
-	if (!r || !r->khi || (t->closing && rec->seq > r->khi)) {
+	if (t->closing && (!r || !r->khi || rec->seq > r->khi)) {
 		if (t->window)
 			t->win.outside++;
 		pthread_mutex_unlock(&t->lock);
@@ -796,17 +798,23 @@ static void verify_target_detach(struct verifier *v, struct verify_target *t, bo
 		bpf_map_delete_elem(bpf_map__fd(v->skel->maps.targets), &key);
 }
 
-/* Attach t, then hand it to the drain (s->verify): captures start first and wait for their
- * records, so no record of a captured sample is drained before the target can take it. On
- * failure (or when s is verified already) t is freed. */
+/* Attach t, then hand it to the drain (s->verify). With srv (a one-off window), the process
+ * is drained in between without t: every record published before the link was live goes
+ * there (the probe fires after its record is published), so each record t sees afterwards
+ * had the program linked when its probe fired. On failure (or when s is verified already)
+ * t is freed. */
 static int verify_target_publish(struct verifier *v, struct verify_target *t, uint32_t every,
-				 char *err, size_t errlen)
+				 struct server *srv, char *err, size_t errlen)
 {
 	struct session *s = t->s;
 	pthread_mutex_lock(&s->drain_lock);
 	bool busy = s->verify != NULL;
 	pthread_mutex_unlock(&s->drain_lock);
 	int rc = busy ? -EBUSY : verify_target_attach(v, t, every, err, errlen);
+	if (!rc && srv) {
+		server_settle(srv, s);
+		drain_session(s);
+	}
 	if (!rc) {
 		pthread_mutex_lock(&s->drain_lock);
 		busy = s->verify != NULL;
@@ -838,7 +846,7 @@ void verify_session_start(struct verifier *v, struct session *s, uint32_t every)
 		return;
 	}
 	t->cont_every = every;
-	if (verify_target_publish(v, t, every, err, sizeof(err)) != 0)
+	if (verify_target_publish(v, t, every, NULL, err, sizeof(err)) != 0)
 		server_log("pid %d: --verify-every: %s", (int)s->pid, err);
 }
 
@@ -1002,14 +1010,11 @@ int verify_run(struct verifier *v, struct server *srv, struct session *s, uint32
 	pthread_mutex_unlock(&s->drain_lock);
 
 	if (own) {
-		/* Records published so far are not part of the window. */
-		server_settle(srv, s);
-		drain_session(s);
 		t = verify_target_new(v, s, err, errlen);
 		if (!t)
 			return -ENOENT;
 		t->window = true;
-		rc = verify_target_publish(v, t, 1, err, errlen);
+		rc = verify_target_publish(v, t, 1, srv, err, errlen);
 		if (rc)
 			return rc;
 	} else {
