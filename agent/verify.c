@@ -52,6 +52,9 @@
 #define VERIFY_KEEP_DISAGREE 3u          /* disagreements kept for the report */
 #define VERIFY_MAX_RANGES 16u
 #define VERIFY_POLL_MS 50
+/* One-off verifies at a time, daemon-wide: each holds a client worker for its duration, and
+ * snapshots must keep the rest. */
+#define VERIFY_MAX_RUNNING 2u
 
 enum verify_side { VERIFY_KERNEL = 1, VERIFY_RECORD = 2 };
 
@@ -116,6 +119,7 @@ struct verifier {
 	bool reader_started;
 	_Atomic bool stop;
 	_Atomic bool cancel; /* the daemon stops: windows close now */
+	_Atomic unsigned running; /* one-off verifies in progress */
 	_Atomic uint64_t polls; /* reader passes completed */
 	struct verify_target *targets;
 	uint32_t max_stack; /* frames the kernel's walk can return (buffer, sysctl) */
@@ -982,8 +986,28 @@ static bool verify_sleep(struct verifier *v, struct session *s, uint32_t seconds
 	return true;
 }
 
+static int verify_run_locked(struct verifier *v, struct server *srv, struct session *s,
+			     uint32_t seconds, struct llgo_verify_summary *sum, struct buf *text,
+			     char *err, size_t errlen);
+
 int verify_run(struct verifier *v, struct server *srv, struct session *s, uint32_t seconds,
 	       struct llgo_verify_summary *sum, struct buf *text, char *err, size_t errlen)
+{
+	memset(sum, 0, sizeof(*sum));
+	if (atomic_fetch_add(&v->running, 1) >= VERIFY_MAX_RUNNING) {
+		atomic_fetch_sub(&v->running, 1);
+		snprintf(err, errlen, "%u verifies are running already; try again when one ends",
+			 VERIFY_MAX_RUNNING);
+		return -EBUSY;
+	}
+	int rc = verify_run_locked(v, srv, s, seconds, sum, text, err, errlen);
+	atomic_fetch_sub(&v->running, 1);
+	return rc;
+}
+
+static int verify_run_locked(struct verifier *v, struct server *srv, struct session *s,
+			     uint32_t seconds, struct llgo_verify_summary *sum, struct buf *text,
+			     char *err, size_t errlen)
 {
 	memset(sum, 0, sizeof(*sum));
 	if (!session_is_live(s)) {

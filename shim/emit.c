@@ -200,7 +200,7 @@ void emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint6
 	uint64_t before = atomic_load_explicit(&h->head, memory_order_relaxed);
 	/* llgo-heap verify: one load and a branch while nothing is attached (probe.h) */
 	bool pushed = probe_enabled()
-			      ? probe_push(t, size, rate, addr, frames, n)
+			      ? probe_push(&t->ring, size, rate, addr, t->tid, frames, n)
 			      : emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
 	/*
 	 * Wake the daemon when this push took the ring past half full, or when it was dropped

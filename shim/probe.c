@@ -35,8 +35,8 @@ __attribute__((constructor)) static void probe_init(void)
 	probe_corrupt_every = n;
 }
 
-llgo_noinline bool probe_push(struct llgo_heap_thread *t, uint64_t size, uint64_t rate,
-			      uint64_t addr, const uint64_t *frames, uint32_t n)
+llgo_noinline bool probe_push(const struct emit_ring *r, uint64_t size, uint64_t rate,
+			      uint64_t addr, uint32_t tid, const uint64_t *frames, uint32_t n)
 {
 	uint64_t copy[LLGO_MAX_FRAMES];
 	if (llgo_unlikely(probe_corrupt_every) && n > 0 && n <= LLGO_MAX_FRAMES &&
@@ -45,8 +45,8 @@ llgo_noinline bool probe_push(struct llgo_heap_thread *t, uint64_t size, uint64_
 		copy[0] += 16;
 		frames = copy;
 	}
-	struct llgo_ring_header *h = t->ring.hdr;
-	if (!emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n))
+	struct llgo_ring_header *h = r->hdr;
+	if (!emit_push_alloc(r, size, rate, addr, tid, frames, n))
 		return false;
 	/* Our own store in emit_push_alloc: the committed record's seq. */
 	uint64_t seq = atomic_load_explicit(&h->sampled, memory_order_relaxed);

@@ -25,10 +25,11 @@ static inline bool probe_enabled(void)
 	return llgo_unlikely(llgo_heap_sample_semaphore != 0);
 }
 
-/* emit_push_alloc into t's ring, then the probe when the record was committed. Only called
- * while probe_enabled(). */
-bool probe_push(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
-		const uint64_t *frames, uint32_t n);
+/* emit_push_alloc (same arguments, so the caller's argument setup is shared and the probe
+ * costs it one load and one branch), then the probe when the record was committed. Only
+ * called while probe_enabled(). */
+bool probe_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uint64_t addr,
+		uint32_t tid, const uint64_t *frames, uint32_t n);
 
 #pragma GCC visibility pop
 
