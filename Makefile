@@ -68,6 +68,8 @@ PROG_CXX_SRCS := $(wildcard tests/progs/*.cc)
 PROG_BINS := $(patsubst tests/progs/%.c,$(OUT)/progs/%,$(PROG_C_SRCS)) \
 	$(patsubst tests/progs/%.cc,$(OUT)/progs/%,$(PROG_CXX_SRCS)) \
 	$(patsubst tests/progs/%.c,$(OUT)/progs/%.so,$(PROG_SO_SRCS))
+# A shim without the verify probe, standing in for one older than llgo-heap verify.
+PROG_BINS += $(OUT)/progs/libllgoheap-noprobe.so
 
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
@@ -158,6 +160,12 @@ $(OUT)/progs/%: tests/progs/%.c
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(PROG_CFLAGS) -o $@ $< -ldl -lm
+
+$(OUT)/progs/libllgoheap-noprobe.so: $(SHIM_SRCS) $(HEADERS) shim/libllgoheap.map Makefile
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_SHIM) -DLLGO_HEAP_TEST_NO_PROBE -shared -o $@ $(SHIM_SRCS) \
+		-Wl,--version-script=shim/libllgoheap.map -Wl,-z,now -Wl,-z,relro -ldl -pthread
 
 $(OUT)/progs/%.so: tests/progs/%.c
 	$(call msg,CC,$@)

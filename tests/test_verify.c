@@ -7,8 +7,10 @@
  *   - LLGO_HEAP_TEST_CORRUPT_STACK=10 corrupts frame 0 of one sample in ten: verify reports
  *     the disagreements with both stacks and exits 1; --min-agree below the rate passes;
  *   - llgo-heapd --verify-every N: the result reaches `llgo-heap list` and the profile;
- *   - errors: no such process, bad options, and a daemon without BPF rights (run as nobody
- *     without capabilities): one line naming the cause, exit status 2, profiling goes on.
+ *   - errors: no such process, bad options, a daemon without BPF rights (run as nobody
+ *     without capabilities), a shim without the probe (built with LLGO_HEAP_TEST_NO_PROBE,
+ *     standing in for an older one): one line naming the cause, exit status 2, profiling
+ *     goes on.
  * Where BPF cannot work at all (not root, no BTF, kernel before 5.8) the BPF tests are
  * skipped with the reason printed. The DWARF comparison has no test: the shim has no DWARF
  * unwinding mode on this branch (verify's report says so).
@@ -272,6 +274,35 @@ Test(verify, no_bpf_rights_exit_2_and_profiling_goes_on, .timeout = 120)
 	cr_assert(lu_list_pid(d.sock, p.pid, &e));
 	cr_expect_gt(e.delivered, 0);
 	cr_expect_eq(e.sampled, e.delivered + e.dropped + e.corrupt);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+/* A process whose shim predates the probe: one line naming it, exit 2. */
+Test(verify, shim_without_probe_exit_2, .timeout = 120)
+{
+	VT_NEED_BPF();
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	struct lu_proc p;
+	char *argv[] = { PROG("verify_fp"), "3", "1", NULL };
+	lu_start(&p, &d, "65536", 0, E2E_PROGS "/libllgoheap-noprobe.so", argv, NULL);
+	char line[128];
+	cr_assert(lu_read_line(&p, line, sizeof(line), 10000));
+	lu_sleep_ms(200);
+	char *out = NULL;
+	int rc = e2e_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
+	cr_log_info("verify of a shim without the probe: exit %d: %s", rc, out);
+	cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+	cr_expect(strstr(out, "the probe llgo_heap:sample is not in") != NULL, "%s", out);
+	char *nl = strchr(out, '\n');
+	cr_expect(nl && nl[1] == '\0', "more than one line: %s", out);
+	free(out);
+	lu_wait(&p, 30000);
+	struct llgo_list_entry e;
+	cr_assert(lu_list_pid(d.sock, p.pid, &e));
+	cr_expect_gt(e.delivered, 0, "the old shim's process was still profiled");
 	cr_expect_eq(lu_daemon_stop(&d), 0);
 	e2e_rmdir(dir);
 }
