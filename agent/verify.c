@@ -52,6 +52,7 @@
 #define VERIFY_KEEP_DISAGREE 3u          /* disagreements kept for the report */
 #define VERIFY_MAX_RANGES 16u
 #define VERIFY_POLL_MS 50
+#define VERIFY_PCACHE 1024u              /* symbolized addresses remembered per target */
 /* One-off verifies at a time, daemon-wide: each holds a client worker for its duration, and
  * snapshots must keep the rest. */
 #define VERIFY_MAX_RUNNING 2u
@@ -84,6 +85,11 @@ struct verify_seqrange {
 	uint64_t rlo, rhi; /* records */
 };
 
+struct verify_pcinfo {
+	uint64_t at;
+	uint8_t flags; /* VERIFY_PC_*; 0: empty */
+};
+
 struct verify_target {
 	struct verify_target *next; /* verifier->targets, under verifier->lock */
 	struct verifier *v;
@@ -109,6 +115,7 @@ struct verify_target {
 	uint64_t overflow; /* halves not kept: VERIFY_MAX_PENDING reached */
 	struct verify_seqrange *ranges;
 	size_t nseqranges;
+	struct verify_pcinfo pcache[VERIFY_PCACHE];
 };
 
 struct verifier {
@@ -239,7 +246,33 @@ static bool verify_name_is_shim(const char *f)
 	return false;
 }
 
-static bool verify_is_shim(const struct verify_target *t, uint64_t pc, bool first)
+enum { VERIFY_PC_KNOWN = 1, VERIFY_PC_SHIM_NAME = 2, VERIFY_PC_CXX_NEW = 4 };
+
+/* What the function holding address at is, by name: symbolized once per address (a small
+ * direct-mapped cache per target: a busy process repeats a few call sites). Caller holds
+ * t->lock. */
+static uint8_t verify_pc_flags(struct verify_target *t, uint64_t at)
+{
+	struct verify_pcinfo *c = &t->pcache[(at ^ (at >> 12)) % VERIFY_PCACHE];
+	if (c->flags && c->at == at)
+		return c->flags;
+	uint8_t flags = VERIFY_PC_KNOWN;
+	const struct mapping *m;
+	struct sym_result r;
+	if (profile_frame(t->s->maps, at + 1, &m, &r) > 0) { /* profile_frame looks at pc - 1 */
+		const char *f = r.frames[r.nframes - 1].function;
+		if (f && verify_name_is_shim(f))
+			flags |= VERIFY_PC_SHIM_NAME;
+		if (f && (strncmp(f, "_Znwm", 5) == 0 || strncmp(f, "_Znam", 5) == 0 ||
+			  strncmp(f, "operator new", 12) == 0))
+			flags |= VERIFY_PC_CXX_NEW;
+	}
+	c->at = at;
+	c->flags = flags;
+	return flags;
+}
+
+static bool verify_is_shim(struct verify_target *t, uint64_t pc, bool first)
 {
 	/* frame 0 is the probe site itself, every other frame a return address */
 	uint64_t at = first ? pc : pc - 1;
@@ -249,27 +282,16 @@ static bool verify_is_shim(const struct verify_target *t, uint64_t pc, bool firs
 				return true;
 		return false;
 	}
-	const struct mapping *m;
-	struct sym_result r;
-	if (profile_frame(t->s->maps, at + 1, &m, &r) == 0)
-		return false;
-	return r.frames[r.nframes - 1].function &&
-	       verify_name_is_shim(r.frames[r.nframes - 1].function);
+	return verify_pc_flags(t, at) & VERIFY_PC_SHIM_NAME;
 }
 
-static bool verify_is_cxx_new(const struct verify_target *t, uint64_t pc)
+static bool verify_is_cxx_new(struct verify_target *t, uint64_t pc)
 {
-	const struct mapping *m;
-	struct sym_result r;
-	if (profile_frame(t->s->maps, pc, &m, &r) == 0)
-		return false;
-	const char *f = r.frames[r.nframes - 1].function;
-	return f && (strncmp(f, "_Znwm", 5) == 0 || strncmp(f, "_Znam", 5) == 0 ||
-		     strncmp(f, "operator new", 12) == 0);
+	return verify_pc_flags(t, pc - 1) & VERIFY_PC_CXX_NEW;
 }
 
 /* Leading kernel frames that are not the program's: the shim's, then operator new's. */
-static uint32_t verify_trim(const struct verify_target *t, const uint64_t *k, uint32_t nk)
+static uint32_t verify_trim(struct verify_target *t, const uint64_t *k, uint32_t nk)
 {
 	uint32_t i = 0;
 	while (i < nk && verify_is_shim(t, k[i], i == 0))

@@ -306,3 +306,33 @@ Test(verify, shim_without_probe_exit_2, .timeout = 120)
 	cr_expect_eq(lu_daemon_stop(&d), 0);
 	e2e_rmdir(dir);
 }
+
+/* C++: the real operator new (libstdc++, no frame pointer) sits between the shim and the
+ * program in the kernel's stack; verify drops it as the shim does. Aligned new clobbers rbp,
+ * so the kernel cannot walk past it: those samples are "not compared", never disagreements. */
+Test(verify, cxx_operator_new_agrees, .timeout = 120)
+{
+	VT_NEED_BPF();
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	struct lu_proc p;
+	char *argv[] = { PROG("e2e_cxx"), "100000000", NULL };
+	lu_start(&p, &d, "4096", 1024, NULL, argv, NULL);
+	lu_sleep_ms(500);
+	char *out = NULL;
+	int rc = e2e_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
+	cr_log_info("verify of e2e_cxx:\n%s", out);
+	unsigned long long n = 0, m = 0;
+	const char *last = vt_last_line(out);
+	cr_assert_eq(sscanf(last, "verify: %llu samples, %llu agree (", &n, &m), 2, "last: '%s'",
+		     last);
+	cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+	cr_expect_gt(n, 1000);
+	cr_expect_eq(m, n);
+	free(out);
+	kill(p.pid, SIGKILL);
+	lu_wait(&p, 30000);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
