@@ -6,6 +6,8 @@
  *     the last line has the exact form `verify: N samples, M agree (P%)`;
  *   - LLGO_HEAP_TEST_CORRUPT_STACK=10 corrupts frame 0 of one sample in ten: verify reports
  *     the disagreements with both stacks and exits 1; --min-agree below the rate passes;
+ *   - C++: the real operator new between the shim and the program is dropped as the shim
+ *     drops it; samples the kernel cannot walk (aligned new clobbers rbp) are not compared;
  *   - llgo-heapd --verify-every N: the result reaches `llgo-heap list` and the profile;
  *   - errors: no such process, bad options, a daemon without BPF rights (run as nobody
  *     without capabilities), a shim without the probe (built with LLGO_HEAP_TEST_NO_PROBE,
