@@ -13,4 +13,8 @@
 #include <linux/bpf.h>
 #include <asm/ptrace.h>
 
+/* vmlinux.h defines these; the UAPI headers do not */
+typedef _Bool bool;
+enum { false = 0, true = 1 };
+
 #endif
