@@ -40,7 +40,7 @@ CFLAGS_AGENT := $(BASE_CFLAGS) $(SANFLAGS) -pthread
 CFLAGS_SHIM := $(BASE_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec \
 	-fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free \
 	-fno-stack-protector -pthread
-LIBS_AGENT := -lelf -ldw -lz -lmicrohttpd -lpthread -lm
+LIBS_AGENT := -lbpf -lelf -ldw -lz -lmicrohttpd -lpthread -lm
 
 # Criterion 2.4 cannot start under ThreadSanitizer (Snaipe/Criterion#274): with SAN=thread the
 # same test files build against tests/nocriterion/, a stand-in with the subset of its API.
@@ -55,7 +55,7 @@ SHIM_OBJS := $(patsubst shim/%.c,$(OUT)/obj/shim/%.o,$(SHIM_SRCS))
 # The static archive is the hook API for linked allocators: no malloc interposition.
 SHIM_LIB_OBJS := $(filter-out $(OUT)/obj/shim/override%.o,$(SHIM_OBJS))
 
-AGENT_COMMON_SRCS := $(filter-out agent/daemon.c agent/cli.c,$(wildcard agent/*.c))
+AGENT_COMMON_SRCS := $(filter-out agent/daemon.c agent/cli.c agent/%.bpf.c,$(wildcard agent/*.c))
 AGENT_COMMON_OBJS := $(patsubst agent/%.c,$(OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS))
 
 HEADERS := $(wildcard shared/*.h agent/*.h shim/*.h include/*.h tests/*.h)
@@ -70,6 +70,8 @@ PROG_BINS := $(patsubst tests/progs/%.c,$(OUT)/progs/%,$(PROG_C_SRCS)) \
 	$(patsubst tests/progs/%.cc,$(OUT)/progs/%,$(PROG_CXX_SRCS)) \
 	$(patsubst tests/progs/%.c,$(OUT)/progs/%.so,$(PROG_SO_SRCS)) \
 	$(patsubst tests/progs/%.cc,$(OUT)/progs/%.so,$(PROG_CXX_SO_SRCS))
+# A shim without the verify probe, standing in for one older than llgo-heap verify.
+PROG_BINS += $(OUT)/progs/libllgoheap-noprobe.so
 
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
@@ -94,6 +96,35 @@ $(OUT)/obj/agent/%.o: agent/%.c $(HEADERS) Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -c $< -o $@
+
+# ---- the BPF program of llgo-heap verify (agent/verify.bpf.c) ---------------------------
+# vmlinux.h comes from the running kernel's BTF (bpftool btf dump). Where the build machine
+# has no /sys/kernel/btf/vmlinux, the program is built against the kernel's UAPI headers
+# instead (agent/verify_nobtf.h): it reads only pt_regs, whose layout is UAPI.
+BTF_VMLINUX ?= /sys/kernel/btf/vmlinux
+BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror \
+	-I$(OUT)/bpf -I/usr/include/$(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+
+$(OUT)/bpf/vmlinux.h:
+	@mkdir -p $(dir $@)
+	$(Q)if [ -r $(BTF_VMLINUX) ]; then \
+		echo "  BTF      $@ (generated from $(BTF_VMLINUX))"; \
+		bpftool btf dump file $(BTF_VMLINUX) format c > $@.tmp && mv $@.tmp $@; \
+	else \
+		echo "  BTF      $(BTF_VMLINUX) missing: verify.bpf.c builds against UAPI headers (agent/verify_nobtf.h)"; \
+		cp agent/verify_nobtf.h $@; \
+	fi
+
+$(OUT)/bpf/verify.bpf.o: agent/verify.bpf.c shared/verify.h $(OUT)/bpf/vmlinux.h Makefile
+	$(call msg,BPF,$@)
+	$(Q)clang $(BPF_CFLAGS) -c $< -o $@.tmp && llvm-strip -g $@.tmp -o $@ && rm -f $@.tmp
+
+$(OUT)/bpf/verify.bpf.skel.h: $(OUT)/bpf/verify.bpf.o
+	$(call msg,SKEL,$@)
+	$(Q)bpftool gen skeleton $< name verify_bpf > $@.tmp && mv $@.tmp $@
+
+$(OUT)/obj/agent/verify.o: $(OUT)/bpf/verify.bpf.skel.h
+$(OUT)/obj/agent/verify.o: CFLAGS_AGENT += -I$(OUT)/bpf
 
 $(OUT)/lib/libllgoheap.so: $(SHIM_OBJS) shim/libllgoheap.map
 	$(call msg,LD,$@)
@@ -138,6 +169,12 @@ $(OUT)/progs/%: tests/progs/%.c
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(PROG_CFLAGS) -o $@ $< -ldl -lm
 
+$(OUT)/progs/libllgoheap-noprobe.so: $(SHIM_SRCS) $(HEADERS) shim/libllgoheap.map Makefile
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_SHIM) -DLLGO_HEAP_TEST_NO_PROBE -shared -o $@ $(SHIM_SRCS) \
+		-Wl,--version-script=shim/libllgoheap.map -Wl,-z,now -Wl,-z,relro -ldl -pthread
+
 $(OUT)/progs/%.so: tests/progs/%.c
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
@@ -159,7 +196,7 @@ $(OUT)/progs/%.so: tests/progs/%.cc
 
 DEB_PKGS := gcc g++ make pkg-config libelf-dev libdw-dev zlib1g-dev libcriterion-dev \
 	libmicrohttpd-dev libbpf-dev libunwind-dev bpftool clang llvm golang-go valgrind \
-	sqlite3 python3 procps
+	sqlite3 python3 procps systemtap-sdt-dev
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \

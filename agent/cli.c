@@ -7,6 +7,7 @@
  *   llgo-heap snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs]
  *   llgo-heap top PID [-n N] [--inuse] [--objects]
  *   llgo-heap rate PID N
+ *   llgo-heap verify PID [--seconds N] [--min-agree PERCENT]
  *
  * Every subcommand takes --socket PATH; options may come before or after the positional
  * arguments (`--` ends them; for run, what follows is the command). This file only speaks the
@@ -42,6 +43,10 @@ static void usage(FILE *f)
 		"  snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs]\n"
 		"  top PID [-n N] [--inuse] [--objects]\n"
 		"  rate PID N                    set the sampling rate of a running process\n"
+		"  verify PID [--seconds N] [--min-agree PERCENT]\n"
+		"        compare recorded stacks with the kernel's (eBPF) for N s (default 5);\n"
+		"        exit 1 when fewer than PERCENT (default 100) agree, 2 when BPF is\n"
+		"        unavailable\n"
 		"common options: --socket PATH (default: $LLGO_HEAP_SOCKET, else the daemon's)\n");
 }
 
@@ -64,6 +69,8 @@ struct opts {
 	const char *out;
 	const char *format;
 	const char *rate;
+	const char *seconds;   /* verify */
+	const char *min_agree; /* verify */
 	unsigned top_n;
 	uint32_t flags;
 	char **pos;  /* positional arguments */
@@ -125,6 +132,10 @@ static int opts_parse(const char *sub, int argc, char **argv, struct opts *o)
 			if (*n == '\0' || *end || v == 0 || v > 100000)
 				return die("%s: bad number for %s: '%s'", sub, a, n);
 			o->top_n = (unsigned)v;
+		} else if (strcmp(a, "--seconds") == 0 && strcmp(sub, "verify") == 0) {
+			TAKE(o->seconds);
+		} else if (strcmp(a, "--min-agree") == 0 && strcmp(sub, "verify") == 0) {
+			TAKE(o->min_agree);
 		} else if (strcmp(a, "--allocs") == 0 && !val && strcmp(sub, "snapshot") == 0) {
 			o->flags |= LLGO_SNAP_ALLOCS;
 		} else if (strcmp(a, "--inuse") == 0 && !val &&
@@ -348,17 +359,22 @@ static int write_file(const char *file, const struct buf *b)
 static void print_list(const struct buf *b)
 {
 	size_t n = b->len / sizeof(struct llgo_list_entry);
-	printf("%-8s %-7s %10s %10s %10s %8s %8s %8s  %s\n", "PID", "STATE", "RATE", "SAMPLED",
-	       "DELIVERED", "DROPPED", "CORRUPT", "BUCKETS", "COMMAND");
+	printf("%-8s %-7s %10s %10s %10s %8s %8s %8s %15s  %s\n", "PID", "STATE", "RATE",
+	       "SAMPLED", "DELIVERED", "DROPPED", "CORRUPT", "BUCKETS", "VERIFIED", "COMMAND");
 	for (size_t i = 0; i < n; i++) {
 		struct llgo_list_entry e;
 		memcpy(&e, b->data + i * sizeof(e), sizeof(e));
 		e.comm[sizeof(e.comm) - 1] = '\0';
-		printf("%-8u %-7s %10llu %10llu %10llu %8llu %8llu %8llu  %s\n", e.pid,
+		/* --verify-every: agreeing/compared samples, "-" when not verified */
+		char ver[48] = "-";
+		if (e.verify_samples)
+			snprintf(ver, sizeof(ver), "%llu/%llu", (unsigned long long)e.verify_agree,
+				 (unsigned long long)e.verify_samples);
+		printf("%-8u %-7s %10llu %10llu %10llu %8llu %8llu %8llu %15s  %s\n", e.pid,
 		       e.state == LLGO_PROC_LIVE ? "live" : "exited", (unsigned long long)e.rate,
 		       (unsigned long long)e.sampled, (unsigned long long)e.delivered,
 		       (unsigned long long)e.dropped, (unsigned long long)e.corrupt,
-		       (unsigned long long)e.buckets, e.comm);
+		       (unsigned long long)e.buckets, ver, e.comm);
 	}
 }
 
@@ -435,6 +451,74 @@ static int cmd_rate(const char *path, struct opts *o)
 	if (!rc)
 		printf("%s\n", message);
 	return rc;
+}
+
+/* ---- verify ---------------------------------------------------------------------------- */
+
+/* llgo-heap verify: the daemon collects; we print its report and the verdict. Exit 0 when
+ * at least --min-agree percent of the matched samples agree, 1 when fewer do (or none was
+ * matched and the threshold is above 0), 2 on any error (BPF unavailable, no such process). */
+static int cmd_verify(const char *path, struct opts *o)
+{
+	if (o->npos != 1)
+		return die("verify: expected one PID (llgo-heap verify PID [--seconds N] "
+			   "[--min-agree PERCENT])");
+	pid_t pid;
+	int rc = parse_pid(o->pos[0], &pid);
+	if (rc)
+		return rc;
+	unsigned long seconds = 5;
+	if (o->seconds) {
+		char *end;
+		errno = 0;
+		seconds = strtoul(o->seconds, &end, 10);
+		if (!*o->seconds || *end || errno || seconds < 1 || seconds > LLGO_VERIFY_MAX_SECONDS)
+			return die("verify: bad --seconds '%s' (1..%u)", o->seconds,
+				   LLGO_VERIFY_MAX_SECONDS);
+	}
+	double min_agree = 100.0;
+	if (o->min_agree) {
+		char *end;
+		errno = 0;
+		min_agree = strtod(o->min_agree, &end);
+		if (end[0] == '%' && end[1] == '\0')
+			end++;
+		if (!*o->min_agree || *end || errno || !(min_agree >= 0.0 && min_agree <= 100.0))
+			return die("verify: bad --min-agree '%s' (a percentage, 0..100)",
+				   o->min_agree);
+	}
+	struct llgo_msg_verify req;
+	memset(&req, 0, sizeof(req));
+	msg_header_init(&req.h, LLGO_MSG_VERIFY, sizeof(req));
+	req.pid = (uint32_t)pid;
+	req.seconds = (uint32_t)seconds;
+	struct buf b;
+	buf_init(&b);
+	char message[LLGO_END_MSG_LEN];
+	rc = daemon_call(path, &req, sizeof(req), &b, message, sizeof(message));
+	if (rc) {
+		buf_free(&b);
+		return rc;
+	}
+	struct llgo_verify_summary sum;
+	if (b.len < sizeof(sum)) {
+		buf_free(&b);
+		return die("malformed verify answer from llgo-heapd");
+	}
+	memcpy(&sum, b.data, sizeof(sum));
+	fwrite(b.data + sizeof(sum), 1, b.len - sizeof(sum), stdout);
+	buf_free(&b);
+	if (sum.agree > sum.samples)
+		return die("malformed verify answer from llgo-heapd");
+	double pct = sum.samples ? 100.0 * (double)sum.agree / (double)sum.samples : 0.0;
+	/* printed rounded down, so that 99.96% never shows as 100.0% */
+	double shown = (double)(uint64_t)(pct * 10.0) / 10.0;
+	if (sum.agree == sum.samples && sum.samples)
+		shown = 100.0;
+	printf("verify: %llu samples, %llu agree (%.1f%%)\n", (unsigned long long)sum.samples,
+	       (unsigned long long)sum.agree, shown);
+	fflush(stdout);
+	return pct < min_agree ? 1 : 0;
 }
 
 /* ---- run ------------------------------------------------------------------------------- */
@@ -702,8 +786,10 @@ int main(int argc, char **argv)
 		rc = cmd_top(path, &o);
 	else if (strcmp(sub, "rate") == 0)
 		rc = cmd_rate(path, &o);
+	else if (strcmp(sub, "verify") == 0)
+		rc = cmd_verify(path, &o);
 	else
-		rc = die("unknown command '%s' (run, list, snapshot, top, rate)", sub);
+		rc = die("unknown command '%s' (run, list, snapshot, top, rate, verify)", sub);
 	free(o.pos);
 	return rc;
 }

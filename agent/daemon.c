@@ -32,6 +32,7 @@ static void daemon_usage(FILE *f)
 		"usage: llgo-heapd [--socket PATH] [--foreground] [--max-buckets N]\n"
 		"                  [--max-memory BYTES] [--keep-exited N]\n"
 		"                  [--http ADDR:PORT [--http-uids UID,...]] [--trim NAME,...]\n"
+		"                  [--verify-every N]\n"
 		"  --socket PATH       listen here (default: $LLGO_HEAP_SOCKET, else\n"
 		"                      /run/llgo-heapd/llgo-heapd.sock for root,\n"
 		"                      $XDG_RUNTIME_DIR/llgo-heapd.sock otherwise);\n"
@@ -47,7 +48,10 @@ static void daemon_usage(FILE *f)
 		"                      (default: the daemon's own uid)\n"
 		"  --trim NAME,...     hide these functions (NAME* for a prefix) from the top\n"
 		"                      of every stack, e.g. a linked allocator's plumbing;\n"
-		"                      may be repeated\n",
+		"                      may be repeated\n"
+		"  --verify-every N    check one sample in N of every process against the\n"
+		"                      kernel's stack (eBPF; needs CAP_BPF and CAP_PERFMON);\n"
+		"                      results in `llgo-heap list` and profile comments\n",
 		SESSION_DEFAULT_KEEP_EXITED);
 }
 
@@ -128,7 +132,8 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 			continue;
 		}
 		const char *names[] = { "--socket", "--max-buckets", "--max-memory",
-					"--keep-exited", "--http", "--http-uids", "--trim" };
+					"--keep-exited", "--http", "--http-uids", "--trim",
+					"--verify-every" };
 		const char *val = NULL;
 		size_t which = LLGO_ARRAY_SIZE(names);
 		for (size_t k = 0; k < LLGO_ARRAY_SIZE(names); k++) {
@@ -181,6 +186,11 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 			if (daemon_add_trim(o, val))
 				return daemon_die("--trim: bad list '%s' (NAME or PREFIX*, comma-"
 						  "separated)", val);
+			break;
+		case 7:
+			if (daemon_parse_size(val, &v, false) || v == 0 || v > UINT32_MAX)
+				return daemon_die("--verify-every: not a positive number: %s", val);
+			o->server.verify_every = (uint32_t)v;
 			break;
 		default:
 			daemon_usage(stderr);

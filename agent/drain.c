@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "session.h"
+#include "verify.h"
 
 #define DRAIN_POLL_MIN_NS 1000000ull    /* 1 ms */
 #define DRAIN_POLL_MAX_NS 100000000ull  /* 100 ms */
@@ -42,6 +43,7 @@ struct drain {
 
 struct drain_ctx {
 	struct session *s;
+	uint32_t ring_id; /* of the ring being drained */
 	size_t records;
 	bool unknown_pc;
 };
@@ -54,6 +56,8 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	struct session *s = ctx->s;
 	if (rec->kind != LLGO_REC_ALLOC)
 		return; /* FREE and ALLOC_RAW are reserved; ring.c counts what it hands us */
+	if (s->verify) /* llgo-heap verify: the kernel's capture of this sample may come */
+		verify_note_record(s->verify, ctx->ring_id, rec, frames);
 	uint64_t rate = rec->rate;
 	int r = bucket_table_add(s->buckets, frames, rec->nframes, rec->size, rate);
 	if (r < 0) {
@@ -103,8 +107,10 @@ static size_t drain_session_locked(struct session *s)
 	session_sync_rings(s);
 	session_adopt_rings_locked(s);
 	struct drain_ctx ctx = { .s = s };
-	for (size_t i = 0; i < s->nrings_adopted; i++)
+	for (size_t i = 0; i < s->nrings_adopted; i++) {
+		ctx.ring_id = s->rings[i].ring_id;
 		ring_reader_drain(&s->rings[i], drain_record, &ctx);
+	}
 	if (ctx.unknown_pc)
 		s->maps_stale = true;
 	drain_refresh_locked(s, false);

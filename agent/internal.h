@@ -236,6 +236,7 @@ struct profile_meta {
 	uint64_t dropped_prior, dropped_no_ring, dropped_detached;
 	uint64_t reconnects; /* the shim reattached after losing its daemon */
 	uint64_t cap_hits;
+	uint64_t verify_samples, verify_agree; /* --verify-every (verify.c); 0 when off */
 };
 
 struct profile {

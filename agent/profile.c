@@ -449,6 +449,11 @@ int profile_accounting(struct buf *b, const struct profile *p)
 				(unsigned long long)m->dropped_prior);
 	if (rc == 0 && m->reconnects)
 		rc = buf_printf(b, " reconnects=%llu", (unsigned long long)m->reconnects);
+	/* llgo-heapd --verify-every: stacks compared with the kernel's (verify.c) */
+	if (!rc && p->meta.verify_samples)
+		rc = buf_printf(b, " verified=%llu agree=%llu",
+				(unsigned long long)p->meta.verify_samples,
+				(unsigned long long)p->meta.verify_agree);
 	return rc;
 }
 

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "session.h"
+#include "verify.h"
 
 #define SERVER_SHIM_WORKERS 2u
 #define SERVER_EXIT_WORKERS 2u
@@ -116,6 +117,7 @@ struct server {
 	int wake_fd;
 	struct session_registry *reg;
 	struct drain *drain;
+	struct verifier *verifier; /* verify.c: llgo-heap verify, --verify-every */
 	pthread_t loop;
 	bool loop_started;
 	_Atomic bool stopping;
@@ -727,6 +729,9 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 	case LLGO_MSG_SET_RATE:
 		want = sizeof(struct llgo_msg_set_rate);
 		break;
+	case LLGO_MSG_VERIFY:
+		want = sizeof(struct llgo_msg_verify);
+		break;
 	default:
 		if (fd >= 0)
 			close(fd);
@@ -916,6 +921,8 @@ static void server_hello(struct server *srv, struct server_conn *c)
 		return;
 	}
 	drain_wake(srv->drain);
+	if (srv->opts.verify_every) /* after the ACK: the process need not wait for the attach */
+		verify_session_start(srv->verifier, s, srv->opts.verify_every);
 	server_conn_rearm(c);
 }
 
@@ -1013,6 +1020,8 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
 	p->meta.dropped_detached = cnt.detached;
 	p->meta.reconnects = cnt.reconnects;
 	p->meta.cap_hits = bs.cap_hits;
+	p->meta.verify_samples = atomic_load(&s->verify_samples);
+	p->meta.verify_agree = atomic_load(&s->verify_agree);
 	return 0;
 }
 
@@ -1171,6 +1180,53 @@ static int server_snapshot_req(struct server *srv, struct server_conn *c)
 	return rc;
 }
 
+/* llgo-heap verify PID: runs for the requested seconds on this client worker. */
+static int server_verify_req(struct server *srv, struct server_conn *c)
+{
+	struct llgo_msg_verify m;
+	memcpy(&m, c->req, sizeof(m));
+	char msg[LLGO_END_MSG_LEN] = "";
+	if (m.seconds < 1 || m.seconds > LLGO_VERIFY_MAX_SECONDS) {
+		snprintf(msg, sizeof(msg), "seconds %u out of range (1..%u)", m.seconds,
+			 LLGO_VERIFY_MAX_SECONDS);
+		return server_answer(c, NULL, 0, EINVAL, msg);
+	}
+	struct session *s = session_lookup(srv->reg, (pid_t)m.pid);
+	if (!s || !session_is_live(s)) {
+		session_put(s);
+		snprintf(msg, sizeof(msg), "no such profiled process: %u", m.pid);
+		return server_answer(c, NULL, 0, ESRCH, msg);
+	}
+	if (!server_allowed(s, c->cred.uid)) {
+		snprintf(msg, sizeof(msg), "permission denied: pid %u belongs to uid %u", m.pid,
+			 (unsigned)s->uid);
+		session_put(s);
+		return server_answer(c, NULL, 0, EACCES, msg);
+	}
+	struct llgo_verify_summary sum;
+	struct buf text, out;
+	buf_init(&text);
+	buf_init(&out);
+	int rc = verify_run(srv->verifier, srv, s, m.seconds, &sum, &text, msg, sizeof(msg));
+	session_put(s);
+	if (!rc) {
+		buf_append(&out, &sum, sizeof(sum));
+		buf_append(&out, text.data, text.len);
+		if (out.failed)
+			rc = -ENOMEM;
+	}
+	buf_free(&text);
+	if (rc) {
+		buf_free(&out);
+		if (!msg[0])
+			snprintf(msg, sizeof(msg), "verify: %s", strerror(-rc));
+		return server_answer(c, NULL, 0, -rc, msg);
+	}
+	rc = server_answer(c, &out, 0, 0, NULL);
+	buf_free(&out);
+	return rc;
+}
+
 static void server_job(struct server *srv, struct server_conn *c)
 {
 	int err = 0;
@@ -1184,6 +1240,7 @@ static void server_job(struct server *srv, struct server_conn *c)
 		return;
 	case SERVER_JOB_EXIT:
 		drain_session_exit(c->session);
+		verify_session_stop(srv->verifier, c->session);
 		server_conn_close(c);
 		return;
 	case LLGO_MSG_LIST:
@@ -1195,6 +1252,9 @@ static void server_job(struct server *srv, struct server_conn *c)
 		break;
 	case LLGO_MSG_SET_RATE:
 		err = server_set_rate(srv, c);
+		break;
+	case LLGO_MSG_VERIFY:
+		err = server_verify_req(srv, c);
 		break;
 	}
 	server_answered(c, err);
@@ -1295,7 +1355,8 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	srv->socket_path = o->socket_path ? strdup(o->socket_path) : NULL;
 	srv->reg = session_registry_new(o->keep_exited, o->max_buckets, o->max_bytes);
 	srv->drain = srv->reg ? drain_new(srv->reg) : NULL;
-	if (!srv->rxbuf || !srv->reg || !srv->drain || (o->socket_path && !srv->socket_path) ||
+	srv->verifier = verifier_new();
+	if (!srv->rxbuf || !srv->reg || !srv->drain || !srv->verifier || (o->socket_path && !srv->socket_path) ||
 	    server_workq_init(&srv->shimq, srv, SERVER_SHIM_WORKERS) ||
 	    server_workq_init(&srv->exitq, srv, SERVER_EXIT_WORKERS) ||
 	    server_workq_init(&srv->clientq, srv, nclient)) {
@@ -1348,6 +1409,14 @@ int server_start(struct server *srv)
 	if (srv->own_socket && listen(srv->listen_fd, 256) < 0)
 		return -errno;
 	int err = drain_start(srv->drain);
+	if (!err && srv->opts.verify_every) {
+		char why[512];
+		if (verifier_load(srv->verifier, why, sizeof(why)) == 0)
+			server_log("--verify-every %u: checking one sample in %u with eBPF",
+				   srv->opts.verify_every, srv->opts.verify_every);
+		else
+			server_log("--verify-every: %s; profiling without it", why);
+	}
 	if (!err)
 		err = server_workq_start(&srv->shimq);
 	if (!err)
@@ -1380,6 +1449,7 @@ void server_stop(struct server *srv)
 	for (struct server_conn *c = srv->conns; c; c = c->next)
 		shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&srv->conns_lock);
+	verifier_cancel(srv->verifier); /* a verify in progress ends its window now */
 	server_workq_stop(&srv->shimq);
 	server_workq_stop(&srv->exitq);
 	server_workq_stop(&srv->clientq);
@@ -1419,6 +1489,7 @@ void server_free(struct server *srv)
 	if (srv->spare_fd >= 0)
 		close(srv->spare_fd);
 	drain_free(srv->drain);
+	verifier_free(srv->verifier);
 	session_registry_free(srv->reg);
 	server_workq_destroy(&srv->shimq);
 	server_workq_destroy(&srv->exitq);

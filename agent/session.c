@@ -805,4 +805,6 @@ void session_list_entry(struct session *s, struct llgo_list_entry *e)
 	e->buckets = bs.buckets;
 	e->start_time_ns = s->attach_ns;
 	memcpy(e->comm, s->comm, sizeof(e->comm));
+	e->verify_samples = atomic_load(&s->verify_samples);
+	e->verify_agree = atomic_load(&s->verify_agree);
 }

@@ -32,6 +32,7 @@ struct session_counts {
 };
 
 struct session_registry;
+struct verify_target;
 
 struct session {
 	/* Immutable once the session is registered. */
@@ -80,6 +81,10 @@ struct session {
 	uint64_t last_refresh_ns;       /* CLOCK_MONOTONIC */
 	uint64_t records;               /* records bucketed */
 	uint64_t bucket_errors;         /* bucket_table_add failures (out of memory) */
+	struct verify_target *verify;   /* verify.c: the eBPF cross-check attached, or NULL */
+	/* verify.c: samples compared with the kernel's capture since the process attached, and
+	 * those whose stacks agreed (LIST, profile comments); atomic, no lock */
+	_Atomic uint64_t verify_samples, verify_agree;
 
 	struct session *next; /* registry list, newest first */
 };
@@ -179,6 +184,8 @@ struct server_opts {
 	/* --trim: function names (or prefixes ending in '*') hidden from the top of stacks */
 	char **trim;
 	size_t ntrim;
+	/* --verify-every N (verify.c): check one sample in N of every process with eBPF */
+	uint32_t verify_every;
 };
 
 struct server_stats {

@@ -2,14 +2,15 @@
 /*
  * slowpath_bench.c: the costs behind a sample, one mode per figure of docs/performance.md.
  *
- *   capture --frames N [--samples K] [--gap-ns G]
+ *   capture --frames N [--samples K] [--gap-ns G] [--delay-ms D]
  *       Times every malloc(16) individually (rdtscp, calibrated against CLOCK_MONOTONIC) at
  *       the bottom of a recursion deep enough that a frame-pointer walk from the allocating
  *       call site sees N frames. Run under the shim at rate 1 (every call takes the sampled
  *       path: sampler, frame-pointer capture, ring push) and without it (the allocator
  *       alone); the difference of the two medians is the sampled path's own cost. G ns of
  *       untimed spinning between samples lets the daemon keep the ring drained, so every
- *       timed sample is a real push, not a drop.
+ *       timed sample is a real push, not a drop. D ms of sleep before the timed loop let
+ *       `llgo-heap verify` attach first (bench.sh's verify rows).
  *   push --frames N [--samples K]
  *       The shim's slow-path work alone, from its own objects linked in: stack_capture (the
  *       frame-pointer walk and trimming) + emit_push_alloc (record, checksum, copy into a
@@ -27,6 +28,10 @@
  *       first snapshot symbolizes; warm: the second) and reports the resident memory the
  *       table, the maps and the snapshot added (VmRSS deltas) and the table's own count.
  *
+ * Built a second time with -DSLOWPATH_CAPTURE_ONLY as capture_bench: the capture mode alone,
+ * linking nothing of ours, so that under the preloaded shim the process holds one shim (the
+ * verify rows attach `llgo-heap verify` to it).
+ *
  * It links the agent's objects (everything but daemon.o and cli.o) and the shim's objects
  * (everything but override*.o: no malloc interposition), never the shim's malloc: the capture
  * mode sees the interposed malloc only when the driver preloads libllgoheap.so.
@@ -42,8 +47,10 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#ifndef SLOWPATH_CAPTURE_ONLY
 #include "../agent/internal.h"
 #include "../shim/internal.h"
+#endif
 
 static double now_ns(void)
 {
@@ -58,6 +65,7 @@ static int cmp_u64(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+#ifndef SLOWPATH_CAPTURE_ONLY
 static long vmrss_kb(void)
 {
 	FILE *f = fopen("/proc/self/status", "r");
@@ -71,6 +79,7 @@ static long vmrss_kb(void)
 	fclose(f);
 	return v;
 }
+#endif
 
 /* Mean of the sorted samples below the 99th percentile: the TSC of some virtual machines
  * ticks in steps of ~10 ns, which a median keeps and a mean averages out. */
@@ -122,6 +131,7 @@ struct cap_opts {
 	int frames;
 	long samples;
 	long gap_ns;
+	long delay_ms;
 	uint64_t *cycles;
 	int seen;
 	int probe; /* only count the frames */
@@ -175,6 +185,8 @@ static int mode_capture(int argc, char **argv)
 			o.samples = atol(argv[i + 1]);
 		else if (strcmp(argv[i], "--gap-ns") == 0)
 			o.gap_ns = atol(argv[i + 1]);
+		else if (strcmp(argv[i], "--delay-ms") == 0)
+			o.delay_ms = atol(argv[i + 1]);
 	}
 	if (o.frames < 2 || o.frames > 64 || o.samples < 100)
 		return 2;
@@ -191,6 +203,10 @@ static int mode_capture(int argc, char **argv)
 	if (left < 0)
 		left = 0;
 	o.probe = 0;
+	if (o.delay_ms > 0) {
+		struct timespec ts = { o.delay_ms / 1000, (o.delay_ms % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
 	capture_descend(&o, left);
 	qsort(o.cycles, (size_t)o.samples, sizeof(uint64_t), cmp_u64);
 	double med = (double)o.cycles[o.samples / 2] / tsc_per_ns;
@@ -206,6 +222,7 @@ static int mode_capture(int argc, char **argv)
 }
 
 
+#ifndef SLOWPATH_CAPTURE_ONLY
 /* ---- push: the shim's own capture + push, linked in --------------------------------------- */
 
 struct push_opts {
@@ -586,6 +603,8 @@ static int mode_snapshot(int argc, char **argv)
 	return 0;
 }
 
+#endif /* !SLOWPATH_CAPTURE_ONLY */
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -594,12 +613,14 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "capture") == 0)
 		return mode_capture(argc - 2, argv + 2);
+#ifndef SLOWPATH_CAPTURE_ONLY
 	if (strcmp(argv[1], "push") == 0)
 		return mode_push(argc - 2, argv + 2);
 	if (strcmp(argv[1], "drain") == 0)
 		return mode_drain(argc - 2, argv + 2);
 	if (strcmp(argv[1], "snapshot") == 0)
 		return mode_snapshot(argc - 2, argv + 2);
+#endif
 	fprintf(stderr, "slowpath_bench: unknown mode %s\n", argv[1]);
 	return 2;
 }

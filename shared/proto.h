@@ -4,8 +4,8 @@
  *
  * Two kinds of peers use the socket:
  *   - shims: HELLO (with the control-page memfd), ADD_RING (with a ring memfd), BYE at exit;
- *   - clients (the llgo-heap CLI and anything else): LIST, SNAPSHOT, SET_RATE, answered by
- *     zero or more DATA packets and one END packet.
+ *   - clients (the llgo-heap CLI and anything else): LIST, SNAPSHOT, SET_RATE, VERIFY,
+ *     answered by zero or more DATA packets and one END packet.
  * The daemon identifies every peer by SO_PEERCRED, never by fields in these messages, and
  * validates type, version and length of every packet before it reads a field.
  * Fixed-width types only; no pointers. Encoding is the host's (the socket is local).
@@ -33,6 +33,8 @@ enum llgo_msg_type {
 	LLGO_MSG_LIST = 16,     /* header only; answered by DATA (llgo_list_entry[]) + END */
 	LLGO_MSG_SNAPSHOT = 17, /* struct llgo_msg_snapshot; answered by DATA... + END */
 	LLGO_MSG_SET_RATE = 18, /* struct llgo_msg_set_rate; answered by END */
+	LLGO_MSG_VERIFY = 19,   /* struct llgo_msg_verify; answered after the collection by
+				   DATA (llgo_verify_summary, then report text) + END */
 	/* daemon -> peer */
 	LLGO_MSG_HELLO_ACK = 32, /* struct llgo_msg_hello_ack */
 	LLGO_MSG_DATA = 33,      /* header + payload bytes */
@@ -122,6 +124,35 @@ struct llgo_msg_set_rate {
 };
 _Static_assert(sizeof(struct llgo_msg_set_rate) == 32, "set rate size");
 
+/* `llgo-heap verify PID`: the daemon attaches its BPF program to the process's probe for
+ * `seconds` (1..LLGO_VERIFY_MAX_SECONDS) and compares the kernel's stacks with the records. */
+#define LLGO_VERIFY_MAX_SECONDS 3600u
+
+struct llgo_msg_verify {
+	struct llgo_msg_header h;
+	uint32_t pid;
+	uint32_t seconds;
+	uint64_t reserved;
+};
+_Static_assert(sizeof(struct llgo_msg_verify) == 32, "verify size");
+
+/* First bytes of the VERIFY answer's DATA; the human report (text) follows. Counts are of
+ * the frame-pointer unwinding mode, the only one the shim records so far. */
+struct llgo_verify_summary {
+	uint64_t samples;          /* kernel captures matched with their record */
+	uint64_t agree;            /* of those, whole stacks equal after trimming */
+	uint64_t kernel_unmatched; /* captures whose record never arrived (corrupt, lost) */
+	uint64_t record_unmatched; /* records inside the capture window without a capture */
+	uint64_t outside;          /* records before the first / after the last capture */
+	uint64_t kernel_errors;    /* captures whose stack the kernel could not read */
+	uint64_t lost;             /* probe hits the BPF ring buffer had no room for */
+	uint64_t hits;             /* probe hits in the process */
+	uint64_t incomparable;     /* matched, but the kernel's walk never left the shim or the
+				      allocator (frameless code broke its chain): not counted
+				      in samples */
+};
+_Static_assert(sizeof(struct llgo_verify_summary) == 72, "verify summary size");
+
 #define LLGO_END_MSG_LEN 240u
 
 struct llgo_msg_end {
@@ -151,7 +182,11 @@ struct llgo_list_entry {
 	uint64_t buckets;
 	uint64_t start_time_ns; /* CLOCK_REALTIME when the process attached */
 	char comm[LLGO_COMM_LEN];
+	/* llgo-heapd --verify-every: samples matched with the kernel's capture, and of those
+	 * the ones whose stacks agree (both 0 when the process is not verified) */
+	uint64_t verify_samples;
+	uint64_t verify_agree;
 };
-_Static_assert(sizeof(struct llgo_list_entry) == 136, "list entry size");
+_Static_assert(sizeof(struct llgo_list_entry) == 152, "list entry size");
 
 #endif

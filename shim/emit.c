@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "probe.h"
 
 /* Rings this process created, by ring id. Pointers are published with release after the
  * header is formatted; a claiming thread loads them with acquire. Slots are never reused
@@ -215,7 +216,10 @@ void emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint6
 	}
 	struct llgo_ring_header *h = t->ring.hdr;
 	uint64_t before = atomic_load_explicit(&h->head, memory_order_relaxed);
-	bool pushed = emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
+	/* llgo-heap verify: one load and a branch while nothing is attached (probe.h) */
+	bool pushed = probe_enabled()
+			      ? probe_push(&t->ring, size, rate, addr, t->tid, frames, n)
+			      : emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
 	/*
 	 * Wake the daemon when this push took the ring past half full, or when it was dropped
 	 * (once per stall: head does not move while the ring is full), so a burst is drained
