@@ -37,7 +37,9 @@ WARN := -Wall -Wextra -Werror -Wundef -Wstrict-prototypes -Wno-unused-parameter
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O2 -fno-omit-frame-pointer $(WARN)
 CFLAGS_AGENT := $(BASE_CFLAGS) $(SANFLAGS) -pthread
 # The shim: no sanitizers ever, hidden by default, initial-exec TLS, no builtin malloc folding.
-CFLAGS_SHIM := $(BASE_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec \
+# SHIM_EXTRA_CFLAGS: include paths a cross build adds (the arm64 build's <sys/sdt.h>).
+SHIM_EXTRA_CFLAGS ?=
+CFLAGS_SHIM := $(SHIM_EXTRA_CFLAGS) $(BASE_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec \
 	-fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free \
 	-fno-stack-protector -pthread
 LIBS_AGENT := -lbpf -lelf -ldw -lz -lmicrohttpd -lpthread -lm
@@ -496,8 +498,13 @@ arm64-progs:
 		echo "$(ARM64_CROSS)gcc cannot link (Debian package gcc-aarch64-linux-gnu)" \
 			> $(OUT)/arm64.skip; \
 	else \
+		mkdir -p $(ARM64_OUT)/sdt-include/sys && \
+		cp /usr/include/x86_64-linux-gnu/sys/sdt.h /usr/include/x86_64-linux-gnu/sys/sdt-config.h \
+			$(ARM64_OUT)/sdt-include/sys/ && \
 		$(MAKE) -s --no-print-directory OUT=$(ARM64_OUT) SAN= CC=$(ARM64_CROSS)gcc \
-			LD=$(ARM64_CROSS)ld OBJCOPY=$(ARM64_CROSS)objcopy $(ARM64_TARGETS) || exit 1; \
+			LD=$(ARM64_CROSS)ld OBJCOPY=$(ARM64_CROSS)objcopy \
+			SHIM_EXTRA_CFLAGS="-idirafter $(CURDIR)/$(ARM64_OUT)/sdt-include" \
+			$(ARM64_TARGETS) || exit 1; \
 	fi; rm -f $(OUT)/arm64-probe
 	@if [ -f $(OUT)/arm64.skip ]; then echo "  SKIP     arm64: $$(cat $(OUT)/arm64.skip)"; fi
 

@@ -398,9 +398,9 @@ void lifecycle_thread_start(struct llgo_heap_thread *t, uintptr_t frame)
 			addr = NULL;
 		pthread_attr_destroy(&attr);
 	}
-	/* Every frame of the program is below the wrapper's frame record, which is left out:
-	 * the thread's start routine is its outermost frame. */
-	t->stack_hi = frame;
+	/* Every frame of the program is below the wrapper's frame record; the record itself is
+	 * the last one walked (its return address is in the thread library's start). */
+	t->stack_hi = frame + 2 * sizeof(uintptr_t);
 	t->stack_lo = addr && (uintptr_t)addr < frame ? (uintptr_t)addr : frame - (8u << 20);
 	t->bounded = 1;
 	lifecycle_seed(t);
