@@ -67,6 +67,7 @@
 enum server_conn_kind {
 	SERVER_CONN_NEW,
 	SERVER_CONN_SHIM,
+	SERVER_CONN_PIDFD, /* a process taken back after a restart: readable when it exits */
 	SERVER_CONN_CLIENT,
 };
 
@@ -572,7 +573,7 @@ static void server_workq_push(struct server_workq *q, struct server_conn *c, uin
  * worker: it takes the drain lock), anything else is closed at once. */
 static void server_conn_end(struct server_conn *c)
 {
-	if (c->kind == SERVER_CONN_SHIM && c->session)
+	if ((c->kind == SERVER_CONN_SHIM || c->kind == SERVER_CONN_PIDFD) && c->session)
 		server_workq_push(&c->srv->exitq, c, SERVER_JOB_EXIT);
 	else
 		server_conn_close(c);
@@ -676,6 +677,10 @@ static bool server_hello_in_flight(struct server *srv, pid_t pid);
 
 static void server_conn_event(struct server *srv, struct server_conn *c)
 {
+	if (c->kind == SERVER_CONN_PIDFD) { /* the process exited */
+		server_conn_end(c);
+		return;
+	}
 	int fd = -1;
 	ssize_t r = msg_recv(c->fd, srv->rxbuf, LLGO_MSG_MAX, &fd);
 	if (r == -EAGAIN) {
@@ -1402,6 +1407,86 @@ fail:
 	return NULL;
 }
 
+/* ---- taking processes back after a restart (adopt.c finds them) -------------------------- */
+
+static int server_adopt_one(void *arg, const struct adopt_proc *p)
+{
+	struct server *srv = arg;
+	struct session *s = session_find_live(srv->reg, p->pid, 0, p->memfd);
+	if (s) { /* it called back already */
+		session_put(s);
+		return -EEXIST;
+	}
+	struct llgo_ctl ctl;
+	if (pread(p->memfd, &ctl, sizeof(ctl), 0) != (ssize_t)sizeof(ctl))
+		return -EIO;
+	uint32_t ds = ctl.ring_data_size;
+	if (ds < LLGO_RING_MIN_DATA || ds > LLGO_RING_MAX_DATA || (ds & (ds - 1)))
+		return -EINVAL;
+	s = session_new(srv->reg, p->pid, p->uid, p->gid, NULL, ds);
+	if (!s)
+		return -ENOMEM;
+	int err = session_attach_memfd(s, p->memfd, true);
+	struct server_conn *c = err ? NULL : calloc(1, sizeof(*c));
+	if (!c) {
+		session_put(s);
+		return err ? err : -ENOMEM;
+	}
+	if (session_attach_maps(s) != 0)
+		server_log("pid %d: cannot read its mappings; its profiles will show addresses only",
+			   (int)p->pid);
+	/* The rate the process wants (it keeps it while it counts samples without a daemon),
+	 * then tell the shim a daemon has it: it reconnects at its next sample. */
+	int64_t want = atomic_load_explicit(&s->ctl->want_rate_word, memory_order_relaxed);
+	if (want == LLGO_RATE_WORD_EVERY || (want > 1 && (uint64_t)want <= LLGO_RATE_MAX))
+		atomic_store_explicit(&s->ctl->rate_word, want, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->ctl->adopt_gen, 1, memory_order_release);
+	session_register(s);
+	atomic_fetch_add(&srv->n_sessions, 1);
+	close(p->memfd); /* the session keeps its own */
+	c->srv = srv;
+	c->fd = p->pidfd;
+	c->kind = SERVER_CONN_PIDFD;
+	c->session = s;
+	c->job_fd = -1;
+	c->cred.pid = p->pid;
+	c->cred.uid = p->uid;
+	c->cred.gid = p->gid;
+	buf_init(&c->out);
+	pthread_mutex_lock(&srv->conns_lock);
+	c->next = srv->conns;
+	if (srv->conns)
+		srv->conns->prev = c;
+	srv->conns = c;
+	srv->nconns++;
+	pthread_mutex_unlock(&srv->conns_lock);
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = c };
+	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0)
+		server_conn_end(c);
+	server_log("pid %d (%s): taken back (its rings, rate %llu)", (int)p->pid, s->comm,
+		   (unsigned long long)session_rate(s));
+	drain_wake(srv->drain);
+	return 0;
+}
+
+/* The path processes connect to: ours, or the one systemd bound for us. */
+static void server_own_path(struct server *srv, char *out, size_t n)
+{
+	out[0] = '\0';
+	if (srv->socket_path && srv->own_socket) {
+		snprintf(out, n, "%s", srv->socket_path);
+		return;
+	}
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa);
+	memset(&sa, 0, sizeof(sa));
+	if (getsockname(srv->listen_fd, (struct sockaddr *)&sa, &len) == 0 &&
+	    sa.sun_family == AF_UNIX && sa.sun_path[0])
+		snprintf(out, n, "%.*s", (int)sizeof(sa.sun_path), sa.sun_path);
+	else if (srv->socket_path)
+		snprintf(out, n, "%s", srv->socket_path);
+}
+
 int server_start(struct server *srv)
 {
 	/* listen() again after a daemonizing fork: it records the caller's credentials, so
@@ -1427,9 +1512,17 @@ int server_start(struct server *srv)
 		err = -pthread_create(&srv->loop, NULL, server_loop, srv);
 		srv->loop_started = err == 0;
 	}
-	if (err)
+	if (err) {
 		server_stop(srv);
-	return err;
+		return err;
+	}
+	/* A restart: processes of this socket that a previous daemon served. */
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
+	server_own_path(srv, path, sizeof(path));
+	size_t n = adopt_scan(path, server_adopt_one, srv);
+	if (n)
+		server_log("took back %zu profiled process%s of %s", n, n == 1 ? "" : "es", path);
+	return 0;
 }
 
 void server_stop(struct server *srv)

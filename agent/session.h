@@ -151,6 +151,21 @@ void session_list_entry(struct session *s, struct llgo_list_entry *e);
 
 uint64_t session_now_ns(clockid_t clk);
 
+/* ---- adopt.c: processes to take back after a restart ---------------------------------- */
+
+struct adopt_proc {
+	pid_t pid;
+	uid_t uid; /* effective, read after the pidfd pinned the process */
+	gid_t gid;
+	int pidfd;
+	int memfd; /* the process memfd (checked: ours, this socket's) */
+};
+/* Returns 0 when it took both descriptors, else nonzero (the scan closes them). */
+typedef int (*adopt_fn)(void *arg, const struct adopt_proc *p);
+/* Every running process whose shim was attached to socket_path and can be read by us (root:
+ * all; else our own uid); returns how many fn took. */
+size_t adopt_scan(const char *socket_path, adopt_fn fn, void *arg);
+
 /* ---- drain.c: moving records from rings into buckets ---------------------------------- */
 
 struct drain;

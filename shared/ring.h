@@ -38,6 +38,7 @@
  * shim reserves this much, aligned, so that one page of any size can be mapped over it. */
 #define LLGO_PAGE_MAX (64u << 10)
 #define LLGO_PAGE_MIN 4096u
+#define LLGO_CTL_PATH_LEN 108u /* sizeof(sun_path) */
 
 /*
  * rate_word encodes the sampling rate for the shim's fast path in one load:
@@ -114,7 +115,11 @@ struct llgo_ctl {
 	 * each drain, so that a shim waiting at exit tells a slow daemon from a stopped one. */
 	_Atomic uint32_t daemon_beat;
 	_Atomic uint64_t reconnects; /* shim-written: successful reconnects, informational */
-	uint8_t reserved[LLGO_CTL_SIZE - 96];
+	/* Shim-written at attach: the daemon socket the process connects to. A daemon that
+	 * searches for processes to take back after a restart takes only those of its own
+	 * socket (several daemons may run on one host). NUL-terminated. */
+	char socket_path[LLGO_CTL_PATH_LEN];
+	uint8_t reserved[LLGO_CTL_SIZE - 96 - LLGO_CTL_PATH_LEN];
 };
 
 _Static_assert(sizeof(struct llgo_ctl) == LLGO_CTL_SIZE, "control structure is 4 KiB");
@@ -129,6 +134,7 @@ _Static_assert(offsetof(struct llgo_ctl, adopt_gen) == 72, "adopt_gen offset");
 _Static_assert(offsetof(struct llgo_ctl, maps_stale) == 80, "maps_stale offset");
 _Static_assert(offsetof(struct llgo_ctl, daemon_beat) == 84, "daemon_beat offset");
 _Static_assert(offsetof(struct llgo_ctl, reconnects) == 88, "reconnects offset");
+_Static_assert(offsetof(struct llgo_ctl, socket_path) == 96, "socket_path offset");
 
 /* ---- Ring header ---------------------------------------------------------------------- */
 

@@ -153,6 +153,8 @@ static int lifecycle_map_ctl(int fd)
 	attach_ctl.size = LLGO_CTL_SIZE;
 	attach_ctl.page_size = attach_page_size;
 	attach_ctl.ring_data_size = emit_data_size();
+	_Static_assert(sizeof(lifecycle_path) <= LLGO_CTL_PATH_LEN, "socket path fits");
+	memcpy(attach_ctl.socket_path, lifecycle_path, sizeof(lifecycle_path));
 	atomic_store_explicit(&attach_ctl.lost_no_ring, keep.lost_no_ring, memory_order_relaxed);
 	atomic_store_explicit(&attach_ctl.lost_detached, keep.lost_detached, memory_order_relaxed);
 	atomic_store_explicit(&attach_ctl.want_rate_word, keep.want_rate_word,
@@ -335,14 +337,16 @@ bool lifecycle_ready(struct llgo_heap_thread *t)
 	if (llgo_likely(st == LLGO_SHIM_ATTACHED)) {
 		uint64_t now = attach_now_ns();
 		uint64_t due = atomic_load_explicit(&lifecycle_check_ns, memory_order_relaxed);
-		if (llgo_unlikely(now >= due) &&
-		    atomic_compare_exchange_strong_explicit(&lifecycle_check_ns, &due,
-							    now + LIFECYCLE_CHECK_NS,
-							    memory_order_relaxed,
-							    memory_order_relaxed) &&
-		    attach_peer_gone(&lifecycle_sock))
-			lifecycle_lose("connection closed");
-		return lifecycle_state() == LLGO_SHIM_ATTACHED;
+		if (llgo_likely(now < due) ||
+		    !atomic_compare_exchange_strong_explicit(&lifecycle_check_ns, &due,
+							     now + LIFECYCLE_CHECK_NS,
+							     memory_order_relaxed,
+							     memory_order_relaxed) ||
+		    !attach_peer_gone(&lifecycle_sock))
+			return true;
+		lifecycle_lose("connection closed");
+		st = lifecycle_state();
+		/* a daemon that took us back already (adopt_gen): reconnect right away below */
 	}
 	if (st == LLGO_SHIM_LOST) {
 		uint64_t adopt = atomic_load_explicit(&attach_ctl.adopt_gen, memory_order_relaxed);
