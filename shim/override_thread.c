@@ -165,3 +165,11 @@ llgo_export __attribute__((noreturn)) void _Exit(int status)
 	for (;;)
 		syscall(SYS_exit_group, status);
 }
+
+/* Resolved at load, so that a fork child leaving through _exit does not pay for dlsym. */
+__attribute__((constructor(103))) static void override_thread_init(void)
+{
+	OVERRIDE_THREAD_RESOLVE(override_thread_create, "pthread_create");
+	OVERRIDE_THREAD_RESOLVE(override_thread_exit_next, "_exit");
+	OVERRIDE_THREAD_RESOLVE(override_thread_Exit_next, "_Exit");
+}
