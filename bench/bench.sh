@@ -425,6 +425,46 @@ verify_section() {
 	out ""
 }
 
+# ---- 3c. process lifecycle -------------------------------------------------------------------------
+# Start to exit of short processes, and fork, with and without the shim, in one run (medians;
+# lifecycle_bench.c). A second daemon, SIGSTOPped, stands for a stopped or hung one.
+lifecycle_section() {
+	out "### Process lifecycle: wall time with and without the shim (medians, interleaved)"
+	out ""
+	out "| workload | no shim | shim, default rate | added |"
+	out "|---|---:|---:|---:|"
+	for cmd in "/bin/true" "/bin/bash -c :"; do
+		# shellcheck disable=SC2086
+		r=$("$B/lifecycle_bench" spawn "$SHIM" "$SOCK" 300 $cmd) || return 1
+		echo "$r" | awk -v c="$cmd" '{printf "| start+exit `%s` | %.0f us | %.0f us | %+.0f us |\n", c, $2, $4, $6}' | outf
+	done
+	"$HEAPD" --socket "$TMP/stopped.sock" --foreground >"$TMP/stopped.log" 2>&1 &
+	spid=$!
+	i=0
+	while [ ! -S "$TMP/stopped.sock" ] && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.05; done
+	kill -STOP "$spid"
+	r=$("$B/lifecycle_bench" spawn "$SHIM" "$TMP/stopped.sock" 100 /bin/true)
+	kill -CONT "$spid"
+	kill "$spid"
+	wait "$spid" 2>/dev/null || true
+	echo "$r" | awk '{printf "| start+exit `/bin/true`, daemon SIGSTOPped | %.0f us | %.0f us | %+.0f us |\n", $2, $4, $6}' | outf
+	: >"$TMP/fork.plain"
+	: >"$TMP/fork.shim"
+	for rep in 1 2 3 4 5; do
+		"$B/lifecycle_bench" fork 500 3 >>"$TMP/fork.plain"
+		LD_PRELOAD=$SHIM LLGO_HEAP_SOCKET=$SOCK "$B/lifecycle_bench" fork 500 3 >>"$TMP/fork.shim"
+	done
+	fp=$(awk '{print $2}' "$TMP/fork.plain" | median3)
+	fs=$(awk '{print $2}' "$TMP/fork.shim" | median3)
+	rp=$(awk '{print $4}' "$TMP/fork.plain" | median3)
+	rs=$(awk '{print $4}' "$TMP/fork.shim" | median3)
+	awk -v a="$fp" -v b="$fs" 'BEGIN {printf "| fork(), 3 busy threads in the parent | %.0f us | %.0f us | %.2fx |\n", a, b, b / a}' | outf
+	awk -v a="$rp" -v b="$rs" 'BEGIN {printf "| fork to child reaped (child _exit(0)) | %.0f us | %.0f us | %.2fx |\n", a, b, b / a}' | outf
+	out ""
+	out "(fork rows: median of 5 runs of 500 forks each, runs alternating with and without the shim)"
+	out ""
+}
+
 # ---- 4. memory ---------------------------------------------------------------------------------
 rss_row() { # label, env...
 	label=$1
@@ -515,8 +555,15 @@ bench)
 	callgrind_cxx_section
 	slowpath_section
 	verify_section
+	lifecycle_section
 	memory_section
 	drop_section
+	;;
+lifecycle)
+	out "## process lifecycle"
+	out ""
+	machine
+	lifecycle_section
 	;;
 callgrind)
 	out "## callgrind instruction counts"
@@ -548,7 +595,7 @@ peers)
 	memory_section
 	;;
 *)
-	echo "usage: bench.sh bench|callgrind|peers|deps OUT" >&2
+	echo "usage: bench.sh bench|callgrind|lifecycle|peers|deps OUT" >&2
 	exit 2
 	;;
 esac
