@@ -134,6 +134,12 @@ $(OUT)/lib/libllgoheap.so: $(SHIM_OBJS) shim/libllgoheap.map
 	$(Q)$(CC) -shared -o $@ $(SHIM_OBJS) -Wl,--version-script=shim/libllgoheap.map \
 		-Wl,-z,now -Wl,-z,relro -ldl -pthread
 
+# The shim's code in the archives goes to its own section, llgo_heap_text: the linker then
+# defines __start_/__stop_llgo_heap_text, the exact range stack.c trims, whichever program or
+# library the archive is linked into (not that whole object).
+SHIM_TEXT_RENAME := $(foreach t,.text .text.unlikely .text.hot .text.startup .text.exit,\
+	--rename-section $(t)=llgo_heap_text,alloc,load,readonly,code,contents)
+
 # One relocatable object with every hidden symbol made local, so the archive adds only the
 # llgo_heap_* API to a program's namespace (no clash with a user's emit_init or stack_init).
 $(OUT)/lib/libllgoheap.a: $(SHIM_LIB_OBJS)
@@ -141,7 +147,7 @@ $(OUT)/lib/libllgoheap.a: $(SHIM_LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(Q)rm -f $@ $(OUT)/obj/shim/libllgoheap-all.o && \
 		$(LD) -r -o $(OUT)/obj/shim/libllgoheap-all.o $(SHIM_LIB_OBJS) && \
-		$(OBJCOPY) --localize-hidden $(OUT)/obj/shim/libllgoheap-all.o && \
+		$(OBJCOPY) --localize-hidden $(SHIM_TEXT_RENAME) $(OUT)/obj/shim/libllgoheap-all.o && \
 		ar rcs $@ $(OUT)/obj/shim/libllgoheap-all.o
 
 $(OUT)/bin/llgo-heapd: $(OUT)/obj/agent/daemon.o $(AGENT_COMMON_OBJS)
@@ -348,7 +354,7 @@ $(OUT)/lib/libllgoheap-static.a: $(SHIM_LIB_OBJS) $(OUT)/obj/shim/static/wrap.o
 	@mkdir -p $(dir $@)
 	$(Q)rm -f $@ $(OUT)/obj/shim/libllgoheap-static-all.o && \
 		$(LD) -r -o $(OUT)/obj/shim/libllgoheap-static-all.o $^ && \
-		$(OBJCOPY) --localize-hidden $(OUT)/obj/shim/libllgoheap-static-all.o && \
+		$(OBJCOPY) --localize-hidden $(SHIM_TEXT_RENAME) $(OUT)/obj/shim/libllgoheap-static-all.o && \
 		ar rcs $@ $(OUT)/obj/shim/libllgoheap-static-all.o
 
 # pc_write(file, prefix, libdir, includedir)

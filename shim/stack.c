@@ -117,8 +117,9 @@ static int stack_text_cb(struct dl_phdr_info *info, size_t size, void *data)
 	}
 	if (!mine)
 		return 0;
-	/* The first object is the program: the shim is linked into it (libllgoheap.a), so its
-	 * text is the program's and nothing may be trimmed by address. */
+	/* The first object is the program: the shim is linked into it without its own section
+	 * (an object file rather than libllgoheap.a), so its text is the program's and nothing
+	 * may be trimmed by address. A library holding the shim this way is trimmed whole. */
 	if (index == 0)
 		return 1;
 	for (int i = 0; i < info->dlpi_phnum && stack_ntext < STACK_MAX_TEXT; i++) {
@@ -143,8 +144,20 @@ void stack_shim_text(uintptr_t *lo, uintptr_t *hi)
 	}
 }
 
+/* Defined by the linker when the shim comes from libllgoheap.a (its code renamed to this
+ * section, see the Makefile): exactly the shim's code, in a program or in a library. */
+extern const char __start_llgo_heap_text[] __attribute__((weak, visibility("hidden")));
+extern const char __stop_llgo_heap_text[] __attribute__((weak, visibility("hidden")));
+
 void stack_init(void)
 {
+	uintptr_t lo = (uintptr_t)__start_llgo_heap_text, hi = (uintptr_t)__stop_llgo_heap_text;
+	if (!stack_ntext && lo && hi > lo) {
+		stack_text_lo[0] = lo;
+		stack_text_hi[0] = hi;
+		stack_ntext = 1;
+		return;
+	}
 	Dl_info di;
 	if (stack_ntext || !dladdr((void *)(uintptr_t)stack_init, &di) || !di.dli_fbase)
 		return;

@@ -142,3 +142,50 @@ Test(linked, make_install_and_pkg_config, .timeout = 600)
 	lk_expect_exact(cmd);
 	e2e_rmdir(dir);
 }
+
+/* A shared library that links libllgoheap.a into its own allocator: only the shim's code
+ * (its own section, llgo_heap_text) is trimmed from the top of a stack, never the library
+ * that holds it. The library's allocator frame and its callers inside the library stay. */
+Test(linked, library_holding_the_archive_keeps_its_frames, .timeout = 120)
+{
+	char *dir = e2e_tmpdir(), sock[4200], *out = NULL, *prof = NULL;
+	int rc = e2e_sh(&out,
+			"cd %s && cat > lib.c <<'C'\n"
+			"#define LLGO_HEAP_PROFILING 1\n"
+			"#include <stdlib.h>\n"
+			"#include \"llgo_heap.h\"\n"
+			"void *volatile lib_sink;\n"
+			"__attribute__((noinline)) void *lib_pool_alloc(size_t n)\n"
+			"{ void *p = malloc(n); llgo_heap_alloc_hook(p, n); return p; }\n"
+			"__attribute__((noinline)) void lib_build_index(void)\n"
+			"{ lib_sink = lib_pool_alloc(4321); free(lib_sink); __asm__ volatile(\"\"); }\n"
+			"C\n"
+			"cat > main.c <<'C'\n"
+			"void lib_build_index(void);\n"
+			"int main(void) { for (int i = 0; i < 300; i++) lib_build_index(); return 0; }\n"
+			"C\n"
+			"cc -O2 -g -fno-omit-frame-pointer -fPIC -shared -I" LLGO_SRC_DIR "/include "
+			"-o libheld.so lib.c " LLGO_BUILD_DIR "/lib/libllgoheap.a -pthread -ldl && "
+			"cc -O2 -g -fno-omit-frame-pointer -o main main.c -L. -lheld -Wl,-rpath,%s",
+			dir, dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	pid_t d = e2e_daemon_start(dir, sock, sizeof(sock));
+	rc = e2e_sh(&out, "cd %s && unset LD_PRELOAD && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 "
+		    "sh -c 'echo $$; exec ./main'", dir, sock);
+	cr_assert_eq(rc, 0, "%s", out);
+	int pid = atoi(out);
+	rc = e2e_sh(&prof, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", pid, sock);
+	cr_assert_eq(rc, 0, "snapshot: %s", prof);
+	/* one stack: lib_pool_alloc (with the hook inlined), lib_build_index, main */
+	cr_expect(strstr(prof, "\n300: 1296300 [300: 1296300] @ ") != NULL, "%s", prof);
+	const char *a = strstr(prof, "lib_pool_alloc"), *b = strstr(prof, "lib_build_index"),
+		   *m = strstr(prof, "\tmain+");
+	cr_expect(a && b && m && a < b && b < m, "the library's frames were trimmed:\n%s", prof);
+	cr_expect(strstr(prof, "llgo_heap_sample_slow") == NULL, "a shim frame is shown:\n%s",
+		  prof);
+	free(out);
+	free(prof);
+	e2e_daemon_stop(d);
+	e2e_rmdir(dir);
+}
