@@ -124,6 +124,10 @@ struct server {
 	_Atomic bool stopping;
 	struct server_workq shimq, exitq, clientq;
 	pthread_mutex_t conns_lock;
+	/* While the start-up search for processes to take back runs (adopting), a memfd HELLO
+	 * and an adoption each find-or-register under adopt_lock: one session per memfd. */
+	pthread_mutex_t adopt_lock;
+	_Atomic bool adopting;
 	struct server_conn *conns;
 	size_t nconns, max_conns;
 	unsigned char *rxbuf; /* the loop's packet buffer */
@@ -866,17 +870,22 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	uint32_t ds = m.ring_data_size;
 	bool memfd = m.flags & LLGO_HELLO_MEMFD, ack = !(m.flags & LLGO_HELLO_NO_ACK);
 	bool reattach = m.flags & LLGO_HELLO_REATTACH;
+	bool locked = memfd && atomic_load(&srv->adopting);
+	if (locked)
+		pthread_mutex_lock(&srv->adopt_lock);
 	if (c->cred.pid <= 0) {
 		err = -ESRCH;
 		why = "peer pid unknown (another pid namespace?)";
 	} else if (ds < LLGO_RING_MIN_DATA || ds > LLGO_RING_MAX_DATA || (ds & (ds - 1))) {
 		err = -EINVAL;
 		why = "ring data size";
-	} else if (memfd && reattach &&
-		   (s = session_find_live(srv->reg, c->cred.pid, 0, fd)) != NULL) {
-		/* A process this daemon found on its own (server_adopt) calls back: the
-		 * connection joins the session it already has. */
+	} else if (memfd && (s = session_find_live(srv->reg, c->cred.pid, 0, fd)) != NULL) {
+		/* A process this daemon found on its own (server_adopt_one: after a restart,
+		 * or a HELLO still queued when the daemon started) calls: the connection joins
+		 * the session it already has, one session per process memfd. */
 		close(fd);
+		if (locked)
+			pthread_mutex_unlock(&srv->adopt_lock);
 		c->session = s;
 		c->kind = SERVER_CONN_SHIM;
 		server_log("pid %d: reconnected to its session", (int)s->pid);
@@ -897,6 +906,8 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	memset(&a, 0, sizeof(a));
 	msg_header_init(&a.h, LLGO_MSG_HELLO_ACK, sizeof(a));
 	if (err) {
+		if (locked)
+			pthread_mutex_unlock(&srv->adopt_lock);
 		session_put(s);
 		a.status = -err;
 		if (ack)
@@ -916,6 +927,8 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	else if (s->ctl)
 		atomic_fetch_add_explicit(&s->ctl->daemon_beat, 1, memory_order_relaxed);
 	session_register(s);
+	if (locked)
+		pthread_mutex_unlock(&srv->adopt_lock);
 	c->session = s;
 	c->kind = SERVER_CONN_SHIM;
 	atomic_fetch_add(&srv->n_sessions, 1);
@@ -1353,6 +1366,7 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	srv->opts = *o;
 	srv->listen_fd = srv->epfd = srv->wake_fd = srv->spare_fd = -1;
 	pthread_mutex_init(&srv->conns_lock, NULL);
+	pthread_mutex_init(&srv->adopt_lock, NULL);
 	unsigned nclient = o->client_workers ? o->client_workers : SERVER_CLIENT_WORKERS;
 	if (nclient > SERVER_MAX_WORKERS)
 		nclient = SERVER_MAX_WORKERS;
@@ -1409,9 +1423,19 @@ fail:
 
 /* ---- taking processes back after a restart (adopt.c finds them) -------------------------- */
 
+static int server_adopt_locked(struct server *srv, const struct adopt_proc *p);
+
 static int server_adopt_one(void *arg, const struct adopt_proc *p)
 {
 	struct server *srv = arg;
+	pthread_mutex_lock(&srv->adopt_lock);
+	int rc = server_adopt_locked(srv, p);
+	pthread_mutex_unlock(&srv->adopt_lock);
+	return rc;
+}
+
+static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
+{
 	struct session *s = session_find_live(srv->reg, p->pid, 0, p->memfd);
 	if (s) { /* it called back already */
 		session_put(s);
@@ -1489,6 +1513,7 @@ static void server_own_path(struct server *srv, char *out, size_t n)
 
 int server_start(struct server *srv)
 {
+	atomic_store(&srv->adopting, true); /* before any worker can run a HELLO */
 	/* listen() again after a daemonizing fork: it records the caller's credentials, so
 	 * clients' SO_PEERCRED names the daemon rather than the parent that bound it. */
 	if (srv->own_socket && listen(srv->listen_fd, 256) < 0)
@@ -1520,6 +1545,9 @@ int server_start(struct server *srv)
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
 	server_own_path(srv, path, sizeof(path));
 	size_t n = adopt_scan(path, server_adopt_one, srv);
+	pthread_mutex_lock(&srv->adopt_lock); /* a HELLO that saw adopting set is done */
+	atomic_store(&srv->adopting, false);
+	pthread_mutex_unlock(&srv->adopt_lock);
 	if (n)
 		server_log("took back %zu profiled process%s of %s", n, n == 1 ? "" : "es", path);
 	return 0;
@@ -1588,6 +1616,7 @@ void server_free(struct server *srv)
 	server_workq_destroy(&srv->exitq);
 	server_workq_destroy(&srv->clientq);
 	pthread_mutex_destroy(&srv->conns_lock);
+	pthread_mutex_destroy(&srv->adopt_lock);
 	free(srv->rxbuf);
 	free(srv->socket_path);
 	free(srv);

@@ -41,6 +41,9 @@
  * constructor.
  */
 #include <dlfcn.h>
+#include <link.h>
+#include <stddef.h>
+#include <sys/syscall.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -75,8 +78,13 @@ static _Atomic uint64_t lifecycle_check_ns;
 static _Atomic uint64_t lifecycle_adopt_seen;
 static _Atomic pid_t lifecycle_pid; /* the process that attached (a vfork child is not it) */
 static pid_t lifecycle_daemon_pid;  /* SO_PEERCRED of our socket: the daemon */
+/* dl_iterate_phdr's count of objects loaded, when the constructor attached (UINT64_MAX:
+ * attached later, unknown). The daemon read our maps after that. */
+static uint64_t lifecycle_adds_at_attach = UINT64_MAX;
 
 extern void *__libc_stack_end;
+
+static uint64_t lifecycle_adds(void);
 
 /* ---- small things ----------------------------------------------------------------------- */
 
@@ -570,8 +578,10 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 	}
 	atomic_store_explicit(&attach_ctl.want_rate_word, llgo_rate_to_word(rate),
 			      memory_order_relaxed);
+	uint64_t adds = lifecycle_adds();
 	int rc = lifecycle_connect(0);
 	if (rc == 0) {
+		lifecycle_adds_at_attach = adds;
 		lifecycle_say("attached to ", lifecycle_path);
 		return;
 	}
@@ -625,9 +635,54 @@ static bool lifecycle_daemon_stat(char *state, uint64_t *ticks)
 	return true;
 }
 
-/* Whether a daemon that has not answered yet is working (on us or on others): it ran, or
- * wants to run, or it touched our page since the last look. A stopped daemon (T), a dead one,
- * and one that neither runs nor uses CPU (hung, or idle and not reading) are not. */
+/* Whether any thread of the daemon is running or waiting to run (R), read from
+ * /proc/PID/task/TID/stat with raw getdents64 (no malloc: we may be in _exit). */
+static bool lifecycle_daemon_runnable(void)
+{
+	char path[48] = "/proc/";
+	size_t n = 6 + lifecycle_utoa(path + 6, (unsigned)lifecycle_daemon_pid);
+	memcpy(path + n, "/task", 6);
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return false;
+	bool running = false;
+	unsigned char buf[2048];
+	long got;
+	while (!running && (got = syscall(SYS_getdents64, dfd, buf, sizeof(buf))) > 0) {
+		for (long off = 0; off < got && !running;) {
+			struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type;
+				 char name[]; } *d = (void *)(buf + off);
+			off += d->reclen;
+			if (d->name[0] < '0' || d->name[0] > '9')
+				continue;
+			char sp[96];
+			size_t k = n + 5;
+			memcpy(sp, path, k);
+			sp[k++] = '/';
+			size_t ln = strnlen(d->name, 16);
+			memcpy(sp + k, d->name, ln);
+			memcpy(sp + k + ln, "/stat", 6);
+			int fd = open(sp, O_RDONLY | O_CLOEXEC);
+			if (fd < 0)
+				continue;
+			char st[256];
+			ssize_t r = read(fd, st, sizeof(st) - 1);
+			close(fd);
+			if (r <= 0)
+				continue;
+			st[r] = '\0';
+			char *p = strrchr(st, ')');
+			running = p && p[1] == ' ' && (p[2] == 'R' || p[2] == 'D');
+		}
+	}
+	close(dfd);
+	return running;
+}
+
+/* Whether a daemon that has not answered yet is working (on us or on others): it touched
+ * our page, used CPU, or one of its threads runs or waits to run since the last look. A
+ * stopped daemon (T), a dead one, and one that neither runs nor uses CPU (hung, or idle and
+ * not reading) are not. */
 static bool lifecycle_daemon_working(uint32_t *beat, uint64_t *ticks)
 {
 	uint32_t b = atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed);
@@ -641,7 +696,22 @@ static bool lifecycle_daemon_working(uint32_t *beat, uint64_t *ticks)
 	*ticks = t;
 	if (st == 'T' || st == 't' || st == 'Z' || st == 'X')
 		return false;
-	return moved || ran || st == 'R';
+	return moved || ran || lifecycle_daemon_runnable();
+}
+
+static int lifecycle_adds_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+	if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))
+		*(uint64_t *)data = info->dlpi_adds;
+	return 1;
+}
+
+/* Objects loaded so far (dlopen included); UINT64_MAX when unknown. */
+static uint64_t lifecycle_adds(void)
+{
+	uint64_t adds = UINT64_MAX;
+	dl_iterate_phdr(lifecycle_adds_cb, &adds);
+	return adds;
 }
 
 /* Runs after the program's destructors and atexit handlers (a low number runs last among
@@ -655,11 +725,18 @@ __attribute__((destructor(101))) void lifecycle_exit(void)
 	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) != getpid() ||
 	    atomic_exchange(&done, 1))
 		return;
-	/* The daemon drains rings and reads maps on its own; it needs us alive only for what it
-	 * has not seen yet. */
-	if (emit_all_drained() &&
-	    !atomic_load_explicit(&attach_ctl.maps_stale, memory_order_relaxed))
+	/* The daemon drains our rings after we are gone (it holds them mapped); it needs us
+	 * alive only for our mappings: not at all once it has read them (daemon_beat) and no
+	 * record it has not drained can hold a pc of an object loaded since (dlopen). */
+	bool drained = emit_all_drained();
+	if (atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed) &&
+	    !atomic_load_explicit(&attach_ctl.maps_stale, memory_order_relaxed) &&
+	    (drained || (lifecycle_adds_at_attach != UINT64_MAX &&
+			 lifecycle_adds() == lifecycle_adds_at_attach)))
 		return;
+	if (drained && !atomic_load_explicit(&attach_ctl.maps_stale, memory_order_relaxed) &&
+	    !atomic_load_explicit(&attach_ctl.ring_count, memory_order_relaxed))
+		return; /* nothing was ever sampled */
 	struct llgo_msg_header bye;
 	attach_header(&bye, LLGO_MSG_BYE, sizeof(bye));
 	if (lifecycle_send(&bye, sizeof(bye)) != 0)
