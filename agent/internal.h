@@ -210,6 +210,19 @@ struct psample {
 	uint64_t free_objects, free_bytes;
 };
 
+/* In-use accounting of a profile (inuse.c). */
+struct inuse_counts {
+	uint64_t untracked; /* sampled objects the shim could not track (table full) */
+	uint64_t unmatched; /* live entries whose bucket is unknown (record lost or capped) */
+	uint64_t pending;   /* live entries whose record was not drained yet */
+};
+
+enum profile_inuse {
+	PROFILE_INUSE_UNKNOWN = 0,   /* not said (tests, merged profiles) */
+	PROFILE_INUSE_TRACKED = 1,   /* in-use values are the live sampled objects */
+	PROFILE_INUSE_UNTRACKED = 2, /* the process sent no live table: in-use = allocated */
+};
+
 struct profile_meta {
 	pid_t pid;
 	char comm[LLGO_COMM_LEN];
@@ -219,6 +232,8 @@ struct profile_meta {
 	bool mixed_rates;        /* samples were taken at more than one rate */
 	uint64_t sampled, delivered, dropped, corrupt;
 	uint64_t cap_hits;
+	int inuse; /* enum profile_inuse */
+	struct inuse_counts inuse_counts;
 };
 
 struct profile {

@@ -433,9 +433,19 @@ uint64_t profile_main_rate(const struct profile *p)
 
 int profile_accounting(struct buf *b, const struct profile *p)
 {
-	return buf_printf(b, "llgo-heap: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
-			  (unsigned long long)p->meta.sampled, (unsigned long long)p->meta.delivered,
-			  (unsigned long long)p->meta.dropped, (unsigned long long)p->meta.corrupt);
+	int rc = buf_printf(b, "llgo-heap: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
+			    (unsigned long long)p->meta.sampled,
+			    (unsigned long long)p->meta.delivered,
+			    (unsigned long long)p->meta.dropped, (unsigned long long)p->meta.corrupt);
+	/* In-use accounting (inuse.c), only when there is something to say. */
+	const struct inuse_counts *c = &p->meta.inuse_counts;
+	if (p->meta.inuse == PROFILE_INUSE_UNTRACKED)
+		rc = buf_puts(b, " frees=untracked");
+	else if (p->meta.inuse == PROFILE_INUSE_TRACKED && (c->untracked | c->unmatched | c->pending))
+		rc = buf_printf(b, " untracked=%llu unmatched=%llu pending=%llu",
+				(unsigned long long)c->untracked, (unsigned long long)c->unmatched,
+				(unsigned long long)c->pending);
+	return rc;
 }
 
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr)

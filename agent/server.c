@@ -667,6 +667,17 @@ static void server_add_ring(struct server_conn *c, const unsigned char *pkt, int
 	server_conn_rearm(c);
 }
 
+static void server_add_live(struct server_conn *c, int fd)
+{
+	int err = inuse_map(c->session, fd);
+	close(fd);
+	if (err) {
+		server_malformed(c, "ADD_LIVE: %s", strerror(-err));
+		return;
+	}
+	server_conn_rearm(c);
+}
+
 static int server_list(struct server *srv, struct server_conn *c);
 
 static void server_conn_event(struct server *srv, struct server_conn *c)
@@ -705,6 +716,10 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 		break;
 	case LLGO_MSG_ADD_RING:
 		want = sizeof(struct llgo_msg_add_ring);
+		needs_fd = shim_msg = true;
+		break;
+	case LLGO_MSG_ADD_LIVE:
+		want = sizeof(struct llgo_msg_header);
 		needs_fd = shim_msg = true;
 		break;
 	case LLGO_MSG_BYE:
@@ -750,6 +765,9 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 	switch (h.type) {
 	case LLGO_MSG_ADD_RING:
 		server_add_ring(c, srv->rxbuf, fd);
+		return;
+	case LLGO_MSG_ADD_LIVE:
+		server_add_live(c, fd);
 		return;
 	case LLGO_MSG_WAKE:
 		/* A producer is filling a ring faster than the idle poll: drain now. The
@@ -945,6 +963,9 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
 	pthread_mutex_lock(&s->drain_lock);
 	int rc = profile_collect(p, s->buckets);
 	session_account_locked(s, &cnt);
+	p->meta.sampled = cnt.sampled;
+	if (!rc)
+		rc = inuse_apply_locked(s, p);
 	bool mixed = s->mixed_rates;
 	uint64_t last_rate = s->last_rate;
 	pthread_mutex_unlock(&s->drain_lock);

@@ -204,6 +204,7 @@ static void session_unmap_all(struct session *s)
 static void session_free(struct session *s)
 {
 	session_unmap_all(s);
+	inuse_release(s);
 	free(s->rings);
 	free(s->pending);
 	free(s->ring_ids);

@@ -68,7 +68,19 @@ struct session {
 	uint64_t records;               /* records bucketed */
 	uint64_t bucket_errors;         /* bucket_table_add failures (out of memory) */
 
+	/* inuse.c: the live-object table. live and live_state change under lock; the table is
+	 * read under drain_lock (the scan needs the readers' sequence numbers). */
+	struct llgo_live_header *live; /* shared, hostile, read-only; NULL when none */
+	int live_state;                /* enum session_live */
+	struct inuse_counts live_frozen; /* as of the freeze at exit */
+
 	struct session *next; /* registry list, newest first */
+};
+
+enum session_live {
+	SESSION_LIVE_NONE = 0,   /* no table received */
+	SESSION_LIVE_MAPPED = 1, /* mapped; scanned at each snapshot */
+	SESSION_LIVE_FROZEN = 2, /* exited: the buckets' free counters hold the final scan */
 };
 
 struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max_buckets,
@@ -117,6 +129,19 @@ int session_set_rate(struct session *s, uint64_t rate, uint64_t *old_rate, uint6
 void session_list_entry(struct session *s, struct llgo_list_entry *e);
 
 uint64_t session_now_ns(clockid_t clk);
+
+/* ---- inuse.c: in-use values from the live-object table -------------------------------- */
+
+/* Map a live-table memfd (LLGO_MSG_ADD_LIVE): size, seal, magic; one per session. */
+int inuse_map(struct session *s, int fd);
+/* Set p's free counters from the table (caller holds drain_lock, p collected from s's
+ * buckets, untrimmed) and state the accounting in p->meta. */
+int inuse_apply_locked(struct session *s, struct profile *p);
+/* The process is gone (caller holds drain_lock, after the final drain, before retiring):
+ * store the final in-use values in the buckets' free counters and unmap the table. */
+void inuse_freeze_locked(struct session *s);
+/* Unmap the table (session teardown). */
+void inuse_release(struct session *s);
 
 /* ---- drain.c: moving records from rings into buckets ---------------------------------- */
 

@@ -3,7 +3,8 @@
  * proto.h: messages on llgo-heapd's Unix socket (SOCK_SEQPACKET, one message per packet).
  *
  * Two kinds of peers use the socket:
- *   - shims: HELLO (with the control-page memfd), ADD_RING (with a ring memfd), BYE at exit;
+ *   - shims: HELLO (with the control-page memfd), ADD_RING (with a ring memfd), ADD_LIVE
+ *     (with the live-object table memfd), WAKE, BYE at exit;
  *   - clients (the llgo-heap CLI and anything else): LIST, SNAPSHOT, SET_RATE, answered by
  *     zero or more DATA packets and one END packet.
  * The daemon identifies every peer by SO_PEERCRED, never by fields in these messages, and
@@ -27,6 +28,8 @@ enum llgo_msg_type {
 	LLGO_MSG_ADD_RING = 2, /* struct llgo_msg_add_ring, SCM_RIGHTS: ring memfd */
 	LLGO_MSG_BYE = 3,      /* header only: the process is exiting; answered by END */
 	LLGO_MSG_WAKE = 4,     /* header only: a ring passed half full; drain soon (no answer) */
+	LLGO_MSG_ADD_LIVE = 5, /* header only, SCM_RIGHTS: the live-object table memfd
+				  (shared/live.h); at most one per process (no answer) */
 	/* client -> daemon */
 	LLGO_MSG_LIST = 16,     /* header only; answered by DATA (llgo_list_entry[]) + END */
 	LLGO_MSG_SNAPSHOT = 17, /* struct llgo_msg_snapshot; answered by DATA... + END */

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "../shared/compiler.h"
+#include "../shared/live.h"
 #include "../shared/proto.h"
 #include "../shared/ring.h"
 
@@ -66,6 +67,7 @@ struct llgo_heap_thread {
 	uintptr_t cxx_frame;
 	uint64_t cxx_size; /* the size the program asked of that wrapper (aligned new rounds up) */
 	uint64_t wake_head; /* ring head when this thread last sent LLGO_MSG_WAKE (emit.c) */
+	uint64_t full_stall; /* full.c: 1 + the tail a wait gave up at; 0 when none */
 	struct emit_ring ring;
 };
 
@@ -81,6 +83,8 @@ extern __thread struct llgo_heap_thread llgo_heap_tls llgo_tls_ie llgo_export;
 void *sample_malloc(void *(*fn)(size_t), size_t size, void *ra);
 void *sample_calloc(void *(*fn)(size_t, size_t), size_t n, size_t size, void *ra);
 void *sample_realloc(void *(*fn)(void *, size_t), void *p, size_t size, void *ra);
+/* realloc of a non-NULL p that free would look up (p & live_mask == 0): may be tracked. */
+void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, size_t size, void *ra);
 void *sample_memalign(void *(*fn)(size_t, size_t), size_t align, size_t size, void *ra);
 int sample_posix_memalign(int (*fn)(void **, size_t, size_t), void **pp, size_t align,
 			  size_t size, void *ra);
@@ -145,10 +149,14 @@ void emit_init(uint64_t rate);
 /* Every ring of the previous process image is forgotten (fork child). */
 void emit_forget_all(void);
 uint32_t emit_generation(void);
+/* Ask the daemon to drain now (LLGO_MSG_WAKE), without waiting. */
+void emit_wake(void);
 /* Record one sample into the calling thread's ring (claimed or created on first use); counts
- * it in ctl.lost_no_ring when no ring can be had. */
-void emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
-		 const uint64_t *frames, uint32_t n);
+ * it in ctl.lost_no_ring when no ring can be had. Returns whether the record was published,
+ * and then its LLGO_LIVE_REF (ring id, seq) in *ref. A full ring waits for the daemon first
+ * when full.c says so. */
+bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
+		 const uint64_t *frames, uint32_t n, uint64_t *ref);
 
 /* Format a ring in mem (len >= LLGO_RING_HEADER_SIZE + data_size) and bind r to it. */
 static inline int emit_ring_format(struct emit_ring *r, void *mem, size_t len, uint64_t data_size,
@@ -223,6 +231,38 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 	atomic_store_explicit(&h->sampled, sampled + 1, memory_order_release);
 	return true;
 }
+
+/* ---- live.c: the live-object table and the free slow path ------------------------------ */
+
+#define LIVE_PAGE 4096u
+
+/* What free tests: p & live_mask == 0 takes live_free (see live.c). */
+extern _Atomic uintptr_t live_mask;
+/* override.c hands over the real allocator (never called in the hook library). */
+void live_set_allocator(void *(*memalign_fn)(size_t, size_t), void (*free_fn)(void *),
+			size_t (*usable_fn)(void *));
+/* Whether sampled objects can be placed on a page and tracked. */
+bool live_can_place(void);
+/* The real allocator's page-aligned block, usable size and free. */
+void *live_memalign(size_t size);
+size_t live_usable(void *p);
+void live_free_real(void *p);
+/* Track a sampled object whose record was published (under the guard: may create the
+ * table). w is the rate word it was sampled at: < 0 tracks it wherever it lies. */
+void live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t size);
+/* Forget addr if tracked (copying its entry to out when not NULL); lock-free. */
+bool live_remove(uint64_t addr, struct llgo_live_entry *out);
+/* Track addr again with e's fields (a realloc that failed). */
+void live_restore(uint64_t addr, const struct llgo_live_entry *e);
+/* free's slow path: forget p, then fn(p). */
+void live_free(void (*fn)(void *), void *p);
+
+/* ---- full.c: what a full ring does ---------------------------------------------------- */
+
+/* Wait (bounded) until r has room for len bytes, if the policy says so (LLGO_HEAP_FULL, else
+ * wait at rate 1 and drop otherwise). Called by the owner before a push. */
+void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
+	       uint64_t rate);
 
 /* ---- attach.c: the control page and the daemon connection ------------------------------ */
 

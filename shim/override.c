@@ -346,9 +346,27 @@ static size_t override_boot_usable(void *p)
 	return override_usable(p);
 }
 
+/* The real functions live.c places sampled blocks with (through the current pointers, so
+ * pool blocks stay recognised). */
+static void *override_place_memalign(size_t align, size_t size)
+{
+	return override_memalign(align, size);
+}
+
+static void override_place_free(void *p)
+{
+	override_free(p);
+}
+
+static size_t override_place_usable(void *p)
+{
+	return override_usable(p);
+}
+
 __attribute__((constructor(101))) static void override_init(void)
 {
 	override_resolve();
+	live_set_allocator(override_place_memalign, override_place_free, override_place_usable);
 }
 
 /* ---- fast path ------------------------------------------------------------------------- */
@@ -389,8 +407,17 @@ llgo_export void *malloc(size_t size)
 	return sample_malloc(override_malloc, size, __builtin_return_address(0));
 }
 
+/* Tracked sampled objects are page-aligned (or, once rate 1 was used, anywhere): one test of
+ * p against live_mask sends the candidates to live.c; see live.c for the mask's values. */
+static inline __attribute__((always_inline)) bool override_maybe_tracked(const void *p)
+{
+	return !((uintptr_t)p & atomic_load_explicit(&live_mask, memory_order_relaxed));
+}
+
 llgo_export void free(void *p)
 {
+	if (llgo_unlikely(override_maybe_tracked(p)))
+		return live_free(override_free, p);
 	override_free(p);
 }
 
@@ -409,6 +436,9 @@ llgo_export void *calloc(size_t n, size_t size)
 
 llgo_export void *realloc(void *p, size_t size)
 {
+	if (llgo_unlikely(override_maybe_tracked(p)) && p)
+		return sample_realloc_tracked(override_realloc, p, size,
+					      __builtin_return_address(0));
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return override_realloc(p, size);
@@ -429,6 +459,9 @@ llgo_export void *reallocarray(void *p, size_t n, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
+	if (llgo_unlikely(override_maybe_tracked(p)) && p)
+		return sample_realloc_tracked(override_realloc, p, total,
+					      __builtin_return_address(0));
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return override_realloc(p, total);
@@ -468,6 +501,20 @@ llgo_export void *memalign(size_t align, size_t size)
 	return sample_memalign(override_memalign, align, size, __builtin_return_address(0));
 }
 
+/* valloc and pvalloc blocks are on a page already: their slow path is memalign's with a page
+ * alignment, which calls them as they are. */
+static void *override_valloc_fn(size_t align, size_t size)
+{
+	(void)align;
+	return override_valloc(size);
+}
+
+static void *override_pvalloc_fn(size_t align, size_t size)
+{
+	(void)align;
+	return override_pvalloc(size);
+}
+
 llgo_export void *valloc(size_t size)
 {
 	int64_t w = override_rate();
@@ -475,7 +522,7 @@ llgo_export void *valloc(size_t size)
 		return override_valloc(size);
 	if (w > 0 && llgo_likely(override_countdown(size)))
 		return override_valloc(size);
-	return sample_malloc(override_valloc, size, __builtin_return_address(0));
+	return sample_memalign(override_valloc_fn, LIVE_PAGE, size, __builtin_return_address(0));
 }
 
 /* The recorded size is the size asked, not pvalloc's page-rounded one. */
@@ -486,7 +533,7 @@ llgo_export void *pvalloc(size_t size)
 		return override_pvalloc(size);
 	if (w > 0 && llgo_likely(override_countdown(size)))
 		return override_pvalloc(size);
-	return sample_malloc(override_pvalloc, size, __builtin_return_address(0));
+	return sample_memalign(override_pvalloc_fn, LIVE_PAGE, size, __builtin_return_address(0));
 }
 
 llgo_export size_t malloc_usable_size(void *p)

@@ -151,20 +151,35 @@ static llgo_noinline void sample_thread_init(struct llgo_heap_thread *t)
 	t->inited = 1;
 }
 
-static inline void sample_take(size_t size, void *p, void *ra, void *frame)
+/*
+ * The decision, taken before the real allocation so that a sampled object can be placed where
+ * free will look for it (live.c). Returns the rate word when this allocation is sampled, with
+ * the guard held (sample_record releases it); 0 when it is not (guard untouched).
+ */
+static inline int64_t sample_begin(struct llgo_heap_thread *t, size_t size)
 {
-	struct llgo_heap_thread *t = &llgo_heap_tls;
 	if (t->guard)
-		return;
+		return 0;
 	int64_t w = atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
 	/* rate 0, or this thread is forking: until the child handler ran, the control page and
 	 * the rings a child would see are its parent's (other threads record on) */
 	if (w == 0 || t->forking)
-		return;
+		return 0;
 	t->guard = 1;
 	if (llgo_unlikely(t->gen != emit_generation()))
 		sample_thread_init(t);
-	if (sample_decide(t, w, size) && p) {
+	if (sample_decide(t, w, size))
+		return w;
+	t->guard = 0;
+	return 0;
+}
+
+/* Record the sampled allocation p (NULL: it failed, nothing is recorded), track it when
+ * placed (track), and release the guard. */
+static void sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, void *p,
+			  void *ra, void *frame, bool track)
+{
+	if (p) {
 		/* Nested allocations below (first ring, pthread_setspecific) must not eat the
 		 * fresh threshold: they are not the program's. */
 		int64_t keep = t->countdown;
@@ -178,10 +193,27 @@ static inline void sample_take(size_t size, void *p, void *ra, void *frame)
 		}
 		uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, ra, frame, cxx, t->stack_lo,
 					   t->stack_hi);
-		emit_sample(t, size, llgo_rate_from_word(w), (uint64_t)(uintptr_t)p, frames, n);
+		if (n > LLGO_MAX_FRAMES)
+			n = LLGO_MAX_FRAMES;
+		uint64_t rate = llgo_rate_from_word(w), ref = 0;
+		if (emit_sample(t, size, rate, (uint64_t)(uintptr_t)p, frames, n, &ref) && track)
+			live_track(w, (uint64_t)(uintptr_t)p, llgo_live_key(frames, n, size, rate),
+				   ref, size);
 		t->countdown = keep;
 	}
 	t->guard = 0;
+}
+
+/* Sampled at a rate > 1 with placement available: the block goes on a page of its own start,
+ * so that free finds it by its low 12 bits (live.c). */
+static inline bool sample_placing(int64_t w)
+{
+	return w > 0 && live_can_place();
+}
+
+static inline bool sample_pow2(size_t x)
+{
+	return x && !(x & (x - 1));
 }
 
 /*
@@ -193,40 +225,124 @@ static inline void sample_take(size_t size, void *p, void *ra, void *frame)
 
 SAMPLE_SLOW void *sample_malloc(void *(*fn)(size_t), size_t size, void *ra)
 {
-	void *p = fn(size);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t w = sample_begin(t, size);
+	if (!w)
+		return fn(size);
+	bool place = sample_placing(w);
+	/* memalign(4096, size) gives what malloc gives (at least size bytes, ENOMEM on failure)
+	 * on a page boundary; malloc_usable_size and free work on it as on any block. */
+	void *p = place ? live_memalign(size) : fn(size);
 	int e = errno;
-	sample_take(size, p, ra, __builtin_frame_address(0));
+	sample_record(t, w, size, p, ra, __builtin_frame_address(0), w < 0 || place);
 	errno = e;
 	return p;
 }
 
 SAMPLE_SLOW void *sample_calloc(void *(*fn)(size_t, size_t), size_t n, size_t size, void *ra)
 {
-	void *p = fn(n, size);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	size_t total = n * size; /* the fast path checked the product for overflow */
+	int64_t w = sample_begin(t, total);
+	if (!w)
+		return fn(n, size);
+	bool place = sample_placing(w);
+	void *p;
+	if (place) {
+		p = live_memalign(total);
+		if (p)
+			memset(p, 0, total);
+	} else {
+		p = fn(n, size);
+	}
 	int e = errno;
-	/* n * size cannot overflow when the real calloc succeeded */
-	sample_take(p ? n * size : 0, p, ra, __builtin_frame_address(0));
+	sample_record(t, w, total, p, ra, __builtin_frame_address(0), w < 0 || place);
 	errno = e;
 	return p;
 }
 
-/* realloc counts as an allocation of the new size when it returns a block: realloc(p, 0)
- * frees p and returns NULL in glibc (nothing sampled); realloc(NULL, 0) is malloc(0). */
+/*
+ * realloc counts as an allocation of the new size when it returns a block: realloc(p, 0)
+ * frees p and returns NULL in glibc (nothing sampled); realloc(NULL, 0) is malloc(0). A
+ * sampled realloc at a rate > 1 moves the block to a page boundary itself (new block, copy,
+ * free the old one), failing as realloc fails: NULL, ENOMEM, p untouched.
+ */
+static void *sample_realloc_common(struct llgo_heap_thread *t, int64_t w,
+				   void *(*fn)(void *, size_t), void *p, size_t size, void *ra,
+				   void *frame)
+{
+	if (!w || (p && size == 0)) {
+		if (w)
+			t->guard = 0;
+		return fn(p, size);
+	}
+	bool place = sample_placing(w);
+	void *q;
+	if (place) {
+		q = live_memalign(size);
+		if (q && p) {
+			size_t old = live_usable(p);
+			memcpy(q, p, old < size ? old : size);
+			live_free_real(p);
+		}
+	} else {
+		q = fn(p, size);
+	}
+	int e = errno;
+	sample_record(t, w, size, q, ra, frame, w < 0 || place);
+	errno = e;
+	return q;
+}
+
 SAMPLE_SLOW void *sample_realloc(void *(*fn)(void *, size_t), void *p, size_t size, void *ra)
 {
-	void *q = fn(p, size);
-	int e = errno;
-	sample_take(size, q, ra, __builtin_frame_address(0));
-	errno = e;
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t w = sample_begin(t, size);
+	return sample_realloc_common(t, w, fn, p, size, ra, __builtin_frame_address(0));
+}
+
+/*
+ * realloc of a block free would look up (p & live_mask == 0, p != NULL): it may be tracked.
+ * Its entry goes first (a moving realloc frees p and the address may be handed out again at
+ * once); a realloc that fails leaves p live, and its entry is put back. Then the sampling
+ * decision the fast path skipped.
+ */
+SAMPLE_SLOW void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, size_t size,
+					 void *ra)
+{
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	struct llgo_live_entry old;
+	bool had = live_remove((uint64_t)(uintptr_t)p, &old);
+	int64_t w = atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
+	bool due = w < 0;
+	if (w > 0) {
+		int64_t left = (int64_t)((uint64_t)t->countdown - (uint64_t)size);
+		t->countdown = left;
+		due = left <= 0;
+	}
+	w = due ? sample_begin(t, size) : 0;
+	void *q = sample_realloc_common(t, w, fn, p, size, ra, __builtin_frame_address(0));
+	if (!q && size && had) {
+		int e = errno;
+		live_restore((uint64_t)(uintptr_t)p, &old);
+		errno = e;
+	}
 	return q;
 }
 
 SAMPLE_SLOW void *sample_memalign(void *(*fn)(size_t, size_t), size_t align, size_t size,
 				  void *ra)
 {
-	void *p = fn(align, size);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t w = sample_begin(t, size);
+	if (!w)
+		return fn(align, size);
+	/* An alignment of a page or more is on a page already; an invalid one is left to the
+	 * real function (its error), the object untracked. */
+	bool place = sample_placing(w) && align < LIVE_PAGE && (align == 0 || sample_pow2(align));
+	void *p = place ? live_memalign(size) : fn(align, size);
 	int e = errno;
-	sample_take(size, p, ra, __builtin_frame_address(0));
+	sample_record(t, w, size, p, ra, __builtin_frame_address(0), true);
 	errno = e;
 	return p;
 }
@@ -234,16 +350,36 @@ SAMPLE_SLOW void *sample_memalign(void *(*fn)(size_t, size_t), size_t align, siz
 SAMPLE_SLOW int sample_posix_memalign(int (*fn)(void **, size_t, size_t), void **pp,
 				      size_t align, size_t size, void *ra)
 {
-	int rc = fn(pp, align, size);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t w = sample_begin(t, size);
+	if (!w)
+		return fn(pp, align, size);
+	int e0 = errno;
+	bool place = sample_placing(w) && align < LIVE_PAGE && sample_pow2(align) &&
+		     align >= sizeof(void *);
+	int rc;
+	if (place) {
+		void *p = live_memalign(size);
+		rc = p ? 0 : ENOMEM;
+		if (p)
+			*pp = p;
+		errno = e0; /* posix_memalign reports through its result, not errno */
+	} else {
+		rc = fn(pp, align, size);
+	}
 	int e = errno;
-	sample_take(size, rc == 0 ? *pp : NULL, ra, __builtin_frame_address(0));
+	sample_record(t, w, size, rc == 0 ? *pp : NULL, ra, __builtin_frame_address(0), true);
 	errno = e;
 	return rc;
 }
 
+/* A linked allocator's block: recorded, never tracked (its frees are not seen). */
 void sample_hooked(void *p, size_t size, void *ra, void *frame)
 {
 	int e = errno;
-	sample_take(size, p, ra, frame);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t w = sample_begin(t, size);
+	if (w)
+		sample_record(t, w, size, p, ra, frame, false);
 	errno = e;
 }

@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: MIT
+/*
+ * live.c: the shim's side of the live-object table (shared/live.h) and the free slow path.
+ *
+ * Which frees are looked at. free(p) tests p against live_mask (override.c: one load, one
+ * test, one branch) and comes here only when p & live_mask == 0:
+ *   ~0     nothing tracked yet: only free(NULL) comes here;
+ *   0xfff  objects sampled at a rate > 1 are tracked: the shim places them page-aligned
+ *          (sample.c asks live_memalign), so only page-aligned pointers come here;
+ *   0      rate 1 was used: every allocation is tracked where it lies, every free comes here.
+ * The mask only ever loses bits (fetch_and). It is stored before the first object it
+ * concerns is inserted, in the allocating thread, before the pointer is returned: whatever
+ * hands the pointer to a freeing thread orders the store before that thread's free. Rate 1
+ * leaves the mask at 0 for the rest of the process (objects tracked at unaligned addresses
+ * may be live long after the rate changed).
+ *
+ * The table is created on the first tracked sample (memfd, sealed, sent to the daemon with
+ * LLGO_MSG_ADD_LIVE); entries are inserted after the sample's record was pushed, and removed
+ * before the real free, so an address the allocator hands out again is never found stale.
+ * Inserts claim slots with CAS, removes swap the address out: no lock, no allocation, no
+ * syscall on any path a free can take. A sample that finds no slot is counted untracked.
+ *
+ * After fork the child unmaps the parent's table (it is shared memory: the child's frees must
+ * not delete the parent's entries) and starts its own on its first tracked sample; objects
+ * inherited from the parent are then unknown to the child's table, and their frees go to the
+ * real free. What is left to others: placement and the sampling decision (sample.c), the fast
+ * paths (override.c), the connection (attach.c).
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+llgo_hidden _Atomic uintptr_t live_mask = ~(uintptr_t)0;
+
+enum { LIVE_NONE = 0, LIVE_CREATING = 1, LIVE_READY = 2, LIVE_FAILED = 3 };
+
+static _Atomic int live_state;
+static struct llgo_live_header *_Atomic live_hdr;
+/* Samples not tracked while the table was being made by another thread; folded into the
+ * header's counters by the next insert. */
+static _Atomic uint64_t live_lost, live_lost_bytes;
+
+/* The real allocator, for placement (override.c; NULL in the hook library). */
+static void *(*live_real_memalign)(size_t, size_t);
+static void (*live_real_free)(void *);
+static size_t (*live_real_usable)(void *);
+
+void live_set_allocator(void *(*memalign_fn)(size_t, size_t), void (*free_fn)(void *),
+			size_t (*usable_fn)(void *))
+{
+	live_real_memalign = memalign_fn;
+	live_real_free = free_fn;
+	live_real_usable = usable_fn;
+}
+
+bool live_can_place(void)
+{
+	return live_real_memalign && atomic_load_explicit(&live_state, memory_order_relaxed) !=
+					     LIVE_FAILED;
+}
+
+void *live_memalign(size_t size)
+{
+	return live_real_memalign(LIVE_PAGE, size);
+}
+
+void live_free_real(void *p)
+{
+	live_real_free(p);
+}
+
+size_t live_usable(void *p)
+{
+	return live_real_usable(p);
+}
+
+static struct llgo_live_entry *live_entries(struct llgo_live_header *h)
+{
+	return (struct llgo_live_entry *)(void *)((unsigned char *)h + LLGO_LIVE_HEADER_SIZE);
+}
+
+/* ---- creation (slow path, under the thread's guard) ------------------------------------ */
+
+static void live_send(int fd)
+{
+	struct llgo_msg_header m;
+	memset(&m, 0, sizeof(m));
+	m.magic = LLGO_PROTO_MAGIC;
+	m.version = LLGO_PROTO_VERSION;
+	m.type = LLGO_MSG_ADD_LIVE;
+	m.length = sizeof(m);
+	attach_send(&m, sizeof(m), fd, true);
+}
+
+static struct llgo_live_header *live_create(void)
+{
+	int fd = memfd_create("llgo-heap-live", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return NULL;
+	void *mem = MAP_FAILED;
+	if (ftruncate(fd, (off_t)LLGO_LIVE_MAP_SIZE) != 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+		goto out;
+	mem = mmap(NULL, LLGO_LIVE_MAP_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+		   fd, 0);
+	if (mem == MAP_FAILED)
+		goto out;
+	struct llgo_live_header *h = mem;
+	h->magic = LLGO_LIVE_MAGIC;
+	h->version = LLGO_LIVE_VERSION;
+	h->header_size = LLGO_LIVE_HEADER_SIZE;
+	h->levels = LLGO_LIVE_LEVELS;
+	h->level0 = LLGO_LIVE_LEVEL0;
+	/* A failed send leaves the table working in-process (frees stay correct); the daemon
+	 * then reports that frees were not tracked. */
+	live_send(fd);
+	close(fd);
+	return h;
+out:
+	close(fd);
+	return NULL;
+}
+
+/* The table, created on first use; NULL while another thread creates it or after a failure. */
+static struct llgo_live_header *live_get(void)
+{
+	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
+	if (llgo_likely(h != NULL))
+		return h;
+	int expect = LIVE_NONE;
+	if (!atomic_compare_exchange_strong_explicit(&live_state, &expect, LIVE_CREATING,
+						     memory_order_acq_rel, memory_order_relaxed))
+		return NULL;
+	h = live_create();
+	/* release: pairs with the acquire loads of live_hdr (formatted header, mapping) */
+	atomic_store_explicit(&live_hdr, h, memory_order_release);
+	atomic_store_explicit(&live_state, h ? LIVE_READY : LIVE_FAILED, memory_order_release);
+	return h;
+}
+
+/* ---- insert, remove --------------------------------------------------------------------- */
+
+static bool live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref,
+			uint64_t size)
+{
+	struct llgo_live_entry *e = live_entries(h);
+	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
+	for (uint32_t k = top; k < LLGO_LIVE_LEVELS; k++) {
+		uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
+		uint64_t home = llgo_live_home(addr, k);
+		for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
+			struct llgo_live_entry *s = &e[base + ((home + i) & mask)];
+			uint64_t a = atomic_load_explicit(&s->addr, memory_order_relaxed);
+			if (a != LLGO_LIVE_EMPTY && a != LLGO_LIVE_TOMB)
+				continue;
+			if (!atomic_compare_exchange_strong_explicit(&s->addr, &a, LLGO_LIVE_BUSY,
+								     memory_order_acquire,
+								     memory_order_relaxed))
+				continue;
+			s->key = key;
+			s->ref = ref;
+			s->size = size;
+			/* release: the fields above before the address (daemon's acquire) */
+			atomic_store_explicit(&s->addr, addr, memory_order_release);
+			atomic_fetch_add_explicit(&h->inserts, 1, memory_order_relaxed);
+			return true;
+		}
+		/* This level's window is full: later inserts start one level up. */
+		uint32_t cur = k;
+		if (k + 1 < LLGO_LIVE_LEVELS)
+			atomic_compare_exchange_strong_explicit(&h->top, &cur, k + 1,
+								memory_order_acq_rel,
+								memory_order_relaxed);
+	}
+	return false;
+}
+
+bool live_remove(uint64_t addr, struct llgo_live_entry *out)
+{
+	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
+	if (!h || addr <= LLGO_LIVE_BUSY)
+		return false;
+	struct llgo_live_entry *e = live_entries(h);
+	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
+	if (top >= LLGO_LIVE_LEVELS)
+		top = LLGO_LIVE_LEVELS - 1;
+	for (uint32_t k = top + 1; k-- > 0;) {
+		uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
+		uint64_t home = llgo_live_home(addr, k);
+		for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
+			struct llgo_live_entry *s = &e[base + ((home + i) & mask)];
+			if (atomic_load_explicit(&s->addr, memory_order_acquire) != addr)
+				continue;
+			if (out) {
+				out->key = s->key;
+				out->ref = s->ref;
+				out->size = s->size;
+			}
+			/* Only the thread freeing addr removes it: a swap, not a CAS loop. */
+			atomic_store_explicit(&s->addr, LLGO_LIVE_TOMB, memory_order_release);
+			atomic_fetch_add_explicit(&h->removes, 1, memory_order_relaxed);
+			return true;
+		}
+	}
+	return false;
+}
+
+void live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t size)
+{
+	if (w < 0)
+		atomic_fetch_and_explicit(&live_mask, (uintptr_t)0, memory_order_relaxed);
+	else if (addr & (LIVE_PAGE - 1))
+		goto lost; /* not placed on a page: free would not look for it */
+	struct llgo_live_header *h = live_get();
+	if (!h)
+		goto lost;
+	if (w > 0)
+		atomic_fetch_and_explicit(&live_mask, (uintptr_t)(LIVE_PAGE - 1),
+					  memory_order_relaxed);
+	uint64_t lost = atomic_exchange_explicit(&live_lost, 0, memory_order_relaxed);
+	if (llgo_unlikely(lost)) {
+		atomic_fetch_add_explicit(&h->untracked, lost, memory_order_relaxed);
+		atomic_fetch_add_explicit(&h->untracked_bytes,
+					  atomic_exchange_explicit(&live_lost_bytes, 0,
+								   memory_order_relaxed),
+					  memory_order_relaxed);
+	}
+	if (live_insert(h, addr, key, ref, size))
+		return;
+	atomic_fetch_add_explicit(&h->untracked, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->untracked_bytes, size, memory_order_relaxed);
+	return;
+lost:
+	h = atomic_load_explicit(&live_hdr, memory_order_acquire);
+	if (h) {
+		atomic_fetch_add_explicit(&h->untracked, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&h->untracked_bytes, size, memory_order_relaxed);
+	} else {
+		atomic_fetch_add_explicit(&live_lost, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&live_lost_bytes, size, memory_order_relaxed);
+	}
+}
+
+void live_restore(uint64_t addr, const struct llgo_live_entry *e)
+{
+	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
+	if (h && !live_insert(h, addr, e->key, e->ref, e->size)) {
+		atomic_fetch_add_explicit(&h->untracked, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&h->untracked_bytes, e->size, memory_order_relaxed);
+	}
+}
+
+/* ---- the free slow path ------------------------------------------------------------------ */
+
+void live_free(void (*fn)(void *), void *p)
+{
+	if (!p)
+		return;
+	live_remove((uint64_t)(uintptr_t)p, NULL);
+	fn(p);
+}
+
+/* ---- fork ---------------------------------------------------------------------------------- */
+
+static void live_atfork_child(void)
+{
+	struct llgo_live_header *h = atomic_exchange_explicit(&live_hdr, NULL, memory_order_relaxed);
+	if (h)
+		munmap(h, LLGO_LIVE_MAP_SIZE);
+	atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
+	atomic_store_explicit(&live_lost, 0, memory_order_relaxed);
+	atomic_store_explicit(&live_lost_bytes, 0, memory_order_relaxed);
+}
+
+__attribute__((constructor(102))) static void live_init(void)
+{
+	pthread_atfork(NULL, NULL, live_atfork_child);
+}
