@@ -145,7 +145,7 @@ $(OUT)/progs/%: tests/progs/%.cc
 
 DEB_PKGS := gcc g++ make pkg-config libelf-dev libdw-dev zlib1g-dev libcriterion-dev \
 	libmicrohttpd-dev libbpf-dev libunwind-dev bpftool clang llvm golang-go valgrind \
-	sqlite3 python3 procps
+	sqlite3 python3 procps tmux
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \

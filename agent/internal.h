@@ -264,6 +264,7 @@ int folded_write(struct buf *out, const struct profile *p, struct procmaps *maps
 		 uint32_t flags);
 int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, uint32_t flags,
 	      uint32_t top_n);
+int sites_write(struct buf *out, const struct profile *p, struct procmaps *maps);
 
 /* Go's scaleHeapSample: the unbiased estimate of (count, size) sampled at rate. */
 void profile_scale(uint64_t count, uint64_t size, uint64_t rate, int64_t *out_count,
@@ -295,6 +296,14 @@ int profile_accounting(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
  * mapping, else "0x<addr>". */
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr);
+
+/* ---- watch.c: `llgo-heap top --watch` ---------------------------------------------------- */
+
+/* Fetch pid's LLGO_FORMAT_SITES answer into out; *exited: the process is gone. 0 or -errno. */
+typedef int (*watch_fetch_fn)(void *arg, pid_t pid, struct buf *out, bool *exited);
+/* Redraw every interval seconds until q, Ctrl-C or a signal (or, not on a terminal, until the
+ * process exited); returns 0 or fetch's error. */
+int watch_run(pid_t pid, double interval, watch_fetch_fn fetch, void *arg);
 
 /* ---- msg.c: framing of socket packets (shared by daemon and CLI) --------------------- */
 

@@ -473,6 +473,8 @@ int profile_write(struct buf *out, const struct profile *p, struct procmaps *map
 		return folded_write(out, p, maps, flags);
 	case LLGO_FORMAT_TOP:
 		return top_write(out, p, maps, flags, top_n ? top_n : 10);
+	case LLGO_FORMAT_SITES:
+		return sites_write(out, p, maps);
 	default:
 		return -EINVAL;
 	}

@@ -996,7 +996,7 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
 int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
 		    uint32_t top_n, struct buf *out, char *err, size_t errlen)
 {
-	if (fmt < LLGO_FORMAT_PPROF || fmt > LLGO_FORMAT_TOP) {
+	if (fmt < LLGO_FORMAT_PPROF || fmt > LLGO_FORMAT_SITES) {
 		snprintf(err, errlen, "unknown format %d", fmt);
 		return -EINVAL;
 	}

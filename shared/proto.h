@@ -84,6 +84,7 @@ enum llgo_format {
 	LLGO_FORMAT_TEXT = 2,   /* Go's legacy heap text */
 	LLGO_FORMAT_FOLDED = 3, /* folded stacks */
 	LLGO_FORMAT_TOP = 4,    /* human-readable top sites */
+	LLGO_FORMAT_SITES = 5,  /* every site's scaled values, tab-separated (top --watch) */
 };
 
 /* Snapshot flags. */

@@ -96,7 +96,7 @@ struct fake {
 	int nrings;
 	struct ring_reader rings[FAKE_MAX_RINGS];
 	int ring_conn[FAKE_MAX_RINGS];
-	int map_errors, bad_packets, wakes;
+	int map_errors, bad_packets, wakes, live_tables;
 	struct fake_rec *recs;
 	size_t nrecs, cap;
 	int cur_conn;
@@ -218,6 +218,8 @@ static void fake_packet(struct fake *f, int c)
 		} else {
 			f->map_errors++;
 		}
+	} else if (h.type == LLGO_MSG_ADD_LIVE && n == sizeof(h) && fd >= 0) {
+		f->live_tables++; /* the live-object table (test_inuse.c tests its content) */
 	} else if (h.type == LLGO_MSG_WAKE && n == sizeof(h) && fd < 0) {
 		f->wakes++;
 		if (!f->ignore_wake)
