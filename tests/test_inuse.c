@@ -175,3 +175,260 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 120)
 	lu_daemon_stop(&d);
 	e2e_rmdir(dir);
 }
+
+/* ---- rate changes and fork ---------------------------------------------------------------- */
+
+static void inuse_rate_change(const char *rate)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	const long n = 20000;
+	struct lu_proc p;
+	char *argv[] = { PROG("inuse_phases"), "rate", "20000", NULL };
+	lu_start(&p, &d, rate, 0, NULL, argv, NULL);
+	char line[256];
+	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	struct inuse_site before = inuse_site(text, "site_before");
+	free(text);
+	cr_expect(before.inuse_objects > 0 && before.inuse_objects == before.alloc_objects,
+		  "rate %s: site_before %ld of %ld sampled objects in use", rate,
+		  before.inuse_objects, before.alloc_objects);
+	if (strcmp(rate, "1") == 0)
+		cr_expect_eq(before.inuse_objects, n);
+
+	/* Sampling off, then the program frees what was sampled before. */
+	char *out = NULL;
+	int rc = e2e_sh(&out, "%s/llgo-heap rate %d 0 --socket %s", E2E_BIN, (int)p.pid, d.sock);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	fputs("go\n", p.in);
+	fflush(p.in);
+	cr_assert(lu_read_line(&p, line, sizeof(line), 60000));
+	text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	struct inuse_site after_free = inuse_site(text, "site_before");
+	struct inuse_site after = inuse_site(text, "site_after");
+	cr_expect_eq(after_free.alloc_objects, before.alloc_objects);
+	cr_expect_eq(after_free.inuse_objects, 0,
+		     "rate %s then 0: %ld objects freed after the change still in use", rate,
+		     after_free.inuse_objects);
+	cr_expect_eq(after.alloc_objects, 0, "sampled at rate 0");
+	free(text);
+	fputs("go\n", p.in);
+	fflush(p.in);
+	lu_wait(&p, 60000);
+	lu_daemon_stop(&d);
+	e2e_rmdir(dir);
+}
+
+Test(inuse, freed_after_change_from_rate_1_to_0, .timeout = 120)
+{
+	inuse_rate_change("1");
+}
+
+Test(inuse, freed_after_change_from_sampled_rate_to_0, .timeout = 120)
+{
+	inuse_rate_change("4096");
+}
+
+/* The child frees its copies of the parent's objects: the parent's stay live. */
+Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
+{
+	const char *rates[] = { "1", "4096" };
+	for (size_t r = 0; r < 2; r++) {
+		char *dir = e2e_tmpdir();
+		struct lu_daemon d;
+		lu_daemon_start(&d, dir, NULL);
+		const long n = 5000;
+		struct lu_proc p;
+		char *argv[] = { PROG("inuse_phases"), "fork", "5000", NULL };
+		lu_start(&p, &d, rates[r], 0, NULL, argv, NULL);
+		char line[256];
+		cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+		int child = atoi(line + 6);
+		cr_assert(child > 0, "%s", line);
+		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		struct inuse_site s = inuse_site(text, "site_before");
+		cr_expect(s.alloc_objects > 0 && s.inuse_objects == s.alloc_objects,
+			  "rate %s: parent's site_before: %ld of %ld in use after the child freed its "
+			  "copies", rates[r], s.inuse_objects, s.alloc_objects);
+		if (r == 0)
+			cr_expect_eq(s.inuse_objects, n);
+		free(text);
+		/* The child is a process of its own: its objects were never freed. */
+		for (int i = 0; i < 100; i++) {
+			struct llgo_list_entry e;
+			if (lu_list_pid(d.sock, child, &e) && e.state == LLGO_PROC_EXITED)
+				break;
+			lu_sleep_ms(50);
+		}
+		text = lu_snapshot(d.sock, child, LLGO_FORMAT_TEXT, NULL);
+		struct inuse_site c = inuse_site(text, "site_child");
+		struct inuse_site cb = inuse_site(text, "site_before");
+		cr_expect(c.alloc_objects > 0 && c.inuse_objects == c.alloc_objects,
+			  "rate %s: child's site_child %ld of %ld in use at exit", rates[r],
+			  c.inuse_objects, c.alloc_objects);
+		if (r == 0)
+			cr_expect_eq(c.inuse_objects, n);
+		cr_expect_eq(cb.alloc_objects, 0, "the child's profile holds its parent's samples");
+		free(text);
+		fputs("go\n", p.in);
+		fflush(p.in);
+		lu_wait(&p, 60000);
+		lu_daemon_stop(&d);
+		e2e_rmdir(dir);
+	}
+}
+
+/* ---- concurrency and overload ------------------------------------------------------------ */
+
+/* Every record of a legacy text: 0 <= in use <= allocated. */
+static void inuse_sane(const char *text, int round)
+{
+	static struct e2e_text_rec recs[65536];
+	long period;
+	int n = e2e_parse_text(text, &period, recs, 65536);
+	for (int i = 0; i < n; i++) {
+		cr_assert(recs[i].inuse_objects >= 0 && recs[i].inuse_bytes >= 0 &&
+				  recs[i].inuse_objects <= recs[i].alloc_objects &&
+				  recs[i].inuse_bytes <= recs[i].alloc_bytes,
+			  "snapshot %d, %s: in use %ld/%ld, allocated %ld/%ld", round, recs[i].frame0,
+			  recs[i].inuse_objects, recs[i].inuse_bytes, recs[i].alloc_objects,
+			  recs[i].alloc_bytes);
+	}
+}
+
+Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	struct lu_proc p;
+	char *argv[] = { PROG("stress_sites"), "16", "count", "40000", NULL };
+	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
+	for (int i = 0; i < 400; i++) {
+		struct llgo_list_entry e;
+		if (lu_list_pid(d.sock, p.pid, &e))
+			break;
+		lu_sleep_ms(5);
+	}
+	int rounds = 0, st = 0;
+	for (;;) {
+		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		inuse_sane(text, rounds++);
+		free(text);
+		if (waitpid(p.pid, &st, WNOHANG) == p.pid)
+			break;
+		lu_sleep_ms(20);
+	}
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
+	pid_t pid = p.pid;
+	char *out = lu_read_rest(&p, 10000);
+	for (int i = 0; i < 200; i++) {
+		struct llgo_list_entry e;
+		if (lu_list_pid(d.sock, pid, &e) && e.state == LLGO_PROC_EXITED)
+			break;
+		lu_sleep_ms(50);
+	}
+	/* At exit: every allocation counted, every one freed. */
+	char *text = lu_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
+	inuse_sane(text, rounds);
+	const char *names[] = { "stress_a", "stress_b", "stress_c", "stress_d", "stress_e" };
+	for (size_t i = 0; i < INUSE_N(names); i++) {
+		long truth = lu_site_truth(out, names[i]);
+		struct inuse_site s = inuse_site(text, names[i]);
+		cr_expect(truth > 0, "no truth for %s:\n%s", names[i], out);
+		cr_expect_eq(s.alloc_objects, truth, "%s: %ld allocations, made %ld", names[i],
+			     s.alloc_objects, truth);
+		cr_expect_eq(s.inuse_objects, 0, "%s: %ld in use, all were freed", names[i],
+			     s.inuse_objects);
+	}
+	struct lu_acct a;
+	cr_assert(lu_text_acct(text, &a));
+	cr_expect_eq(a.dropped, 0, "dropped at rate 1 with waiting: %llu", a.dropped);
+	free(text);
+	free(out);
+	fclose(p.in);
+	fclose(p.out);
+	lu_daemon_stop(&d);
+	e2e_rmdir(dir);
+	cr_expect(rounds > 3, "only %d snapshots while it ran", rounds);
+}
+
+/* A 4 KiB ring holds about 60 records: 200,000 allocations at rate 1 fill it again and again.
+ * By default (rate 1) the allocating thread waits for the daemon: nothing is lost. */
+static void inuse_burst(const char *const *extra, struct lu_acct *a, long *count)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	struct lu_proc p;
+	char *argv[] = { PROG("life_idle"), "200000", NULL };
+	lu_start(&p, &d, "1", 4, NULL, argv, extra);
+	char line[256];
+	cr_assert(lu_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
+	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	cr_assert(lu_text_acct(text, a));
+	*count = lu_text_count(text, "idle_site", 333);
+	free(text);
+	lu_wait(&p, 60000);
+	lu_daemon_stop(&d);
+	e2e_rmdir(dir);
+}
+
+Test(inuse, rate_1_waits_for_a_full_ring, .timeout = 300)
+{
+	struct lu_acct a;
+	long count;
+	inuse_burst(NULL, &a, &count);
+	cr_expect_eq(a.dropped, 0, "dropped %llu of %llu at rate 1", a.dropped, a.sampled);
+	cr_expect_eq(count, 200000, "idle_site: %ld of 200000 allocations", count);
+	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
+}
+
+Test(inuse, full_drop_overrides_the_wait, .timeout = 300)
+{
+	const char *extra[] = { "LLGO_HEAP_FULL=drop", NULL };
+	struct lu_acct a;
+	long count;
+	inuse_burst(extra, &a, &count);
+	cr_expect(a.dropped > 0, "nothing dropped from a 4 KiB ring with LLGO_HEAP_FULL=drop");
+	/* (the drops may include a few of the program's other allocations) */
+	cr_expect(count < 200000 && count + (long)a.dropped >= 200000,
+		  "%ld delivered + %llu dropped of 200000", count, a.dropped);
+	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
+}
+
+/* A stopped daemon never drains: a waiting thread gives up after its bound, then drops at
+ * once while the daemon stays stopped. The program finishes. */
+Test(inuse, stopped_daemon_does_not_hang_a_waiting_program, .timeout = 120)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	struct lu_proc p;
+	char *argv[] = { PROG("life_idle"), "100000", NULL };
+	const char *extra[] = { "LLGO_HEAP_FULL=wait", NULL };
+	lu_start(&p, &d, "1", 4, NULL, argv, extra);
+	char line[256];
+	cr_assert(lu_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
+	kill(d.pid, SIGSTOP);
+	long t0 = lu_now_ms();
+	fputs("go\n", p.in);
+	fflush(p.in);
+	bool ok = lu_read_line(&p, line, sizeof(line), 30000);
+	long ms = lu_now_ms() - t0;
+	kill(d.pid, SIGCONT);
+	cr_assert(ok, "program hung with the daemon stopped");
+	cr_expect(ms < 5000, "100,000 allocations took %ld ms with the daemon stopped", ms);
+	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	struct lu_acct a;
+	cr_assert(lu_text_acct(text, &a));
+	cr_expect(a.dropped > 0, "nothing dropped while the daemon was stopped");
+	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
+	free(text);
+	lu_wait(&p, 60000);
+	lu_daemon_stop(&d);
+	e2e_rmdir(dir);
+}
