@@ -132,48 +132,68 @@ Test(inuse, exact_at_rate_1_running_and_at_exit, .timeout = 120)
 	e2e_rmdir(dir);
 }
 
-/* At a sampled rate sampled objects are page-aligned and tracked; estimates as Go's. */
-Test(inuse, estimates_at_sampled_rate, .timeout = 120)
+/*
+ * At a sampled rate sampled objects are page-aligned and tracked; estimates as Go's. Like
+ * GOROOT's test/heapsampling.go: margin 10%, up to 3 runs, and a site fails only if every
+ * run so far is on the same side outside the margin. Freed sites are exactly zero.
+ */
+Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
 	const long n = 50000;
-	struct lu_proc p;
-	char *argv[] = { PROG("inuse_sites"), "50000", NULL };
-	lu_start(&p, &d, "16384", 0, NULL, argv, NULL);
-	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
-	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct {
 		const char *func;
 		long live;
+		double min, max;
 	} want[] = {
-		{ "site_kept", n },     { "site_freed", 0 },      { "site_grow_realloc", n },
-		{ "site_calloc", n },   { "site_thread", 0 },     { "site_new_kept", n },
-		{ "site_new_freed", 0 }, { "site_memalign", n / 2 }, { "site_leak", n },
+		{ "site_kept", n, 0, 0 },     { "site_freed", 0, 0, 0 },
+		{ "site_grow_realloc", n, 0, 0 }, { "site_calloc", n, 0, 0 },
+		{ "site_thread", 0, 0, 0 },   { "site_new_kept", n, 0, 0 },
+		{ "site_new_freed", 0, 0, 0 }, { "site_memalign", n / 2, 0, 0 },
+		{ "site_leak", n, 0, 0 },
 	};
-	for (size_t i = 0; i < INUSE_N(want); i++) {
-		struct inuse_site s = inuse_site(text, want[i].func);
-		double est = s.s_inuse_objects;
-		if (want[i].live == 0) {
-			cr_expect_eq(s.inuse_objects, 0, "%s: %ld sampled objects still in use",
-				     want[i].func, s.inuse_objects);
-			cr_expect(s.alloc_objects > 0, "%s: nothing sampled", want[i].func);
-		} else {
-			double margin = (double)want[i].live / 10;
-			cr_expect(fabs(est - (double)want[i].live) <= margin,
-				  "%s: estimated %.0f in use, made %ld (margin %.0f)", want[i].func,
-				  est, want[i].live, margin);
+	bool pass = false;
+	for (int run = 0; run < 3 && !pass; run++) {
+		char *dir = e2e_tmpdir();
+		struct lu_daemon d;
+		lu_daemon_start(&d, dir, NULL);
+		struct lu_proc p;
+		char *argv[] = { PROG("inuse_sites"), "50000", NULL };
+		lu_start(&p, &d, "16384", 0, NULL, argv, NULL);
+		char line[256];
+		cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		cr_expect(strstr(text, "untracked=") == NULL, "%s", strstr(text, "# llgo-heap:"));
+		pass = true;
+		for (size_t i = 0; i < INUSE_N(want); i++) {
+			struct inuse_site s = inuse_site(text, want[i].func);
+			if (want[i].live == 0) {
+				cr_expect_eq(s.inuse_objects, 0, "%s: %ld sampled objects still in use",
+					     want[i].func, s.inuse_objects);
+				cr_expect(s.alloc_objects > 0, "%s: nothing sampled", want[i].func);
+				continue;
+			}
+			double est = s.s_inuse_objects, w = (double)want[i].live;
+			if (run == 0 || est < want[i].min)
+				want[i].min = est;
+			if (run == 0 || est > want[i].max)
+				want[i].max = est;
+			bool ok = want[i].min <= w * 1.1 && want[i].max >= w * 0.9;
+			cr_log_info("run %d: %s: estimated %.0f in use, made %ld", run, want[i].func,
+				    est, want[i].live);
+			if (!ok && run == 2)
+				cr_expect_fail("%s: estimates %.0f..%.0f in use over 3 runs, made %ld "
+					       "(margin 10%%)", want[i].func, want[i].min,
+					       want[i].max, want[i].live);
+			pass &= ok;
 		}
+		free(text);
+		fputs("go\n", p.in);
+		fflush(p.in);
+		int st = lu_wait(&p, 60000);
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
+		lu_daemon_stop(&d);
+		e2e_rmdir(dir);
 	}
-	free(text);
-	fputs("go\n", p.in);
-	fflush(p.in);
-	int st = lu_wait(&p, 60000);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-	lu_daemon_stop(&d);
-	e2e_rmdir(dir);
 }
 
 /* ---- rate changes and fork ---------------------------------------------------------------- */
