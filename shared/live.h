@@ -13,8 +13,9 @@
  * land on them), sealed against shrinking. A header page, then LLGO_LIVE_LEVELS levels; level
  * k holds LLGO_LIVE_LEVEL0 << k entries of 32 bytes. An address's home slot in a level is a
  * multiplicative hash of addr >> 4; it lives within LLGO_LIVE_PROBE slots from home (wrapping
- * inside the level). Inserts go to the current top level; when its probe window is full they
- * move top up one level (top only grows). Lookups search levels top..0.
+ * inside the level). Inserts try the top level in use, then the lower ones (reusing their
+ * tombstones); when every window is full they raise top (only ever up) before filling the
+ * new level. Lookups search levels top..0.
  *
  * Entry words: addr is the object's address, or LLGO_LIVE_EMPTY (never used),
  * LLGO_LIVE_TOMB (deleted, reusable) or LLGO_LIVE_BUSY (claimed, being written). An inserter

@@ -254,6 +254,8 @@ void live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t s
 bool live_remove(uint64_t addr, struct llgo_live_entry *out);
 /* Track addr again with e's fields (a realloc that failed). */
 void live_restore(uint64_t addr, const struct llgo_live_entry *e);
+/* The table (NULL before the first tracked sample); for tests and benchmarks. */
+const struct llgo_live_header *live_table(void);
 /* free's slow path: forget p, then fn(p). */
 void live_free(void (*fn)(void *), void *p);
 

@@ -82,6 +82,11 @@ static struct llgo_live_entry *live_entries(struct llgo_live_header *h)
 	return (struct llgo_live_entry *)(void *)((unsigned char *)h + LLGO_LIVE_HEADER_SIZE);
 }
 
+const struct llgo_live_header *live_table(void)
+{
+	return atomic_load_explicit(&live_hdr, memory_order_acquire);
+}
+
 /* ---- creation (slow path, under the thread's guard) ------------------------------------ */
 
 static void live_send(int fd)
@@ -143,37 +148,53 @@ static struct llgo_live_header *live_get(void)
 
 /* ---- insert, remove --------------------------------------------------------------------- */
 
+/* Claim a free slot for addr in level k's window and fill it. */
+static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t addr,
+			      uint64_t key, uint64_t ref, uint64_t size)
+{
+	struct llgo_live_entry *e = live_entries(h);
+	uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
+	uint64_t home = llgo_live_home(addr, k);
+	for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
+		struct llgo_live_entry *s = &e[base + ((home + i) & mask)];
+		uint64_t a = atomic_load_explicit(&s->addr, memory_order_relaxed);
+		if (a != LLGO_LIVE_EMPTY && a != LLGO_LIVE_TOMB)
+			continue;
+		if (!atomic_compare_exchange_strong_explicit(&s->addr, &a, LLGO_LIVE_BUSY,
+							     memory_order_acquire,
+							     memory_order_relaxed))
+			continue;
+		s->key = key;
+		s->ref = ref;
+		s->size = size;
+		/* release: the fields above before the address (daemon's acquire) */
+		atomic_store_explicit(&s->addr, addr, memory_order_release);
+		atomic_fetch_add_explicit(&h->inserts, 1, memory_order_relaxed);
+		return true;
+	}
+	return false;
+}
+
+/* The top level first (the largest in use), then the lower ones (their tombstones), then
+ * new levels: top moves up only when every level in use is full around addr. */
 static bool live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref,
 			uint64_t size)
 {
-	struct llgo_live_entry *e = live_entries(h);
 	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
-	for (uint32_t k = top; k < LLGO_LIVE_LEVELS; k++) {
-		uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
-		uint64_t home = llgo_live_home(addr, k);
-		for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
-			struct llgo_live_entry *s = &e[base + ((home + i) & mask)];
-			uint64_t a = atomic_load_explicit(&s->addr, memory_order_relaxed);
-			if (a != LLGO_LIVE_EMPTY && a != LLGO_LIVE_TOMB)
-				continue;
-			if (!atomic_compare_exchange_strong_explicit(&s->addr, &a, LLGO_LIVE_BUSY,
-								     memory_order_acquire,
-								     memory_order_relaxed))
-				continue;
-			s->key = key;
-			s->ref = ref;
-			s->size = size;
-			/* release: the fields above before the address (daemon's acquire) */
-			atomic_store_explicit(&s->addr, addr, memory_order_release);
-			atomic_fetch_add_explicit(&h->inserts, 1, memory_order_relaxed);
+	if (top >= LLGO_LIVE_LEVELS)
+		top = LLGO_LIVE_LEVELS - 1;
+	for (uint32_t k = top + 1; k-- > 0;)
+		if (live_insert_level(h, k, addr, key, ref, size))
 			return true;
-		}
-		/* This level's window is full: later inserts start one level up. */
-		uint32_t cur = k;
-		if (k + 1 < LLGO_LIVE_LEVELS)
-			atomic_compare_exchange_strong_explicit(&h->top, &cur, k + 1,
-								memory_order_acq_rel,
-								memory_order_relaxed);
+	for (uint32_t k = top + 1; k < LLGO_LIVE_LEVELS; k++) {
+		/* later inserts start here; a lookup searches up to the top it reads */
+		uint32_t cur = atomic_load_explicit(&h->top, memory_order_relaxed);
+		while (cur < k && !atomic_compare_exchange_weak_explicit(&h->top, &cur, k,
+									 memory_order_acq_rel,
+									 memory_order_relaxed))
+			;
+		if (live_insert_level(h, k, addr, key, ref, size))
+			return true;
 	}
 	return false;
 }
