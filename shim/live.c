@@ -18,7 +18,9 @@
  * LLGO_MSG_ADD_LIVE); entries are inserted after the sample's record was pushed, and removed
  * before the real free, so an address the allocator hands out again is never found stale.
  * Inserts claim slots with CAS, removes swap the address out: no lock, no allocation, no
- * syscall on any path a free can take. A sample that finds no slot is counted untracked.
+ * syscall on any path a free can take. A sample that finds no slot is counted untracked. The
+ * one wait: threads whose first tracked sample meets the table's creation by another thread
+ * yield until it is made (bounded), once in the process's life.
  *
  * After fork the child unmaps the parent's table (it is shared memory: the child's frees must
  * not delete the parent's entries) and starts its own on its first tracked sample; objects
@@ -28,12 +30,15 @@
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "internal.h"
 
 llgo_hidden _Atomic uintptr_t live_mask = ~(uintptr_t)0;
+
+#define LIVE_CREATE_YIELDS 100000
 
 enum { LIVE_NONE = 0, LIVE_CREATING = 1, LIVE_READY = 2, LIVE_FAILED = 3 };
 
@@ -137,8 +142,17 @@ static struct llgo_live_header *live_get(void)
 		return h;
 	int expect = LIVE_NONE;
 	if (!atomic_compare_exchange_strong_explicit(&live_state, &expect, LIVE_CREATING,
-						     memory_order_acq_rel, memory_order_relaxed))
-		return NULL;
+						     memory_order_acq_rel, memory_order_relaxed)) {
+		/* Another thread is creating it (a few syscalls): wait for it, a bounded number
+		 * of yields, once in the process's life, rather than leave this object
+		 * untracked (at rate 1 every thread's first sample meets here). */
+		for (int i = 0; i < LIVE_CREATE_YIELDS &&
+				atomic_load_explicit(&live_state, memory_order_acquire) ==
+					LIVE_CREATING;
+		     i++)
+			sched_yield();
+		return atomic_load_explicit(&live_hdr, memory_order_acquire);
+	}
 	h = live_create();
 	/* release: pairs with the acquire loads of live_hdr (formatted header, mapping) */
 	atomic_store_explicit(&live_hdr, h, memory_order_release);

@@ -325,7 +325,7 @@ Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 	struct lu_daemon d;
 	lu_daemon_start(&d, dir, NULL);
 	struct lu_proc p;
-	char *argv[] = { PROG("stress_sites"), "16", "count", "40000", NULL };
+	char *argv[] = { PROG("stress_sites"), "16", "time", "1500", NULL };
 	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
 	for (int i = 0; i < 400; i++) {
 		struct llgo_list_entry e;
