@@ -503,9 +503,11 @@ Test(shim, behaviour_without_daemon_and_silent)
 	cr_expect_str_eq(r.out, "check ok (0 failures)\n");
 }
 
+/* (rate 64: nearly every allocation is sampled, so placed on a page and tracked) */
 Test(shim, behaviour_at_rate_1_and_default_rate, .timeout = 120)
 {
-	const char *rates[] = { "LLGO_HEAP_RATE=1", "LLGO_HEAP_RATE=4096", NULL };
+	const char *rates[] = { "LLGO_HEAP_RATE=1", "LLGO_HEAP_RATE=4096", "LLGO_HEAP_RATE=64",
+				NULL };
 	for (int k = 0; rates[k]; k++) {
 		struct fake *f = fake_start(FAKE_ACK_OK, true);
 		char sock[200];
