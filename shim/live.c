@@ -191,8 +191,39 @@ static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t a
 
 /* The top level first (the largest in use), then the lower ones (their tombstones), then
  * new levels: top moves up only when every level in use is full around addr. */
+/*
+ * A counting filter in front of the table, in the shim's own memory: how many tracked objects
+ * hash to each counter. free's slow path is taken by every page-aligned pointer, tracked or
+ * not, and the allocator hands a page-aligned block out again and again once a sampled block
+ * there was freed (glibc's tcache reuses it for every malloc of its size): a zero counter
+ * answers "not tracked" with one load instead of a search of every level. A counter is
+ * raised before its object's entry is inserted and lowered after the entry is removed, so a
+ * tracked object's counter is never zero while the object is live (the free of an object
+ * happens after its insert).
+ */
+static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
+			     uint64_t ref, uint64_t size);
+
+#define LIVE_FILTER_BITS 13u
+static _Atomic uint32_t live_filter[1u << LIVE_FILTER_BITS];
+
+static inline _Atomic uint32_t *live_filter_at(uint64_t addr)
+{
+	return &live_filter[((addr >> 4) * 0x9e3779b97f4a7c15ULL) >> (64u - LIVE_FILTER_BITS)];
+}
+
 static bool live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref,
 			uint64_t size)
+{
+	atomic_fetch_add_explicit(live_filter_at(addr), 1, memory_order_relaxed);
+	if (live_insert_slot(h, addr, key, ref, size))
+		return true;
+	atomic_fetch_sub_explicit(live_filter_at(addr), 1, memory_order_relaxed);
+	return false;
+}
+
+static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
+			     uint64_t ref, uint64_t size)
 {
 	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
 	if (top >= LLGO_LIVE_LEVELS)
@@ -218,6 +249,8 @@ bool live_remove(uint64_t addr, struct llgo_live_entry *out)
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
 	if (!h || addr <= LLGO_LIVE_BUSY)
 		return false;
+	if (!atomic_load_explicit(live_filter_at(addr), memory_order_relaxed))
+		return false;
 	struct llgo_live_entry *e = live_entries(h);
 	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
 	if (top >= LLGO_LIVE_LEVELS)
@@ -234,8 +267,9 @@ bool live_remove(uint64_t addr, struct llgo_live_entry *out)
 				out->ref = s->ref;
 				out->size = s->size;
 			}
-			/* Only the thread freeing addr removes it: a swap, not a CAS loop. */
+			/* Only the thread freeing addr removes it: a store, not a CAS loop. */
 			atomic_store_explicit(&s->addr, LLGO_LIVE_TOMB, memory_order_release);
+			atomic_fetch_sub_explicit(live_filter_at(addr), 1, memory_order_relaxed);
 			atomic_fetch_add_explicit(&h->removes, 1, memory_order_relaxed);
 			return true;
 		}
@@ -294,7 +328,9 @@ void live_free(void (*fn)(void *), void *p)
 {
 	if (!p)
 		return;
-	live_remove((uint64_t)(uintptr_t)p, NULL);
+	/* the filter first, inline: most pointers here are page-aligned and not tracked */
+	if (atomic_load_explicit(live_filter_at((uint64_t)(uintptr_t)p), memory_order_relaxed))
+		live_remove((uint64_t)(uintptr_t)p, NULL);
 	fn(p);
 }
 
@@ -306,6 +342,7 @@ static void live_atfork_child(void)
 	if (h)
 		munmap(h, LLGO_LIVE_MAP_SIZE);
 	atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
+	memset(live_filter, 0, sizeof(live_filter)); /* the child's only thread */
 	atomic_store_explicit(&live_lost, 0, memory_order_relaxed);
 	atomic_store_explicit(&live_lost_bytes, 0, memory_order_relaxed);
 }
