@@ -152,6 +152,8 @@ static int inuse_scan(const struct llgo_live_header *h, const uint64_t *keys, si
 			continue; /* freed or replaced while we read it */
 		uint32_t ring = LLGO_LIVE_REF_RING(ref);
 		uint64_t seq = LLGO_LIVE_REF_SEQ(ref);
+		if (ring == LLGO_LIVE_RING_NONE)
+			continue; /* a fork child's copy of its parent's object */
 		if (ring >= nrings || seq >= next_seq[ring]) {
 			c->pending++;
 			continue;

@@ -26,7 +26,8 @@
  *
  * key = llgo_live_key(frames, nframes, size, rate) of the object's ALLOC record: the daemon
  * computes the same over each bucket to attribute entries. ref = ring id << 48 | the record's
- * seq (low 48 bits): an entry whose record the daemon has not drained yet is skipped.
+ * seq (low 48 bits): an entry whose record the daemon has not drained yet is skipped, and one
+ * with ring id LLGO_LIVE_RING_NONE (kept by a fork child for its parent's objects) too.
  * Everything here is hostile to the daemon: it copies and range-checks, and its geometry is
  * its own (these constants), never read from the header.
  */
@@ -56,8 +57,15 @@ struct llgo_live_entry {
 	_Atomic uint64_t addr;
 	uint64_t key;
 	uint64_t ref;
-	uint64_t size; /* bytes the program asked for */
+	uint64_t size; /* bytes the program asked for (low 48 bits), and the offset of the
+			  address inside the real allocator's block (high 16 bits; shim-only) */
 };
+
+#define LLGO_LIVE_SIZE(v) ((v) & 0xffffffffffffull)
+#define LLGO_LIVE_OFF(v) ((uint32_t)((v) >> 48))
+#define LLGO_LIVE_SIZE_OFF(size, off) (((uint64_t)(off) << 48) | ((size) & 0xffffffffffffull))
+/* ref of an entry inherited across fork: no record of this process; the daemon skips it. */
+#define LLGO_LIVE_RING_NONE 0xffffu
 
 struct llgo_live_header {
 	uint64_t magic;

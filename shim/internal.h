@@ -239,25 +239,37 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 /* What free tests: p & live_mask == 0 takes live_free (see live.c). */
 extern _Atomic uintptr_t live_mask;
 /* override.c hands over the real allocator (never called in the hook library). */
-void live_set_allocator(void *(*memalign_fn)(size_t, size_t), void (*free_fn)(void *),
-			size_t (*usable_fn)(void *));
-/* Whether sampled objects can be placed on a page and tracked. */
+void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
+			size_t (*usable_fn)(void *), void *(*realloc_fn)(void *, size_t));
+/* Whether sampled objects can be placed on a page and tracked (creates the table; under the
+ * guard). */
 bool live_can_place(void);
-/* The real allocator's page-aligned block, usable size and free. */
-void *live_memalign(size_t size);
-size_t live_usable(void *p);
+/* A block of at least size bytes at a page boundary inside a real block, *off bytes in;
+ * NULL (errno from the real malloc, or ENOMEM) when none. live_unplace frees it untracked. */
+void *live_place(size_t size, uint32_t *off);
+void live_unplace(void *p, uint32_t off);
+/* The real allocator's functions (for moving blocks). */
+void *live_malloc_real(size_t size);
 void live_free_real(void *p);
+size_t live_usable_real(void *p);
 /* Track a sampled object whose record was published (under the guard: may create the
- * table). w is the rate word it was sampled at: < 0 tracks it wherever it lies. */
-void live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t size);
+ * table). w is the rate word it was sampled at: < 0 tracks it wherever it lies. off: its
+ * offset in the real block. false: not tracked (counted untracked), and a placed object
+ * (off != 0) must not be handed to the program (free would not find its block). */
+bool live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t size,
+		uint32_t off);
 /* Forget addr if tracked (copying its entry to out when not NULL); lock-free. */
 bool live_remove(uint64_t addr, struct llgo_live_entry *out);
-/* Track addr again with e's fields (a realloc that failed). */
-void live_restore(uint64_t addr, const struct llgo_live_entry *e);
+/* The entry of addr, if tracked; lock-free. */
+bool live_find(uint64_t addr, struct llgo_live_entry *out);
+/* Track addr again with e's fields (a realloc that failed); false when no slot was found. */
+bool live_restore(uint64_t addr, const struct llgo_live_entry *e);
 /* The table (NULL before the first tracked sample); for tests and benchmarks. */
 const struct llgo_live_header *live_table(void);
-/* free's slow path: forget p, then fn(p). */
+/* free's slow path: forget p, then fn(p's real block). */
 void live_free(void (*fn)(void *), void *p);
+/* malloc_usable_size's slow path: fn of p's real block, less p's offset in it. */
+size_t live_usable(size_t (*fn)(void *), void *p);
 
 /* ---- full.c: what a full ring does ---------------------------------------------------- */
 

@@ -49,37 +49,20 @@ static struct llgo_live_header *_Atomic live_hdr;
 static _Atomic uint64_t live_lost, live_lost_bytes;
 
 /* The real allocator, for placement (override.c; NULL in the hook library). */
-static void *(*live_real_memalign)(size_t, size_t);
+static void *(*live_real_malloc)(size_t);
 static void (*live_real_free)(void *);
 static size_t (*live_real_usable)(void *);
+static void *(*live_real_realloc)(void *, size_t);
+/* The table was made in a fork child and not yet sent to the daemon. */
+static _Atomic bool live_unsent;
 
-void live_set_allocator(void *(*memalign_fn)(size_t, size_t), void (*free_fn)(void *),
-			size_t (*usable_fn)(void *))
+void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
+			size_t (*usable_fn)(void *), void *(*realloc_fn)(void *, size_t))
 {
-	live_real_memalign = memalign_fn;
+	live_real_realloc = realloc_fn;
+	live_real_malloc = malloc_fn;
 	live_real_free = free_fn;
 	live_real_usable = usable_fn;
-}
-
-bool live_can_place(void)
-{
-	return live_real_memalign && atomic_load_explicit(&live_state, memory_order_relaxed) !=
-					     LIVE_FAILED;
-}
-
-void *live_memalign(size_t size)
-{
-	return live_real_memalign(LIVE_PAGE, size);
-}
-
-void live_free_real(void *p)
-{
-	live_real_free(p);
-}
-
-size_t live_usable(void *p)
-{
-	return live_real_usable(p);
 }
 
 static struct llgo_live_entry *live_entries(struct llgo_live_header *h)
@@ -94,6 +77,9 @@ const struct llgo_live_header *live_table(void)
 
 /* ---- creation (slow path, under the thread's guard) ------------------------------------ */
 
+/* The table's memfd, kept open so that a fork child can send its copy's. */
+static int live_fd = -1;
+
 static void live_send(int fd)
 {
 	struct llgo_msg_header m;
@@ -105,7 +91,15 @@ static void live_send(int fd)
 	attach_send(&m, sizeof(m), fd, true);
 }
 
-static struct llgo_live_header *live_create(void)
+static void live_send_table(struct llgo_live_header *h)
+{
+	(void)h;
+	if (live_fd >= 0)
+		live_send(live_fd);
+}
+
+/* A formatted table in a new sealed memfd (live_fd); not sent. */
+static struct llgo_live_header *live_make(void)
 {
 	int fd = memfd_create("llgo-heap-live", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0)
@@ -124,14 +118,21 @@ static struct llgo_live_header *live_create(void)
 	h->header_size = LLGO_LIVE_HEADER_SIZE;
 	h->levels = LLGO_LIVE_LEVELS;
 	h->level0 = LLGO_LIVE_LEVEL0;
-	/* A failed send leaves the table working in-process (frees stay correct); the daemon
-	 * then reports that frees were not tracked. */
-	live_send(fd);
-	close(fd);
+	live_fd = fd;
 	return h;
 out:
 	close(fd);
 	return NULL;
+}
+
+static struct llgo_live_header *live_create(void)
+{
+	struct llgo_live_header *h = live_make();
+	/* A failed send leaves the table working in-process (frees stay correct); the daemon
+	 * then reports that frees were not tracked. */
+	if (h)
+		live_send(live_fd);
+	return h;
 }
 
 /* The table, created on first use; NULL while another thread creates it or after a failure. */
@@ -139,7 +140,8 @@ static struct llgo_live_header *live_get(void)
 {
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
 	if (llgo_likely(h != NULL))
-		return h;
+		return atomic_load_explicit(&live_state, memory_order_relaxed) == LIVE_READY ? h
+											: NULL;
 	int expect = LIVE_NONE;
 	if (!atomic_compare_exchange_strong_explicit(&live_state, &expect, LIVE_CREATING,
 						     memory_order_acq_rel, memory_order_relaxed)) {
@@ -158,6 +160,73 @@ static struct llgo_live_header *live_get(void)
 	atomic_store_explicit(&live_hdr, h, memory_order_release);
 	atomic_store_explicit(&live_state, h ? LIVE_READY : LIVE_FAILED, memory_order_release);
 	return h;
+}
+
+/* ---- placement (slow path, under the thread's guard) ------------------------------------ */
+
+bool live_can_place(void)
+{
+	return live_real_malloc && live_get() != NULL;
+}
+
+/*
+ * A block whose address is on a page boundary: the real allocator's block of size + 4080
+ * bytes (its blocks are 16-aligned, so a page boundary lies within the first 4080 bytes),
+ * used from that boundary on. The offset is kept in the object's entry, so free, realloc and
+ * malloc_usable_size find the real block. (memalign(4096) would do without an offset, but
+ * glibc then splits a lead and a tail off every such block and the heap fragments: measured
+ * on the live mixed-size benchmark, about four times the resident memory of this.)
+ */
+void *live_place(size_t size, uint32_t *off)
+{
+	size_t total;
+	if (__builtin_add_overflow(size, (size_t)(LIVE_PAGE - 16), &total)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	unsigned char *base = live_real_malloc(total);
+	if (!base)
+		return NULL;
+	uintptr_t p = ((uintptr_t)base + LIVE_PAGE - 1) & ~(uintptr_t)(LIVE_PAGE - 1);
+	*off = (uint32_t)(p - (uintptr_t)base);
+	/* Give the unused tail back: glibc shrinks in place and frees the rest. An allocator
+	 * that moves the block instead gets its copy back and the unshrunk block is made again. */
+	size_t keep = *off + size;
+	if (live_real_realloc && keep && keep + 64 <= total) {
+		unsigned char *b2 = live_real_realloc(base, keep);
+		if (b2 != base) {
+			if (b2)
+				live_real_free(b2);
+			else
+				return (void *)p; /* failed: the block is untouched */
+			base = live_real_malloc(total);
+			if (!base)
+				return NULL;
+			p = ((uintptr_t)base + LIVE_PAGE - 1) & ~(uintptr_t)(LIVE_PAGE - 1);
+			*off = (uint32_t)(p - (uintptr_t)base);
+		}
+	}
+	return (void *)p;
+}
+
+void live_unplace(void *p, uint32_t off)
+{
+	live_real_free((unsigned char *)p - off);
+}
+
+void *live_malloc_real(size_t size)
+{
+	return live_real_malloc(size);
+}
+
+void live_free_real(void *p)
+{
+	live_real_free(p);
+}
+
+size_t live_usable_real(void *p)
+{
+	return live_real_usable(p);
 }
 
 /* ---- insert, remove --------------------------------------------------------------------- */
@@ -244,7 +313,7 @@ static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t
 	return false;
 }
 
-bool live_remove(uint64_t addr, struct llgo_live_entry *out)
+static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 {
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
 	if (!h || addr <= LLGO_LIVE_BUSY)
@@ -267,6 +336,8 @@ bool live_remove(uint64_t addr, struct llgo_live_entry *out)
 				out->ref = s->ref;
 				out->size = s->size;
 			}
+			if (!remove)
+				return true;
 			/* Only the thread freeing addr removes it: a store, not a CAS loop. */
 			atomic_store_explicit(&s->addr, LLGO_LIVE_TOMB, memory_order_release);
 			atomic_fetch_sub_explicit(live_filter_at(addr), 1, memory_order_relaxed);
@@ -277,15 +348,45 @@ bool live_remove(uint64_t addr, struct llgo_live_entry *out)
 	return false;
 }
 
-void live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t size)
+bool live_remove(uint64_t addr, struct llgo_live_entry *out)
+{
+	return live_lookup(addr, out, true);
+}
+
+bool live_find(uint64_t addr, struct llgo_live_entry *out)
+{
+	return live_lookup(addr, out, false);
+}
+
+static void live_count_untracked(struct llgo_live_header *h, uint64_t size)
+{
+	if (h) {
+		atomic_fetch_add_explicit(&h->untracked, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&h->untracked_bytes, size, memory_order_relaxed);
+	} else {
+		atomic_fetch_add_explicit(&live_lost, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&live_lost_bytes, size, memory_order_relaxed);
+	}
+}
+
+bool live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t size,
+		uint32_t off)
 {
 	if (w < 0)
 		atomic_fetch_and_explicit(&live_mask, (uintptr_t)0, memory_order_relaxed);
-	else if (addr & (LIVE_PAGE - 1))
-		goto lost; /* not placed on a page: free would not look for it */
+	else if (addr & (LIVE_PAGE - 1)) {
+		/* not on a page: free would not look for it */
+		live_count_untracked(atomic_load_explicit(&live_hdr, memory_order_acquire), size);
+		return false;
+	}
 	struct llgo_live_header *h = live_get();
-	if (!h)
-		goto lost;
+	if (!h) {
+		live_count_untracked(NULL, size);
+		return false;
+	}
+	if (llgo_unlikely(atomic_load_explicit(&live_unsent, memory_order_relaxed)) &&
+	    atomic_exchange_explicit(&live_unsent, false, memory_order_relaxed))
+		live_send_table(h);
 	if (w > 0)
 		atomic_fetch_and_explicit(&live_mask, (uintptr_t)(LIVE_PAGE - 1),
 					  memory_order_relaxed);
@@ -297,29 +398,16 @@ void live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t s
 								   memory_order_relaxed),
 					  memory_order_relaxed);
 	}
-	if (live_insert(h, addr, key, ref, size))
-		return;
-	atomic_fetch_add_explicit(&h->untracked, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&h->untracked_bytes, size, memory_order_relaxed);
-	return;
-lost:
-	h = atomic_load_explicit(&live_hdr, memory_order_acquire);
-	if (h) {
-		atomic_fetch_add_explicit(&h->untracked, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&h->untracked_bytes, size, memory_order_relaxed);
-	} else {
-		atomic_fetch_add_explicit(&live_lost, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&live_lost_bytes, size, memory_order_relaxed);
-	}
+	if (live_insert(h, addr, key, ref, LLGO_LIVE_SIZE_OFF(size, off)))
+		return true;
+	live_count_untracked(h, size);
+	return false;
 }
 
-void live_restore(uint64_t addr, const struct llgo_live_entry *e)
+bool live_restore(uint64_t addr, const struct llgo_live_entry *e)
 {
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
-	if (h && !live_insert(h, addr, e->key, e->ref, e->size)) {
-		atomic_fetch_add_explicit(&h->untracked, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&h->untracked_bytes, e->size, memory_order_relaxed);
-	}
+	return h && live_insert(h, addr, e->key, e->ref, e->size);
 }
 
 /* ---- the free slow path ------------------------------------------------------------------ */
@@ -328,23 +416,67 @@ void live_free(void (*fn)(void *), void *p)
 {
 	if (!p)
 		return;
-	/* the filter first, inline: most pointers here are page-aligned and not tracked */
-	if (atomic_load_explicit(live_filter_at((uint64_t)(uintptr_t)p), memory_order_relaxed))
-		live_remove((uint64_t)(uintptr_t)p, NULL);
+	struct llgo_live_entry e;
+	if (live_lookup((uint64_t)(uintptr_t)p, &e, true))
+		p = (unsigned char *)p - LLGO_LIVE_OFF(e.size);
 	fn(p);
+}
+
+size_t live_usable(size_t (*fn)(void *), void *p)
+{
+	struct llgo_live_entry e;
+	if (p && live_lookup((uint64_t)(uintptr_t)p, &e, false)) {
+		uint32_t off = LLGO_LIVE_OFF(e.size);
+		return fn((unsigned char *)p - off) - off;
+	}
+	return fn(p);
 }
 
 /* ---- fork ---------------------------------------------------------------------------------- */
 
+/*
+ * The child's only thread runs this before fork returns. The parent's table is shared memory:
+ * the child must not write it. It gets a copy of its own holding the parent's placed objects
+ * (those need their offset to be freed; marked LLGO_LIVE_RING_NONE: no record of the child's),
+ * sent to the child's daemon session on its first tracked sample. If no copy can be made, the
+ * child keeps using the parent's table for its inherited objects (frees stay correct; the
+ * parent's in-use values then miss what the child freed) and tracks nothing new.
+ */
 static void live_atfork_child(void)
 {
-	struct llgo_live_header *h = atomic_exchange_explicit(&live_hdr, NULL, memory_order_relaxed);
-	if (h)
-		munmap(h, LLGO_LIVE_MAP_SIZE);
-	atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
-	memset(live_filter, 0, sizeof(live_filter)); /* the child's only thread */
+	struct llgo_live_header *old = atomic_load_explicit(&live_hdr, memory_order_relaxed);
+	int old_fd = live_fd;
+	live_fd = -1;
 	atomic_store_explicit(&live_lost, 0, memory_order_relaxed);
 	atomic_store_explicit(&live_lost_bytes, 0, memory_order_relaxed);
+	if (!old) {
+		if (old_fd >= 0)
+			close(old_fd);
+		atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
+		return;
+	}
+	struct llgo_live_header *h = live_make();
+	if (!h) {
+		atomic_store_explicit(&live_state, LIVE_FAILED, memory_order_relaxed);
+		return; /* old_fd stays open with the table it maps */
+	}
+	memset(live_filter, 0, sizeof(live_filter)); /* live_insert counts the copies again */
+	const struct llgo_live_entry *e = live_entries(old);
+	uint32_t top = atomic_load_explicit(&old->top, memory_order_relaxed);
+	if (top >= LLGO_LIVE_LEVELS)
+		top = LLGO_LIVE_LEVELS - 1;
+	uint64_t end = llgo_live_level_start(top + 1);
+	for (uint64_t i = 0; i < end; i++) {
+		uint64_t a = atomic_load_explicit(&e[i].addr, memory_order_relaxed);
+		if (a > LLGO_LIVE_BUSY && LLGO_LIVE_OFF(e[i].size))
+			live_insert(h, a, 0, LLGO_LIVE_REF(LLGO_LIVE_RING_NONE, 0), e[i].size);
+	}
+	munmap(old, LLGO_LIVE_MAP_SIZE);
+	if (old_fd >= 0)
+		close(old_fd);
+	atomic_store_explicit(&live_hdr, h, memory_order_relaxed);
+	atomic_store_explicit(&live_state, LIVE_READY, memory_order_relaxed);
+	atomic_store_explicit(&live_unsent, true, memory_order_relaxed);
 }
 
 __attribute__((constructor(102))) static void live_init(void)

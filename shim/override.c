@@ -348,9 +348,9 @@ static size_t override_boot_usable(void *p)
 
 /* The real functions live.c places sampled blocks with (through the current pointers, so
  * pool blocks stay recognised). */
-static void *override_place_memalign(size_t align, size_t size)
+static void *override_place_malloc(size_t size)
 {
-	return override_memalign(align, size);
+	return override_malloc(size);
 }
 
 static void override_place_free(void *p)
@@ -363,10 +363,16 @@ static size_t override_place_usable(void *p)
 	return override_usable(p);
 }
 
+static void *override_place_realloc(void *p, size_t size)
+{
+	return override_realloc(p, size);
+}
+
 __attribute__((constructor(101))) static void override_init(void)
 {
 	override_resolve();
-	live_set_allocator(override_place_memalign, override_place_free, override_place_usable);
+	live_set_allocator(override_place_malloc, override_place_free, override_place_usable,
+			   override_place_realloc);
 }
 
 /* ---- fast path ------------------------------------------------------------------------- */
@@ -536,7 +542,11 @@ llgo_export void *pvalloc(size_t size)
 	return sample_memalign(override_pvalloc_fn, LIVE_PAGE, size, __builtin_return_address(0));
 }
 
+/* A tracked object may lie inside its real block (live.c): its usable size is the block's
+ * from the object on. */
 llgo_export size_t malloc_usable_size(void *p)
 {
+	if (llgo_unlikely(override_maybe_tracked(p)))
+		return live_usable(override_usable, p);
 	return override_usable(p);
 }

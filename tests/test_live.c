@@ -29,7 +29,7 @@ Test(live, insert_remove_reuse)
 {
 	uint64_t base = 0x7f0000001000ull;
 	for (uint64_t i = 0; i < 1000; i++)
-		live_track(-1, base + 16 * i, 1000 + i, LLGO_LIVE_REF(3, i + 1), 16);
+		live_track(-1, base + 16 * i, 1000 + i, LLGO_LIVE_REF(3, i + 1), 16, 0);
 	const struct llgo_live_header *h = live_table();
 	cr_assert(h != NULL);
 	cr_expect_eq(h->magic, LLGO_LIVE_MAGIC);
@@ -41,10 +41,11 @@ Test(live, insert_remove_reuse)
 		cr_expect(!live_remove(base + 16 * i, NULL), "removed twice");
 	}
 	/* Reuse: a freed address comes back as another object. */
-	live_track(-1, base, 77, LLGO_LIVE_REF(4, 9), 32);
+	live_track(-1, base, 77, LLGO_LIVE_REF(4, 9), 32, 0);
 	cr_assert(live_remove(base, &e));
 	cr_expect_eq(e.key, 77);
-	cr_expect_eq(e.size, 32);
+	cr_expect_eq(LLGO_LIVE_SIZE(e.size), 32);
+	cr_expect_eq(LLGO_LIVE_OFF(e.size), 0);
 	for (uint64_t i = 1; i < 1000; i += 2)
 		cr_expect(live_remove(base + 16 * i, NULL), "entry %lu lost", (unsigned long)i);
 	cr_expect(!live_remove(0x1234560, NULL));
@@ -65,7 +66,7 @@ Test(live, levels_and_full)
 			cr_assert_eq(llgo_live_home(a[i], k), llgo_live_home(a[0], k));
 	}
 	for (uint32_t i = 0; i < per_table + 5; i++)
-		live_track(-1, a[i], i, LLGO_LIVE_REF(1, i + 1), 100);
+		live_track(-1, a[i], i, LLGO_LIVE_REF(1, i + 1), 100, 0);
 	const struct llgo_live_header *h = live_table();
 	cr_expect_eq(atomic_load(&h->top), LLGO_LIVE_LEVELS - 1);
 	cr_expect_eq(atomic_load(&h->untracked), 5);
@@ -76,7 +77,7 @@ Test(live, levels_and_full)
 		cr_expect(!live_remove(a[i], NULL), "untracked entry %u found", i);
 	/* Tombstones are reused: the table takes them all again. */
 	for (uint32_t i = 0; i < per_table; i++)
-		live_track(-1, a[i], i, LLGO_LIVE_REF(1, i + 1), 100);
+		live_track(-1, a[i], i, LLGO_LIVE_REF(1, i + 1), 100, 0);
 	cr_expect_eq(atomic_load(&h->untracked), 5);
 	free(a);
 }
@@ -92,7 +93,7 @@ static void *live_worker(void *arg)
 	uintptr_t t = (uintptr_t)arg;
 	uint64_t base = 0x600000000000ull + t * 0x10000000ull;
 	for (uint64_t i = 0; i < LIVE_N; i++) {
-		live_track(-1, base + 16 * i, i, LLGO_LIVE_REF(t, i + 1), 16);
+		live_track(-1, base + 16 * i, i, LLGO_LIVE_REF(t, i + 1), 16, 0);
 		atomic_store(&live_slots[t][i], base + 16 * i);
 	}
 	/* free the previous thread's objects */
