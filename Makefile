@@ -5,6 +5,7 @@
 #   make test       deps + build + every test (criterion unit, stress and end-to-end)
 #   make demo       deps + build + profile a sample program, print top sites, write a pprof
 #   make bench      allocation microbenchmarks (see docs/performance.md)
+#   make bench-inuse  the in-use tracking rows alone (free path, live-heap memory, rate 1)
 #   make SAN=address,undefined test   sanitized daemon, CLI and unit tests in build-san-*/
 #
 # Sanitizer runtimes own malloc themselves, so under SAN= the LD_PRELOAD shim is still built
@@ -72,7 +73,7 @@ PROG_BINS := $(patsubst tests/progs/%.c,$(OUT)/progs/%,$(PROG_C_SRCS)) \
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
 
-.PHONY: all deps test unit e2e demo bench bench-peers clean install check-deps
+.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse clean install check-deps
 all: $(BINS) $(LIBS)
 
 # ---- build -----------------------------------------------------------------------------
@@ -190,6 +191,9 @@ bench: all
 
 bench-peers: deps all
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) peers
+
+bench-inuse: all
+	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) inuse
 
 clean:
 	rm -rf build build-san-*
