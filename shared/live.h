@@ -79,8 +79,8 @@ struct llgo_live_header {
 	uint32_t reserved;
 	_Atomic uint64_t untracked; /* sampled objects no slot could be found for */
 	_Atomic uint64_t untracked_bytes;
-	_Atomic uint64_t inserts;   /* objects tracked */
-	_Atomic uint64_t removes;   /* tracked objects freed */
+	uint64_t reserved1[2];      /* (per-insert counters would be a line every thread
+				       writes on every sample: none) */
 };
 
 _Static_assert(sizeof(struct llgo_live_entry) == 32, "live entry size");

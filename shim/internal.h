@@ -264,6 +264,9 @@ bool live_remove(uint64_t addr, struct llgo_live_entry *out);
 bool live_find(uint64_t addr, struct llgo_live_entry *out);
 /* Track addr again with e's fields (a realloc that failed); false when no slot was found. */
 bool live_restore(uint64_t addr, const struct llgo_live_entry *e);
+/* Send the table again (ADD_LIVE) on a new daemon connection, e.g. after the daemon
+ * restarted: the new daemon then knows every object still live. */
+void live_resend(void);
 /* The table (NULL before the first tracked sample); for tests and benchmarks. */
 const struct llgo_live_header *live_table(void);
 /* free's slow path: forget p, then fn(p's real block). */

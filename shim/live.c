@@ -5,28 +5,34 @@
  * Which frees are looked at. free(p) tests p against live_mask (override.c: one load, one
  * test, one branch) and comes here only when p & live_mask == 0:
  *   ~0     nothing tracked yet: only free(NULL) comes here;
- *   0xfff  objects sampled at a rate > 1 are tracked: the shim places them page-aligned
- *          (sample.c asks live_memalign), so only page-aligned pointers come here;
+ *   0xfff  objects sampled at a rate > 1 are tracked: they are placed on a page boundary
+ *          (live_place), so only page-aligned pointers come here;
  *   0      rate 1 was used: every allocation is tracked where it lies, every free comes here.
  * The mask only ever loses bits (fetch_and). It is stored before the first object it
  * concerns is inserted, in the allocating thread, before the pointer is returned: whatever
  * hands the pointer to a freeing thread orders the store before that thread's free. Rate 1
  * leaves the mask at 0 for the rest of the process (objects tracked at unaligned addresses
- * may be live long after the rate changed).
+ * may be live long after the rate changed). malloc_usable_size and realloc test the same mask.
+ *
+ * Placement: a placed object lies `off` bytes inside a real block of size + off bytes (the
+ * offset is kept in its entry, high bits of size): free, realloc and malloc_usable_size give
+ * the real allocator the real block. A placed object must therefore always be in the table
+ * while the program holds it; one that cannot be inserted is moved to a plain block before
+ * the program sees it (sample.c).
  *
  * The table is created on the first tracked sample (memfd, sealed, sent to the daemon with
  * LLGO_MSG_ADD_LIVE); entries are inserted after the sample's record was pushed, and removed
- * before the real free, so an address the allocator hands out again is never found stale.
- * Inserts claim slots with CAS, removes swap the address out: no lock, no allocation, no
+ * before the real block is freed, so an address the allocator hands out again is never found
+ * stale. Inserts claim slots with CAS, removes store a tombstone: no lock, no allocation, no
  * syscall on any path a free can take. A sample that finds no slot is counted untracked. The
  * one wait: threads whose first tracked sample meets the table's creation by another thread
  * yield until it is made (bounded), once in the process's life.
  *
- * After fork the child unmaps the parent's table (it is shared memory: the child's frees must
- * not delete the parent's entries) and starts its own on its first tracked sample; objects
- * inherited from the parent are then unknown to the child's table, and their frees go to the
- * real free. What is left to others: placement and the sampling decision (sample.c), the fast
- * paths (override.c), the connection (attach.c).
+ * After fork the child must not write its parent's table (shared memory): it copies the
+ * entries of the parent's placed objects (it needs their offsets to free them) into a table
+ * of its own, with no record reference, and sends that table to its own session on its
+ * first tracked sample. What is left to others: the sampling decision and the slow paths that
+ * place (sample.c), the fast paths (override.c), the connection (attach.c).
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -89,6 +95,13 @@ static void live_send(int fd)
 	m.type = LLGO_MSG_ADD_LIVE;
 	m.length = sizeof(m);
 	attach_send(&m, sizeof(m), fd, true);
+}
+
+void live_resend(void)
+{
+	if (atomic_load_explicit(&live_state, memory_order_acquire) == LIVE_READY &&
+	    !atomic_load_explicit(&live_unsent, memory_order_relaxed) && live_fd >= 0)
+		live_send(live_fd);
 }
 
 static void live_send_table(struct llgo_live_header *h)
@@ -252,7 +265,6 @@ static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t a
 		s->size = size;
 		/* release: the fields above before the address (daemon's acquire) */
 		atomic_store_explicit(&s->addr, addr, memory_order_release);
-		atomic_fetch_add_explicit(&h->inserts, 1, memory_order_relaxed);
 		return true;
 	}
 	return false;
@@ -341,7 +353,6 @@ static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 			/* Only the thread freeing addr removes it: a store, not a CAS loop. */
 			atomic_store_explicit(&s->addr, LLGO_LIVE_TOMB, memory_order_release);
 			atomic_fetch_sub_explicit(live_filter_at(addr), 1, memory_order_relaxed);
-			atomic_fetch_add_explicit(&h->removes, 1, memory_order_relaxed);
 			return true;
 		}
 	}
@@ -356,6 +367,14 @@ bool live_remove(uint64_t addr, struct llgo_live_entry *out)
 bool live_find(uint64_t addr, struct llgo_live_entry *out)
 {
 	return live_lookup(addr, out, false);
+}
+
+/* live_mask &= keep, written only when it changes: every free reads that line, so a store
+ * per sample (even of the same value) would take it from every other core. */
+static inline void live_mask_clear(uintptr_t keep)
+{
+	if (atomic_load_explicit(&live_mask, memory_order_relaxed) & ~keep)
+		atomic_fetch_and_explicit(&live_mask, keep, memory_order_relaxed);
 }
 
 static void live_count_untracked(struct llgo_live_header *h, uint64_t size)
@@ -373,7 +392,7 @@ bool live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t s
 		uint32_t off)
 {
 	if (w < 0)
-		atomic_fetch_and_explicit(&live_mask, (uintptr_t)0, memory_order_relaxed);
+		live_mask_clear((uintptr_t)0);
 	else if (addr & (LIVE_PAGE - 1)) {
 		/* not on a page: free would not look for it */
 		live_count_untracked(atomic_load_explicit(&live_hdr, memory_order_acquire), size);
@@ -388,10 +407,10 @@ bool live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t s
 	    atomic_exchange_explicit(&live_unsent, false, memory_order_relaxed))
 		live_send_table(h);
 	if (w > 0)
-		atomic_fetch_and_explicit(&live_mask, (uintptr_t)(LIVE_PAGE - 1),
-					  memory_order_relaxed);
-	uint64_t lost = atomic_exchange_explicit(&live_lost, 0, memory_order_relaxed);
+		live_mask_clear((uintptr_t)(LIVE_PAGE - 1));
+	uint64_t lost = atomic_load_explicit(&live_lost, memory_order_relaxed);
 	if (llgo_unlikely(lost)) {
+		lost = atomic_exchange_explicit(&live_lost, 0, memory_order_relaxed);
 		atomic_fetch_add_explicit(&h->untracked, lost, memory_order_relaxed);
 		atomic_fetch_add_explicit(&h->untracked_bytes,
 					  atomic_exchange_explicit(&live_lost_bytes, 0,

@@ -10,7 +10,8 @@
  *   w <  0  -> slow path (every allocation is recorded)
  *   countdown -= size in the one TLS variable (initial-exec); <= 0 -> slow path
  *   else    -> tail-call the real function              (about 8 instructions + the jmp)
- * free and malloc_usable_size are one indirect jmp. The functions stay frameless (check with
+ * free and malloc_usable_size are a load, a test and a branch on live_mask (live.c: only
+ * candidates for a tracked sampled object leave) before their indirect jmp. The functions stay frameless (check with
  * objdump -d: gcc shrink-wraps the frame into the slow branch), so the slow path, entered by a
  * tail call, finds the program's frame as its own saved frame pointer and the program's call
  * site as its return address. On x86-64 the countdown update is one `sub %reg, %fs:(..)` whose flags feed the

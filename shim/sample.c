@@ -14,6 +14,11 @@
  * bytes (an integer size S crosses a countdown c exactly when S >= c, so ceil keeps
  * P(sampled) exact), and clamped to 64 * rate, like LLGo's runtime.
  *
+ * In-use tracking: the decision is taken before the real allocation, so that an object
+ * sampled at a rate > 1 can be placed on a page boundary inside a real block (live.c), where
+ * free finds it by its low 12 bits; at rate 1 objects stay where the real function puts them.
+ * A sampled object whose record was published is entered in the live-object table.
+ *
  * Re-entrancy: everything below the guard may call into libc (pthread_getattr_np, memfd,
  * sendmsg) and so into malloc; such nested calls see the guard and are never sampled. errno
  * is saved right after the real call and restored before returning, so the program sees the
