@@ -11,6 +11,8 @@
 //   site_new_arr    new char[900], deleted with delete[]
 //   site_memalign   posix_memalign 64, 1000 bytes, every other one freed (N/2 live, N even)
 //   site_leak       malloc(48), never freed
+//   site_realloc0   malloc(111), then realloc(p, 0) (frees it)
+//   site_realloc_fail  malloc(222), then a realloc that fails (p stays, kept)
 //   "aligned": site_aligned_new  new Al (alignas(128), 256 bytes), kept
 // (extern "C": unmangled names in the profile) prints "ready", waits for a line on stdin, frees site_kept's objects (phase 2), prints
 // "done" and exits without freeing the rest: those are the leaks at exit.
@@ -45,8 +47,13 @@ NOINLINE Obj700 *site_new_freed() { Obj700 *p = new Obj700; KEEP(p); return p; }
 NOINLINE char *site_new_arr() { char *p = new char[900]; KEEP(p); return p; }
 NOINLINE void *site_memalign() { void *p = nullptr; if (posix_memalign(&p, 64, 1000)) abort(); KEEP(p); return p; }
 NOINLINE void *site_leak() { void *p = malloc(48); KEEP(p); return p; }
+NOINLINE void *site_realloc0() { void *p = malloc(111); KEEP(p); return p; }
+NOINLINE void *site_realloc_fail() { void *p = malloc(222); KEEP(p); return p; }
 NOINLINE Al *site_aligned_new() { Al *p = new Al; KEEP(p); return p; }
 }
+
+/* realloc(p, 0) through a value the compiler cannot see (no -Walloc-size warnings) */
+static volatile size_t opaque_zero = 0;
 
 struct handoff {
 	void **v;
@@ -66,7 +73,7 @@ int main(int argc, char **argv)
 	int n = argc > 1 ? std::atoi(argv[1]) : 100;
 	bool aligned = argc > 2 && std::strcmp(argv[2], "aligned") == 0;
 	void **kept = static_cast<void **>(calloc(n, sizeof(void *)));
-	void **keep_all = static_cast<void **>(calloc(8 * (size_t)n, sizeof(void *)));
+	void **keep_all = static_cast<void **>(calloc(9 * (size_t)n, sizeof(void *)));
 	void **handed = static_cast<void **>(calloc(n, sizeof(void *)));
 	size_t k = 0;
 	for (int i = 0; i < n; i++) {
@@ -86,6 +93,12 @@ int main(int argc, char **argv)
 		else
 			keep_all[k++] = m;
 		keep_all[k++] = site_leak();
+		void *z = realloc(site_realloc0(), opaque_zero);
+		KEEP(z);
+		void *f = site_realloc_fail();
+		if (realloc(f, (size_t)-1 / 2) != nullptr)
+			abort();
+		keep_all[k++] = f;
 		if (aligned)
 			keep_all[k++] = site_aligned_new();
 	}
