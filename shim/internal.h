@@ -83,8 +83,10 @@ extern __thread struct llgo_heap_thread llgo_heap_tls llgo_tls_ie llgo_export;
 void *sample_malloc(void *(*fn)(size_t), size_t size, void *ra);
 void *sample_calloc(void *(*fn)(size_t, size_t), size_t n, size_t size, void *ra);
 void *sample_realloc(void *(*fn)(void *, size_t), void *p, size_t size, void *ra);
-/* realloc of a non-NULL p that free would look up (p & live_mask == 0): may be tracked. */
-void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, size_t size, void *ra);
+/* realloc of a non-NULL p that free would look up (p & live_mask == 0): may be tracked.
+ * Reached by a tail call, it takes its own return address as the program's call site (so the
+ * interposed function needs no frame to pass it). */
+void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, size_t size);
 void *sample_memalign(void *(*fn)(size_t, size_t), size_t align, size_t size, void *ra);
 int sample_posix_memalign(int (*fn)(void **, size_t, size_t), void **pp, size_t align,
 			  size_t size, void *ra);

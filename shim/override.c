@@ -11,8 +11,9 @@
  *   countdown -= size in the one TLS variable (initial-exec); <= 0 -> slow path
  *   else    -> tail-call the real function              (about 8 instructions + the jmp)
  * free and malloc_usable_size are a load, a test and a branch on live_mask (live.c: only
- * candidates for a tracked sampled object leave) before their indirect jmp. The functions stay frameless (check with
- * objdump -d: gcc shrink-wraps the frame into the slow branch), so the slow path, entered by a
+ * candidates for a tracked sampled object leave) before their indirect jmp. The functions
+ * stay frameless (check with objdump -d: gcc shrink-wraps the frame into the slow branch),
+ * so the slow path, entered by a
  * tail call, finds the program's frame as its own saved frame pointer and the program's call
  * site as its return address. On x86-64 the countdown update is one `sub %reg, %fs:(..)` whose flags feed the
  * branch (inline asm; gcc otherwise adds a store and a test); other targets use plain C.
@@ -444,8 +445,7 @@ llgo_export void *calloc(size_t n, size_t size)
 llgo_export void *realloc(void *p, size_t size)
 {
 	if (llgo_unlikely(override_maybe_tracked(p)) && p)
-		return sample_realloc_tracked(override_realloc, p, size,
-					      __builtin_return_address(0));
+		return sample_realloc_tracked(override_realloc, p, size);
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return override_realloc(p, size);
@@ -467,8 +467,7 @@ llgo_export void *reallocarray(void *p, size_t n, size_t size)
 		return NULL;
 	}
 	if (llgo_unlikely(override_maybe_tracked(p)) && p)
-		return sample_realloc_tracked(override_realloc, p, total,
-					      __builtin_return_address(0));
+		return sample_realloc_tracked(override_realloc, p, total);
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return override_realloc(p, total);

@@ -350,9 +350,9 @@ SAMPLE_SLOW void *sample_realloc(void *(*fn)(void *, size_t), void *p, size_t si
  * back. A placed object's entry stays until its real block is freed (its offset is needed
  * to free it). Then the sampling decision the fast path skipped.
  */
-SAMPLE_SLOW void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, size_t size,
-					 void *ra)
+SAMPLE_SLOW void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, size_t size)
 {
+	void *ra = __builtin_return_address(0); /* a tail call: the program's call site */
 	struct llgo_heap_thread *t = &llgo_heap_tls;
 	struct llgo_live_entry old;
 	uint32_t old_off = 0;
