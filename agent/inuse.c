@@ -20,7 +20,9 @@
  *
  * The table is hostile memory: the scan copies each entry, re-reads its address to drop a
  * torn one, and trusts only this file's constants for the geometry; a forged table can only
- * misstate its own process's in-use values. Left to others: the ring readers' sequence
+ * misstate its own process's in-use values. The scan visits only the pages the file holds
+ * (SEEK_DATA/SEEK_HOLE on a duplicate of the memfd): reading a hole through the mapping
+ * would allocate it, and a forged `top` would then make every snapshot fill 512 MiB. Left to others: the ring readers' sequence
  * numbers (ring.c), buckets (bucket.c), the writers (profile.c and the formats).
  */
 #include <errno.h>
@@ -54,6 +56,11 @@ int inuse_map(struct session *s, int fd)
 		return -EPROTO;
 	}
 	int err = 0;
+	int keep = fcntl(fd, F_DUPFD_CLOEXEC, 3); /* the scan seeks over the file's holes */
+	if (keep < 0) {
+		munmap(p, LLGO_LIVE_MAP_SIZE);
+		return -errno;
+	}
 	pthread_mutex_lock(&s->lock);
 	if (!session_is_live(s))
 		err = -ESRCH;
@@ -61,11 +68,14 @@ int inuse_map(struct session *s, int fd)
 		err = -EEXIST;
 	else {
 		s->live = p;
+		s->live_fd = keep;
 		s->live_state = SESSION_LIVE_MAPPED;
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (err)
+	if (err) {
 		munmap(p, LLGO_LIVE_MAP_SIZE);
+		close(keep);
+	}
 	return err;
 }
 
@@ -122,7 +132,36 @@ static int64_t inuse_map_get(const struct inuse_map *m, uint64_t key)
 
 /* Count the live entries of table h per key in keys[0..n); live[i] gets bucket i's count.
  * next_seq[ring] (nrings entries) is the seq each ring's reader expects next. */
-static int inuse_scan(const struct llgo_live_header *h, const uint64_t *keys, size_t n,
+/*
+ * The next stretch of entries [*lo, *hi) at or after entry `from` (and before `end`) that lies
+ * in pages the file holds. Reading a hole of a shared memfd through a mapping allocates a page
+ * for it: a scan of the whole range a (possibly forged) top names would fill the file, up to
+ * 512 MiB. SEEK_DATA/SEEK_HOLE find the pages the shim wrote; holes are empty slots.
+ */
+static bool inuse_next_data(int fd, uint64_t from, uint64_t end, uint64_t *lo, uint64_t *hi)
+{
+	const uint64_t esz = sizeof(struct llgo_live_entry), base = LLGO_LIVE_HEADER_SIZE;
+	if (from >= end)
+		return false;
+	off_t d = lseek(fd, (off_t)(base + from * esz), SEEK_DATA);
+	if (d < 0)
+		return false; /* ENXIO: no data after from */
+	off_t h = lseek(fd, d, SEEK_HOLE);
+	if (h < 0)
+		h = (off_t)LLGO_LIVE_MAP_SIZE;
+	uint64_t a = ((uint64_t)d - base) / esz, b = ((uint64_t)h - base + esz - 1) / esz;
+	if (a < from)
+		a = from;
+	if (b > end)
+		b = end;
+	if (a >= b)
+		return false;
+	*lo = a;
+	*hi = b;
+	return true;
+}
+
+static int inuse_scan(const struct llgo_live_header *h, int fd, const uint64_t *keys, size_t n,
 		      const uint64_t *next_seq, size_t nrings, uint64_t *live,
 		      struct inuse_counts *c)
 {
@@ -139,8 +178,9 @@ static int inuse_scan(const struct llgo_live_header *h, const uint64_t *keys, si
 					    memory_order_relaxed);
 	if (top >= LLGO_LIVE_LEVELS)
 		top = LLGO_LIVE_LEVELS - 1;
-	uint64_t end = llgo_live_level_start(top + 1);
-	for (uint64_t i = 0; i < end; i++) {
+	uint64_t end = llgo_live_level_start(top + 1), lo, hi = 0;
+	while (inuse_next_data(fd, hi, end, &lo, &hi))
+	for (uint64_t i = lo; i < hi; i++) {
 		_Atomic uint64_t *ap = (_Atomic uint64_t *)&e[i].addr;
 		/* acquire: pairs with the inserter's release store of addr after the fields */
 		uint64_t a = atomic_load_explicit(ap, memory_order_acquire);
@@ -200,6 +240,7 @@ int inuse_apply_locked(struct session *s, struct profile *p)
 	pthread_mutex_lock(&s->lock);
 	int state = s->live_state;
 	const struct llgo_live_header *h = s->live;
+	int fd = s->live_fd;
 	pthread_mutex_unlock(&s->lock);
 	if (state == SESSION_LIVE_FROZEN) {
 		p->meta.inuse = PROFILE_INUSE_TRACKED;
@@ -220,7 +261,7 @@ int inuse_apply_locked(struct session *s, struct profile *p)
 	for (size_t i = 0; i < p->nsamples; i++)
 		keys[i] = inuse_sample_key(&p->samples[i]);
 	struct inuse_counts c = { 0 };
-	err = inuse_scan(h, keys, p->nsamples, seqs, nrings, live, &c);
+	err = inuse_scan(h, fd, keys, p->nsamples, seqs, nrings, live, &c);
 	if (err)
 		goto out;
 	for (size_t i = 0; i < p->nsamples; i++) {
@@ -277,7 +318,9 @@ void inuse_freeze_locked(struct session *s)
 {
 	pthread_mutex_lock(&s->lock);
 	struct llgo_live_header *h = s->live;
+	int fd = s->live_fd;
 	s->live = NULL;
+	s->live_fd = -1;
 	pthread_mutex_unlock(&s->lock);
 	if (!h)
 		return;
@@ -292,7 +335,7 @@ void inuse_freeze_locked(struct session *s)
 	if (!err && !(live = calloc(c.n + 1, sizeof(*live))))
 		err = -ENOMEM;
 	if (!err)
-		err = inuse_scan(h, c.keys, c.n, seqs, nrings, live, &cnt);
+		err = inuse_scan(h, fd, c.keys, c.n, seqs, nrings, live, &cnt);
 	if (!err) {
 		for (size_t i = 0; i < c.n; i++) {
 			struct bucket *b = c.b[i];
@@ -312,6 +355,7 @@ void inuse_freeze_locked(struct session *s)
 	s->live_state = err ? SESSION_LIVE_NONE : SESSION_LIVE_FROZEN;
 	pthread_mutex_unlock(&s->lock);
 	munmap(h, LLGO_LIVE_MAP_SIZE);
+	close(fd);
 	free(c.b);
 	free(c.keys);
 	free(seqs);
@@ -323,5 +367,9 @@ void inuse_release(struct session *s)
 	if (s->live) {
 		munmap(s->live, LLGO_LIVE_MAP_SIZE);
 		s->live = NULL;
+	}
+	if (s->live_fd >= 0) {
+		close(s->live_fd);
+		s->live_fd = -1;
 	}
 }

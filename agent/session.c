@@ -156,6 +156,7 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 		free(s);
 		return NULL;
 	}
+	s->live_fd = -1;
 	s->pid = pid;
 	s->uid = uid;
 	s->gid = gid;

@@ -71,6 +71,7 @@ struct session {
 	/* inuse.c: the live-object table. live and live_state change under lock; the table is
 	 * read under drain_lock (the scan needs the readers' sequence numbers). */
 	struct llgo_live_header *live; /* shared, hostile, read-only; NULL when none */
+	int live_fd;                   /* its memfd (holes are found with SEEK_DATA); -1 none */
 	int live_state;                /* enum session_live */
 	struct inuse_counts live_frozen; /* as of the freeze at exit */
 

@@ -484,11 +484,31 @@ static void live_atfork_child(void)
 	uint32_t top = atomic_load_explicit(&old->top, memory_order_relaxed);
 	if (top >= LLGO_LIVE_LEVELS)
 		top = LLGO_LIVE_LEVELS - 1;
-	uint64_t end = llgo_live_level_start(top + 1);
-	for (uint64_t i = 0; i < end; i++) {
-		uint64_t a = atomic_load_explicit(&e[i].addr, memory_order_relaxed);
-		if (a > LLGO_LIVE_BUSY && LLGO_LIVE_OFF(e[i].size))
-			live_insert(h, a, 0, LLGO_LIVE_REF(LLGO_LIVE_RING_NONE, 0), e[i].size);
+	/* Only the pages the file holds: reading a hole of the shared file through the mapping
+	 * would allocate it (in the parent's table too). */
+	uint64_t end = llgo_live_level_start(top + 1), from = 0;
+	const uint64_t esz = sizeof(struct llgo_live_entry);
+	while (old_fd >= 0 && from < end) {
+		off_t d = lseek(old_fd, (off_t)(LLGO_LIVE_HEADER_SIZE + from * esz), SEEK_DATA);
+		if (d < 0)
+			break;
+		off_t hole = lseek(old_fd, d, SEEK_HOLE);
+		uint64_t lo = ((uint64_t)d - LLGO_LIVE_HEADER_SIZE) / esz;
+		uint64_t hi = hole < 0 ? end
+				       : ((uint64_t)hole - LLGO_LIVE_HEADER_SIZE + esz - 1) / esz;
+		if (lo < from)
+			lo = from;
+		if (hi > end)
+			hi = end;
+		for (uint64_t i = lo; i < hi; i++) {
+			uint64_t a = atomic_load_explicit(&e[i].addr, memory_order_relaxed);
+			if (a > LLGO_LIVE_BUSY && LLGO_LIVE_OFF(e[i].size))
+				live_insert(h, a, 0, LLGO_LIVE_REF(LLGO_LIVE_RING_NONE, 0),
+					    e[i].size);
+		}
+		if (hi <= lo)
+			break;
+		from = hi;
 	}
 	munmap(old, LLGO_LIVE_MAP_SIZE);
 	if (old_fd >= 0)
