@@ -245,6 +245,30 @@ size_t live_usable_real(void *p)
 /* ---- insert, remove --------------------------------------------------------------------- */
 
 /* Claim a free slot for addr in level k's window and fill it. */
+/*
+ * Pages of the table this process ever wrote an entry into, one bit each (shim memory). A
+ * slot in a page without its bit is empty, and is not read: reading a hole of the shared file
+ * through the mapping allocates it, and the lookups of a table whose top went up would
+ * otherwise fill every level they probe. The bit is set before the entry is written; a lookup
+ * happens after its object's insert, so it sees the bit.
+ */
+#define LIVE_ENTRIES_PER_PAGE (4096u / sizeof(struct llgo_live_entry))
+static _Atomic uint64_t live_pages[(LLGO_LIVE_ENTRIES / LIVE_ENTRIES_PER_PAGE + 63) / 64];
+
+static inline bool live_page_used(uint64_t slot)
+{
+	uint64_t pg = slot / LIVE_ENTRIES_PER_PAGE;
+	return atomic_load_explicit(&live_pages[pg / 64], memory_order_relaxed) &
+	       (1ull << (pg % 64));
+}
+
+static inline void live_page_mark(uint64_t slot)
+{
+	uint64_t pg = slot / LIVE_ENTRIES_PER_PAGE, bit = 1ull << (pg % 64);
+	if (!(atomic_load_explicit(&live_pages[pg / 64], memory_order_relaxed) & bit))
+		atomic_fetch_or_explicit(&live_pages[pg / 64], bit, memory_order_relaxed);
+}
+
 static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t addr,
 			      uint64_t key, uint64_t ref, uint64_t size)
 {
@@ -252,10 +276,14 @@ static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t a
 	uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
 	uint64_t home = llgo_live_home(addr, k);
 	for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
-		struct llgo_live_entry *s = &e[base + ((home + i) & mask)];
-		uint64_t a = atomic_load_explicit(&s->addr, memory_order_relaxed);
+		uint64_t slot = base + ((home + i) & mask);
+		struct llgo_live_entry *s = &e[slot];
+		uint64_t a = live_page_used(slot)
+				     ? atomic_load_explicit(&s->addr, memory_order_relaxed)
+				     : LLGO_LIVE_EMPTY;
 		if (a != LLGO_LIVE_EMPTY && a != LLGO_LIVE_TOMB)
 			continue;
+		live_page_mark(slot);
 		if (!atomic_compare_exchange_strong_explicit(&s->addr, &a, LLGO_LIVE_BUSY,
 							     memory_order_acquire,
 							     memory_order_relaxed))
@@ -340,8 +368,10 @@ static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 		uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
 		uint64_t home = llgo_live_home(addr, k);
 		for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
-			struct llgo_live_entry *s = &e[base + ((home + i) & mask)];
-			if (atomic_load_explicit(&s->addr, memory_order_acquire) != addr)
+			uint64_t slot = base + ((home + i) & mask);
+			struct llgo_live_entry *s = &e[slot];
+			if (!live_page_used(slot) ||
+			    atomic_load_explicit(&s->addr, memory_order_acquire) != addr)
 				continue;
 			if (out) {
 				out->key = s->key;
@@ -480,6 +510,7 @@ static void live_atfork_child(void)
 		return; /* old_fd stays open with the table it maps */
 	}
 	memset(live_filter, 0, sizeof(live_filter)); /* live_insert counts the copies again */
+	memset(live_pages, 0, sizeof(live_pages)); /* they describe the new table from here on */
 	const struct llgo_live_entry *e = live_entries(old);
 	uint32_t top = atomic_load_explicit(&old->top, memory_order_relaxed);
 	if (top >= LLGO_LIVE_LEVELS)
