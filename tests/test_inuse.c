@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * test_inuse.c: in-use values end to end (real daemon, real programs under the plain shim).
- *   - rate 1: per site exact live objects and bytes (kept, freed, realloc-grown, realloc to 0,
- *     failed realloc, freed by another thread, calloc, C++ new/delete, new[]/delete[],
+ *   - rate 1: per site exact live objects and bytes (kept, freed, realloc-grown, a realloc
+ *     chain, realloc to 0, failed realloc, freed by another thread, calloc, C++ new/delete, new[]/delete[],
  *     posix_memalign), in a snapshot
  *     while the program runs and after it exited (leaks at exit);
  *   - a sampled rate: sampled objects are placed on pages; estimates of the live set within
@@ -103,6 +103,7 @@ Test(inuse, exact_at_rate_1_running_and_at_exit, .timeout = 120)
 		{ "site_new_arr", 900, n, 0 },       { "site_memalign", 1000, n, n / 2 },
 		{ "site_leak", 48, n, n },           { "site_aligned_new", 256, n, n },
 		{ "site_realloc0", 111, n, 0 },      { "site_realloc_fail", 222, n, n },
+		{ "site_chain", 8, n, 0 },           { "site_chain_realloc", 8192, 10 * n, n },
 	};
 	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	inuse_check(text, running, INUSE_N(running), "running");
@@ -453,6 +454,37 @@ Test(inuse, stopped_daemon_does_not_hang_a_waiting_program, .timeout = 120)
 	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
 	free(text);
 	lu_wait(&p, 60000);
+	lu_daemon_stop(&d);
+	e2e_rmdir(dir);
+}
+
+/* Placed objects whose record was dropped (a 4 KiB ring at rate 64 overflows at once) are
+ * moved to plain blocks before the program sees them: it frees them all without harm, and
+ * nothing dropped is in use. */
+Test(inuse, dropped_records_at_a_sampled_rate, .timeout = 120)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	struct lu_proc p;
+	char *argv[] = { PROG("inuse_sites"), "20000", NULL };
+	const char *extra[] = { "LLGO_HEAP_FULL=drop", NULL };
+	lu_start(&p, &d, "64", 4, NULL, argv, extra);
+	char line[256];
+	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	struct lu_acct a;
+	cr_assert(lu_text_acct(text, &a));
+	cr_expect(a.dropped > 0, "a 4 KiB ring at rate 64 dropped nothing");
+	inuse_sane(text, 0);
+	struct inuse_site s = inuse_site(text, "site_freed");
+	cr_expect_eq(s.inuse_objects, 0);
+	free(text);
+	fputs("go\n", p.in);
+	fflush(p.in);
+	cr_assert(lu_read_line(&p, line, sizeof(line), 60000));
+	int st = lu_wait(&p, 60000);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 	lu_daemon_stop(&d);
 	e2e_rmdir(dir);
 }

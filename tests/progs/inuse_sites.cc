@@ -11,6 +11,7 @@
 //   site_new_arr    new char[900], deleted with delete[]
 //   site_memalign   posix_memalign 64, 1000 bytes, every other one freed (N/2 live, N even)
 //   site_leak       malloc(48), never freed
+//   site_chain      malloc(8), then site_chain_realloc grows it 10 times (16 .. 8192), kept
 //   site_realloc0   malloc(111), then realloc(p, 0) (frees it)
 //   site_realloc_fail  malloc(222), then a realloc that fails (p stays, kept)
 //   "aligned": site_aligned_new  new Al (alignas(128), 256 bytes), kept
@@ -47,6 +48,8 @@ NOINLINE Obj700 *site_new_freed() { Obj700 *p = new Obj700; KEEP(p); return p; }
 NOINLINE char *site_new_arr() { char *p = new char[900]; KEEP(p); return p; }
 NOINLINE void *site_memalign() { void *p = nullptr; if (posix_memalign(&p, 64, 1000)) abort(); KEEP(p); return p; }
 NOINLINE void *site_leak() { void *p = malloc(48); KEEP(p); return p; }
+NOINLINE void *site_chain() { void *p = malloc(8); KEEP(p); return p; }
+NOINLINE void *site_chain_realloc(void *p, size_t n) { void *q = realloc(p, n); KEEP(q); return q; }
 NOINLINE void *site_realloc0() { void *p = malloc(111); KEEP(p); return p; }
 NOINLINE void *site_realloc_fail() { void *p = malloc(222); KEEP(p); return p; }
 NOINLINE Al *site_aligned_new() { Al *p = new Al; KEEP(p); return p; }
@@ -73,7 +76,7 @@ int main(int argc, char **argv)
 	int n = argc > 1 ? std::atoi(argv[1]) : 100;
 	bool aligned = argc > 2 && std::strcmp(argv[2], "aligned") == 0;
 	void **kept = static_cast<void **>(calloc(n, sizeof(void *)));
-	void **keep_all = static_cast<void **>(calloc(9 * (size_t)n, sizeof(void *)));
+	void **keep_all = static_cast<void **>(calloc(10 * (size_t)n, sizeof(void *)));
 	void **handed = static_cast<void **>(calloc(n, sizeof(void *)));
 	size_t k = 0;
 	for (int i = 0; i < n; i++) {
@@ -93,6 +96,10 @@ int main(int argc, char **argv)
 		else
 			keep_all[k++] = m;
 		keep_all[k++] = site_leak();
+		void *c = site_chain();
+		for (size_t sz = 16; sz <= 8192; sz *= 2)
+			c = site_chain_realloc(c, sz);
+		keep_all[k++] = c;
 		void *z = realloc(site_realloc0(), opaque_zero);
 		KEEP(z);
 		void *f = site_realloc_fail();
