@@ -321,13 +321,26 @@ static inline _Atomic uint32_t *live_filter_at(uint64_t addr)
 	return &live_filter[((addr >> 4) * 0x9e3779b97f4a7c15ULL) >> (64u - LIVE_FILTER_BITS)];
 }
 
+/* The filter is kept while live_mask != 0. Once rate 1 made every free look (mask 0, which
+ * never comes back), every lookup searches anyway: its two locked updates per object are
+ * skipped for good, and counts left over stay harmless. acquire, pairing with the release
+ * that cleared the mask: an inserter that saw 0 (and did not count) happens before the lookup
+ * of its object, which then sees 0 too. */
+static inline bool live_filter_on(void)
+{
+	return atomic_load_explicit(&live_mask, memory_order_acquire) != 0;
+}
+
 static bool live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref,
 			uint64_t size)
 {
-	atomic_fetch_add_explicit(live_filter_at(addr), 1, memory_order_relaxed);
+	bool f = live_filter_on();
+	if (f)
+		atomic_fetch_add_explicit(live_filter_at(addr), 1, memory_order_relaxed);
 	if (live_insert_slot(h, addr, key, ref, size))
 		return true;
-	atomic_fetch_sub_explicit(live_filter_at(addr), 1, memory_order_relaxed);
+	if (f)
+		atomic_fetch_sub_explicit(live_filter_at(addr), 1, memory_order_relaxed);
 	return false;
 }
 
@@ -358,7 +371,8 @@ static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
 	if (!h || addr <= LLGO_LIVE_BUSY)
 		return false;
-	if (!atomic_load_explicit(live_filter_at(addr), memory_order_relaxed))
+	bool f = live_filter_on();
+	if (f && !atomic_load_explicit(live_filter_at(addr), memory_order_relaxed))
 		return false;
 	struct llgo_live_entry *e = live_entries(h);
 	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
@@ -382,7 +396,9 @@ static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 				return true;
 			/* Only the thread freeing addr removes it: a store, not a CAS loop. */
 			atomic_store_explicit(&s->addr, LLGO_LIVE_TOMB, memory_order_release);
-			atomic_fetch_sub_explicit(live_filter_at(addr), 1, memory_order_relaxed);
+			if (f)
+				atomic_fetch_sub_explicit(live_filter_at(addr), 1,
+							  memory_order_relaxed);
 			return true;
 		}
 	}
@@ -403,8 +419,9 @@ bool live_find(uint64_t addr, struct llgo_live_entry *out)
  * per sample (even of the same value) would take it from every other core. */
 static inline void live_mask_clear(uintptr_t keep)
 {
+	/* release: pairs with live_filter_on's acquire */
 	if (atomic_load_explicit(&live_mask, memory_order_relaxed) & ~keep)
-		atomic_fetch_and_explicit(&live_mask, keep, memory_order_relaxed);
+		atomic_fetch_and_explicit(&live_mask, keep, memory_order_release);
 }
 
 static void live_count_untracked(struct llgo_live_header *h, uint64_t size)
