@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -235,6 +236,7 @@ Test(live, daemon_counts_live_entries)
 	cr_expect_eq(inuse_map(s, fd), -EEXIST, "a second table");
 
 	struct profile p;
+	memset(&p, 0, sizeof(p)); /* as server_collect does: collect fills samples, not meta */
 	pthread_mutex_lock(&s->drain_lock);
 	cr_assert_eq(profile_collect(&p, s->buckets), 0);
 	cr_assert_eq(inuse_apply_locked(s, &p), 0);
@@ -260,6 +262,7 @@ Test(live, daemon_counts_live_entries)
 	live_put(h, 0, LLGO_LIVE_TOMB, ka, 0);
 	drain_session_exit(s);
 	cr_expect(!session_is_live(s));
+	memset(&p, 0, sizeof(p));
 	pthread_mutex_lock(&s->drain_lock);
 	cr_assert_eq(profile_collect(&p, s->buckets), 0);
 	cr_assert_eq(inuse_apply_locked(s, &p), 0);
