@@ -5,6 +5,7 @@
 #   make test       deps + build + every test (criterion unit, stress and end-to-end)
 #   make demo       deps + build + profile a sample program, print top sites, write a pprof
 #   make bench      allocation microbenchmarks (see docs/performance.md)
+#   make bench-inuse  the in-use tracking rows alone (free path, live-heap memory, rate 1)
 #   make SAN=address,undefined test   sanitized daemon, CLI and unit tests in build-san-*/
 #
 # Sanitizer runtimes own malloc themselves, so under SAN= the LD_PRELOAD shim is still built
@@ -78,7 +79,7 @@ PROG_BINS += $(OUT)/progs/libllgoheap-noprobe.so
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
 
-.PHONY: all deps test unit e2e demo bench bench-peers clean install check-deps
+.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse clean install check-deps
 all: $(BINS) $(LIBS)
 
 # ---- build -----------------------------------------------------------------------------
@@ -204,7 +205,7 @@ $(OUT)/progs/%.so: tests/progs/%.cc
 
 DEB_PKGS := gcc g++ make pkg-config libelf-dev libdw-dev zlib1g-dev libcriterion-dev \
 	libmicrohttpd-dev libbpf-dev libunwind-dev bpftool clang llvm golang-go valgrind \
-	sqlite3 python3 procps systemtap-sdt-dev
+	sqlite3 python3 procps systemtap-sdt-dev tmux
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
@@ -249,6 +250,9 @@ bench: all
 
 bench-peers: deps all
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) peers
+
+bench-inuse: all
+	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) inuse
 
 clean:
 	rm -rf build build-san-*

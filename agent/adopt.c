@@ -34,6 +34,7 @@
 #endif
 
 #define ADOPT_MEMFD_NAME "/memfd:llgo-heap (deleted)"
+#define ADOPT_LIVE_NAME "/memfd:llgo-heap-live (deleted)"
 
 static bool adopt_number(const char *s, long min, long *out)
 {
@@ -115,8 +116,9 @@ size_t adopt_scan(const char *socket_path, adopt_fn fn, void *arg)
 		if (!fds)
 			continue; /* not ours to read, or gone */
 		int pidfd = -1, memfd = -1;
+		long livefd = -1;
 		struct dirent *fe;
-		while (memfd < 0 && (fe = readdir(fds)) != NULL) {
+		while ((fe = readdir(fds)) != NULL) {
 			long fd;
 			if (!adopt_number(fe->d_name, 0, &fd))
 				continue;
@@ -126,7 +128,11 @@ size_t adopt_scan(const char *socket_path, adopt_fn fn, void *arg)
 			if (n <= 0)
 				continue;
 			target[n] = '\0';
-			if (strcmp(target, ADOPT_MEMFD_NAME) != 0)
+			if (strcmp(target, ADOPT_LIVE_NAME) == 0) {
+				livefd = fd; /* the live-object table (issue 10), taken below */
+				continue;
+			}
+			if (memfd >= 0 || strcmp(target, ADOPT_MEMFD_NAME) != 0)
 				continue;
 			/* Pin the process first: everything read after this is about it. */
 			if (pidfd < 0)
@@ -136,12 +142,19 @@ size_t adopt_scan(const char *socket_path, adopt_fn fn, void *arg)
 			memfd = adopt_memfd(pidfd, (int)fd, socket_path);
 		}
 		closedir(fds);
-		struct adopt_proc p = { .pid = (pid_t)pid, .pidfd = pidfd, .memfd = memfd };
+		struct adopt_proc p = { .pid = (pid_t)pid, .pidfd = pidfd, .memfd = memfd,
+					.livefd = -1 };
+		if (memfd >= 0 && livefd >= 0)
+			p.livefd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)livefd, 0);
 		if (memfd >= 0 && adopt_ids(p.pid, &p.uid, &p.gid) && (me == 0 || p.uid == me) &&
 		    fn(arg, &p) == 0) {
-			found++; /* fn owns both descriptors now */
+			found++; /* fn owns pidfd and memfd now */
+			if (p.livefd >= 0)
+				close(p.livefd);
 			continue;
 		}
+		if (p.livefd >= 0)
+			close(p.livefd);
 		if (memfd >= 0)
 			close(memfd);
 		if (pidfd >= 0)

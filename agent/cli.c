@@ -42,6 +42,7 @@ static void usage(FILE *f)
 		"  list                          attached processes and their record counts\n"
 		"  snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs]\n"
 		"  top PID [-n N] [--inuse] [--objects]\n"
+		"  top PID --watch [SECONDS]     live view (keys: i a o g sort, q quit)\n"
 		"  rate PID N                    set the sampling rate of a running process\n"
 		"  verify PID [--seconds N] [--min-agree PERCENT]\n"
 		"        compare recorded stacks with the kernel's (eBPF) for N s (default 5);\n"
@@ -73,6 +74,8 @@ struct opts {
 	const char *min_agree; /* verify */
 	unsigned top_n;
 	uint32_t flags;
+	bool watch;
+	double interval; /* --watch SECONDS */
 	char **pos;  /* positional arguments */
 	int npos;
 	char **cmd;  /* after "--" (run) */
@@ -136,6 +139,22 @@ static int opts_parse(const char *sub, int argc, char **argv, struct opts *o)
 			TAKE(o->seconds);
 		} else if (strcmp(a, "--min-agree") == 0 && strcmp(sub, "verify") == 0) {
 			TAKE(o->min_agree);
+		} else if (strcmp(a, "--watch") == 0 && strcmp(sub, "top") == 0) {
+			o->watch = true;
+			o->interval = 2;
+			/* SECONDS: the next argument when it is a number and the PID came first */
+			const char *v = val;
+			if (!v && i + 1 < argc && o->npos >= 1 && argv[i + 1][0] >= '0' &&
+			    argv[i + 1][0] <= '9')
+				v = argv[++i];
+			if (v) {
+				char *end;
+				double d = strtod(v, &end);
+				if (*v == '\0' || *end || !(d >= 0.1 && d <= 3600))
+					return die("%s: bad interval for --watch: '%s' (0.1..3600 "
+						   "seconds)", sub, v);
+				o->interval = d;
+			}
 		} else if (strcmp(a, "--allocs") == 0 && !val && strcmp(sub, "snapshot") == 0) {
 			o->flags |= LLGO_SNAP_ALLOCS;
 		} else if (strcmp(a, "--inuse") == 0 && !val &&
@@ -412,6 +431,31 @@ static int cmd_snapshot(const char *path, struct opts *o)
 	return rc;
 }
 
+/* watch.c's fetch: the process's sites, and whether it has exited. */
+static int watch_fetch(void *arg, pid_t pid, struct buf *out, bool *exited)
+{
+	const char *path = arg;
+	/* The state first: a process seen exited here is final in the snapshot below. */
+	struct buf list;
+	buf_init(&list);
+	*exited = false;
+	if (list_fetch(path, &list) == 0) {
+		bool live = false, found = false;
+		for (size_t i = 0; i + sizeof(struct llgo_list_entry) <= list.len;
+		     i += sizeof(struct llgo_list_entry)) {
+			struct llgo_list_entry e;
+			memcpy(&e, list.data + i, sizeof(e));
+			if ((pid_t)e.pid != pid)
+				continue;
+			found = true;
+			live |= e.state == LLGO_PROC_LIVE;
+		}
+		*exited = found && !live;
+	}
+	buf_free(&list);
+	return snapshot_fetch(path, pid, LLGO_FORMAT_SITES, 0, 0, out) ? -EIO : 0;
+}
+
 static int cmd_top(const char *path, struct opts *o)
 {
 	if (o->npos != 1)
@@ -420,6 +464,8 @@ static int cmd_top(const char *path, struct opts *o)
 	int rc = parse_pid(o->pos[0], &pid);
 	if (rc)
 		return rc;
+	if (o->watch)
+		return watch_run(pid, o->interval, watch_fetch, (void *)path) ? 1 : 0;
 	struct buf b;
 	buf_init(&b);
 	rc = snapshot_fetch(path, pid, LLGO_FORMAT_TOP, o->flags, o->top_n, &b);
@@ -716,23 +762,33 @@ static int cmd_run(struct opts *o)
 			snprintf(file, sizeof(file), "%s.%u", o->out, e.pid);
 		else
 			snprintf(file, sizeof(file), "llgo-heap.%u.%s", e.pid, format_suffix(fmt));
-		struct buf prof, top;
+		struct buf prof, top, leaks;
 		buf_init(&prof);
 		buf_init(&top);
+		buf_init(&leaks);
 		rc = snapshot_fetch(sock, (pid_t)e.pid, fmt, 0, 0, &prof);
 		if (!rc)
 			rc = write_file(file, &prof);
 		if (!rc && main_proc)
 			rc = snapshot_fetch(sock, (pid_t)e.pid, LLGO_FORMAT_TOP, 0,
 					    o->top_n ? o->top_n : 10, &top);
+		/* The leak report: sites whose memory was still in use when the process exited
+		 * (the profile's inuse_* values), like heaptrack's "MEMORY LEAKS". */
+		if (!rc && main_proc)
+			rc = snapshot_fetch(sock, (pid_t)e.pid, LLGO_FORMAT_TOP, LLGO_SNAP_INUSE,
+					    o->top_n ? o->top_n : 10, &leaks);
 		if (!rc) {
 			fprintf(stderr, "%s: pid %u (%s): wrote %s\n", prog, e.pid, e.comm, file);
-			if (main_proc)
+			if (main_proc) {
 				fwrite(top.data, 1, top.len, stderr);
+				fprintf(stderr, "%s: still in use at exit (never freed):\n", prog);
+				fwrite(leaks.data, 1, leaks.len, stderr);
+			}
 		}
 		found |= main_proc;
 		buf_free(&prof);
 		buf_free(&top);
+		buf_free(&leaks);
 		if (rc)
 			break;
 	}

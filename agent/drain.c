@@ -141,7 +141,9 @@ void drain_session_exit(struct session *s)
 	pthread_mutex_lock(&s->drain_lock);
 	drain_session_locked(s);
 	/* The mappings of the rings stay valid after the process is gone: the final drain above
-	 * saw everything it published. */
+	 * saw everything it published. What its live table still holds was never freed. */
+	if (session_is_live(s))
+		inuse_freeze_locked(s);
 	session_retire_locked(s);
 	pthread_mutex_unlock(&s->drain_lock);
 }

@@ -224,6 +224,19 @@ struct psample {
 	uint64_t free_objects, free_bytes;
 };
 
+/* In-use accounting of a profile (inuse.c). */
+struct inuse_counts {
+	uint64_t untracked; /* sampled objects the shim could not track (table full) */
+	uint64_t unmatched; /* live entries whose bucket is unknown (record lost or capped) */
+	uint64_t pending;   /* live entries whose record was not drained yet */
+};
+
+enum profile_inuse {
+	PROFILE_INUSE_UNKNOWN = 0,   /* not said (tests, merged profiles) */
+	PROFILE_INUSE_TRACKED = 1,   /* in-use values are the live sampled objects */
+	PROFILE_INUSE_UNTRACKED = 2, /* the process sent no live table: in-use = allocated */
+};
+
 struct profile_meta {
 	pid_t pid;
 	char comm[LLGO_COMM_LEN];
@@ -237,6 +250,8 @@ struct profile_meta {
 	uint64_t reconnects; /* the shim reattached after losing its daemon */
 	uint64_t cap_hits;
 	uint64_t verify_samples, verify_agree; /* --verify-every (verify.c); 0 when off */
+	int inuse; /* enum profile_inuse */
+	struct inuse_counts inuse_counts;
 };
 
 struct profile {
@@ -267,6 +282,7 @@ int folded_write(struct buf *out, const struct profile *p, struct procmaps *maps
 		 uint32_t flags);
 int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, uint32_t flags,
 	      uint32_t top_n);
+int sites_write(struct buf *out, const struct profile *p, struct procmaps *maps);
 
 /* Go's scaleHeapSample: the unbiased estimate of (count, size) sampled at rate. */
 void profile_scale(uint64_t count, uint64_t size, uint64_t rate, int64_t *out_count,
@@ -298,6 +314,14 @@ int profile_accounting(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
  * mapping, else "0x<addr>". */
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr);
+
+/* ---- watch.c: `llgo-heap top --watch` ---------------------------------------------------- */
+
+/* Fetch pid's LLGO_FORMAT_SITES answer into out; *exited: the process is gone. 0 or -errno. */
+typedef int (*watch_fetch_fn)(void *arg, pid_t pid, struct buf *out, bool *exited);
+/* Redraw every interval seconds until q, Ctrl-C or a signal (or, not on a terminal, until the
+ * process exited); returns 0 or fetch's error. */
+int watch_run(pid_t pid, double interval, watch_fetch_fn fetch, void *arg);
 
 /* ---- msg.c: framing of socket packets (shared by daemon and CLI) --------------------- */
 

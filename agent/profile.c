@@ -454,6 +454,14 @@ int profile_accounting(struct buf *b, const struct profile *p)
 		rc = buf_printf(b, " verified=%llu agree=%llu",
 				(unsigned long long)p->meta.verify_samples,
 				(unsigned long long)p->meta.verify_agree);
+	/* In-use accounting (inuse.c), only when there is something to say. */
+	const struct inuse_counts *c = &p->meta.inuse_counts;
+	if (!rc && p->meta.inuse == PROFILE_INUSE_UNTRACKED)
+		rc = buf_puts(b, " frees=untracked");
+	else if (!rc && p->meta.inuse == PROFILE_INUSE_TRACKED && (c->untracked | c->unmatched | c->pending))
+		rc = buf_printf(b, " untracked=%llu unmatched=%llu pending=%llu",
+				(unsigned long long)c->untracked, (unsigned long long)c->unmatched,
+				(unsigned long long)c->pending);
 	return rc;
 }
 
@@ -482,6 +490,8 @@ int profile_write(struct buf *out, const struct profile *p, struct procmaps *map
 		return folded_write(out, p, maps, flags);
 	case LLGO_FORMAT_TOP:
 		return top_write(out, p, maps, flags, top_n ? top_n : 10);
+	case LLGO_FORMAT_SITES:
+		return sites_write(out, p, maps);
 	default:
 		return -EINVAL;
 	}

@@ -33,6 +33,9 @@
  * ring_reader_account() applies both rules to one ring, ring_account_add() sums rings and
  * ring_account_lost() adds the control page's lost_no_ring (sampled and dropped).
  */
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -204,6 +207,12 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 	r->tail = pos;
 	/* Pairs with the producer's acquire load of tail: the bytes before pos were copied. */
 	atomic_store_explicit(&h->tail, pos, memory_order_release);
+	/* A producer waiting for room (shim full.c) sleeps on tail's low word: it stores waiting,
+	 * fences and re-reads tail; we store tail, fence and read waiting, so one of us sees the
+	 * other. The wake is a syscall on shared memory: a forged flag costs one. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&h->waiting, memory_order_relaxed))
+		syscall(SYS_futex, (void *)&h->tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	/* Counters only move forward; values that go back or do not add up are not taken. */
 	if (sampled >= r->sampled && dropped >= r->dropped && dropped <= sampled) {
 		r->sampled = sampled;

@@ -676,6 +676,17 @@ static void server_add_ring(struct server_conn *c, const unsigned char *pkt, int
 	server_conn_rearm(c);
 }
 
+static void server_add_live(struct server_conn *c, int fd)
+{
+	int err = inuse_map(c->session, fd);
+	close(fd);
+	if (err) {
+		server_malformed(c, "ADD_LIVE: %s", strerror(-err));
+		return;
+	}
+	server_conn_rearm(c);
+}
+
 static int server_list(struct server *srv, struct server_conn *c);
 static bool server_hello_in_flight(struct server *srv, pid_t pid);
 
@@ -723,6 +734,10 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 		 * descriptor (a shim that sent a control page alone). */
 		needs_fd = !(c->session && c->session->memfd >= 0);
 		shim_msg = true;
+		break;
+	case LLGO_MSG_ADD_LIVE:
+		want = sizeof(struct llgo_msg_header);
+		needs_fd = shim_msg = true;
 		break;
 	case LLGO_MSG_BYE:
 	case LLGO_MSG_WAKE:
@@ -772,6 +787,9 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 	switch (h.type) {
 	case LLGO_MSG_ADD_RING:
 		server_add_ring(c, srv->rxbuf, fd);
+		return;
+	case LLGO_MSG_ADD_LIVE:
+		server_add_live(c, fd);
 		return;
 	case LLGO_MSG_WAKE:
 		/* A producer is filling a ring faster than the idle poll: drain now. The
@@ -1010,6 +1028,9 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
 	pthread_mutex_lock(&s->drain_lock);
 	int rc = profile_collect(p, s->buckets);
 	session_account_locked(s, &cnt);
+	p->meta.sampled = cnt.sampled;
+	if (!rc)
+		rc = inuse_apply_locked(s, p);
 	bool mixed = s->mixed_rates;
 	uint64_t last_rate = s->last_rate;
 	pthread_mutex_unlock(&s->drain_lock);
@@ -1092,7 +1113,7 @@ struct session *server_lookup(struct server *srv, pid_t pid)
 int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
 		    uint32_t top_n, struct buf *out, char *err, size_t errlen)
 {
-	if (fmt < LLGO_FORMAT_PPROF || fmt > LLGO_FORMAT_TOP) {
+	if (fmt < LLGO_FORMAT_PPROF || fmt > LLGO_FORMAT_SITES) {
 		snprintf(err, errlen, "unknown format %d", fmt);
 		return -EINVAL;
 	}
@@ -1459,6 +1480,9 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	if (session_attach_maps(s) != 0)
 		server_log("pid %d: cannot read its mappings; its profiles will show addresses only",
 			   (int)p->pid);
+	if (p->livefd >= 0 && inuse_map(s, p->livefd) != 0)
+		server_log("pid %d: its live-object table could not be mapped; in-use values are "
+			   "missing", (int)p->pid);
 	/* The rate the process wants (it keeps it while it counts samples without a daemon),
 	 * then tell the shim a daemon has it: it reconnects at its next sample. */
 	int64_t want = atomic_load_explicit(&s->ctl->want_rate_word, memory_order_relaxed);

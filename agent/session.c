@@ -156,6 +156,7 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 		free(s);
 		return NULL;
 	}
+	s->live_fd = -1;
 	s->pid = pid;
 	s->uid = uid;
 	s->gid = gid;
@@ -209,6 +210,7 @@ static void session_unmap_all(struct session *s)
 static void session_free(struct session *s)
 {
 	session_unmap_all(s);
+	inuse_release(s);
 	free(s->rings);
 	free(s->pending);
 	free(s->ring_ids);

@@ -86,7 +86,20 @@ struct session {
 	 * those whose stacks agreed (LIST, profile comments); atomic, no lock */
 	_Atomic uint64_t verify_samples, verify_agree;
 
+	/* inuse.c: the live-object table. live and live_state change under lock; the table is
+	 * read under drain_lock (the scan needs the readers' sequence numbers). */
+	struct llgo_live_header *live; /* shared, hostile, read-only; NULL when none */
+	int live_fd;                   /* its memfd (holes are found with SEEK_DATA); -1 none */
+	int live_state;                /* enum session_live */
+	struct inuse_counts live_frozen; /* as of the freeze at exit */
+
 	struct session *next; /* registry list, newest first */
+};
+
+enum session_live {
+	SESSION_LIVE_NONE = 0,   /* no table received */
+	SESSION_LIVE_MAPPED = 1, /* mapped; scanned at each snapshot */
+	SESSION_LIVE_FROZEN = 2, /* exited: the buckets' free counters hold the final scan */
 };
 
 struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max_buckets,
@@ -159,12 +172,26 @@ struct adopt_proc {
 	gid_t gid;
 	int pidfd;
 	int memfd; /* the process memfd (checked: ours, this socket's) */
+	int livefd; /* its live-object table's memfd, or -1 (fn does not own it) */
 };
 /* Returns 0 when it took both descriptors, else nonzero (the scan closes them). */
 typedef int (*adopt_fn)(void *arg, const struct adopt_proc *p);
 /* Every running process whose shim was attached to socket_path and can be read by us (root:
  * all; else our own uid); returns how many fn took. */
 size_t adopt_scan(const char *socket_path, adopt_fn fn, void *arg);
+
+/* ---- inuse.c: in-use values from the live-object table -------------------------------- */
+
+/* Map a live-table memfd (LLGO_MSG_ADD_LIVE): size, seal, magic; one per session. */
+int inuse_map(struct session *s, int fd);
+/* Set p's free counters from the table (caller holds drain_lock, p collected from s's
+ * buckets, untrimmed) and state the accounting in p->meta. */
+int inuse_apply_locked(struct session *s, struct profile *p);
+/* The process is gone (caller holds drain_lock, after the final drain, before retiring):
+ * store the final in-use values in the buckets' free counters and unmap the table. */
+void inuse_freeze_locked(struct session *s);
+/* Unmap the table (session teardown). */
+void inuse_release(struct session *s);
 
 /* ---- drain.c: moving records from rings into buckets ---------------------------------- */
 

@@ -13,6 +13,9 @@
  * summed whatever the rest of their stacks. Values are Go's scaled estimates. Rows are
  * ranked by allocated bytes, or in-use bytes with LLGO_SNAP_INUSE, or the matching object
  * counts with LLGO_SNAP_OBJECTS; "%" is the row's share of that total over all sites.
+ * Ranked by in-use values the columns lead with in-use space and objects, and sites with
+ * nothing in use are left out (the leak report of `llgo-heap run`). sites_write gives every
+ * site's four values as tab-separated lines for `llgo-heap top --watch`.
  *
  * Left to others: the samples (profile.c), symbols (symbolize.c).
  */
@@ -94,22 +97,23 @@ static int64_t rank_value(const struct profile_values *v, uint32_t flags)
 	return objects ? v->alloc_objects : v->alloc_bytes;
 }
 
-int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, uint32_t flags,
-	      uint32_t top_n)
+/* Every site of p with its scaled values summed (sorted by name); *out is malloc'ed, each
+ * name too (top_sites_free). */
+static int top_sites(const struct profile *p, struct procmaps *maps, struct site **out,
+		     size_t *nout)
 {
-	int err = 0;
 	struct site *sites = calloc(p->nsamples + 1, sizeof(*sites));
 	size_t n = 0;
-	struct buf b;
-	buf_init(&b);
 	if (!sites)
 		return -ENOMEM;
 	for (size_t i = 0; i < p->nsamples; i++) {
 		const struct psample *s = &p->samples[i];
 		sites[n].name = site_name(s->stack, maps);
 		if (!sites[n].name) {
-			err = -ENOMEM;
-			goto out;
+			for (size_t j = 0; j < n; j++)
+				free(sites[j].name);
+			free(sites);
+			return -ENOMEM;
 		}
 		profile_sample_scaled(s, &sites[n].v);
 		n++;
@@ -135,35 +139,69 @@ int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, u
 		}
 		w++;
 	}
-	n = w;
+	*out = sites;
+	*nout = w;
+	return 0;
+}
+
+static void top_sites_free(struct site *sites, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(sites[i].name);
+	free(sites);
+}
+
+int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, uint32_t flags,
+	      uint32_t top_n)
+{
+	struct site *sites;
+	size_t n;
+	int err = top_sites(p, maps, &sites, &n);
+	if (err)
+		return err;
+	struct buf b;
+	buf_init(&b);
+	bool inuse = flags & LLGO_SNAP_INUSE;
 	int64_t total = 0;
+	size_t nonzero = 0;
 	for (size_t i = 0; i < n; i++) {
 		sites[i].key = rank_value(&sites[i].v, flags);
 		total += sites[i].key;
+		nonzero += sites[i].key != 0;
 	}
 	if (n > 1)
 		qsort(sites, n, sizeof(*sites), site_key_cmp);
+	/* Ranked by in-use values, sites with nothing in use are not rows (as pprof drops
+	 * samples whose selected value is zero): a leak report lists leaks only. */
+	size_t shown = inuse ? nonzero : n;
 
-	const char *metric = (flags & LLGO_SNAP_INUSE)
-				     ? ((flags & LLGO_SNAP_OBJECTS) ? "inuse_objects" : "inuse_space")
-				     : ((flags & LLGO_SNAP_OBJECTS) ? "alloc_objects" : "alloc_space");
-	size_t rows = n < top_n ? n : top_n;
+	const char *metric = inuse ? ((flags & LLGO_SNAP_OBJECTS) ? "inuse_objects" : "inuse_space")
+				   : ((flags & LLGO_SNAP_OBJECTS) ? "alloc_objects" : "alloc_space");
+	size_t rows = shown < top_n ? shown : top_n;
 	char comm[LLGO_COMM_LEN + 1];
 	memcpy(comm, p->meta.comm, LLGO_COMM_LEN);
 	comm[LLGO_COMM_LEN] = '\0';
 	buf_printf(&b, "llgo-heap: pid %d (%s), %zu of %zu sites by %s, rate %llu\n",
-		   (int)p->meta.pid, comm[0] ? comm : "?", rows, n, metric,
+		   (int)p->meta.pid, comm[0] ? comm : "?", rows, shown, metric,
 		   (unsigned long long)profile_main_rate(p));
-	buf_printf(&b, "%12s %8s %14s %12s  %s\n", "alloc_space", "%", "alloc_objects",
-		   "inuse_space", "site");
+	if (inuse)
+		buf_printf(&b, "%12s %8s %14s %12s  %s\n", "inuse_space", "%", "inuse_objects",
+			   "alloc_space", "site");
+	else
+		buf_printf(&b, "%12s %8s %14s %12s  %s\n", "alloc_space", "%", "alloc_objects",
+			   "inuse_space", "site");
 	for (size_t i = 0; i < rows; i++) {
 		const struct site *s = &sites[i];
 		char as[32], is[32];
 		human(as, sizeof(as), s->v.alloc_bytes);
 		human(is, sizeof(is), s->v.inuse_bytes);
 		double pct = total ? 100.0 * (double)s->key / (double)total : 0;
-		buf_printf(&b, "%12s %7.2f%% %14lld %12s  %s\n", as, pct,
-			   (long long)s->v.alloc_objects, is, s->name);
+		if (inuse)
+			buf_printf(&b, "%12s %7.2f%% %14lld %12s  %s\n", is, pct,
+				   (long long)s->v.inuse_objects, as, s->name);
+		else
+			buf_printf(&b, "%12s %7.2f%% %14lld %12s  %s\n", as, pct,
+				   (long long)s->v.alloc_objects, is, s->name);
 	}
 	if (profile_mixed_rates(p))
 		buf_puts(&b, "# llgo-heap: samples were taken at several rates; each sample is "
@@ -175,10 +213,40 @@ int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, u
 	profile_accounting(&b, p);
 	buf_putc(&b, '\n');
 	err = b.failed ? -ENOMEM : buf_append(out, b.data, b.len);
-out:
-	for (size_t i = 0; i < p->nsamples; i++)
-		free(sites[i].name);
-	free(sites);
+	top_sites_free(sites, n);
+	buf_free(&b);
+	return err;
+}
+
+/*
+ * LLGO_FORMAT_SITES: every site, one line each, for programs (`llgo-heap top --watch`):
+ *   alloc_objects \t alloc_space \t inuse_objects \t inuse_space \t site \n
+ * scaled values as in top_write, sorted by site name; then the accounting comment line.
+ * Tabs and newlines cannot occur in a site name (symbol names and file names are printed
+ * with them replaced by spaces).
+ */
+int sites_write(struct buf *out, const struct profile *p, struct procmaps *maps)
+{
+	struct site *sites;
+	size_t n;
+	int err = top_sites(p, maps, &sites, &n);
+	if (err)
+		return err;
+	struct buf b;
+	buf_init(&b);
+	for (size_t i = 0; i < n; i++) {
+		for (char *c = sites[i].name; *c; c++)
+			if (*c == '\t' || *c == '\n')
+				*c = ' ';
+		buf_printf(&b, "%lld\t%lld\t%lld\t%lld\t%s\n", (long long)sites[i].v.alloc_objects,
+			   (long long)sites[i].v.alloc_bytes, (long long)sites[i].v.inuse_objects,
+			   (long long)sites[i].v.inuse_bytes, sites[i].name);
+	}
+	buf_puts(&b, "# ");
+	profile_accounting(&b, p);
+	buf_putc(&b, '\n');
+	err = b.failed ? -ENOMEM : buf_append(out, b.data, b.len);
+	top_sites_free(sites, n);
 	buf_free(&b);
 	return err;
 }

@@ -23,7 +23,9 @@
  *
  * Other modes: --seconds S runs the workload flat out for S seconds (the drop test) and
  * prints pairs done; --rss prints VmRSS and its parts at the end; --pairs N runs one
- * untimed loop of N pairs in bench_loop() (the function callgrind is told to collect).
+ * untimed loop of N pairs in bench_loop() (the function callgrind is told to collect);
+ * --live L with --pairs N keeps a live heap of L blocks (each step frees the oldest block and
+ * allocates a new one, FIFO), for the resident-memory cost of in-use tracking.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -54,11 +56,12 @@ struct config {
 	long batch;
 	double seconds;
 	long pairs;
+	long live;
 	int rss;
 	int verbose;
 };
 
-static struct config cfg = { WL_SMALL, 1, 5, 61, 250000, 0, 0, 0, 0 };
+static struct config cfg = { WL_SMALL, 1, 5, 61, 250000, 0, 0, 0, 0, 0 };
 static uint16_t mixed_sizes[MIXED_TABLE];
 static pthread_barrier_t barrier;
 static volatile int stop_flag;
@@ -134,6 +137,22 @@ __attribute__((noinline)) void bench_loop_mixed(long n, unsigned start)
 	}
 }
 
+/* A live heap of cfg.live blocks, replaced oldest first: n replacements. */
+static void bench_loop_live(long n)
+{
+	void **ring = calloc((size_t)cfg.live, sizeof(void *));
+	if (!ring)
+		exit(1);
+	for (long i = 0; i < cfg.live + n; i++) {
+		size_t sz = cfg.wl == WL_SMALL ? 16 : mixed_sizes[(unsigned)i & (MIXED_TABLE - 1)];
+		long k = i % cfg.live;
+		free(ring[k]);
+		ring[k] = malloc(sz);
+		__asm__ volatile("" : : "r"(ring[k]) : "memory");
+	}
+	/* the heap stays live until the RSS is read */
+}
+
 __attribute__((noinline)) void bench_loop_new(long n)
 {
 	for (long i = 0; i < n; i++) {
@@ -173,6 +192,10 @@ static void bench_batch(long n, unsigned start)
 
 __attribute__((noinline)) void bench_loop(long n)
 {
+	if (cfg.live > 0) {
+		bench_loop_live(n);
+		return;
+	}
 	bench_batch(n, 0);
 }
 
@@ -234,8 +257,11 @@ static void print_rss(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: alloc_bench [-w small|mixed|new|new-aligned] [-t THREADS] [-W WARMUP] "
-			"[-n BATCHES] [-b BATCH] [--seconds S] [--pairs N] [--rss] [-v]\n");
+	if (cfg.live > 0) {
+		bench_loop_live(n);
+		return;
+	}
+	bench_batch(n, 0);
 	exit(2);
 }
 
@@ -278,6 +304,8 @@ int main(int argc, char **argv)
 			cfg.seconds = atof(v);
 		} else if (strcmp(a, "--pairs") == 0) {
 			cfg.pairs = atol(v);
+		} else if (strcmp(a, "--live") == 0) {
+			cfg.live = atol(v);
 		} else {
 			usage();
 		}

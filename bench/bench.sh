@@ -9,6 +9,7 @@
 #   sh bench.sh peers OUT   the same interleaved run with heaptrack, jemalloc, tcmalloc
 #                           (gperftools) and Go 1.19 beside ours, plus peers' memory
 #   sh bench.sh deps OUT    install the Debian packages the peers need (missing ones only)
+#   sh bench.sh inuse OUT   only the in-use tracking rows (free path, live-heap memory, rate 1)
 #
 # OUT is the absolute build folder (bin/, lib/, bench/). One private llgo-heapd runs on a
 # socket in a temporary folder for the whole run; it is started here and stopped by its pid.
@@ -509,6 +510,85 @@ memory_section() {
 	out ""
 }
 
+# ---- 4b. in-use tracking (issue 10) -------------------------------------------------------------
+live_rss_row() { # label, env...
+	label=$1
+	shift
+	: >"$TMP/lrss"
+	for rep in 1 2 3 4 5; do
+		env "$@" "$B/alloc_bench" -w mixed --live 100000 --pairs 2000000 --rss |
+			sed -n 's/^RSS //p' >>"$TMP/lrss"
+	done
+	v=$(sed -n 's/vmrss_kb=\([0-9]*\).*/\1/p' "$TMP/lrss" | median3)
+	a=$(sed -n 's/.*anon_kb=\([0-9]*\).*/\1/p' "$TMP/lrss" | median3)
+	sh=$(sed -n 's/.*shmem_kb=\([0-9]*\).*/\1/p' "$TMP/lrss" | median3)
+	echo "$label $v $a $sh"
+}
+
+rate1_ns() { # env... -> median ns/op of alloc_bench small at rate 1 (3 runs of 1 + 11 batches)
+	: >"$TMP/r1"
+	for rep in 1 2 3; do
+		env "$@" "$B/alloc_bench" -w small -W 1 -n 11 | sed -n 's/^RESULT median=\([0-9.]*\).*/\1/p' >>"$TMP/r1"
+	done
+	median3 <"$TMP/r1"
+}
+
+inuse_section() {
+	out "### In-use tracking: the free path, resident memory of a live heap, lossless rate 1"
+	out ""
+	if command -v valgrind >/dev/null; then
+		f=$TMP/cg.free
+		LD_PRELOAD=$SHIM LLGO_HEAP_SOCKET=$SOCK LLGO_HEAP_RATE=524288 \
+			valgrind --tool=callgrind --callgrind-out-file="$f" \
+			--toggle-collect=bench_loop "$B/alloc_bench" -w mixed --pairs 400000 \
+			>/dev/null 2>"$f.log"
+		callgrind_annotate --inclusive=no --threshold=100 "$f" 2>/dev/null >"$f.txt" || true
+		fr=$(sed -n 's/^ *\([0-9,]*\) .*override.c:free \[.*libllgoheap.so\].*/\1/p' "$f.txt" | tr -d , | head -1)
+		lf=$(sed -n 's/^ *\([0-9,]*\) .*live.c:live_free \[.*libllgoheap.so\].*/\1/p' "$f.txt" | tr -d , | head -1)
+		out "free (callgrind, mixed sizes, default rate, 400,000 frees): libllgoheap.so's free $(echo "${fr:-0}" | awk '{printf "%.2f", $1/400000}') Ir per call (a jump before in-use tracking: 1.00), its slow path live_free $(echo "${lf:-0}" | awk '{printf "%.2f", $1/400000}') Ir per free on average."
+		out ""
+	fi
+	out "Resident memory after a live mixed-size heap (100,000 blocks of 16 B..4 KiB, FIFO, 2,000,000 replacements; median of 5):"
+	out ""
+	out "| configuration | VmRSS KiB | RssAnon | RssShmem | added VmRSS | added RssAnon |"
+	out "|---|---:|---:|---:|---:|---:|"
+	base=$(live_rss_row glibc X=1)
+	bv=$(echo "$base" | awk '{print $2}')
+	ba=$(echo "$base" | awk '{print $3}')
+	echo "$base" | awk '{printf "| %s | %d | %d | %d | - | - |\n", $1, $2, $3, $4}' | outf
+	for r in 0 524288; do
+		live_rss_row "llgo_rate_$r" LD_PRELOAD="$SHIM" LLGO_HEAP_SOCKET="$SOCK" LLGO_HEAP_RATE=$r |
+			awk -v bv="$bv" -v ba="$ba" '{ gsub(/_/, " ", $1)
+				printf "| %s | %d | %d | %d | %+d (%+.2f%%) | %+d (%+.2f%%) |\n", $1, $2, $3, $4, $2 - bv, 100 * ($2 - bv) / bv, $3 - ba, 100 * ($3 - ba) / ba }' |
+			outf
+	done
+	out ""
+	out "Rate 1, 16 B malloc+free, 1 thread (median ns/op of 3 runs of 11 batches of 250,000):"
+	out ""
+	out "| configuration | ns/op |"
+	out "|---|---:|"
+	out "| glibc | $(rate1_ns X=1) |"
+	out "| llgo rate 1, LLGO_HEAP_FULL=wait (the default at rate 1) | $(rate1_ns LD_PRELOAD="$SHIM" LLGO_HEAP_SOCKET="$SOCK" LLGO_HEAP_RATE=1 LLGO_HEAP_FULL=wait) |"
+	out "| llgo rate 1, LLGO_HEAP_FULL=drop | $(rate1_ns LD_PRELOAD="$SHIM" LLGO_HEAP_SOCKET="$SOCK" LLGO_HEAP_RATE=1 LLGO_HEAP_FULL=drop) |"
+	if command -v heaptrack >/dev/null; then
+		: >"$TMP/r1"
+		for rep in 1 2 3; do
+			heaptrack -o "$TMP/ht.$rep" "$B/alloc_bench" -w small -W 1 -n 11 2>/dev/null |
+				sed -n 's/^RESULT median=\([0-9.]*\).*/\1/p' >>"$TMP/r1"
+			rm -f "$TMP"/ht.$rep*
+		done
+		out "| heaptrack (records every allocation and free, never drops) | $(median3 <"$TMP/r1") |"
+	fi
+	out ""
+	for full in wait drop; do
+		pid=$(LD_PRELOAD="$SHIM" LLGO_HEAP_SOCKET="$SOCK" LLGO_HEAP_RATE=1 LLGO_HEAP_FULL=$full \
+			"$B/alloc_bench" -w small --seconds 2 | sed -n 's/.*pid=\([0-9]*\).*/\1/p')
+		sleep 1
+		out "Rate 1 flat out for 2 s, LLGO_HEAP_FULL=$full: sampled delivered dropped corrupt = $(acct "$pid")"
+		out ""
+	done
+}
+
 # ---- 5. drops under snapshots -------------------------------------------------------------------
 drop_section() {
 	out "### Two threads flat out at the default rate, a snapshot every second (${DROP_SECONDS} s)"
@@ -557,6 +637,7 @@ bench)
 	verify_section
 	lifecycle_section
 	memory_section
+	inuse_section
 	drop_section
 	;;
 lifecycle)
@@ -571,6 +652,12 @@ callgrind)
 	machine
 	callgrind_section
 	callgrind_cxx_section
+	;;
+inuse)
+	out "## bench.sh inuse"
+	out ""
+	machine
+	inuse_section
 	;;
 peers)
 	for f in "$JEMALLOC" "$TCMALLOC" "$B/go_alloc_bench"; do

@@ -3,7 +3,9 @@
  * proto.h: messages on llgo-heapd's Unix socket (SOCK_SEQPACKET, one message per packet).
  *
  * Two kinds of peers use the socket:
- *   - shims: HELLO (with the control-page memfd), ADD_RING (with a ring memfd), BYE at exit;
+ *   - shims: HELLO (with the process memfd, or a control-page memfd), ADD_RING (a ring of
+ *     the process memfd by id, or with a ring memfd), ADD_LIVE (with the live-object table
+ *     memfd), WAKE, BYE at exit;
  *   - clients (the llgo-heap CLI and anything else): LIST, SNAPSHOT, SET_RATE, VERIFY,
  *     answered by zero or more DATA packets and one END packet.
  * The daemon identifies every peer by SO_PEERCRED, never by fields in these messages, and
@@ -29,6 +31,8 @@ enum llgo_msg_type {
 	LLGO_MSG_BYE = 3,      /* header only: the process is exiting with records the daemon
 				  may not have seen; answered by END once drained */
 	LLGO_MSG_WAKE = 4,     /* header only: a ring passed half full; drain soon (no answer) */
+	LLGO_MSG_ADD_LIVE = 5, /* header only, SCM_RIGHTS: the live-object table memfd
+				  (shared/live.h); at most one per process (no answer) */
 	/* client -> daemon */
 	LLGO_MSG_LIST = 16,     /* header only; answered by DATA (llgo_list_entry[]) + END */
 	LLGO_MSG_SNAPSHOT = 17, /* struct llgo_msg_snapshot; answered by DATA... + END */
@@ -100,6 +104,7 @@ enum llgo_format {
 	LLGO_FORMAT_TEXT = 2,   /* Go's legacy heap text */
 	LLGO_FORMAT_FOLDED = 3, /* folded stacks */
 	LLGO_FORMAT_TOP = 4,    /* human-readable top sites */
+	LLGO_FORMAT_SITES = 5,  /* every site's scaled values, tab-separated (top --watch) */
 };
 
 /* Snapshot flags. */

@@ -174,7 +174,11 @@ struct llgo_ring_header {
 	_Atomic uint64_t dropped;
 	_Atomic uint32_t state;     /* enum llgo_ring_state; CAS by a claiming thread */
 	_Atomic uint32_t owner_tid; /* informational */
-	uint8_t pad1[32];
+	/* Non-zero while the owner waits for room (FUTEX_WAIT on the low 32 bits of tail; shim
+	 * full.c). The daemon loads it after publishing tail and then wakes the futex. Each
+	 * side's store is followed by a seq_cst fence before it loads the other's word. */
+	_Atomic uint32_t waiting;
+	uint8_t pad1[28];
 
 	/* Consumer line, written only by the daemon.
 	 * tail: bytes consumed. Store-release after the daemon copied the bytes out; pairs with
@@ -189,6 +193,7 @@ _Static_assert(offsetof(struct llgo_ring_header, head) == 64, "head on its own l
 _Static_assert(offsetof(struct llgo_ring_header, sampled) == 72, "sampled offset");
 _Static_assert(offsetof(struct llgo_ring_header, dropped) == 80, "dropped offset");
 _Static_assert(offsetof(struct llgo_ring_header, state) == 88, "state offset");
+_Static_assert(offsetof(struct llgo_ring_header, waiting) == 96, "waiting offset");
 _Static_assert(offsetof(struct llgo_ring_header, tail) == 128, "tail on its own line");
 _Static_assert(LLGO_RING_HEADER_SIZE >= sizeof(struct llgo_ring_header), "header fits");
 

@@ -200,26 +200,31 @@ static bool emit_claim(struct llgo_heap_thread *t)
 
 /* Tell the daemon to drain now (LLGO_MSG_WAKE), never waiting: a lost wake only means the
  * daemon finds the records at its next poll. */
-static llgo_noinline void emit_wake(void)
+llgo_noinline void emit_wake(void)
 {
 	struct llgo_msg_header m;
 	attach_header(&m, LLGO_MSG_WAKE, sizeof(m));
 	lifecycle_send(&m, sizeof(m));
 }
 
-void emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
-		 const uint64_t *frames, uint32_t n)
+bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
+		 const uint64_t *frames, uint32_t n, uint64_t *ref)
 {
 	if (llgo_unlikely(!t->ring.hdr) && !emit_claim(t)) {
 		attach_count_lost();
-		return;
+		return false;
 	}
 	struct llgo_ring_header *h = t->ring.hdr;
+	full_wait(t, &t->ring, llgo_record_alloc_len(n < LLGO_MAX_FRAMES ? n : LLGO_MAX_FRAMES),
+		  rate);
 	uint64_t before = atomic_load_explicit(&h->head, memory_order_relaxed);
 	/* llgo-heap verify: one load and a branch while nothing is attached (probe.h) */
 	bool pushed = probe_enabled()
 			      ? probe_push(&t->ring, size, rate, addr, t->tid, frames, n)
 			      : emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
+	if (pushed)
+		*ref = LLGO_LIVE_REF(h->ring_id,
+				     atomic_load_explicit(&h->sampled, memory_order_relaxed));
 	/*
 	 * Wake the daemon when this push took the ring past half full, or when it was dropped
 	 * (once per stall: head does not move while the ring is full), so a burst is drained
@@ -234,6 +239,7 @@ void emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint6
 		t->wake_head = head;
 		emit_wake();
 	}
+	return pushed;
 }
 
 void emit_forget_all(void)

@@ -20,6 +20,7 @@
 #include <sys/types.h>
 
 #include "../shared/compiler.h"
+#include "../shared/live.h"
 #include "../shared/proto.h"
 #include "../shared/ring.h"
 
@@ -69,6 +70,7 @@ struct llgo_heap_thread {
 	uintptr_t alt_lo, alt_hi;
 	uint64_t alt_scan_ns;
 	uint64_t wake_head; /* ring head when this thread last sent LLGO_MSG_WAKE (emit.c) */
+	uint64_t full_stall; /* full.c: 1 + the tail a wait gave up at; 0 when none */
 	struct emit_ring ring;
 };
 
@@ -84,6 +86,10 @@ extern __thread struct llgo_heap_thread llgo_heap_tls llgo_tls_ie llgo_export;
 void *sample_malloc(void *(*fn)(size_t), size_t size, void *ra);
 void *sample_calloc(void *(*fn)(size_t, size_t), size_t n, size_t size, void *ra);
 void *sample_realloc(void *(*fn)(void *, size_t), void *p, size_t size, void *ra);
+/* realloc of a non-NULL p that free would look up (p & live_mask == 0): may be tracked.
+ * Reached by a tail call, it takes its own return address as the program's call site (so the
+ * interposed function needs no frame to pass it). */
+void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, size_t size);
 void *sample_memalign(void *(*fn)(size_t, size_t), size_t align, size_t size, void *ra);
 int sample_posix_memalign(int (*fn)(void **, size_t, size_t), void **pp, size_t align,
 			  size_t size, void *ra);
@@ -153,10 +159,14 @@ void emit_forget_all(void);
 /* Whether every ring's records were consumed by the daemon (tail == head). */
 bool emit_all_drained(void);
 uint32_t emit_generation(void);
+/* Ask the daemon to drain now (LLGO_MSG_WAKE), without waiting. */
+void emit_wake(void);
 /* Record one sample into the calling thread's ring (claimed or created on first use); counts
- * it in ctl.lost_no_ring when no ring can be had. */
-void emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
-		 const uint64_t *frames, uint32_t n);
+ * it in ctl.lost_no_ring when no ring can be had. Returns whether the record was published,
+ * and then its LLGO_LIVE_REF (ring id, seq) in *ref. A full ring waits for the daemon first
+ * when full.c says so. */
+bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
+		 const uint64_t *frames, uint32_t n, uint64_t *ref);
 
 /* Format a ring in mem (len >= LLGO_RING_HEADER_SIZE + data_size) and bind r to it. */
 static inline int emit_ring_format(struct emit_ring *r, void *mem, size_t len, uint64_t data_size,
@@ -232,6 +242,55 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 	return true;
 }
 
+/* ---- live.c: the live-object table and the free slow path ------------------------------ */
+
+#define LIVE_PAGE 4096u
+
+/* What free tests: p & live_mask == 0 takes live_free (see live.c). */
+extern _Atomic uintptr_t live_mask;
+/* override.c hands over the real allocator (never called in the hook library). */
+void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
+			size_t (*usable_fn)(void *), void *(*realloc_fn)(void *, size_t));
+/* Whether sampled objects can be placed on a page and tracked (creates the table; under the
+ * guard). */
+bool live_can_place(void);
+/* A block of at least size bytes at a page boundary inside a real block, *off bytes in;
+ * NULL (errno from the real malloc, or ENOMEM) when none. live_unplace frees it untracked. */
+void *live_place(size_t size, uint32_t *off);
+void live_unplace(void *p, uint32_t off);
+/* The real allocator's functions (for moving blocks). */
+void *live_malloc_real(size_t size);
+void live_free_real(void *p);
+size_t live_usable_real(void *p);
+/* Track a sampled object whose record was published (under the guard: may create the
+ * table). w is the rate word it was sampled at: < 0 tracks it wherever it lies. off: its
+ * offset in the real block. false: not tracked (counted untracked), and a placed object
+ * (off != 0) must not be handed to the program (free would not find its block). */
+bool live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t size,
+		uint32_t off);
+/* Forget addr if tracked (copying its entry to out when not NULL); lock-free. */
+bool live_remove(uint64_t addr, struct llgo_live_entry *out);
+/* The entry of addr, if tracked; lock-free. */
+bool live_find(uint64_t addr, struct llgo_live_entry *out);
+/* Track addr again with e's fields (a realloc that failed); false when no slot was found. */
+bool live_restore(uint64_t addr, const struct llgo_live_entry *e);
+/* Send the table again (ADD_LIVE) on a new daemon connection, e.g. after the daemon
+ * restarted: the new daemon then knows every object still live. */
+void live_resend(void);
+/* The table (NULL before the first tracked sample); for tests and benchmarks. */
+const struct llgo_live_header *live_table(void);
+/* free's slow path: forget p, then fn(p's real block). */
+void live_free(void (*fn)(void *), void *p);
+/* malloc_usable_size's slow path: fn of p's real block, less p's offset in it. */
+size_t live_usable(size_t (*fn)(void *), void *p);
+
+/* ---- full.c: what a full ring does ---------------------------------------------------- */
+
+/* Wait (bounded) until r has room for len bytes, if the policy says so (LLGO_HEAP_FULL, else
+ * wait at rate 1 and drop otherwise). Called by the owner before a push. */
+void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
+	       uint64_t rate);
+
 /* ---- attach.c: the transport to llgo-heapd (a leaf: no state machine) ----------------- */
 
 /* The control page: the first page of a LLGO_PAGE_MAX-aligned reservation in the shim's .bss,
@@ -300,6 +359,8 @@ const struct attach_fd *lifecycle_memfd(void);
 /* Send a packet to the daemon if attached; a failure other than a full socket makes the
  * process LOST. Returns 0 or -errno. */
 int lifecycle_send(const void *pkt, size_t n);
+/* The same, with a descriptor (SCM_RIGHTS). */
+int lifecycle_send_fd(const void *pkt, size_t n, int fd);
 /* The exit handshake: wait (bounded) for the daemon only if it has not drained us or lacks
  * our mappings. The destructor; also called from _exit. */
 void lifecycle_exit(void);

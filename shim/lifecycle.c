@@ -331,6 +331,8 @@ static void lifecycle_reconnect(void)
 		lifecycle_hello_flags = 0;
 		if (flags & LLGO_HELLO_REATTACH)
 			atomic_fetch_add_explicit(&attach_ctl.reconnects, 1, memory_order_relaxed);
+		/* the live-object table again, for this connection's session (live.c) */
+		live_resend();
 		lifecycle_say("attached to ", lifecycle_path);
 		return;
 	}
@@ -370,9 +372,14 @@ bool lifecycle_ready(struct llgo_heap_thread *t)
 
 int lifecycle_send(const void *pkt, size_t n)
 {
+	return lifecycle_send_fd(pkt, n, -1);
+}
+
+int lifecycle_send_fd(const void *pkt, size_t n, int fd)
+{
 	if (lifecycle_state() != LLGO_SHIM_ATTACHED)
 		return -ENOTCONN;
-	int rc = attach_sendmsg(&lifecycle_sock, pkt, n, -1);
+	int rc = attach_sendmsg(&lifecycle_sock, pkt, n, fd);
 	if (rc == -EBADF)
 		lifecycle_lose("socket closed or replaced by the program");
 	else if (rc && rc != -EAGAIN && rc != -ENOBUFS)

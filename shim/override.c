@@ -10,8 +10,10 @@
  *   w <  0  -> slow path (every allocation is recorded)
  *   countdown -= size in the one TLS variable (initial-exec); <= 0 -> slow path
  *   else    -> tail-call the real function              (about 8 instructions + the jmp)
- * free and malloc_usable_size are one indirect jmp. The functions stay frameless (check with
- * objdump -d: gcc shrink-wraps the frame into the slow branch), so the slow path, entered by a
+ * free and malloc_usable_size are a load, a test and a branch on live_mask (live.c: only
+ * candidates for a tracked sampled object leave) before their indirect jmp. The functions
+ * stay frameless (check with objdump -d: gcc shrink-wraps the frame into the slow branch),
+ * so the slow path, entered by a
  * tail call, finds the program's frame as its own saved frame pointer and the program's call
  * site as its return address. On x86-64 the countdown update is one `sub %reg, %fs:(..)` whose flags feed the
  * branch (inline asm; gcc otherwise adds a store and a test); other targets use plain C.
@@ -349,9 +351,33 @@ static size_t override_boot_usable(void *p)
 	return OVERRIDE_LOAD(override_usable)(p);
 }
 
+/* The real functions live.c places sampled blocks with (through the current pointers, so
+ * pool blocks stay recognised). */
+static void *override_place_malloc(size_t size)
+{
+	return override_malloc(size);
+}
+
+static void override_place_free(void *p)
+{
+	override_free(p);
+}
+
+static size_t override_place_usable(void *p)
+{
+	return override_usable(p);
+}
+
+static void *override_place_realloc(void *p, size_t size)
+{
+	return override_realloc(p, size);
+}
+
 __attribute__((constructor(101))) static void override_init(void)
 {
 	override_resolve();
+	live_set_allocator(override_place_malloc, override_place_free, override_place_usable,
+			   override_place_realloc);
 }
 
 /* ---- fast path ------------------------------------------------------------------------- */
@@ -366,8 +392,17 @@ llgo_export void *malloc(size_t size)
 	return sample_malloc(OVERRIDE_LOAD(override_malloc), size, __builtin_return_address(0));
 }
 
+/* Tracked sampled objects are page-aligned (or, once rate 1 was used, anywhere): one test of
+ * p against live_mask sends the candidates to live.c; see live.c for the mask's values. */
+static inline __attribute__((always_inline)) bool override_maybe_tracked(const void *p)
+{
+	return !((uintptr_t)p & atomic_load_explicit(&live_mask, memory_order_relaxed));
+}
+
 llgo_export void free(void *p)
 {
+	if (llgo_unlikely(override_maybe_tracked(p)))
+		return live_free(OVERRIDE_LOAD(override_free), p);
 	OVERRIDE_LOAD(override_free)(p);
 }
 
@@ -386,6 +421,8 @@ llgo_export void *calloc(size_t n, size_t size)
 
 llgo_export void *realloc(void *p, size_t size)
 {
+	if (llgo_unlikely(override_maybe_tracked(p)) && p)
+		return sample_realloc_tracked(OVERRIDE_LOAD(override_realloc), p, size);
 	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return OVERRIDE_LOAD(override_realloc)(p, size);
@@ -454,6 +491,20 @@ llgo_export void *memalign(size_t align, size_t size)
 	return sample_memalign(OVERRIDE_LOAD(override_memalign), align, size, __builtin_return_address(0));
 }
 
+/* valloc and pvalloc blocks are on a page already: their slow path is memalign's with a page
+ * alignment, which calls them as they are. */
+static void *override_valloc_fn(size_t align, size_t size)
+{
+	(void)align;
+	return override_valloc(size);
+}
+
+static void *override_pvalloc_fn(size_t align, size_t size)
+{
+	(void)align;
+	return override_pvalloc(size);
+}
+
 llgo_export void *valloc(size_t size)
 {
 	int64_t w = override_rate();
@@ -461,7 +512,7 @@ llgo_export void *valloc(size_t size)
 		return OVERRIDE_LOAD(override_valloc)(size);
 	if (w > 0 && llgo_likely(override_countdown(size)))
 		return OVERRIDE_LOAD(override_valloc)(size);
-	return sample_malloc(OVERRIDE_LOAD(override_valloc), size, __builtin_return_address(0));
+	return sample_memalign(override_valloc_fn, LIVE_PAGE, size, __builtin_return_address(0));
 }
 
 /* The recorded size is the size asked, not pvalloc's page-rounded one. */
@@ -472,10 +523,14 @@ llgo_export void *pvalloc(size_t size)
 		return OVERRIDE_LOAD(override_pvalloc)(size);
 	if (w > 0 && llgo_likely(override_countdown(size)))
 		return OVERRIDE_LOAD(override_pvalloc)(size);
-	return sample_malloc(OVERRIDE_LOAD(override_pvalloc), size, __builtin_return_address(0));
+	return sample_memalign(override_pvalloc_fn, LIVE_PAGE, size, __builtin_return_address(0));
 }
 
+/* A tracked object may lie inside its real block (live.c): its usable size is the block's
+ * from the object on. */
 llgo_export size_t malloc_usable_size(void *p)
 {
+	if (llgo_unlikely(override_maybe_tracked(p)))
+		return live_usable(OVERRIDE_LOAD(override_usable), p);
 	return OVERRIDE_LOAD(override_usable)(p);
 }

@@ -14,6 +14,11 @@
  * bytes (an integer size S crosses a countdown c exactly when S >= c, so ceil keeps
  * P(sampled) exact), and clamped to 64 * rate, like LLGo's runtime.
  *
+ * In-use tracking: the decision is taken before the real allocation, so that an object
+ * sampled at a rate > 1 can be placed on a page boundary inside a real block (live.c), where
+ * free finds it by its low 12 bits; at rate 1 objects stay where the real function puts them.
+ * A sampled object whose record was published is entered in the live-object table.
+ *
  * Re-entrancy: everything below the guard may call into libc (a ring's first mmap, a
  * sendmsg, pthread_setspecific) and so into malloc; such nested calls see the guard and are
  * never sampled. Nothing below takes a lock or calls a pthread function that does: a thread
@@ -144,20 +149,41 @@ static llgo_noinline void sample_thread_init(struct llgo_heap_thread *t)
 	lifecycle_thread_adopt(t);
 }
 
-static inline void sample_take(size_t size, void *p, void *ra, void *frame)
+/*
+ * The decision, taken before the real allocation so that a sampled object can be placed where
+ * free will look for it (live.c). Returns the rate word when this allocation is sampled, with
+ * the guard held (sample_record releases it); 0 when it is not (guard untouched).
+ */
+static inline int64_t sample_begin(struct llgo_heap_thread *t, size_t size)
 {
-	struct llgo_heap_thread *t = &llgo_heap_tls;
 	if (t->guard)
-		return;
+		return 0;
 	int64_t w = atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
 	/* rate 0, or this thread is forking: until the child handler ran, the control page and
 	 * the rings a child would see are its parent's (other threads record on) */
 	if (w == 0 || t->forking)
-		return;
+		return 0;
 	t->guard = 1;
 	if (llgo_unlikely(t->gen != emit_generation()))
 		sample_thread_init(t);
-	if (sample_decide(t, w, size) && p) {
+	if (sample_decide(t, w, size))
+		return w;
+	t->guard = 0;
+	return 0;
+}
+
+/*
+ * Record the sampled allocation p (NULL: it failed, nothing is recorded), track it when asked,
+ * and release the guard. Returns the block for the program: p, or, when p lies inside its
+ * real block (off != 0) and could not be tracked (its record dropped, the table full), a
+ * copy in a plain block (free would not find p's real block): NULL and *err = ENOMEM when
+ * even that fails. asked: the bytes of p the program may use (what a copy takes).
+ */
+static void *sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, size_t asked,
+			   void *p, uint32_t off, void *ra, void *frame, bool track, int *err)
+{
+	bool tracked = false;
+	if (p) {
 		/* Nested allocations below (first ring, pthread_setspecific) must not eat the
 		 * fresh threshold: they are not the program's. */
 		int64_t keep = t->countdown;
@@ -171,12 +197,40 @@ static inline void sample_take(size_t size, void *p, void *ra, void *frame)
 			stack_bounds_for(t, (uintptr_t)frame, &lo, &hi, &lo2, &hi2);
 			uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, ra, frame, lo, hi, lo2,
 						   hi2);
-			emit_sample(t, size, llgo_rate_from_word(w), (uint64_t)(uintptr_t)p,
-				    frames, n);
+			if (n > LLGO_MAX_FRAMES)
+				n = LLGO_MAX_FRAMES;
+			uint64_t rate = llgo_rate_from_word(w), ref = 0;
+			if (emit_sample(t, size, rate, (uint64_t)(uintptr_t)p, frames, n, &ref) &&
+			    track)
+				tracked = live_track(w, (uint64_t)(uintptr_t)p,
+						     llgo_live_key(frames, n, size, rate), ref, size,
+						     off);
 		}
 		t->countdown = keep;
 	}
 	t->guard = 0;
+	if (p && off && !tracked) {
+		void *q = live_malloc_real(asked);
+		if (q)
+			memcpy(q, p, asked);
+		else
+			*err = ENOMEM;
+		live_unplace(p, off);
+		p = q;
+	}
+	return p;
+}
+
+/* Sampled at a rate > 1 with placement available: the object goes on a page boundary, so
+ * that free finds it by its low 12 bits (live.c). */
+static inline bool sample_placing(int64_t w)
+{
+	return w > 0 && live_can_place();
+}
+
+static inline bool sample_pow2(size_t x)
+{
+	return x && !(x & (x - 1));
 }
 
 /*
@@ -188,40 +242,154 @@ static inline void sample_take(size_t size, void *p, void *ra, void *frame)
 
 SAMPLE_SLOW void *sample_malloc(void *(*fn)(size_t), size_t size, void *ra)
 {
-	void *p = fn(size);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t w = sample_begin(t, size);
+	if (!w)
+		return fn(size);
+	bool place = sample_placing(w);
+	uint32_t off = 0;
+	void *p = place ? live_place(size, &off) : fn(size);
 	int e = errno;
-	sample_take(size, p, ra, __builtin_frame_address(0));
+	p = sample_record(t, w, size, size, p, off, ra, __builtin_frame_address(0),
+			  w < 0 || place, &e);
 	errno = e;
 	return p;
 }
 
 SAMPLE_SLOW void *sample_calloc(void *(*fn)(size_t, size_t), size_t n, size_t size, void *ra)
 {
-	void *p = fn(n, size);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	size_t total = n * size; /* the fast path checked the product for overflow */
+	int64_t w = sample_begin(t, total);
+	if (!w)
+		return fn(n, size);
+	bool place = sample_placing(w);
+	uint32_t off = 0;
+	void *p;
+	if (place) {
+		p = live_place(total, &off);
+		if (p)
+			memset(p, 0, total);
+	} else {
+		p = fn(n, size);
+	}
 	int e = errno;
-	/* n * size cannot overflow when the real calloc succeeded */
-	sample_take(p ? n * size : 0, p, ra, __builtin_frame_address(0));
+	p = sample_record(t, w, total, total, p, off, ra, __builtin_frame_address(0),
+			  w < 0 || place, &e);
 	errno = e;
 	return p;
 }
 
-/* realloc counts as an allocation of the new size when it returns a block: realloc(p, 0)
- * frees p and returns NULL in glibc (nothing sampled); realloc(NULL, 0) is malloc(0). */
+/*
+ * realloc of p, which lies old_off bytes inside its real block (0: p is the real block).
+ * w != 0: this realloc is sampled (guard held). realloc counts as an allocation of the new
+ * size when it returns a block; realloc(p, 0) goes to the real realloc (glibc frees p and
+ * returns NULL: nothing sampled); realloc(NULL, n) is malloc(n). When p is a real block and
+ * the new one need not be placed, the real realloc does everything. Otherwise the new block
+ * is made (placed when sampled at a rate > 1), the bytes the program could use are copied,
+ * and the old real block is freed, only once the new one is final: a failure returns NULL
+ * with ENOMEM and leaves p as it was (the caller puts back its entry). A placed p's entry is
+ * removed just before its real block is freed.
+ */
+static void *sample_realloc_common(struct llgo_heap_thread *t, int64_t w,
+				   void *(*fn)(void *, size_t), void *p, uint32_t old_off,
+				   size_t size, void *ra, void *frame)
+{
+	unsigned char *base = p ? (unsigned char *)p - old_off : NULL;
+	if (p && size == 0) {
+		if (w)
+			t->guard = 0;
+		if (old_off)
+			live_remove((uint64_t)(uintptr_t)p, NULL);
+		return fn(base, 0);
+	}
+	bool place = w && sample_placing(w);
+	int e;
+	if (!old_off && !place) {
+		void *q = fn(p, size);
+		if (!w)
+			return q;
+		e = errno;
+		q = sample_record(t, w, size, size, q, 0, ra, frame, w < 0, &e);
+		errno = e;
+		return q;
+	}
+	uint32_t off = 0;
+	void *q = place ? live_place(size, &off) : live_malloc_real(size);
+	if (q && p) {
+		size_t old = live_usable_real(base) - old_off;
+		memcpy(q, p, old < size ? old : size);
+	}
+	e = errno;
+	if (w)
+		q = sample_record(t, w, size, size, q, off, ra, frame, true, &e);
+	if (q && p) {
+		if (old_off)
+			live_remove((uint64_t)(uintptr_t)p, NULL);
+		live_free_real(base);
+	}
+	errno = e;
+	return q;
+}
+
 SAMPLE_SLOW void *sample_realloc(void *(*fn)(void *, size_t), void *p, size_t size, void *ra)
 {
-	void *q = fn(p, size);
-	int e = errno;
-	sample_take(size, q, ra, __builtin_frame_address(0));
-	errno = e;
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t w = sample_begin(t, size);
+	return sample_realloc_common(t, w, fn, p, 0, size, ra, __builtin_frame_address(0));
+}
+
+/*
+ * realloc of a block free would look up (p & live_mask == 0, p != NULL): it may be tracked.
+ * A tracked real block's entry goes first (the real realloc frees p, and its address may be
+ * handed out again at once); if that realloc fails p is live again and its entry is put
+ * back. A placed object's entry stays until its real block is freed (its offset is needed
+ * to free it). Then the sampling decision the fast path skipped.
+ */
+SAMPLE_SLOW void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, size_t size)
+{
+	void *ra = __builtin_return_address(0); /* a tail call: the program's call site */
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	struct llgo_live_entry old;
+	uint32_t old_off = 0;
+	bool had = live_find((uint64_t)(uintptr_t)p, &old);
+	if (had) {
+		old_off = LLGO_LIVE_OFF(old.size);
+		if (!old_off)
+			live_remove((uint64_t)(uintptr_t)p, NULL);
+	}
+	int64_t w = atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
+	bool due = w < 0;
+	if (w > 0) {
+		int64_t left = (int64_t)((uint64_t)t->countdown - (uint64_t)size);
+		t->countdown = left;
+		due = left <= 0;
+	}
+	w = due ? sample_begin(t, size) : 0;
+	void *q = sample_realloc_common(t, w, fn, p, old_off, size, ra,
+					__builtin_frame_address(0));
+	if (!q && size && had && !old_off) {
+		int e = errno;
+		live_restore((uint64_t)(uintptr_t)p, &old);
+		errno = e;
+	}
 	return q;
 }
 
 SAMPLE_SLOW void *sample_memalign(void *(*fn)(size_t, size_t), size_t align, size_t size,
 				  void *ra)
 {
-	void *p = fn(align, size);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t w = sample_begin(t, size);
+	if (!w)
+		return fn(align, size);
+	/* An alignment of a page or more is on a page already; an invalid one is left to the
+	 * real function (its error), the object untracked. */
+	bool place = align < LIVE_PAGE && (align == 0 || sample_pow2(align)) && sample_placing(w);
+	uint32_t off = 0;
+	void *p = place ? live_place(size, &off) : fn(align, size);
 	int e = errno;
-	sample_take(size, p, ra, __builtin_frame_address(0));
+	p = sample_record(t, w, size, size, p, off, ra, __builtin_frame_address(0), true, &e);
 	errno = e;
 	return p;
 }
@@ -229,16 +397,46 @@ SAMPLE_SLOW void *sample_memalign(void *(*fn)(size_t, size_t), size_t align, siz
 SAMPLE_SLOW int sample_posix_memalign(int (*fn)(void **, size_t, size_t), void **pp,
 				      size_t align, size_t size, void *ra)
 {
-	int rc = fn(pp, align, size);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t w = sample_begin(t, size);
+	if (!w)
+		return fn(pp, align, size);
+	int e0 = errno;
+	bool place = align < LIVE_PAGE && sample_pow2(align) && align >= sizeof(void *) &&
+		     sample_placing(w);
+	int rc;
+	uint32_t off = 0;
+	void *p = NULL;
+	if (place) {
+		p = live_place(size, &off);
+		rc = p ? 0 : ENOMEM;
+	} else {
+		rc = fn(&p, align, size);
+	}
+	errno = e0; /* posix_memalign reports through its result, not errno */
 	int e = errno;
-	sample_take(size, rc == 0 ? *pp : NULL, ra, __builtin_frame_address(0));
-	errno = e;
+	if (rc == 0) {
+		p = sample_record(t, w, size, size, p, off, ra, __builtin_frame_address(0), true,
+				  &e);
+		if (p)
+			*pp = p;
+		else
+			rc = ENOMEM;
+	} else {
+		t->guard = 0;
+	}
+	errno = e0;
 	return rc;
 }
 
+/* A linked allocator's block: recorded, never tracked (its frees are not seen). */
 void sample_hooked(void *p, size_t size, void *ra, void *frame)
 {
 	int e = errno;
-	sample_take(size, p, ra, frame);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t w = sample_begin(t, size);
+	int e2 = 0;
+	if (w)
+		sample_record(t, w, size, size, p, 0, ra, frame, false, &e2);
 	errno = e;
 }

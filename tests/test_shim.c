@@ -98,7 +98,7 @@ struct fake {
 	int nrings;
 	struct ring_reader rings[FAKE_MAX_RINGS];
 	int ring_conn[FAKE_MAX_RINGS];
-	int map_errors, bad_packets, wakes;
+	int map_errors, bad_packets, wakes, live_tables;
 	struct fake_rec *recs;
 	size_t nrecs, cap;
 	int cur_conn;
@@ -259,6 +259,8 @@ static void fake_packet(struct fake *f, int c)
 		} else {
 			f->map_errors++;
 		}
+	} else if (h.type == LLGO_MSG_ADD_LIVE && n == sizeof(h) && fd >= 0) {
+		f->live_tables++; /* the live-object table (test_inuse.c tests its content) */
 	} else if (h.type == LLGO_MSG_WAKE && n == sizeof(h) && fd < 0) {
 		f->wakes++;
 		if (!f->ignore_wake)
@@ -552,9 +554,11 @@ Test(shim, behaviour_without_daemon_and_silent)
 	cr_expect_str_eq(r.out, "check ok (0 failures)\n");
 }
 
+/* (rate 64: nearly every allocation is sampled, so placed on a page and tracked) */
 Test(shim, behaviour_at_rate_1_and_default_rate, .timeout = 120)
 {
-	const char *rates[] = { "LLGO_HEAP_RATE=1", "LLGO_HEAP_RATE=4096", NULL };
+	const char *rates[] = { "LLGO_HEAP_RATE=1", "LLGO_HEAP_RATE=4096", "LLGO_HEAP_RATE=64",
+				NULL };
 	for (int k = 0; rates[k]; k++) {
 		struct fake *f = fake_start(FAKE_ACK_OK, true);
 		char sock[200];

@@ -1,0 +1,379 @@
+// SPDX-License-Identifier: MIT
+/*
+ * inuse.c: in-use values from a process's live-object table (shared/live.h).
+ *
+ * The shim keeps one entry per tracked sampled object that is still allocated; the daemon
+ * never writes the table. At a snapshot (inuse_apply_locked) every bucket's key is computed
+ * as the shim computed it for the record (frames, size, rate), the table is scanned, and each
+ * live entry counts one object in use for the bucket with its key, so
+ * free_objects = alloc_objects - live and free_bytes = free_objects * size: pprof's
+ * inuse_objects/inuse_space are then exactly the live sampled objects, scaled by the writers
+ * as Go scales them. Entries whose record this daemon has not drained yet (ref seq at or past
+ * the ring's next expected seq) are pending and not counted; entries whose key matches no
+ * bucket (a record lost as corrupt, the bucket cap's overflow bucket) are counted as
+ * unmatched; the shim's untracked counter says how many sampled objects it could not track
+ * (the table full). All three go into the profile's accounting line.
+ *
+ * When the process exits, the final drain freezes the table into the buckets' free counters
+ * (inuse_freeze_locked) and unmaps it: an exited session's in-use values are what the program
+ * never freed (leaks at exit).
+ *
+ * The table is hostile memory: the scan copies each entry, re-reads its address to drop a
+ * torn one, and trusts only this file's constants for the geometry; a forged table can only
+ * misstate its own process's in-use values. The scan visits only the pages the file holds
+ * (SEEK_DATA/SEEK_HOLE on a duplicate of the memfd): reading a hole through the mapping
+ * would allocate it, and a forged `top` would then make every snapshot fill 512 MiB. Left to others: the ring readers' sequence
+ * numbers (ring.c), buckets (bucket.c), the writers (profile.c and the formats).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../shared/live.h"
+#include "session.h"
+
+int inuse_map(struct session *s, int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < LLGO_LIVE_MAP_SIZE)
+		return -EINVAL;
+	fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK);
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return -EPERM;
+	void *p = mmap(NULL, LLGO_LIVE_MAP_SIZE, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	const struct llgo_live_header *h = p;
+	if (h->magic != LLGO_LIVE_MAGIC || h->version != LLGO_LIVE_VERSION) {
+		munmap(p, LLGO_LIVE_MAP_SIZE);
+		return -EPROTO;
+	}
+	int err = 0;
+	int keep = fcntl(fd, F_DUPFD_CLOEXEC, 3); /* the scan seeks over the file's holes */
+	if (keep < 0) {
+		munmap(p, LLGO_LIVE_MAP_SIZE);
+		return -errno;
+	}
+	pthread_mutex_lock(&s->lock);
+	struct stat had;
+	if (!session_is_live(s))
+		err = -ESRCH;
+	else if (s->live && s->live_fd >= 0 && fstat(s->live_fd, &had) == 0 &&
+		 had.st_dev == st.st_dev && had.st_ino == st.st_ino)
+		err = 1; /* the same table again (a reconnect to a session that has it) */
+	else if (s->live || s->live_state != SESSION_LIVE_NONE)
+		err = -EEXIST;
+	else {
+		s->live = p;
+		s->live_fd = keep;
+		s->live_state = SESSION_LIVE_MAPPED;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (err) {
+		munmap(p, LLGO_LIVE_MAP_SIZE);
+		close(keep);
+	}
+	return err > 0 ? 0 : err;
+}
+
+/* ---- key -> index map (open addressing over the buckets' keys) ------------------------ */
+
+struct inuse_map {
+	uint64_t *keys;
+	uint32_t *idx; /* index + 1; 0 = empty */
+	uint64_t mask;
+};
+
+static int inuse_map_init(struct inuse_map *m, size_t n)
+{
+	uint64_t cap = 16;
+	while (cap < 2 * (uint64_t)n)
+		cap <<= 1;
+	m->keys = calloc(cap, sizeof(*m->keys));
+	m->idx = calloc(cap, sizeof(*m->idx));
+	m->mask = cap - 1;
+	if (!m->keys || !m->idx) {
+		free(m->keys);
+		free(m->idx);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void inuse_map_put(struct inuse_map *m, uint64_t key, uint32_t i)
+{
+	for (uint64_t h = (key * 0x9e3779b97f4a7c15ULL) >> 20;; h++) {
+		uint64_t s = h & m->mask;
+		if (!m->idx[s]) {
+			m->keys[s] = key;
+			m->idx[s] = i + 1;
+			return;
+		}
+		if (m->keys[s] == key)
+			return; /* same key twice (cannot happen for distinct buckets): first wins */
+	}
+}
+
+static int64_t inuse_map_get(const struct inuse_map *m, uint64_t key)
+{
+	for (uint64_t h = (key * 0x9e3779b97f4a7c15ULL) >> 20;; h++) {
+		uint64_t s = h & m->mask;
+		if (!m->idx[s])
+			return -1;
+		if (m->keys[s] == key)
+			return (int64_t)m->idx[s] - 1;
+	}
+}
+
+/* ---- the scan ---------------------------------------------------------------------------- */
+
+/* Count the live entries of table h per key in keys[0..n); live[i] gets bucket i's count.
+ * next_seq[ring] (nrings entries) is the seq each ring's reader expects next. */
+/*
+ * The next stretch of entries [*lo, *hi) at or after entry `from` (and before `end`) that lies
+ * in pages the file holds. Reading a hole of a shared memfd through a mapping allocates a page
+ * for it: a scan of the whole range a (possibly forged) top names would fill the file, up to
+ * 512 MiB. SEEK_DATA/SEEK_HOLE find the pages the shim wrote; holes are empty slots.
+ */
+static bool inuse_next_data(int fd, uint64_t from, uint64_t end, uint64_t *lo, uint64_t *hi)
+{
+	const uint64_t esz = sizeof(struct llgo_live_entry), base = LLGO_LIVE_HEADER_SIZE;
+	if (from >= end)
+		return false;
+	off_t d = lseek(fd, (off_t)(base + from * esz), SEEK_DATA);
+	if (d < 0)
+		return false; /* ENXIO: no data after from */
+	off_t h = lseek(fd, d, SEEK_HOLE);
+	if (h < 0)
+		h = (off_t)LLGO_LIVE_MAP_SIZE;
+	uint64_t a = ((uint64_t)d - base) / esz, b = ((uint64_t)h - base + esz - 1) / esz;
+	if (a < from)
+		a = from;
+	if (b > end)
+		b = end;
+	if (a >= b)
+		return false;
+	*lo = a;
+	*hi = b;
+	return true;
+}
+
+static int inuse_scan(const struct llgo_live_header *h, int fd, const uint64_t *keys, size_t n,
+		      const uint64_t *next_seq, size_t nrings, uint64_t *live,
+		      struct inuse_counts *c)
+{
+	struct inuse_map m;
+	int err = inuse_map_init(&m, n);
+	if (err)
+		return err;
+	for (size_t i = 0; i < n; i++)
+		inuse_map_put(&m, keys[i], (uint32_t)i);
+	const struct llgo_live_entry *e =
+		(const struct llgo_live_entry *)(const void *)((const unsigned char *)h +
+							       LLGO_LIVE_HEADER_SIZE);
+	uint32_t top = atomic_load_explicit(&((struct llgo_live_header *)h)->top,
+					    memory_order_relaxed);
+	if (top >= LLGO_LIVE_LEVELS)
+		top = LLGO_LIVE_LEVELS - 1;
+	uint64_t end = llgo_live_level_start(top + 1), lo, hi = 0;
+	while (inuse_next_data(fd, hi, end, &lo, &hi))
+	for (uint64_t i = lo; i < hi; i++) {
+		_Atomic uint64_t *ap = (_Atomic uint64_t *)&e[i].addr;
+		/* acquire: pairs with the inserter's release store of addr after the fields */
+		uint64_t a = atomic_load_explicit(ap, memory_order_acquire);
+		if (a <= LLGO_LIVE_BUSY)
+			continue;
+		uint64_t key = e[i].key, ref = e[i].ref;
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(ap, memory_order_relaxed) != a)
+			continue; /* freed or replaced while we read it */
+		uint32_t ring = LLGO_LIVE_REF_RING(ref);
+		uint64_t seq = LLGO_LIVE_REF_SEQ(ref);
+		if (ring == LLGO_LIVE_RING_NONE)
+			continue; /* a fork child's copy of its parent's object */
+		if (ring >= nrings || seq >= next_seq[ring]) {
+			c->pending++;
+			continue;
+		}
+		int64_t b = inuse_map_get(&m, key);
+		if (b < 0) {
+			c->unmatched++;
+			continue;
+		}
+		live[b]++;
+	}
+	c->untracked = atomic_load_explicit(&((struct llgo_live_header *)h)->untracked,
+					    memory_order_relaxed);
+	free(m.keys);
+	free(m.idx);
+	return 0;
+}
+
+/* The reader's next expected seq per ring id (the ring ids a session uses are small). */
+static int inuse_ring_seqs(struct session *s, uint64_t **out, size_t *n)
+{
+	size_t max = 0;
+	for (size_t i = 0; i < s->nrings_adopted; i++)
+		if (s->rings[i].ring_id + 1u > max)
+			max = s->rings[i].ring_id + 1u;
+	uint64_t *v = calloc(max ? max : 1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->nrings_adopted; i++)
+		v[s->rings[i].ring_id] = s->rings[i].next_seq;
+	*out = v;
+	*n = max;
+	return 0;
+}
+
+static uint64_t inuse_sample_key(const struct psample *ps)
+{
+	const struct stack *st = ps->stack;
+	return llgo_live_key(st ? st->pcs : NULL, st ? st->npcs : 0, ps->size, ps->rate);
+}
+
+int inuse_apply_locked(struct session *s, struct profile *p)
+{
+	pthread_mutex_lock(&s->lock);
+	int state = s->live_state;
+	const struct llgo_live_header *h = s->live;
+	int fd = s->live_fd;
+	pthread_mutex_unlock(&s->lock);
+	if (state == SESSION_LIVE_FROZEN) {
+		p->meta.inuse = PROFILE_INUSE_TRACKED;
+		p->meta.inuse_counts = s->live_frozen;
+		return 0; /* the buckets' free counters hold it */
+	}
+	if (state != SESSION_LIVE_MAPPED) {
+		p->meta.inuse = p->meta.sampled || p->nsamples ? PROFILE_INUSE_UNTRACKED : 0;
+		return 0;
+	}
+	uint64_t *keys = calloc(p->nsamples + 1, sizeof(*keys));
+	uint64_t *live = calloc(p->nsamples + 1, sizeof(*live));
+	uint64_t *seqs = NULL;
+	size_t nrings = 0;
+	int err = (!keys || !live) ? -ENOMEM : inuse_ring_seqs(s, &seqs, &nrings);
+	if (err)
+		goto out;
+	for (size_t i = 0; i < p->nsamples; i++)
+		keys[i] = inuse_sample_key(&p->samples[i]);
+	struct inuse_counts c = { 0 };
+	err = inuse_scan(h, fd, keys, p->nsamples, seqs, nrings, live, &c);
+	if (err)
+		goto out;
+	for (size_t i = 0; i < p->nsamples; i++) {
+		struct psample *ps = &p->samples[i];
+		uint64_t l = live[i] < ps->alloc_objects ? live[i] : ps->alloc_objects;
+		ps->free_objects = ps->alloc_objects - l;
+		ps->free_bytes = ps->alloc_bytes - (ps->size && ps->stack && ps->stack->npcs
+							    ? l * ps->size
+							    : (ps->alloc_objects
+								       ? ps->alloc_bytes / ps->alloc_objects * l
+								       : 0));
+	}
+	p->meta.inuse = PROFILE_INUSE_TRACKED;
+	p->meta.inuse_counts = c;
+out:
+	free(keys);
+	free(live);
+	free(seqs);
+	return err;
+}
+
+/* Bucket visitor: collect keys and bucket pointers. */
+struct inuse_freeze_ctx {
+	struct bucket **b;
+	uint64_t *keys;
+	size_t n, cap;
+	int err;
+};
+
+static int inuse_freeze_visit(void *arg, const struct bucket *b)
+{
+	struct inuse_freeze_ctx *c = arg;
+	if (c->n == c->cap) {
+		size_t nc = c->cap ? c->cap * 2 : 256;
+		struct bucket **nb = realloc(c->b, nc * sizeof(*nb));
+		if (nb)
+			c->b = nb;
+		uint64_t *nk = nb ? realloc(c->keys, nc * sizeof(*nk)) : NULL;
+		if (nk)
+			c->keys = nk;
+		if (!nb || !nk) {
+			c->err = -ENOMEM;
+			return 1;
+		}
+		c->cap = nc;
+	}
+	const struct stack *st = b->stack;
+	c->keys[c->n] = llgo_live_key(st ? st->pcs : NULL, st ? st->npcs : 0, b->size, b->rate);
+	c->b[c->n++] = (struct bucket *)b; /* its counters are atomics the drain owns: we do */
+	return 0;
+}
+
+void inuse_freeze_locked(struct session *s)
+{
+	pthread_mutex_lock(&s->lock);
+	struct llgo_live_header *h = s->live;
+	int fd = s->live_fd;
+	s->live = NULL;
+	s->live_fd = -1;
+	pthread_mutex_unlock(&s->lock);
+	if (!h)
+		return;
+	struct inuse_freeze_ctx c = { 0 };
+	uint64_t *seqs = NULL, *live = NULL;
+	size_t nrings = 0;
+	struct inuse_counts cnt = { 0 };
+	bucket_table_foreach(s->buckets, inuse_freeze_visit, &c);
+	int err = c.err;
+	if (!err)
+		err = inuse_ring_seqs(s, &seqs, &nrings);
+	if (!err && !(live = calloc(c.n + 1, sizeof(*live))))
+		err = -ENOMEM;
+	if (!err)
+		err = inuse_scan(h, fd, c.keys, c.n, seqs, nrings, live, &cnt);
+	if (!err) {
+		for (size_t i = 0; i < c.n; i++) {
+			struct bucket *b = c.b[i];
+			uint64_t ao = atomic_load_explicit(&b->alloc_objects, memory_order_relaxed);
+			uint64_t ab = atomic_load_explicit(&b->alloc_bytes, memory_order_relaxed);
+			uint64_t l = live[i] < ao ? live[i] : ao;
+			uint64_t fb = b->size && b->stack && b->stack->npcs
+					      ? (ao - l) * b->size
+					      : (ao ? ab - ab / ao * l : 0);
+			atomic_store_explicit(&b->free_objects, ao - l, memory_order_relaxed);
+			atomic_store_explicit(&b->free_bytes, fb, memory_order_relaxed);
+		}
+	}
+	pthread_mutex_lock(&s->lock);
+	s->live_frozen = cnt;
+	/* Without a scan (out of memory) the in-use values stay unknown: say untracked. */
+	s->live_state = err ? SESSION_LIVE_NONE : SESSION_LIVE_FROZEN;
+	pthread_mutex_unlock(&s->lock);
+	munmap(h, LLGO_LIVE_MAP_SIZE);
+	close(fd);
+	free(c.b);
+	free(c.keys);
+	free(seqs);
+	free(live);
+}
+
+void inuse_release(struct session *s)
+{
+	if (s->live) {
+		munmap(s->live, LLGO_LIVE_MAP_SIZE);
+		s->live = NULL;
+	}
+	if (s->live_fd >= 0) {
+		close(s->live_fd);
+		s->live_fd = -1;
+	}
+}

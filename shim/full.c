@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: MIT
+/*
+ * full.c: what a sampling thread does when its ring has no room for a record.
+ *
+ * Policy (LLGO_HEAP_FULL, read once): `drop` drops and counts (the ring's dropped counter),
+ * `wait` waits for the daemon to drain; unset, records taken at rate 1 wait (users of rate 1
+ * expect exact counts, as heaptrack gives) and records taken at a sampled rate drop (a sample
+ * lost is a sample, the estimate stays unbiased).
+ *
+ * Waiting: the thread sends WAKE, raises the ring's `waiting` word, fences, and sleeps with
+ * FUTEX_WAIT on the low 32 bits of tail (shared futex: the ring is a MAP_SHARED memfd), in
+ * slices of FULL_SLICE_MS; the daemon, after it publishes a new tail, fences, sees `waiting`
+ * and wakes the futex (agent/ring.c). No spinning. Bounded: if tail does not move for
+ * FULL_BOUND_MS (the daemon is stopped, gone or starved), the thread gives up, drops, and
+ * remembers that tail: later records of this thread drop at once until the daemon has moved
+ * tail again. A stopped daemon thus costs each allocating thread one pause of FULL_BOUND_MS,
+ * never a hang. Without a connection nothing waits.
+ */
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define FULL_SLICE_MS 10
+#define FULL_BOUND_MS 500
+
+enum { FULL_UNSET = 0, FULL_DEFAULT = 1, FULL_WAIT = 2, FULL_DROP = 3 };
+
+static _Atomic int full_policy;
+
+static int full_get_policy(void)
+{
+	int p = atomic_load_explicit(&full_policy, memory_order_relaxed);
+	if (llgo_likely(p != FULL_UNSET))
+		return p;
+	const char *e = getenv("LLGO_HEAP_FULL");
+	p = FULL_DEFAULT;
+	if (e && strcmp(e, "wait") == 0)
+		p = FULL_WAIT;
+	else if (e && strcmp(e, "drop") == 0)
+		p = FULL_DROP;
+	atomic_store_explicit(&full_policy, p, memory_order_relaxed);
+	return p;
+}
+
+static bool full_has_room(const struct emit_ring *r, uint64_t tail, uint32_t len)
+{
+	uint64_t head = atomic_load_explicit(&r->hdr->head, memory_order_relaxed);
+	uint64_t used = head - tail, cap = r->mask + 1;
+	return used <= cap && cap - used >= len;
+}
+
+static int64_t full_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
+	       uint64_t rate)
+{
+	struct llgo_ring_header *h = r->hdr;
+	/* acquire: pairs with the daemon's release of tail (as in emit_push_alloc) */
+	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+	if (llgo_likely(full_has_room(r, tail, len)))
+		return;
+	int p = full_get_policy();
+	if (p == FULL_DROP || (p == FULL_DEFAULT && rate != 1) ||
+	    lifecycle_state() != LLGO_SHIM_ATTACHED)
+		return;
+	if (t->full_stall == tail + 1)
+		return; /* gave up at this tail already: drop until the daemon moves it */
+	t->full_stall = 0;
+	emit_wake();
+	int64_t last_move = full_now_ms();
+	uint64_t seen = tail;
+	for (;;) {
+		atomic_store_explicit(&h->waiting, 1, memory_order_relaxed);
+		atomic_thread_fence(memory_order_seq_cst);
+		tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+		if (full_has_room(r, tail, len))
+			break;
+		if (tail != seen) {
+			seen = tail;
+			last_move = full_now_ms();
+		}
+		int64_t left = FULL_BOUND_MS - (full_now_ms() - last_move);
+		if (left <= 0) {
+			t->full_stall = tail + 1;
+			break;
+		}
+		struct timespec ts = { 0, (long)(left < FULL_SLICE_MS ? left : FULL_SLICE_MS) *
+						  1000000L };
+		/* Sleeps only while tail's low word is still what we read: a drain between the
+		 * load and here makes it return at once. */
+		syscall(SYS_futex, (void *)&h->tail, FUTEX_WAIT, (uint32_t)tail, &ts, NULL, 0);
+	}
+	atomic_store_explicit(&h->waiting, 0, memory_order_relaxed);
+}

@@ -1,0 +1,583 @@
+// SPDX-License-Identifier: MIT
+/*
+ * live.c: the shim's side of the live-object table (shared/live.h) and the free slow path.
+ *
+ * Which frees are looked at. free(p) tests p against live_mask (override.c: one load, one
+ * test, one branch) and comes here only when p & live_mask == 0:
+ *   ~0     nothing tracked yet: only free(NULL) comes here;
+ *   0xfff  objects sampled at a rate > 1 are tracked: they are placed on a page boundary
+ *          (live_place), so only page-aligned pointers come here;
+ *   0      rate 1 was used: every allocation is tracked where it lies, every free comes here.
+ * The mask only ever loses bits (fetch_and). It is stored before the first object it
+ * concerns is inserted, in the allocating thread, before the pointer is returned: whatever
+ * hands the pointer to a freeing thread orders the store before that thread's free. Rate 1
+ * leaves the mask at 0 for the rest of the process (objects tracked at unaligned addresses
+ * may be live long after the rate changed). malloc_usable_size and realloc test the same mask.
+ *
+ * Placement: a placed object lies `off` bytes inside a real block of size + off bytes (the
+ * offset is kept in its entry, high bits of size): free, realloc and malloc_usable_size give
+ * the real allocator the real block. A placed object must therefore always be in the table
+ * while the program holds it; one that cannot be inserted is moved to a plain block before
+ * the program sees it (sample.c).
+ *
+ * The table is created on the first tracked sample (memfd, sealed, sent to the daemon with
+ * LLGO_MSG_ADD_LIVE); entries are inserted after the sample's record was pushed, and removed
+ * before the real block is freed, so an address the allocator hands out again is never found
+ * stale. Inserts claim slots with CAS, removes store a tombstone: no lock, no allocation, no
+ * syscall on any path a free can take. A sample that finds no slot is counted untracked. The
+ * one wait: threads whose first tracked sample meets the table's creation by another thread
+ * yield until it is made (bounded), once in the process's life.
+ *
+ * After fork the child must not write its parent's table (shared memory): it copies the
+ * entries of the parent's placed objects (it needs their offsets to free them) into a table
+ * of its own, with no record reference, and sends that table to its own session on its
+ * first tracked sample. What is left to others: the sampling decision and the slow paths that
+ * place (sample.c), the fast paths (override.c), the connection (attach.c).
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+llgo_hidden _Atomic uintptr_t live_mask = ~(uintptr_t)0;
+
+#define LIVE_CREATE_YIELDS 100000
+
+enum { LIVE_NONE = 0, LIVE_CREATING = 1, LIVE_READY = 2, LIVE_FAILED = 3 };
+
+static _Atomic int live_state;
+static struct llgo_live_header *_Atomic live_hdr;
+/* Samples not tracked while the table was being made by another thread; folded into the
+ * header's counters by the next insert. */
+static _Atomic uint64_t live_lost, live_lost_bytes;
+
+/* The real allocator, for placement (override.c; NULL in the hook library). */
+static void *(*live_real_malloc)(size_t);
+static void (*live_real_free)(void *);
+static size_t (*live_real_usable)(void *);
+static void *(*live_real_realloc)(void *, size_t);
+/* The table was made in a fork child and not yet sent to the daemon. */
+static _Atomic bool live_unsent;
+
+void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
+			size_t (*usable_fn)(void *), void *(*realloc_fn)(void *, size_t))
+{
+	live_real_realloc = realloc_fn;
+	live_real_malloc = malloc_fn;
+	live_real_free = free_fn;
+	live_real_usable = usable_fn;
+}
+
+static struct llgo_live_entry *live_entries(struct llgo_live_header *h)
+{
+	return (struct llgo_live_entry *)(void *)((unsigned char *)h + LLGO_LIVE_HEADER_SIZE);
+}
+
+const struct llgo_live_header *live_table(void)
+{
+	return atomic_load_explicit(&live_hdr, memory_order_acquire);
+}
+
+/* ---- creation (slow path, under the thread's guard) ------------------------------------ */
+
+/* The table's memfd, kept open so that a fork child can send its copy's and a reconnect (or
+ * a daemon taking the process back, adopt.c) can have it again; with its identity, so that a
+ * number the program reused is never sent. */
+static int live_fd = -1;
+static struct attach_fd live_fdid = { .fd = -1 };
+
+static void live_send(int fd)
+{
+	if (fd != live_fdid.fd || !attach_fd_owned(&live_fdid))
+		return;
+	struct llgo_msg_header m;
+	attach_header(&m, LLGO_MSG_ADD_LIVE, sizeof(m));
+	lifecycle_send_fd(&m, sizeof(m), fd);
+}
+
+void live_resend(void)
+{
+	if (atomic_load_explicit(&live_state, memory_order_acquire) == LIVE_READY &&
+	    !atomic_load_explicit(&live_unsent, memory_order_relaxed) && live_fd >= 0)
+		live_send(live_fd);
+}
+
+static void live_send_table(struct llgo_live_header *h)
+{
+	(void)h;
+	if (live_fd >= 0)
+		live_send(live_fd);
+}
+
+/* A formatted table in a new sealed memfd (live_fd); not sent. */
+static struct llgo_live_header *live_make(void)
+{
+	int fd = memfd_create("llgo-heap-live", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return NULL;
+	void *mem = MAP_FAILED;
+	if (ftruncate(fd, (off_t)LLGO_LIVE_MAP_SIZE) != 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+		goto out;
+	mem = mmap(NULL, LLGO_LIVE_MAP_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+		   fd, 0);
+	if (mem == MAP_FAILED)
+		goto out;
+	struct llgo_live_header *h = mem;
+	h->magic = LLGO_LIVE_MAGIC;
+	h->version = LLGO_LIVE_VERSION;
+	h->header_size = LLGO_LIVE_HEADER_SIZE;
+	h->levels = LLGO_LIVE_LEVELS;
+	h->level0 = LLGO_LIVE_LEVEL0;
+	live_fd = fd;
+	struct stat st;
+	if (fstat(fd, &st) == 0) {
+		live_fdid.fd = fd;
+		live_fdid.dev = (uint64_t)st.st_dev;
+		live_fdid.ino = (uint64_t)st.st_ino;
+	}
+	return h;
+out:
+	close(fd);
+	return NULL;
+}
+
+static struct llgo_live_header *live_create(void)
+{
+	struct llgo_live_header *h = live_make();
+	/* A failed send leaves the table working in-process (frees stay correct); the daemon
+	 * then reports that frees were not tracked. */
+	if (h)
+		live_send(live_fd);
+	return h;
+}
+
+/* The table, created on first use; NULL while another thread creates it or after a failure. */
+static struct llgo_live_header *live_get(void)
+{
+	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
+	if (llgo_likely(h != NULL))
+		return atomic_load_explicit(&live_state, memory_order_relaxed) == LIVE_READY ? h
+											: NULL;
+	/* no table (memfd_create, mmap) once the program forbade syscalls (lifecycle.c) */
+	if (lifecycle_state() == LLGO_SHIM_OFF)
+		return NULL;
+	int expect = LIVE_NONE;
+	if (!atomic_compare_exchange_strong_explicit(&live_state, &expect, LIVE_CREATING,
+						     memory_order_acq_rel, memory_order_relaxed)) {
+		/* Another thread is creating it (a few syscalls): wait for it, a bounded number
+		 * of yields, once in the process's life, rather than leave this object
+		 * untracked (at rate 1 every thread's first sample meets here). */
+		for (int i = 0; i < LIVE_CREATE_YIELDS &&
+				atomic_load_explicit(&live_state, memory_order_acquire) ==
+					LIVE_CREATING;
+		     i++)
+			sched_yield();
+		return atomic_load_explicit(&live_hdr, memory_order_acquire);
+	}
+	h = live_create();
+	/* release: pairs with the acquire loads of live_hdr (formatted header, mapping) */
+	atomic_store_explicit(&live_hdr, h, memory_order_release);
+	atomic_store_explicit(&live_state, h ? LIVE_READY : LIVE_FAILED, memory_order_release);
+	return h;
+}
+
+/* ---- placement (slow path, under the thread's guard) ------------------------------------ */
+
+bool live_can_place(void)
+{
+	return live_real_malloc && live_get() != NULL;
+}
+
+/*
+ * A block whose address is on a page boundary: the real allocator's block of size + 4080
+ * bytes (its blocks are 16-aligned, so a page boundary lies within the first 4080 bytes),
+ * used from that boundary on. The offset is kept in the object's entry, so free, realloc and
+ * malloc_usable_size find the real block. (memalign(4096) would do without an offset, but
+ * glibc then splits a lead and a tail off every such block and the heap fragments: measured
+ * on the live mixed-size benchmark, about four times the resident memory of this.)
+ */
+void *live_place(size_t size, uint32_t *off)
+{
+	size_t total;
+	if (__builtin_add_overflow(size, (size_t)(LIVE_PAGE - 16), &total)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	unsigned char *base = live_real_malloc(total);
+	if (!base)
+		return NULL;
+	uintptr_t p = ((uintptr_t)base + LIVE_PAGE - 1) & ~(uintptr_t)(LIVE_PAGE - 1);
+	*off = (uint32_t)(p - (uintptr_t)base);
+	/* Give the unused tail back: glibc shrinks in place and frees the rest. An allocator
+	 * that moves the block instead gets its copy back and the unshrunk block is made again. */
+	size_t keep = *off + size;
+	if (live_real_realloc && keep && keep + 64 <= total) {
+		unsigned char *b2 = live_real_realloc(base, keep);
+		if (b2 != base) {
+			if (b2)
+				live_real_free(b2);
+			else
+				return (void *)p; /* failed: the block is untouched */
+			base = live_real_malloc(total);
+			if (!base)
+				return NULL;
+			p = ((uintptr_t)base + LIVE_PAGE - 1) & ~(uintptr_t)(LIVE_PAGE - 1);
+			*off = (uint32_t)(p - (uintptr_t)base);
+		}
+	}
+	return (void *)p;
+}
+
+void live_unplace(void *p, uint32_t off)
+{
+	live_real_free((unsigned char *)p - off);
+}
+
+void *live_malloc_real(size_t size)
+{
+	return live_real_malloc(size);
+}
+
+void live_free_real(void *p)
+{
+	live_real_free(p);
+}
+
+size_t live_usable_real(void *p)
+{
+	return live_real_usable(p);
+}
+
+/* ---- insert, remove --------------------------------------------------------------------- */
+
+/* Claim a free slot for addr in level k's window and fill it. */
+/*
+ * Pages of the table this process ever wrote an entry into, one bit each (shim memory). A
+ * slot in a page without its bit is empty, and is not read: reading a hole of the shared file
+ * through the mapping allocates it, and the lookups of a table whose top went up would
+ * otherwise fill every level they probe. The bit is set before the entry is written; a lookup
+ * happens after its object's insert, so it sees the bit.
+ */
+#define LIVE_ENTRIES_PER_PAGE (4096u / sizeof(struct llgo_live_entry))
+static _Atomic uint64_t live_pages[(LLGO_LIVE_ENTRIES / LIVE_ENTRIES_PER_PAGE + 63) / 64];
+
+static inline bool live_page_used(uint64_t slot)
+{
+	uint64_t pg = slot / LIVE_ENTRIES_PER_PAGE;
+	return atomic_load_explicit(&live_pages[pg / 64], memory_order_relaxed) &
+	       (1ull << (pg % 64));
+}
+
+static inline void live_page_mark(uint64_t slot)
+{
+	uint64_t pg = slot / LIVE_ENTRIES_PER_PAGE, bit = 1ull << (pg % 64);
+	if (!(atomic_load_explicit(&live_pages[pg / 64], memory_order_relaxed) & bit))
+		atomic_fetch_or_explicit(&live_pages[pg / 64], bit, memory_order_relaxed);
+}
+
+static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t addr,
+			      uint64_t key, uint64_t ref, uint64_t size)
+{
+	struct llgo_live_entry *e = live_entries(h);
+	uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
+	uint64_t home = llgo_live_home(addr, k);
+	for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
+		uint64_t slot = base + ((home + i) & mask);
+		struct llgo_live_entry *s = &e[slot];
+		uint64_t a = live_page_used(slot)
+				     ? atomic_load_explicit(&s->addr, memory_order_relaxed)
+				     : LLGO_LIVE_EMPTY;
+		if (a != LLGO_LIVE_EMPTY && a != LLGO_LIVE_TOMB)
+			continue;
+		live_page_mark(slot);
+		if (!atomic_compare_exchange_strong_explicit(&s->addr, &a, LLGO_LIVE_BUSY,
+							     memory_order_acquire,
+							     memory_order_relaxed))
+			continue;
+		s->key = key;
+		s->ref = ref;
+		s->size = size;
+		/* release: the fields above before the address (daemon's acquire) */
+		atomic_store_explicit(&s->addr, addr, memory_order_release);
+		return true;
+	}
+	return false;
+}
+
+/* The top level first (the largest in use), then the lower ones (their tombstones), then
+ * new levels: top moves up only when every level in use is full around addr. */
+/*
+ * A counting filter in front of the table, in the shim's own memory: how many tracked objects
+ * hash to each counter. free's slow path is taken by every page-aligned pointer, tracked or
+ * not, and the allocator hands a page-aligned block out again and again once a sampled block
+ * there was freed (glibc's tcache reuses it for every malloc of its size): a zero counter
+ * answers "not tracked" with one load instead of a search of every level. A counter is
+ * raised before its object's entry is inserted and lowered after the entry is removed, so a
+ * tracked object's counter is never zero while the object is live (the free of an object
+ * happens after its insert).
+ */
+static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
+			     uint64_t ref, uint64_t size);
+
+#define LIVE_FILTER_BITS 13u
+static _Atomic uint32_t live_filter[1u << LIVE_FILTER_BITS];
+
+static inline _Atomic uint32_t *live_filter_at(uint64_t addr)
+{
+	return &live_filter[((addr >> 4) * 0x9e3779b97f4a7c15ULL) >> (64u - LIVE_FILTER_BITS)];
+}
+
+/* The filter is kept while live_mask != 0. Once rate 1 made every free look (mask 0, which
+ * never comes back), every lookup searches anyway: its two locked updates per object are
+ * skipped for good, and counts left over stay harmless. acquire, pairing with the release
+ * that cleared the mask: an inserter that saw 0 (and did not count) happens before the lookup
+ * of its object, which then sees 0 too. */
+static inline bool live_filter_on(void)
+{
+	return atomic_load_explicit(&live_mask, memory_order_acquire) != 0;
+}
+
+static bool live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref,
+			uint64_t size)
+{
+	bool f = live_filter_on();
+	if (f)
+		atomic_fetch_add_explicit(live_filter_at(addr), 1, memory_order_relaxed);
+	if (live_insert_slot(h, addr, key, ref, size))
+		return true;
+	if (f)
+		atomic_fetch_sub_explicit(live_filter_at(addr), 1, memory_order_relaxed);
+	return false;
+}
+
+static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
+			     uint64_t ref, uint64_t size)
+{
+	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
+	if (top >= LLGO_LIVE_LEVELS)
+		top = LLGO_LIVE_LEVELS - 1;
+	for (uint32_t k = top + 1; k-- > 0;)
+		if (live_insert_level(h, k, addr, key, ref, size))
+			return true;
+	for (uint32_t k = top + 1; k < LLGO_LIVE_LEVELS; k++) {
+		/* later inserts start here; a lookup searches up to the top it reads */
+		uint32_t cur = atomic_load_explicit(&h->top, memory_order_relaxed);
+		while (cur < k && !atomic_compare_exchange_weak_explicit(&h->top, &cur, k,
+									 memory_order_acq_rel,
+									 memory_order_relaxed))
+			;
+		if (live_insert_level(h, k, addr, key, ref, size))
+			return true;
+	}
+	return false;
+}
+
+static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
+{
+	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
+	if (!h || addr <= LLGO_LIVE_BUSY)
+		return false;
+	bool f = live_filter_on();
+	if (f && !atomic_load_explicit(live_filter_at(addr), memory_order_relaxed))
+		return false;
+	struct llgo_live_entry *e = live_entries(h);
+	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
+	if (top >= LLGO_LIVE_LEVELS)
+		top = LLGO_LIVE_LEVELS - 1;
+	for (uint32_t k = top + 1; k-- > 0;) {
+		uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
+		uint64_t home = llgo_live_home(addr, k);
+		for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
+			uint64_t slot = base + ((home + i) & mask);
+			struct llgo_live_entry *s = &e[slot];
+			if (!live_page_used(slot) ||
+			    atomic_load_explicit(&s->addr, memory_order_acquire) != addr)
+				continue;
+			if (out) {
+				out->key = s->key;
+				out->ref = s->ref;
+				out->size = s->size;
+			}
+			if (!remove)
+				return true;
+			/* Only the thread freeing addr removes it: a store, not a CAS loop. */
+			atomic_store_explicit(&s->addr, LLGO_LIVE_TOMB, memory_order_release);
+			if (f)
+				atomic_fetch_sub_explicit(live_filter_at(addr), 1,
+							  memory_order_relaxed);
+			return true;
+		}
+	}
+	return false;
+}
+
+bool live_remove(uint64_t addr, struct llgo_live_entry *out)
+{
+	return live_lookup(addr, out, true);
+}
+
+bool live_find(uint64_t addr, struct llgo_live_entry *out)
+{
+	return live_lookup(addr, out, false);
+}
+
+/* live_mask &= keep, written only when it changes: every free reads that line, so a store
+ * per sample (even of the same value) would take it from every other core. */
+static inline void live_mask_clear(uintptr_t keep)
+{
+	/* release: pairs with live_filter_on's acquire */
+	if (atomic_load_explicit(&live_mask, memory_order_relaxed) & ~keep)
+		atomic_fetch_and_explicit(&live_mask, keep, memory_order_release);
+}
+
+static void live_count_untracked(struct llgo_live_header *h, uint64_t size)
+{
+	if (h) {
+		atomic_fetch_add_explicit(&h->untracked, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&h->untracked_bytes, size, memory_order_relaxed);
+	} else {
+		atomic_fetch_add_explicit(&live_lost, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&live_lost_bytes, size, memory_order_relaxed);
+	}
+}
+
+bool live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t size,
+		uint32_t off)
+{
+	if (w < 0)
+		live_mask_clear((uintptr_t)0);
+	else if (addr & (LIVE_PAGE - 1)) {
+		/* not on a page: free would not look for it */
+		live_count_untracked(atomic_load_explicit(&live_hdr, memory_order_acquire), size);
+		return false;
+	}
+	struct llgo_live_header *h = live_get();
+	if (!h) {
+		live_count_untracked(NULL, size);
+		return false;
+	}
+	if (llgo_unlikely(atomic_load_explicit(&live_unsent, memory_order_relaxed)) &&
+	    atomic_exchange_explicit(&live_unsent, false, memory_order_relaxed))
+		live_send_table(h);
+	if (w > 0)
+		live_mask_clear((uintptr_t)(LIVE_PAGE - 1));
+	uint64_t lost = atomic_load_explicit(&live_lost, memory_order_relaxed);
+	if (llgo_unlikely(lost)) {
+		lost = atomic_exchange_explicit(&live_lost, 0, memory_order_relaxed);
+		atomic_fetch_add_explicit(&h->untracked, lost, memory_order_relaxed);
+		atomic_fetch_add_explicit(&h->untracked_bytes,
+					  atomic_exchange_explicit(&live_lost_bytes, 0,
+								   memory_order_relaxed),
+					  memory_order_relaxed);
+	}
+	if (live_insert(h, addr, key, ref, LLGO_LIVE_SIZE_OFF(size, off)))
+		return true;
+	live_count_untracked(h, size);
+	return false;
+}
+
+bool live_restore(uint64_t addr, const struct llgo_live_entry *e)
+{
+	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
+	return h && live_insert(h, addr, e->key, e->ref, e->size);
+}
+
+/* ---- the free slow path ------------------------------------------------------------------ */
+
+void live_free(void (*fn)(void *), void *p)
+{
+	if (!p)
+		return;
+	struct llgo_live_entry e;
+	if (live_lookup((uint64_t)(uintptr_t)p, &e, true))
+		p = (unsigned char *)p - LLGO_LIVE_OFF(e.size);
+	fn(p);
+}
+
+size_t live_usable(size_t (*fn)(void *), void *p)
+{
+	struct llgo_live_entry e;
+	if (p && live_lookup((uint64_t)(uintptr_t)p, &e, false)) {
+		uint32_t off = LLGO_LIVE_OFF(e.size);
+		return fn((unsigned char *)p - off) - off;
+	}
+	return fn(p);
+}
+
+/* ---- fork ---------------------------------------------------------------------------------- */
+
+/*
+ * The child's only thread runs this before fork returns. The parent's table is shared memory:
+ * the child must not write it. It gets a copy of its own holding the parent's placed objects
+ * (those need their offset to be freed; marked LLGO_LIVE_RING_NONE: no record of the child's),
+ * sent to the child's daemon session on its first tracked sample. If no copy can be made, the
+ * child keeps using the parent's table for its inherited objects (frees stay correct; the
+ * parent's in-use values then miss what the child freed) and tracks nothing new.
+ */
+static void live_atfork_child(void)
+{
+	struct llgo_live_header *old = atomic_load_explicit(&live_hdr, memory_order_relaxed);
+	int old_fd = live_fd;
+	live_fd = -1;
+	atomic_store_explicit(&live_lost, 0, memory_order_relaxed);
+	atomic_store_explicit(&live_lost_bytes, 0, memory_order_relaxed);
+	if (!old) {
+		if (old_fd >= 0)
+			close(old_fd);
+		atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
+		return;
+	}
+	struct llgo_live_header *h = live_make();
+	if (!h) {
+		atomic_store_explicit(&live_state, LIVE_FAILED, memory_order_relaxed);
+		return; /* old_fd stays open with the table it maps */
+	}
+	memset(live_filter, 0, sizeof(live_filter)); /* live_insert counts the copies again */
+	memset(live_pages, 0, sizeof(live_pages)); /* they describe the new table from here on */
+	const struct llgo_live_entry *e = live_entries(old);
+	uint32_t top = atomic_load_explicit(&old->top, memory_order_relaxed);
+	if (top >= LLGO_LIVE_LEVELS)
+		top = LLGO_LIVE_LEVELS - 1;
+	/* Only the pages the file holds: reading a hole of the shared file through the mapping
+	 * would allocate it (in the parent's table too). */
+	uint64_t end = llgo_live_level_start(top + 1), from = 0;
+	const uint64_t esz = sizeof(struct llgo_live_entry);
+	while (old_fd >= 0 && from < end) {
+		off_t d = lseek(old_fd, (off_t)(LLGO_LIVE_HEADER_SIZE + from * esz), SEEK_DATA);
+		if (d < 0)
+			break;
+		off_t hole = lseek(old_fd, d, SEEK_HOLE);
+		uint64_t lo = ((uint64_t)d - LLGO_LIVE_HEADER_SIZE) / esz;
+		uint64_t hi = hole < 0 ? end
+				       : ((uint64_t)hole - LLGO_LIVE_HEADER_SIZE + esz - 1) / esz;
+		if (lo < from)
+			lo = from;
+		if (hi > end)
+			hi = end;
+		for (uint64_t i = lo; i < hi; i++) {
+			uint64_t a = atomic_load_explicit(&e[i].addr, memory_order_relaxed);
+			if (a > LLGO_LIVE_BUSY && LLGO_LIVE_OFF(e[i].size))
+				live_insert(h, a, 0, LLGO_LIVE_REF(LLGO_LIVE_RING_NONE, 0),
+					    e[i].size);
+		}
+		if (hi <= lo)
+			break;
+		from = hi;
+	}
+	munmap(old, LLGO_LIVE_MAP_SIZE);
+	if (old_fd >= 0)
+		close(old_fd);
+	atomic_store_explicit(&live_hdr, h, memory_order_relaxed);
+	atomic_store_explicit(&live_state, LIVE_READY, memory_order_relaxed);
+	atomic_store_explicit(&live_unsent, true, memory_order_relaxed);
+}
+
+__attribute__((constructor(102))) static void live_init(void)
+{
+	pthread_atfork(NULL, NULL, live_atfork_child);
+}

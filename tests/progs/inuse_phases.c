@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: MIT
+/*
+ * inuse_phases.c: objects that outlive a rate change or a fork, for tests/test_inuse.c.
+ *   inuse_phases rate N   N x malloc(128) at site_before, kept; prints "ready"; on a line of
+ *                         stdin frees them all, makes N x malloc(256) at site_after (kept),
+ *                         prints "ready"; exits at the next line (or EOF).
+ *   inuse_phases fork N   N x malloc(128) at site_before, kept; forks: the child frees them
+ *                         all, makes N x malloc(512) at site_child (kept) and exits; the parent
+ *                         waits for it, prints "ready <childpid>" and exits at the next line.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
+
+__attribute__((noinline)) void *site_before(void) { void *p = malloc(128); KEEP(p); return p; }
+__attribute__((noinline)) void *site_after(void) { void *p = malloc(256); KEEP(p); return p; }
+__attribute__((noinline)) void *site_child(void) { void *p = malloc(512); KEEP(p); return p; }
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		return 2;
+	long n = atol(argv[2]);
+	void **v = calloc((size_t)n, sizeof(void *));
+	char line[64];
+	for (long i = 0; i < n; i++)
+		v[i] = site_before();
+	if (strcmp(argv[1], "rate") == 0) {
+		printf("ready\n");
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 1;
+		for (long i = 0; i < n; i++)
+			free(v[i]);
+		for (long i = 0; i < n; i++)
+			v[i] = site_after();
+		printf("ready\n");
+		fflush(stdout);
+		if (!fgets(line, sizeof(line), stdin))
+			return 0;
+		return 0;
+	}
+	pid_t c = fork();
+	if (c < 0)
+		return 1;
+	if (c == 0) {
+		for (long i = 0; i < n; i++)
+			free(v[i]);
+		for (long i = 0; i < n; i++)
+			v[i] = site_child();
+		_exit(0);
+	}
+	int st;
+	waitpid(c, &st, 0);
+	printf("ready %d\n", (int)c);
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		return 0;
+	return 0;
+}
