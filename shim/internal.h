@@ -93,6 +93,11 @@ void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, size_t size);
 void *sample_memalign(void *(*fn)(size_t, size_t), size_t align, size_t size, void *ra);
 int sample_posix_memalign(int (*fn)(void **, size_t, size_t), void **pp, size_t align,
 			  size_t size, void *ra);
+/* C++ operator new's sampled path (override_cxx.c): the block of size bytes (aligned to
+ * align when aligned), placed and tracked as sample_malloc does; alloc makes an unplaced one.
+ * NULL when the allocation failed (the caller runs the new_handler loop, unsampled). */
+void *sample_new(void *(*alloc)(size_t, size_t), size_t size, size_t align, void *ra,
+		 void *frame);
 /* The hook API's slow path (api.c): p was allocated by a custom allocator. */
 void sample_hooked(void *p, size_t size, void *ra, void *frame);
 
@@ -248,6 +253,14 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 
 /* What free tests: p & live_mask == 0 takes live_free (see live.c). */
 extern _Atomic uintptr_t live_mask;
+
+/* Tracked sampled objects are page-aligned (or, once rate 1 was used, anywhere): one test of
+ * p against live_mask sends the candidates to live.c; see live.c for the mask's values. Every
+ * free of the program (free, realloc, C++ delete) tests it. */
+static inline __attribute__((always_inline)) bool override_maybe_tracked(const void *p)
+{
+	return !((uintptr_t)p & atomic_load_explicit(&live_mask, memory_order_relaxed));
+}
 /* override.c hands over the real allocator (never called in the hook library). */
 void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
 			size_t (*usable_fn)(void *), void *(*realloc_fn)(void *, size_t));

@@ -392,13 +392,6 @@ llgo_export void *malloc(size_t size)
 	return sample_malloc(OVERRIDE_LOAD(override_malloc), size, __builtin_return_address(0));
 }
 
-/* Tracked sampled objects are page-aligned (or, once rate 1 was used, anywhere): one test of
- * p against live_mask sends the candidates to live.c; see live.c for the mask's values. */
-static inline __attribute__((always_inline)) bool override_maybe_tracked(const void *p)
-{
-	return !((uintptr_t)p & atomic_load_explicit(&live_mask, memory_order_relaxed));
-}
-
 llgo_export void free(void *p)
 {
 	if (llgo_unlikely(override_maybe_tracked(p)))

@@ -141,6 +141,9 @@ static inline void override_cxx_ready(void)
 /* The one place every operator delete of the inline mode frees through. */
 static inline __attribute__((always_inline)) void override_cxx_free(void *p)
 {
+	/* a sampled object the shim tracks (placed on a page, live.c): as free does */
+	if (llgo_unlikely(override_maybe_tracked(p)))
+		return live_free(__atomic_load_n(&override_free, __ATOMIC_RELAXED), p);
 	__atomic_load_n(&override_free, __ATOMIC_RELAXED)(p);
 }
 
@@ -160,6 +163,17 @@ static inline __attribute__((always_inline)) void *override_cxx_alloc(size_t n, 
 		return __atomic_load_n(&override_malloc, __ATOMIC_RELAXED)(n);
 	return __atomic_load_n(&override_aligned_alloc, __ATOMIC_RELAXED)(al,
 									  (n + al - 1) & ~(al - 1));
+}
+
+/* override_cxx_alloc for sample_new, which places sampled objects or calls these. */
+static void *override_cxx_alloc_plain(size_t n, size_t al)
+{
+	return override_cxx_alloc(n, al, false);
+}
+
+static void *override_cxx_alloc_aligned(size_t n, size_t al)
+{
+	return override_cxx_alloc(n, al, true);
 }
 
 /* Which operator new a slow path serves (to call its real counterpart). */
@@ -255,10 +269,10 @@ static llgo_noinline llgo_cold void *override_cxx_sampled(size_t n, size_t al, c
 							  int op, bool nothrow, void *ra)
 {
 	bool aligned = op == OVERRIDE_CXX_NW_AL || op == OVERRIDE_CXX_NA_AL;
-	void *p = override_cxx_alloc(n, al, aligned);
+	void *p = sample_new(aligned ? override_cxx_alloc_aligned : override_cxx_alloc_plain, n,
+			     aligned ? al : 0, ra, __builtin_frame_address(0));
 	if (llgo_unlikely(!p))
 		p = override_cxx_failed(n, al, nt, op, nothrow);
-	sample_hooked(p, n, ra, __builtin_frame_address(0));
 	return p;
 }
 

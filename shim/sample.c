@@ -429,6 +429,23 @@ SAMPLE_SLOW int sample_posix_memalign(int (*fn)(void **, size_t, size_t), void *
 	return rc;
 }
 
+SAMPLE_SLOW void *sample_new(void *(*alloc)(size_t, size_t), size_t size, size_t align,
+			     void *ra, void *frame)
+{
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	int64_t w = sample_begin(t, size);
+	if (!w)
+		return alloc(size, align);
+	/* a page boundary suits every alignment below a page */
+	bool place = align < LIVE_PAGE && sample_placing(w);
+	uint32_t off = 0;
+	void *p = place ? live_place(size ? size : 1, &off) : alloc(size, align);
+	int e = errno;
+	p = sample_record(t, w, size, size ? size : 1, p, off, ra, frame, w < 0 || place, &e);
+	errno = e;
+	return p;
+}
+
 /* A linked allocator's block: recorded, never tracked (its frees are not seen). */
 void sample_hooked(void *p, size_t size, void *ra, void *frame)
 {
