@@ -436,12 +436,16 @@ SAMPLE_SLOW void *sample_new(void *(*alloc)(size_t, size_t), size_t size, size_t
 	int64_t w = sample_begin(t, size);
 	if (!w)
 		return alloc(size, align);
-	/* a page boundary suits every alignment below a page */
+	/* a page boundary suits every alignment below a page; the block holds what the real
+	 * aligned operator's would: the size rounded up to the alignment */
 	bool place = align < LIVE_PAGE && sample_placing(w);
+	size_t asked = size ? size : 1;
+	if (align > 1)
+		asked = (asked + align - 1) & ~(align - 1);
 	uint32_t off = 0;
-	void *p = place ? live_place(size ? size : 1, &off) : alloc(size, align);
+	void *p = place ? live_place(asked, &off) : alloc(size, align);
 	int e = errno;
-	p = sample_record(t, w, size, size ? size : 1, p, off, ra, frame, w < 0 || place, &e);
+	p = sample_record(t, w, size, asked, p, off, ra, frame, w < 0 || place, &e);
 	errno = e;
 	return p;
 }
