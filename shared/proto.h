@@ -61,6 +61,16 @@ _Static_assert(offsetof(struct llgo_msg_hello, rate_word) == 24, "hello rate off
 
 /* The process was started by fork() from a profiled parent (re-attached in the child). */
 #define LLGO_HELLO_FORKED 1ull
+/* Bits 8-9: the unwinding mode the shim runs (LLGO_HEAP_UNWIND), enum llgo_unwind_mode. */
+#define LLGO_HELLO_UNWIND_SHIFT 8
+#define LLGO_HELLO_UNWIND_MASK (3ull << LLGO_HELLO_UNWIND_SHIFT)
+
+enum llgo_unwind_mode {
+	LLGO_UNWIND_UNKNOWN = 0, /* a shim that does not say: frame pointers */
+	LLGO_UNWIND_FP = 1,      /* frame-pointer walk in the process */
+	LLGO_UNWIND_DWARF = 2,   /* every sample copies its stack; the daemon unwinds */
+	LLGO_UNWIND_AUTO = 3,    /* copy only when the frame-pointer walk cannot be trusted */
+};
 
 struct llgo_msg_hello_ack {
 	struct llgo_msg_header h;

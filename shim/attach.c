@@ -259,7 +259,7 @@ static int attach_connect(int64_t word, uint64_t flags)
 	hello.pid = (uint32_t)getpid();
 	hello.ring_data_size = emit_data_size();
 	hello.rate_word = word;
-	hello.flags = flags;
+	hello.flags = flags | stackcopy_hello_flags();
 	attach_comm(hello.comm, sizeof(hello.comm));
 	rc = attach_sendmsg(sock, &hello, sizeof(hello), cfd, true);
 	close(cfd);

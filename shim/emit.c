@@ -88,6 +88,9 @@ void emit_init(uint64_t rate)
 			size <<= 1;
 		emit_size = (uint32_t)size;
 	}
+	stackcopy_init();
+	if ((!kb || !*kb) && emit_size < stackcopy_ring_min()) /* room for stack copies */
+		emit_size = stackcopy_ring_min();
 	if (!emit_key_ok && pthread_key_create(&emit_key, emit_thread_exit) == 0)
 		emit_key_ok = true;
 }
@@ -189,7 +192,7 @@ static llgo_noinline void emit_wake(void)
 }
 
 void emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
-		 const uint64_t *frames, uint32_t n)
+		 const uint64_t *frames, uint32_t n, const struct stackcopy *raw)
 {
 	if (llgo_unlikely(!t->ring.hdr) && !emit_claim(t)) {
 		attach_count_lost();
@@ -197,7 +200,8 @@ void emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint6
 	}
 	struct llgo_ring_header *h = t->ring.hdr;
 	uint64_t before = atomic_load_explicit(&h->head, memory_order_relaxed);
-	bool pushed = emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
+	bool pushed = raw ? stackcopy_push(&t->ring, size, rate, addr, t->tid, frames, n, raw)
+			  : emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
 	/*
 	 * Wake the daemon when this push took the ring past half full, or when it was dropped
 	 * (once per stall: head does not move while the ring is full), so a burst is drained

@@ -136,6 +136,8 @@ int stack_add_prefix(const char *prefix);
 /* The calling thread's stack bounds (0, 0 when unknown). May allocate: call under guard. */
 void stack_thread_bounds(uintptr_t *lo, uintptr_t *hi);
 
+struct stackcopy;
+
 /* ---- emit.c ------------------------------------------------------------------------------ */
 
 /* Ring data size from LLGO_HEAP_RING_KB (power of two, clamped), read once at init. */
@@ -146,9 +148,9 @@ void emit_init(uint64_t rate);
 void emit_forget_all(void);
 uint32_t emit_generation(void);
 /* Record one sample into the calling thread's ring (claimed or created on first use); counts
- * it in ctl.lost_no_ring when no ring can be had. */
+ * it in ctl.lost_no_ring when no ring can be had. raw != NULL: an ALLOC_RAW record. */
 void emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
-		 const uint64_t *frames, uint32_t n);
+		 const uint64_t *frames, uint32_t n, const struct stackcopy *raw);
 
 /* Format a ring in mem (len >= LLGO_RING_HEADER_SIZE + data_size) and bind r to it. */
 static inline int emit_ring_format(struct emit_ring *r, void *mem, size_t len, uint64_t data_size,
@@ -223,6 +225,33 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 	atomic_store_explicit(&h->sampled, sampled + 1, memory_order_release);
 	return true;
 }
+
+/* ---- stackcopy.c: registers and raw stack for the daemon's DWARF unwinding ------------- */
+
+/* What an ALLOC_RAW record carries besides the ALLOC fields; stack points into the live
+ * stack of the sampling thread. */
+struct stackcopy {
+	struct llgo_raw_regs regs;
+	const unsigned char *stack;
+};
+
+/* Read LLGO_HEAP_UNWIND and LLGO_HEAP_STACK_KB (once, at start). */
+void stackcopy_init(void);
+uint32_t stackcopy_get_mode(void); /* enum llgo_unwind_mode */
+uint32_t stackcopy_stack_cap(void);
+/* The mode, for HELLO's flags. */
+uint64_t stackcopy_hello_flags(void);
+/* Smallest ring data size for the mode and cap (0: no requirement). */
+uint32_t stackcopy_ring_min(void);
+/* auto mode: whether the frame-pointer walk frames[0..n) can be trusted (ctl tables). */
+bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n);
+/* Decide whether this sample (frames from stack_capture; ra, frame and cxx as given to it)
+ * carries its stack, and fill sc; false: an ALLOC record as before. */
+bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
+		    const uint64_t *frames, uint32_t n, void *ra, void *frame, uintptr_t cxx);
+/* Push an ALLOC_RAW record (emit_push_alloc's protocol); false when dropped. */
+bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uint64_t addr,
+		    uint32_t tid, const uint64_t *frames, uint32_t n, const struct stackcopy *sc);
 
 /* ---- attach.c: the control page and the daemon connection ------------------------------ */
 

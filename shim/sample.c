@@ -178,7 +178,10 @@ static inline void sample_take(size_t size, void *p, void *ra, void *frame)
 		}
 		uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, ra, frame, cxx, t->stack_lo,
 					   t->stack_hi);
-		emit_sample(t, size, llgo_rate_from_word(w), (uint64_t)(uintptr_t)p, frames, n);
+		struct stackcopy sc;
+		bool raw = stackcopy_take(&sc, t, frames, n, ra, frame, cxx);
+		emit_sample(t, size, llgo_rate_from_word(w), (uint64_t)(uintptr_t)p, frames, n,
+			    raw ? &sc : NULL);
 		t->countdown = keep;
 	}
 	t->guard = 0;

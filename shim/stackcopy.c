@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: MIT
+/*
+ * stackcopy.c: the shim's part of DWARF unwinding. In LLGO_HEAP_UNWIND=dwarf mode (and in
+ * auto mode when the frame-pointer walk cannot be trusted, see stackcopy_take) a sampled
+ * allocation carries, besides the frame-pointer walk, the machine state at the program's
+ * allocating call site and a copy of the live stack above it (an LLGO_REC_ALLOC_RAW record,
+ * shared/ring.h). The daemon unwinds that copy out of process (agent/unwind.c); nothing here
+ * unwinds, and no unwinder is linked.
+ *
+ * The start state is exact, never guessed: the slow paths are entered by a tail call from a
+ * frameless interposed function (override.c), so the slow path's own frame holds, at
+ * frame[1], the return address into the program (checked against ra) and, at frame[0], the
+ * program's frame pointer register; the program's stack pointer after the return is
+ * frame + 16. Under a C++ operator new wrapper (override_cxx.c) the same holds for the
+ * wrapper's frame. When the check fails (a caller that is not a tail call), no copy is made
+ * and the sample keeps its frame-pointer stack.
+ *
+ * The copy runs from that stack pointer up to the thread's stack end (t->stack_hi), capped
+ * at LLGO_HEAP_STACK_KB. A stack pointer outside the thread's stack is a signal handler on a
+ * sigaltstack: the alternate stack is asked for (one syscall) and copied up to its end.
+ * Without known bounds nothing is copied (reading past a stack's end could fault).
+ *
+ * Costs: the copy is a memcpy into the ring, so its price is its size; rings are made large
+ * enough for a burst of full-size records (stackcopy_ring_min). Settings are read once, at
+ * start (emit_init), before any thread samples.
+ */
+#include <signal.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+static uint32_t stackcopy_mode = LLGO_UNWIND_AUTO;
+static uint32_t stackcopy_cap = LLGO_RAW_DEFAULT_STACK;
+
+/* ---- settings -------------------------------------------------------------------------- */
+
+static uint32_t stackcopy_parse_mode(const char *v)
+{
+	if (!v || !*v || strcmp(v, "auto") == 0)
+		return LLGO_UNWIND_AUTO;
+	if (strcmp(v, "fp") == 0)
+		return LLGO_UNWIND_FP;
+	if (strcmp(v, "dwarf") == 0)
+		return LLGO_UNWIND_DWARF;
+	return LLGO_UNWIND_AUTO; /* unknown words: the default, never a failure */
+}
+
+void stackcopy_init(void)
+{
+	stackcopy_mode = stackcopy_parse_mode(getenv("LLGO_HEAP_UNWIND"));
+	const char *kb = getenv("LLGO_HEAP_STACK_KB");
+	if (kb && *kb >= '0' && *kb <= '9') {
+		uint64_t v = 0;
+		for (const char *c = kb; *c >= '0' && *c <= '9' && v < (1u << 20); c++)
+			v = v * 10 + (uint64_t)(*c - '0');
+		v <<= 10;
+		if (v > LLGO_RAW_MAX_STACK)
+			v = LLGO_RAW_MAX_STACK;
+		if (v < 1024)
+			v = 1024;
+		stackcopy_cap = (uint32_t)v;
+	}
+}
+
+uint32_t stackcopy_get_mode(void)
+{
+	return stackcopy_mode;
+}
+
+uint32_t stackcopy_stack_cap(void)
+{
+	return stackcopy_cap;
+}
+
+uint64_t stackcopy_hello_flags(void)
+{
+	return (uint64_t)stackcopy_mode << LLGO_HELLO_UNWIND_SHIFT;
+}
+
+/* Ring data bytes a process needs so that a ring holds a burst of full-size records between
+ * two drains: 16 in dwarf mode, 8 in auto mode (where most samples become plain records once
+ * the daemon sent its tables), none in fp mode. */
+uint32_t stackcopy_ring_min(void)
+{
+	if (stackcopy_mode == LLGO_UNWIND_FP)
+		return 0;
+	uint64_t records = stackcopy_mode == LLGO_UNWIND_DWARF ? 16 : 8;
+	uint64_t need = records * (stackcopy_cap + llgo_record_raw_fixed_len(LLGO_MAX_FRAMES));
+	uint64_t size = LLGO_RING_MIN_DATA;
+	while (size < need && size < LLGO_RING_MAX_DATA)
+		size <<= 1;
+	return (uint32_t)size;
+}
+
+/* ---- the copy -------------------------------------------------------------------------- */
+
+/* The stack region holding sp: the thread's, else an active sigaltstack. */
+static bool stackcopy_bounds(const struct llgo_heap_thread *t, uintptr_t sp, uintptr_t *hi,
+			     uint32_t *flags)
+{
+	if (t->stack_hi && sp >= t->stack_lo && sp < t->stack_hi) {
+		*hi = t->stack_hi;
+		return true;
+	}
+	stack_t ss;
+	if (sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK) && ss.ss_sp &&
+	    sp >= (uintptr_t)ss.ss_sp && sp < (uintptr_t)ss.ss_sp + ss.ss_size) {
+		*hi = (uintptr_t)ss.ss_sp + ss.ss_size;
+		*flags |= LLGO_RAW_ALTSTACK;
+		return true;
+	}
+	return false;
+}
+
+static bool stackcopy_in_fp_code(uint64_t pc, uint32_t count)
+{
+	uint64_t at = pc - 1; /* the call instruction */
+	uint32_t lo = 0, hi = count;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		uint64_t rlo = __atomic_load_n(&attach_ctl.fp_ranges[mid].lo, __ATOMIC_RELAXED);
+		uint64_t rhi = __atomic_load_n(&attach_ctl.fp_ranges[mid].hi, __ATOMIC_RELAXED);
+		if (at < rlo)
+			hi = mid;
+		else if (at >= rhi)
+			lo = mid + 1;
+		else
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The auto rule: a frame-pointer walk is trusted when every frame but the last returns into
+ * code the daemon found to keep frame pointers (so each frame's saved frame pointer is its
+ * caller's), and the last is a root pc (the daemon knows the stack below it). Anything else,
+ * including a table being rewritten (odd or changed fp_seq) or not sent yet, copies the
+ * stack. Reads pair with the daemon's release stores of fp_seq (see shared/ring.h).
+ */
+bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n)
+{
+	uint32_t seq = atomic_load_explicit(&attach_ctl.fp_seq, memory_order_acquire);
+	if ((seq & 1) || n == 0)
+		return false;
+	uint32_t count = __atomic_load_n(&attach_ctl.fp_count, __ATOMIC_RELAXED);
+	uint32_t roots = __atomic_load_n(&attach_ctl.root_count, __ATOMIC_RELAXED);
+	if (count == 0 || count > LLGO_CTL_FP_RANGES || roots > LLGO_CTL_ROOTS)
+		return false;
+	bool ok = false;
+	for (uint32_t i = 0; i < roots && !ok; i++)
+		ok = __atomic_load_n(&attach_ctl.root_pcs[i], __ATOMIC_RELAXED) == frames[n - 1];
+	for (uint32_t i = 0; ok && i + 1 < n; i++)
+		ok = stackcopy_in_fp_code(frames[i], count);
+	atomic_thread_fence(memory_order_acquire);
+	return ok && atomic_load_explicit(&attach_ctl.fp_seq, memory_order_relaxed) == seq;
+}
+
+/* Whether this sample needs its stack copied. */
+static bool stackcopy_wanted(const uint64_t *frames, uint32_t n)
+{
+	if (stackcopy_mode == LLGO_UNWIND_DWARF)
+		return true;
+	if (stackcopy_mode != LLGO_UNWIND_AUTO)
+		return false;
+	return !stackcopy_fp_trusted(frames, n);
+}
+
+bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
+		    const uint64_t *frames, uint32_t n, void *ra, void *frame, uintptr_t cxx)
+{
+	if (stackcopy_mode == LLGO_UNWIND_FP || !stackcopy_wanted(frames, n))
+		return false;
+	/* The frame whose return address is the program's call site. */
+	const uintptr_t *f = (const uintptr_t *)(cxx ? cxx : (uintptr_t)frame);
+	if (!f || ((uintptr_t)f & 7))
+		return false;
+	uintptr_t sp = (uintptr_t)f + 16, hi = 0;
+	uint32_t flags = 0;
+	if (!stackcopy_bounds(t, (uintptr_t)f, &hi, &flags) || hi < sp)
+		return false;
+	uintptr_t ip = f[1];
+	if (!cxx && ip != (uintptr_t)ra)
+		return false; /* not entered by a tail call: the start state is unknown */
+	uint64_t len = (hi - sp) & ~(uint64_t)7;
+	if (len > stackcopy_cap) {
+		len = stackcopy_cap;
+		flags |= LLGO_RAW_CAPPED;
+	}
+	memset(&sc->regs, 0, sizeof(sc->regs));
+	sc->regs.ip = ip;
+	sc->regs.sp = sp;
+	sc->regs.bp = f[0];
+	sc->regs.stack_hi = (flags & LLGO_RAW_ALTSTACK) ? hi : t->stack_hi;
+	sc->regs.stack_len = (uint32_t)len;
+	sc->regs.flags = flags;
+	sc->stack = (const unsigned char *)sp;
+	return true;
+}
+
+/*
+ * Push one ALLOC_RAW record: the same protocol as emit_push_alloc (internal.h): single
+ * producer, bytes then head (release) then sampled (release); a record that does not fit is
+ * dropped and counted (dropped, then sampled). The fixed part is assembled and checksummed on
+ * the stack; the stack copy goes straight from the live stack into the ring.
+ */
+bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uint64_t addr,
+		    uint32_t tid, const uint64_t *frames, uint32_t n, const struct stackcopy *sc)
+{
+	struct llgo_ring_header *h = r->hdr;
+	if (n > LLGO_MAX_FRAMES)
+		n = LLGO_MAX_FRAMES;
+	uint32_t fixed = llgo_record_raw_fixed_len(n);
+	uint32_t len = fixed + sc->regs.stack_len;
+	uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
+	uint64_t sampled = atomic_load_explicit(&h->sampled, memory_order_relaxed);
+	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+	uint64_t used = head - tail, cap = r->mask + 1;
+	if (used > cap || cap - used < len) {
+		uint64_t dropped = atomic_load_explicit(&h->dropped, memory_order_relaxed);
+		atomic_store_explicit(&h->dropped, dropped + 1, memory_order_release);
+		atomic_store_explicit(&h->sampled, sampled + 1, memory_order_release);
+		return false;
+	}
+	union {
+		struct llgo_record rec;
+		unsigned char bytes[LLGO_RECORD_MAX_LEN + sizeof(struct llgo_raw_regs)];
+	} u;
+	memset(&u.rec, 0, sizeof(u.rec));
+	u.rec.kind = LLGO_REC_ALLOC_RAW;
+	u.rec.version = LLGO_REC_VERSION;
+	u.rec.nframes = (uint16_t)n;
+	u.rec.length = len;
+	u.rec.seq = sampled + 1;
+	u.rec.size = size;
+	u.rec.rate = rate;
+	u.rec.addr = addr;
+	u.rec.tid = tid;
+	if (n)
+		memcpy(u.bytes + sizeof(struct llgo_record), frames, 8u * n);
+	memcpy(u.bytes + fixed - sizeof(sc->regs), &sc->regs, sizeof(sc->regs));
+	u.rec.checksum = llgo_record_checksum(u.bytes, fixed);
+	llgo_ring_copy_in(r->data, r->mask, head, u.bytes, fixed);
+	if (sc->regs.stack_len)
+		llgo_ring_copy_in(r->data, r->mask, head + fixed, sc->stack, sc->regs.stack_len);
+	atomic_store_explicit(&h->head, head + len, memory_order_release);
+	atomic_store_explicit(&h->sampled, sampled + 1, memory_order_release);
+	return true;
+}
