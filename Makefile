@@ -40,7 +40,7 @@ CFLAGS_AGENT := $(BASE_CFLAGS) $(SANFLAGS) -pthread
 CFLAGS_SHIM := $(BASE_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec \
 	-fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free \
 	-fno-stack-protector -pthread
-LIBS_AGENT := -lelf -ldw -lz -lmicrohttpd -lpthread -lm
+LIBS_AGENT := -lelf -ldw -lz -lmicrohttpd -lunwind-x86_64 -lunwind -lpthread -lm
 
 # Criterion 2.4 cannot start under ThreadSanitizer (Snaipe/Criterion#274): with SAN=thread the
 # same test files build against tests/nocriterion/, a stand-in with the subset of its API.

@@ -44,18 +44,53 @@ struct drain_ctx {
 	struct session *s;
 	size_t records;
 	bool unknown_pc;
+	uint64_t pcs[UNWIND_MAX_FRAMES]; /* an unwound stack */
 };
 
 /* ---- one session ------------------------------------------------------------------------ */
+
+static void drain_refresh_locked(struct session *s, bool force);
+
+/* An ALLOC_RAW record's stack, unwound (unwind.c) into ctx->pcs; a stack that did not reach
+ * the thread's start ends in PROFILE_PC_TRUNCATED. */
+static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *rec,
+			     const uint64_t *frames)
+{
+	struct session *s = ctx->s;
+	const unsigned char *raw = (const unsigned char *)(frames + rec->nframes);
+	struct llgo_raw_regs regs;
+	memcpy(&regs, raw, sizeof(regs));
+	if (!s->unwind)
+		s->unwind = unwind_new(s->pid);
+	/* A call site in no known mapping: a library loaded since the maps were read. */
+	if (s->maps && !procmaps_find(s->maps, regs.ip - 1)) {
+		s->maps_stale = true;
+		drain_refresh_locked(s, false);
+	}
+	bool truncated = true;
+	uint32_t n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
+				  rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated);
+	s->unwound++;
+	if (truncated) {
+		ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
+		s->truncated++;
+	}
+	return n;
+}
 
 static void drain_record(void *arg, const struct llgo_record *rec, const uint64_t *frames)
 {
 	struct drain_ctx *ctx = arg;
 	struct session *s = ctx->s;
-	if (rec->kind != LLGO_REC_ALLOC)
-		return; /* FREE and ALLOC_RAW are reserved; ring.c counts what it hands us */
+	if (rec->kind != LLGO_REC_ALLOC && rec->kind != LLGO_REC_ALLOC_RAW)
+		return; /* FREE is reserved; ring.c counts what it hands us */
 	uint64_t rate = rec->rate;
-	int r = bucket_table_add(s->buckets, frames, rec->nframes, rec->size, rate);
+	uint32_t npcs = rec->nframes;
+	if (rec->kind == LLGO_REC_ALLOC_RAW) {
+		npcs = drain_unwind(ctx, rec, frames);
+		frames = ctx->pcs;
+	}
+	int r = bucket_table_add(s->buckets, frames, npcs, rec->size, rate);
 	if (r < 0) {
 		s->bucket_errors++;
 		return;
@@ -69,8 +104,8 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	s->last_rate = rate;
 	/* Only a stack new to the table can hold a pc we have not checked yet. */
 	if (r == 1 && s->maps && !ctx->unknown_pc) {
-		for (uint32_t i = 0; i < rec->nframes; i++) {
-			if (!procmaps_find(s->maps, frames[i])) {
+		for (uint32_t i = 0; i < npcs; i++) {
+			if (frames[i] != PROFILE_PC_TRUNCATED && !procmaps_find(s->maps, frames[i])) {
 				ctx->unknown_pc = true;
 				break;
 			}
@@ -101,15 +136,23 @@ static size_t drain_session_locked(struct session *s)
 	if (!session_is_live(s))
 		return 0;
 	session_adopt_rings_locked(s);
-	struct drain_ctx ctx = { .s = s };
+	struct drain_ctx *ctx = malloc(sizeof(*ctx));
+	if (!ctx)
+		return 0;
+	ctx->s = s;
+	ctx->records = 0;
+	ctx->unknown_pc = false;
 	for (size_t i = 0; i < s->nrings_adopted; i++)
-		ring_reader_drain(&s->rings[i], drain_record, &ctx);
-	if (ctx.unknown_pc)
+		ring_reader_drain(&s->rings[i], drain_record, ctx);
+	bool unknown = ctx->unknown_pc;
+	size_t records = ctx->records;
+	free(ctx);
+	if (unknown)
 		s->maps_stale = true;
 	drain_refresh_locked(s, false);
 	struct session_counts c;
 	session_account_locked(s, &c); /* refreshes the cached counts LIST shows */
-	return ctx.records;
+	return records;
 }
 
 size_t drain_session(struct session *s)

@@ -66,10 +66,12 @@ struct ring_reader {
 	struct ring_counts counts;
 	uint64_t sampled;  /* last sampled value accepted from the ring */
 	uint64_t dropped;  /* last dropped value accepted from the ring */
+	unsigned char *scratch; /* LLGO_RECORD_RAW_MAX_LEN bytes for RAW records, on demand */
 };
 
 /* A valid record copied out of the ring; frames points into the reader's scratch copy and
- * is valid only during the callback. */
+ * is valid only during the callback. An ALLOC_RAW record's registers and stack follow its
+ * frames (ring_raw_regs). */
 typedef void (*ring_record_fn)(void *arg, const struct llgo_record *rec, const uint64_t *frames);
 
 /* Map a ring memfd (checking its size, its F_SEAL_SHRINK seal and header) and set up the
@@ -172,6 +174,42 @@ const struct mapping *procmaps_find(struct procmaps *m, uint64_t pc);
 size_t procmaps_list(struct procmaps *m, const struct mapping ***out);
 void procmaps_free(struct procmaps *m);
 
+/* ---- unwind.c: whole stacks from ALLOC_RAW records (libunwind, remote) ---------------- */
+
+/* The pc standing for "the stack goes on but could not be unwound" at the end of a stack;
+ * writers show it as PROFILE_TRUNCATED_NAME. Never a user-space address. */
+#define PROFILE_PC_TRUNCATED UINT64_MAX
+#define PROFILE_TRUNCATED_NAME "[truncated]"
+/* Frames an unwound stack may have (the frame-pointer walk keeps LLGO_MAX_FRAMES). */
+#define UNWIND_MAX_FRAMES 256u
+
+struct unwind_stats {
+	uint64_t unwound;      /* stacks unwound */
+	uint64_t truncated;    /* of which did not reach the thread's start */
+	uint64_t frames;       /* frames produced */
+	uint64_t proc_lookups; /* unwind-table searches (libunwind's cache misses) */
+	uint64_t image_builds; /* times the session's images were (re)built */
+	uint64_t images;       /* images known now */
+};
+
+struct unwind; /* one per session; used under the session's drain lock */
+
+struct unwind *unwind_new(pid_t pid);
+void unwind_free(struct unwind *u);
+/* Unwind one copied stack: regs and stack as in an ALLOC_RAW record, hint[0..nhint) its
+ * frame-pointer walk (allocator plumbing above hint[0] is dropped). Writes at most max return
+ * addresses (out[0] = regs->ip) and returns their number; *truncated when the unwind did not
+ * reach the outermost frame. */
+uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo_raw_regs *regs,
+		      const unsigned char *stack, const uint64_t *hint, uint32_t nhint,
+		      uint64_t *out, uint32_t max, bool *truncated);
+void unwind_get_stats(const struct unwind *u, struct unwind_stats *out);
+/* Files held by the global unwind-info cache and the bytes of bookkeeping they cost (their
+ * images are file mappings, shared with the page cache). */
+void unwind_cache_stats(uint64_t *files, uint64_t *bytes);
+/* "fp", "dwarf", "auto" or "fp" for a shim that did not say. */
+const char *unwind_mode_name(uint32_t mode);
+
 /* ---- symbolize.c: addresses to functions, files and lines ----------------------------- */
 
 #define SYM_MAX_INLINE 16
@@ -219,6 +257,8 @@ struct profile_meta {
 	bool mixed_rates;        /* samples were taken at more than one rate */
 	uint64_t sampled, delivered, dropped, corrupt;
 	uint64_t cap_hits;
+	uint32_t unwind_mode;              /* enum llgo_unwind_mode */
+	uint64_t unwound, truncated;       /* stacks unwound by the daemon; not to the start */
 };
 
 struct profile {
@@ -277,6 +317,8 @@ int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 		  struct sym_result *r);
 /* "llgo-heap: sampled=N delivered=N dropped=N corrupt=N" (no newline). */
 int profile_accounting(struct buf *b, const struct profile *p);
+/* "llgo-heap: unwind=MODE unwound=N truncated=N" (no newline). */
+int profile_unwind_line(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
  * mapping, else "0x<addr>". */
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr);

@@ -185,6 +185,13 @@ static bool trim_match(const char *name, char *const *patterns, size_t n)
 int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 		  struct sym_result *r)
 {
+	if (pc == PROFILE_PC_TRUNCATED) {
+		*m = NULL;
+		memset(r, 0, sizeof(*r));
+		r->nframes = 1;
+		r->frames[0].function = PROFILE_TRUNCATED_NAME;
+		return 1;
+	}
 	*m = maps ? procmaps_find(maps, pc - 1) : NULL;
 	r->nframes = 0;
 	int nf = *m ? symbolize_pc(*m, pc - 1, r) : 0;
@@ -436,6 +443,14 @@ int profile_accounting(struct buf *b, const struct profile *p)
 	return buf_printf(b, "llgo-heap: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
 			  (unsigned long long)p->meta.sampled, (unsigned long long)p->meta.delivered,
 			  (unsigned long long)p->meta.dropped, (unsigned long long)p->meta.corrupt);
+}
+
+int profile_unwind_line(struct buf *b, const struct profile *p)
+{
+	return buf_printf(b, "llgo-heap: unwind=%s unwound=%llu truncated=%llu",
+			  unwind_mode_name(p->meta.unwind_mode),
+			  (unsigned long long)p->meta.unwound,
+			  (unsigned long long)p->meta.truncated);
 }
 
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr)

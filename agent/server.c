@@ -849,6 +849,9 @@ static void server_hello(struct server *srv, struct server_conn *c)
 		why = "session";
 	} else if ((err = session_attach_ctl(s, fd)) != 0) {
 		why = "control page";
+	} else {
+		s->unwind_mode =
+			(uint32_t)((m.flags & LLGO_HELLO_UNWIND_MASK) >> LLGO_HELLO_UNWIND_SHIFT);
 	}
 	close(fd);
 
@@ -947,6 +950,8 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
 	session_account_locked(s, &cnt);
 	bool mixed = s->mixed_rates;
 	uint64_t last_rate = s->last_rate;
+	p->meta.unwound = s->unwound;
+	p->meta.truncated = s->truncated;
 	pthread_mutex_unlock(&s->drain_lock);
 	if (!rc)
 		rc = profile_trim(p, s->maps, srv->opts.trim, srv->opts.ntrim);
@@ -969,6 +974,7 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
 	p->meta.dropped = cnt.dropped;
 	p->meta.corrupt = cnt.corrupt;
 	p->meta.cap_hits = bs.cap_hits;
+	p->meta.unwind_mode = s->unwind_mode;
 	return 0;
 }
 

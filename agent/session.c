@@ -208,6 +208,7 @@ static void session_free(struct session *s)
 	free(s->pending);
 	free(s->ring_ids);
 	bucket_table_free(s->buckets);
+	unwind_free(s->unwind);
 	procmaps_free(s->maps);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->drain_lock);
@@ -633,4 +634,10 @@ void session_list_entry(struct session *s, struct llgo_list_entry *e)
 	e->buckets = bs.buckets;
 	e->start_time_ns = s->attach_ns;
 	memcpy(e->comm, s->comm, sizeof(e->comm));
+	e->unwind_mode = s->unwind_mode;
+	/* written under drain_lock; a torn read cannot happen on 64-bit, a stale one is fine */
+	pthread_mutex_lock(&s->drain_lock);
+	e->unwound = s->unwound;
+	e->truncated = s->truncated;
+	pthread_mutex_unlock(&s->drain_lock);
 }

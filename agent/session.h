@@ -67,6 +67,9 @@ struct session {
 	uint64_t last_refresh_ns;       /* CLOCK_MONOTONIC */
 	uint64_t records;               /* records bucketed */
 	uint64_t bucket_errors;         /* bucket_table_add failures (out of memory) */
+	struct unwind *unwind;          /* ALLOC_RAW records' unwinder, made on first use */
+	uint64_t unwound, truncated;    /* ALLOC_RAW stacks unwound; not to the thread's start */
+	uint32_t unwind_mode;           /* enum llgo_unwind_mode, from HELLO (immutable) */
 
 	struct session *next; /* registry list, newest first */
 };

@@ -144,7 +144,11 @@ struct llgo_list_entry {
 	uint64_t buckets;
 	uint64_t start_time_ns; /* CLOCK_REALTIME when the process attached */
 	char comm[LLGO_COMM_LEN];
+	uint32_t unwind_mode; /* enum llgo_unwind_mode the shim runs */
+	uint32_t reserved;
+	uint64_t unwound;   /* stacks the daemon unwound from stack copies */
+	uint64_t truncated; /* of which did not reach the thread's start */
 };
-_Static_assert(sizeof(struct llgo_list_entry) == 136, "list entry size");
+_Static_assert(sizeof(struct llgo_list_entry) == 160, "list entry size");
 
 #endif
