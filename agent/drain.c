@@ -29,6 +29,7 @@
 #define DRAIN_POLL_MIN_NS 1000000ull    /* 1 ms */
 #define DRAIN_POLL_MAX_NS 100000000ull  /* 100 ms */
 #define DRAIN_REFRESH_MS 100u
+#define DRAIN_UNWIND_REFRESH_MS 10u
 
 struct drain {
 	struct session_registry *reg;
@@ -62,14 +63,19 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 	memcpy(&regs, raw, sizeof(regs));
 	if (!s->unwind)
 		s->unwind = unwind_new(s->pid);
-	/* A call site in no known mapping: a library loaded since the maps were read. */
-	if (s->maps && !procmaps_find(s->maps, regs.ip - 1)) {
-		s->maps_stale = true;
-		drain_refresh_locked(s, false);
-	}
-	bool truncated = true;
+	bool truncated = true, unknown = false;
 	uint32_t n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
-				  rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated);
+				  rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
+	/* A pc in no known mapping: a library loaded since the maps were read (dlopen). The
+	 * unwind needs its CFI now, so the maps are re-read at once (at most every
+	 * DRAIN_UNWIND_REFRESH_MS: code that is in no file, a JIT's, would ask every time). */
+	uint64_t now = session_now_ns(CLOCK_MONOTONIC);
+	if (unknown && s->maps && session_is_live(s) &&
+	    now - s->last_refresh_ns >= DRAIN_UNWIND_REFRESH_MS * 1000000ull) {
+		drain_refresh_locked(s, true);
+		n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
+				 rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
+	}
 	s->unwound++;
 	if (truncated) {
 		ctx->pcs[n++] = PROFILE_PC_TRUNCATED;

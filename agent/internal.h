@@ -199,10 +199,11 @@ void unwind_free(struct unwind *u);
 /* Unwind one copied stack: regs and stack as in an ALLOC_RAW record, hint[0..nhint) its
  * frame-pointer walk (allocator plumbing above hint[0] is dropped). Writes at most max return
  * addresses (out[0] = regs->ip) and returns their number; *truncated when the unwind did not
- * reach the outermost frame. */
+ * reach the outermost frame, *unknown_pc when it stopped at a pc outside every mapping maps
+ * knows (re-read the maps and try again: a library loaded since). */
 uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo_raw_regs *regs,
 		      const unsigned char *stack, const uint64_t *hint, uint32_t nhint,
-		      uint64_t *out, uint32_t max, bool *truncated);
+		      uint64_t *out, uint32_t max, bool *truncated, bool *unknown_pc);
 void unwind_get_stats(const struct unwind *u, struct unwind_stats *out);
 /* Files held by the global unwind-info cache and the bytes of bookkeeping they cost (their
  * images are file mappings, shared with the page cache). */

@@ -97,6 +97,8 @@ struct uwctx {
 	const struct llgo_raw_regs *regs;
 	const unsigned char *stack;
 	bool outside; /* a stack read fell outside the copy */
+	bool noinfo;  /* unwind info was asked for a pc no image covers or no FDE describes */
+	bool unknown; /* ... and that pc lies in no image at all */
 	const struct uwimage *last;
 };
 
@@ -456,8 +458,11 @@ static int uw_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t
 {
 	struct uwctx *c = arg;
 	const struct uwimage *im = unwind_image(c, ip);
-	if (!im || !im->f->has_table)
+	if (!im || !im->f->has_table) {
+		c->noinfo = true;
+		c->unknown |= !im;
 		return -UNW_ENOINFO;
+	}
 	unw_dyn_info_t di;
 	memset(&di, 0, sizeof(di));
 	di.start_ip = im->lo;
@@ -468,7 +473,10 @@ static int uw_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t
 	/* in words: each entry is two 32-bit values */
 	di.u.rti.table_len = im->f->fde_count * 8 / sizeof(unw_word_t);
 	c->u->stats.proc_lookups++;
-	return _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
+	int rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
+	if (rc < 0)
+		c->noinfo = true;
+	return rc;
 }
 
 static void uw_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
@@ -604,9 +612,10 @@ void unwind_get_stats(const struct unwind *u, struct unwind_stats *out)
 
 uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo_raw_regs *regs,
 		      const unsigned char *stack, const uint64_t *hint, uint32_t nhint,
-		      uint64_t *out, uint32_t max, bool *truncated)
+		      uint64_t *out, uint32_t max, bool *truncated, bool *unknown_pc)
 {
 	*truncated = true;
+	*unknown_pc = false;
 	if (max == 0)
 		return 0;
 	out[0] = regs->ip;
@@ -620,7 +629,14 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 	int rc = unw_init_remote(&cur, u->as, &c);
 	uint64_t prev_sp = regs->sp;
 	while (rc >= 0) {
+		c.noinfo = false;
 		rc = unw_step(&cur);
+		/* Without CFI for the frame just left, libunwind guesses from rbp (and calls a
+		 * zero rbp the end of the stack): neither is trusted, the stack is truncated. */
+		if (c.noinfo) {
+			rc = -UNW_ENOINFO;
+			break;
+		}
 		if (rc <= 0)
 			break;
 		if (n >= max) {
@@ -648,6 +664,13 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		}
 		prev_sp = sp;
 		out[n++] = ip;
+		if (getenv("LLGO_UNWIND_DEBUG")) {
+			unw_proc_info_t pi;
+			memset(&pi, 0, sizeof(pi));
+			unw_get_proc_info(&cur, &pi);
+			fprintf(stderr, "uw: #%u ip=%lx sp=%lx proc=%lx-%lx\n", n - 1, (unsigned long)ip,
+				(unsigned long)sp, (unsigned long)pi.start_ip, (unsigned long)pi.end_ip);
+		}
 	}
 	u->stats.unwound++;
 	u->stats.frames += n;
@@ -662,6 +685,11 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		}
 	}
 	*truncated = rc != 0;
+	*unknown_pc = c.unknown;
+	if (getenv("LLGO_UNWIND_DEBUG"))
+		fprintf(stderr, "uw: start ip=%lx sp=%lx bp=%lx len=%u flags=%u rc=%d n=%u\n",
+			(unsigned long)regs->ip, (unsigned long)regs->sp, (unsigned long)regs->bp,
+			regs->stack_len, regs->flags, rc, n);
 	if (*truncated)
 		u->stats.truncated++;
 	return n;
