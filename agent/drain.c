@@ -62,7 +62,7 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 	struct llgo_raw_regs regs;
 	memcpy(&regs, raw, sizeof(regs));
 	if (!s->unwind)
-		s->unwind = unwind_new(s->pid);
+		s->unwind = unwind_new(s->pid, s->unwind_mode == LLGO_UNWIND_AUTO);
 	bool truncated = true, unknown = false;
 	uint32_t n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
 				  rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
@@ -77,6 +77,8 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 				 rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
 	}
 	s->unwound++;
+	if (!truncated && s->unwind_mode == LLGO_UNWIND_AUTO)
+		unwind_learn(s->unwind, ctx->pcs, n);
 	if (truncated) {
 		ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
 		s->truncated++;
@@ -94,6 +96,11 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	uint32_t npcs = rec->nframes;
 	if (rec->kind == LLGO_REC_ALLOC_RAW) {
 		npcs = drain_unwind(ctx, rec, frames);
+		frames = ctx->pcs;
+	} else if (s->unwind && s->unwind_mode == LLGO_UNWIND_AUTO && npcs) {
+		/* a trusted frame-pointer walk ends at a root: the rest of the stack is known */
+		memcpy(ctx->pcs, frames, npcs * sizeof(frames[0]));
+		npcs = unwind_complete(s->unwind, ctx->pcs, npcs, UNWIND_MAX_FRAMES);
 		frames = ctx->pcs;
 	}
 	int r = bucket_table_add(s->buckets, frames, npcs, rec->size, rate);
@@ -153,6 +160,8 @@ static size_t drain_session_locked(struct session *s)
 	bool unknown = ctx->unknown_pc;
 	size_t records = ctx->records;
 	free(ctx);
+	if (s->unwind && s->unwind_mode == LLGO_UNWIND_AUTO)
+		session_send_fp_tables(s);
 	if (unknown)
 		s->maps_stale = true;
 	drain_refresh_locked(s, false);

@@ -194,7 +194,8 @@ struct unwind_stats {
 
 struct unwind; /* one per session; used under the session's drain lock */
 
-struct unwind *unwind_new(pid_t pid);
+/* auto_mode: also find the frame-pointer code of every image and learn roots (below). */
+struct unwind *unwind_new(pid_t pid, bool auto_mode);
 void unwind_free(struct unwind *u);
 /* Unwind one copied stack: regs and stack as in an ALLOC_RAW record, hint[0..nhint) its
  * frame-pointer walk (allocator plumbing above hint[0] is dropped). Writes at most max return
@@ -205,6 +206,16 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		      const unsigned char *stack, const uint64_t *hint, uint32_t nhint,
 		      uint64_t *out, uint32_t max, bool *truncated, bool *unknown_pc);
 void unwind_get_stats(const struct unwind *u, struct unwind_stats *out);
+/* auto mode (docs/design.md, "Unwinding"). unwind_learn: a whole unwound stack teaches where
+ * frame-pointer walks end and what follows there (a root and its suffix). unwind_complete:
+ * append a trusted root's suffix to a frame-pointer stack ending at that root (returns the
+ * new length, <= max). unwind_tables: when they changed since the last call, the ranges of
+ * frame-pointer code and the trusted roots for the shim's control page (returns true). */
+void unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n);
+uint32_t unwind_complete(struct unwind *u, uint64_t *pcs, uint32_t n, uint32_t max);
+bool unwind_tables(struct unwind *u, struct procmaps *maps, uint64_t (*ranges)[2],
+		   uint32_t max_ranges, uint32_t *nranges, uint64_t *roots, uint32_t max_roots,
+		   uint32_t *nroots);
 /* Files held by the global unwind-info cache and the bytes of bookkeeping they cost (their
  * images are file mappings, shared with the page cache). */
 void unwind_cache_stats(uint64_t *files, uint64_t *bytes);
@@ -318,7 +329,8 @@ int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 		  struct sym_result *r);
 /* "llgo-heap: sampled=N delivered=N dropped=N corrupt=N" (no newline). */
 int profile_accounting(struct buf *b, const struct profile *p);
-/* "llgo-heap: unwind=MODE unwound=N truncated=N" (no newline). */
+/* "llgo-heap: unwind=MODE unwound=N truncated=N" (no newline) when the shim stated its mode
+ * or stacks were unwound; returns the bytes written (0: nothing to state) or -ENOMEM. */
 int profile_unwind_line(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
  * mapping, else "0x<addr>". */

@@ -530,8 +530,8 @@ static void write_comments(struct pprof_ctx *c, const struct profile *p)
 	/* pb_uint omits zero, but a comment index is never 0 (string 0 is ""). */
 	profile_accounting(&line, p);
 	write_comment(c, &line);
-	profile_unwind_line(&line, p);
-	write_comment(c, &line);
+	if (profile_unwind_line(&line, p) > 0)
+		write_comment(c, &line);
 	if (profile_mixed_rates(p)) {
 		buf_puts(&line, "llgo-heap: samples were taken at several rates; each sample is "
 				"scaled with its own rate");

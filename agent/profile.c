@@ -447,10 +447,14 @@ int profile_accounting(struct buf *b, const struct profile *p)
 
 int profile_unwind_line(struct buf *b, const struct profile *p)
 {
-	return buf_printf(b, "llgo-heap: unwind=%s unwound=%llu truncated=%llu",
+	if (p->meta.unwind_mode == LLGO_UNWIND_UNKNOWN && !p->meta.unwound)
+		return 0;
+	size_t before = b->len;
+	buf_printf(b, "llgo-heap: unwind=%s unwound=%llu truncated=%llu",
 			  unwind_mode_name(p->meta.unwind_mode),
 			  (unsigned long long)p->meta.unwound,
 			  (unsigned long long)p->meta.truncated);
+	return b->failed ? -ENOMEM : (int)(b->len - before);
 }
 
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr)

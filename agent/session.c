@@ -641,3 +641,40 @@ void session_list_entry(struct session *s, struct llgo_list_entry *e)
 	e->truncated = s->truncated;
 	pthread_mutex_unlock(&s->drain_lock);
 }
+
+void session_send_fp_tables(struct session *s)
+{
+	uint64_t ranges[LLGO_CTL_FP_RANGES][2], roots[LLGO_CTL_ROOTS];
+	uint32_t nranges = 0, nroots = 0;
+	if (!unwind_tables(s->unwind, s->maps, ranges, LLGO_CTL_FP_RANGES, &nranges, roots,
+			   LLGO_CTL_ROOTS, &nroots))
+		return;
+	if (getenv("LLGO_UNWIND_DEBUG")) {
+		fprintf(stderr, "fp tables: %u ranges, %u roots\n", nranges, nroots);
+		for (uint32_t i = 0; i < nranges; i++)
+			fprintf(stderr, "  %lx-%lx\n", (unsigned long)ranges[i][0], (unsigned long)ranges[i][1]);
+		for (uint32_t i = 0; i < nroots; i++)
+			fprintf(stderr, "  root %lx\n", (unsigned long)roots[i]);
+	}
+	pthread_mutex_lock(&s->lock);
+	struct llgo_ctl *c = s->ctl;
+	if (c) {
+		/* Writer side of the sequence count: odd (release) before the tables, even
+		 * (release) after; the shim's acquire loads before and after its read pair with
+		 * these. The count is the daemon's own (never read back from the page). */
+		uint32_t seq = s->fp_seq;
+		atomic_store_explicit(&c->fp_seq, seq + 1, memory_order_release);
+		atomic_thread_fence(memory_order_release);
+		for (uint32_t i = 0; i < nranges; i++) {
+			__atomic_store_n(&c->fp_ranges[i].lo, ranges[i][0], __ATOMIC_RELAXED);
+			__atomic_store_n(&c->fp_ranges[i].hi, ranges[i][1], __ATOMIC_RELAXED);
+		}
+		for (uint32_t i = 0; i < nroots; i++)
+			__atomic_store_n(&c->root_pcs[i], roots[i], __ATOMIC_RELAXED);
+		__atomic_store_n(&c->fp_count, nranges, __ATOMIC_RELAXED);
+		__atomic_store_n(&c->root_count, nroots, __ATOMIC_RELAXED);
+		atomic_store_explicit(&c->fp_seq, seq + 2, memory_order_release);
+		s->fp_seq = seq + 2;
+	}
+	pthread_mutex_unlock(&s->lock);
+}

@@ -70,6 +70,7 @@ struct session {
 	struct unwind *unwind;          /* ALLOC_RAW records' unwinder, made on first use */
 	uint64_t unwound, truncated;    /* ALLOC_RAW stacks unwound; not to the thread's start */
 	uint32_t unwind_mode;           /* enum llgo_unwind_mode, from HELLO (immutable) */
+	uint32_t fp_seq;                /* last sequence count written to ctl (under lock) */
 
 	struct session *next; /* registry list, newest first */
 };
@@ -105,6 +106,9 @@ void session_adopt_rings_locked(struct session *s);
  * the cached copy that session_counts_cached returns without waiting for a drain. */
 void session_account_locked(struct session *s, struct session_counts *out);
 void session_counts_cached(struct session *s, struct session_counts *out);
+/* auto mode: write the unwinder's frame-pointer ranges and roots to the control page when
+ * they changed (caller holds drain_lock; see shared/ring.h for the sequence count). */
+void session_send_fp_tables(struct session *s);
 /* Unmap rings and control page after the final drain; mark EXITED; caller holds drain_lock. */
 void session_retire_locked(struct session *s);
 

@@ -32,9 +32,12 @@
  * cache has its own mutex.
  */
 #include <elf.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <libelf.h>
 #include <libunwind.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +55,25 @@ extern int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t as, unw_word_t ip
 					      int need_unwind_info, void *arg);
 
 #define UNWIND_MAX_SEGS 16u
+/* A root is trusted once seen this many times with the same suffix, never if ever seen with
+ * another. */
+#define UNWIND_ROOT_MIN_SEEN 2u
+#define UNWIND_MAX_ROOTS 64u
+#define UNWIND_MAX_SUFFIX 16u
+
+struct uwrange {
+	uint64_t lo, hi;
+};
+
+/* A return address at which a frame-pointer walk ends (the code below keeps no frame
+ * pointers), with the frames that always follow it (auto mode). */
+struct uwroot {
+	uint64_t pc;
+	uint32_t seen;
+	bool ambiguous;
+	uint32_t nsuffix;
+	uint64_t suffix[UNWIND_MAX_SUFFIX];
+};
 
 struct uwseg {
 	uint64_t vaddr, filesz, offset;
@@ -70,6 +92,11 @@ struct uwfile {
 	/* .eh_frame_hdr: its vaddr, the search table's vaddr and its entry count */
 	uint64_t hdr_vaddr, table_vaddr, fde_count;
 	bool has_table;
+	/* Frame-pointer code (auto mode), ELF vaddrs, found once under uw_lock */
+	bool fp_done;
+	struct uwrange *fp;
+	size_t nfp;
+	uint64_t fp_funcs, funcs; /* functions whose CFA is rbp-based mid-body; all sampled */
 };
 
 static pthread_mutex_t uw_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -89,7 +116,17 @@ struct unwind {
 	size_t nimages;
 	size_t maps_seen; /* procmaps_list size when images were built */
 	struct unwind_stats stats;
+	/* auto mode: frame-pointer code of the images (process addresses, sorted, merged) and
+	 * the roots learned from whole unwound stacks; dirty when the shim's copy is stale */
+	struct uwrange *fp;
+	size_t nfp;
+	struct uwroot roots[UNWIND_MAX_ROOTS];
+	size_t nroots;
+	bool tables_dirty;
+	bool want_fp; /* auto mode: classify images as they are built */
 };
+
+static void unwind_build_fp(struct unwind *u);
 
 /* What the accessors see during one unwind (the `arg` of libunwind's callbacks). */
 struct uwctx {
@@ -229,6 +266,7 @@ static void uwfile_destroy(struct uwfile *f)
 {
 	if (!f)
 		return;
+	free(f->fp);
 	if (f->image)
 		munmap((void *)(uintptr_t)f->image, f->size);
 	free(f->key);
@@ -431,6 +469,8 @@ static void unwind_build_images(struct unwind *u, struct procmaps *maps)
 	u->maps_seen = n;
 	unw_flush_cache(u->as, 0, 0);
 	u->stats.image_builds++;
+	if (u->want_fp)
+		unwind_build_fp(u);
 }
 
 static const struct uwimage *unwind_image(struct uwctx *c, uint64_t addr)
@@ -567,12 +607,13 @@ static unw_accessors_t uw_accessors = {
 
 /* ---- sessions --------------------------------------------------------------------------- */
 
-struct unwind *unwind_new(pid_t pid)
+struct unwind *unwind_new(pid_t pid, bool auto_mode)
 {
 	struct unwind *u = calloc(1, sizeof(*u));
 	if (!u)
 		return NULL;
 	u->pid = pid;
+	u->want_fp = auto_mode;
 	u->as = unw_create_addr_space(&uw_accessors, 0);
 	if (!u->as) {
 		free(u);
@@ -589,6 +630,7 @@ void unwind_free(struct unwind *u)
 		return;
 	unwind_drop_images(u);
 	unw_destroy_addr_space(u->as);
+	free(u->fp);
 	free(u);
 }
 
@@ -693,4 +735,269 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 	if (*truncated)
 		u->stats.truncated++;
 	return n;
+}
+
+/* ---- auto mode: which code keeps frame pointers, and where stacks end ------------------- */
+
+static uint32_t uw_le32(const unsigned char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* End of the code an FDE at vaddr fde covers, when it uses the encoding linkers emit on
+ * x86-64 (pc_begin pc-relative sdata4, pc_range sdata4) and agrees with the table's start;
+ * else 0. */
+static uint64_t uwfile_fde_end(const struct uwfile *f, uint64_t fde, uint64_t start)
+{
+	uint64_t off = uwfile_offset(f, fde);
+	if (off == UINT64_MAX || !uw_within(off, 16, f->size))
+		return 0;
+	const unsigned char *p = f->image + off;
+	if (uw_le32(p) == 0 || uw_le32(p) == 0xffffffffu)
+		return 0;
+	uint64_t begin = fde + 8 + (uint64_t)(int64_t)(int32_t)uw_le32(p + 8);
+	uint64_t range = uw_le32(p + 12);
+	if (begin != start || range == 0 || range > (1u << 30))
+		return 0;
+	return start + range;
+}
+
+/* Whether some row of the CFI in [lo, hi) computes the CFA from rbp (DWARF register 6):
+ * the function sets up a frame pointer, and (the prologue coming first, the epilogue last)
+ * every call it makes returns into such a row. */
+static bool uw_cfa_uses_rbp(Dwarf_CFI *cfi, uint64_t lo, uint64_t hi)
+{
+	uint64_t at = lo;
+	for (int rows = 0; at < hi && rows < 64; rows++) {
+		Dwarf_Frame *fr = NULL;
+		if (dwarf_cfi_addrframe(cfi, at, &fr) != 0 || !fr)
+			return false;
+		Dwarf_Op *ops = NULL;
+		size_t nops = 0;
+		Dwarf_Addr start = 0, end = 0;
+		bool sig = false, rbp = false;
+		if (dwarf_frame_cfa(fr, &ops, &nops) == 0 && nops >= 1)
+			rbp = ops[0].atom == DW_OP_breg6 ||
+			      (ops[0].atom == DW_OP_bregx && ops[0].number == 6);
+		bool ok = dwarf_frame_info(fr, &start, &end, &sig) >= 0;
+		free(fr);
+		if (rbp)
+			return true;
+		if (!ok || end <= at)
+			return false;
+		at = end;
+	}
+	return false;
+}
+
+/*
+ * The functions of f (one per .eh_frame_hdr entry, extending to the next entry) that set up a
+ * frame pointer (some CFI row computes the CFA from rbp): code whose calls return into a frame
+ * a frame-pointer walk reads right. Runs of such functions become ranges. A function put in a
+ * range wrongly would let a walk skip its caller, so anything unclear (no CFI, rsp-based CFA
+ * throughout) stays out.
+ */
+static void uwfile_classify_locked(struct uwfile *f)
+{
+	f->fp_done = true;
+	if (!f->has_table || f->fde_count < 2)
+		return;
+	elf_version(EV_CURRENT);
+	Elf *elf = elf_memory((char *)(uintptr_t)f->image, f->size);
+	Dwarf_CFI *cfi = elf ? dwarf_getcfi_elf(elf) : NULL;
+	if (!cfi)
+		goto out;
+	uint64_t toff = uwfile_offset(f, f->table_vaddr);
+	struct uwrange *v = calloc(f->fde_count, sizeof(*v));
+	if (!v)
+		goto out;
+	size_t n = 0;
+	bool open = false;
+	for (uint64_t i = 0; i < f->fde_count; i++) {
+		const unsigned char *e = f->image + toff + i * 8;
+		uint64_t lo = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e);
+		uint64_t fde = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e + 4);
+		uint64_t hi = uwfile_fde_end(f, fde, lo);
+		if (hi == 0 && i + 1 < f->fde_count) /* unusual encoding: up to the next one */
+			hi = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e + 8);
+		if (hi <= lo)
+			continue;
+		f->funcs++;
+		if (!uw_cfa_uses_rbp(cfi, lo, hi)) {
+			open = false;
+			continue;
+		}
+		f->fp_funcs++;
+		if (open) { /* no function without a frame pointer in between */
+			v[n - 1].hi = hi;
+		} else {
+			v[n].lo = lo;
+			v[n].hi = hi;
+			n++;
+			open = true;
+		}
+	}
+	f->fp = v;
+	f->nfp = n;
+out:
+	if (cfi)
+		dwarf_cfi_end(cfi);
+	if (elf)
+		elf_end(elf);
+}
+
+static int uwrange_cmp(const void *a, const void *b)
+{
+	const struct uwrange *x = a, *y = b;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+static int uwrange_size_cmp(const void *a, const void *b)
+{
+	const struct uwrange *x = a, *y = b;
+	uint64_t sx = x->hi - x->lo, sy = y->hi - y->lo;
+	return sx > sy ? -1 : sx < sy;
+}
+
+/* The session's frame-pointer ranges from its images: objects where at least half the
+ * functions keep frame pointers contribute their runs (elsewhere an rbp frame is an exception
+ * no walk would stay in). */
+static void unwind_build_fp(struct unwind *u)
+{
+	size_t total = 0;
+	pthread_mutex_lock(&uw_lock);
+	for (size_t i = 0; i < u->nimages; i++) {
+		struct uwfile *f = u->images[i].f;
+		if (!f->fp_done)
+			uwfile_classify_locked(f);
+		if (f->funcs && f->fp_funcs * 2 >= f->funcs)
+			total += f->nfp;
+	}
+	struct uwrange *v = calloc(total ? total : 1, sizeof(*v));
+	size_t n = 0;
+	for (size_t i = 0; v && i < u->nimages; i++) {
+		struct uwfile *f = u->images[i].f;
+		if (!f->funcs || f->fp_funcs * 2 < f->funcs)
+			continue;
+		for (size_t j = 0; j < f->nfp; j++) {
+			v[n].lo = f->fp[j].lo + u->images[i].bias;
+			v[n].hi = f->fp[j].hi + u->images[i].bias;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&uw_lock);
+	if (!v)
+		return;
+	qsort(v, n, sizeof(*v), uwrange_cmp);
+	free(u->fp);
+	u->fp = v;
+	u->nfp = n;
+	u->tables_dirty = true;
+}
+
+static bool unwind_in_fp(const struct unwind *u, uint64_t pc)
+{
+	uint64_t at = pc - 1;
+	size_t lo = 0, hi = u->nfp;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (at < u->fp[mid].lo)
+			hi = mid;
+		else if (at >= u->fp[mid].hi)
+			lo = mid + 1;
+		else
+			return true;
+	}
+	return false;
+}
+
+void unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n)
+{
+	if (!u || !u->fp)
+		return;
+	/* The first frame outside frame-pointer code is where a walk would end; what follows
+	 * must hold no frame-pointer code (else it is a callback, not a thread's start). */
+	uint32_t j = 0;
+	while (j < n && unwind_in_fp(u, pcs[j]))
+		j++;
+	if (j == 0 || j >= n || n - j - 1 > UNWIND_MAX_SUFFIX)
+		return;
+	for (uint32_t k = j + 1; k < n; k++)
+		if (unwind_in_fp(u, pcs[k]))
+			return;
+	const uint64_t *suffix = pcs + j + 1;
+	uint32_t ns = n - j - 1;
+	for (size_t i = 0; i < u->nroots; i++) {
+		struct uwroot *r = &u->roots[i];
+		if (r->pc != pcs[j])
+			continue;
+		if (r->ambiguous)
+			return;
+		if (r->nsuffix != ns || memcmp(r->suffix, suffix, ns * sizeof(*suffix)) != 0) {
+			r->ambiguous = true;
+			u->tables_dirty = true;
+			return;
+		}
+		if (++r->seen == UNWIND_ROOT_MIN_SEEN)
+			u->tables_dirty = true;
+		return;
+	}
+	if (u->nroots >= UNWIND_MAX_ROOTS)
+		return;
+	struct uwroot *r = &u->roots[u->nroots++];
+	memset(r, 0, sizeof(*r));
+	r->pc = pcs[j];
+	r->seen = 1;
+	r->nsuffix = ns;
+	memcpy(r->suffix, suffix, ns * sizeof(*suffix));
+}
+
+uint32_t unwind_complete(struct unwind *u, uint64_t *pcs, uint32_t n, uint32_t max)
+{
+	if (!u || n == 0)
+		return n;
+	for (size_t i = 0; i < u->nroots; i++) {
+		const struct uwroot *r = &u->roots[i];
+		if (r->pc != pcs[n - 1] || r->ambiguous || r->seen < UNWIND_ROOT_MIN_SEEN)
+			continue;
+		for (uint32_t k = 0; k < r->nsuffix && n < max; k++)
+			pcs[n++] = r->suffix[k];
+		break;
+	}
+	return n;
+}
+
+bool unwind_tables(struct unwind *u, struct procmaps *maps, uint64_t (*ranges)[2],
+		   uint32_t max_ranges, uint32_t *nranges, uint64_t *roots, uint32_t max_roots,
+		   uint32_t *nroots)
+{
+	if (!u || !u->tables_dirty)
+		return false;
+	u->tables_dirty = false;
+	/* The largest ranges when they do not all fit: a range left out only costs copies. */
+	struct uwrange *v = malloc((u->nfp ? u->nfp : 1) * sizeof(*v));
+	if (!v)
+		return false;
+	memcpy(v, u->fp, u->nfp * sizeof(*v));
+	size_t n = u->nfp;
+	if (n > max_ranges) {
+		qsort(v, n, sizeof(*v), uwrange_size_cmp);
+		n = max_ranges;
+		qsort(v, n, sizeof(*v), uwrange_cmp);
+	}
+	for (size_t i = 0; i < n; i++) {
+		ranges[i][0] = v[i].lo;
+		ranges[i][1] = v[i].hi;
+	}
+	free(v);
+	*nranges = (uint32_t)n;
+	uint32_t k = 0;
+	for (size_t i = 0; i < u->nroots && k < max_roots; i++)
+		if (!u->roots[i].ambiguous && u->roots[i].seen >= UNWIND_ROOT_MIN_SEEN)
+			roots[k++] = u->roots[i].pc;
+	*nroots = k;
+	(void)maps;
+	return true;
 }
