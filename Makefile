@@ -62,6 +62,8 @@ HEADERS := $(wildcard shared/*.h agent/*.h shim/*.h include/*.h tests/*.h)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRCS))
+# tests/progs/nofp_* (and libnofp_*) are built the way most programs ship: -O2 without frame
+# pointers (issue 9: DWARF unwinding); everything else keeps frame pointers.
 PROG_C_SRCS := $(filter-out tests/progs/lib%,$(wildcard tests/progs/*.c))
 PROG_SO_SRCS := $(wildcard tests/progs/lib*.c)
 PROG_CXX_SRCS := $(wildcard tests/progs/*.cc)
@@ -139,6 +141,23 @@ $(OUT)/progs/%: tests/progs/%.cc
 	$(call msg,CXX,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CXX) -std=c++17 -g -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread \
+		-o $@ $<
+
+PROG_NOFP_CFLAGS := $(filter-out -fno-omit-frame-pointer,$(PROG_CFLAGS)) -fomit-frame-pointer
+$(OUT)/progs/nofp_%: tests/progs/nofp_%.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_NOFP_CFLAGS) -o $@ $< -ldl -lm
+
+$(OUT)/progs/libnofp_%.so: tests/progs/libnofp_%.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_NOFP_CFLAGS) -shared -fPIC -o $@ $<
+
+$(OUT)/progs/nofp_%: tests/progs/nofp_%.cc
+	$(call msg,CXX,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) -std=c++17 -g -O2 -fomit-frame-pointer -Wall -Wextra -Werror -pthread \
 		-o $@ $<
 
 # ---- deps ------------------------------------------------------------------------------

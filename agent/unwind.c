@@ -700,17 +700,24 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		}
 		/* Stacks grow down: a caller's sp below its callee's is a broken unwind (a
 		 * signal frame switching stacks is the exception, and is followed). */
-		if (sp < prev_sp && !unw_is_signal_frame(&cur)) {
+		/* libunwind says "signal frame" of the frame restored by a sigreturn: the
+		 * interrupted code, which may have run on another stack. */
+		bool signal = unw_is_signal_frame(&cur) > 0;
+		if (sp < prev_sp && !signal) {
 			rc = -UNW_EBADFRAME;
 			break;
 		}
 		prev_sp = sp;
-		out[n++] = ip;
+		/* Every pc handed on is read as a return address (looked up at pc - 1); the
+		 * interrupted frame's pc is the exact instruction, so it gets + 1. (The
+		 * trampoline's own pc is a return address already: glibc starts its CFI one byte
+		 * early for this.) */
+		out[n++] = signal ? ip + 1 : ip;
 		if (getenv("LLGO_UNWIND_DEBUG")) {
 			unw_proc_info_t pi;
 			memset(&pi, 0, sizeof(pi));
 			unw_get_proc_info(&cur, &pi);
-			fprintf(stderr, "uw: #%u ip=%lx sp=%lx proc=%lx-%lx\n", n - 1, (unsigned long)ip,
+			fprintf(stderr, "uw: #%u sig=%d ip=%lx sp=%lx proc=%lx-%lx\n", n - 1, signal, (unsigned long)ip,
 				(unsigned long)sp, (unsigned long)pi.start_ip, (unsigned long)pi.end_ip);
 		}
 	}

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: MIT
+/*
+ * unwind_fp.c: a frame-pointer program (the Makefile's default flags) calling into libc, which
+ * has none: fopen from load_file and printf from report, for test_unwind (the caller of fopen
+ * must be present). Lines the test checks carry markers ("@NAME").
+ *
+ * usage: unwind_fp N FILE
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+__attribute__((noinline)) static long load_file(const char *path)
+{
+	FILE *f = fopen(path, "r"); /* @load_file */
+	if (!f)
+		return -1;
+	long n = 0;
+	while (fgetc(f) != EOF)
+		n++;
+	fclose(f);
+	return n;
+}
+
+__attribute__((noinline)) static void report(long n)
+{
+	printf("read %ld bytes\n", n); /* @report */
+}
+
+int main(int argc, char **argv)
+{
+	int n = argc > 1 ? atoi(argv[1]) : 10;
+	const char *path = argc > 2 ? argv[2] : "/etc/hostname";
+	long total = 0;
+	for (int i = 0; i < n; i++)
+		total += load_file(path); /* @main_load */
+	report(total); /* @main_report */
+	return 0;
+}

@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_unwind.c: whole stacks for code without frame pointers (issue 9). Real programs run
+ * under `llgo-heap run --unwind MODE -r 1` (shim preloaded, private daemon) and their Go
+ * legacy text profiles are read back: every allocation's stack, frame by frame (function,
+ * file:line, inlined frames sharing an address), from the allocating call site to the thread's
+ * start. Expected lines come from "@NAME" markers in the programs' sources, so the checks do
+ * not depend on line numbers. The same programs run under heaptrack (which unwinds with
+ * DWARF in process) and the two must agree; Debian's own sqlite3 and python3 must reach their
+ * threads' starts.
+ */
+#include <regex.h>
+
+#include "e2e_util.h"
+
+#define RUN E2E_BIN "/llgo-heap run"
+
+/* ---- profiles ------------------------------------------------------------------------- */
+
+#define UW_MAX_FRAMES 300
+#define UW_MAX_RECS 4096
+
+struct uw_frame {
+	char func[160];
+	char file[160]; /* basename, "" when unknown */
+	int line;
+	bool inlined; /* shares its address with the frame before (an inline chain) */
+};
+
+struct uw_rec {
+	long count, bytes;
+	int nframes;
+	struct uw_frame f[UW_MAX_FRAMES];
+};
+
+struct uw_prof {
+	int n;
+	struct uw_rec *r;
+	unsigned long long sampled, delivered, dropped, corrupt, unwound, truncated;
+	char mode[16];
+};
+
+static const char *uw_base(const char *p)
+{
+	const char *s = strrchr(p, '/');
+	return s ? s + 1 : p;
+}
+
+/* Parse Go's legacy heap text as text.c writes it. */
+static void uw_parse(const char *text, struct uw_prof *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->r = calloc(UW_MAX_RECS, sizeof(*p->r));
+	cr_assert(p->r);
+	const char *acc = strstr(text, "# llgo-heap: sampled=");
+	cr_assert(acc, "no accounting line");
+	cr_assert_eq(sscanf(acc, "# llgo-heap: sampled=%llu delivered=%llu dropped=%llu "
+			    "corrupt=%llu", &p->sampled, &p->delivered, &p->dropped, &p->corrupt),
+		     4);
+	const char *uw = strstr(text, "# llgo-heap: unwind=");
+	cr_assert(uw, "no unwind line");
+	cr_assert_eq(sscanf(uw, "# llgo-heap: unwind=%15s unwound=%llu truncated=%llu", p->mode,
+			    &p->unwound, &p->truncated), 3);
+	struct uw_rec *cur = NULL;
+	char prev_addr[32] = "";
+	for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		char line[2048];
+		size_t len = strcspn(l, "\n");
+		if (len >= sizeof(line))
+			len = sizeof(line) - 1;
+		memcpy(line, l, len);
+		line[len] = '\0';
+		long a, b, c, d;
+		if (sscanf(line, "%ld: %ld [%ld: %ld] @", &a, &b, &c, &d) == 4) {
+			cr_assert_lt(p->n, UW_MAX_RECS);
+			cur = &p->r[p->n++];
+			cur->count = c;
+			cur->bytes = d;
+			prev_addr[0] = '\0';
+			continue;
+		}
+		if (!cur || strncmp(line, "#\t", 2) != 0)
+			continue;
+		/* "#\t0xADDR\tfunc+0xOFF\t\t\tfile:line" (func may be missing) */
+		char *f1 = line + 2, *f2 = strchr(f1, '\t');
+		if (!f2 || cur->nframes >= UW_MAX_FRAMES)
+			continue;
+		*f2++ = '\0';
+		struct uw_frame *fr = &cur->f[cur->nframes++];
+		fr->inlined = strncmp(prev_addr, f1, sizeof(prev_addr) - 1) == 0;
+		snprintf(prev_addr, sizeof(prev_addr), "%.31s", f1);
+		while (*f2 == '\t')
+			f2++;
+		char *f3 = strchr(f2, '\t');
+		if (f3)
+			*f3++ = '\0';
+		char *plus = strrchr(f2, '+');
+		if (plus)
+			*plus = '\0';
+		snprintf(fr->func, sizeof(fr->func), "%s", f2);
+		if (f3) {
+			while (*f3 == '\t')
+				f3++;
+			char *colon = strrchr(f3, ':');
+			if (colon) {
+				*colon = '\0';
+				fr->line = atoi(colon + 1);
+			}
+			if (strcmp(f3, "??") != 0)
+				snprintf(fr->file, sizeof(fr->file), "%s", uw_base(f3));
+		}
+	}
+}
+
+static void uw_free(struct uw_prof *p)
+{
+	free(p->r);
+}
+
+/* Run prog under llgo-heap run at rate 1 in mode, parse its text profile. */
+static void uw_run(struct uw_prof *p, const char *dir, const char *mode, const char *cmd)
+{
+	char *out = NULL;
+	int rc = e2e_sh(&out, "cd %s && " RUN " --unwind %s -r 1 -f text -o prof.heap -- %s",
+			dir, mode, cmd);
+	cr_assert_eq(rc, 0, "llgo-heap run --unwind %s -- %s failed (%d):\n%s", mode, cmd, rc,
+		     out);
+	free(out);
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/prof.heap", dir);
+	char *text = e2e_read_file(path);
+	cr_assert(text, "no profile written");
+	uw_parse(text, p);
+	free(text);
+	cr_expect_str_eq(p->mode, mode);
+	cr_expect_eq(p->sampled, p->delivered + p->dropped + p->corrupt);
+	cr_expect_eq(p->corrupt, 0);
+	cr_expect_eq(p->dropped, 0, "%llu of %llu samples dropped", p->dropped, p->sampled);
+}
+
+/* Line of the "@name" marker in a program's source. */
+static int uw_marker(const char *src, const char *name)
+{
+	char path[4200], tag[128];
+	snprintf(path, sizeof(path), E2E_PROGS_SRC "/%s", src);
+	snprintf(tag, sizeof(tag), "@%s ", name);
+	char *text = e2e_read_file(path);
+	cr_assert(text, "cannot read %s", path);
+	int line = 1, found = 0;
+	for (const char *l = text; *l; l++) {
+		if (*l == '\n') {
+			line++;
+			continue;
+		}
+		if (strncmp(l, tag, strlen(tag)) == 0) {
+			found = line;
+			break;
+		}
+	}
+	free(text);
+	cr_assert(found, "no marker %s in %s", tag, src);
+	return found;
+}
+
+/* An expected frame: func at src:@marker, or func anywhere (marker NULL). */
+struct uw_want {
+	const char *func;
+	const char *src;
+	const char *marker;
+};
+
+static bool uw_frame_is(const struct uw_frame *f, const struct uw_want *w)
+{
+	if (strcmp(f->func, w->func) != 0)
+		return false;
+	if (!w->marker)
+		return true;
+	return strcmp(f->file, uw_base(w->src)) == 0 && f->line == uw_marker(w->src, w->marker);
+}
+
+static const struct uw_want uw_main_root[] = {
+	{ "__libc_start_call_main", NULL, NULL },
+	{ "__libc_start_main", NULL, NULL },
+	{ "_start", NULL, NULL },
+};
+static const struct uw_want uw_thread_root[] = {
+	{ "start_thread", NULL, NULL },
+	{ "clone3", NULL, NULL },
+};
+
+static void uw_describe(const struct uw_rec *r, char *out, size_t cap)
+{
+	size_t len = 0;
+	out[0] = '\0';
+	for (int i = 0; i < r->nframes && len + 1 < cap; i++)
+		len += (size_t)snprintf(out + len, cap - len, "\n    %s%s %s:%d",
+					r->f[i].inlined ? "(inl) " : "", r->f[i].func, r->f[i].file,
+					r->f[i].line);
+}
+
+/*
+ * The allocations whose stack is exactly head (from frame 0 on) followed by root: count them.
+ * With root NULL, only the head must match, from frame 0, and the stack must end at a thread
+ * start (either root).
+ */
+static long uw_count(const struct uw_prof *p, const struct uw_want *head, int nhead,
+		     const struct uw_want *root, int nroot)
+{
+	long n = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct uw_rec *r = &p->r[i];
+		if (r->nframes < nhead + nroot)
+			continue;
+		bool ok = true;
+		for (int k = 0; k < nhead && ok; k++)
+			ok = uw_frame_is(&r->f[k], &head[k]);
+		if (root) {
+			ok = ok && r->nframes == nhead + nroot;
+			for (int k = 0; k < nroot && ok; k++)
+				ok = uw_frame_is(&r->f[nhead + k], &root[k]);
+		}
+		if (ok)
+			n += r->count;
+	}
+	return n;
+}
+
+/* Whether some stack holds want[0..n) as consecutive frames followed by root (to the end). */
+static long uw_count_tail(const struct uw_prof *p, const struct uw_want *want, int n,
+			  const struct uw_want *root, int nroot)
+{
+	long total = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct uw_rec *r = &p->r[i];
+		int start = r->nframes - nroot - n;
+		if (start < 0)
+			continue;
+		bool ok = true;
+		for (int k = 0; k < n && ok; k++)
+			ok = uw_frame_is(&r->f[start + k], &want[k]);
+		for (int k = 0; k < nroot && ok; k++)
+			ok = uw_frame_is(&r->f[start + n + k], &root[k]);
+		if (ok)
+			total += r->count;
+	}
+	return total;
+}
+
+static void uw_dump(const struct uw_prof *p)
+{
+	static char buf[16384];
+	for (int i = 0; i < p->n; i++) {
+		uw_describe(&p->r[i], buf, sizeof(buf));
+		fprintf(stderr, "  %ld allocations:%s\n", p->r[i].count, buf);
+	}
+}
+
+/* No stack ends in [truncated], and every stack reaches a thread's start. */
+static void uw_expect_whole(const struct uw_prof *p)
+{
+	cr_expect_eq(p->truncated, 0, "%llu stacks truncated", p->truncated);
+	for (int i = 0; i < p->n; i++) {
+		const struct uw_rec *r = &p->r[i];
+		bool whole = false;
+		for (int k = 0; k < r->nframes; k++)
+			whole |= strcmp(r->f[k].func, "__libc_start_call_main") == 0 ||
+				 strcmp(r->f[k].func, "start_thread") == 0;
+		char buf[8192];
+		uw_describe(r, buf, sizeof(buf));
+		cr_expect(whole, "a stack that does not reach its thread's start:%s", buf);
+	}
+}
+
+/* ---- an -O2 C program without frame pointers ------------------------------------------ */
+
+#define CHAINS "nofp_chains.c"
+#define DLSRC "libnofp_dl.c"
+
+static void uw_check_chains(const char *mode)
+{
+	char *dir = e2e_tmpdir();
+	const int n = 20;
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), E2E_PROGS "/nofp_chains %d " E2E_PROGS "/libnofp_dl.so", n);
+	struct uw_prof p;
+	uw_run(&p, dir, mode, cmd);
+
+	const struct uw_want a[] = { { "a_leaf", CHAINS, "a_leaf" },
+				     { "a_mid", CHAINS, "a_mid" },
+				     { "chain_a", CHAINS, "chain_a" },
+				     { "main", CHAINS, "main_a" } };
+	const struct uw_want b[] = { { "b_inlined", CHAINS, "b_inlined" },
+				     { "chain_b", CHAINS, "chain_b" },
+				     { "main", CHAINS, "main_b" } };
+	const struct uw_want r[] = { { "recurse", CHAINS, "recurse_leaf" },
+				     { "recurse", CHAINS, "recurse" },
+				     { "recurse", CHAINS, "recurse" },
+				     { "recurse", CHAINS, "recurse" },
+				     { "main", CHAINS, "main_r" } };
+	const struct uw_want t[] = { { "a_leaf", CHAINS, "a_leaf" },
+				     { "a_mid", CHAINS, "a_mid" },
+				     { "chain_a", CHAINS, "chain_a" },
+				     { "thread_main", CHAINS, "thread_main" } };
+	const struct uw_want d[] = { { "dl_inner", DLSRC, "dl_inner" },
+				     { "dl_alloc", DLSRC, "dl_alloc" },
+				     { "main", CHAINS, "main_dl" } };
+	const struct uw_want s0[] = { { "on_signal", CHAINS, "on_signal" } };
+	const struct uw_want s1[] = { { "raise", NULL, NULL }, { "main", CHAINS, "main_raise" } };
+	const struct uw_want pf[] = { { "main", CHAINS, "main_printf" } };
+
+	bool bad = false;
+#define UW_EXPECT(got, want, ...)                                                          \
+	do {                                                                               \
+		long g_ = (got);                                                           \
+		bad |= g_ != (long)(want);                                                 \
+		cr_expect_eq(g_, (long)(want), __VA_ARGS__);                               \
+	} while (0)
+	UW_EXPECT(uw_count(&p, a, 4, uw_main_root, 3), n, "%s: chain a (plain)", mode);
+	UW_EXPECT(uw_count(&p, b, 3, uw_main_root, 3), n, "%s: chain b (inlined step)", mode);
+	UW_EXPECT(uw_count(&p, r, 5, uw_main_root, 3), n, "%s: recursion", mode);
+	UW_EXPECT(uw_count(&p, t, 4, uw_thread_root, 2), n, "%s: thread", mode);
+	UW_EXPECT(uw_count(&p, d, 3, uw_main_root, 3), n, "%s: dlopen'ed library", mode);
+	/* The handler's frame, the signal trampoline, the interrupted libc code, raise, main. */
+	UW_EXPECT(uw_count(&p, s0, 1, NULL, 0), n, "%s: signal handler", mode);
+	UW_EXPECT(uw_count_tail(&p, s1, 2, uw_main_root, 3), n,
+		  "%s: signal handler's stack down to raise and main", mode);
+	/* stdio's buffer, allocated inside libc (no frame pointers) for printf */
+	UW_EXPECT(uw_count_tail(&p, pf, 1, uw_main_root, 3), 1,
+		  "%s: printf's buffer under main:@main_printf", mode);
+	uw_expect_whole(&p);
+	if (bad || p.truncated)
+		uw_dump(&p);
+	uw_free(&p);
+	e2e_rmdir(dir);
+}
+
+Test(unwind, nofp_c_dwarf, .timeout = 300)
+{
+	uw_check_chains("dwarf");
+}
+
+Test(unwind, nofp_c_auto, .timeout = 300)
+{
+	uw_check_chains("auto");
+}
