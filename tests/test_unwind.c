@@ -171,7 +171,10 @@ struct uw_want {
 
 static bool uw_frame_is(const struct uw_frame *f, const struct uw_want *w)
 {
-	if (strcmp(f->func, w->func) != 0)
+	/* gcc's hot/cold split: "f.cold" is f's code */
+	size_t len = strlen(w->func);
+	if (strncmp(f->func, w->func, len) != 0 ||
+	    (f->func[len] && strcmp(f->func + len, ".cold") != 0))
 		return false;
 	if (!w->marker)
 		return true;
@@ -342,4 +345,99 @@ Test(unwind, nofp_c_dwarf, .timeout = 300)
 Test(unwind, nofp_c_auto, .timeout = 300)
 {
 	uw_check_chains("auto");
+}
+
+/* ---- an -O2 C++ program without frame pointers, through libstdc++ ---------------------- */
+
+#define CXX "nofp_cxx.cc"
+
+static void uw_check_cxx(const char *mode)
+{
+	char *dir = e2e_tmpdir();
+	const int n = 20;
+	struct uw_prof p;
+	uw_run(&p, dir, mode, E2E_PROGS "/nofp_cxx 20");
+	bool bad = false;
+	const struct uw_want str[] = { { "_Z11make_stringB5cxx11i", CXX, "make_string" },
+				       { "main", CXX, "main_string" } };
+	const struct uw_want vec[] = { { "_Z11grow_vectori", CXX, "grow_vector" },
+				       { "main", CXX, "main_vector" } };
+	const struct uw_want map[] = { { "_Z8fill_mapi", CXX, "fill_map" },
+				       { "main", CXX, "main_map" } };
+	const struct uw_want node[] = { { "_Z9make_nodev", CXX, "make_node" },
+					{ "main", CXX, "main_node" } };
+	const struct uw_want thr[] = { { "_Z9throw_onei", CXX, "throw_one" },
+				       { "main", CXX, "main_throw" } };
+	const struct uw_want exc[] = { { "__cxa_allocate_exception", NULL, NULL },
+				       { "_Z9throw_onei", CXX, "throw_one" },
+				       { "main", CXX, "main_throw" } };
+	/* std::string's buffer (allocated inside libstdc++), a vector growing 1, 2, 4, three
+	 * map nodes, one make_shared block, and per throw the exception object and the
+	 * runtime_error's message */
+	UW_EXPECT(uw_count_tail(&p, str, 2, uw_main_root, 3), n, "%s: std::string", mode);
+	UW_EXPECT(uw_count_tail(&p, vec, 2, uw_main_root, 3), 3 * n, "%s: std::vector", mode);
+	UW_EXPECT(uw_count_tail(&p, map, 2, uw_main_root, 3), 3 * n, "%s: std::map", mode);
+	UW_EXPECT(uw_count_tail(&p, node, 2, uw_main_root, 3), n, "%s: std::make_shared", mode);
+	UW_EXPECT(uw_count_tail(&p, thr, 2, uw_main_root, 3), 2 * n, "%s: throw", mode);
+	UW_EXPECT(uw_count(&p, exc, 3, uw_main_root, 3), n, "%s: __cxa_allocate_exception",
+		  mode);
+	uw_expect_whole(&p);
+	if (bad || p.truncated)
+		uw_dump(&p);
+	uw_free(&p);
+	e2e_rmdir(dir);
+}
+
+Test(unwind, nofp_cxx_dwarf, .timeout = 300)
+{
+	uw_check_cxx("dwarf");
+}
+
+Test(unwind, nofp_cxx_auto, .timeout = 300)
+{
+	uw_check_cxx("auto");
+}
+
+/* ---- frame-pointer code calling into libc, which keeps none --------------------------- */
+
+#define FP "unwind_fp.c"
+
+/* The caller of fopen is load_file (a frame-pointer walk from load_file's frame skips it
+ * and shows fopen called from main), and printf's buffer has its callers. */
+static void uw_check_fp(const char *mode)
+{
+	char *dir = e2e_tmpdir();
+	const int n = 20;
+	struct uw_prof p;
+	uw_run(&p, dir, mode, E2E_PROGS "/unwind_fp 20 " E2E_PROGS_SRC "/unwind_fp.c");
+	bool bad = false;
+	const struct uw_want load[] = { { "load_file", FP, "load_file" },
+					{ "main", FP, "main_load" } };
+	const struct uw_want rep[] = { { "report", FP, "report" }, { "main", FP, "main_report" } };
+	UW_EXPECT(uw_count_tail(&p, load, 2, uw_main_root, 3), n, "%s: fopen from load_file", mode);
+	UW_EXPECT(uw_count_tail(&p, rep, 2, uw_main_root, 3), 1, "%s: printf from report", mode);
+	/* the frame right above load_file is libc's fopen */
+	long fopen_frames = 0;
+	for (int i = 0; i < p.n; i++) {
+		const struct uw_rec *r = &p.r[i];
+		for (int k = 1; k < r->nframes; k++)
+			if (strcmp(r->f[k].func, "load_file") == 0 && strstr(r->f[k - 1].func, "fopen"))
+				fopen_frames += r->count;
+	}
+	UW_EXPECT(fopen_frames, n, "%s: fopen right above load_file", mode);
+	uw_expect_whole(&p);
+	if (bad || p.truncated)
+		uw_dump(&p);
+	uw_free(&p);
+	e2e_rmdir(dir);
+}
+
+Test(unwind, fp_program_calls_libc_auto, .timeout = 300)
+{
+	uw_check_fp("auto");
+}
+
+Test(unwind, fp_program_calls_libc_dwarf, .timeout = 300)
+{
+	uw_check_fp("dwarf");
 }

@@ -24,6 +24,7 @@ __attribute__((noinline)) static long load_file(const char *path)
 __attribute__((noinline)) static void report(long n)
 {
 	printf("read %ld bytes\n", n); /* @report */
+	fflush(stdout); /* printf is not a tail call */
 }
 
 int main(int argc, char **argv)
