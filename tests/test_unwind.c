@@ -441,3 +441,195 @@ Test(unwind, fp_program_calls_libc_dwarf, .timeout = 300)
 {
 	uw_check_fp("dwarf");
 }
+
+/* ---- agreement with heaptrack ------------------------------------------------------------ */
+
+/* A stack as "file:line" keys, leaf first, down to main or the thread's start function;
+ * frames without a file or line are "?" (each side names those differently). */
+struct uw_key {
+	char key[4096];
+	long count;
+};
+
+static void uw_key_add(struct uw_key *keys, int *n, int max, const char *key, long count)
+{
+	for (int i = 0; i < *n; i++) {
+		if (strcmp(keys[i].key, key) == 0) {
+			keys[i].count += count;
+			return;
+		}
+	}
+	cr_assert_lt(*n, max);
+	snprintf(keys[*n].key, sizeof(keys[*n].key), "%s", key);
+	keys[(*n)++].count = count;
+}
+
+static void uw_key_frame(char *key, size_t cap, const char *file, int line)
+{
+	size_t len = strlen(key);
+	if (file[0] && line > 0)
+		snprintf(key + len, cap - len, "%s:%d;", uw_base(file), line);
+	else
+		snprintf(key + len, cap - len, "?;");
+}
+
+/* Our stacks, cut after main (heaptrack stops there); only those through main or a thread's
+ * start function (heaptrack also sees what runs before our shim attaches). */
+static int uw_keys_ours(const struct uw_prof *p, struct uw_key *keys, int max)
+{
+	int n = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct uw_rec *r = &p->r[i];
+		char key[4096] = "";
+		bool rooted = false;
+		for (int k = 0; k < r->nframes; k++) {
+			uw_key_frame(key, sizeof(key), r->f[k].file, r->f[k].line);
+			if (strcmp(r->f[k].func, "main") == 0) {
+				rooted = true;
+				break;
+			}
+			if (strcmp(r->f[k].func, "start_thread") == 0)
+				rooted = true;
+		}
+		if (rooted)
+			uw_key_add(keys, &n, max, key, r->count);
+	}
+	return n;
+}
+
+/* heaptrack_print's "MOST CALLS TO ALLOCATION FUNCTIONS", unmerged. */
+static int uw_keys_heaptrack(const char *text, struct uw_key *keys, int max)
+{
+	int n = 0;
+	const char *sec = strstr(text, "MOST CALLS TO ALLOCATION FUNCTIONS");
+	cr_assert(sec, "no allocation section in heaptrack_print's output");
+	char key[4096] = "";
+	long count = -1;
+	bool rooted = false, cut = false;
+	char func[512] = "";
+	for (const char *l = sec; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		char line[2048];
+		size_t len = strcspn(l, "\n");
+		if (len >= sizeof(line))
+			len = sizeof(line) - 1;
+		memcpy(line, l, len);
+		line[len] = '\0';
+		long c;
+		bool end = len == 0 || strstr(line, "PEAK MEMORY") || strstr(line, "MOST TEMPORARY");
+		if (end || sscanf(line, "%ld calls to allocation functions", &c) == 1) {
+			if (count >= 0 && rooted)
+				uw_key_add(keys, &n, max, key, count);
+			count = -1;
+			if (end && len)
+				break;
+			if (!end) {
+				count = c;
+				key[0] = '\0';
+				rooted = cut = false;
+			}
+			continue;
+		}
+		if (count < 0 || cut)
+			continue;
+		if (strncmp(line, "    at ", 7) == 0 || strncmp(line, "    in ", 7) == 0)
+			continue; /* read with their frame below */
+		if (strncmp(line, "  ", 2) != 0 || line[2] == ' ')
+			continue;
+		/* a frame: "  func", then optionally "    at file:line", "    in lib" */
+		snprintf(func, sizeof(func), "%.500s", line + 2);
+		const char *next = l + strcspn(l, "\n");
+		char file[1024] = "";
+		int ln = 0;
+		const char *in = *next == '\n' ? next + 1 : next;
+		if (strncmp(in, "    at ", 7) == 0)
+			in += strcspn(in, "\n") + 1;
+		/* heaptrack's own wrappers (its dlopen) are not the program's frames */
+		if (strncmp(in, "    in ", 7) == 0 &&
+		    memmem(in, strcspn(in, "\n"), "heaptrack", 9) != NULL)
+			continue;
+		if (*next == '\n' && strncmp(next + 1, "    at ", 7) == 0) {
+			const char *at = next + 8;
+			size_t alen = strcspn(at, "\n");
+			char buf[1024];
+			snprintf(buf, sizeof(buf), "%.*s", (int)(alen < 1000 ? alen : 1000), at);
+			char *colon = strrchr(buf, ':');
+			if (colon) {
+				*colon = '\0';
+				ln = atoi(colon + 1);
+				snprintf(file, sizeof(file), "%s", buf);
+			}
+		}
+		uw_key_frame(key, sizeof(key), file, ln);
+		if (strcmp(func, "main") == 0) {
+			rooted = cut = true;
+		} else if (strcmp(func, "start_thread") == 0) {
+			rooted = true;
+		}
+	}
+	return n;
+}
+
+/* Share of allocations whose stacks agree: sum over stacks of min(ours, heaptrack's), over
+ * the larger of the two totals. */
+static double uw_agreement(const struct uw_key *a, int na, const struct uw_key *b, int nb,
+			   long *ta, long *tb)
+{
+	long same = 0;
+	*ta = *tb = 0;
+	for (int i = 0; i < na; i++)
+		*ta += a[i].count;
+	for (int j = 0; j < nb; j++)
+		*tb += b[j].count;
+	for (int i = 0; i < na; i++)
+		for (int j = 0; j < nb; j++)
+			if (strcmp(a[i].key, b[j].key) == 0)
+				same += a[i].count < b[j].count ? a[i].count : b[j].count;
+	long total = *ta > *tb ? *ta : *tb;
+	return total ? (double)same / (double)total : 0;
+}
+
+static void uw_compare_heaptrack(const char *cmd)
+{
+	char *dir = e2e_tmpdir(), *out = NULL;
+	struct uw_prof p;
+	uw_run(&p, dir, "auto", cmd);
+	int rc = e2e_sh(&out, "cd %s && heaptrack -o %s/ht %s >/dev/null 2>&1 && "
+			"heaptrack_print %s/ht.zst --print-allocators 1 --print-peaks 0 "
+			"--print-leaks 0 --print-temporary 0 --print-histogram 0 -m 0 -n 100000",
+			dir, dir, cmd, dir);
+	cr_assert_eq(rc, 0, "heaptrack failed (%d):\n%.2000s", rc, out);
+	static struct uw_key ours[512], theirs[512];
+	int no = uw_keys_ours(&p, ours, 512);
+	int nt = uw_keys_heaptrack(out, theirs, 512);
+	long to, tt;
+	double agree = uw_agreement(ours, no, theirs, nt, &to, &tt);
+	fprintf(stderr, "heaptrack vs llgo-heap (%s): %.2f%% of allocations agree "
+			"(%ld ours, %ld heaptrack's)\n", cmd, 100 * agree, to, tt);
+	if (agree < 0.99) {
+		for (int i = 0; i < no; i++)
+			fprintf(stderr, "  ours %ld %s\n", ours[i].count, ours[i].key);
+		for (int j = 0; j < nt; j++)
+			fprintf(stderr, "  heaptrack %ld %s\n", theirs[j].count, theirs[j].key);
+	}
+	cr_expect_geq(agree, 0.99, "%s: only %.2f%% of allocations have heaptrack's stack", cmd,
+		      100 * agree);
+	cr_expect_gt(to, 0);
+	free(out);
+	uw_free(&p);
+	e2e_rmdir(dir);
+}
+
+Test(unwind, heaptrack_agrees_c, .timeout = 300)
+{
+	uw_compare_heaptrack(E2E_PROGS "/nofp_chains 50 " E2E_PROGS "/libnofp_dl.so nosignal");
+}
+
+Test(unwind, heaptrack_agrees_cxx, .timeout = 300)
+{
+	uw_compare_heaptrack(E2E_PROGS "/nofp_cxx 50");
+}
+
+Test(unwind, heaptrack_agrees_fp_program, .timeout = 300)
+{
+	uw_compare_heaptrack(E2E_PROGS "/unwind_fp 50 " E2E_PROGS_SRC "/unwind_fp.c");
+}

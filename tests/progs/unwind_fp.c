@@ -6,8 +6,14 @@
  *
  * usage: unwind_fp N FILE
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+static void *idle(void *arg)
+{
+	return arg;
+}
 
 __attribute__((noinline)) static long load_file(const char *path)
 {
@@ -32,6 +38,12 @@ int main(int argc, char **argv)
 	int n = argc > 1 ? atoi(argv[1]) : 10;
 	const char *path = argc > 2 ? argv[2] : "/etc/hostname";
 	long total = 0;
+	/* One thread first, so that stdio takes its locks from the start, as it does under
+	 * heaptrack (whose own thread makes every program multi-threaded): unlocked, getc
+	 * reaches __uflow by a tail call and has no frame of its own. */
+	pthread_t t;
+	if (pthread_create(&t, NULL, idle, NULL) != 0 || pthread_join(t, NULL) != 0)
+		return 1;
 	for (int i = 0; i < n; i++)
 		total += load_file(path); /* @main_load */
 	report(total); /* @main_report */
