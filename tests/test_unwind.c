@@ -633,3 +633,87 @@ Test(unwind, heaptrack_agrees_fp_program, .timeout = 300)
 {
 	uw_compare_heaptrack(E2E_PROGS "/unwind_fp 50 " E2E_PROGS_SRC "/unwind_fp.c");
 }
+
+/* ---- programs as Debian ships them ------------------------------------------------------- */
+
+/* Share of sampled allocations whose stack reaches __libc_start_call_main or start_thread. */
+static double uw_rooted(const struct uw_prof *p, long *total)
+{
+	long rooted = 0;
+	*total = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct uw_rec *r = &p->r[i];
+		*total += r->count;
+		for (int k = 0; k < r->nframes; k++) {
+			if (strcmp(r->f[k].func, "__libc_start_call_main") == 0 ||
+			    strcmp(r->f[k].func, "start_thread") == 0) {
+				rooted += r->count;
+				break;
+			}
+		}
+	}
+	return *total ? (double)rooted / (double)*total : 0;
+}
+
+static void uw_check_debian(const char *what, const char *prog, const char *script, double want)
+{
+	char *dir = e2e_tmpdir(), *out = NULL;
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/script", dir);
+	FILE *f = fopen(path, "w");
+	cr_assert(f);
+	fputs(script, f);
+	fclose(f);
+	int rc = e2e_sh(&out, "cd %s && " RUN " --unwind auto -r 4096 -f text -o prof.heap -- %s "
+			"< script", dir, prog);
+	cr_assert_eq(rc, 0, "%s failed (%d):\n%.3000s", prog, rc, out);
+	free(out);
+	snprintf(path, sizeof(path), "%s/prof.heap", dir);
+	char *text = e2e_read_file(path);
+	cr_assert(text);
+	struct uw_prof p;
+	uw_parse(text, &p);
+	free(text);
+	long total;
+	double share = uw_rooted(&p, &total);
+	fprintf(stderr, "%s (--unwind auto): %.1f%% of %ld sampled allocations reach the thread's "
+			"start; %llu stacks unwound, %llu truncated, %llu of %llu samples dropped\n",
+		what, 100 * share, total, p.unwound, p.truncated, p.dropped, p.sampled);
+	cr_expect_gt(total, 100, "%s: only %ld samples", what, total);
+	cr_expect_geq(share, want, "%s: %.1f%% of stacks reach the thread's start", what,
+		      100 * share);
+	cr_expect_eq(p.sampled, p.delivered + p.dropped + p.corrupt);
+	uw_free(&p);
+	e2e_rmdir(dir);
+}
+
+static const char uw_sqlite_script[] =
+	"create table t(a integer primary key, b text, c real);\n"
+	"with recursive n(x) as (select 1 union all select x + 1 from n where x < 20000)\n"
+	"  insert into t select x, printf('row %d %s', x, hex(randomblob(20))), x * 1.5 from n;\n"
+	"create index ib on t(b);\n"
+	"select count(*), sum(length(b)) from t where b like 'row 1%';\n"
+	"select b from t order by c desc limit 3;\n";
+
+static const char uw_python_script[] =
+	"import json, re, threading\n"
+	"def work(k):\n"
+	"    for i in range(200):\n"
+	"        d = {str(j): [j] * 10 for j in range(50)}\n"
+	"        s = json.dumps(d)\n"
+	"        json.loads(s)\n"
+	"        re.compile('a+b%d_%d' % (k, i))\n"
+	"t = threading.Thread(target=work, args=(1,))\n"
+	"t.start()\n"
+	"work(0)\n"
+	"t.join()\n";
+
+Test(unwind, debian_sqlite3_reaches_start, .timeout = 300)
+{
+	uw_check_debian("sqlite3", "/usr/bin/sqlite3 :memory:", uw_sqlite_script, 0.95);
+}
+
+Test(unwind, debian_python3_reaches_start, .timeout = 300)
+{
+	uw_check_debian("python3", "/usr/bin/python3 -", uw_python_script, 0.95);
+}
