@@ -97,10 +97,17 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	if (rec->kind == LLGO_REC_ALLOC_RAW) {
 		npcs = drain_unwind(ctx, rec, frames);
 		frames = ctx->pcs;
-	} else if (s->unwind && s->unwind_mode == LLGO_UNWIND_AUTO && npcs) {
-		/* a trusted frame-pointer walk ends at a root: the rest of the stack is known */
+	} else if (s->unwind_mode == LLGO_UNWIND_AUTO || (rec->flags & LLGO_REC_FLAG_NO_COPY)) {
+		/* A trusted frame-pointer walk ends at a root: the rest of the stack is known. A
+		 * walk that wanted a copy and got none is stated as truncated unless it ends at
+		 * such a root too. */
 		memcpy(ctx->pcs, frames, npcs * sizeof(frames[0]));
-		npcs = unwind_complete(s->unwind, ctx->pcs, npcs, UNWIND_MAX_FRAMES);
+		uint32_t n = unwind_complete(s->unwind, ctx->pcs, npcs, UNWIND_MAX_FRAMES - 1);
+		if (n == npcs && (rec->flags & LLGO_REC_FLAG_NO_COPY)) {
+			ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
+			s->truncated++;
+		}
+		npcs = n;
 		frames = ctx->pcs;
 	}
 	int r = bucket_table_add(s->buckets, frames, npcs, rec->size, rate);
@@ -185,6 +192,19 @@ void drain_session_exit(struct session *s)
 	/* The mappings of the rings stay valid after the process is gone: the final drain above
 	 * saw everything it published. */
 	session_retire_locked(s);
+	pthread_mutex_unlock(&s->drain_lock);
+}
+
+void drain_prepare_unwind(struct session *s)
+{
+	if (s->unwind_mode != LLGO_UNWIND_AUTO || !s->maps)
+		return;
+	pthread_mutex_lock(&s->drain_lock);
+	if (!s->unwind) {
+		s->unwind = unwind_new(s->pid, true);
+		unwind_prepare(s->unwind, s->maps);
+		session_send_fp_tables(s);
+	}
 	pthread_mutex_unlock(&s->drain_lock);
 }
 

@@ -206,6 +206,8 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		      const unsigned char *stack, const uint64_t *hint, uint32_t nhint,
 		      uint64_t *out, uint32_t max, bool *truncated, bool *unknown_pc);
 void unwind_get_stats(const struct unwind *u, struct unwind_stats *out);
+/* Build the images (and, in auto mode, the frame-pointer ranges) from maps now. */
+void unwind_prepare(struct unwind *u, struct procmaps *maps);
 /* auto mode (docs/design.md, "Unwinding"). unwind_learn: a whole unwound stack teaches where
  * frame-pointer walks end and what follows there (a root and its suffix). unwind_complete:
  * append a trusted root's suffix to a frame-pointer stack ending at that root (returns the

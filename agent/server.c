@@ -870,6 +870,7 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	if (merr)
 		server_log("pid %d: cannot read its mappings (%s); its profiles will show "
 			   "addresses only", (int)s->pid, strerror(-merr));
+	drain_prepare_unwind(s);
 	session_register(s);
 	c->session = s;
 	c->kind = SERVER_CONN_SHIM;

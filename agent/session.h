@@ -133,6 +133,9 @@ struct drain;
 size_t drain_session(struct session *s);
 /* The shim is gone: drain a last time, then unmap rings and mark the session exited. */
 void drain_session_exit(struct session *s);
+/* auto mode: find the frame-pointer code of the process's objects and send the tables to
+ * its control page (at HELLO, before the ACK lets the program run). */
+void drain_prepare_unwind(struct session *s);
 /* Re-read the process's maps if a pc fell outside them (force: always), at most every
  * DRAIN_REFRESH_MS unless forced; only while the process is alive. */
 void drain_refresh_maps(struct session *s, bool force);

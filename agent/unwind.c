@@ -634,6 +634,12 @@ void unwind_free(struct unwind *u)
 	free(u);
 }
 
+void unwind_prepare(struct unwind *u, struct procmaps *maps)
+{
+	if (u && maps)
+		unwind_build_images(u, maps);
+}
+
 const char *unwind_mode_name(uint32_t mode)
 {
 	switch (mode) {
@@ -963,7 +969,7 @@ void unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n)
 
 uint32_t unwind_complete(struct unwind *u, uint64_t *pcs, uint32_t n, uint32_t max)
 {
-	if (!u || n == 0)
+	if (!u || n == 0 || n >= max)
 		return n;
 	for (size_t i = 0; i < u->nroots; i++) {
 		const struct uwroot *r = &u->roots[i];

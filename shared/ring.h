@@ -233,6 +233,12 @@ struct llgo_raw_regs {
 _Static_assert(sizeof(struct llgo_raw_regs) == 40, "raw registers size");
 _Static_assert(offsetof(struct llgo_raw_regs, stack_len) == 32, "stack_len offset");
 
+/* llgo_record.flags of an ALLOC record: the sample wanted a stack copy (dwarf mode, or auto
+ * mode with an untrusted frame-pointer walk) but could not have one (no room left in the
+ * ring for it, or no exact start state): its frames are the frame-pointer walk alone, which
+ * the daemon marks truncated unless it can complete it. */
+#define LLGO_REC_FLAG_NO_COPY 1u
+
 #define LLGO_RAW_CAPPED 1u
 #define LLGO_RAW_ALTSTACK 2u
 /* Largest stack copy a record may carry (LLGO_HEAP_STACK_KB is clamped to it). */

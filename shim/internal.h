@@ -229,10 +229,12 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 /* ---- stackcopy.c: registers and raw stack for the daemon's DWARF unwinding ------------- */
 
 /* What an ALLOC_RAW record carries besides the ALLOC fields; stack points into the live
- * stack of the sampling thread. */
+ * stack of the sampling thread. copy false: a copy was wanted but cannot be made (an ALLOC
+ * record flagged LLGO_REC_FLAG_NO_COPY). */
 struct stackcopy {
 	struct llgo_raw_regs regs;
 	const unsigned char *stack;
+	bool copy;
 };
 
 /* Read LLGO_HEAP_UNWIND and LLGO_HEAP_STACK_KB (once, at start). */
@@ -246,10 +248,11 @@ uint32_t stackcopy_ring_min(void);
 /* auto mode: whether the frame-pointer walk frames[0..n) can be trusted (ctl tables). */
 bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n);
 /* Decide whether this sample (frames from stack_capture; ra, frame and cxx as given to it)
- * carries its stack, and fill sc; false: an ALLOC record as before. */
+ * wants its stack copied, and fill sc; false: a plain ALLOC record (emit_push_alloc). */
 bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 		    const uint64_t *frames, uint32_t n, void *ra, void *frame, uintptr_t cxx);
-/* Push an ALLOC_RAW record (emit_push_alloc's protocol); false when dropped. */
+/* Push an ALLOC_RAW record, or the flagged ALLOC record that replaces it (emit_push_alloc's
+ * protocol); false when dropped. */
 bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uint64_t addr,
 		    uint32_t tid, const uint64_t *frames, uint32_t n, const struct stackcopy *sc);
 

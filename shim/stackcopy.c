@@ -135,11 +135,15 @@ static bool stackcopy_in_fp_code(uint64_t pc, uint32_t count)
  * code the daemon found to keep frame pointers (so each frame's saved frame pointer is its
  * caller's), and the last is a root pc (the daemon knows the stack below it). Anything else,
  * including a table being rewritten (odd or changed fp_seq) or not sent yet, copies the
- * stack. Reads pair with the daemon's release stores of fp_seq (see shared/ring.h).
+ * stack. Reads pair with the daemon's release stores of fp_seq (see shared/ring.h). A page
+ * whose sequence count was never written comes from a daemon that sends no tables (older,
+ * or a test's): it would not unwind a copy either, so the walk is all there is.
  */
 bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n)
 {
 	uint32_t seq = atomic_load_explicit(&attach_ctl.fp_seq, memory_order_acquire);
+	if (seq == 0)
+		return true; /* a daemon that sends no tables cannot unwind copies either */
 	if ((seq & 1) || n == 0)
 		return false;
 	uint32_t count = __atomic_load_n(&attach_ctl.fp_count, __ATOMIC_RELAXED);
@@ -170,23 +174,25 @@ bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 {
 	if (stackcopy_mode == LLGO_UNWIND_FP || !stackcopy_wanted(frames, n))
 		return false;
+	memset(&sc->regs, 0, sizeof(sc->regs));
+	sc->stack = NULL;
+	sc->copy = false; /* until the start state is known: a frame-pointer stack, flagged */
 	/* The frame whose return address is the program's call site. */
 	const uintptr_t *f = (const uintptr_t *)(cxx ? cxx : (uintptr_t)frame);
 	if (!f || ((uintptr_t)f & 7))
-		return false;
+		return true;
 	uintptr_t sp = (uintptr_t)f + 16, hi = 0;
 	uint32_t flags = 0;
 	if (!stackcopy_bounds(t, (uintptr_t)f, &hi, &flags) || hi < sp)
-		return false;
+		return true;
 	uintptr_t ip = f[1];
 	if (!cxx && ip != (uintptr_t)ra)
-		return false; /* not entered by a tail call: the start state is unknown */
+		return true; /* not entered by a tail call: the start state is unknown */
 	uint64_t len = (hi - sp) & ~(uint64_t)7;
 	if (len > stackcopy_cap) {
 		len = stackcopy_cap;
 		flags |= LLGO_RAW_CAPPED;
 	}
-	memset(&sc->regs, 0, sizeof(sc->regs));
 	sc->regs.ip = ip;
 	sc->regs.sp = sp;
 	sc->regs.bp = f[0];
@@ -194,14 +200,21 @@ bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 	sc->regs.stack_len = (uint32_t)len;
 	sc->regs.flags = flags;
 	sc->stack = (const unsigned char *)sp;
+	sc->copy = true;
 	return true;
 }
 
 /*
- * Push one ALLOC_RAW record: the same protocol as emit_push_alloc (internal.h): single
- * producer, bytes then head (release) then sampled (release); a record that does not fit is
- * dropped and counted (dropped, then sampled). The fixed part is assembled and checksummed on
- * the stack; the stack copy goes straight from the live stack into the ring.
+ * Push one record of this file: ALLOC_RAW when sc->copy, else an ALLOC record flagged
+ * LLGO_REC_FLAG_NO_COPY. The protocol is emit_push_alloc's (internal.h): single producer,
+ * bytes then head (release) then sampled (release); a record that does not fit is dropped and
+ * counted (dropped, then sampled). The fixed part is assembled and checksummed on the stack;
+ * the stack copy goes straight from the live stack into the ring.
+ *
+ * In auto mode a copy that would leave less than a quarter of the ring free is not made: the
+ * sample keeps its frame-pointer stack (flagged), so a burst of copies degrades stacks, which
+ * the daemon states, instead of dropping samples. In dwarf mode the copy is what was asked
+ * for: it is dropped and counted when it does not fit.
  */
 bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uint64_t addr,
 		    uint32_t tid, const uint64_t *frames, uint32_t n, const struct stackcopy *sc)
@@ -209,12 +222,18 @@ bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uin
 	struct llgo_ring_header *h = r->hdr;
 	if (n > LLGO_MAX_FRAMES)
 		n = LLGO_MAX_FRAMES;
-	uint32_t fixed = llgo_record_raw_fixed_len(n);
-	uint32_t len = fixed + sc->regs.stack_len;
 	uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
 	uint64_t sampled = atomic_load_explicit(&h->sampled, memory_order_relaxed);
 	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
 	uint64_t used = head - tail, cap = r->mask + 1;
+	bool copy = sc->copy;
+	uint32_t fixed = copy ? llgo_record_raw_fixed_len(n) : llgo_record_alloc_len(n);
+	uint32_t len = fixed + (copy ? sc->regs.stack_len : 0);
+	if (copy && stackcopy_mode == LLGO_UNWIND_AUTO && used <= cap && cap - used >= len &&
+	    cap - used - len < cap / 4) {
+		copy = false;
+		fixed = len = llgo_record_alloc_len(n);
+	}
 	if (used > cap || cap - used < len) {
 		uint64_t dropped = atomic_load_explicit(&h->dropped, memory_order_relaxed);
 		atomic_store_explicit(&h->dropped, dropped + 1, memory_order_release);
@@ -226,7 +245,7 @@ bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uin
 		unsigned char bytes[LLGO_RECORD_MAX_LEN + sizeof(struct llgo_raw_regs)];
 	} u;
 	memset(&u.rec, 0, sizeof(u.rec));
-	u.rec.kind = LLGO_REC_ALLOC_RAW;
+	u.rec.kind = copy ? LLGO_REC_ALLOC_RAW : LLGO_REC_ALLOC;
 	u.rec.version = LLGO_REC_VERSION;
 	u.rec.nframes = (uint16_t)n;
 	u.rec.length = len;
@@ -235,12 +254,14 @@ bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uin
 	u.rec.rate = rate;
 	u.rec.addr = addr;
 	u.rec.tid = tid;
+	u.rec.flags = copy ? 0 : LLGO_REC_FLAG_NO_COPY;
 	if (n)
 		memcpy(u.bytes + sizeof(struct llgo_record), frames, 8u * n);
-	memcpy(u.bytes + fixed - sizeof(sc->regs), &sc->regs, sizeof(sc->regs));
+	if (copy)
+		memcpy(u.bytes + fixed - sizeof(sc->regs), &sc->regs, sizeof(sc->regs));
 	u.rec.checksum = llgo_record_checksum(u.bytes, fixed);
 	llgo_ring_copy_in(r->data, r->mask, head, u.bytes, fixed);
-	if (sc->regs.stack_len)
+	if (copy && sc->regs.stack_len)
 		llgo_ring_copy_in(r->data, r->mask, head + fixed, sc->stack, sc->regs.stack_len);
 	atomic_store_explicit(&h->head, head + len, memory_order_release);
 	atomic_store_explicit(&h->sampled, sampled + 1, memory_order_release);
