@@ -74,7 +74,7 @@ PROG_BINS := $(patsubst tests/progs/%.c,$(OUT)/progs/%,$(PROG_C_SRCS)) \
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
 
-.PHONY: all deps test unit e2e demo bench bench-peers clean install check-deps
+.PHONY: all deps test unit e2e demo bench bench-peers bench-unwind clean install check-deps
 all: $(BINS) $(LIBS)
 
 # ---- build -----------------------------------------------------------------------------
@@ -206,6 +206,9 @@ demo: deps
 
 bench: all
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) bench
+
+bench-unwind: all
+	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) unwind
 
 bench-peers: deps all
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) peers

@@ -649,13 +649,6 @@ void session_send_fp_tables(struct session *s)
 	if (!unwind_tables(s->unwind, s->maps, ranges, LLGO_CTL_FP_RANGES, &nranges, roots,
 			   LLGO_CTL_ROOTS, &nroots))
 		return;
-	if (getenv("LLGO_UNWIND_DEBUG")) {
-		fprintf(stderr, "fp tables: %u ranges, %u roots\n", nranges, nroots);
-		for (uint32_t i = 0; i < nranges; i++)
-			fprintf(stderr, "  %lx-%lx\n", (unsigned long)ranges[i][0], (unsigned long)ranges[i][1]);
-		for (uint32_t i = 0; i < nroots; i++)
-			fprintf(stderr, "  root %lx\n", (unsigned long)roots[i]);
-	}
 	pthread_mutex_lock(&s->lock);
 	struct llgo_ctl *c = s->ctl;
 	if (c) {

@@ -118,7 +118,7 @@ struct unwind {
 	struct unwind_stats stats;
 	/* auto mode: frame-pointer code of the images (process addresses, sorted, merged) and
 	 * the roots learned from whole unwound stacks; dirty when the shim's copy is stale */
-	struct uwrange *fp;
+	struct uwrange *fp, *fp_prio;
 	size_t nfp;
 	struct uwroot roots[UNWIND_MAX_ROOTS];
 	size_t nroots;
@@ -631,6 +631,7 @@ void unwind_free(struct unwind *u)
 	unwind_drop_images(u);
 	unw_destroy_addr_space(u->as);
 	free(u->fp);
+	free(u->fp_prio);
 	free(u);
 }
 
@@ -719,13 +720,6 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		 * trampoline's own pc is a return address already: glibc starts its CFI one byte
 		 * early for this.) */
 		out[n++] = signal ? ip + 1 : ip;
-		if (getenv("LLGO_UNWIND_DEBUG")) {
-			unw_proc_info_t pi;
-			memset(&pi, 0, sizeof(pi));
-			unw_get_proc_info(&cur, &pi);
-			fprintf(stderr, "uw: #%u sig=%d ip=%lx sp=%lx proc=%lx-%lx\n", n - 1, signal, (unsigned long)ip,
-				(unsigned long)sp, (unsigned long)pi.start_ip, (unsigned long)pi.end_ip);
-		}
 	}
 	u->stats.unwound++;
 	u->stats.frames += n;
@@ -741,10 +735,6 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 	}
 	*truncated = rc != 0;
 	*unknown_pc = c.unknown;
-	if (getenv("LLGO_UNWIND_DEBUG"))
-		fprintf(stderr, "uw: start ip=%lx sp=%lx bp=%lx len=%u flags=%u rc=%d n=%u\n",
-			(unsigned long)regs->ip, (unsigned long)regs->sp, (unsigned long)regs->bp,
-			regs->stack_len, regs->flags, rc, n);
 	if (*truncated)
 		u->stats.truncated++;
 	return n;
@@ -843,7 +833,9 @@ static void uwfile_classify_locked(struct uwfile *f)
 			continue;
 		}
 		f->fp_funcs++;
-		if (open) { /* no function without a frame pointer in between */
+		/* no function without a frame pointer in between, nor a gap longer than
+		 * alignment padding (code without CFI could hide there) */
+		if (open && lo - v[n - 1].hi < 16) {
 			v[n - 1].hi = hi;
 		} else {
 			v[n].lo = lo;
@@ -867,45 +859,59 @@ static int uwrange_cmp(const void *a, const void *b)
 	return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
-static int uwrange_size_cmp(const void *a, const void *b)
+/* The session's frame-pointer ranges from its images, in two orders: by address (u->fp, for
+ * lookups) and by priority (u->fp_prio, for the shim's table, which holds the first
+ * LLGO_CTL_FP_RANGES): objects whose functions most often keep frame pointers first (a
+ * program built with them comes before libc's few functions with an rbp frame). */
+static int uwimage_prio_cmp(const void *a, const void *b)
 {
-	const struct uwrange *x = a, *y = b;
-	uint64_t sx = x->hi - x->lo, sy = y->hi - y->lo;
-	return sx > sy ? -1 : sx < sy;
+	const struct uwimage *x = *(const struct uwimage *const *)a;
+	const struct uwimage *y = *(const struct uwimage *const *)b;
+	/* fp_funcs / funcs, compared without division */
+	uint64_t l = x->f->fp_funcs * (y->f->funcs ? y->f->funcs : 1);
+	uint64_t r = y->f->fp_funcs * (x->f->funcs ? x->f->funcs : 1);
+	return l > r ? -1 : l < r;
 }
 
-/* The session's frame-pointer ranges from its images: objects where at least half the
- * functions keep frame pointers contribute their runs (elsewhere an rbp frame is an exception
- * no walk would stay in). */
 static void unwind_build_fp(struct unwind *u)
 {
 	size_t total = 0;
+	const struct uwimage **order = calloc(u->nimages ? u->nimages : 1, sizeof(*order));
+	if (!order)
+		return;
 	pthread_mutex_lock(&uw_lock);
 	for (size_t i = 0; i < u->nimages; i++) {
 		struct uwfile *f = u->images[i].f;
 		if (!f->fp_done)
 			uwfile_classify_locked(f);
-		if (f->funcs && f->fp_funcs * 2 >= f->funcs)
-			total += f->nfp;
+		total += f->nfp;
+		order[i] = &u->images[i];
 	}
+	qsort(order, u->nimages, sizeof(*order), uwimage_prio_cmp);
 	struct uwrange *v = calloc(total ? total : 1, sizeof(*v));
+	struct uwrange *prio = calloc(total ? total : 1, sizeof(*prio));
 	size_t n = 0;
-	for (size_t i = 0; v && i < u->nimages; i++) {
-		struct uwfile *f = u->images[i].f;
-		if (!f->funcs || f->fp_funcs * 2 < f->funcs)
-			continue;
-		for (size_t j = 0; j < f->nfp; j++) {
-			v[n].lo = f->fp[j].lo + u->images[i].bias;
-			v[n].hi = f->fp[j].hi + u->images[i].bias;
+	for (size_t i = 0; v && prio && i < u->nimages; i++) {
+		const struct uwimage *im = order[i];
+		for (size_t j = 0; j < im->f->nfp; j++) {
+			v[n].lo = im->f->fp[j].lo + im->bias;
+			v[n].hi = im->f->fp[j].hi + im->bias;
+			prio[n] = v[n];
 			n++;
 		}
 	}
 	pthread_mutex_unlock(&uw_lock);
-	if (!v)
+	free(order);
+	if (!v || !prio) {
+		free(v);
+		free(prio);
 		return;
+	}
 	qsort(v, n, sizeof(*v), uwrange_cmp);
 	free(u->fp);
+	free(u->fp_prio);
 	u->fp = v;
+	u->fp_prio = prio;
 	u->nfp = n;
 	u->tables_dirty = true;
 }
@@ -989,17 +995,15 @@ bool unwind_tables(struct unwind *u, struct procmaps *maps, uint64_t (*ranges)[2
 	if (!u || !u->tables_dirty)
 		return false;
 	u->tables_dirty = false;
-	/* The largest ranges when they do not all fit: a range left out only costs copies. */
-	struct uwrange *v = malloc((u->nfp ? u->nfp : 1) * sizeof(*v));
+	/* The first ranges by priority when they do not all fit (unwind_build_fp): a range left
+	 * out only costs copies. */
+	size_t n = u->nfp < max_ranges ? u->nfp : max_ranges;
+	struct uwrange *v = malloc((n ? n : 1) * sizeof(*v));
 	if (!v)
 		return false;
-	memcpy(v, u->fp, u->nfp * sizeof(*v));
-	size_t n = u->nfp;
-	if (n > max_ranges) {
-		qsort(v, n, sizeof(*v), uwrange_size_cmp);
-		n = max_ranges;
-		qsort(v, n, sizeof(*v), uwrange_cmp);
-	}
+	if (n)
+		memcpy(v, u->fp_prio, n * sizeof(*v));
+	qsort(v, n, sizeof(*v), uwrange_cmp);
 	for (size_t i = 0; i < n; i++) {
 		ranges[i][0] = v[i].lo;
 		ranges[i][1] = v[i].hi;

@@ -15,8 +15,8 @@
  * wrapper's frame. When the check fails (a caller that is not a tail call), no copy is made
  * and the sample keeps its frame-pointer stack.
  *
- * The copy runs from that stack pointer up to the thread's stack end (t->stack_hi), capped
- * at LLGO_HEAP_STACK_KB. A stack pointer outside the thread's stack is a signal handler on a
+ * The copy runs from that stack pointer up to the thread's stack end (t->stack_hi; for the
+ * main thread, just above glibc's entry stack pointer), capped at LLGO_HEAP_STACK_KB. A stack pointer outside the thread's stack is a signal handler on a
  * sigaltstack: the alternate stack is asked for (one syscall) and copied up to its end.
  * Without known bounds nothing is copied (reading past a stack's end could fault).
  *
@@ -28,6 +28,12 @@
 #include <stdlib.h>
 
 #include "internal.h"
+
+/* glibc's stack pointer at process entry (ld.so, GLIBC_2.1; weak: absent elsewhere). Above
+ * it the main thread's stack holds argc, argv, the environment and the auxiliary vector,
+ * which no unwinder reads (_start's CFI ends the stack below it). */
+extern void *__libc_stack_end __attribute__((weak));
+#define STACKCOPY_ENTRY_SLACK 64u
 
 static uint32_t stackcopy_mode = LLGO_UNWIND_AUTO;
 static uint32_t stackcopy_cap = LLGO_RAW_DEFAULT_STACK;
@@ -188,6 +194,11 @@ bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 	uintptr_t ip = f[1];
 	if (!cxx && ip != (uintptr_t)ra)
 		return true; /* not entered by a tail call: the start state is unknown */
+	/* the main thread: nothing above the entry stack pointer is stack frames */
+	uintptr_t entry = &__libc_stack_end ? (uintptr_t)__libc_stack_end : 0;
+	if (entry && !(flags & LLGO_RAW_ALTSTACK) && entry > sp &&
+	    hi - entry > STACKCOPY_ENTRY_SLACK)
+		hi = entry + STACKCOPY_ENTRY_SLACK;
 	uint64_t len = (hi - sp) & ~(uint64_t)7;
 	if (len > stackcopy_cap) {
 		len = stackcopy_cap;
