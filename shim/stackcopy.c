@@ -222,7 +222,7 @@ bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
  * counted (dropped, then sampled). The fixed part is assembled and checksummed on the stack;
  * the stack copy goes straight from the live stack into the ring.
  *
- * In auto mode a copy that would leave less than a quarter of the ring free is not made: the
+ * In auto mode a copy that would leave less than an eighth of the ring free is not made: the
  * sample keeps its frame-pointer stack (flagged), so a burst of copies degrades stacks, which
  * the daemon states, instead of dropping samples. In dwarf mode the copy is what was asked
  * for: it is dropped and counted when it does not fit.
@@ -241,7 +241,7 @@ bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uin
 	uint32_t fixed = copy ? llgo_record_raw_fixed_len(n) : llgo_record_alloc_len(n);
 	uint32_t len = fixed + (copy ? sc->regs.stack_len : 0);
 	if (copy && stackcopy_mode == LLGO_UNWIND_AUTO && used <= cap && cap - used >= len &&
-	    cap - used - len < cap / 4) {
+	    cap - used - len < cap / 8) {
 		copy = false;
 		fixed = len = llgo_record_alloc_len(n);
 	}

@@ -664,7 +664,7 @@ static void uw_check_debian(const char *what, const char *prog, const char *scri
 	cr_assert(f);
 	fputs(script, f);
 	fclose(f);
-	int rc = e2e_sh(&out, "cd %s && " RUN " --unwind auto -r 4096 -f text -o prof.heap -- %s "
+	int rc = e2e_sh(&out, "cd %s && " RUN " --unwind auto -r 16384 -f text -o prof.heap -- %s "
 			"< script", dir, prog);
 	cr_assert_eq(rc, 0, "%s failed (%d):\n%.3000s", prog, rc, out);
 	free(out);
