@@ -297,17 +297,11 @@ slowpath_section() {
 }
 
 # ---- 3b. DWARF unwinding (issue 9) -------------------------------------------------------------
-uwacct() { # pid -> "unwound truncated" from the LIST row
-	"$CLI" list --socket "$SOCK" 2>/dev/null | awk -v pid="$1" '
-		NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-		$1 == pid { print $col["TRUNCATED"] }'
-}
-
 unwind_section() {
 	out "### Sampled path with the stack copy: one malloc(16) timed alone (rdtscp), rate 1, by LLGO_HEAP_UNWIND"
 	out ""
-	out "| frames | mode | median ns | mean ns (< p99) | p99 ns | p99.9 ns | added median ns (vs glibc) | added p99 ns | sampled | dropped | truncated |"
-	out "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	out "| frames | mode | median ns | mean ns (< p99) | p99 ns | p99.9 ns | added median ns (vs glibc) | added p99 ns |"
+	out "|---:|---|---:|---:|---:|---:|---:|---:|"
 	for fr in 10 50; do
 		: >"$TMP/uwcap.base"
 		for rep in 1 2 3; do
@@ -328,14 +322,7 @@ unwind_section() {
 			seen=$(sed -n 's/.*frames=\([0-9]*\).*/\1/p' "$f" | head -1)
 			sm=$(get "$f" median_ns)
 			sp=$(get "$f" p99_ns)
-			sampled=0 drops=0 trunc=0
-			for pid in $(sed -n 's/.*pid=\([0-9]*\).*/\1/p' "$f"); do
-				a=$(acct "$pid")
-				sampled=$((sampled + $(echo "$a" | awk '{print $1 + 0}')))
-				drops=$((drops + $(echo "$a" | awk '{print $3 + 0}')))
-				trunc=$((trunc + $(uwacct "$pid")))
-			done
-			out "| $seen | $mode | $sm | $(get "$f" mean_ns) | $sp | $(get "$f" p999_ns) | $(echo "$sm $bm" | awk '{printf "%.1f", $1-$2}') | $(echo "$sp $bp" | awk '{printf "%.1f", $1-$2}') | $sampled | $drops | $trunc |"
+			out "| $seen | $mode | $sm | $(get "$f" mean_ns) | $sp | $(get "$f" p999_ns) | $(echo "$sm $bm" | awk '{printf "%.1f", $1-$2}') | $(echo "$sp $bp" | awk '{printf "%.1f", $1-$2}') |"
 		done
 	done
 	out ""

@@ -145,13 +145,25 @@ static bool stackcopy_in_fp_code(uint64_t pc, uint32_t count)
  * whose sequence count was never written comes from a daemon that sends no tables (older,
  * or a test's): it would not unwind a copy either, so the walk is all there is.
  */
+/* The last verdict of this thread, for the same stack under the same tables: a loop that
+ * allocates at one site is checked once. Touched only by its thread's slow path. */
+static __thread struct {
+	uint32_t seq; /* fp_seq of the verdict; 0: none */
+	uint32_t n;
+	bool trusted;
+	uint64_t frames[LLGO_MAX_FRAMES];
+} stackcopy_last llgo_tls_ie;
+
 bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n)
 {
 	uint32_t seq = atomic_load_explicit(&attach_ctl.fp_seq, memory_order_acquire);
 	if (seq == 0)
 		return true; /* a daemon that sends no tables cannot unwind copies either */
-	if ((seq & 1) || n == 0)
+	if ((seq & 1) || n == 0 || n > LLGO_MAX_FRAMES)
 		return false;
+	if (stackcopy_last.seq == seq && stackcopy_last.n == n &&
+	    memcmp(stackcopy_last.frames, frames, n * sizeof(frames[0])) == 0)
+		return stackcopy_last.trusted;
 	uint32_t count = __atomic_load_n(&attach_ctl.fp_count, __ATOMIC_RELAXED);
 	uint32_t roots = __atomic_load_n(&attach_ctl.root_count, __ATOMIC_RELAXED);
 	if (count == 0 || count > LLGO_CTL_FP_RANGES || roots > LLGO_CTL_ROOTS)
@@ -162,7 +174,13 @@ bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n)
 	for (uint32_t i = 0; ok && i + 1 < n; i++)
 		ok = stackcopy_in_fp_code(frames[i], count);
 	atomic_thread_fence(memory_order_acquire);
-	return ok && atomic_load_explicit(&attach_ctl.fp_seq, memory_order_relaxed) == seq;
+	if (atomic_load_explicit(&attach_ctl.fp_seq, memory_order_relaxed) != seq)
+		return false; /* rewritten meanwhile: nothing read counts, nothing is kept */
+	stackcopy_last.seq = seq;
+	stackcopy_last.n = n;
+	stackcopy_last.trusted = ok;
+	memcpy(stackcopy_last.frames, frames, n * sizeof(frames[0]));
+	return ok;
 }
 
 /* Whether this sample needs its stack copied. */
