@@ -214,9 +214,9 @@ bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 		return true; /* not entered by a tail call: the start state is unknown */
 	/* the main thread: nothing above the entry stack pointer is stack frames */
 	uintptr_t entry = &__libc_stack_end ? (uintptr_t)__libc_stack_end : 0;
-	if (entry && !(flags & LLGO_RAW_ALTSTACK) && entry > sp &&
+	if (entry && !(flags & LLGO_RAW_ALTSTACK) && entry > sp && entry < hi &&
 	    hi - entry > STACKCOPY_ENTRY_SLACK)
-		hi = entry + STACKCOPY_ENTRY_SLACK;
+		hi = entry + STACKCOPY_ENTRY_SLACK; /* only the main thread's stack holds entry */
 	uint64_t len = (hi - sp) & ~(uint64_t)7;
 	if (len > stackcopy_cap) {
 		len = stackcopy_cap;

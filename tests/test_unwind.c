@@ -7,13 +7,124 @@
  * start. Expected lines come from "@NAME" markers in the programs' sources, so the checks do
  * not depend on line numbers. The same programs run under heaptrack (which unwinds with
  * DWARF in process) and the two must agree; Debian's own sqlite3 and python3 must reach their
- * threads' starts.
+ * threads' starts. The ALLOC_RAW record itself (shim writer, daemon reader) is checked first.
  */
 #include <regex.h>
+#include <sys/mman.h>
 
 #include "e2e_util.h"
+#include "../agent/internal.h"
+#include "../shim/internal.h"
 
 #define RUN E2E_BIN "/llgo-heap run"
+
+/* ---- the ALLOC_RAW record ----------------------------------------------------------------- */
+
+struct uw_seen {
+	int records;
+	uint8_t kind;
+	uint16_t nframes;
+	uint32_t flags;
+	uint64_t frames[4];
+	struct llgo_raw_regs regs;
+	unsigned char stack[4096];
+};
+
+static void uw_seen_cb(void *arg, const struct llgo_record *rec, const uint64_t *frames)
+{
+	struct uw_seen *v = arg;
+	v->records++;
+	v->kind = rec->kind;
+	v->nframes = rec->nframes;
+	v->flags = rec->flags;
+	memcpy(v->frames, frames, (rec->nframes < 4 ? rec->nframes : 4) * sizeof(frames[0]));
+	if (rec->kind == LLGO_REC_ALLOC_RAW) {
+		memcpy(&v->regs, frames + rec->nframes, sizeof(v->regs));
+		memcpy(v->stack, (const unsigned char *)(frames + rec->nframes) + sizeof(v->regs),
+		       v->regs.stack_len < sizeof(v->stack) ? v->regs.stack_len : sizeof(v->stack));
+	}
+}
+
+/* stackcopy_push writes what ring.c accepts; a torn fixed part is corrupt, a torn stack byte
+ * is not (the checksum leaves the copy out), a wrong stack length is corrupt. */
+Test(unwind, raw_record_round_trip)
+{
+	const size_t ds = 1u << 20, len = LLGO_RING_HEADER_SIZE + ds;
+	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert(mem != MAP_FAILED);
+	struct emit_ring er;
+	cr_assert_eq(emit_ring_format(&er, mem, len, ds, 1, 42), 0);
+	static unsigned char stack[4096];
+	for (size_t i = 0; i < sizeof(stack); i++)
+		stack[i] = (unsigned char)(i * 7);
+	struct stackcopy sc;
+	memset(&sc, 0, sizeof(sc));
+	sc.regs.ip = 0x401234;
+	sc.regs.sp = (uintptr_t)stack;
+	sc.regs.bp = 0x7ffd0000;
+	sc.regs.stack_hi = (uintptr_t)stack + sizeof(stack);
+	sc.regs.stack_len = sizeof(stack);
+	sc.stack = stack;
+	sc.copy = true;
+	const uint64_t frames[3] = { 0x401234, 0x401500, 0x401600 };
+	struct ring_reader rr;
+	cr_assert_eq(ring_reader_init(&rr, mem, len, 1, ds), 0);
+
+	static struct uw_seen v;
+	cr_assert(stackcopy_push(&er, 100, 1, 0xabc, 7, frames, 3, &sc));
+	cr_assert_eq(ring_reader_drain(&rr, uw_seen_cb, &v), 1);
+	cr_expect_eq(v.kind, LLGO_REC_ALLOC_RAW);
+	cr_expect_eq(v.nframes, 3);
+	cr_expect_eq(v.frames[2], 0x401600);
+	cr_expect_eq(v.regs.ip, 0x401234);
+	cr_expect_eq(v.regs.bp, 0x7ffd0000);
+	cr_expect_eq(v.regs.stack_len, sizeof(stack));
+	cr_expect(memcmp(v.stack, stack, sizeof(stack)) == 0, "stack copy differs");
+
+	/* the same copy, wanted but not possible: an ALLOC record flagged NO_COPY */
+	sc.copy = false;
+	cr_assert(stackcopy_push(&er, 100, 1, 0xabc, 7, frames, 3, &sc));
+	cr_assert_eq(ring_reader_drain(&rr, uw_seen_cb, &v), 1);
+	cr_expect_eq(v.kind, LLGO_REC_ALLOC);
+	cr_expect_eq(v.flags, LLGO_REC_FLAG_NO_COPY);
+	sc.copy = true;
+
+	unsigned char *data = (unsigned char *)mem + LLGO_RING_HEADER_SIZE;
+	uint64_t mask = ds - 1;
+	uint32_t fixed = llgo_record_raw_fixed_len(3);
+	/* a flipped stack byte: delivered (the unwinder treats the copy as hostile anyway) */
+	uint64_t at = atomic_load(&er.hdr->head);
+	cr_assert(stackcopy_push(&er, 100, 1, 0xabc, 7, frames, 3, &sc));
+	data[(at + fixed + 100) & mask] ^= 0xff;
+	cr_expect_eq(ring_reader_drain(&rr, uw_seen_cb, &v), 1);
+	/* a flipped register byte: corrupt */
+	at = atomic_load(&er.hdr->head);
+	cr_assert(stackcopy_push(&er, 100, 1, 0xabc, 7, frames, 3, &sc));
+	data[(at + fixed - 30) & mask] ^= 0xff;
+	cr_expect_eq(ring_reader_drain(&rr, uw_seen_cb, &v), 0);
+	cr_expect_eq(rr.counts.corrupt, 1);
+	/* a stack length that disagrees with the record's length, checksum recomputed (a
+	 * consistent liar): corrupt */
+	at = atomic_load(&er.hdr->head);
+	cr_assert(stackcopy_push(&er, 100, 1, 0xabc, 7, frames, 3, &sc));
+	unsigned char rec[LLGO_RECORD_MAX_LEN + sizeof(struct llgo_raw_regs)];
+	llgo_ring_copy_out(rec, data, mask, at, fixed);
+	struct llgo_raw_regs regs;
+	memcpy(&regs, rec + fixed - sizeof(regs), sizeof(regs));
+	regs.stack_len -= 8;
+	memcpy(rec + fixed - sizeof(regs), &regs, sizeof(regs));
+	struct llgo_record hdr;
+	memcpy(&hdr, rec, sizeof(hdr));
+	hdr.checksum = 0;
+	memcpy(rec, &hdr, sizeof(hdr));
+	hdr.checksum = llgo_record_checksum(rec, fixed);
+	memcpy(rec, &hdr, sizeof(hdr));
+	llgo_ring_copy_in(data, mask, at, rec, fixed);
+	cr_expect_eq(ring_reader_drain(&rr, uw_seen_cb, &v), 0);
+	cr_expect_eq(rr.counts.corrupt, 2);
+	free(rr.scratch);
+	munmap(mem, len);
+}
 
 /* ---- profiles ------------------------------------------------------------------------- */
 
