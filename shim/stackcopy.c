@@ -83,15 +83,14 @@ uint64_t stackcopy_hello_flags(void)
 	return (uint64_t)stackcopy_mode << LLGO_HELLO_UNWIND_SHIFT;
 }
 
-/* Ring data bytes a process needs so that a ring holds a burst of full-size records between
- * two drains: 16 in dwarf mode, 8 in auto mode (where most samples become plain records once
- * the daemon sent its tables), none in fp mode. */
+/* Ring data bytes a process needs so that a ring holds a burst of 16 full-size records
+ * between two drains (in auto mode too: a program without frame pointers copies every
+ * sample); none in fp mode. */
 uint32_t stackcopy_ring_min(void)
 {
 	if (stackcopy_mode == LLGO_UNWIND_FP)
 		return 0;
-	uint64_t records = stackcopy_mode == LLGO_UNWIND_DWARF ? 16 : 8;
-	uint64_t need = records * (stackcopy_cap + llgo_record_raw_fixed_len(LLGO_MAX_FRAMES));
+	uint64_t need = 16u * (stackcopy_cap + llgo_record_raw_fixed_len(LLGO_MAX_FRAMES));
 	uint64_t size = LLGO_RING_MIN_DATA;
 	while (size < need && size < LLGO_RING_MAX_DATA)
 		size <<= 1;
