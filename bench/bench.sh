@@ -331,14 +331,14 @@ unwind_section() {
 	out ""
 	out "### Daemon DWARF unwinding on one core (unwind_stack, libunwind remote, this process's stack copies)"
 	out ""
-	out "| frames | record bytes (stack copy) | cold first unwind us | warm ns/sample | samples/s | table searches/sample | files cached | cache RSS KiB |"
-	out "|---:|---:|---:|---:|---:|---:|---:|---:|"
+	out "| frames | record bytes (stack copy) | cold first unwind us | warm CPU ns/sample | wall ns/sample | samples/s (CPU) | table searches/sample | files cached | cache RSS KiB |"
+	out "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for fr in 10 30 50; do
 		"$B/slowpath_bench" unwind --frames $fr --records 200000 |
 			awk '/^UNWIND/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-				printf "| %s | %s (%s) | %s | %s | %s | %s | %s | %s |\n", v["frames"],
+				printf "| %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s |\n", v["frames"],
 					v["record_bytes"], v["stack_bytes"], v["cold_us"], v["warm_ns"],
-					v["samples_per_sec"], v["table_searches_per_sample"], v["files"],
+					v["wall_ns"], v["samples_per_sec"], v["table_searches_per_sample"], v["files"],
 					v["cache_rss_kb"] }' |
 			outf
 	done
