@@ -492,6 +492,11 @@ static void uw_check_cxx(const char *mode)
 	UW_EXPECT(uw_count_tail(&p, thr, 2, uw_main_root, 3), 2 * n, "%s: throw", mode);
 	UW_EXPECT(uw_count(&p, exc, 3, uw_main_root, 3), n, "%s: __cxa_allocate_exception",
 		  mode);
+	/* a destructor run from throw_one's landing pad while the exception propagates */
+	const struct uw_want pad[] = { { "_ZN5GuardD2Ev", CXX, "guard_dtor" },
+				       { "_Z9throw_onei", NULL, NULL },
+				       { "main", CXX, "main_throw" } };
+	UW_EXPECT(uw_count(&p, pad, 3, uw_main_root, 3), n, "%s: landing pad", mode);
 	uw_expect_whole(&p);
 	if (bad || p.truncated)
 		uw_dump(&p);

@@ -2,7 +2,7 @@
 /*
  * nofp_cxx.cc: an -O2 C++ program without frame pointers whose allocations go through
  * Debian's libstdc++ (std::string, std::vector, std::map, std::make_shared, a thrown
- * exception), for test_unwind. Lines the test checks carry markers ("@NAME").
+ * exception, a destructor that allocates in a landing pad), for test_unwind. Lines the test checks carry markers ("@NAME").
  *
  * usage: nofp_cxx N
  */
@@ -44,8 +44,20 @@ __attribute__((noinline)) std::shared_ptr<Node> make_node()
 	return std::make_shared<Node>(); /* @make_node */
 }
 
+static void *volatile sink;
+
+/* Runs in throw_one's landing pad while the exception propagates. */
+struct Guard {
+	__attribute__((noinline)) ~Guard()
+	{
+		sink = std::malloc(55); /* @guard_dtor */
+		std::free(sink);
+	}
+};
+
 __attribute__((noinline)) void throw_one(int i)
 {
+	Guard g;
 	if (i >= 0)
 		throw std::runtime_error("thrown"); /* @throw_one */
 }
