@@ -20,8 +20,9 @@
  *   - kind/version unknown: skipped (valid length and checksum), not an error;
  *   - ALLOC: length == header + 8 * nframes, rate >= 1, seq > the previous seq (a gap is a
  *     drop, counted by the producer; going back is corrupt).
- *   - ALLOC_RAW: as ALLOC, with length == header + frames + registers + stack_len, stack_len
- *     8-aligned and <= LLGO_RAW_MAX_STACK, the checksum over all but the stack bytes; copied
+ *   - ALLOC_RAW: as ALLOC, with length == header + frames + registers + stack_len +
+ *     stack2_len, both 8-aligned and <= LLGO_RAW_MAX_STACK, the checksum over all but the
+ *     stack bytes; copied
  *     into the reader's own buffer (r->scratch) since it may be KiBs long.
  * A head more than a ring ahead of our tail, or behind it, is corrupt: resynchronise at head.
  *
@@ -189,7 +190,8 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 			struct llgo_raw_regs regs;
 			memcpy(&regs, bytes + sumlen - sizeof(regs), sizeof(regs));
 			len_ok = regs.stack_len <= LLGO_RAW_MAX_STACK && !(regs.stack_len & 7) &&
-				 len == sumlen + regs.stack_len;
+				 regs.stack2_len <= LLGO_RAW_MAX_STACK && !(regs.stack2_len & 7) &&
+				 len == sumlen + regs.stack_len + regs.stack2_len;
 		}
 		if (!len_ok || rec->nframes > LLGO_MAX_FRAMES || rec->rate < 1 ||
 		    rec->seq < r->next_seq || rec->seq == UINT64_MAX) {

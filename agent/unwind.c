@@ -546,6 +546,14 @@ static int uw_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, 
 		}
 		return 0;
 	}
+	/* the interrupted thread stack under a sigaltstack handler */
+	if (r->stack2_len && addr >= r->stack2_lo && addr - r->stack2_lo < r->stack2_len) {
+		uint64_t off = addr - r->stack2_lo;
+		const unsigned char *s2 = c->stack + r->stack_len;
+		*val = 0;
+		memcpy(val, s2 + off, r->stack2_len - off < 8 ? r->stack2_len - off : 8);
+		return 0;
+	}
 	const struct uwimage *im = unwind_image(c, addr);
 	if (im) {
 		const struct uwfile *f = im->f;

@@ -219,7 +219,10 @@ _Static_assert(offsetof(struct llgo_record, checksum) == 48, "checksum offset");
  * site the only ones the CFI of the frames above can need to compute a CFA are sp and bp.
  * stack_hi is the end of the thread's stack (0: unknown). The stack copy covers
  * [sp, sp + stack_len); LLGO_RAW_CAPPED says it stopped at LLGO_HEAP_STACK_KB before
- * stack_hi, LLGO_RAW_ALTSTACK that sp was on a sigaltstack (the copy ends with it).
+ * stack_hi, LLGO_RAW_ALTSTACK that sp was on a sigaltstack: the copy ends with the alternate
+ * stack, and a second copy [stack2_lo, stack2_lo + stack2_len) holds the top of the thread's
+ * own stack, where the interrupted code's frames are (0 bytes when none could be read).
+ * The stack bytes follow the registers: first stack_len, then stack2_len.
  */
 struct llgo_raw_regs {
 	uint64_t ip;
@@ -228,10 +231,14 @@ struct llgo_raw_regs {
 	uint64_t stack_hi;
 	uint32_t stack_len; /* multiple of 8, <= LLGO_RAW_MAX_STACK */
 	uint32_t flags;     /* LLGO_RAW_* */
+	uint64_t stack2_lo;
+	uint32_t stack2_len; /* multiple of 8, <= LLGO_RAW_MAX_STACK; 0 unless ALTSTACK */
+	uint32_t reserved;
 };
 
-_Static_assert(sizeof(struct llgo_raw_regs) == 40, "raw registers size");
+_Static_assert(sizeof(struct llgo_raw_regs) == 56, "raw registers size");
 _Static_assert(offsetof(struct llgo_raw_regs, stack_len) == 32, "stack_len offset");
+_Static_assert(offsetof(struct llgo_raw_regs, stack2_lo) == 40, "stack2_lo offset");
 
 /* llgo_record.flags of an ALLOC record: the sample wanted a stack copy (dwarf mode, or auto
  * mode with an untrusted frame-pointer walk) but could not have one (no room left in the
@@ -245,7 +252,7 @@ _Static_assert(offsetof(struct llgo_raw_regs, stack_len) == 32, "stack_len offse
 #define LLGO_RAW_MAX_STACK (256u << 10)
 #define LLGO_RAW_DEFAULT_STACK (32u << 10)
 #define LLGO_RECORD_RAW_MAX_LEN \
-	(LLGO_RECORD_MAX_LEN + sizeof(struct llgo_raw_regs) + LLGO_RAW_MAX_STACK)
+	(LLGO_RECORD_MAX_LEN + sizeof(struct llgo_raw_regs) + 2 * LLGO_RAW_MAX_STACK)
 
 /* Bytes of an ALLOC_RAW record before its stack copy (what its checksum covers). */
 static inline uint32_t llgo_record_raw_fixed_len(uint32_t nframes)

@@ -234,6 +234,7 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 struct stackcopy {
 	struct llgo_raw_regs regs;
 	const unsigned char *stack;
+	const unsigned char *stack2; /* regs.stack2_len bytes (sigaltstack handlers) */
 	bool copy;
 };
 

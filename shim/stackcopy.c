@@ -17,7 +17,8 @@
  *
  * The copy runs from that stack pointer up to the thread's stack end (t->stack_hi; for the
  * main thread, just above glibc's entry stack pointer), capped at LLGO_HEAP_STACK_KB. A stack pointer outside the thread's stack is a signal handler on a
- * sigaltstack: the alternate stack is asked for (one syscall) and copied up to its end.
+ * sigaltstack: the alternate stack is asked for (one syscall) and copied up to its end, and
+ * the top of the thread's own stack, where the interrupted frames are, as a second region.
  * Without known bounds nothing is copied (reading past a stack's end could fault).
  *
  * Costs: the copy is a memcpy into the ring, so its price is its size; rings are made large
@@ -26,6 +27,7 @@
  */
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "internal.h"
 
@@ -182,6 +184,41 @@ bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n)
 	return ok;
 }
 
+/*
+ * A handler on a sigaltstack: the interrupted code's frames are on the thread's own stack,
+ * somewhere below its end. Its top (up to the cap, never below the thread's stack start nor
+ * into memory that is not mapped: mincore answers ENOMEM for a range with a hole, and the
+ * main thread's stack below its lowest use, or a guard gap, is such a hole) is copied as a
+ * second region. Reading it is safe: it is mapped stack memory no one else writes while this
+ * thread runs its handler.
+ */
+static void stackcopy_interrupted(struct stackcopy *sc, const struct llgo_heap_thread *t,
+				  uintptr_t entry)
+{
+	uintptr_t top = t->stack_hi, lo = t->stack_lo;
+	if (!top || top <= lo)
+		return;
+	if (entry && entry > lo && entry < top && top - entry > STACKCOPY_ENTRY_SLACK)
+		top = entry + STACKCOPY_ENTRY_SLACK;
+	uintptr_t page = 4096;
+	uintptr_t top_page = (top + page - 1) & ~(page - 1);
+	uint64_t size = stackcopy_cap;
+	unsigned char vec[LLGO_RAW_MAX_STACK / 4096 + 2];
+	while (size >= page) {
+		uintptr_t from = top - size < lo || top - size > top ? lo : top - size;
+		from = (from + 7) & ~(uintptr_t)7;
+		uintptr_t from_page = from & ~(page - 1);
+		if ((top_page - from_page) / page <= sizeof(vec) &&
+		    mincore((void *)from_page, top_page - from_page, vec) == 0) {
+			sc->regs.stack2_lo = from;
+			sc->regs.stack2_len = (uint32_t)((top - from) & ~(uintptr_t)7);
+			sc->stack2 = (const unsigned char *)from;
+			return;
+		}
+		size /= 2;
+	}
+}
+
 /* Whether this sample needs its stack copied. */
 static bool stackcopy_wanted(const uint64_t *frames, uint32_t n)
 {
@@ -198,13 +235,13 @@ bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 	if (stackcopy_mode == LLGO_UNWIND_FP || !stackcopy_wanted(frames, n))
 		return false;
 	memset(&sc->regs, 0, sizeof(sc->regs));
-	sc->stack = NULL;
+	sc->stack = sc->stack2 = NULL;
 	sc->copy = false; /* until the start state is known: a frame-pointer stack, flagged */
 	/* The frame whose return address is the program's call site. */
 	const uintptr_t *f = (const uintptr_t *)(cxx ? cxx : (uintptr_t)frame);
 	if (!f || ((uintptr_t)f & 7))
 		return true;
-	uintptr_t sp = (uintptr_t)f + 16, hi = 0;
+	uintptr_t sp = (uintptr_t)f + 16, hi = 0, entry = 0;
 	uint32_t flags = 0;
 	if (!stackcopy_bounds(t, (uintptr_t)f, &hi, &flags) || hi < sp)
 		return true;
@@ -212,7 +249,7 @@ bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 	if (!cxx && ip != (uintptr_t)ra)
 		return true; /* not entered by a tail call: the start state is unknown */
 	/* the main thread: nothing above the entry stack pointer is stack frames */
-	uintptr_t entry = &__libc_stack_end ? (uintptr_t)__libc_stack_end : 0;
+	entry = &__libc_stack_end ? (uintptr_t)__libc_stack_end : 0;
 	if (entry && !(flags & LLGO_RAW_ALTSTACK) && entry > sp && entry < hi &&
 	    hi - entry > STACKCOPY_ENTRY_SLACK)
 		hi = entry + STACKCOPY_ENTRY_SLACK; /* only the main thread's stack holds entry */
@@ -229,6 +266,8 @@ bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 	sc->regs.flags = flags;
 	sc->stack = (const unsigned char *)sp;
 	sc->copy = true;
+	if (flags & LLGO_RAW_ALTSTACK)
+		stackcopy_interrupted(sc, t, entry);
 	return true;
 }
 
@@ -256,7 +295,7 @@ bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uin
 	uint64_t used = head - tail, cap = r->mask + 1;
 	bool copy = sc->copy;
 	uint32_t fixed = copy ? llgo_record_raw_fixed_len(n) : llgo_record_alloc_len(n);
-	uint32_t len = fixed + (copy ? sc->regs.stack_len : 0);
+	uint32_t len = fixed + (copy ? sc->regs.stack_len + sc->regs.stack2_len : 0);
 	if (copy && stackcopy_mode == LLGO_UNWIND_AUTO && used <= cap && cap - used >= len &&
 	    cap - used - len < cap / 8) {
 		copy = false;
@@ -291,6 +330,9 @@ bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uin
 	llgo_ring_copy_in(r->data, r->mask, head, u.bytes, fixed);
 	if (copy && sc->regs.stack_len)
 		llgo_ring_copy_in(r->data, r->mask, head + fixed, sc->stack, sc->regs.stack_len);
+	if (copy && sc->regs.stack2_len)
+		llgo_ring_copy_in(r->data, r->mask, head + fixed + sc->regs.stack_len, sc->stack2,
+				  sc->regs.stack2_len);
 	atomic_store_explicit(&h->head, head + len, memory_order_release);
 	atomic_store_explicit(&h->sampled, sampled + 1, memory_order_release);
 	return true;

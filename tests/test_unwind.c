@@ -421,6 +421,9 @@ static void uw_check_chains(const char *mode)
 	const struct uw_want s0[] = { { "on_signal", CHAINS, "on_signal" } };
 	const struct uw_want s1[] = { { "raise", NULL, NULL }, { "main", CHAINS, "main_raise" } };
 	const struct uw_want pf[] = { { "main", CHAINS, "main_printf" } };
+	const struct uw_want a0[] = { { "on_altsignal", CHAINS, "on_altsignal" } };
+	const struct uw_want a1[] = { { "raise", NULL, NULL },
+				      { "main", CHAINS, "main_altraise" } };
 
 	bool bad = false;
 #define UW_EXPECT(got, want, ...)                                                          \
@@ -438,6 +441,10 @@ static void uw_check_chains(const char *mode)
 	UW_EXPECT(uw_count(&p, s0, 1, NULL, 0), n, "%s: signal handler", mode);
 	UW_EXPECT(uw_count_tail(&p, s1, 2, uw_main_root, 3), n,
 		  "%s: signal handler's stack down to raise and main", mode);
+	/* on a sigaltstack: the handler's stack, then the interrupted one */
+	UW_EXPECT(uw_count(&p, a0, 1, NULL, 0), n, "%s: sigaltstack handler", mode);
+	UW_EXPECT(uw_count_tail(&p, a1, 2, uw_main_root, 3), n,
+		  "%s: sigaltstack handler's stack down to raise and main", mode);
 	/* stdio's buffer, allocated inside libc (no frame pointers) for printf */
 	UW_EXPECT(uw_count_tail(&p, pf, 1, uw_main_root, 3), 1,
 		  "%s: printf's buffer under main:@main_printf", mode);

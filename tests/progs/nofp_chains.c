@@ -83,6 +83,15 @@ __attribute__((noinline)) static void on_signal(int sig)
 	free(sink);
 }
 
+/* The same on a sigaltstack: the handler's frames are on the alternate stack, the
+ * interrupted ones on the main stack. */
+__attribute__((noinline)) static void on_altsignal(int sig)
+{
+	(void)sig;
+	sink = malloc(handler_size + 1); /* @on_altsignal */
+	free(sink);
+}
+
 int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 10;
@@ -103,6 +112,16 @@ int main(int argc, char **argv)
 		signal(SIGUSR1, on_signal);
 		for (int i = 0; i < n; i++)
 			raise(SIGUSR1); /* @main_raise */
+		static char altstack[64 << 10];
+		stack_t ss = { .ss_sp = altstack, .ss_size = sizeof(altstack) };
+		struct sigaction sa;
+		memset(&sa, 0, sizeof(sa));
+		sa.sa_handler = on_altsignal;
+		sa.sa_flags = SA_ONSTACK;
+		if (sigaltstack(&ss, NULL) != 0 || sigaction(SIGUSR2, &sa, NULL) != 0)
+			return 1;
+		for (int i = 0; i < n; i++)
+			raise(SIGUSR2); /* @main_altraise */
 	}
 
 	if (lib) {
