@@ -5,6 +5,7 @@
 #   make test       deps + build + every test (criterion unit, stress and end-to-end)
 #   make demo       deps + build + profile a sample program, print top sites, write a pprof
 #   make bench      allocation microbenchmarks (see docs/performance.md)
+#   make bench-unwind  the DWARF unwinding rows of make bench alone
 #   make SAN=address,undefined test   sanitized daemon, CLI and unit tests in build-san-*/
 #
 # Sanitizer runtimes own malloc themselves, so under SAN= the LD_PRELOAD shim is still built
@@ -164,7 +165,7 @@ $(OUT)/progs/nofp_%: tests/progs/nofp_%.cc
 
 DEB_PKGS := gcc g++ make pkg-config libelf-dev libdw-dev zlib1g-dev libcriterion-dev \
 	libmicrohttpd-dev libbpf-dev libunwind-dev bpftool clang llvm golang-go valgrind \
-	sqlite3 python3 procps
+	sqlite3 python3 procps heaptrack libc6-dbg
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
