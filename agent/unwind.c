@@ -22,11 +22,14 @@
  * found for a pc are reused by every later sample (flushed when the images change).
  *
  * Limits, stated: only .eh_frame_hdr-indexed CFI is used (every Debian binary and library
- * has it; .debug_frame-only objects unwind as far as libunwind's frame-pointer fallback
- * goes and are usually truncated); a stack copied from a sigaltstack ends where the copy
- * ends. A stack that stops short of the thread's start for any reason (an unwinding error,
- * a read outside the copy, the frame limit) is marked truncated; the caller appends a
- * [truncated] frame.
+ * has it); a frame without CFI ends the stack (libunwind would guess from rbp and call a
+ * zero rbp the end: neither is trusted). A stack that stops short of the thread's start for
+ * any reason (an unwinding error, a frame without CFI, a read outside the copies, the frame
+ * limit) is marked truncated; the caller appends a [truncated] frame.
+ *
+ * Auto mode (the second half of this file): which code keeps frame pointers, found once per
+ * file from its CFI with libdw, and the roots learned from whole stacks; both go to the
+ * shim's control page through session.c (docs/design.md, "Unwinding modes").
  *
  * Threads: a struct unwind belongs to one session and is used under its drain lock; the file
  * cache has its own mutex.
