@@ -77,8 +77,13 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 				 rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
 	}
 	s->unwound++;
-	if (!truncated && s->unwind_mode == LLGO_UNWIND_AUTO)
+	if (!truncated && s->unwind_mode == LLGO_UNWIND_AUTO) {
 		unwind_learn(s->unwind, ctx->pcs, n);
+		/* a root just became trusted: tell the shim now, not after this whole pass (a
+		 * pass over many threads' copies can be long, and they copy until told); a no-op
+		 * unless the tables changed */
+		session_send_fp_tables(s);
+	}
 	if (truncated) {
 		ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
 		s->truncated++;

@@ -25,6 +25,7 @@
  * enough for a burst of full-size records (stackcopy_ring_min). Settings are read once, at
  * start (emit_init), before any thread samples.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -253,6 +254,12 @@ bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 	if (entry && !(flags & LLGO_RAW_ALTSTACK) && entry > sp && entry < hi &&
 	    hi - entry > STACKCOPY_ENTRY_SLACK)
 		hi = entry + STACKCOPY_ENTRY_SLACK; /* only the main thread's stack holds entry */
+	/* Another thread: glibc puts its thread control block (and, below it, the static TLS)
+	 * at the top of the thread's stack block, above the first frame; the thread pointer is
+	 * that block's address, so nothing above it is a frame. */
+	uintptr_t tp = (uintptr_t)pthread_self();
+	if (!(flags & LLGO_RAW_ALTSTACK) && tp > sp && tp < hi)
+		hi = tp;
 	uint64_t len = (hi - sp) & ~(uint64_t)7;
 	if (len > stackcopy_cap) {
 		len = stackcopy_cap;
