@@ -15,8 +15,9 @@
  * wrapper's frame. When the check fails (a caller that is not a tail call), no copy is made
  * and the sample keeps its frame-pointer stack.
  *
- * The copy runs from that stack pointer up to the thread's stack end (t->stack_hi; for the
- * main thread, just above glibc's entry stack pointer), capped at LLGO_HEAP_STACK_KB. A stack pointer outside the thread's stack is a signal handler on a
+ * The copy runs from that stack pointer up to the end of the thread's frames (t->stack_hi;
+ * for the main thread, just above glibc's entry stack pointer; for other threads, the thread
+ * pointer), capped at LLGO_HEAP_STACK_KB. A stack pointer outside the thread's stack is a signal handler on a
  * sigaltstack: the alternate stack is asked for (one syscall) and copied up to its end, and
  * the top of the thread's own stack, where the interrupted frames are, as a second region.
  * Without known bounds nothing is copied (reading past a stack's end could fault).
