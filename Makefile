@@ -6,6 +6,7 @@
 #   make demo       deps + build + profile a sample program, print top sites, write a pprof
 #   make bench      allocation microbenchmarks (see docs/performance.md)
 #   make bench-inuse  the in-use tracking rows alone (free path, live-heap memory, rate 1)
+#   make bench-unwind  the DWARF unwinding rows of make bench alone
 #   make SAN=address,undefined test   sanitized daemon, CLI and unit tests in build-san-*/
 #
 # Sanitizer runtimes own malloc themselves, so under SAN= the LD_PRELOAD shim is still built
@@ -43,7 +44,7 @@ SHIM_EXTRA_CFLAGS ?=
 CFLAGS_SHIM := $(SHIM_EXTRA_CFLAGS) $(BASE_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec \
 	-fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free \
 	-fno-stack-protector -pthread
-LIBS_AGENT := -lbpf -lelf -ldw -lz -lmicrohttpd -lpthread -lm
+LIBS_AGENT := -lbpf -lelf -ldw -lz -lmicrohttpd -lunwind-x86_64 -lunwind -lpthread -lm
 
 # Criterion 2.4 cannot start under ThreadSanitizer (Snaipe/Criterion#274): with SAN=thread the
 # same test files build against tests/nocriterion/, a stand-in with the subset of its API.
@@ -65,6 +66,8 @@ HEADERS := $(wildcard shared/*.h agent/*.h shim/*.h include/*.h tests/*.h)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRCS))
+# tests/progs/nofp_* (and libnofp_*) are built the way most programs ship: -O2 without frame
+# pointers (issue 9: DWARF unwinding); everything else keeps frame pointers.
 PROG_C_SRCS := $(filter-out tests/progs/lib%,$(wildcard tests/progs/*.c))
 PROG_SO_SRCS := $(wildcard tests/progs/lib*.c)
 PROG_CXX_SRCS := $(filter-out tests/progs/lib%,$(wildcard tests/progs/*.cc))
@@ -79,7 +82,7 @@ PROG_BINS += $(OUT)/progs/libllgoheap-noprobe.so
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
 
-.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse clean install check-deps
+.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse bench-unwind clean install check-deps
 all: $(BINS) $(LIBS)
 
 # ---- build -----------------------------------------------------------------------------
@@ -201,11 +204,28 @@ $(OUT)/progs/%.so: tests/progs/%.cc
 	$(Q)$(CXX) -std=c++17 -g -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread \
 		-shared -fPIC -o $@ $<
 
+PROG_NOFP_CFLAGS := $(filter-out -fno-omit-frame-pointer,$(PROG_CFLAGS)) -fomit-frame-pointer
+$(OUT)/progs/nofp_%: tests/progs/nofp_%.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_NOFP_CFLAGS) -o $@ $< -ldl -lm
+
+$(OUT)/progs/libnofp_%.so: tests/progs/libnofp_%.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_NOFP_CFLAGS) -shared -fPIC -o $@ $<
+
+$(OUT)/progs/nofp_%: tests/progs/nofp_%.cc
+	$(call msg,CXX,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) -std=c++17 -g -O2 -fomit-frame-pointer -Wall -Wextra -Werror -pthread \
+		-o $@ $<
+
 # ---- deps ------------------------------------------------------------------------------
 
 DEB_PKGS := gcc g++ make pkg-config libelf-dev libdw-dev zlib1g-dev libcriterion-dev \
 	libmicrohttpd-dev libbpf-dev libunwind-dev bpftool clang llvm golang-go valgrind \
-	sqlite3 python3 procps systemtap-sdt-dev tmux
+	sqlite3 python3 procps systemtap-sdt-dev tmux heaptrack libc6-dbg
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
@@ -247,6 +267,9 @@ demo: deps
 
 bench: all
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) bench
+
+bench-unwind: all
+	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) unwind
 
 bench-peers: deps all
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) peers

@@ -2,7 +2,7 @@
 /*
  * cli.c: llgo-heap, the command-line client.
  *
- *   llgo-heap run [-r RATE] [-o FILE] [-f pprof|text|folded] -- CMD [ARG...]
+ *   llgo-heap run [-r RATE] [-o FILE] [-f pprof|text|folded] [--unwind MODE] -- CMD [ARG...]
  *   llgo-heap list
  *   llgo-heap snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs]
  *   llgo-heap top PID [-n N] [--inuse] [--objects]
@@ -37,7 +37,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: llgo-heap COMMAND [options]\n"
-		"  run [-r RATE] [-o FILE] [-f pprof|text|folded] -- CMD [ARG...]\n"
+		"  run [-r RATE] [-o FILE] [-f pprof|text|folded] [--unwind auto|fp|dwarf] -- CMD...\n"
 		"        profile CMD with a private daemon, write its profile, print top sites\n"
 		"  list                          attached processes and their record counts\n"
 		"  snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs]\n"
@@ -72,6 +72,7 @@ struct opts {
 	const char *rate;
 	const char *seconds;   /* verify */
 	const char *min_agree; /* verify */
+	const char *unwind; /* run: LLGO_HEAP_UNWIND for the command */
 	unsigned top_n;
 	uint32_t flags;
 	bool watch;
@@ -126,6 +127,12 @@ static int opts_parse(const char *sub, int argc, char **argv, struct opts *o)
 		} else if ((strcmp(a, "-r") == 0 || strcmp(a, "--rate") == 0) &&
 			   strcmp(sub, "run") == 0) {
 			TAKE(o->rate);
+		} else if (strcmp(a, "--unwind") == 0 && strcmp(sub, "run") == 0) {
+			TAKE(o->unwind);
+			if (strcmp(o->unwind, "auto") != 0 && strcmp(o->unwind, "fp") != 0 &&
+			    strcmp(o->unwind, "dwarf") != 0)
+				return die("%s: --unwind takes auto, fp or dwarf, not '%s'", sub,
+					   o->unwind);
 		} else if ((strcmp(a, "-n") == 0 || strcmp(a, "--top") == 0) &&
 			   (strcmp(sub, "top") == 0 || strcmp(sub, "run") == 0)) {
 			const char *n;
@@ -378,8 +385,9 @@ static int write_file(const char *file, const struct buf *b)
 static void print_list(const struct buf *b)
 {
 	size_t n = b->len / sizeof(struct llgo_list_entry);
-	printf("%-8s %-7s %10s %10s %10s %8s %8s %8s %15s  %s\n", "PID", "STATE", "RATE",
-	       "SAMPLED", "DELIVERED", "DROPPED", "CORRUPT", "BUCKETS", "VERIFIED", "COMMAND");
+	printf("%-8s %-7s %10s %10s %10s %8s %8s %8s %-6s %9s %15s  %s\n", "PID", "STATE",
+	       "RATE", "SAMPLED", "DELIVERED", "DROPPED", "CORRUPT", "BUCKETS", "UNWIND",
+	       "TRUNCATED", "VERIFIED", "COMMAND");
 	for (size_t i = 0; i < n; i++) {
 		struct llgo_list_entry e;
 		memcpy(&e, b->data + i * sizeof(e), sizeof(e));
@@ -389,11 +397,12 @@ static void print_list(const struct buf *b)
 		if (e.verify_samples)
 			snprintf(ver, sizeof(ver), "%llu/%llu", (unsigned long long)e.verify_agree,
 				 (unsigned long long)e.verify_samples);
-		printf("%-8u %-7s %10llu %10llu %10llu %8llu %8llu %8llu %15s  %s\n", e.pid,
-		       e.state == LLGO_PROC_LIVE ? "live" : "exited", (unsigned long long)e.rate,
-		       (unsigned long long)e.sampled, (unsigned long long)e.delivered,
-		       (unsigned long long)e.dropped, (unsigned long long)e.corrupt,
-		       (unsigned long long)e.buckets, ver, e.comm);
+		printf("%-8u %-7s %10llu %10llu %10llu %8llu %8llu %8llu %-6s %9llu %15s  %s\n",
+		       e.pid, e.state == LLGO_PROC_LIVE ? "live" : "exited",
+		       (unsigned long long)e.rate, (unsigned long long)e.sampled,
+		       (unsigned long long)e.delivered, (unsigned long long)e.dropped,
+		       (unsigned long long)e.corrupt, (unsigned long long)e.buckets,
+		       unwind_mode_name(e.unwind_mode), (unsigned long long)e.truncated, ver, e.comm);
 	}
 }
 
@@ -638,7 +647,8 @@ static void stop_daemon(pid_t pid)
 	waitpid(pid, &st, 0);
 }
 
-static pid_t spawn_command(char **cmd, const char *shim, const char *sock, const char *rate)
+static pid_t spawn_command(char **cmd, const char *shim, const char *sock, const char *rate,
+			   const char *unwind)
 {
 	pid_t pid = fork();
 	if (pid != 0)
@@ -655,6 +665,8 @@ static pid_t spawn_command(char **cmd, const char *shim, const char *sock, const
 	setenv("LLGO_HEAP_SOCKET", sock, 1);
 	if (rate)
 		setenv("LLGO_HEAP_RATE", rate, 1);
+	if (unwind)
+		setenv("LLGO_HEAP_UNWIND", unwind, 1);
 	signal(SIGINT, SIG_DFL);
 	signal(SIGQUIT, SIG_DFL);
 	execvp(cmd[0], cmd);
@@ -726,7 +738,7 @@ static int cmd_run(struct opts *o)
 	struct sigaction ign = { .sa_handler = SIG_IGN }, old_int, old_quit;
 	sigaction(SIGINT, &ign, &old_int);
 	sigaction(SIGQUIT, &ign, &old_quit);
-	child = spawn_command(o->cmd, shim, sock, o->rate);
+	child = spawn_command(o->cmd, shim, sock, o->rate, o->unwind);
 	if (child < 0) {
 		rc = die("run: fork: %s", strerror(errno));
 		goto out;

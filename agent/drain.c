@@ -30,6 +30,7 @@
 #define DRAIN_POLL_MIN_NS 1000000ull    /* 1 ms */
 #define DRAIN_POLL_MAX_NS 100000000ull  /* 100 ms */
 #define DRAIN_REFRESH_MS 100u
+#define DRAIN_UNWIND_REFRESH_MS 10u
 
 struct drain {
 	struct session_registry *reg;
@@ -46,20 +47,79 @@ struct drain_ctx {
 	uint32_t ring_id; /* of the ring being drained */
 	size_t records;
 	bool unknown_pc;
+	uint64_t pcs[UNWIND_MAX_FRAMES]; /* an unwound stack */
 };
 
 /* ---- one session ------------------------------------------------------------------------ */
+
+static void drain_refresh_locked(struct session *s, bool force);
+
+/* An ALLOC_RAW record's stack, unwound (unwind.c) into ctx->pcs; a stack that did not reach
+ * the thread's start ends in PROFILE_PC_TRUNCATED. */
+static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *rec,
+			     const uint64_t *frames)
+{
+	struct session *s = ctx->s;
+	const unsigned char *raw = (const unsigned char *)(frames + rec->nframes);
+	struct llgo_raw_regs regs;
+	memcpy(&regs, raw, sizeof(regs));
+	if (!s->unwind)
+		s->unwind = unwind_new(s->pid, s->unwind_mode == LLGO_UNWIND_AUTO);
+	bool truncated = true, unknown = false;
+	uint32_t n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
+				  rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
+	/* A pc in no known mapping: a library loaded since the maps were read (dlopen). The
+	 * unwind needs its CFI now, so the maps are re-read at once (at most every
+	 * DRAIN_UNWIND_REFRESH_MS: code that is in no file, a JIT's, would ask every time). */
+	uint64_t now = session_now_ns(CLOCK_MONOTONIC);
+	if (unknown && s->maps && session_is_live(s) &&
+	    now - s->last_refresh_ns >= DRAIN_UNWIND_REFRESH_MS * 1000000ull) {
+		drain_refresh_locked(s, true);
+		n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
+				 rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
+	}
+	s->unwound++;
+	if (!truncated && s->unwind_mode == LLGO_UNWIND_AUTO) {
+		unwind_learn(s->unwind, ctx->pcs, n);
+		/* a root just became trusted: tell the shim now, not after this whole pass (a
+		 * pass over many threads' copies can be long, and they copy until told); a no-op
+		 * unless the tables changed */
+		session_send_fp_tables(s);
+	}
+	if (truncated) {
+		ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
+		s->truncated++;
+	}
+	return n;
+}
 
 static void drain_record(void *arg, const struct llgo_record *rec, const uint64_t *frames)
 {
 	struct drain_ctx *ctx = arg;
 	struct session *s = ctx->s;
-	if (rec->kind != LLGO_REC_ALLOC)
-		return; /* FREE and ALLOC_RAW are reserved; ring.c counts what it hands us */
+	if (rec->kind != LLGO_REC_ALLOC && rec->kind != LLGO_REC_ALLOC_RAW)
+		return; /* FREE is reserved; ring.c counts what it hands us */
 	if (s->verify) /* llgo-heap verify: the kernel's capture of this sample may come */
 		verify_note_record(s->verify, ctx->ring_id, rec, frames);
 	uint64_t rate = rec->rate;
-	int r = bucket_table_add(s->buckets, frames, rec->nframes, rec->size, rate);
+	uint32_t npcs = rec->nframes;
+	if (rec->kind == LLGO_REC_ALLOC_RAW) {
+		npcs = drain_unwind(ctx, rec, frames);
+		frames = ctx->pcs;
+	} else if (s->unwind_mode == LLGO_UNWIND_AUTO || (rec->flags & LLGO_REC_FLAG_NO_COPY)) {
+		/* A trusted frame-pointer walk ends at a root: the rest of the stack is known. A
+		 * walk that wanted a copy and got none is stated as truncated unless it ends at
+		 * such a root too. */
+		memcpy(ctx->pcs, frames, npcs * sizeof(frames[0]));
+		uint32_t n = unwind_complete(s->unwind, ctx->pcs, npcs, UNWIND_MAX_FRAMES - 1);
+		if (n == npcs && (rec->flags & LLGO_REC_FLAG_NO_COPY)) {
+			ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
+			s->truncated++;
+		}
+		npcs = n;
+		frames = ctx->pcs;
+	}
+	int r = bucket_table_add(s->buckets, frames, npcs, rec->size, rate);
 	if (r < 0) {
 		s->bucket_errors++;
 		return;
@@ -73,8 +133,8 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	s->last_rate = rate;
 	/* Only a stack new to the table can hold a pc we have not checked yet. */
 	if (r == 1 && s->maps && !ctx->unknown_pc) {
-		for (uint32_t i = 0; i < rec->nframes; i++) {
-			if (!procmaps_find(s->maps, frames[i])) {
+		for (uint32_t i = 0; i < npcs; i++) {
+			if (frames[i] != PROFILE_PC_TRUNCATED && !procmaps_find(s->maps, frames[i])) {
 				ctx->unknown_pc = true;
 				break;
 			}
@@ -106,12 +166,22 @@ static size_t drain_session_locked(struct session *s)
 		return 0;
 	session_sync_rings(s);
 	session_adopt_rings_locked(s);
-	struct drain_ctx ctx = { .s = s };
+	struct drain_ctx *ctx = malloc(sizeof(*ctx));
+	if (!ctx)
+		return 0;
+	ctx->s = s;
+	ctx->records = 0;
+	ctx->unknown_pc = false;
 	for (size_t i = 0; i < s->nrings_adopted; i++) {
-		ctx.ring_id = s->rings[i].ring_id;
-		ring_reader_drain(&s->rings[i], drain_record, &ctx);
+		ctx->ring_id = s->rings[i].ring_id;
+		ring_reader_drain(&s->rings[i], drain_record, ctx);
 	}
-	if (ctx.unknown_pc)
+	bool unknown = ctx->unknown_pc;
+	size_t records = ctx->records;
+	free(ctx);
+	if (s->unwind && s->unwind_mode == LLGO_UNWIND_AUTO)
+		session_send_fp_tables(s);
+	if (unknown)
 		s->maps_stale = true;
 	drain_refresh_locked(s, false);
 	/* Tell the shim whether it must wait for us at exit (a pc we could not place yet). */
@@ -125,7 +195,7 @@ static size_t drain_session_locked(struct session *s)
 	pthread_mutex_unlock(&s->lock);
 	struct session_counts c;
 	session_account_locked(s, &c); /* refreshes the cached counts LIST shows */
-	return ctx.records;
+	return records;
 }
 
 size_t drain_session(struct session *s)
@@ -145,6 +215,19 @@ void drain_session_exit(struct session *s)
 	if (session_is_live(s))
 		inuse_freeze_locked(s);
 	session_retire_locked(s);
+	pthread_mutex_unlock(&s->drain_lock);
+}
+
+void drain_prepare_unwind(struct session *s)
+{
+	if (s->unwind_mode != LLGO_UNWIND_AUTO || !s->maps)
+		return;
+	pthread_mutex_lock(&s->drain_lock);
+	if (!s->unwind) {
+		s->unwind = unwind_new(s->pid, true);
+		unwind_prepare(s->unwind, s->maps);
+		session_send_fp_tables(s);
+	}
 	pthread_mutex_unlock(&s->drain_lock);
 }
 

@@ -69,10 +69,12 @@ struct ring_reader {
 	/* Samples of this ring that an earlier reader took (a daemon that died or a session
 	 * that ended before the process did): counted as sampled and dropped. */
 	uint64_t prior;
+	unsigned char *scratch; /* LLGO_RECORD_RAW_MAX_LEN bytes for RAW records, on demand */
 };
 
 /* A valid record copied out of the ring; frames points into the reader's scratch copy and
- * is valid only during the callback. */
+ * is valid only during the callback. An ALLOC_RAW record's registers and stack follow its
+ * frames (ring_raw_regs). */
 typedef void (*ring_record_fn)(void *arg, const struct llgo_record *rec, const uint64_t *frames);
 
 /* Map a ring memfd (checking its size, its F_SEAL_SHRINK seal and header) and set up the
@@ -186,6 +188,56 @@ const struct mapping *procmaps_find(struct procmaps *m, uint64_t pc);
 size_t procmaps_list(struct procmaps *m, const struct mapping ***out);
 void procmaps_free(struct procmaps *m);
 
+/* ---- unwind.c: whole stacks from ALLOC_RAW records (libunwind, remote) ---------------- */
+
+/* The pc standing for "the stack goes on but could not be unwound" at the end of a stack;
+ * writers show it as PROFILE_TRUNCATED_NAME. Never a user-space address. */
+#define PROFILE_PC_TRUNCATED UINT64_MAX
+#define PROFILE_TRUNCATED_NAME "[truncated]"
+/* Frames an unwound stack may have (the frame-pointer walk keeps LLGO_MAX_FRAMES). */
+#define UNWIND_MAX_FRAMES 256u
+
+struct unwind_stats {
+	uint64_t unwound;      /* stacks unwound */
+	uint64_t truncated;    /* of which did not reach the thread's start */
+	uint64_t frames;       /* frames produced */
+	uint64_t proc_lookups; /* unwind-table searches (libunwind's cache misses) */
+	uint64_t image_builds; /* times the session's images were (re)built */
+	uint64_t images;       /* images known now */
+};
+
+struct unwind; /* one per session; used under the session's drain lock */
+
+/* auto_mode: also find the frame-pointer code of every image and learn roots (below). */
+struct unwind *unwind_new(pid_t pid, bool auto_mode);
+void unwind_free(struct unwind *u);
+/* Unwind one copied stack: regs and stack as in an ALLOC_RAW record, hint[0..nhint) its
+ * frame-pointer walk (allocator plumbing above hint[0] is dropped). Writes at most max return
+ * addresses (out[0] = regs->ip) and returns their number; *truncated when the unwind did not
+ * reach the outermost frame, *unknown_pc when it stopped at a pc outside every mapping maps
+ * knows (re-read the maps and try again: a library loaded since). */
+uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo_raw_regs *regs,
+		      const unsigned char *stack, const uint64_t *hint, uint32_t nhint,
+		      uint64_t *out, uint32_t max, bool *truncated, bool *unknown_pc);
+void unwind_get_stats(const struct unwind *u, struct unwind_stats *out);
+/* Build the images (and, in auto mode, the frame-pointer ranges) from maps now. */
+void unwind_prepare(struct unwind *u, struct procmaps *maps);
+/* auto mode (docs/design.md, "Unwinding"). unwind_learn: a whole unwound stack teaches where
+ * frame-pointer walks end and what follows there (a root and its suffix). unwind_complete:
+ * append a trusted root's suffix to a frame-pointer stack ending at that root (returns the
+ * new length, <= max). unwind_tables: when they changed since the last call, the ranges of
+ * frame-pointer code and the trusted roots for the shim's control page (returns true). */
+void unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n);
+uint32_t unwind_complete(struct unwind *u, uint64_t *pcs, uint32_t n, uint32_t max);
+bool unwind_tables(struct unwind *u, struct procmaps *maps, uint64_t (*ranges)[2],
+		   uint32_t max_ranges, uint32_t *nranges, uint64_t *roots, uint32_t max_roots,
+		   uint32_t *nroots);
+/* Files held by the global unwind-info cache and the bytes of bookkeeping they cost (their
+ * images are file mappings, shared with the page cache). */
+void unwind_cache_stats(uint64_t *files, uint64_t *bytes);
+/* "fp", "dwarf", "auto" or "fp" for a shim that did not say. */
+const char *unwind_mode_name(uint32_t mode);
+
 /* ---- symbolize.c: addresses to functions, files and lines ----------------------------- */
 
 #define SYM_MAX_INLINE 16
@@ -252,6 +304,8 @@ struct profile_meta {
 	uint64_t verify_samples, verify_agree; /* --verify-every (verify.c); 0 when off */
 	int inuse; /* enum profile_inuse */
 	struct inuse_counts inuse_counts;
+	uint32_t unwind_mode;              /* enum llgo_unwind_mode */
+	uint64_t unwound, truncated;       /* stacks unwound by the daemon; not to the start */
 };
 
 struct profile {
@@ -311,6 +365,9 @@ int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 		  struct sym_result *r);
 /* "llgo-heap: sampled=N delivered=N dropped=N corrupt=N" (no newline). */
 int profile_accounting(struct buf *b, const struct profile *p);
+/* "llgo-heap: unwind=MODE unwound=N truncated=N" (no newline) when the shim stated its mode
+ * or stacks were unwound; returns the bytes written (0: nothing to state) or -ENOMEM. */
+int profile_unwind_line(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
  * mapping, else "0x<addr>". */
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr);

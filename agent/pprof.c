@@ -421,8 +421,9 @@ static void write_locations(struct pprof_ctx *c, struct procmaps *maps)
 		return;
 	}
 	for (size_t i = 0; i < c->nlocs && !c->err; i++) {
-		if (c->locs[i].pc == 0) {
-			struct sym_frame none = { .function = PPROF_NO_STACK };
+		if (c->locs[i].pc == 0 || c->locs[i].pc == PROFILE_PC_TRUNCATED) {
+			struct sym_frame none = { .function = c->locs[i].pc ? PROFILE_TRUNCATED_NAME
+									    : PPROF_NO_STACK };
 			pb_uint(&c->tmp, 1, i + 1);
 			pb_uint(&c->tmp2, 1, func_id(c, &none));
 			pb_msg(&c->tmp, 4, &c->tmp2);
@@ -529,6 +530,8 @@ static void write_comments(struct pprof_ctx *c, const struct profile *p)
 	/* pb_uint omits zero, but a comment index is never 0 (string 0 is ""). */
 	profile_accounting(&line, p);
 	write_comment(c, &line);
+	if (profile_unwind_line(&line, p) > 0)
+		write_comment(c, &line);
 	if (profile_mixed_rates(p)) {
 		buf_puts(&line, "llgo-heap: samples were taken at several rates; each sample is "
 				"scaled with its own rate");

@@ -185,6 +185,13 @@ static bool trim_match(const char *name, char *const *patterns, size_t n)
 int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 		  struct sym_result *r)
 {
+	if (pc == PROFILE_PC_TRUNCATED) {
+		*m = NULL;
+		memset(r, 0, sizeof(*r));
+		r->nframes = 1;
+		r->frames[0].function = PROFILE_TRUNCATED_NAME;
+		return 1;
+	}
 	*m = maps ? procmaps_find(maps, pc - 1) : NULL;
 	r->nframes = 0;
 	int nf = *m ? symbolize_pc(*m, pc - 1, r) : 0;
@@ -463,6 +470,18 @@ int profile_accounting(struct buf *b, const struct profile *p)
 				(unsigned long long)c->untracked, (unsigned long long)c->unmatched,
 				(unsigned long long)c->pending);
 	return rc;
+}
+
+int profile_unwind_line(struct buf *b, const struct profile *p)
+{
+	if (p->meta.unwind_mode == LLGO_UNWIND_UNKNOWN && !p->meta.unwound)
+		return 0;
+	size_t before = b->len;
+	buf_printf(b, "llgo-heap: unwind=%s unwound=%llu truncated=%llu",
+			  unwind_mode_name(p->meta.unwind_mode),
+			  (unsigned long long)p->meta.unwound,
+			  (unsigned long long)p->meta.truncated);
+	return b->failed ? -ENOMEM : (int)(b->len - before);
 }
 
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr)

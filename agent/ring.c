@@ -20,6 +20,10 @@
  *   - kind/version unknown: skipped (valid length and checksum), not an error;
  *   - ALLOC: length == header + 8 * nframes, rate >= 1, seq > the previous seq (a gap is a
  *     drop, counted by the producer; going back is corrupt).
+ *   - ALLOC_RAW: as ALLOC, with length == header + frames + registers + stack_len +
+ *     stack2_len, both 8-aligned and <= LLGO_RAW_MAX_STACK, the checksum over all but the
+ *     stack bytes; copied
+ *     into the reader's own buffer (r->scratch) since it may be KiBs long.
  * A head more than a ring ahead of our tail, or behind it, is corrupt: resynchronise at head.
  *
  * Accounting (shared/ring.h: "sampled == delivered + dropped + corrupt"): the producer
@@ -38,6 +42,7 @@
 #include <sys/syscall.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -141,6 +146,7 @@ void ring_reader_baseline(struct ring_reader *r)
 
 void ring_reader_unmap(struct ring_reader *r)
 {
+	free(r->scratch);
 	if (r->hdr)
 		munmap(r->hdr, r->map_len);
 	memset(r, 0, sizeof(*r));
@@ -176,32 +182,62 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 		}
 		llgo_ring_copy_out(&u.rec, r->data, r->mask, pos, sizeof(u.rec));
 		uint32_t len = u.rec.length;
-		if (len < sizeof(struct llgo_record) || (len & 7) || len > LLGO_RECORD_MAX_LEN ||
-		    len > avail) {
+		bool raw = u.rec.kind == LLGO_REC_ALLOC_RAW;
+		uint32_t max = raw ? LLGO_RECORD_RAW_MAX_LEN : LLGO_RECORD_MAX_LEN;
+		if (len < sizeof(struct llgo_record) || (len & 7) || len > max || len > avail) {
 			r->counts.corrupt++;
 			pos = head;
 			break;
 		}
 		/* The full copy is what gets validated and delivered; the writer may have changed
-		 * the header since the first copy, so its length is compared again. */
-		llgo_ring_copy_out(u.bytes, r->data, r->mask, pos, len);
+		 * the header since the first copy, so its length is compared again. A RAW record
+		 * goes to the reader's own buffer (up to LLGO_RECORD_RAW_MAX_LEN). */
+		unsigned char *bytes = u.bytes;
+		if (raw) {
+			if (!r->scratch && !(r->scratch = malloc(LLGO_RECORD_RAW_MAX_LEN))) {
+				r->counts.corrupt++; /* out of memory: the record is lost */
+				pos += len;
+				continue;
+			}
+			bytes = r->scratch;
+		}
+		llgo_ring_copy_out(bytes, r->data, r->mask, pos, len);
 		pos += len;
-		if (u.rec.length != len || llgo_record_checksum(u.bytes, len) != u.rec.checksum) {
+		const struct llgo_record *rec = (const struct llgo_record *)(const void *)bytes;
+		uint32_t sumlen = len;
+		if (raw) {
+			if (rec->nframes > LLGO_MAX_FRAMES ||
+			    llgo_record_raw_fixed_len(rec->nframes) > len) {
+				r->counts.corrupt++;
+				continue;
+			}
+			sumlen = llgo_record_raw_fixed_len(rec->nframes);
+		}
+		if (rec->length != len || rec->kind != u.rec.kind ||
+		    llgo_record_checksum(bytes, sumlen) != rec->checksum) {
 			r->counts.corrupt++;
 			continue;
 		}
-		if (u.rec.kind != LLGO_REC_ALLOC || u.rec.version != LLGO_REC_VERSION) {
+		if ((rec->kind != LLGO_REC_ALLOC && !raw) || rec->version != LLGO_REC_VERSION) {
 			r->counts.skipped++;
 			continue;
 		}
-		if (len != llgo_record_alloc_len(u.rec.nframes) || u.rec.nframes > LLGO_MAX_FRAMES ||
-		    u.rec.rate < 1 || u.rec.seq < r->next_seq || u.rec.seq == UINT64_MAX) {
+		bool len_ok = len == llgo_record_alloc_len(rec->nframes);
+		if (raw) {
+			struct llgo_raw_regs regs;
+			memcpy(&regs, bytes + sumlen - sizeof(regs), sizeof(regs));
+			len_ok = regs.stack_len <= LLGO_RAW_MAX_STACK && !(regs.stack_len & 7) &&
+				 regs.stack2_len <= LLGO_RAW_MAX_STACK && !(regs.stack2_len & 7) &&
+				 len == sumlen + regs.stack_len + regs.stack2_len;
+		}
+		if (!len_ok || rec->nframes > LLGO_MAX_FRAMES || rec->rate < 1 ||
+		    rec->seq < r->next_seq || rec->seq == UINT64_MAX) {
 			r->counts.corrupt++;
 			continue;
 		}
-		r->next_seq = u.rec.seq + 1;
+		r->next_seq = rec->seq + 1;
 		if (fn)
-			fn(arg, &u.rec, (const uint64_t *)(const void *)(u.bytes + sizeof(u.rec)));
+			fn(arg, rec, (const uint64_t *)(const void *)(bytes + sizeof(*rec)));
 		delivered++;
 	}
 	r->tail = pos;

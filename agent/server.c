@@ -902,6 +902,9 @@ static void server_hello(struct server *srv, struct server_conn *c)
 		 * or a HELLO still queued when the daemon started) calls: the connection joins
 		 * the session it already has, one session per process memfd. */
 		close(fd);
+		if (!s->unwind_mode) /* a session found by adopt.c learns it here */
+			s->unwind_mode = (uint32_t)((m.flags & LLGO_HELLO_UNWIND_MASK) >>
+						    LLGO_HELLO_UNWIND_SHIFT);
 		if (locked)
 			pthread_mutex_unlock(&srv->adopt_lock);
 		c->session = s;
@@ -917,6 +920,9 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	} else if ((err = memfd ? session_attach_memfd(s, fd, reattach)
 				: session_attach_ctl(s, fd)) != 0) {
 		why = memfd ? "process memfd" : "control page";
+	} else {
+		s->unwind_mode =
+			(uint32_t)((m.flags & LLGO_HELLO_UNWIND_MASK) >> LLGO_HELLO_UNWIND_SHIFT);
 	}
 	close(fd);
 
@@ -942,7 +948,10 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	if (merr)
 		server_log("pid %d: cannot read its mappings (%s); its profiles will show "
 			   "addresses only", (int)s->pid, strerror(-merr));
-	else if (s->ctl)
+	drain_prepare_unwind(s);
+	/* after the auto mode's tables: the shim trusts frame pointers without tables only
+	 * once it sees this (stackcopy.c) */
+	if (!merr && s->ctl)
 		atomic_fetch_add_explicit(&s->ctl->daemon_beat, 1, memory_order_relaxed);
 	session_register(s);
 	if (locked)
@@ -1033,6 +1042,8 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
 		rc = inuse_apply_locked(s, p);
 	bool mixed = s->mixed_rates;
 	uint64_t last_rate = s->last_rate;
+	p->meta.unwound = s->unwound;
+	p->meta.truncated = s->truncated;
 	pthread_mutex_unlock(&s->drain_lock);
 	if (!rc)
 		rc = profile_trim(p, s->maps, srv->opts.trim, srv->opts.ntrim);
@@ -1061,6 +1072,7 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
 	p->meta.cap_hits = bs.cap_hits;
 	p->meta.verify_samples = atomic_load(&s->verify_samples);
 	p->meta.verify_agree = atomic_load(&s->verify_agree);
+	p->meta.unwind_mode = s->unwind_mode;
 	return 0;
 }
 
@@ -1480,6 +1492,7 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	if (session_attach_maps(s) != 0)
 		server_log("pid %d: cannot read its mappings; its profiles will show addresses only",
 			   (int)p->pid);
+	drain_prepare_unwind(s);
 	if (p->livefd >= 0 && inuse_map(s, p->livefd) != 0)
 		server_log("pid %d: its live-object table could not be mapped; in-use values are "
 			   "missing", (int)p->pid);

@@ -215,6 +215,7 @@ static void session_free(struct session *s)
 	free(s->pending);
 	free(s->ring_ids);
 	bucket_table_free(s->buckets);
+	unwind_free(s->unwind);
 	procmaps_free(s->maps);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->drain_lock);
@@ -809,4 +810,40 @@ void session_list_entry(struct session *s, struct llgo_list_entry *e)
 	memcpy(e->comm, s->comm, sizeof(e->comm));
 	e->verify_samples = atomic_load(&s->verify_samples);
 	e->verify_agree = atomic_load(&s->verify_agree);
+	e->unwind_mode = s->unwind_mode;
+	/* written under drain_lock; a torn read cannot happen on 64-bit, a stale one is fine */
+	pthread_mutex_lock(&s->drain_lock);
+	e->unwound = s->unwound;
+	e->truncated = s->truncated;
+	pthread_mutex_unlock(&s->drain_lock);
+}
+
+void session_send_fp_tables(struct session *s)
+{
+	uint64_t ranges[LLGO_CTL_FP_RANGES][2], roots[LLGO_CTL_ROOTS];
+	uint32_t nranges = 0, nroots = 0;
+	if (!unwind_tables(s->unwind, s->maps, ranges, LLGO_CTL_FP_RANGES, &nranges, roots,
+			   LLGO_CTL_ROOTS, &nroots))
+		return;
+	pthread_mutex_lock(&s->lock);
+	struct llgo_ctl *c = s->ctl;
+	if (c) {
+		/* Writer side of the sequence count: odd (release) before the tables, even
+		 * (release) after; the shim's acquire loads before and after its read pair with
+		 * these. The count is the daemon's own (never read back from the page). */
+		uint32_t seq = s->fp_seq;
+		atomic_store_explicit(&c->fp_seq, seq + 1, memory_order_release);
+		atomic_thread_fence(memory_order_release);
+		for (uint32_t i = 0; i < nranges; i++) {
+			__atomic_store_n(&c->fp_ranges[i].lo, ranges[i][0], __ATOMIC_RELAXED);
+			__atomic_store_n(&c->fp_ranges[i].hi, ranges[i][1], __ATOMIC_RELAXED);
+		}
+		for (uint32_t i = 0; i < nroots; i++)
+			__atomic_store_n(&c->root_pcs[i], roots[i], __ATOMIC_RELAXED);
+		__atomic_store_n(&c->fp_count, nranges, __ATOMIC_RELAXED);
+		__atomic_store_n(&c->root_count, nroots, __ATOMIC_RELAXED);
+		atomic_store_explicit(&c->fp_seq, seq + 2, memory_order_release);
+		s->fp_seq = seq + 2;
+	}
+	pthread_mutex_unlock(&s->lock);
 }

@@ -93,6 +93,11 @@ struct session {
 	int live_state;                /* enum session_live */
 	struct inuse_counts live_frozen; /* as of the freeze at exit */
 
+	struct unwind *unwind;          /* ALLOC_RAW records' unwinder, made on first use */
+	uint64_t unwound, truncated;    /* ALLOC_RAW stacks unwound; not to the thread's start */
+	uint32_t unwind_mode;           /* enum llgo_unwind_mode, from HELLO (immutable) */
+	uint32_t fp_seq;                /* last sequence count written to ctl (under lock) */
+
 	struct session *next; /* registry list, newest first */
 };
 
@@ -148,6 +153,9 @@ void session_adopt_rings_locked(struct session *s);
  * the cached copy that session_counts_cached returns without waiting for a drain. */
 void session_account_locked(struct session *s, struct session_counts *out);
 void session_counts_cached(struct session *s, struct session_counts *out);
+/* auto mode: write the unwinder's frame-pointer ranges and roots to the control page when
+ * they changed (caller holds drain_lock; see shared/ring.h for the sequence count). */
+void session_send_fp_tables(struct session *s);
 /* Unmap rings and control page after the final drain; mark EXITED; caller holds drain_lock. */
 void session_retire_locked(struct session *s);
 
@@ -201,6 +209,9 @@ struct drain;
 size_t drain_session(struct session *s);
 /* The shim is gone: drain a last time, then unmap rings and mark the session exited. */
 void drain_session_exit(struct session *s);
+/* auto mode: find the frame-pointer code of the process's objects and send the tables to
+ * its control page (at HELLO, before the ACK lets the program run). */
+void drain_prepare_unwind(struct session *s);
 /* Re-read the process's maps if a pc fell outside them (force: always), at most every
  * DRAIN_REFRESH_MS unless forced; only while the process is alive. */
 void drain_refresh_maps(struct session *s, bool force);

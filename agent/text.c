@@ -265,6 +265,12 @@ int text_write(struct buf *out, const struct profile *p, struct procmaps *maps)
 	buf_puts(&b, "# ");
 	profile_accounting(&b, p);
 	buf_putc(&b, '\n');
+	size_t at = b.len;
+	buf_puts(&b, "# ");
+	if (profile_unwind_line(&b, p) > 0)
+		buf_putc(&b, '\n');
+	else
+		b.len = at;
 	if (profile_mixed_rates(p))
 		buf_printf(&b, "# llgo-heap: samples were taken at several rates; this text states "
 			       "one (%llu) for all, so values scaled from it are approximate "

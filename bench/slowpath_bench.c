@@ -22,6 +22,14 @@
  *       (records, checksums, head and sampled published), then times ring_reader_drain with
  *       bucket_table_add as the callback (records already in known buckets, the steady
  *       state), and with an empty callback. Prints records per second.
+ *   unwind --frames N [--records R]
+ *       The daemon's DWARF unwinding (agent/unwind.c) on one core: takes one real stack copy
+ *       of this process at the bottom of a recursion of N frames, the way the shim does in
+ *       dwarf mode (stackcopy_take), then unwinds it R times with unwind_stack against this
+ *       process's own maps and files (cold: the first, which opens and indexes the files;
+ *       warm: the rest, libunwind's per-pc cache filled). Prints samples per second of the
+ *       thread's CPU time (and the wall time per sample), the frames found, the record's size
+ *       in the ring, and the memory the caches added.
  *   snapshot --buckets N
  *       Builds a bucket table of N (stack, size) buckets whose frames are real addresses in
  *       this program and libc, then times profile_collect + profile_write(pprof) (cold: the
@@ -603,12 +611,105 @@ static int mode_snapshot(int argc, char **argv)
 	return 0;
 }
 
+/* ---- unwind --------------------------------------------------------------------------- */
+
+struct uw_copy {
+	struct stackcopy sc;
+	unsigned char *stack;
+	uint32_t nframes; /* the frame-pointer walk's, as in the record */
+};
+
+__attribute__((noinline)) static void uw_take(struct uw_copy *c)
+{
+	struct llgo_heap_thread t;
+	memset(&t, 0, sizeof(t));
+	stack_mapping_of((uintptr_t)__builtin_frame_address(0), &t.stack_lo, &t.stack_hi);
+	t.stack_end = t.stack_hi;
+	uint64_t frames[LLGO_MAX_FRAMES];
+	void *frame = __builtin_frame_address(0);
+	void *ra = __builtin_return_address(0);
+	c->nframes = stack_walk(frames, LLGO_MAX_FRAMES, (uintptr_t)frame, t.stack_lo, t.stack_hi);
+	if (!stackcopy_take(&c->sc, &t, frames, c->nframes, ra, frame, 0) || !c->sc.copy)
+		return;
+	c->stack = malloc(c->sc.regs.stack_len);
+	if (c->stack)
+		memcpy(c->stack, c->sc.stack, c->sc.regs.stack_len);
+}
+
+__attribute__((noinline)) static int uw_descend(struct uw_copy *c, int left)
+{
+	if (left <= 0)
+		uw_take(c);
+	else
+		uw_descend(c, left - 1);
+	__asm__ volatile("" ::: "memory");
+	return left;
+}
+
+static int mode_unwind(int argc, char **argv)
+{
+	int frames = 30;
+	long records = 200000;
+	for (int i = 0; i + 1 < argc; i += 2) {
+		if (strcmp(argv[i], "--frames") == 0)
+			frames = atoi(argv[i + 1]);
+		else if (strcmp(argv[i], "--records") == 0)
+			records = atol(argv[i + 1]);
+	}
+	setenv("LLGO_HEAP_UNWIND", "dwarf", 1);
+	stackcopy_init();
+	struct uw_copy c;
+	memset(&c, 0, sizeof(c));
+	/* main and this function are two of the frames */
+	uw_descend(&c, frames > 3 ? frames - 3 : 0);
+	if (!c.stack) {
+		fprintf(stderr, "unwind: no stack copy\n");
+		return 1;
+	}
+	long rss0 = vmrss_kb();
+	struct procmaps *maps = procmaps_new(getpid());
+	struct unwind *u = unwind_new(getpid(), false);
+	uint64_t out[UNWIND_MAX_FRAMES];
+	bool trunc = true, unknown = false;
+	double t0 = now_ns();
+	uint32_t n = unwind_stack(u, maps, &c.sc.regs, c.stack, NULL, 0, out, UNWIND_MAX_FRAMES,
+				  &trunc, &unknown);
+	double cold = now_ns() - t0;
+	/* CPU time of this thread, not wall time: on a shared machine the wall clock also
+	 * counts the time other work held the core; throughput on one core is what we own. */
+	struct timespec c0, c1;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+	t0 = now_ns();
+	for (long i = 0; i < records; i++)
+		n = unwind_stack(u, maps, &c.sc.regs, c.stack, NULL, 0, out, UNWIND_MAX_FRAMES,
+				 &trunc, &unknown);
+	double wall = (now_ns() - t0) / (double)records;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+	double warm = ((double)(c1.tv_sec - c0.tv_sec) * 1e9 + (double)(c1.tv_nsec - c0.tv_nsec)) /
+		      (double)records;
+	long rss1 = vmrss_kb();
+	uint64_t files, bytes;
+	unwind_cache_stats(&files, &bytes);
+	struct unwind_stats st;
+	unwind_get_stats(u, &st);
+	printf("UNWIND frames=%u truncated=%d record_bytes=%u stack_bytes=%u cold_us=%.1f "
+	       "warm_ns=%.0f wall_ns=%.0f samples_per_sec=%.0f table_searches_per_sample=%.2f "
+	       "files=%llu cache_rss_kb=%ld\n",
+	       n, trunc, llgo_record_raw_fixed_len(c.nframes) + c.sc.regs.stack_len,
+	       c.sc.regs.stack_len, cold / 1e3, warm, wall, 1e9 / warm,
+	       (double)st.proc_lookups / (double)(records + 1), (unsigned long long)files,
+	       rss1 - rss0);
+	unwind_free(u);
+	procmaps_free(maps);
+	free(c.stack);
+	return 0;
+}
 #endif /* !SLOWPATH_CAPTURE_ONLY */
 
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: slowpath_bench capture|push|drain|snapshot [options]\n");
+		fprintf(stderr, "usage: slowpath_bench capture|push|drain|unwind|snapshot [options]\n");
 		return 2;
 	}
 	if (strcmp(argv[1], "capture") == 0)
@@ -620,6 +721,8 @@ int main(int argc, char **argv)
 		return mode_drain(argc - 2, argv + 2);
 	if (strcmp(argv[1], "snapshot") == 0)
 		return mode_snapshot(argc - 2, argv + 2);
+	if (strcmp(argv[1], "unwind") == 0)
+		return mode_unwind(argc - 2, argv + 2);
 #endif
 	fprintf(stderr, "slowpath_bench: unknown mode %s\n", argv[1]);
 	return 2;

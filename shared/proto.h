@@ -84,6 +84,16 @@ _Static_assert(offsetof(struct llgo_msg_hello, rate_word) == 24, "hello rate off
 /* The descriptor is the process memfd (control page, then rings; see shared/ring.h), not a
  * control page alone; ADD_RING then carries no descriptor. */
 #define LLGO_HELLO_MEMFD 8ull
+/* Bits 8-9: the unwinding mode the shim runs (LLGO_HEAP_UNWIND), enum llgo_unwind_mode. */
+#define LLGO_HELLO_UNWIND_SHIFT 8
+#define LLGO_HELLO_UNWIND_MASK (3ull << LLGO_HELLO_UNWIND_SHIFT)
+
+enum llgo_unwind_mode {
+	LLGO_UNWIND_UNKNOWN = 0, /* a shim that does not say: frame pointers */
+	LLGO_UNWIND_FP = 1,      /* frame-pointer walk in the process */
+	LLGO_UNWIND_DWARF = 2,   /* every sample copies its stack; the daemon unwinds */
+	LLGO_UNWIND_AUTO = 3,    /* copy only when the frame-pointer walk cannot be trusted */
+};
 
 struct llgo_msg_hello_ack {
 	struct llgo_msg_header h;
@@ -191,7 +201,12 @@ struct llgo_list_entry {
 	 * the ones whose stacks agree (both 0 when the process is not verified) */
 	uint64_t verify_samples;
 	uint64_t verify_agree;
+
+	uint32_t unwind_mode; /* enum llgo_unwind_mode the shim runs */
+	uint32_t reserved;
+	uint64_t unwound;   /* stacks the daemon unwound from stack copies */
+	uint64_t truncated; /* of which did not reach the thread's start */
 };
-_Static_assert(sizeof(struct llgo_list_entry) == 152, "list entry size");
+_Static_assert(sizeof(struct llgo_list_entry) == 176, "list entry size");
 
 #endif

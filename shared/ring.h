@@ -77,6 +77,9 @@ enum llgo_shim_state {
 	LLGO_SHIM_OFF = 4,       /* sandboxed (seccomp) or closed for good: no syscalls */
 };
 
+#define LLGO_CTL_ROOTS 16u
+#define LLGO_CTL_FP_RANGES 224u
+
 struct llgo_ctl {
 	uint64_t magic;
 	uint32_t version;
@@ -119,7 +122,23 @@ struct llgo_ctl {
 	 * searches for processes to take back after a restart takes only those of its own
 	 * socket (several daemons may run on one host). NUL-terminated. */
 	char socket_path[LLGO_CTL_PATH_LEN];
-	uint8_t reserved[LLGO_CTL_SIZE - 96 - LLGO_CTL_PATH_LEN];
+	uint32_t reserved1;
+	/* LLGO_HEAP_UNWIND=auto (docs/design.md, "Unwinding"): daemon-written, read by the shim's
+	 * sampled path. fp_ranges[0..fp_count) are sorted, disjoint code ranges whose CFI keeps
+	 * frame pointers; root_pcs[0..root_count) are return addresses at which a frame-pointer
+	 * walk may end because the daemon knows the rest of the stack from there. A sequence
+	 * count guards both: the daemon makes fp_seq odd (release), writes, makes it even
+	 * (release); the shim loads it (acquire) before and after reading and trusts nothing
+	 * from a read that saw it odd or changed. */
+	_Atomic uint32_t fp_seq;
+	uint32_t fp_count;
+	uint32_t root_count;
+	uint32_t fp_pad;
+	uint64_t root_pcs[LLGO_CTL_ROOTS];
+	struct {
+		uint64_t lo, hi;
+	} fp_ranges[LLGO_CTL_FP_RANGES];
+	uint8_t reserved[LLGO_CTL_SIZE - 224 - 8 * LLGO_CTL_ROOTS - 16 * LLGO_CTL_FP_RANGES];
 };
 
 _Static_assert(sizeof(struct llgo_ctl) == LLGO_CTL_SIZE, "control structure is 4 KiB");
@@ -135,6 +154,9 @@ _Static_assert(offsetof(struct llgo_ctl, maps_stale) == 80, "maps_stale offset")
 _Static_assert(offsetof(struct llgo_ctl, daemon_beat) == 84, "daemon_beat offset");
 _Static_assert(offsetof(struct llgo_ctl, reconnects) == 88, "reconnects offset");
 _Static_assert(offsetof(struct llgo_ctl, socket_path) == 96, "socket_path offset");
+_Static_assert(offsetof(struct llgo_ctl, fp_seq) == 208, "fp_seq offset");
+_Static_assert(offsetof(struct llgo_ctl, root_pcs) == 224, "root_pcs offset");
+_Static_assert(offsetof(struct llgo_ctl, fp_ranges) == 224 + 8 * LLGO_CTL_ROOTS, "fp_ranges offset");
 
 /* ---- Ring header ---------------------------------------------------------------------- */
 
@@ -231,8 +253,12 @@ static inline int llgo_page_size_ok(uint64_t page)
  *   LLGO_REC_ALLOC v1: payload = nframes return addresses (uint64_t), frame 0 is the
  *     allocating call site in the user's code.
  *   LLGO_REC_FREE v1 (reserved): a sampled block (addr) was freed; nframes = 0.
- *   LLGO_REC_ALLOC_RAW v1 (reserved): as ALLOC, followed by registers and a copy of the
- *     top of the raw stack for remote unwinding.
+ *   LLGO_REC_ALLOC_RAW v1: as ALLOC (frames = the frame-pointer walk, a hint and a fallback),
+ *     followed by struct llgo_raw_regs and raw.stack_len bytes of the thread's stack copied
+ *     from raw.sp upward, for the daemon to unwind with DWARF CFI (agent/unwind.c). Its
+ *     checksum covers the header, frames and registers, not the stack bytes (hashing KiBs on
+ *     the sampled path would cost more than the copy; a torn stack byte gives a wrong stack,
+ *     which the unwinder bounds like any other hostile input).
  */
 enum llgo_record_kind {
 	LLGO_REC_ALLOC = 1,
@@ -265,6 +291,56 @@ _Static_assert(offsetof(struct llgo_record, rate) == 24, "rate offset");
 _Static_assert(offsetof(struct llgo_record, checksum) == 48, "checksum offset");
 
 #define LLGO_RECORD_MAX_LEN (sizeof(struct llgo_record) + 8u * LLGO_MAX_FRAMES)
+
+/*
+ * The machine state an ALLOC_RAW record starts unwinding from: the program's allocating call
+ * site as if the allocation function had just returned to it. ip is that return address
+ * (frame 0), sp the stack pointer after the return, bp the frame pointer register there
+ * (callee-saved, so the caller's own value). Other registers are not recorded: at a call
+ * site the only ones the CFI of the frames above can need to compute a CFA are sp and bp.
+ * stack_hi is the end of the thread's stack (0: unknown). The stack copy covers
+ * [sp, sp + stack_len); LLGO_RAW_CAPPED says it stopped at LLGO_HEAP_STACK_KB before
+ * stack_hi, LLGO_RAW_ALTSTACK that sp was on a sigaltstack: the copy ends with the alternate
+ * stack, and a second copy [stack2_lo, stack2_lo + stack2_len) holds the top of the thread's
+ * own stack, where the interrupted code's frames are (0 bytes when none could be read).
+ * The stack bytes follow the registers: first stack_len, then stack2_len.
+ */
+struct llgo_raw_regs {
+	uint64_t ip;
+	uint64_t sp;
+	uint64_t bp;
+	uint64_t stack_hi;
+	uint32_t stack_len; /* multiple of 8, <= LLGO_RAW_MAX_STACK */
+	uint32_t flags;     /* LLGO_RAW_* */
+	uint64_t stack2_lo;
+	uint32_t stack2_len; /* multiple of 8, <= LLGO_RAW_MAX_STACK; 0 unless ALTSTACK */
+	uint32_t reserved;
+};
+
+_Static_assert(sizeof(struct llgo_raw_regs) == 56, "raw registers size");
+_Static_assert(offsetof(struct llgo_raw_regs, stack_len) == 32, "stack_len offset");
+_Static_assert(offsetof(struct llgo_raw_regs, stack2_lo) == 40, "stack2_lo offset");
+
+/* llgo_record.flags of an ALLOC record: the sample wanted a stack copy (dwarf mode, or auto
+ * mode with an untrusted frame-pointer walk) but could not have one (no room left in the
+ * ring for it, or no exact start state): its frames are the frame-pointer walk alone, which
+ * the daemon marks truncated unless it can complete it. */
+#define LLGO_REC_FLAG_NO_COPY 1u
+
+#define LLGO_RAW_CAPPED 1u
+#define LLGO_RAW_ALTSTACK 2u
+/* Largest stack copy a record may carry (LLGO_HEAP_STACK_KB is clamped to it). */
+#define LLGO_RAW_MAX_STACK (256u << 10)
+#define LLGO_RAW_DEFAULT_STACK (32u << 10)
+#define LLGO_RECORD_RAW_MAX_LEN \
+	(LLGO_RECORD_MAX_LEN + sizeof(struct llgo_raw_regs) + 2 * LLGO_RAW_MAX_STACK)
+
+/* Bytes of an ALLOC_RAW record before its stack copy (what its checksum covers). */
+static inline uint32_t llgo_record_raw_fixed_len(uint32_t nframes)
+{
+	return (uint32_t)(sizeof(struct llgo_record) + 8u * nframes +
+			  sizeof(struct llgo_raw_regs));
+}
 
 static inline uint32_t llgo_record_alloc_len(uint32_t nframes)
 {

@@ -93,6 +93,9 @@ void emit_init(uint64_t rate)
 			size <<= 1;
 		emit_size = (uint32_t)size;
 	}
+	stackcopy_init();
+	if ((!kb || !*kb) && emit_size < stackcopy_ring_min()) /* room for stack copies */
+		emit_size = stackcopy_ring_min();
 	if (!emit_key_ok && pthread_key_create(&emit_key, emit_thread_exit) == 0)
 		emit_key_ok = true;
 }
@@ -208,7 +211,7 @@ llgo_noinline void emit_wake(void)
 }
 
 bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
-		 const uint64_t *frames, uint32_t n, uint64_t *ref)
+		 const uint64_t *frames, uint32_t n, const struct stackcopy *raw, uint64_t *ref)
 {
 	if (llgo_unlikely(!t->ring.hdr) && !emit_claim(t)) {
 		attach_count_lost();
@@ -219,7 +222,8 @@ bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint6
 		  rate);
 	uint64_t before = atomic_load_explicit(&h->head, memory_order_relaxed);
 	/* llgo-heap verify: one load and a branch while nothing is attached (probe.h) */
-	bool pushed = probe_enabled()
+	bool pushed = raw ? stackcopy_push(&t->ring, size, rate, addr, t->tid, frames, n, raw)
+		      : probe_enabled()
 			      ? probe_push(&t->ring, size, rate, addr, t->tid, frames, n)
 			      : emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
 	if (pushed)

@@ -65,6 +65,9 @@ struct llgo_heap_thread {
 	 * start without any lock: the start routine's frame, or __libc_stack_end for the main
 	 * thread; else found once in /proc/self/maps with raw reads). */
 	uintptr_t stack_lo, stack_hi;
+	/* The end of the thread's stack memory, for stack copies (stackcopy.c): above stack_hi
+	 * lie the frames of the thread library's start, which a DWARF unwinding reads. */
+	uintptr_t stack_end;
 	/* Another stack this thread was last seen running on (sigaltstack, a coroutine), found
 	 * in /proc/self/maps; alt_scan_ns rate-limits those scans. */
 	uintptr_t alt_lo, alt_hi;
@@ -152,6 +155,8 @@ bool stack_mapping_of(uintptr_t sp, uintptr_t *lo, uintptr_t *hi);
 void stack_bounds_for(struct llgo_heap_thread *t, uintptr_t frame, uintptr_t *lo, uintptr_t *hi,
 		      uintptr_t *lo2, uintptr_t *hi2);
 
+struct stackcopy;
+
 /* ---- emit.c ------------------------------------------------------------------------------ */
 
 /* Ring data size from LLGO_HEAP_RING_KB (power of two, clamped), read once at init. */
@@ -167,11 +172,11 @@ uint32_t emit_generation(void);
 /* Ask the daemon to drain now (LLGO_MSG_WAKE), without waiting. */
 void emit_wake(void);
 /* Record one sample into the calling thread's ring (claimed or created on first use); counts
- * it in ctl.lost_no_ring when no ring can be had. Returns whether the record was published,
- * and then its LLGO_LIVE_REF (ring id, seq) in *ref. A full ring waits for the daemon first
- * when full.c says so. */
+ * it in ctl.lost_no_ring when no ring can be had. raw != NULL: an ALLOC_RAW record. Returns
+ * whether the record was published, and then its LLGO_LIVE_REF (ring id, seq) in *ref. A full
+ * ring waits for the daemon first when full.c says so. */
 bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
-		 const uint64_t *frames, uint32_t n, uint64_t *ref);
+		 const uint64_t *frames, uint32_t n, const struct stackcopy *raw, uint64_t *ref);
 
 /* Format a ring in mem (len >= LLGO_RING_HEADER_SIZE + data_size) and bind r to it. */
 static inline int emit_ring_format(struct emit_ring *r, void *mem, size_t len, uint64_t data_size,
@@ -246,6 +251,37 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 	atomic_store_explicit(&h->sampled, sampled + 1, memory_order_release);
 	return true;
 }
+
+/* ---- stackcopy.c: registers and raw stack for the daemon's DWARF unwinding ------------- */
+
+/* What an ALLOC_RAW record carries besides the ALLOC fields; stack points into the live
+ * stack of the sampling thread. copy false: a copy was wanted but cannot be made (an ALLOC
+ * record flagged LLGO_REC_FLAG_NO_COPY). */
+struct stackcopy {
+	struct llgo_raw_regs regs;
+	const unsigned char *stack;
+	const unsigned char *stack2; /* regs.stack2_len bytes (sigaltstack handlers) */
+	bool copy;
+};
+
+/* Read LLGO_HEAP_UNWIND and LLGO_HEAP_STACK_KB (once, at start). */
+void stackcopy_init(void);
+uint32_t stackcopy_get_mode(void); /* enum llgo_unwind_mode */
+uint32_t stackcopy_stack_cap(void);
+/* The mode, for HELLO's flags. */
+uint64_t stackcopy_hello_flags(void);
+/* Smallest ring data size for the mode and cap (0: no requirement). */
+uint32_t stackcopy_ring_min(void);
+/* auto mode: whether the frame-pointer walk frames[0..n) can be trusted (ctl tables). */
+bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n);
+/* Decide whether this sample (frames from stack_capture; ra, frame and cxx as given to it)
+ * wants its stack copied, and fill sc; false: a plain ALLOC record (emit_push_alloc). */
+bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
+		    const uint64_t *frames, uint32_t n, void *ra, void *frame, uintptr_t cxx);
+/* Push an ALLOC_RAW record, or the flagged ALLOC record that replaces it (emit_push_alloc's
+ * protocol); false when dropped. */
+bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uint64_t addr,
+		    uint32_t tid, const uint64_t *frames, uint32_t n, const struct stackcopy *sc);
 
 /* ---- live.c: the live-object table and the free slow path ------------------------------ */
 

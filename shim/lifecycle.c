@@ -261,7 +261,7 @@ static int lifecycle_connect(uint64_t flags)
 	hello.pid = (uint32_t)getpid();
 	hello.ring_data_size = emit_data_size();
 	hello.rate_word = atomic_load_explicit(&attach_ctl.want_rate_word, memory_order_relaxed);
-	hello.flags = flags | LLGO_HELLO_NO_ACK | LLGO_HELLO_MEMFD;
+	hello.flags = flags | LLGO_HELLO_NO_ACK | LLGO_HELLO_MEMFD | stackcopy_hello_flags();
 	if (flags & LLGO_HELLO_FORKED)
 		hello.ppid = (uint32_t)getppid();
 	lifecycle_comm(hello.comm, sizeof(hello.comm));
@@ -421,6 +421,7 @@ void lifecycle_thread_start(struct llgo_heap_thread *t, uintptr_t frame)
 	 * the last one walked (its return address is in the thread library's start). */
 	t->stack_hi = frame + 2 * sizeof(uintptr_t);
 	t->stack_lo = addr && (uintptr_t)addr < frame ? (uintptr_t)addr : frame - (8u << 20);
+	t->stack_end = addr && (uintptr_t)addr + size > frame ? (uintptr_t)addr + size : 0;
 	t->bounded = 1;
 	lifecycle_seed(t);
 	t->guard = 0;
@@ -444,6 +445,7 @@ static void lifecycle_main_thread(void)
 		size = 1ull << 30;
 	if (hi) {
 		t->stack_hi = hi;
+		t->stack_end = hi + 64; /* argc and argv: _start's frame, for stack copies */
 		t->stack_lo = hi > size ? hi - (uintptr_t)size : 0;
 		t->bounded = 1;
 	}

@@ -200,7 +200,10 @@ static void *sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, s
 			if (n > LLGO_MAX_FRAMES)
 				n = LLGO_MAX_FRAMES;
 			uint64_t rate = llgo_rate_from_word(w), ref = 0;
-			if (emit_sample(t, size, rate, (uint64_t)(uintptr_t)p, frames, n, &ref) &&
+			struct stackcopy sc;
+			bool raw = stackcopy_take(&sc, t, frames, n, ra, frame, 0);
+			if (emit_sample(t, size, rate, (uint64_t)(uintptr_t)p, frames, n,
+					raw ? &sc : NULL, &ref) &&
 			    track)
 				tracked = live_track(w, (uint64_t)(uintptr_t)p,
 						     llgo_live_key(frames, n, size, rate), ref, size,

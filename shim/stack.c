@@ -324,6 +324,7 @@ void stack_bounds_for(struct llgo_heap_thread *t, uintptr_t frame, uintptr_t *lo
 			/* The thread's own stack, first seen here. */
 			t->stack_lo = a;
 			t->stack_hi = b;
+			t->stack_end = b;
 			t->bounded = 1;
 			*lo = frame;
 			*hi = b;

@@ -1,0 +1,1031 @@
+// SPDX-License-Identifier: MIT
+/*
+ * unwind.c: whole stacks for ALLOC_RAW records (shared/ring.h), unwound out of process with
+ * libunwind's remote interface. A record carries the machine state at the program's
+ * allocating call site (ip, sp, bp) and a copy of the stack above sp; this file gives
+ * libunwind an address space whose accessors read
+ *   - registers from the record (ip, sp, bp; any other register is "unknown"),
+ *   - memory from the stack copy, or from the target's ELF files for addresses inside their
+ *     mapped images (libunwind reads .eh_frame_hdr's search table, FDEs and CIEs, and the
+ *     code at a pc to recognise signal trampolines, through access_mem),
+ *   - unwind info by binary search of the file's .eh_frame_hdr table, through libunwind's
+ *     own table search (_Ux86_64_dwarf_search_unwind_table, what its ptrace flavour's
+ *     _UPT_find_proc_info calls; the _UPT_* accessors themselves read the live process
+ *     with ptrace and re-read /proc/PID/maps, which the target, long moved on, cannot serve).
+ * The target is never stopped or read.
+ *
+ * Caches. Files are opened once per build ID (else device, inode, size and mtime) and kept
+ * mapped read-only in a global cache shared by every session (uwfile), with their PT_LOAD
+ * segments and .eh_frame_hdr table located once. A session keeps its images (file + load
+ * bias, sorted by address), rebuilt from the session's procmaps only when a pc falls outside
+ * them, and one libunwind address space with its global caching policy, so the unwind rules
+ * found for a pc are reused by every later sample (flushed when the images change).
+ *
+ * Limits, stated: only .eh_frame_hdr-indexed CFI is used (every Debian binary and library
+ * has it); a frame without CFI ends the stack (libunwind would guess from rbp and call a
+ * zero rbp the end: neither is trusted). A stack that stops short of the thread's start for
+ * any reason (an unwinding error, a frame without CFI, a read outside the copies, the frame
+ * limit) is marked truncated; the caller appends a [truncated] frame.
+ *
+ * Auto mode (the second half of this file): which code keeps frame pointers, found once per
+ * file from its CFI with libdw, and the roots learned from whole stacks; both go to the
+ * shim's control page through session.c (docs/design.md, "Unwinding modes").
+ *
+ * Threads: a struct unwind belongs to one session and is used under its drain lock; the file
+ * cache has its own mutex.
+ */
+#include <elf.h>
+#include <dwarf.h>
+#include <elfutils/libdw.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libelf.h>
+#include <libunwind.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* libunwind's table search, exported by libunwind-x86_64 but not declared in its headers
+ * (libunwind-ptrace's _UPT_find_proc_info is its documented user). */
+extern int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t as, unw_word_t ip,
+					      unw_dyn_info_t *di, unw_proc_info_t *pi,
+					      int need_unwind_info, void *arg);
+
+#define UNWIND_MAX_SEGS 16u
+/* A root is trusted once seen this many times with the same suffix, never if ever seen with
+ * another. */
+#define UNWIND_ROOT_MIN_SEEN 2u
+#define UNWIND_MAX_ROOTS 64u
+#define UNWIND_MAX_SUFFIX 16u
+
+struct uwrange {
+	uint64_t lo, hi;
+};
+
+/* A return address at which a frame-pointer walk ends (the code below keeps no frame
+ * pointers), with the frames that always follow it (auto mode). */
+struct uwroot {
+	uint64_t pc;
+	uint32_t seen;
+	bool ambiguous;
+	uint32_t nsuffix;
+	uint64_t suffix[UNWIND_MAX_SUFFIX];
+};
+
+struct uwseg {
+	uint64_t vaddr, filesz, offset;
+	bool exec;
+};
+
+struct uwfile {
+	struct uwfile *next; /* cache chain, under uw_lock */
+	unsigned long refs;  /* under uw_lock */
+	char *key;
+	const unsigned char *image; /* the whole file, mapped read-only */
+	size_t size;
+	struct uwseg segs[UNWIND_MAX_SEGS];
+	uint32_t nsegs;
+	uint64_t lo, hi; /* ELF vaddr range of the PT_LOAD segments */
+	/* .eh_frame_hdr: its vaddr, the search table's vaddr and its entry count */
+	uint64_t hdr_vaddr, table_vaddr, fde_count;
+	bool has_table;
+	/* Frame-pointer code (auto mode), ELF vaddrs, found once under uw_lock */
+	bool fp_done;
+	struct uwrange *fp;
+	size_t nfp;
+	uint64_t fp_funcs, funcs; /* functions whose CFA is rbp-based mid-body; all sampled */
+};
+
+static pthread_mutex_t uw_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct uwfile *uw_files;
+
+/* A file mapped into the target at bias (process address = ELF vaddr + bias). */
+struct uwimage {
+	uint64_t lo, hi; /* process addresses of the image (its PT_LOAD range) */
+	uint64_t bias;
+	struct uwfile *f;
+};
+
+struct unwind {
+	unw_addr_space_t as;
+	pid_t pid;
+	struct uwimage *images; /* sorted by lo, disjoint */
+	size_t nimages;
+	size_t maps_seen; /* procmaps_list size when images were built */
+	struct unwind_stats stats;
+	/* auto mode: frame-pointer code of the images (process addresses, sorted, merged) and
+	 * the roots learned from whole unwound stacks; dirty when the shim's copy is stale */
+	struct uwrange *fp, *fp_prio;
+	size_t nfp;
+	struct uwroot roots[UNWIND_MAX_ROOTS];
+	size_t nroots;
+	bool tables_dirty;
+	bool want_fp; /* auto mode: classify images as they are built */
+};
+
+static void unwind_build_fp(struct unwind *u);
+
+/* What the accessors see during one unwind (the `arg` of libunwind's callbacks). */
+struct uwctx {
+	struct unwind *u;
+	const struct llgo_raw_regs *regs;
+	const unsigned char *stack;
+	bool outside; /* a stack read fell outside the copy */
+	bool noinfo;  /* unwind info was asked for a pc no image covers or no FDE describes */
+	bool unknown; /* ... and that pc lies in no image at all */
+	const struct uwimage *last;
+};
+
+/* ---- files ------------------------------------------------------------------------------ */
+
+static bool uw_within(uint64_t off, uint64_t len, uint64_t size)
+{
+	return off <= size && len <= size - off;
+}
+
+/* File offset of vaddr's byte, or UINT64_MAX when no segment's file part holds it. */
+static uint64_t uwfile_offset(const struct uwfile *f, uint64_t vaddr)
+{
+	for (uint32_t i = 0; i < f->nsegs; i++) {
+		const struct uwseg *s = &f->segs[i];
+		if (vaddr >= s->vaddr && vaddr - s->vaddr < s->filesz)
+			return s->offset + (vaddr - s->vaddr);
+	}
+	return UINT64_MAX;
+}
+
+/* A DW_EH_PE-encoded value of .eh_frame_hdr at vaddr *at (advanced). Only the encodings
+ * linkers emit there are accepted: udata4/sdata4/udata8/sdata8, absolute, pc- or
+ * data-relative (relative to the header). */
+static bool uwfile_read_enc(const struct uwfile *f, uint8_t enc, uint64_t *at, uint64_t *out)
+{
+	if (enc == 0xff)
+		return false;
+	uint64_t off = uwfile_offset(f, *at);
+	uint64_t v = 0;
+	size_t n;
+	switch (enc & 0x0f) {
+	case 0x03: /* udata4 */
+	case 0x0b: /* sdata4 */
+		n = 4;
+		break;
+	case 0x04: /* udata8 */
+	case 0x0c: /* sdata8 */
+		n = 8;
+		break;
+	default:
+		return false;
+	}
+	if (off == UINT64_MAX || !uw_within(off, n, f->size))
+		return false;
+	if (n == 4) {
+		uint32_t w;
+		memcpy(&w, f->image + off, 4);
+		v = (enc & 0x0f) == 0x0b ? (uint64_t)(int64_t)(int32_t)w : w;
+	} else {
+		memcpy(&v, f->image + off, 8);
+	}
+	switch (enc & 0x70) {
+	case 0x00:
+		break;
+	case 0x10: /* pcrel */
+		v += *at;
+		break;
+	case 0x30: /* datarel: relative to .eh_frame_hdr */
+		v += f->hdr_vaddr;
+		break;
+	default:
+		return false;
+	}
+	*at += n;
+	*out = v;
+	return true;
+}
+
+static int uwfile_parse(struct uwfile *f)
+{
+	if (f->size < sizeof(Elf64_Ehdr))
+		return -ENOEXEC;
+	Elf64_Ehdr eh;
+	memcpy(&eh, f->image, sizeof(eh));
+	if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+	    eh.e_machine != EM_X86_64 || eh.e_phentsize != sizeof(Elf64_Phdr) ||
+	    !uw_within(eh.e_phoff, (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr), f->size))
+		return -ENOEXEC;
+	uint64_t hdr_vaddr = 0, hdr_size = 0;
+	f->lo = UINT64_MAX;
+	for (uint32_t i = 0; i < eh.e_phnum; i++) {
+		Elf64_Phdr ph;
+		memcpy(&ph, f->image + eh.e_phoff + (uint64_t)i * sizeof(ph), sizeof(ph));
+		if (ph.p_type == PT_GNU_EH_FRAME) {
+			hdr_vaddr = ph.p_vaddr;
+			hdr_size = ph.p_filesz;
+		}
+		if (ph.p_type != PT_LOAD || f->nsegs >= UNWIND_MAX_SEGS)
+			continue;
+		if (!uw_within(ph.p_offset, ph.p_filesz, f->size) ||
+		    ph.p_vaddr + ph.p_memsz < ph.p_vaddr)
+			return -ENOEXEC;
+		struct uwseg *s = &f->segs[f->nsegs++];
+		s->vaddr = ph.p_vaddr;
+		s->filesz = ph.p_filesz;
+		s->offset = ph.p_offset;
+		s->exec = ph.p_flags & PF_X;
+		if (ph.p_vaddr < f->lo)
+			f->lo = ph.p_vaddr;
+		if (ph.p_vaddr + ph.p_memsz > f->hi)
+			f->hi = ph.p_vaddr + ph.p_memsz;
+	}
+	if (!f->nsegs)
+		return -ENOEXEC;
+	/* .eh_frame_hdr: version 1, then the encodings of eh_frame_ptr, fde_count and the
+	 * table; libunwind's remote search needs a datarel sdata4 table. */
+	uint64_t off = hdr_size >= 4 ? uwfile_offset(f, hdr_vaddr) : UINT64_MAX;
+	if (off == UINT64_MAX || !uw_within(off, 4, f->size))
+		return 0;
+	const unsigned char *h = f->image + off;
+	f->hdr_vaddr = hdr_vaddr;
+	uint64_t at = hdr_vaddr + 4, eh_frame, count;
+	if (h[0] != 1 || h[3] != 0x3b || !uwfile_read_enc(f, h[1], &at, &eh_frame) ||
+	    !uwfile_read_enc(f, h[2], &at, &count))
+		return 0;
+	uint64_t toff = uwfile_offset(f, at);
+	if (toff == UINT64_MAX || count == 0 || count > (1u << 28) ||
+	    !uw_within(toff, count * 8, f->size))
+		return 0;
+	f->table_vaddr = at;
+	f->fde_count = count;
+	f->has_table = true;
+	return 0;
+}
+
+static void uwfile_destroy(struct uwfile *f)
+{
+	if (!f)
+		return;
+	free(f->fp);
+	if (f->image)
+		munmap((void *)(uintptr_t)f->image, f->size);
+	free(f->key);
+	free(f);
+}
+
+static struct uwfile *uwfile_lookup_locked(const char *key)
+{
+	for (struct uwfile *f = uw_files; f; f = f->next) {
+		if (strcmp(f->key, key) == 0) {
+			f->refs++;
+			return f;
+		}
+	}
+	return NULL;
+}
+
+/* The file behind mapping m of process pid, opened as procmaps opens it. */
+static int uwfile_open_fd(pid_t pid, const struct mapping *m)
+{
+	char p[4200];
+	snprintf(p, sizeof(p), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, (int)pid, m->start,
+		 m->end);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 || !m->path || m->path[0] != '/')
+		return fd;
+	snprintf(p, sizeof(p), "/proc/%d/root%s", (int)pid, m->path);
+	fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		fd = open(m->path, O_RDONLY | O_CLOEXEC);
+	return fd;
+}
+
+static struct uwfile *uwfile_get(pid_t pid, const struct mapping *m)
+{
+	char key[256];
+	struct uwfile *f;
+	if (m->build_id[0]) {
+		snprintf(key, sizeof(key), "b:%s", m->build_id);
+		pthread_mutex_lock(&uw_lock);
+		f = uwfile_lookup_locked(key);
+		pthread_mutex_unlock(&uw_lock);
+		if (f)
+			return f;
+	}
+	int fd = uwfile_open_fd(pid, m);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+		close(fd);
+		return NULL;
+	}
+	if (!m->build_id[0])
+		snprintf(key, sizeof(key), "f:%llx:%llx:%llx:%lld.%09ld",
+			 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+			 (unsigned long long)st.st_size, (long long)st.st_mtim.tv_sec,
+			 st.st_mtim.tv_nsec);
+	pthread_mutex_lock(&uw_lock);
+	f = uwfile_lookup_locked(key);
+	pthread_mutex_unlock(&uw_lock);
+	if (f) {
+		close(fd);
+		return f;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f || !(f->key = strdup(key))) {
+		free(f);
+		close(fd);
+		return NULL;
+	}
+	f->refs = 1;
+	f->size = (size_t)st.st_size;
+	void *img = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (img == MAP_FAILED || uwfile_parse((f->image = img, f)) != 0) {
+		if (img == MAP_FAILED)
+			f->image = NULL;
+		uwfile_destroy(f);
+		return NULL;
+	}
+	pthread_mutex_lock(&uw_lock);
+	struct uwfile *other = uwfile_lookup_locked(key);
+	if (!other) {
+		f->next = uw_files;
+		uw_files = f;
+	}
+	pthread_mutex_unlock(&uw_lock);
+	if (other) {
+		uwfile_destroy(f);
+		return other;
+	}
+	return f;
+}
+
+static void uwfile_put(struct uwfile *f)
+{
+	if (!f)
+		return;
+	pthread_mutex_lock(&uw_lock);
+	bool last = --f->refs == 0;
+	if (last) {
+		for (struct uwfile **pp = &uw_files; *pp; pp = &(*pp)->next) {
+			if (*pp == f) {
+				*pp = f->next;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&uw_lock);
+	if (last)
+		uwfile_destroy(f);
+}
+
+void unwind_cache_stats(uint64_t *files, uint64_t *bytes)
+{
+	*files = *bytes = 0;
+	pthread_mutex_lock(&uw_lock);
+	for (struct uwfile *f = uw_files; f; f = f->next) {
+		(*files)++;
+		*bytes += sizeof(*f) + strlen(f->key) + 1;
+	}
+	pthread_mutex_unlock(&uw_lock);
+}
+
+/* ---- images of a session ---------------------------------------------------------------- */
+
+static void unwind_drop_images(struct unwind *u)
+{
+	for (size_t i = 0; i < u->nimages; i++)
+		uwfile_put(u->images[i].f);
+	free(u->images);
+	u->images = NULL;
+	u->nimages = 0;
+}
+
+static int uwimage_cmp(const void *a, const void *b)
+{
+	const struct uwimage *x = a, *y = b;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* (Re)build the images from the executable mappings procmaps knows. */
+static void unwind_build_images(struct unwind *u, struct procmaps *maps)
+{
+	const struct mapping **v;
+	size_t n = procmaps_list(maps, &v);
+	if (n == u->maps_seen && u->images)
+		return;
+	struct uwimage *imgs = calloc(n ? n : 1, sizeof(*imgs));
+	if (!imgs)
+		return;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct mapping *m = v[i];
+		if (!m->path || m->path[0] != '/')
+			continue;
+		/* Another mapping of an image already placed. */
+		bool dup = false;
+		for (size_t j = 0; j < k && !dup; j++)
+			dup = m->start >= imgs[j].lo && m->start < imgs[j].hi;
+		if (dup)
+			continue;
+		struct uwfile *f = uwfile_get(u->pid, m);
+		if (!f)
+			continue;
+		/* bias from the segment whose file range holds the mapping's offset */
+		const struct uwseg *s = NULL;
+		for (uint32_t j = 0; j < f->nsegs; j++) {
+			uint64_t pgoff = f->segs[j].offset & ~(uint64_t)4095;
+			if (m->offset >= pgoff && m->offset < f->segs[j].offset + f->segs[j].filesz &&
+			    (!s || f->segs[j].exec))
+				s = &f->segs[j];
+		}
+		if (!s) {
+			uwfile_put(f);
+			continue;
+		}
+		uint64_t bias = m->start - m->offset + s->offset - s->vaddr;
+		imgs[k].lo = f->lo + bias;
+		imgs[k].hi = f->hi + bias;
+		imgs[k].bias = bias;
+		imgs[k].f = f;
+		k++;
+	}
+	qsort(imgs, k, sizeof(*imgs), uwimage_cmp);
+	/* Overlaps (a stale mapping and its replacement): keep the later-starting one. */
+	size_t w = 0;
+	for (size_t i = 0; i < k; i++) {
+		if (w && imgs[i].lo < imgs[w - 1].hi) {
+			uwfile_put(imgs[w - 1].f);
+			imgs[w - 1] = imgs[i];
+			continue;
+		}
+		imgs[w++] = imgs[i];
+	}
+	unwind_drop_images(u);
+	u->images = imgs;
+	u->nimages = w;
+	u->maps_seen = n;
+	unw_flush_cache(u->as, 0, 0);
+	u->stats.image_builds++;
+	if (u->want_fp)
+		unwind_build_fp(u);
+}
+
+static const struct uwimage *unwind_image(struct uwctx *c, uint64_t addr)
+{
+	if (c->last && addr >= c->last->lo && addr < c->last->hi)
+		return c->last;
+	struct unwind *u = c->u;
+	size_t lo = 0, hi = u->nimages;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (addr < u->images[mid].lo)
+			hi = mid;
+		else if (addr >= u->images[mid].hi)
+			lo = mid + 1;
+		else
+			return c->last = &u->images[mid];
+	}
+	return NULL;
+}
+
+/* ---- libunwind accessors ---------------------------------------------------------------- */
+
+static int uw_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi,
+			     int need_unwind_info, void *arg)
+{
+	struct uwctx *c = arg;
+	const struct uwimage *im = unwind_image(c, ip);
+	if (!im || !im->f->has_table) {
+		c->noinfo = true;
+		c->unknown |= !im;
+		return -UNW_ENOINFO;
+	}
+	unw_dyn_info_t di;
+	memset(&di, 0, sizeof(di));
+	di.start_ip = im->lo;
+	di.end_ip = im->hi;
+	di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
+	di.u.rti.segbase = im->f->hdr_vaddr + im->bias;
+	di.u.rti.table_data = im->f->table_vaddr + im->bias;
+	/* in words: each entry is two 32-bit values */
+	di.u.rti.table_len = im->f->fde_count * 8 / sizeof(unw_word_t);
+	c->u->stats.proc_lookups++;
+	int rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
+	if (rc < 0)
+		c->noinfo = true;
+	return rc;
+}
+
+static void uw_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
+{
+	/* libunwind frees table-format unwind info itself; nothing of ours to release */
+}
+
+static int uw_get_dyn_info_list_addr(unw_addr_space_t as, unw_word_t *dil, void *arg)
+{
+	return -UNW_ENOINFO;
+}
+
+static int uw_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
+			 void *arg)
+{
+	struct uwctx *c = arg;
+	if (write)
+		return -UNW_EREADONLYREG;
+	const struct llgo_raw_regs *r = c->regs;
+	if (addr >= r->sp && addr - r->sp < r->stack_len) {
+		uint64_t off = addr - r->sp;
+		if (r->stack_len - off < 8) {
+			*val = 0;
+			memcpy(val, c->stack + off, r->stack_len - off);
+		} else {
+			memcpy(val, c->stack + off, 8);
+		}
+		return 0;
+	}
+	/* the interrupted thread stack under a sigaltstack handler */
+	if (r->stack2_len && addr >= r->stack2_lo && addr - r->stack2_lo < r->stack2_len) {
+		uint64_t off = addr - r->stack2_lo;
+		const unsigned char *s2 = c->stack + r->stack_len;
+		*val = 0;
+		memcpy(val, s2 + off, r->stack2_len - off < 8 ? r->stack2_len - off : 8);
+		return 0;
+	}
+	const struct uwimage *im = unwind_image(c, addr);
+	if (im) {
+		const struct uwfile *f = im->f;
+		uint64_t off = uwfile_offset(f, addr - im->bias);
+		if (off != UINT64_MAX && off < f->size) {
+			*val = 0;
+			memcpy(val, f->image + off, f->size - off < 8 ? f->size - off : 8);
+			return 0;
+		}
+	}
+	/* Inside the thread's stack but beyond the copy: the stack was capped. */
+	if (addr >= r->sp && (!r->stack_hi || addr < r->stack_hi))
+		c->outside = true;
+	return -UNW_EINVAL;
+}
+
+static int uw_access_reg(unw_addr_space_t as, unw_regnum_t reg, unw_word_t *val, int write,
+			 void *arg)
+{
+	struct uwctx *c = arg;
+	if (write)
+		return -UNW_EREADONLYREG;
+	switch (reg) {
+	case UNW_X86_64_RIP:
+		*val = c->regs->ip;
+		return 0;
+	case UNW_X86_64_RSP:
+		*val = c->regs->sp;
+		return 0;
+	case UNW_X86_64_RBP:
+		*val = c->regs->bp;
+		return 0;
+	default:
+		return -UNW_EBADREG;
+	}
+}
+
+static int uw_access_fpreg(unw_addr_space_t as, unw_regnum_t reg, unw_fpreg_t *val, int write,
+			   void *arg)
+{
+	return -UNW_EBADREG;
+}
+
+static int uw_resume(unw_addr_space_t as, unw_cursor_t *cur, void *arg)
+{
+	return -UNW_EINVAL;
+}
+
+static unw_accessors_t uw_accessors = {
+	.find_proc_info = uw_find_proc_info,
+	.put_unwind_info = uw_put_unwind_info,
+	.get_dyn_info_list_addr = uw_get_dyn_info_list_addr,
+	.access_mem = uw_access_mem,
+	.access_reg = uw_access_reg,
+	.access_fpreg = uw_access_fpreg,
+	.resume = uw_resume,
+	.get_proc_name = NULL,
+};
+
+/* ---- sessions --------------------------------------------------------------------------- */
+
+struct unwind *unwind_new(pid_t pid, bool auto_mode)
+{
+	struct unwind *u = calloc(1, sizeof(*u));
+	if (!u)
+		return NULL;
+	u->pid = pid;
+	u->want_fp = auto_mode;
+	u->as = unw_create_addr_space(&uw_accessors, 0);
+	if (!u->as) {
+		free(u);
+		return NULL;
+	}
+	unw_set_caching_policy(u->as, UNW_CACHE_GLOBAL);
+	unw_set_cache_size(u->as, 4096, 0);
+	return u;
+}
+
+void unwind_free(struct unwind *u)
+{
+	if (!u)
+		return;
+	unwind_drop_images(u);
+	unw_destroy_addr_space(u->as);
+	free(u->fp);
+	free(u->fp_prio);
+	free(u);
+}
+
+void unwind_prepare(struct unwind *u, struct procmaps *maps)
+{
+	if (u && maps)
+		unwind_build_images(u, maps);
+}
+
+const char *unwind_mode_name(uint32_t mode)
+{
+	switch (mode) {
+	case LLGO_UNWIND_DWARF:
+		return "dwarf";
+	case LLGO_UNWIND_AUTO:
+		return "auto";
+	default:
+		return "fp";
+	}
+}
+
+void unwind_get_stats(const struct unwind *u, struct unwind_stats *out)
+{
+	*out = u->stats;
+	out->images = u->nimages;
+}
+
+uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo_raw_regs *regs,
+		      const unsigned char *stack, const uint64_t *hint, uint32_t nhint,
+		      uint64_t *out, uint32_t max, bool *truncated, bool *unknown_pc)
+{
+	*truncated = true;
+	*unknown_pc = false;
+	if (max == 0)
+		return 0;
+	out[0] = regs->ip;
+	uint32_t n = 1;
+	if (!u || !maps)
+		return n;
+	struct uwctx c = { .u = u, .regs = regs, .stack = stack };
+	if (!unwind_image(&c, regs->ip) && procmaps_find(maps, regs->ip - 1))
+		unwind_build_images(u, maps);
+	unw_cursor_t cur;
+	int rc = unw_init_remote(&cur, u->as, &c);
+	uint64_t prev_sp = regs->sp;
+	while (rc >= 0) {
+		c.noinfo = false;
+		rc = unw_step(&cur);
+		/* Without CFI for the frame just left, libunwind guesses from rbp (and calls a
+		 * zero rbp the end of the stack): neither is trusted, the stack is truncated. */
+		if (c.noinfo) {
+			rc = -UNW_ENOINFO;
+			break;
+		}
+		if (rc <= 0)
+			break;
+		if (n >= max) {
+			rc = -UNW_ESTOPUNWIND;
+			break;
+		}
+		unw_word_t ip = 0, sp = 0;
+		unw_get_reg(&cur, UNW_REG_IP, &ip);
+		unw_get_reg(&cur, UNW_REG_SP, &sp);
+		if (ip == 0) { /* the outermost frame's return address */
+			rc = 0;
+			break;
+		}
+		/* A frame outside every known image may be a library loaded after the images
+		 * were built: rebuild once and go on. */
+		if (!unwind_image(&c, ip) && procmaps_find(maps, ip - 1)) {
+			unwind_build_images(u, maps);
+			c.last = NULL;
+		}
+		/* Stacks grow down: a caller's sp below its callee's is a broken unwind (a
+		 * signal frame switching stacks is the exception, and is followed). */
+		/* libunwind says "signal frame" of the frame restored by a sigreturn: the
+		 * interrupted code, which may have run on another stack. */
+		bool signal = unw_is_signal_frame(&cur) > 0;
+		if (sp < prev_sp && !signal) {
+			rc = -UNW_EBADFRAME;
+			break;
+		}
+		prev_sp = sp;
+		/* Every pc handed on is read as a return address (looked up at pc - 1); the
+		 * interrupted frame's pc is the exact instruction, so it gets + 1. (The
+		 * trampoline's own pc is a return address already: glibc starts its CFI one byte
+		 * early for this.) */
+		out[n++] = signal ? ip + 1 : ip;
+	}
+	u->stats.unwound++;
+	u->stats.frames += n;
+	/* Allocator plumbing the frame-pointer walk trimmed (hint[0] is its first kept frame). */
+	if (nhint && hint[0] != out[0]) {
+		for (uint32_t k = 1; k < n && k <= 16; k++) {
+			if (out[k] == hint[0]) {
+				memmove(out, out + k, (size_t)(n - k) * sizeof(out[0]));
+				n -= k;
+				break;
+			}
+		}
+	}
+	*truncated = rc != 0;
+	*unknown_pc = c.unknown;
+	if (*truncated)
+		u->stats.truncated++;
+	return n;
+}
+
+/* ---- auto mode: which code keeps frame pointers, and where stacks end ------------------- */
+
+static uint32_t uw_le32(const unsigned char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* End of the code an FDE at vaddr fde covers, when it uses the encoding linkers emit on
+ * x86-64 (pc_begin pc-relative sdata4, pc_range sdata4) and agrees with the table's start;
+ * else 0. */
+static uint64_t uwfile_fde_end(const struct uwfile *f, uint64_t fde, uint64_t start)
+{
+	uint64_t off = uwfile_offset(f, fde);
+	if (off == UINT64_MAX || !uw_within(off, 16, f->size))
+		return 0;
+	const unsigned char *p = f->image + off;
+	if (uw_le32(p) == 0 || uw_le32(p) == 0xffffffffu)
+		return 0;
+	uint64_t begin = fde + 8 + (uint64_t)(int64_t)(int32_t)uw_le32(p + 8);
+	uint64_t range = uw_le32(p + 12);
+	if (begin != start || range == 0 || range > (1u << 30))
+		return 0;
+	return start + range;
+}
+
+/* Whether some row of the CFI in [lo, hi) computes the CFA from rbp (DWARF register 6):
+ * the function sets up a frame pointer, and (the prologue coming first, the epilogue last)
+ * every call it makes returns into such a row. */
+static bool uw_cfa_uses_rbp(Dwarf_CFI *cfi, uint64_t lo, uint64_t hi)
+{
+	uint64_t at = lo;
+	for (int rows = 0; at < hi && rows < 64; rows++) {
+		Dwarf_Frame *fr = NULL;
+		if (dwarf_cfi_addrframe(cfi, at, &fr) != 0 || !fr)
+			return false;
+		Dwarf_Op *ops = NULL;
+		size_t nops = 0;
+		Dwarf_Addr start = 0, end = 0;
+		bool sig = false, rbp = false;
+		if (dwarf_frame_cfa(fr, &ops, &nops) == 0 && nops >= 1)
+			rbp = ops[0].atom == DW_OP_breg6 ||
+			      (ops[0].atom == DW_OP_bregx && ops[0].number == 6);
+		bool ok = dwarf_frame_info(fr, &start, &end, &sig) >= 0;
+		free(fr);
+		if (rbp)
+			return true;
+		if (!ok || end <= at)
+			return false;
+		at = end;
+	}
+	return false;
+}
+
+/*
+ * The functions of f (one per .eh_frame_hdr entry, extending to the next entry) that set up a
+ * frame pointer (some CFI row computes the CFA from rbp): code whose calls return into a frame
+ * a frame-pointer walk reads right. Runs of such functions become ranges. A function put in a
+ * range wrongly would let a walk skip its caller, so anything unclear (no CFI, rsp-based CFA
+ * throughout) stays out.
+ */
+static void uwfile_classify_locked(struct uwfile *f)
+{
+	f->fp_done = true;
+	if (!f->has_table || f->fde_count < 2)
+		return;
+	elf_version(EV_CURRENT);
+	Elf *elf = elf_memory((char *)(uintptr_t)f->image, f->size);
+	Dwarf_CFI *cfi = elf ? dwarf_getcfi_elf(elf) : NULL;
+	if (!cfi)
+		goto out;
+	uint64_t toff = uwfile_offset(f, f->table_vaddr);
+	struct uwrange *v = calloc(f->fde_count, sizeof(*v));
+	if (!v)
+		goto out;
+	size_t n = 0;
+	bool open = false;
+	for (uint64_t i = 0; i < f->fde_count; i++) {
+		const unsigned char *e = f->image + toff + i * 8;
+		uint64_t lo = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e);
+		uint64_t fde = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e + 4);
+		uint64_t hi = uwfile_fde_end(f, fde, lo);
+		if (hi == 0 && i + 1 < f->fde_count) /* unusual encoding: up to the next one */
+			hi = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e + 8);
+		if (hi <= lo)
+			continue;
+		f->funcs++;
+		if (!uw_cfa_uses_rbp(cfi, lo, hi)) {
+			open = false;
+			continue;
+		}
+		f->fp_funcs++;
+		/* no function without a frame pointer in between, nor a gap longer than
+		 * alignment padding (code without CFI could hide there) */
+		if (open && lo - v[n - 1].hi < 16) {
+			v[n - 1].hi = hi;
+		} else {
+			v[n].lo = lo;
+			v[n].hi = hi;
+			n++;
+			open = true;
+		}
+	}
+	f->fp = v;
+	f->nfp = n;
+out:
+	if (cfi)
+		dwarf_cfi_end(cfi);
+	if (elf)
+		elf_end(elf);
+}
+
+static int uwrange_cmp(const void *a, const void *b)
+{
+	const struct uwrange *x = a, *y = b;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The session's frame-pointer ranges from its images, in two orders: by address (u->fp, for
+ * lookups) and by priority (u->fp_prio, for the shim's table, which holds the first
+ * LLGO_CTL_FP_RANGES): objects whose functions most often keep frame pointers first (a
+ * program built with them comes before libc's few functions with an rbp frame). */
+static int uwimage_prio_cmp(const void *a, const void *b)
+{
+	const struct uwimage *x = *(const struct uwimage *const *)a;
+	const struct uwimage *y = *(const struct uwimage *const *)b;
+	/* fp_funcs / funcs, compared without division */
+	uint64_t l = x->f->fp_funcs * (y->f->funcs ? y->f->funcs : 1);
+	uint64_t r = y->f->fp_funcs * (x->f->funcs ? x->f->funcs : 1);
+	return l > r ? -1 : l < r;
+}
+
+static void unwind_build_fp(struct unwind *u)
+{
+	size_t total = 0;
+	const struct uwimage **order = calloc(u->nimages ? u->nimages : 1, sizeof(*order));
+	if (!order)
+		return;
+	pthread_mutex_lock(&uw_lock);
+	for (size_t i = 0; i < u->nimages; i++) {
+		struct uwfile *f = u->images[i].f;
+		if (!f->fp_done)
+			uwfile_classify_locked(f);
+		total += f->nfp;
+		order[i] = &u->images[i];
+	}
+	qsort(order, u->nimages, sizeof(*order), uwimage_prio_cmp);
+	struct uwrange *v = calloc(total ? total : 1, sizeof(*v));
+	struct uwrange *prio = calloc(total ? total : 1, sizeof(*prio));
+	size_t n = 0;
+	for (size_t i = 0; v && prio && i < u->nimages; i++) {
+		const struct uwimage *im = order[i];
+		for (size_t j = 0; j < im->f->nfp; j++) {
+			v[n].lo = im->f->fp[j].lo + im->bias;
+			v[n].hi = im->f->fp[j].hi + im->bias;
+			prio[n] = v[n];
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&uw_lock);
+	free(order);
+	if (!v || !prio) {
+		free(v);
+		free(prio);
+		return;
+	}
+	qsort(v, n, sizeof(*v), uwrange_cmp);
+	free(u->fp);
+	free(u->fp_prio);
+	u->fp = v;
+	u->fp_prio = prio;
+	u->nfp = n;
+	u->tables_dirty = true;
+}
+
+static bool unwind_in_fp(const struct unwind *u, uint64_t pc)
+{
+	uint64_t at = pc - 1;
+	size_t lo = 0, hi = u->nfp;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (at < u->fp[mid].lo)
+			hi = mid;
+		else if (at >= u->fp[mid].hi)
+			lo = mid + 1;
+		else
+			return true;
+	}
+	return false;
+}
+
+void unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n)
+{
+	if (!u || !u->fp)
+		return;
+	/* The first frame outside frame-pointer code is where a walk would end; what follows
+	 * must hold no frame-pointer code (else it is a callback, not a thread's start). */
+	uint32_t j = 0;
+	while (j < n && unwind_in_fp(u, pcs[j]))
+		j++;
+	if (j == 0 || j >= n || n - j - 1 > UNWIND_MAX_SUFFIX)
+		return;
+	for (uint32_t k = j + 1; k < n; k++)
+		if (unwind_in_fp(u, pcs[k]))
+			return;
+	const uint64_t *suffix = pcs + j + 1;
+	uint32_t ns = n - j - 1;
+	for (size_t i = 0; i < u->nroots; i++) {
+		struct uwroot *r = &u->roots[i];
+		if (r->pc != pcs[j])
+			continue;
+		if (r->ambiguous)
+			return;
+		if (r->nsuffix != ns || memcmp(r->suffix, suffix, ns * sizeof(*suffix)) != 0) {
+			r->ambiguous = true;
+			u->tables_dirty = true;
+			return;
+		}
+		if (++r->seen == UNWIND_ROOT_MIN_SEEN)
+			u->tables_dirty = true;
+		return;
+	}
+	if (u->nroots >= UNWIND_MAX_ROOTS)
+		return;
+	struct uwroot *r = &u->roots[u->nroots++];
+	memset(r, 0, sizeof(*r));
+	r->pc = pcs[j];
+	r->seen = 1;
+	r->nsuffix = ns;
+	memcpy(r->suffix, suffix, ns * sizeof(*suffix));
+}
+
+uint32_t unwind_complete(struct unwind *u, uint64_t *pcs, uint32_t n, uint32_t max)
+{
+	if (!u || n == 0 || n >= max)
+		return n;
+	for (size_t i = 0; i < u->nroots; i++) {
+		const struct uwroot *r = &u->roots[i];
+		if (r->pc != pcs[n - 1] || r->ambiguous || r->seen < UNWIND_ROOT_MIN_SEEN)
+			continue;
+		for (uint32_t k = 0; k < r->nsuffix && n < max; k++)
+			pcs[n++] = r->suffix[k];
+		break;
+	}
+	return n;
+}
+
+bool unwind_tables(struct unwind *u, struct procmaps *maps, uint64_t (*ranges)[2],
+		   uint32_t max_ranges, uint32_t *nranges, uint64_t *roots, uint32_t max_roots,
+		   uint32_t *nroots)
+{
+	if (!u || !u->tables_dirty)
+		return false;
+	u->tables_dirty = false;
+	/* The first ranges by priority when they do not all fit (unwind_build_fp): a range left
+	 * out only costs copies. */
+	size_t n = u->nfp < max_ranges ? u->nfp : max_ranges;
+	struct uwrange *v = malloc((n ? n : 1) * sizeof(*v));
+	if (!v)
+		return false;
+	if (n)
+		memcpy(v, u->fp_prio, n * sizeof(*v));
+	qsort(v, n, sizeof(*v), uwrange_cmp);
+	for (size_t i = 0; i < n; i++) {
+		ranges[i][0] = v[i].lo;
+		ranges[i][1] = v[i].hi;
+	}
+	free(v);
+	*nranges = (uint32_t)n;
+	uint32_t k = 0;
+	for (size_t i = 0; i < u->nroots && k < max_roots; i++)
+		if (!u->roots[i].ambiguous && u->roots[i].seen >= UNWIND_ROOT_MIN_SEEN)
+			roots[k++] = u->roots[i].pc;
+	*nroots = k;
+	(void)maps;
+	return true;
+}

@@ -1,0 +1,842 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_unwind.c: whole stacks for code without frame pointers (issue 9). Real programs run
+ * under `llgo-heap run --unwind MODE -r 1` (shim preloaded, private daemon) and their Go
+ * legacy text profiles are read back: every allocation's stack, frame by frame (function,
+ * file:line, inlined frames sharing an address), from the allocating call site to the thread's
+ * start. Expected lines come from "@NAME" markers in the programs' sources, so the checks do
+ * not depend on line numbers. The same programs run under heaptrack (which unwinds with
+ * DWARF in process) and the two must agree; Debian's own sqlite3 and python3 must reach their
+ * threads' starts. The ALLOC_RAW record itself (shim writer, daemon reader) is checked first.
+ */
+#include <regex.h>
+#include <sys/mman.h>
+
+#include "e2e_util.h"
+#include "../agent/internal.h"
+#include "../shim/internal.h"
+
+#define RUN E2E_BIN "/llgo-heap run"
+
+/* ---- the ALLOC_RAW record ----------------------------------------------------------------- */
+
+struct uw_seen {
+	int records;
+	uint8_t kind;
+	uint16_t nframes;
+	uint32_t flags;
+	uint64_t frames[4];
+	struct llgo_raw_regs regs;
+	unsigned char stack[4096];
+};
+
+static void uw_seen_cb(void *arg, const struct llgo_record *rec, const uint64_t *frames)
+{
+	struct uw_seen *v = arg;
+	v->records++;
+	v->kind = rec->kind;
+	v->nframes = rec->nframes;
+	v->flags = rec->flags;
+	memcpy(v->frames, frames, (rec->nframes < 4 ? rec->nframes : 4) * sizeof(frames[0]));
+	if (rec->kind == LLGO_REC_ALLOC_RAW) {
+		memcpy(&v->regs, frames + rec->nframes, sizeof(v->regs));
+		memcpy(v->stack, (const unsigned char *)(frames + rec->nframes) + sizeof(v->regs),
+		       v->regs.stack_len < sizeof(v->stack) ? v->regs.stack_len : sizeof(v->stack));
+	}
+}
+
+/* stackcopy_push writes what ring.c accepts; a torn fixed part is corrupt, a torn stack byte
+ * is not (the checksum leaves the copy out), a wrong stack length is corrupt. */
+Test(unwind, raw_record_round_trip)
+{
+	const size_t ds = 1u << 20, len = LLGO_RING_HEADER_SIZE + ds;
+	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert(mem != MAP_FAILED);
+	struct emit_ring er;
+	cr_assert_eq(emit_ring_format(&er, mem, len, ds, 1, 42), 0);
+	static unsigned char stack[4096];
+	for (size_t i = 0; i < sizeof(stack); i++)
+		stack[i] = (unsigned char)(i * 7);
+	struct stackcopy sc;
+	memset(&sc, 0, sizeof(sc));
+	sc.regs.ip = 0x401234;
+	sc.regs.sp = (uintptr_t)stack;
+	sc.regs.bp = 0x7ffd0000;
+	sc.regs.stack_hi = (uintptr_t)stack + sizeof(stack);
+	sc.regs.stack_len = sizeof(stack);
+	sc.stack = stack;
+	sc.copy = true;
+	const uint64_t frames[3] = { 0x401234, 0x401500, 0x401600 };
+	struct ring_reader rr;
+	cr_assert_eq(ring_reader_init(&rr, mem, len, 1, ds), 0);
+
+	static struct uw_seen v;
+	cr_assert(stackcopy_push(&er, 100, 1, 0xabc, 7, frames, 3, &sc));
+	cr_assert_eq(ring_reader_drain(&rr, uw_seen_cb, &v), 1);
+	cr_expect_eq(v.kind, LLGO_REC_ALLOC_RAW);
+	cr_expect_eq(v.nframes, 3);
+	cr_expect_eq(v.frames[2], 0x401600);
+	cr_expect_eq(v.regs.ip, 0x401234);
+	cr_expect_eq(v.regs.bp, 0x7ffd0000);
+	cr_expect_eq(v.regs.stack_len, sizeof(stack));
+	cr_expect(memcmp(v.stack, stack, sizeof(stack)) == 0, "stack copy differs");
+
+	/* the same copy, wanted but not possible: an ALLOC record flagged NO_COPY */
+	sc.copy = false;
+	cr_assert(stackcopy_push(&er, 100, 1, 0xabc, 7, frames, 3, &sc));
+	cr_assert_eq(ring_reader_drain(&rr, uw_seen_cb, &v), 1);
+	cr_expect_eq(v.kind, LLGO_REC_ALLOC);
+	cr_expect_eq(v.flags, LLGO_REC_FLAG_NO_COPY);
+	sc.copy = true;
+
+	unsigned char *data = (unsigned char *)mem + LLGO_RING_HEADER_SIZE;
+	uint64_t mask = ds - 1;
+	uint32_t fixed = llgo_record_raw_fixed_len(3);
+	/* a flipped stack byte: delivered (the unwinder treats the copy as hostile anyway) */
+	uint64_t at = atomic_load(&er.hdr->head);
+	cr_assert(stackcopy_push(&er, 100, 1, 0xabc, 7, frames, 3, &sc));
+	data[(at + fixed + 100) & mask] ^= 0xff;
+	cr_expect_eq(ring_reader_drain(&rr, uw_seen_cb, &v), 1);
+	/* a flipped register byte: corrupt */
+	at = atomic_load(&er.hdr->head);
+	cr_assert(stackcopy_push(&er, 100, 1, 0xabc, 7, frames, 3, &sc));
+	data[(at + fixed - 30) & mask] ^= 0xff;
+	cr_expect_eq(ring_reader_drain(&rr, uw_seen_cb, &v), 0);
+	cr_expect_eq(rr.counts.corrupt, 1);
+	/* a stack length that disagrees with the record's length, checksum recomputed (a
+	 * consistent liar): corrupt */
+	at = atomic_load(&er.hdr->head);
+	cr_assert(stackcopy_push(&er, 100, 1, 0xabc, 7, frames, 3, &sc));
+	unsigned char rec[LLGO_RECORD_MAX_LEN + sizeof(struct llgo_raw_regs)];
+	llgo_ring_copy_out(rec, data, mask, at, fixed);
+	struct llgo_raw_regs regs;
+	memcpy(&regs, rec + fixed - sizeof(regs), sizeof(regs));
+	regs.stack_len -= 8;
+	memcpy(rec + fixed - sizeof(regs), &regs, sizeof(regs));
+	struct llgo_record hdr;
+	memcpy(&hdr, rec, sizeof(hdr));
+	hdr.checksum = 0;
+	memcpy(rec, &hdr, sizeof(hdr));
+	hdr.checksum = llgo_record_checksum(rec, fixed);
+	memcpy(rec, &hdr, sizeof(hdr));
+	llgo_ring_copy_in(data, mask, at, rec, fixed);
+	cr_expect_eq(ring_reader_drain(&rr, uw_seen_cb, &v), 0);
+	cr_expect_eq(rr.counts.corrupt, 2);
+	free(rr.scratch);
+	munmap(mem, len);
+}
+
+/* ---- profiles ------------------------------------------------------------------------- */
+
+#define UW_MAX_FRAMES 300
+#define UW_MAX_RECS 4096
+
+struct uw_frame {
+	char func[160];
+	char file[160]; /* basename, "" when unknown */
+	int line;
+	bool inlined; /* shares its address with the frame before (an inline chain) */
+};
+
+struct uw_rec {
+	long count, bytes;
+	int nframes;
+	struct uw_frame f[UW_MAX_FRAMES];
+};
+
+struct uw_prof {
+	int n;
+	struct uw_rec *r;
+	unsigned long long sampled, delivered, dropped, corrupt, unwound, truncated;
+	char mode[16];
+};
+
+static const char *uw_base(const char *p)
+{
+	const char *s = strrchr(p, '/');
+	return s ? s + 1 : p;
+}
+
+/* Parse Go's legacy heap text as text.c writes it. */
+static void uw_parse(const char *text, struct uw_prof *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->r = calloc(UW_MAX_RECS, sizeof(*p->r));
+	cr_assert(p->r);
+	const char *acc = strstr(text, "# llgo-heap: sampled=");
+	cr_assert(acc, "no accounting line");
+	cr_assert_eq(sscanf(acc, "# llgo-heap: sampled=%llu delivered=%llu dropped=%llu "
+			    "corrupt=%llu", &p->sampled, &p->delivered, &p->dropped, &p->corrupt),
+		     4);
+	const char *uw = strstr(text, "# llgo-heap: unwind=");
+	cr_assert(uw, "no unwind line");
+	cr_assert_eq(sscanf(uw, "# llgo-heap: unwind=%15s unwound=%llu truncated=%llu", p->mode,
+			    &p->unwound, &p->truncated), 3);
+	struct uw_rec *cur = NULL;
+	char prev_addr[32] = "";
+	for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		char line[2048];
+		size_t len = strcspn(l, "\n");
+		if (len >= sizeof(line))
+			len = sizeof(line) - 1;
+		memcpy(line, l, len);
+		line[len] = '\0';
+		long a, b, c, d;
+		if (sscanf(line, "%ld: %ld [%ld: %ld] @", &a, &b, &c, &d) == 4) {
+			cr_assert_lt(p->n, UW_MAX_RECS);
+			cur = &p->r[p->n++];
+			cur->count = c;
+			cur->bytes = d;
+			prev_addr[0] = '\0';
+			continue;
+		}
+		if (!cur || strncmp(line, "#\t", 2) != 0)
+			continue;
+		/* "#\t0xADDR\tfunc+0xOFF\t\t\tfile:line" (func may be missing) */
+		char *f1 = line + 2, *f2 = strchr(f1, '\t');
+		if (!f2 || cur->nframes >= UW_MAX_FRAMES)
+			continue;
+		*f2++ = '\0';
+		struct uw_frame *fr = &cur->f[cur->nframes++];
+		fr->inlined = strncmp(prev_addr, f1, sizeof(prev_addr) - 1) == 0;
+		snprintf(prev_addr, sizeof(prev_addr), "%.31s", f1);
+		while (*f2 == '\t')
+			f2++;
+		char *f3 = strchr(f2, '\t');
+		if (f3)
+			*f3++ = '\0';
+		char *plus = strrchr(f2, '+');
+		if (plus)
+			*plus = '\0';
+		snprintf(fr->func, sizeof(fr->func), "%s", f2);
+		if (f3) {
+			while (*f3 == '\t')
+				f3++;
+			char *colon = strrchr(f3, ':');
+			if (colon) {
+				*colon = '\0';
+				fr->line = atoi(colon + 1);
+			}
+			if (strcmp(f3, "??") != 0)
+				snprintf(fr->file, sizeof(fr->file), "%s", uw_base(f3));
+		}
+	}
+}
+
+static void uw_free(struct uw_prof *p)
+{
+	free(p->r);
+}
+
+/* Run prog under llgo-heap run at rate 1 in mode, parse its text profile. */
+static void uw_run(struct uw_prof *p, const char *dir, const char *mode, const char *cmd)
+{
+	char *out = NULL;
+	int rc = e2e_sh(&out, "cd %s && " RUN " --unwind %s -r 1 -f text -o prof.heap -- %s",
+			dir, mode, cmd);
+	cr_assert_eq(rc, 0, "llgo-heap run --unwind %s -- %s failed (%d):\n%s", mode, cmd, rc,
+		     out);
+	free(out);
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/prof.heap", dir);
+	char *text = e2e_read_file(path);
+	cr_assert(text, "no profile written");
+	uw_parse(text, p);
+	free(text);
+	cr_expect_str_eq(p->mode, mode);
+	cr_expect_eq(p->sampled, p->delivered + p->dropped + p->corrupt);
+	cr_expect_eq(p->corrupt, 0);
+	cr_expect_eq(p->dropped, 0, "%llu of %llu samples dropped", p->dropped, p->sampled);
+}
+
+/* Line of the "@name" marker in a program's source. */
+static int uw_marker(const char *src, const char *name)
+{
+	char path[4200], tag[128];
+	snprintf(path, sizeof(path), E2E_PROGS_SRC "/%s", src);
+	snprintf(tag, sizeof(tag), "@%s ", name);
+	char *text = e2e_read_file(path);
+	cr_assert(text, "cannot read %s", path);
+	int line = 1, found = 0;
+	for (const char *l = text; *l; l++) {
+		if (*l == '\n') {
+			line++;
+			continue;
+		}
+		if (strncmp(l, tag, strlen(tag)) == 0) {
+			found = line;
+			break;
+		}
+	}
+	free(text);
+	cr_assert(found, "no marker %s in %s", tag, src);
+	return found;
+}
+
+/* An expected frame: func at src:@marker, or func anywhere (marker NULL). */
+struct uw_want {
+	const char *func;
+	const char *src;
+	const char *marker;
+};
+
+static bool uw_frame_is(const struct uw_frame *f, const struct uw_want *w)
+{
+	/* gcc's hot/cold split: "f.cold" is f's code */
+	size_t len = strlen(w->func);
+	if (strncmp(f->func, w->func, len) != 0 ||
+	    (f->func[len] && strcmp(f->func + len, ".cold") != 0))
+		return false;
+	if (!w->marker)
+		return true;
+	return strcmp(f->file, uw_base(w->src)) == 0 && f->line == uw_marker(w->src, w->marker);
+}
+
+static const struct uw_want uw_main_root[] = {
+	{ "__libc_start_call_main", NULL, NULL },
+	{ "__libc_start_main", NULL, NULL },
+	{ "_start", NULL, NULL },
+};
+static const struct uw_want uw_thread_root[] = {
+	{ "start_thread", NULL, NULL },
+	{ "clone3", NULL, NULL },
+};
+
+static void uw_describe(const struct uw_rec *r, char *out, size_t cap)
+{
+	size_t len = 0;
+	out[0] = '\0';
+	for (int i = 0; i < r->nframes && len + 1 < cap; i++)
+		len += (size_t)snprintf(out + len, cap - len, "\n    %s%s %s:%d",
+					r->f[i].inlined ? "(inl) " : "", r->f[i].func, r->f[i].file,
+					r->f[i].line);
+}
+
+/*
+ * The allocations whose stack is exactly head (from frame 0 on) followed by root: count them.
+ * With root NULL, only the head must match, from frame 0, and the stack must end at a thread
+ * start (either root).
+ */
+static long uw_count(const struct uw_prof *p, const struct uw_want *head, int nhead,
+		     const struct uw_want *root, int nroot)
+{
+	long n = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct uw_rec *r = &p->r[i];
+		if (r->nframes < nhead + nroot)
+			continue;
+		bool ok = true;
+		for (int k = 0; k < nhead && ok; k++)
+			ok = uw_frame_is(&r->f[k], &head[k]);
+		if (root) {
+			ok = ok && r->nframes == nhead + nroot;
+			for (int k = 0; k < nroot && ok; k++)
+				ok = uw_frame_is(&r->f[nhead + k], &root[k]);
+		}
+		if (ok)
+			n += r->count;
+	}
+	return n;
+}
+
+/* Whether some stack holds want[0..n) as consecutive frames followed by root (to the end). */
+static long uw_count_tail(const struct uw_prof *p, const struct uw_want *want, int n,
+			  const struct uw_want *root, int nroot)
+{
+	long total = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct uw_rec *r = &p->r[i];
+		int start = r->nframes - nroot - n;
+		if (start < 0)
+			continue;
+		bool ok = true;
+		for (int k = 0; k < n && ok; k++)
+			ok = uw_frame_is(&r->f[start + k], &want[k]);
+		for (int k = 0; k < nroot && ok; k++)
+			ok = uw_frame_is(&r->f[start + n + k], &root[k]);
+		if (ok)
+			total += r->count;
+	}
+	return total;
+}
+
+static void uw_dump(const struct uw_prof *p)
+{
+	static char buf[16384];
+	for (int i = 0; i < p->n; i++) {
+		uw_describe(&p->r[i], buf, sizeof(buf));
+		fprintf(stderr, "  %ld allocations:%s\n", p->r[i].count, buf);
+	}
+}
+
+/* No stack ends in [truncated], and every stack reaches a thread's start. */
+static void uw_expect_whole(const struct uw_prof *p)
+{
+	cr_expect_eq(p->truncated, 0, "%llu stacks truncated", p->truncated);
+	for (int i = 0; i < p->n; i++) {
+		const struct uw_rec *r = &p->r[i];
+		bool whole = false;
+		for (int k = 0; k < r->nframes; k++)
+			whole |= strcmp(r->f[k].func, "__libc_start_call_main") == 0 ||
+				 strcmp(r->f[k].func, "start_thread") == 0;
+		char buf[8192];
+		uw_describe(r, buf, sizeof(buf));
+		cr_expect(whole, "a stack that does not reach its thread's start:%s", buf);
+	}
+}
+
+/* ---- an -O2 C program without frame pointers ------------------------------------------ */
+
+#define CHAINS "nofp_chains.c"
+#define DLSRC "libnofp_dl.c"
+
+static void uw_check_chains(const char *mode)
+{
+	char *dir = e2e_tmpdir();
+	const int n = 20;
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), E2E_PROGS "/nofp_chains %d " E2E_PROGS "/libnofp_dl.so", n);
+	struct uw_prof p;
+	uw_run(&p, dir, mode, cmd);
+
+	const struct uw_want a[] = { { "a_leaf", CHAINS, "a_leaf" },
+				     { "a_mid", CHAINS, "a_mid" },
+				     { "chain_a", CHAINS, "chain_a" },
+				     { "main", CHAINS, "main_a" } };
+	const struct uw_want b[] = { { "b_inlined", CHAINS, "b_inlined" },
+				     { "chain_b", CHAINS, "chain_b" },
+				     { "main", CHAINS, "main_b" } };
+	const struct uw_want r[] = { { "recurse", CHAINS, "recurse_leaf" },
+				     { "recurse", CHAINS, "recurse" },
+				     { "recurse", CHAINS, "recurse" },
+				     { "recurse", CHAINS, "recurse" },
+				     { "main", CHAINS, "main_r" } };
+	const struct uw_want t[] = { { "a_leaf", CHAINS, "a_leaf" },
+				     { "a_mid", CHAINS, "a_mid" },
+				     { "chain_a", CHAINS, "chain_a" },
+				     { "thread_main", CHAINS, "thread_main" } };
+	const struct uw_want d[] = { { "dl_inner", DLSRC, "dl_inner" },
+				     { "dl_alloc", DLSRC, "dl_alloc" },
+				     { "main", CHAINS, "main_dl" } };
+	const struct uw_want s0[] = { { "on_signal", CHAINS, "on_signal" } };
+	const struct uw_want s1[] = { { "raise", NULL, NULL }, { "main", CHAINS, "main_raise" } };
+	const struct uw_want pf[] = { { "main", CHAINS, "main_printf" } };
+	const struct uw_want a0[] = { { "on_altsignal", CHAINS, "on_altsignal" } };
+	const struct uw_want a1[] = { { "raise", NULL, NULL },
+				      { "main", CHAINS, "main_altraise" } };
+
+	bool bad = false;
+#define UW_EXPECT(got, want, ...)                                                          \
+	do {                                                                               \
+		long g_ = (got);                                                           \
+		bad |= g_ != (long)(want);                                                 \
+		cr_expect_eq(g_, (long)(want), __VA_ARGS__);                               \
+	} while (0)
+	UW_EXPECT(uw_count(&p, a, 4, uw_main_root, 3), n, "%s: chain a (plain)", mode);
+	UW_EXPECT(uw_count(&p, b, 3, uw_main_root, 3), n, "%s: chain b (inlined step)", mode);
+	UW_EXPECT(uw_count(&p, r, 5, uw_main_root, 3), n, "%s: recursion", mode);
+	UW_EXPECT(uw_count(&p, t, 4, uw_thread_root, 2), n, "%s: thread", mode);
+	UW_EXPECT(uw_count(&p, d, 3, uw_main_root, 3), n, "%s: dlopen'ed library", mode);
+	/* The handler's frame, the signal trampoline, the interrupted libc code, raise, main. */
+	UW_EXPECT(uw_count(&p, s0, 1, NULL, 0), n, "%s: signal handler", mode);
+	UW_EXPECT(uw_count_tail(&p, s1, 2, uw_main_root, 3), n,
+		  "%s: signal handler's stack down to raise and main", mode);
+	/* on a sigaltstack: the handler's stack, then the interrupted one */
+	UW_EXPECT(uw_count(&p, a0, 1, NULL, 0), n, "%s: sigaltstack handler", mode);
+	UW_EXPECT(uw_count_tail(&p, a1, 2, uw_main_root, 3), n,
+		  "%s: sigaltstack handler's stack down to raise and main", mode);
+	/* stdio's buffer, allocated inside libc (no frame pointers) for printf */
+	UW_EXPECT(uw_count_tail(&p, pf, 1, uw_main_root, 3), 1,
+		  "%s: printf's buffer under main:@main_printf", mode);
+	uw_expect_whole(&p);
+	if (bad || p.truncated)
+		uw_dump(&p);
+	uw_free(&p);
+	e2e_rmdir(dir);
+}
+
+Test(unwind, nofp_c_dwarf, .timeout = 300)
+{
+	uw_check_chains("dwarf");
+}
+
+Test(unwind, nofp_c_auto, .timeout = 300)
+{
+	uw_check_chains("auto");
+}
+
+/* ---- an -O2 C++ program without frame pointers, through libstdc++ ---------------------- */
+
+#define CXX "nofp_cxx.cc"
+
+static void uw_check_cxx(const char *mode)
+{
+	char *dir = e2e_tmpdir();
+	const int n = 20;
+	struct uw_prof p;
+	uw_run(&p, dir, mode, E2E_PROGS "/nofp_cxx 20");
+	bool bad = false;
+	const struct uw_want str[] = { { "_Z11make_stringB5cxx11i", CXX, "make_string" },
+				       { "main", CXX, "main_string" } };
+	const struct uw_want vec[] = { { "_Z11grow_vectori", CXX, "grow_vector" },
+				       { "main", CXX, "main_vector" } };
+	const struct uw_want map[] = { { "_Z8fill_mapi", CXX, "fill_map" },
+				       { "main", CXX, "main_map" } };
+	const struct uw_want node[] = { { "_Z9make_nodev", CXX, "make_node" },
+					{ "main", CXX, "main_node" } };
+	const struct uw_want thr[] = { { "_Z9throw_onei", CXX, "throw_one" },
+				       { "main", CXX, "main_throw" } };
+	const struct uw_want exc[] = { { "__cxa_allocate_exception", NULL, NULL },
+				       { "_Z9throw_onei", CXX, "throw_one" },
+				       { "main", CXX, "main_throw" } };
+	/* std::string's buffer (allocated inside libstdc++), a vector growing 1, 2, 4, three
+	 * map nodes, one make_shared block, and per throw the exception object and the
+	 * runtime_error's message */
+	UW_EXPECT(uw_count_tail(&p, str, 2, uw_main_root, 3), n, "%s: std::string", mode);
+	UW_EXPECT(uw_count_tail(&p, vec, 2, uw_main_root, 3), 3 * n, "%s: std::vector", mode);
+	UW_EXPECT(uw_count_tail(&p, map, 2, uw_main_root, 3), 3 * n, "%s: std::map", mode);
+	UW_EXPECT(uw_count_tail(&p, node, 2, uw_main_root, 3), n, "%s: std::make_shared", mode);
+	UW_EXPECT(uw_count_tail(&p, thr, 2, uw_main_root, 3), 2 * n, "%s: throw", mode);
+	UW_EXPECT(uw_count(&p, exc, 3, uw_main_root, 3), n, "%s: __cxa_allocate_exception",
+		  mode);
+	/* a destructor run from throw_one's landing pad while the exception propagates */
+	const struct uw_want pad[] = { { "_ZN5GuardD2Ev", CXX, "guard_dtor" },
+				       { "_Z9throw_onei", NULL, NULL },
+				       { "main", CXX, "main_throw" } };
+	UW_EXPECT(uw_count(&p, pad, 3, uw_main_root, 3), n, "%s: landing pad", mode);
+	uw_expect_whole(&p);
+	if (bad || p.truncated)
+		uw_dump(&p);
+	uw_free(&p);
+	e2e_rmdir(dir);
+}
+
+Test(unwind, nofp_cxx_dwarf, .timeout = 300)
+{
+	uw_check_cxx("dwarf");
+}
+
+Test(unwind, nofp_cxx_auto, .timeout = 300)
+{
+	uw_check_cxx("auto");
+}
+
+/* ---- frame-pointer code calling into libc, which keeps none --------------------------- */
+
+#define FP "unwind_fp.c"
+
+/* The caller of fopen is load_file (a frame-pointer walk from load_file's frame skips it
+ * and shows fopen called from main), and printf's buffer has its callers. */
+static void uw_check_fp(const char *mode)
+{
+	char *dir = e2e_tmpdir();
+	const int n = 20;
+	struct uw_prof p;
+	uw_run(&p, dir, mode, E2E_PROGS "/unwind_fp 20 " E2E_PROGS_SRC "/unwind_fp.c");
+	bool bad = false;
+	const struct uw_want load[] = { { "load_file", FP, "load_file" },
+					{ "main", FP, "main_load" } };
+	const struct uw_want rep[] = { { "report", FP, "report" }, { "main", FP, "main_report" } };
+	UW_EXPECT(uw_count_tail(&p, load, 2, uw_main_root, 3), n, "%s: fopen from load_file", mode);
+	UW_EXPECT(uw_count_tail(&p, rep, 2, uw_main_root, 3), 1, "%s: printf from report", mode);
+	/* the frame right above load_file is libc's fopen */
+	long fopen_frames = 0;
+	for (int i = 0; i < p.n; i++) {
+		const struct uw_rec *r = &p.r[i];
+		for (int k = 1; k < r->nframes; k++)
+			if (strcmp(r->f[k].func, "load_file") == 0 && strstr(r->f[k - 1].func, "fopen"))
+				fopen_frames += r->count;
+	}
+	UW_EXPECT(fopen_frames, n, "%s: fopen right above load_file", mode);
+	uw_expect_whole(&p);
+	if (bad || p.truncated)
+		uw_dump(&p);
+	uw_free(&p);
+	e2e_rmdir(dir);
+}
+
+Test(unwind, fp_program_calls_libc_auto, .timeout = 300)
+{
+	uw_check_fp("auto");
+}
+
+Test(unwind, fp_program_calls_libc_dwarf, .timeout = 300)
+{
+	uw_check_fp("dwarf");
+}
+
+/* ---- agreement with heaptrack ------------------------------------------------------------ */
+
+/* A stack as "file:line" keys, leaf first, down to main or the thread's start function;
+ * frames without a file or line are "?" (each side names those differently). */
+struct uw_key {
+	char key[4096];
+	long count;
+};
+
+static void uw_key_add(struct uw_key *keys, int *n, int max, const char *key, long count)
+{
+	for (int i = 0; i < *n; i++) {
+		if (strcmp(keys[i].key, key) == 0) {
+			keys[i].count += count;
+			return;
+		}
+	}
+	cr_assert_lt(*n, max);
+	snprintf(keys[*n].key, sizeof(keys[*n].key), "%s", key);
+	keys[(*n)++].count = count;
+}
+
+static void uw_key_frame(char *key, size_t cap, const char *file, int line)
+{
+	size_t len = strlen(key);
+	if (file[0] && line > 0)
+		snprintf(key + len, cap - len, "%s:%d;", uw_base(file), line);
+	else
+		snprintf(key + len, cap - len, "?;");
+}
+
+/* Our stacks, cut after main (heaptrack stops there); only those through main or a thread's
+ * start function (heaptrack also sees what runs before our shim attaches). */
+static int uw_keys_ours(const struct uw_prof *p, struct uw_key *keys, int max)
+{
+	int n = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct uw_rec *r = &p->r[i];
+		char key[4096] = "";
+		bool rooted = false;
+		for (int k = 0; k < r->nframes; k++) {
+			uw_key_frame(key, sizeof(key), r->f[k].file, r->f[k].line);
+			if (strcmp(r->f[k].func, "main") == 0) {
+				rooted = true;
+				break;
+			}
+			if (strcmp(r->f[k].func, "start_thread") == 0)
+				rooted = true;
+		}
+		if (rooted)
+			uw_key_add(keys, &n, max, key, r->count);
+	}
+	return n;
+}
+
+/* heaptrack_print's "MOST CALLS TO ALLOCATION FUNCTIONS", unmerged. */
+static int uw_keys_heaptrack(const char *text, struct uw_key *keys, int max)
+{
+	int n = 0;
+	const char *sec = strstr(text, "MOST CALLS TO ALLOCATION FUNCTIONS");
+	cr_assert(sec, "no allocation section in heaptrack_print's output");
+	char key[4096] = "";
+	long count = -1;
+	bool rooted = false, cut = false;
+	char func[512] = "";
+	for (const char *l = sec; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		char line[2048];
+		size_t len = strcspn(l, "\n");
+		if (len >= sizeof(line))
+			len = sizeof(line) - 1;
+		memcpy(line, l, len);
+		line[len] = '\0';
+		long c;
+		bool end = len == 0 || strstr(line, "PEAK MEMORY") || strstr(line, "MOST TEMPORARY");
+		if (end || sscanf(line, "%ld calls to allocation functions", &c) == 1) {
+			if (count >= 0 && rooted)
+				uw_key_add(keys, &n, max, key, count);
+			count = -1;
+			if (end && len)
+				break;
+			if (!end) {
+				count = c;
+				key[0] = '\0';
+				rooted = cut = false;
+			}
+			continue;
+		}
+		if (count < 0 || cut)
+			continue;
+		if (strncmp(line, "    at ", 7) == 0 || strncmp(line, "    in ", 7) == 0)
+			continue; /* read with their frame below */
+		if (strncmp(line, "  ", 2) != 0 || line[2] == ' ')
+			continue;
+		/* a frame: "  func", then optionally "    at file:line", "    in lib" */
+		snprintf(func, sizeof(func), "%.500s", line + 2);
+		const char *next = l + strcspn(l, "\n");
+		char file[1024] = "";
+		int ln = 0;
+		const char *in = *next == '\n' ? next + 1 : next;
+		if (strncmp(in, "    at ", 7) == 0)
+			in += strcspn(in, "\n") + 1;
+		/* heaptrack's own wrappers (its dlopen) are not the program's frames */
+		if (strncmp(in, "    in ", 7) == 0 &&
+		    memmem(in, strcspn(in, "\n"), "heaptrack", 9) != NULL)
+			continue;
+		if (*next == '\n' && strncmp(next + 1, "    at ", 7) == 0) {
+			const char *at = next + 8;
+			size_t alen = strcspn(at, "\n");
+			char buf[1024];
+			snprintf(buf, sizeof(buf), "%.*s", (int)(alen < 1000 ? alen : 1000), at);
+			char *colon = strrchr(buf, ':');
+			if (colon) {
+				*colon = '\0';
+				ln = atoi(colon + 1);
+				snprintf(file, sizeof(file), "%s", buf);
+			}
+		}
+		uw_key_frame(key, sizeof(key), file, ln);
+		if (strcmp(func, "main") == 0) {
+			rooted = cut = true;
+		} else if (strcmp(func, "start_thread") == 0) {
+			rooted = true;
+		}
+	}
+	return n;
+}
+
+/* Share of allocations whose stacks agree: sum over stacks of min(ours, heaptrack's), over
+ * the larger of the two totals. */
+static double uw_agreement(const struct uw_key *a, int na, const struct uw_key *b, int nb,
+			   long *ta, long *tb)
+{
+	long same = 0;
+	*ta = *tb = 0;
+	for (int i = 0; i < na; i++)
+		*ta += a[i].count;
+	for (int j = 0; j < nb; j++)
+		*tb += b[j].count;
+	for (int i = 0; i < na; i++)
+		for (int j = 0; j < nb; j++)
+			if (strcmp(a[i].key, b[j].key) == 0)
+				same += a[i].count < b[j].count ? a[i].count : b[j].count;
+	long total = *ta > *tb ? *ta : *tb;
+	return total ? (double)same / (double)total : 0;
+}
+
+static void uw_compare_heaptrack(const char *cmd)
+{
+	char *dir = e2e_tmpdir(), *out = NULL;
+	struct uw_prof p;
+	uw_run(&p, dir, "auto", cmd);
+	int rc = e2e_sh(&out, "cd %s && heaptrack -o %s/ht %s >/dev/null 2>&1 && "
+			"heaptrack_print %s/ht.zst --print-allocators 1 --print-peaks 0 "
+			"--print-leaks 0 --print-temporary 0 --print-histogram 0 -m 0 -n 100000",
+			dir, dir, cmd, dir);
+	cr_assert_eq(rc, 0, "heaptrack failed (%d):\n%.2000s", rc, out);
+	static struct uw_key ours[512], theirs[512];
+	int no = uw_keys_ours(&p, ours, 512);
+	int nt = uw_keys_heaptrack(out, theirs, 512);
+	long to, tt;
+	double agree = uw_agreement(ours, no, theirs, nt, &to, &tt);
+	fprintf(stderr, "heaptrack vs llgo-heap (%s): %.2f%% of allocations agree "
+			"(%ld ours, %ld heaptrack's)\n", cmd, 100 * agree, to, tt);
+	if (agree < 0.99) {
+		for (int i = 0; i < no; i++)
+			fprintf(stderr, "  ours %ld %s\n", ours[i].count, ours[i].key);
+		for (int j = 0; j < nt; j++)
+			fprintf(stderr, "  heaptrack %ld %s\n", theirs[j].count, theirs[j].key);
+	}
+	cr_expect_geq(agree, 0.99, "%s: only %.2f%% of allocations have heaptrack's stack", cmd,
+		      100 * agree);
+	cr_expect_gt(to, 0);
+	free(out);
+	uw_free(&p);
+	e2e_rmdir(dir);
+}
+
+Test(unwind, heaptrack_agrees_c, .timeout = 300)
+{
+	uw_compare_heaptrack(E2E_PROGS "/nofp_chains 50 " E2E_PROGS "/libnofp_dl.so nosignal");
+}
+
+Test(unwind, heaptrack_agrees_cxx, .timeout = 300)
+{
+	uw_compare_heaptrack(E2E_PROGS "/nofp_cxx 50");
+}
+
+Test(unwind, heaptrack_agrees_fp_program, .timeout = 300)
+{
+	uw_compare_heaptrack(E2E_PROGS "/unwind_fp 50 " E2E_PROGS_SRC "/unwind_fp.c");
+}
+
+/* ---- programs as Debian ships them ------------------------------------------------------- */
+
+/* Share of sampled allocations whose stack reaches __libc_start_call_main or start_thread. */
+static double uw_rooted(const struct uw_prof *p, long *total)
+{
+	long rooted = 0;
+	*total = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct uw_rec *r = &p->r[i];
+		*total += r->count;
+		for (int k = 0; k < r->nframes; k++) {
+			if (strcmp(r->f[k].func, "__libc_start_call_main") == 0 ||
+			    strcmp(r->f[k].func, "start_thread") == 0) {
+				rooted += r->count;
+				break;
+			}
+		}
+	}
+	return *total ? (double)rooted / (double)*total : 0;
+}
+
+static void uw_check_debian(const char *what, const char *prog, const char *script, double want)
+{
+	char *dir = e2e_tmpdir(), *out = NULL;
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/script", dir);
+	FILE *f = fopen(path, "w");
+	cr_assert(f);
+	fputs(script, f);
+	fclose(f);
+	int rc = e2e_sh(&out, "cd %s && " RUN " --unwind auto -r 16384 -f text -o prof.heap -- %s "
+			"< script", dir, prog);
+	cr_assert_eq(rc, 0, "%s failed (%d):\n%.3000s", prog, rc, out);
+	free(out);
+	snprintf(path, sizeof(path), "%s/prof.heap", dir);
+	char *text = e2e_read_file(path);
+	cr_assert(text);
+	struct uw_prof p;
+	uw_parse(text, &p);
+	free(text);
+	long total;
+	double share = uw_rooted(&p, &total);
+	fprintf(stderr, "%s (--unwind auto): %.1f%% of %ld sampled allocations reach the thread's "
+			"start; %llu stacks unwound, %llu truncated, %llu of %llu samples dropped\n",
+		what, 100 * share, total, p.unwound, p.truncated, p.dropped, p.sampled);
+	cr_expect_gt(total, 100, "%s: only %ld samples", what, total);
+	cr_expect_geq(share, want, "%s: %.1f%% of stacks reach the thread's start", what,
+		      100 * share);
+	cr_expect_eq(p.sampled, p.delivered + p.dropped + p.corrupt);
+	uw_free(&p);
+	e2e_rmdir(dir);
+}
+
+static const char uw_sqlite_script[] =
+	"create table t(a integer primary key, b text, c real);\n"
+	"with recursive n(x) as (select 1 union all select x + 1 from n where x < 20000)\n"
+	"  insert into t select x, printf('row %d %s', x, hex(randomblob(20))), x * 1.5 from n;\n"
+	"create index ib on t(b);\n"
+	"select count(*), sum(length(b)) from t where b like 'row 1%';\n"
+	"select b from t order by c desc limit 3;\n";
+
+static const char uw_python_script[] =
+	"import json, re, threading\n"
+	"def work(k):\n"
+	"    for i in range(200):\n"
+	"        d = {str(j): [j] * 10 for j in range(50)}\n"
+	"        s = json.dumps(d)\n"
+	"        json.loads(s)\n"
+	"        re.compile('a+b%d_%d' % (k, i))\n"
+	"t = threading.Thread(target=work, args=(1,))\n"
+	"t.start()\n"
+	"work(0)\n"
+	"t.join()\n";
+
+Test(unwind, debian_sqlite3_reaches_start, .timeout = 300)
+{
+	uw_check_debian("sqlite3", "/usr/bin/sqlite3 :memory:", uw_sqlite_script, 0.95);
+}
+
+Test(unwind, debian_python3_reaches_start, .timeout = 300)
+{
+	uw_check_debian("python3", "/usr/bin/python3 -", uw_python_script, 0.95);
+}
