@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../shared/live.h"
 #include "session.h"
 #include "verify.h"
 
@@ -103,6 +104,7 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 		verify_note_record(s->verify, ctx->ring_id, rec, frames);
 	uint64_t rate = rec->rate;
 	uint32_t npcs = rec->nframes;
+	const uint64_t *shim_frames = frames;
 	if (rec->kind == LLGO_REC_ALLOC_RAW) {
 		npcs = drain_unwind(ctx, rec, frames);
 		frames = ctx->pcs;
@@ -124,6 +126,11 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 		s->bucket_errors++;
 		return;
 	}
+	/* in-use: the shim keyed its live entry by the stack it walked; this bucket's differs */
+	if (frames != shim_frames)
+		inuse_note_record_locked(s, ctx->ring_id, rec->seq,
+					 llgo_live_key(shim_frames, rec->nframes, rec->size, rate),
+					 llgo_live_key(frames, npcs, rec->size, rate));
 	ctx->records++;
 	s->records++;
 	if (s->first_rate == 0)

@@ -132,6 +132,115 @@ static int64_t inuse_map_get(const struct inuse_map *m, uint64_t key)
 	}
 }
 
+/* ---- records whose bucket stack is not the shim's -------------------------------------- */
+
+/*
+ * The shim keys a live entry by the stack it walked (frame pointers). When the daemon buckets
+ * a record under another stack (unwound from its stack copy, completed with a known tail in
+ * auto mode, or marked truncated), the entry's key names no bucket: such records are noted
+ * here by their reference (ring, seq) with the key of the bucket they went to. The scan looks
+ * entries up here when their key matches no bucket, and keeps only the references it found
+ * live (the rest were freed), so the map holds at most the live objects plus what was drained
+ * since the last snapshot. Bounded: beyond INUSE_REKEY_MAX notes, new ones are not kept (their
+ * objects count as unmatched).
+ */
+#define INUSE_REKEY_MAX (1u << 22)
+#define INUSE_REKEY_NOTABLE (1u << 16)
+
+struct inuse_rekey {
+	uint64_t *refs; /* 0: empty */
+	uint64_t *keys;
+	size_t cap, n;
+};
+
+static void inuse_rekey_free(struct inuse_rekey *r)
+{
+	if (!r)
+		return;
+	free(r->refs);
+	free(r->keys);
+	free(r);
+}
+
+static struct inuse_rekey *inuse_rekey_new(size_t cap)
+{
+	struct inuse_rekey *r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->cap = cap;
+	r->refs = calloc(cap, sizeof(*r->refs));
+	r->keys = calloc(cap, sizeof(*r->keys));
+	if (!r->refs || !r->keys) {
+		inuse_rekey_free(r);
+		return NULL;
+	}
+	return r;
+}
+
+static void inuse_rekey_insert(struct inuse_rekey *r, uint64_t ref, uint64_t key)
+{
+	for (uint64_t h = (ref * 0x9e3779b97f4a7c15ULL) >> 17;; h++) {
+		size_t i = (size_t)(h & (r->cap - 1));
+		if (r->refs[i] == 0 || r->refs[i] == ref) {
+			r->n += r->refs[i] == 0;
+			r->refs[i] = ref;
+			r->keys[i] = key;
+			return;
+		}
+	}
+}
+
+static bool inuse_rekey_put(struct inuse_rekey **rp, uint64_t ref, uint64_t key)
+{
+	struct inuse_rekey *r = *rp;
+	if (ref == 0)
+		return false;
+	if (!r || (r->n + 1) * 2 > r->cap) {
+		size_t cap = r ? r->cap * 2 : 1024;
+		if (r && r->n >= INUSE_REKEY_MAX)
+			return false;
+		struct inuse_rekey *g = inuse_rekey_new(cap);
+		if (!g)
+			return false;
+		for (size_t i = 0; r && i < r->cap; i++)
+			if (r->refs[i])
+				inuse_rekey_insert(g, r->refs[i], r->keys[i]);
+		inuse_rekey_free(r);
+		*rp = r = g;
+	}
+	inuse_rekey_insert(r, ref, key);
+	return true;
+}
+
+static bool inuse_rekey_get(const struct inuse_rekey *r, uint64_t ref, uint64_t *key)
+{
+	if (!r || ref == 0)
+		return false;
+	for (uint64_t h = (ref * 0x9e3779b97f4a7c15ULL) >> 17;; h++) {
+		size_t i = (size_t)(h & (r->cap - 1));
+		if (r->refs[i] == 0)
+			return false;
+		if (r->refs[i] == ref) {
+			*key = r->keys[i];
+			return true;
+		}
+	}
+}
+
+void inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
+			      uint64_t shim_key, uint64_t bucket_key)
+{
+	if (shim_key == bucket_key)
+		return;
+	/* Before the table arrives (ADD_LIVE follows the first tracked sample) notes are kept
+	 * for it; a process that never sends one keeps at most INUSE_REKEY_NOTABLE of them. */
+	if (!s->live && s->rekey && s->rekey->n >= INUSE_REKEY_NOTABLE) {
+		inuse_rekey_free(s->rekey);
+		s->rekey = NULL;
+	}
+	inuse_rekey_put(&s->rekey, LLGO_LIVE_REF(ring_id, seq), bucket_key);
+}
+
 /* ---- the scan ---------------------------------------------------------------------------- */
 
 /* Count the live entries of table h per key in keys[0..n); live[i] gets bucket i's count.
@@ -167,8 +276,9 @@ static bool inuse_next_data(int fd, uint64_t from, uint64_t end, uint64_t *lo, u
 
 static int inuse_scan(const struct llgo_live_header *h, int fd, const uint64_t *keys, size_t n,
 		      const uint64_t *next_seq, size_t nrings, uint64_t *live,
-		      struct inuse_counts *c)
+		      struct inuse_counts *c, struct inuse_rekey **rekey)
 {
+	struct inuse_rekey *kept = NULL; /* the notes of objects still live */
 	struct inuse_map m;
 	int err = inuse_map_init(&m, n);
 	if (err)
@@ -203,12 +313,20 @@ static int inuse_scan(const struct llgo_live_header *h, int fd, const uint64_t *
 			continue;
 		}
 		int64_t b = inuse_map_get(&m, key);
+		uint64_t k2;
+		if (b < 0 && inuse_rekey_get(*rekey, ref, &k2)) {
+			b = inuse_map_get(&m, k2);
+			if (b >= 0)
+				inuse_rekey_put(&kept, ref, k2);
+		}
 		if (b < 0) {
 			c->unmatched++;
 			continue;
 		}
 		live[b]++;
 	}
+	inuse_rekey_free(*rekey);
+	*rekey = kept;
 	c->untracked = atomic_load_explicit(&((struct llgo_live_header *)h)->untracked,
 					    memory_order_relaxed);
 	free(m.keys);
@@ -265,7 +383,7 @@ int inuse_apply_locked(struct session *s, struct profile *p)
 	for (size_t i = 0; i < p->nsamples; i++)
 		keys[i] = inuse_sample_key(&p->samples[i]);
 	struct inuse_counts c = { 0 };
-	err = inuse_scan(h, fd, keys, p->nsamples, seqs, nrings, live, &c);
+	err = inuse_scan(h, fd, keys, p->nsamples, seqs, nrings, live, &c, &s->rekey);
 	if (err)
 		goto out;
 	for (size_t i = 0; i < p->nsamples; i++) {
@@ -339,7 +457,9 @@ void inuse_freeze_locked(struct session *s)
 	if (!err && !(live = calloc(c.n + 1, sizeof(*live))))
 		err = -ENOMEM;
 	if (!err)
-		err = inuse_scan(h, fd, c.keys, c.n, seqs, nrings, live, &cnt);
+		err = inuse_scan(h, fd, c.keys, c.n, seqs, nrings, live, &cnt, &s->rekey);
+	inuse_rekey_free(s->rekey);
+	s->rekey = NULL;
 	if (!err) {
 		for (size_t i = 0; i < c.n; i++) {
 			struct bucket *b = c.b[i];
@@ -368,6 +488,8 @@ void inuse_freeze_locked(struct session *s)
 
 void inuse_release(struct session *s)
 {
+	inuse_rekey_free(s->rekey);
+	s->rekey = NULL;
 	if (s->live) {
 		munmap(s->live, LLGO_LIVE_MAP_SIZE);
 		s->live = NULL;

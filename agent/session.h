@@ -32,6 +32,7 @@ struct session_counts {
 };
 
 struct session_registry;
+struct inuse_rekey;
 struct verify_target;
 
 struct session {
@@ -92,6 +93,9 @@ struct session {
 	int live_fd;                   /* its memfd (holes are found with SEEK_DATA); -1 none */
 	int live_state;                /* enum session_live */
 	struct inuse_counts live_frozen; /* as of the freeze at exit */
+	/* inuse.c: references of records bucketed under another stack than the shim walked
+	 * (unwound, completed): under drain_lock */
+	struct inuse_rekey *rekey;
 
 	struct unwind *unwind;          /* ALLOC_RAW records' unwinder, made on first use */
 	uint64_t unwound, truncated;    /* ALLOC_RAW stacks unwound; not to the thread's start */
@@ -198,6 +202,10 @@ int inuse_apply_locked(struct session *s, struct profile *p);
 /* The process is gone (caller holds drain_lock, after the final drain, before retiring):
  * store the final in-use values in the buckets' free counters and unmap the table. */
 void inuse_freeze_locked(struct session *s);
+/* A record (ring_id, seq) the shim keyed by shim_key went to the bucket with bucket_key
+ * (caller holds drain_lock); remembered when they differ. */
+void inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
+			      uint64_t shim_key, uint64_t bucket_key);
 /* Unmap the table (session teardown). */
 void inuse_release(struct session *s);
 

@@ -218,8 +218,16 @@ bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint6
 		return false;
 	}
 	struct llgo_ring_header *h = t->ring.hdr;
-	full_wait(t, &t->ring, llgo_record_alloc_len(n < LLGO_MAX_FRAMES ? n : LLGO_MAX_FRAMES),
-		  rate);
+	/* Room for the record this sample will be: a stack copy's when it has one that fits. */
+	uint32_t nn = n < LLGO_MAX_FRAMES ? n : LLGO_MAX_FRAMES;
+	uint64_t need = llgo_record_alloc_len(nn);
+	if (raw && raw->copy) {
+		uint64_t rl = llgo_record_raw_fixed_len(nn) + (uint64_t)raw->regs.stack_len +
+			      raw->regs.stack2_len;
+		if (rl <= t->ring.mask + 1)
+			need = rl;
+	}
+	full_wait(t, &t->ring, (uint32_t)need, rate);
 	uint64_t before = atomic_load_explicit(&h->head, memory_order_relaxed);
 	/* llgo-heap verify: one load and a branch while nothing is attached (probe.h) */
 	bool pushed = raw ? stackcopy_push(&t->ring, size, rate, addr, t->tid, frames, n, raw)
