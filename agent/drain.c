@@ -57,6 +57,30 @@ static void drain_refresh_locked(struct session *s, bool force);
 
 /* An ALLOC_RAW record's stack, unwound (unwind.c) into ctx->pcs; a stack that did not reach
  * the thread's start ends in PROFILE_PC_TRUNCATED. */
+/* Whether pc lies in the preloaded shim (libllgoheap*.so): its wrappers (pthread_create, a
+ * thread's start) sit between the program's frames in an unwound stack and are never the
+ * program's code. */
+static bool drain_in_shim(struct session *s, uint64_t pc)
+{
+	const struct mapping *m = s->maps ? procmaps_find(s->maps, pc - 1) : NULL;
+	if (!m || !m->path)
+		return false;
+	const char *base = strrchr(m->path, '/');
+	base = base ? base + 1 : m->path;
+	return strncmp(base, "libllgoheap", 11) == 0;
+}
+
+/* Drop the shim's frames from the inside of an unwound stack (not frame 0: a stack that is
+ * only the shim's stays as it is, as stack_trim does in the shim). */
+static uint32_t drain_drop_shim_frames(struct session *s, uint64_t *pcs, uint32_t n)
+{
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < n; i++)
+		if (i == 0 || pcs[i] == PROFILE_PC_TRUNCATED || !drain_in_shim(s, pcs[i]))
+			pcs[k++] = pcs[i];
+	return k;
+}
+
 static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *rec,
 			     const uint64_t *frames)
 {
@@ -80,6 +104,7 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 				 rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
 	}
 	s->unwound++;
+	n = drain_drop_shim_frames(s, ctx->pcs, n);
 	if (!truncated && s->unwind_mode == LLGO_UNWIND_AUTO) {
 		unwind_learn(s->unwind, ctx->pcs, n);
 		/* a root just became trusted: tell the shim now, not after this whole pass (a
