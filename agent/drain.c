@@ -70,6 +70,24 @@ static bool drain_in_shim(struct session *s, uint64_t pc)
 	return strncmp(base, "libllgoheap", 11) == 0;
 }
 
+/* Whether the return address pc lies in a function where every stack starts: the program's
+ * or a thread's entry (a frame-pointer walk that ends there is whole). */
+static bool drain_is_start(struct session *s, uint64_t pc)
+{
+	static const char *const starts[] = { "_start", "__libc_start_call_main",
+					      "__libc_start_main", "start_thread", "clone3",
+					      "clone" };
+	const struct mapping *m;
+	struct sym_result r;
+	int k = s->maps ? profile_frame(s->maps, pc, &m, &r) : 0;
+	if (k <= 0 || !r.frames[k - 1].function)
+		return false;
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(starts); i++)
+		if (strcmp(r.frames[k - 1].function, starts[i]) == 0)
+			return true;
+	return false;
+}
+
 /* Drop the shim's frames from the inside of an unwound stack (not frame 0: a stack that is
  * only the shim's stays as it is, as stack_trim does in the shim). */
 static uint32_t drain_drop_shim_frames(struct session *s, uint64_t *pcs, uint32_t n)
@@ -104,6 +122,15 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 				 rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
 	}
 	s->unwound++;
+	if (truncated && n <= 1 && rec->nframes > 1) {
+		/* The unwinder could not even start (the allocating code's object has no unwind
+		 * tables it reads: a static executable without .eh_frame_hdr): the frame-pointer
+		 * walk the shim recorded is the better stack. Still stated as truncated, unless it ends at _start or a
+		 * thread's start as a whole walk does (its last pc is where a walk stops). */
+		memcpy(ctx->pcs, frames, rec->nframes * sizeof(frames[0]));
+		n = rec->nframes;
+		truncated = !drain_is_start(s, ctx->pcs[n - 1]);
+	}
 	n = drain_drop_shim_frames(s, ctx->pcs, n);
 	if (!truncated && s->unwind_mode == LLGO_UNWIND_AUTO) {
 		unwind_learn(s->unwind, ctx->pcs, n);

@@ -65,6 +65,10 @@ static uint32_t stackcopy_parse_mode(const char *v)
 void stackcopy_init(void)
 {
 	stackcopy_mode = stackcopy_parse_mode(getenv("LLGO_HEAP_UNWIND"));
+#if !defined(__x86_64__)
+	/* the copy's registers and the daemon's unwinder are x86-64's: frame pointers here */
+	stackcopy_mode = LLGO_UNWIND_FP;
+#endif
 	const char *kb = getenv("LLGO_HEAP_STACK_KB");
 	if (kb && *kb >= '0' && *kb <= '9') {
 		uint64_t v = 0;
@@ -170,10 +174,9 @@ static __thread struct {
 bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n)
 {
 	uint32_t seq = atomic_load_explicit(&attach_ctl.fp_seq, memory_order_acquire);
-	/* No tables: before the daemon handled our HELLO (the shim does not wait for it) a copy
-	 * is the safe choice; after, a daemon that sends none cannot unwind copies either. */
+	/* No tables yet (the shim does not wait for the daemon's HELLO handling): copy. */
 	if (seq == 0)
-		return atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed) != 0;
+		return false;
 	if ((seq & 1) || n == 0 || n > LLGO_MAX_FRAMES)
 		return false;
 	if (stackcopy_last.seq == seq && stackcopy_last.n == n &&
@@ -261,7 +264,9 @@ bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 		return true;
 	uintptr_t ip = f[1];
 	if (!cxx && ip != (uintptr_t)ra)
-		return true; /* not entered by a tail call: the start state is unknown */
+		/* not entered by a tail call (a linked or --wrap'ed shim): the start state is
+		 * unknown. auto keeps the frame-pointer stack as it is; dwarf flags it */
+		return stackcopy_mode == LLGO_UNWIND_DWARF;
 	/* the main thread: nothing above the entry stack pointer is stack frames */
 	entry = &__libc_stack_end ? (uintptr_t)__libc_stack_end : 0;
 	if (entry && !(flags & LLGO_RAW_ALTSTACK) && entry > sp && entry < hi &&
