@@ -230,10 +230,13 @@ bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint6
 	full_wait(t, &t->ring, (uint32_t)need, rate);
 	uint64_t before = atomic_load_explicit(&h->head, memory_order_relaxed);
 	/* llgo-heap verify: one load and a branch while nothing is attached (probe.h) */
-	bool pushed = raw ? stackcopy_push(&t->ring, size, rate, addr, t->tid, frames, n, raw)
-		      : probe_enabled()
-			      ? probe_push(&t->ring, size, rate, addr, t->tid, frames, n)
-			      : emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
+	bool pushed;
+	if (probe_enabled())
+		pushed = raw ? probe_push_raw(&t->ring, size, rate, addr, t->tid, frames, n, raw)
+			     : probe_push(&t->ring, size, rate, addr, t->tid, frames, n);
+	else
+		pushed = raw ? stackcopy_push(&t->ring, size, rate, addr, t->tid, frames, n, raw)
+			     : emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
 	if (pushed)
 		*ref = LLGO_LIVE_REF(h->ring_id,
 				     atomic_load_explicit(&h->sampled, memory_order_relaxed));

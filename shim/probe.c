@@ -35,8 +35,10 @@ __attribute__((constructor)) static void probe_init(void)
 	probe_corrupt_every = n;
 }
 
-llgo_noinline bool probe_push(const struct emit_ring *r, uint64_t size, uint64_t rate,
-			      uint64_t addr, uint32_t tid, const uint64_t *frames, uint32_t n)
+/* Push (a stack copy's record when sc), then fire the probe with the record's identity. */
+static llgo_noinline bool probe_push_any(const struct emit_ring *r, uint64_t size, uint64_t rate,
+					 uint64_t addr, uint32_t tid, const uint64_t *frames,
+					 uint32_t n, const struct stackcopy *sc)
 {
 	uint64_t copy[LLGO_MAX_FRAMES];
 	if (llgo_unlikely(probe_corrupt_every) && n > 0 && n <= LLGO_MAX_FRAMES &&
@@ -46,9 +48,10 @@ llgo_noinline bool probe_push(const struct emit_ring *r, uint64_t size, uint64_t
 		frames = copy;
 	}
 	struct llgo_ring_header *h = r->hdr;
-	if (!emit_push_alloc(r, size, rate, addr, tid, frames, n))
+	if (!(sc ? stackcopy_push(r, size, rate, addr, tid, frames, n, sc)
+		 : emit_push_alloc(r, size, rate, addr, tid, frames, n)))
 		return false;
-	/* Our own store in emit_push_alloc: the committed record's seq. */
+	/* Our own store in the push: the committed record's seq. */
 	uint64_t seq = atomic_load_explicit(&h->sampled, memory_order_relaxed);
 	uint32_t ring_id = h->ring_id;
 #ifndef LLGO_HEAP_TEST_NO_PROBE /* tests: a shim older than the probe */
@@ -58,4 +61,16 @@ llgo_noinline bool probe_push(const struct emit_ring *r, uint64_t size, uint64_t
 	(void)ring_id;
 #endif
 	return true;
+}
+
+bool probe_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uint64_t addr,
+		uint32_t tid, const uint64_t *frames, uint32_t n)
+{
+	return probe_push_any(r, size, rate, addr, tid, frames, n, NULL);
+}
+
+bool probe_push_raw(const struct emit_ring *r, uint64_t size, uint64_t rate, uint64_t addr,
+		    uint32_t tid, const uint64_t *frames, uint32_t n, const struct stackcopy *sc)
+{
+	return probe_push_any(r, size, rate, addr, tid, frames, n, sc);
 }

@@ -30,6 +30,10 @@ static inline bool probe_enabled(void)
  * called while probe_enabled(). */
 bool probe_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uint64_t addr,
 		uint32_t tid, const uint64_t *frames, uint32_t n);
+/* The same for a record with a stack copy (stackcopy_push); its identity and frames are what
+ * the daemon compares with the kernel's capture. */
+bool probe_push_raw(const struct emit_ring *r, uint64_t size, uint64_t rate, uint64_t addr,
+		    uint32_t tid, const uint64_t *frames, uint32_t n, const struct stackcopy *sc);
 
 #pragma GCC visibility pop
 
