@@ -132,6 +132,10 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 		truncated = !drain_is_start(s, ctx->pcs[n - 1]);
 	}
 	n = drain_drop_shim_frames(s, ctx->pcs, n);
+	/* A stack that ends where stacks start is whole, whatever stopped the unwinder there
+	 * (a thread library without CFI for its start, in a static executable). */
+	if (truncated && n > 1 && drain_is_start(s, ctx->pcs[n - 1]))
+		truncated = false;
 	if (!truncated && s->unwind_mode == LLGO_UNWIND_AUTO) {
 		unwind_learn(s->unwind, ctx->pcs, n);
 		/* a root just became trusted: tell the shim now, not after this whole pass (a
@@ -166,7 +170,8 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 		 * such a root too. */
 		memcpy(ctx->pcs, frames, npcs * sizeof(frames[0]));
 		uint32_t n = unwind_complete(s->unwind, ctx->pcs, npcs, UNWIND_MAX_FRAMES - 1);
-		if (n == npcs && (rec->flags & LLGO_REC_FLAG_NO_COPY)) {
+		if (n == npcs && (rec->flags & LLGO_REC_FLAG_NO_COPY) &&
+		    !(n > 1 && drain_is_start(s, ctx->pcs[n - 1]))) {
 			ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
 			s->truncated++;
 		}

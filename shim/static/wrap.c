@@ -40,63 +40,37 @@ void *__wrap_memalign(size_t align, size_t size);
 void *__wrap_valloc(size_t size);
 void *__wrap_pvalloc(size_t size);
 
-/* ---- fast path (the same as override.c's) ------------------------------------------------ */
-
-static inline __attribute__((always_inline)) int64_t wrap_rate(void)
-{
-	return atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
-}
-
-/* countdown -= size; true while it stays > 0 (no sample due). In a static executable the
- * initial-exec TLS access is relaxed by the linker to local-exec (an immediate offset). */
-static inline __attribute__((always_inline)) bool wrap_countdown(size_t size)
-{
-#if defined(__x86_64__)
-	bool due;
-	uintptr_t off;
-	__asm__("movq llgo_heap_tls@gottpoff(%%rip), %[off]\n\t"
-		"subq %[size], %%fs:(%[off])"
-		: [off] "=&r"(off), "=@ccle"(due)
-		: [size] "r"(size)
-		: "memory");
-	return !due;
-#else
-	struct llgo_heap_thread *t = &llgo_heap_tls;
-	int64_t left = (int64_t)((uint64_t)t->countdown - (uint64_t)size);
-	t->countdown = left;
-	return left > 0;
-#endif
-}
+/* ---- fast path: override.c's, from internal.h (override_rate, override_countdown) -------- */
 
 llgo_export void *__wrap_malloc(size_t size)
 {
-	int64_t w = wrap_rate();
+	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return __real_malloc(size);
-	if (w > 0 && llgo_likely(wrap_countdown(size)))
+	if (w > 0 && llgo_likely(override_countdown(size)))
 		return __real_malloc(size);
 	return sample_malloc(__real_malloc, size, __builtin_return_address(0));
 }
 
 llgo_export void *__wrap_calloc(size_t n, size_t size)
 {
-	int64_t w = wrap_rate();
+	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return __real_calloc(n, size);
 	size_t total;
 	if (__builtin_mul_overflow(n, size, &total))
 		return __real_calloc(n, size); /* fails as the real calloc fails: ENOMEM */
-	if (w > 0 && llgo_likely(wrap_countdown(total)))
+	if (w > 0 && llgo_likely(override_countdown(total)))
 		return __real_calloc(n, size);
 	return sample_calloc(__real_calloc, n, size, __builtin_return_address(0));
 }
 
 llgo_export void *__wrap_realloc(void *p, size_t size)
 {
-	int64_t w = wrap_rate();
+	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return __real_realloc(p, size);
-	if (w > 0 && llgo_likely(wrap_countdown(size)))
+	if (w > 0 && llgo_likely(override_countdown(size)))
 		return __real_realloc(p, size);
 	return sample_realloc(__real_realloc, p, size, __builtin_return_address(0));
 }
@@ -108,20 +82,20 @@ llgo_export void *__wrap_reallocarray(void *p, size_t n, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
-	int64_t w = wrap_rate();
+	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return __real_realloc(p, total);
-	if (w > 0 && llgo_likely(wrap_countdown(total)))
+	if (w > 0 && llgo_likely(override_countdown(total)))
 		return __real_realloc(p, total);
 	return sample_realloc(__real_realloc, p, total, __builtin_return_address(0));
 }
 
 llgo_export int __wrap_posix_memalign(void **pp, size_t align, size_t size)
 {
-	int64_t w = wrap_rate();
+	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return __real_posix_memalign(pp, align, size);
-	if (w > 0 && llgo_likely(wrap_countdown(size)))
+	if (w > 0 && llgo_likely(override_countdown(size)))
 		return __real_posix_memalign(pp, align, size);
 	return sample_posix_memalign(__real_posix_memalign, pp, align, size,
 				     __builtin_return_address(0));
@@ -129,30 +103,30 @@ llgo_export int __wrap_posix_memalign(void **pp, size_t align, size_t size)
 
 llgo_export void *__wrap_aligned_alloc(size_t align, size_t size)
 {
-	int64_t w = wrap_rate();
+	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return __real_aligned_alloc(align, size);
-	if (w > 0 && llgo_likely(wrap_countdown(size)))
+	if (w > 0 && llgo_likely(override_countdown(size)))
 		return __real_aligned_alloc(align, size);
 	return sample_memalign(__real_aligned_alloc, align, size, __builtin_return_address(0));
 }
 
 llgo_export void *__wrap_memalign(size_t align, size_t size)
 {
-	int64_t w = wrap_rate();
+	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return __real_memalign(align, size);
-	if (w > 0 && llgo_likely(wrap_countdown(size)))
+	if (w > 0 && llgo_likely(override_countdown(size)))
 		return __real_memalign(align, size);
 	return sample_memalign(__real_memalign, align, size, __builtin_return_address(0));
 }
 
 llgo_export void *__wrap_valloc(size_t size)
 {
-	int64_t w = wrap_rate();
+	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return __real_valloc(size);
-	if (w > 0 && llgo_likely(wrap_countdown(size)))
+	if (w > 0 && llgo_likely(override_countdown(size)))
 		return __real_valloc(size);
 	return sample_malloc(__real_valloc, size, __builtin_return_address(0));
 }
@@ -160,10 +134,10 @@ llgo_export void *__wrap_valloc(size_t size)
 /* The recorded size is the size asked, not pvalloc's page-rounded one. */
 llgo_export void *__wrap_pvalloc(size_t size)
 {
-	int64_t w = wrap_rate();
+	int64_t w = override_rate();
 	if (llgo_likely(w == 0))
 		return __real_pvalloc(size);
-	if (w > 0 && llgo_likely(wrap_countdown(size)))
+	if (w > 0 && llgo_likely(override_countdown(size)))
 		return __real_pvalloc(size);
 	return sample_malloc(__real_pvalloc, size, __builtin_return_address(0));
 }
