@@ -368,8 +368,17 @@ int lifecycle_send(const void *pkt, size_t n)
 	return rc;
 }
 
+static void lifecycle_bye(void);
+
+/* Before the filter reaches the kernel: the last syscalls the shim may make. The daemon
+ * reads our mappings once more while we wait (BYE, at most what exit waits), else a process
+ * that exits soon after sandboxing itself, before the daemon handled its HELLO, leaves a
+ * profile of bare addresses (it cannot wait for the daemon at exit any more). */
 void lifecycle_sandboxed(void)
 {
+	if (lifecycle_state() == LLGO_SHIM_ATTACHED &&
+	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) == getpid())
+		lifecycle_bye();
 	lifecycle_set(LLGO_SHIM_OFF);
 }
 
@@ -656,6 +665,13 @@ __attribute__((destructor(101))) void lifecycle_exit(void)
 	if (emit_all_drained() &&
 	    !atomic_load_explicit(&attach_ctl.maps_stale, memory_order_relaxed))
 		return;
+	lifecycle_bye();
+}
+
+/* BYE, then wait for END as described above lifecycle_exit: the daemon has drained the rings
+ * and read the mappings once more while the process still has them. */
+static void lifecycle_bye(void)
+{
 	struct llgo_msg_header bye;
 	attach_header(&bye, LLGO_MSG_BYE, sizeof(bye));
 	if (lifecycle_send(&bye, sizeof(bye)) != 0)
