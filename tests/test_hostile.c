@@ -44,31 +44,44 @@ static void ho_log_acct(const char *what, const char *text)
 
 /* ---- close-all, then a socketpair of the program's own -------------------------------------- */
 
-Test(hostile, close_all_then_socketpair, .timeout = 120)
+/* Runs hostile_closeall at rate 1; asserts what the program itself says (messages intact, no
+ * stray packet); returns its profile's text from the daemon. */
+static char *ho_closeall(struct lu_daemon *d, const char *dir, long k, long rounds,
+			 long *after_truth, int *fd0, int *fd1, pid_t *pid)
 {
-	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
-	const long k = 1000, rounds = 40;
+	lu_daemon_start(d, dir, NULL);
 	char kbuf[16], rbuf[16];
 	snprintf(kbuf, sizeof(kbuf), "%ld", k);
 	snprintf(rbuf, sizeof(rbuf), "%ld", rounds);
 	struct lu_proc p;
 	char *argv[] = { PROG("hostile_closeall"), kbuf, rbuf, NULL };
-	lu_start(&p, &d, "1", 1024, NULL, argv, NULL);
+	lu_start(&p, d, "1", 1024, NULL, argv, NULL);
 	char *out = lu_read_rest(&p, 60000);
 	int st = lu_wait(&p, 60000);
+	*pid = p.pid;
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "status 0x%x (1: a message damaged or a stray packet in its socket):\n%s", st,
 		  out);
-	cr_assert(strstr(out, "messages ok 40\n") && strstr(out, "stray 0\n"), "%s", out);
-	long after_truth = lu_site_truth(out, "after_site");
-	cr_assert_eq(after_truth, k * rounds, "%s", out);
-	int fd0 = -1, fd1 = -1;
+	char want[64];
+	snprintf(want, sizeof(want), "messages ok %ld\n", rounds);
+	cr_assert(strstr(out, want) && strstr(out, "stray 0\n"), "%s", out);
+	*after_truth = lu_site_truth(out, "after_site");
+	cr_assert_eq(*after_truth, k * rounds, "%s", out);
 	const char *fds = strstr(out, "fds ");
-	cr_assert(fds && sscanf(fds, "fds %d %d", &fd0, &fd1) == 2, "%s", out);
+	cr_assert(fds && sscanf(fds, "fds %d %d", fd0, fd1) == 2, "%s", out);
+	free(out);
+	return lu_snapshot(d->sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+}
 
-	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+Test(hostile, close_all_then_socketpair, .timeout = 120)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	const long k = 1000, rounds = 40;
+	long after_truth;
+	int fd0, fd1;
+	pid_t pid;
+	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid);
 	struct lu_acct a;
 	cr_assert(lu_text_acct(text, &a));
 	ho_log_acct("close-all", text);
@@ -78,7 +91,8 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
 	unsigned long long reconnects = ho_acct_field(text, "reconnects");
 	cr_log_info("close-all: the program's socketpair is fds %d and %d; after_site %ld of "
 		    "%ld in the profile, before_site %ld of %ld; detached=%llu reconnects=%llu; "
-		    "samples taken about %ld, in the accounting %llu",
+		    "samples taken about %ld, in the accounting %llu "
+		    "(see close_all_accounts_every_sample)",
 		    fd0, fd1, got_after, after_truth, got_before, k, detached, reconnects,
 		    k + after_truth + 1, a.sampled);
 	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
@@ -89,9 +103,36 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
 	cr_expect_gt(got_after, 0, "nothing recorded after the shim reconnected");
 	cr_expect_leq(got_after + (long)detached, after_truth);
 	struct llgo_list_entry e;
-	cr_expect(lu_list_pid(d.sock, p.pid, &e), "pid %d not listed", (int)p.pid);
+	cr_expect(lu_list_pid(d.sock, pid, &e), "pid %d not listed", (int)pid);
 	free(text);
-	free(out);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+/*
+ * What the test above does not require yet (issue 8, "every sample is accounted"): the pid's
+ * profile after the shim reconnected with a new memfd is a new session; the daemon's earlier
+ * session of the same process (its records before the close) is shadowed by it, and the
+ * records the shim pushed into its old rings between the close and noticing it (up to 100 ms
+ * of sampling) are counted nowhere. Seen: sampled=31446 for about 41001 samples taken,
+ * before_site 0 of 1000. Enable once the daemon links the two sessions.
+ */
+Test(hostile, close_all_accounts_every_sample, .timeout = 120, .disabled = true)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	const long k = 1000, rounds = 40;
+	long after_truth;
+	int fd0, fd1;
+	pid_t pid;
+	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid);
+	struct lu_acct a;
+	cr_assert(lu_text_acct(text, &a));
+	ho_log_acct("close-all", text);
+	cr_expect_eq(lu_text_count(text, "before_site", 48), k);
+	cr_expect_geq(a.sampled, (unsigned long long)(k + after_truth));
+	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
+	free(text);
 	cr_expect_eq(lu_daemon_stop(&d), 0);
 	e2e_rmdir(dir);
 }
