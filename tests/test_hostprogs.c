@@ -33,9 +33,10 @@ static void hp_run_one(const char *dir, const char *tag, const char *rate, const
 				 dir, HP_LIMIT_S, E2E_BIN, rate[0] ? "-r " : "", rate, tag, cmd, tag,
 				 tag);
 	*ms = lu_now_ms() - t0;
-	cr_assert_neq(*status, 124, "%s: '%s' did not finish in %d s (hang)", tag, cmd,
-		      HP_LIMIT_S);
-	cr_assert_lt(*status, 128 + 1 + 64, "%s: '%s' was killed (%d)", tag, cmd, *status);
+	/* timeout(1): 124 after TERM, 128+9 when TERM was not enough */
+	cr_assert(*status != 124 && *status != 128 + SIGKILL,
+		  "%s: '%s' did not finish in %d s (hang): status %d", tag, cmd, HP_LIMIT_S,
+		  *status);
 	free(out);
 }
 
