@@ -40,6 +40,7 @@
  * a child that execs or exits first never attaches. exec'd images attach from their own
  * constructor.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -630,9 +631,57 @@ static bool lifecycle_daemon_stat(char *state, uint64_t *ticks)
 	return true;
 }
 
+/* Whether a thread of the daemon other than the one /proc/PID/stat shows (its event loop,
+ * asleep in epoll) is running or waiting for a CPU: on a loaded machine the worker that reads
+ * our HELLO may wait longer than one look at CPU time (10 ms ticks) without a tick. Raw
+ * open/getdents64/read, no allocation; at most 256 threads. */
+static bool lifecycle_daemon_runnable(void)
+{
+	char dir[48] = "/proc/";
+	size_t n = 6 + lifecycle_utoa(dir + 6, (unsigned)lifecycle_daemon_pid);
+	memcpy(dir + n, "/task", 6);
+	n += 5;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	char ents[2048];
+	bool runnable = false;
+	int seen = 0;
+	ssize_t got;
+	while (!runnable && seen < 256 && (got = getdents64(fd, ents, sizeof(ents))) > 0) {
+		for (ssize_t off = 0; off < got && !runnable && seen < 256;) {
+			struct dirent64 *d = (struct dirent64 *)(void *)(ents + off);
+			off += d->d_reclen;
+			size_t len = strnlen(d->d_name, 16);
+			if (d->d_name[0] < '0' || d->d_name[0] > '9' || len >= 16)
+				continue;
+			seen++;
+			char path[80];
+			memcpy(path, dir, n);
+			path[n] = '/';
+			memcpy(path + n + 1, d->d_name, len);
+			memcpy(path + n + 1 + len, "/stat", 6);
+			int tfd = open(path, O_RDONLY | O_CLOEXEC);
+			if (tfd < 0)
+				continue;
+			char buf[256];
+			ssize_t r = read(tfd, buf, sizeof(buf) - 1);
+			close(tfd);
+			if (r <= 0)
+				continue;
+			buf[r] = '\0';
+			char *p = strrchr(buf, ')');
+			runnable = p && p[1] == ' ' && p[2] == 'R';
+		}
+	}
+	close(fd);
+	return runnable;
+}
+
 /* Whether a daemon that has not answered yet is working (on us or on others): it ran, or
- * wants to run, or it touched our page since the last look. A stopped daemon (T), a dead one,
- * and one that neither runs nor uses CPU (hung, or idle and not reading) are not. */
+ * wants to run (any of its threads), or it touched our page since the last look. A stopped
+ * daemon (T), a dead one, and one that neither runs nor uses CPU (hung, or idle and not
+ * reading) are not. */
 static bool lifecycle_daemon_working(uint32_t *beat, uint64_t *ticks)
 {
 	uint32_t b = atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed);
@@ -646,7 +695,7 @@ static bool lifecycle_daemon_working(uint32_t *beat, uint64_t *ticks)
 	*ticks = t;
 	if (st == 'T' || st == 't' || st == 'Z' || st == 'X')
 		return false;
-	return moved || ran || st == 'R';
+	return moved || ran || st == 'R' || lifecycle_daemon_runnable();
 }
 
 /* Runs after the program's destructors and atexit handlers (a low number runs last among

@@ -47,7 +47,7 @@ static void ho_log_acct(const char *what, const char *text)
 /* Runs hostile_closeall at rate 1; asserts what the program itself says (messages intact, no
  * stray packet); returns its profile's text from the daemon. */
 static char *ho_closeall(struct lu_daemon *d, const char *dir, long k, long rounds,
-			 long *after_truth, int *fd0, int *fd1, pid_t *pid)
+			 long *after_truth, int *fd0, int *fd1, pid_t *pid, char **shim_log)
 {
 	lu_daemon_start(d, dir, NULL);
 	char kbuf[16], rbuf[16];
@@ -55,10 +55,23 @@ static char *ho_closeall(struct lu_daemon *d, const char *dir, long k, long roun
 	snprintf(rbuf, sizeof(rbuf), "%ld", rounds);
 	struct lu_proc p;
 	char *argv[] = { PROG("hostile_closeall"), kbuf, rbuf, NULL };
-	lu_start(&p, d, "1", 1024, NULL, argv, NULL);
+	/* the shim says what it does on the program's stderr (a file here) */
+	const char *extra[] = { "LLGO_HEAP_DEBUG=1", NULL };
+	char errpath[512];
+	snprintf(errpath, sizeof(errpath), "%s/closeall.err", dir);
+	int errfd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	cr_assert(errfd >= 0);
+	int saved = dup(2);
+	dup2(errfd, 2);
+	lu_start(&p, d, "1", 1024, NULL, argv, extra);
+	dup2(saved, 2);
+	close(saved);
+	close(errfd);
 	char *out = lu_read_rest(&p, 60000);
 	int st = lu_wait(&p, 60000);
 	*pid = p.pid;
+	*shim_log = e2e_read_file(errpath);
+	cr_assert(*shim_log);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "status 0x%x (1: a message damaged or a stray packet in its socket):\n%s", st,
 		  out);
@@ -81,10 +94,16 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
 	long after_truth;
 	int fd0, fd1;
 	pid_t pid;
-	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid);
+	char *shim_log;
+	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid, &shim_log);
 	struct lu_acct a;
 	cr_assert(lu_text_acct(text, &a));
 	ho_log_acct("close-all", text);
+	/* the shim noticed its socket was replaced and came back on a socket of its own */
+	const char *lost = strstr(shim_log, "llgo-heap: daemon lost: ");
+	cr_expect(lost && strstr(lost, "llgo-heap: attached to "),
+		  "the shim did not notice the replaced socket or did not reconnect:\n%s",
+		  shim_log);
 	long got_after = lu_text_count(text, "after_site", 112);
 	long got_before = lu_text_count(text, "before_site", 48);
 	unsigned long long detached = ho_acct_field(text, "detached");
@@ -97,13 +116,16 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
 		    k + after_truth + 1, a.sampled);
 	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
 	cr_expect_eq(a.corrupt, 0);
-	/* the socket was replaced: the shim went LOST, counted, and came back */
-	cr_expect_eq(reconnects, 1, "reconnects=%llu", reconnects);
+	/* What was sampled while LOST is counted (the count lives in the control page the
+	 * two sessions of this process share, see close_all_accounts_every_sample: which of
+	 * them `snapshot PID` shows is not settled, so reconnects= is only logged). */
 	cr_expect_gt(detached, 0, "no sample counted while detached");
 	cr_expect_gt(got_after, 0, "nothing recorded after the shim reconnected");
 	cr_expect_leq(got_after + (long)detached, after_truth);
 	struct llgo_list_entry e;
 	cr_expect(lu_list_pid(d.sock, pid, &e), "pid %d not listed", (int)pid);
+	cr_log_info("close-all: the shim says:\n%s", shim_log);
+	free(shim_log);
 	free(text);
 	cr_expect_eq(lu_daemon_stop(&d), 0);
 	e2e_rmdir(dir);
@@ -115,7 +137,10 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
  * session of the same process (its records before the close) is shadowed by it, and the
  * records the shim pushed into its old rings between the close and noticing it (up to 100 ms
  * of sampling) are counted nowhere. Seen: sampled=31446 for about 41001 samples taken,
- * before_site 0 of 1000. Enable once the daemon links the two sessions.
+ * before_site 0 of 1000. And which of the two sessions `snapshot PID` returns is a race: on
+ * a loaded machine (SAN build) the first one, still live while the daemon's exit worker
+ * finishes it, was shown once (sampled=8001, before_site 1000, after_site 5553 drained from
+ * the old rings, reconnects=0). Enable once the daemon links the two sessions.
  */
 Test(hostile, close_all_accounts_every_sample, .timeout = 120, .disabled = true)
 {
@@ -125,10 +150,12 @@ Test(hostile, close_all_accounts_every_sample, .timeout = 120, .disabled = true)
 	long after_truth;
 	int fd0, fd1;
 	pid_t pid;
-	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid);
+	char *shim_log;
+	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid, &shim_log);
 	struct lu_acct a;
 	cr_assert(lu_text_acct(text, &a));
 	ho_log_acct("close-all", text);
+	free(shim_log);
 	cr_expect_eq(lu_text_count(text, "before_site", 48), k);
 	cr_expect_geq(a.sampled, (unsigned long long)(k + after_truth));
 	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
