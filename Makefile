@@ -226,6 +226,10 @@ $(OUT)/progs/nofp_%: tests/progs/nofp_%.cc
 DEB_PKGS := gcc g++ make pkg-config libelf-dev libdw-dev zlib1g-dev libcriterion-dev \
 	libmicrohttpd-dev libbpf-dev libunwind-dev bpftool clang llvm golang-go valgrind \
 	sqlite3 python3 procps systemtap-sdt-dev tmux heaptrack libc6-dbg
+# Real programs the end-to-end tests profile (tests/test_hostprogs.c, tests/test_hostile.c):
+# a Rust program built with Debian's rustc, java -version, git log, perl -e, and jemalloc
+# preloaded before and after the shim.
+DEB_PKGS += rustc default-jre-headless git perl libjemalloc2
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \

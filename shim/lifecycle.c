@@ -40,6 +40,7 @@
  * a child that execs or exits first never attaches. exec'd images attach from their own
  * constructor.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <stddef.h>
@@ -387,8 +388,17 @@ int lifecycle_send_fd(const void *pkt, size_t n, int fd)
 	return rc;
 }
 
+static void lifecycle_bye(void);
+
+/* Before the filter reaches the kernel: the last syscalls the shim may make. The daemon
+ * reads our mappings once more while we wait (BYE, at most what exit waits), else a process
+ * that exits soon after sandboxing itself, before the daemon handled its HELLO, leaves a
+ * profile of bare addresses (it cannot wait for the daemon at exit any more). */
 void lifecycle_sandboxed(void)
 {
+	if (lifecycle_state() == LLGO_SHIM_ATTACHED &&
+	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) == getpid())
+		lifecycle_bye();
 	lifecycle_set(LLGO_SHIM_OFF);
 }
 
@@ -746,6 +756,13 @@ __attribute__((destructor(101))) void lifecycle_exit(void)
 	if (drained && !atomic_load_explicit(&attach_ctl.maps_stale, memory_order_relaxed) &&
 	    !atomic_load_explicit(&attach_ctl.ring_count, memory_order_relaxed))
 		return; /* nothing was ever sampled */
+	lifecycle_bye();
+}
+
+/* BYE, then wait for END as described above lifecycle_exit: the daemon has drained the rings
+ * and read the mappings once more while the process still has them. */
+static void lifecycle_bye(void)
+{
 	struct llgo_msg_header bye;
 	attach_header(&bye, LLGO_MSG_BYE, sizeof(bye));
 	if (lifecycle_send(&bye, sizeof(bye)) != 0)

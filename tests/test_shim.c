@@ -282,7 +282,11 @@ out:
 static void *fake_main(void *arg)
 {
 	struct fake *f = arg;
-	while (!atomic_load(&f->stop)) {
+	for (;;) {
+		/* Once stopped, one more pass over whatever is still pending, until nothing is: a
+		 * process connects, sends HELLO without waiting and may exit before this thread
+		 * accepted it (the connection waits in the backlog). */
+		bool stopping = atomic_load(&f->stop);
 		struct pollfd p[FAKE_MAX_CONNS + 1];
 		int idx[FAKE_MAX_CONNS + 1], np = 0;
 		p[np].fd = f->lfd;
@@ -295,7 +299,9 @@ static void *fake_main(void *arg)
 			p[np].events = POLLIN;
 			idx[np++] = c;
 		}
-		int r = poll(p, (nfds_t)np, 1);
+		int r = poll(p, (nfds_t)np, stopping ? 0 : 1);
+		if (stopping && r <= 0)
+			break;
 		for (int i = 0; r > 0 && i < np; i++) {
 			if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
 				continue;

@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_hostile.c: programs that damage the shim's environment, end to end (real daemon, real
+ * programs under the plain shim):
+ *   - close every descriptor 3..1023, then open a socketpair and talk through it while
+ *     allocating at rate 1 (tests/progs/hostile_closeall.c): the program's messages arrive
+ *     intact and nothing of ours lands in its socket; the shim notices that its socket was
+ *     replaced, counts what it samples meanwhile as detached and reconnects;
+ *   - a seccomp allow-list installed with prctl or with syscall(SYS_seccomp)
+ *     (tests/progs/hostile_seccomp.c), at rate 1, the default rate and rate 0: the program
+ *     exits 0, never killed by SIGSYS, and at rate 1 what it allocates before and after the
+ *     filter is counted exactly;
+ *   - jemalloc preloaded before and after the shim, with every interposed function
+ *     (tests/progs/hostile_allocfns.c): the same output and status as with jemalloc alone,
+ *     and with the shim first every site counted exactly at rate 1.
+ */
+#include "life_util.h"
+
+#define PROG(name) E2E_PROGS "/" name
+#define JEMALLOC "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+/* What the legacy-text accounting line says beyond the four totals (0 when absent). */
+static unsigned long long ho_acct_field(const char *text, const char *key)
+{
+	const char *line = strstr(text, "# llgo-heap: sampled=");
+	if (!line)
+		return 0;
+	const char *nl = strchr(line, '\n');
+	char k[64];
+	snprintf(k, sizeof(k), " %s=", key);
+	const char *p = strstr(line, k);
+	if (!p || (nl && p > nl))
+		return 0;
+	return strtoull(p + strlen(k), NULL, 10);
+}
+
+static void ho_log_acct(const char *what, const char *text)
+{
+	const char *line = strstr(text, "# llgo-heap: sampled=");
+	const char *nl = line ? strchr(line, '\n') : NULL;
+	cr_log_info("%s: %.*s", what, line ? (int)(nl ? nl - line : 300) : 4,
+		    line ? line : "none");
+}
+
+/* ---- close-all, then a socketpair of the program's own -------------------------------------- */
+
+/* Runs hostile_closeall at rate 1; asserts what the program itself says (messages intact, no
+ * stray packet); returns its profile's text from the daemon. */
+static char *ho_closeall(struct lu_daemon *d, const char *dir, long k, long rounds,
+			 long *after_truth, int *fd0, int *fd1, pid_t *pid, char **shim_log)
+{
+	lu_daemon_start(d, dir, NULL);
+	char kbuf[16], rbuf[16];
+	snprintf(kbuf, sizeof(kbuf), "%ld", k);
+	snprintf(rbuf, sizeof(rbuf), "%ld", rounds);
+	struct lu_proc p;
+	char *argv[] = { PROG("hostile_closeall"), kbuf, rbuf, NULL };
+	/* the shim says what it does on the program's stderr (a file here) */
+	const char *extra[] = { "LLGO_HEAP_DEBUG=1", NULL };
+	char errpath[512];
+	snprintf(errpath, sizeof(errpath), "%s/closeall.err", dir);
+	int errfd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	cr_assert(errfd >= 0);
+	int saved = dup(2);
+	dup2(errfd, 2);
+	lu_start(&p, d, "1", 1024, NULL, argv, extra);
+	dup2(saved, 2);
+	close(saved);
+	close(errfd);
+	char *out = lu_read_rest(&p, 60000);
+	int st = lu_wait(&p, 60000);
+	*pid = p.pid;
+	*shim_log = e2e_read_file(errpath);
+	cr_assert(*shim_log);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "status 0x%x (1: a message damaged or a stray packet in its socket):\n%s", st,
+		  out);
+	char want[64];
+	snprintf(want, sizeof(want), "messages ok %ld\n", rounds);
+	cr_assert(strstr(out, want) && strstr(out, "stray 0\n"), "%s", out);
+	*after_truth = lu_site_truth(out, "after_site");
+	cr_assert_eq(*after_truth, k * rounds, "%s", out);
+	const char *fds = strstr(out, "fds ");
+	cr_assert(fds && sscanf(fds, "fds %d %d", fd0, fd1) == 2, "%s", out);
+	free(out);
+	return lu_snapshot(d->sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+}
+
+Test(hostile, close_all_then_socketpair, .timeout = 120)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	const long k = 1000, rounds = 40;
+	long after_truth;
+	int fd0, fd1;
+	pid_t pid;
+	char *shim_log;
+	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid, &shim_log);
+	struct lu_acct a;
+	cr_assert(lu_text_acct(text, &a));
+	ho_log_acct("close-all", text);
+	/* the shim noticed its socket was replaced and came back on a socket of its own */
+	const char *lost = strstr(shim_log, "llgo-heap: daemon lost: ");
+	cr_expect(lost && strstr(lost, "llgo-heap: attached to "),
+		  "the shim did not notice the replaced socket or did not reconnect:\n%s",
+		  shim_log);
+	long got_after = lu_text_count(text, "after_site", 112);
+	long got_before = lu_text_count(text, "before_site", 48);
+	unsigned long long detached = ho_acct_field(text, "detached");
+	unsigned long long reconnects = ho_acct_field(text, "reconnects");
+	cr_log_info("close-all: the program's socketpair is fds %d and %d; after_site %ld of "
+		    "%ld in the profile, before_site %ld of %ld; detached=%llu reconnects=%llu; "
+		    "samples taken about %ld, in the accounting %llu "
+		    "(see close_all_accounts_every_sample)",
+		    fd0, fd1, got_after, after_truth, got_before, k, detached, reconnects,
+		    k + after_truth + 1, a.sampled);
+	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
+	cr_expect_eq(a.corrupt, 0);
+	/* What was sampled while LOST is counted (the count lives in the control page the
+	 * two sessions of this process share, see close_all_accounts_every_sample: which of
+	 * them `snapshot PID` shows is not settled, so reconnects= is only logged). */
+	cr_expect_gt(detached, 0, "no sample counted while detached");
+	cr_expect_gt(got_after, 0, "nothing recorded after the shim reconnected");
+	cr_expect_leq(got_after + (long)detached, after_truth);
+	struct llgo_list_entry e;
+	cr_expect(lu_list_pid(d.sock, pid, &e), "pid %d not listed", (int)pid);
+	cr_log_info("close-all: the shim says:\n%s", shim_log);
+	free(shim_log);
+	free(text);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+/*
+ * What the test above does not require yet (issue 8, "every sample is accounted"): the pid's
+ * profile after the shim reconnected with a new memfd is a new session; the daemon's earlier
+ * session of the same process (its records before the close) is shadowed by it, and the
+ * records the shim pushed into its old rings between the close and noticing it (up to 100 ms
+ * of sampling) are counted nowhere. Seen: sampled=31446 for about 41001 samples taken,
+ * before_site 0 of 1000. And which of the two sessions `snapshot PID` returns is a race: on
+ * a loaded machine (SAN build) the first one, still live while the daemon's exit worker
+ * finishes it, was shown once (sampled=8001, before_site 1000, after_site 5553 drained from
+ * the old rings, reconnects=0). Enable once the daemon links the two sessions.
+ */
+Test(hostile, close_all_accounts_every_sample, .timeout = 120, .disabled = true)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	const long k = 1000, rounds = 40;
+	long after_truth;
+	int fd0, fd1;
+	pid_t pid;
+	char *shim_log;
+	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid, &shim_log);
+	struct lu_acct a;
+	cr_assert(lu_text_acct(text, &a));
+	ho_log_acct("close-all", text);
+	free(shim_log);
+	cr_expect_eq(lu_text_count(text, "before_site", 48), k);
+	cr_expect_geq(a.sampled, (unsigned long long)(k + after_truth));
+	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
+	free(text);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+/* ---- seccomp allow-list ---------------------------------------------------------------------- */
+
+static void ho_seccomp(const char *how, const char *rate, bool exact)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	const long k = 2000;
+	char kbuf[16];
+	snprintf(kbuf, sizeof(kbuf), "%ld", k);
+	struct lu_proc p;
+	char *argv[] = { PROG("hostile_seccomp"), (char *)how, kbuf, NULL };
+	/* 4 MiB rings: after the filter the shim sends no WAKE, the daemon drains at its idle
+	 * pace (a smaller ring drops records, counted as ring_full) */
+	lu_start(&p, &d, rate, 4096, NULL, argv, NULL);
+	char *out = lu_read_rest(&p, 30000);
+	int st = lu_wait(&p, 30000);
+	cr_assert(st != -1, "%s, rate %s: hung", how, rate);
+	cr_assert(!WIFSIGNALED(st), "%s, rate %s: killed by signal %d (%s):\n%s", how, rate,
+		  WTERMSIG(st), strsignal(WTERMSIG(st)), out);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s, rate %s: status 0x%x:\n%s", how,
+		  rate, st, out);
+	cr_assert(strstr(out, "sandboxed\n") && strstr(out, "done "), "%s", out);
+	struct llgo_list_entry e;
+	bool listed = lu_list_pid(d.sock, p.pid, &e);
+	cr_expect(listed || strcmp(rate, "0") == 0, "%s, rate %s: pid %d not listed", how, rate,
+		  (int)p.pid);
+	if (listed) {
+		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		struct lu_acct a;
+		cr_assert(lu_text_acct(text, &a));
+		long pre = lu_text_count(text, "pre_site", 40);
+		long boxed = lu_text_count(text, "sandboxed_site", 40);
+		cr_log_info("seccomp via %s, rate %s: pre_site %ld, sandboxed_site %ld (of %ld "
+			    "each)", how, rate, pre, boxed, k);
+		ho_log_acct("seccomp", text);
+		cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
+		cr_expect_eq(a.corrupt, 0);
+		if (exact) {
+			cr_expect_eq(pre, k);
+			/* after the filter the shim makes no syscall, but the ring it has still
+			 * takes records (memory only): the daemon drains them */
+			cr_expect_eq(boxed, k);
+			cr_expect_eq(a.dropped, 0);
+		}
+		free(text);
+	}
+	free(out);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+Test(hostile, seccomp_prctl_rate1, .timeout = 60) { ho_seccomp("prctl", "1", true); }
+Test(hostile, seccomp_syscall_rate1, .timeout = 60) { ho_seccomp("syscall", "1", true); }
+Test(hostile, seccomp_prctl_default_rate, .timeout = 60) { ho_seccomp("prctl", "524288", false); }
+Test(hostile, seccomp_prctl_rate0, .timeout = 60) { ho_seccomp("prctl", "0", false); }
+Test(hostile, seccomp_syscall_rate0, .timeout = 60) { ho_seccomp("syscall", "0", false); }
+
+/* ---- jemalloc before and after the shim ------------------------------------------------------ */
+
+static const struct {
+	const char *site;
+	long size;
+} ho_sites[] = {
+	{ "malloc_site", 200 },	       { "calloc_site", 300 },	   { "realloc_site", 100 },
+	{ "reallocarray_site", 500 },  { "posix_memalign_site", 300 },
+	{ "aligned_alloc_site", 384 }, { "memalign_site", 320 },  { "valloc_site", 700 },
+	{ "pvalloc_site", 0 },
+};
+
+/* Run hostile_allocfns with LD_PRELOAD=preload (no daemon when d is NULL). */
+static char *ho_allocfns(const struct lu_daemon *d, const char *preload, const char *rate,
+			 const char *k, bool pvalloc, int *status, pid_t *pid)
+{
+	struct lu_proc p;
+	char *argv[] = { PROG("hostile_allocfns"), (char *)k, pvalloc ? "pvalloc" : NULL, NULL };
+	if (d) {
+		lu_start(&p, d, rate, 0, preload, argv, NULL);
+	} else {
+		char env[1024];
+		snprintf(env, sizeof(env), "LD_PRELOAD=%s", preload);
+		char *envp[] = { env, NULL };
+		p.pid = e2e_spawn(argv, envp, &p.in, &p.out);
+	}
+	char *out = lu_read_rest(&p, 30000);
+	*status = lu_wait(&p, 30000);
+	*pid = p.pid;
+	return out;
+}
+
+Test(hostile, jemalloc_before_and_after, .timeout = 120)
+{
+	cr_assert(access(JEMALLOC, R_OK) == 0,
+		  "%s is missing: install the Debian package libjemalloc2 (make deps)", JEMALLOC);
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	const char *k = "200";
+	int st;
+	pid_t pid;
+	/* pvalloc only where jemalloc alone survives it (jemalloc has no pvalloc: glibc's
+	 * block would reach jemalloc's free) */
+	char *alone = ho_allocfns(NULL, JEMALLOC, NULL, k, true, &st, &pid);
+	bool pvalloc = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	if (!pvalloc) {
+		cr_log_info("pvalloc left out: with jemalloc alone (no shim) it ends with status "
+			    "0x%x", st);
+		free(alone);
+		alone = ho_allocfns(NULL, JEMALLOC, NULL, k, false, &st, &pid);
+	}
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "jemalloc alone: status 0x%x:\n%s", st,
+		  alone);
+	cr_assert(strstr(alone, "checks ok\n"), "%s", alone);
+
+	char orders[2][1024];
+	snprintf(orders[0], sizeof(orders[0]), "%s:%s", JEMALLOC, LLGO_PLAIN_SHIM);
+	snprintf(orders[1], sizeof(orders[1]), "%s:%s", LLGO_PLAIN_SHIM, JEMALLOC);
+	const char *rates[] = { "1", "524288", "0" };
+	for (int o = 0; o < 2; o++) {
+		for (int r = 0; r < 3; r++) {
+			char *out = ho_allocfns(&d, orders[o], rates[r], k, pvalloc, &st, &pid);
+			cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+				  "LD_PRELOAD=%s, rate %s: status 0x%x:\n%s", orders[o], rates[r],
+				  st, out);
+			cr_expect_str_eq(out, alone, "LD_PRELOAD=%s, rate %s: output differs",
+					 orders[o], rates[r]);
+			struct llgo_list_entry e;
+			if (r == 2 || !lu_list_pid(d.sock, pid, &e)) {
+				cr_expect(r == 2, "LD_PRELOAD=%s, rate %s: pid %d not listed",
+					  orders[o], rates[r], (int)pid);
+				free(out);
+				continue;
+			}
+			char *text = lu_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
+			struct lu_acct a;
+			cr_assert(lu_text_acct(text, &a));
+			cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
+			cr_expect_eq(a.corrupt, 0);
+			char line[1024] = "";
+			size_t n = 0;
+			for (size_t i = 0; i < sizeof(ho_sites) / sizeof(ho_sites[0]); i++) {
+				if (!pvalloc && strcmp(ho_sites[i].site, "pvalloc_site") == 0)
+					continue;
+				long got = lu_text_count(text, ho_sites[i].site, ho_sites[i].size);
+				n += (size_t)snprintf(line + n, sizeof(line) - n, " %s=%ld",
+						      ho_sites[i].site, got);
+				/* shim first at rate 1: it sees every call and forwards it to
+				 * jemalloc (jemalloc first: jemalloc takes them; only functions
+				 * jemalloc lacks would reach the shim) */
+				if (o == 1 && r == 0)
+					cr_expect_eq(got, atol(k), "LD_PRELOAD=%s: %s %ld of %s",
+						     orders[o], ho_sites[i].site, got, k);
+			}
+			cr_log_info("LD_PRELOAD=%s rate %s: sampled=%llu delivered=%llu;%s",
+				    orders[o], rates[r], a.sampled, a.delivered, line);
+			free(text);
+			free(out);
+		}
+	}
+	/* the shim alone, pvalloc included (glibc has it) */
+	char *out = ho_allocfns(&d, LLGO_PLAIN_SHIM, "1", k, true, &st, &pid);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "shim alone: status 0x%x:\n%s", st, out);
+	char *text = lu_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
+	long pv = lu_text_count(text, "pvalloc_site", 0);
+	cr_expect_eq(pv, atol(k), "shim alone: pvalloc_site %ld of %s", pv, k);
+	free(text);
+	free(out);
+	free(alone);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
