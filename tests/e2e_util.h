@@ -127,7 +127,10 @@ static inline int e2e_parse_text(const char *s, long *period, struct e2e_text_re
 			/* "#\t0x<pc>\t<func>+0x<off>\t<file>:<line>" */
 			char *f = strchr(tmp + 2, '\t');
 			if (f) {
-				f++;
+				/* columns are aligned with tabs: a stack holding a wider address
+				 * (the [truncated] marker) has more than one */
+				while (*f == '\t')
+					f++;
 				char *loc = strrchr(f, '\t');
 				if (loc)
 					snprintf(cur->loc0, sizeof(cur->loc0), "%s", loc + 1);
