@@ -286,13 +286,24 @@ void drain_prepare_unwind(struct session *s)
 {
 	if (s->unwind_mode != LLGO_UNWIND_AUTO || !s->maps)
 		return;
+	/* Slow (every mapped object's CFI is read): outside drain_lock, so that the session's
+	 * rings drain meanwhile; a drain that needed an unwinder first made its own, which
+	 * then gets the tables. */
+	struct unwind *u = unwind_new(s->pid, true);
+	if (u)
+		unwind_prepare(u, s->maps);
 	pthread_mutex_lock(&s->drain_lock);
 	if (!s->unwind) {
-		s->unwind = unwind_new(s->pid, true);
+		s->unwind = u;
+		u = NULL;
+	} else if (u) {
 		unwind_prepare(s->unwind, s->maps);
-		session_send_fp_tables(s);
 	}
+	if (s->unwind)
+		session_send_fp_tables(s);
 	pthread_mutex_unlock(&s->drain_lock);
+	if (u)
+		unwind_free(u);
 }
 
 void drain_refresh_maps(struct session *s, bool force)

@@ -948,9 +948,9 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	if (merr)
 		server_log("pid %d: cannot read its mappings (%s); its profiles will show "
 			   "addresses only", (int)s->pid, strerror(-merr));
+	/* auto unwinding's tables, before the session drains (its unwinder reads them) */
 	drain_prepare_unwind(s);
-	/* after the auto mode's tables: the shim trusts frame pointers without tables only
-	 * once it sees this (stackcopy.c) */
+	/* our maps are read: the shim's exit need not wait for us (lifecycle.c) */
 	if (!merr && s->ctl)
 		atomic_fetch_add_explicit(&s->ctl->daemon_beat, 1, memory_order_relaxed);
 	session_register(s);

@@ -5,7 +5,8 @@
  * Policy (LLGO_HEAP_FULL, read once): `drop` drops and counts (the ring's dropped counter),
  * `wait` waits for the daemon to drain; unset, records taken at rate 1 wait (users of rate 1
  * expect exact counts, as heaptrack gives) and records taken at a sampled rate drop (a sample
- * lost is a sample, the estimate stays unbiased).
+ * lost is a sample, the estimate stays unbiased), except until the daemon serves the process
+ * fully (full_daemon_serving): then they wait too, bounded as below.
  *
  * Waiting: the thread sends WAKE, raises the ring's `waiting` word, fences, and sleeps with
  * FUTEX_WAIT on the low 32 bits of tail (shared futex: the ring is a MAP_SHARED memfd), in
@@ -62,6 +63,17 @@ static int64_t full_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Whether the daemon serves this process fully: it has read our maps (daemon_beat) and, in
+ * auto unwinding, sent the tables that spare most samples their stack copy (fp_seq). Before,
+ * a burst fills the ring with what the daemon cannot drain yet, or only slowly. */
+bool full_daemon_serving(void)
+{
+	if (!atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed))
+		return false;
+	return stackcopy_get_mode() != LLGO_UNWIND_AUTO ||
+	       atomic_load_explicit(&attach_ctl.fp_seq, memory_order_relaxed) != 0;
+}
+
 void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
 	       uint64_t rate)
 {
@@ -71,7 +83,10 @@ void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t l
 	if (llgo_likely(full_has_room(r, tail, len)))
 		return;
 	int p = full_get_policy();
-	if (p == FULL_DROP || (p == FULL_DEFAULT && rate != 1) ||
+	/* Sampled rates drop by default, except before the daemon has started serving this
+	 * process (it reads our maps before it drains us; the process does not wait for that at
+	 * start): a burst at start would otherwise lose what a later one keeps. */
+	if (p == FULL_DROP || (p == FULL_DEFAULT && rate != 1 && full_daemon_serving()) ||
 	    lifecycle_state() != LLGO_SHIM_ATTACHED)
 		return;
 	if (t->full_stall == tail + 1)

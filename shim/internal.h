@@ -339,6 +339,8 @@ size_t live_usable(size_t (*fn)(void *), void *p);
  * wait at rate 1 and drop otherwise). Called by the owner before a push. */
 void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
 	       uint64_t rate);
+/* Whether the daemon serves this process fully yet (maps read; auto unwinding's tables). */
+bool full_daemon_serving(void);
 
 /* ---- attach.c: the transport to llgo-heapd (a leaf: no state machine) ----------------- */
 

@@ -321,12 +321,13 @@ bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uin
 	bool copy = sc->copy;
 	uint32_t fixed = copy ? llgo_record_raw_fixed_len(n) : llgo_record_alloc_len(n);
 	uint32_t len = fixed + (copy ? sc->regs.stack_len + sc->regs.stack2_len : 0);
-	/* auto: a copy that would fill the ring past half becomes the frame-pointer record
+	/* auto: a copy that would leave less than an eighth of the ring becomes the frame-pointer
+	 * record
 	 * (flagged: stated as truncated unless its end is known), so that bursts, before the
 	 * daemon has learned which walks it can trust, degrade stacks instead of dropping
-	 * samples */
+	 * samples; not before the daemon serves the process at all (full.c waits then) */
 	if (copy && stackcopy_mode == LLGO_UNWIND_AUTO && used <= cap && cap - used >= len &&
-	    used + len > cap / 2) {
+	    cap - used - len < cap / 8 && full_daemon_serving()) {
 		copy = false;
 		fixed = len = llgo_record_alloc_len(n);
 	}
