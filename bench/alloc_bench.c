@@ -257,11 +257,9 @@ static void print_rss(void)
 
 static void usage(void)
 {
-	if (cfg.live > 0) {
-		bench_loop_live(n);
-		return;
-	}
-	bench_batch(n, 0);
+	fprintf(stderr, "usage: alloc_bench [-w small|mixed|new|new-aligned] [-t THREADS] "
+			"[-W WARMUP] [-n BATCHES] [-b BATCH] [--seconds S] [--pairs N [--live L]] "
+			"[--rss] [-v]\n");
 	exit(2);
 }
 

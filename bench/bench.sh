@@ -463,6 +463,8 @@ lifecycle_section() {
 	awk -v a="$rp" -v b="$rs" 'BEGIN {printf "| fork to child reaped (child _exit(0)) | %.0f us | %.0f us | %.2fx |\n", a, b, b / a}' | outf
 	out ""
 	out "(fork rows: median of 5 runs of 500 forks each, runs alternating with and without the shim)"
+	out ""
+}
 
 # ---- 3b. DWARF unwinding (issue 9) -------------------------------------------------------------
 unwind_section() {
