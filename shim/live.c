@@ -43,6 +43,8 @@
 
 #include "internal.h"
 
+static inline void live_settle(void); /* a fork child's deferred table copy (below) */
+
 llgo_hidden _Atomic uintptr_t live_mask = ~(uintptr_t)0;
 
 #define LIVE_CREATE_YIELDS 100000
@@ -79,6 +81,7 @@ static struct llgo_live_entry *live_entries(struct llgo_live_header *h)
 
 const struct llgo_live_header *live_table(void)
 {
+	live_settle();
 	return atomic_load_explicit(&live_hdr, memory_order_acquire);
 }
 
@@ -101,6 +104,7 @@ static void live_send(int fd)
 
 void live_resend(void)
 {
+	live_settle();
 	if (atomic_load_explicit(&live_state, memory_order_acquire) == LIVE_READY &&
 	    !atomic_load_explicit(&live_unsent, memory_order_relaxed) && live_fd >= 0)
 		live_send(live_fd);
@@ -159,6 +163,7 @@ static struct llgo_live_header *live_create(void)
 /* The table, created on first use; NULL while another thread creates it or after a failure. */
 static struct llgo_live_header *live_get(void)
 {
+	live_settle();
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
 	if (llgo_likely(h != NULL))
 		return atomic_load_explicit(&live_state, memory_order_relaxed) == LIVE_READY ? h
@@ -418,11 +423,13 @@ static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 
 bool live_remove(uint64_t addr, struct llgo_live_entry *out)
 {
+	live_settle();
 	return live_lookup(addr, out, true);
 }
 
 bool live_find(uint64_t addr, struct llgo_live_entry *out)
 {
+	live_settle();
 	return live_lookup(addr, out, false);
 }
 
@@ -449,6 +456,7 @@ static void live_count_untracked(struct llgo_live_header *h, uint64_t size)
 bool live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t size,
 		uint32_t off)
 {
+	live_settle();
 	if (w < 0)
 		live_mask_clear((uintptr_t)0);
 	else if (addr & (LIVE_PAGE - 1)) {
@@ -483,6 +491,7 @@ bool live_track(int64_t w, uint64_t addr, uint64_t key, uint64_t ref, uint64_t s
 
 bool live_restore(uint64_t addr, const struct llgo_live_entry *e)
 {
+	live_settle();
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
 	return h && live_insert(h, addr, e->key, e->ref, e->size);
 }
@@ -519,11 +528,59 @@ size_t live_usable(size_t (*fn)(void *), void *p)
  * child keeps using the parent's table for its inherited objects (frees stay correct; the
  * parent's in-use values then miss what the child freed) and tracks nothing new.
  */
+/*
+ * fork: the child copies its parent's table lazily, at its first use of the table (a free of
+ * a placed object, a tracked sample), not inside fork(): until then the parent's table stays
+ * mapped in the child, read by nobody. live_fork_state: 0 nothing pending, 1 a copy is due,
+ * 2 a thread is copying (others yield, bounded, as live_get does for creation).
+ */
+static _Atomic int live_fork_state;
+static struct llgo_live_header *live_fork_old;
+static int live_fork_old_fd = -1;
+
+static void live_fork_copy(void);
+
+static inline void live_settle(void)
+{
+	if (llgo_likely(atomic_load_explicit(&live_fork_state, memory_order_acquire) == 0))
+		return;
+	int expect = 1;
+	if (atomic_compare_exchange_strong_explicit(&live_fork_state, &expect, 2,
+						    memory_order_acq_rel, memory_order_acquire)) {
+		live_fork_copy();
+		atomic_store_explicit(&live_fork_state, 0, memory_order_release);
+		return;
+	}
+	for (int i = 0; i < LIVE_CREATE_YIELDS &&
+			atomic_load_explicit(&live_fork_state, memory_order_acquire) != 0;
+	     i++)
+		sched_yield();
+}
+
 static void live_atfork_child(void)
 {
-	struct llgo_live_header *old = atomic_load_explicit(&live_hdr, memory_order_relaxed);
-	int old_fd = live_fd;
+	live_fork_old = atomic_load_explicit(&live_hdr, memory_order_relaxed);
+	live_fork_old_fd = live_fd;
 	live_fd = -1;
+	live_fdid.fd = -1;
+	atomic_store_explicit(&live_hdr, NULL, memory_order_relaxed);
+	atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
+	if (live_fork_old)
+		atomic_store_explicit(&live_fork_state, 1, memory_order_release);
+	else if (live_fork_old_fd >= 0) {
+		close(live_fork_old_fd);
+		live_fork_old_fd = -1;
+	}
+}
+
+/* The deferred part of fork: a table of the child's own holding the parent's placed objects
+ * (their offsets are needed to free them). */
+static void live_fork_copy(void)
+{
+	struct llgo_live_header *old = live_fork_old;
+	int old_fd = live_fork_old_fd;
+	live_fork_old = NULL;
+	live_fork_old_fd = -1;
 	atomic_store_explicit(&live_lost, 0, memory_order_relaxed);
 	atomic_store_explicit(&live_lost_bytes, 0, memory_order_relaxed);
 	if (!old) {
@@ -532,7 +589,7 @@ static void live_atfork_child(void)
 		atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
 		return;
 	}
-	struct llgo_live_header *h = live_make();
+	struct llgo_live_header *h = lifecycle_state() == LLGO_SHIM_OFF ? NULL : live_make();
 	if (!h) {
 		atomic_store_explicit(&live_state, LIVE_FAILED, memory_order_relaxed);
 		return; /* old_fd stays open with the table it maps */
