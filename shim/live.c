@@ -384,6 +384,7 @@ static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t
 
 static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 {
+	live_settle();
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
 	if (!h || addr <= LLGO_LIVE_BUSY)
 		return false;
