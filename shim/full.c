@@ -29,6 +29,7 @@
 
 #define FULL_SLICE_MS 10
 #define FULL_BOUND_MS 500
+#define FULL_SLOW_START_MS 5000
 
 enum { FULL_UNSET = 0, FULL_DEFAULT = 1, FULL_WAIT = 2, FULL_DROP = 3 };
 
@@ -66,6 +67,12 @@ static int64_t full_now_ms(void)
 /* Whether the daemon serves this process fully: it has read our maps (daemon_beat) and, in
  * auto unwinding, sent the tables that spare most samples their stack copy (fp_seq). Before,
  * a burst fills the ring with what the daemon cannot drain yet, or only slowly. */
+bool full_waits(uint64_t rate)
+{
+	int p = full_get_policy();
+	return p == FULL_WAIT || (p == FULL_DEFAULT && rate == 1);
+}
+
 bool full_daemon_serving(void)
 {
 	if (!atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed))
@@ -93,7 +100,7 @@ void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t l
 		return; /* gave up at this tail already: drop until the daemon moves it */
 	t->full_stall = 0;
 	emit_wake();
-	int64_t last_move = full_now_ms();
+	int64_t last_move = full_now_ms(), first_wait = last_move;
 	uint64_t seen = tail;
 	for (;;) {
 		atomic_store_explicit(&h->waiting, 1, memory_order_relaxed);
@@ -106,6 +113,14 @@ void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t l
 			last_move = full_now_ms();
 		}
 		int64_t left = FULL_BOUND_MS - (full_now_ms() - last_move);
+		/* A daemon that has not started serving us yet but is at work (on a loaded
+		 * machine, or sanitized, reading every object's unwind tables takes a while) is
+		 * waited for, up to FULL_SLOW_START_MS in all: it is not stopped. */
+		if (left <= 0 && !full_daemon_serving() &&
+		    full_now_ms() - first_wait < FULL_SLOW_START_MS && lifecycle_daemon_active()) {
+			last_move = full_now_ms();
+			left = FULL_SLICE_MS;
+		}
 		if (left <= 0) {
 			t->full_stall = tail + 1;
 			break;

@@ -339,6 +339,8 @@ size_t live_usable(size_t (*fn)(void *), void *p);
  * wait at rate 1 and drop otherwise). Called by the owner before a push. */
 void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
 	       uint64_t rate);
+/* Whether records of this rate wait for room rather than drop (LLGO_HEAP_FULL). */
+bool full_waits(uint64_t rate);
 /* Whether the daemon serves this process fully yet (maps read; auto unwinding's tables). */
 bool full_daemon_serving(void);
 
@@ -415,6 +417,9 @@ int lifecycle_send_fd(const void *pkt, size_t n, int fd);
 /* The exit handshake: wait (bounded) for the daemon only if it has not drained us or lacks
  * our mappings. The destructor; also called from _exit. */
 void lifecycle_exit(void);
+/* Whether the daemon is alive and working (not stopped, and running, runnable or using CPU
+ * since the last call); reads /proc: for waits only. */
+bool lifecycle_daemon_active(void);
 /* No syscalls from now on (the program installs a seccomp filter). */
 void lifecycle_sandboxed(void);
 /* Thread start (lifecycle's pthread_create wrapper, or the main thread): bounds, tid, rng,

@@ -718,6 +718,19 @@ static bool lifecycle_daemon_working(uint32_t *beat, uint64_t *ticks)
 	return moved || ran || lifecycle_daemon_runnable();
 }
 
+bool lifecycle_daemon_active(void)
+{
+	static _Atomic uint64_t last_ticks;
+	char st;
+	uint64_t t;
+	if (lifecycle_state() == LLGO_SHIM_OFF || !lifecycle_daemon_stat(&st, &t))
+		return false;
+	if (st == 'T' || st == 't' || st == 'Z' || st == 'X')
+		return false;
+	uint64_t before = atomic_exchange_explicit(&last_ticks, t, memory_order_relaxed);
+	return t != before || lifecycle_daemon_runnable();
+}
+
 static int lifecycle_adds_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
 	if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))

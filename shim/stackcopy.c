@@ -327,7 +327,7 @@ bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uin
 	 * daemon has learned which walks it can trust, degrade stacks instead of dropping
 	 * samples; not before the daemon serves the process at all (full.c waits then) */
 	if (copy && stackcopy_mode == LLGO_UNWIND_AUTO && used <= cap && cap - used >= len &&
-	    cap - used - len < cap / 8 && full_daemon_serving()) {
+	    cap - used - len < cap / 8 && full_daemon_serving() && !full_waits(rate)) {
 		copy = false;
 		fixed = len = llgo_record_alloc_len(n);
 	}
