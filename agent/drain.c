@@ -93,10 +93,12 @@ static void drain_refresh_locked(struct session *s, bool force)
 	    now - s->last_refresh_ns < DRAIN_REFRESH_MS * 1000000ull)
 		return;
 	s->last_refresh_ns = now;
-	/* A reused pid would give us another process's maps. */
-	if (!session_process_alive(s))
+	/* A reused pid, or a setuid exec, would give us maps its owner may not read: checked
+	 * before and after (after: the session is then shown to root only). */
+	if (!session_may_read(s))
 		return;
 	procmaps_refresh(s->maps, s->pid);
+	session_may_read(s);
 	s->maps_stale = false;
 }
 

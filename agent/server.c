@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ident.h"
 #include "session.h"
 #include "verify.h"
 
@@ -76,6 +77,7 @@ struct server_conn {
 	int fd;
 	enum server_conn_kind kind;
 	struct ucred cred;
+	struct ident id;         /* the peer pinned at accept (ident.c); pidfd -1 if none */
 	struct session *session; /* shim connections, after HELLO */
 	struct server_conn *prev, *next; /* srv->conns, under conns_lock */
 	/* The job a worker runs next (one at most: EPOLLONESHOT). */
@@ -132,6 +134,9 @@ struct server {
 	 * server_settle). Sequentially consistent on both sides. */
 	_Atomic int loop_busy;
 	_Atomic unsigned hellos_pending; /* HELLO jobs queued or running */
+	/* Serializes "find this process's session, replace it, register the new one" across
+	 * shim workers, so that concurrent HELLOs of one process never leave two sessions. */
+	pthread_mutex_t hello_lock;
 	_Atomic uint64_t n_connections, n_malformed, n_refused, n_sessions;
 	_Atomic uint64_t out_bytes;   /* unsent answer bytes, all connections */
 	_Atomic uint32_t out_waiting; /* connections armed for EPOLLOUT */
@@ -340,6 +345,7 @@ static void server_conn_close(struct server_conn *c)
 	pthread_mutex_unlock(&srv->conns_lock);
 	if (c->job_fd >= 0)
 		close(c->job_fd);
+	ident_close(&c->id);
 	buf_free(&c->out);
 	session_put(c->session);
 	free(c);
@@ -637,6 +643,8 @@ static void server_accept(struct server *srv)
 		c->srv = srv;
 		c->fd = fd;
 		c->job_fd = -1;
+		/* Pin the peer now: HELLO re-checks the live process against this. */
+		ident_open(fd, c->cred.pid, c->cred.uid, c->cred.gid, &c->id);
 		buf_init(&c->out);
 		c->next = srv->conns;
 		if (srv->conns)
@@ -853,6 +861,40 @@ static void *server_loop(void *arg)
 
 /* ---- shim jobs (workers) ------------------------------------------------------------------ */
 
+/* Watch s's process for its exit (a conn of kind PIDFD over a duplicate of pidfd): the
+ * session ends when the process does, whoever still holds its socket (a child that kept it
+ * cannot keep a session of a dead pid alive, which a reused pid would then be shown as). */
+static void server_watch_exit(struct server *srv, struct session *s, int pidfd)
+{
+	int fd = pidfd >= 0 ? fcntl(pidfd, F_DUPFD_CLOEXEC, 3) : -1;
+	struct server_conn *c = fd >= 0 ? calloc(1, sizeof(*c)) : NULL;
+	if (!c) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	c->srv = srv;
+	c->fd = fd;
+	c->kind = SERVER_CONN_PIDFD;
+	c->session = session_get(s);
+	c->job_fd = -1;
+	c->id.pidfd = -1;
+	c->cred.pid = s->pid;
+	c->cred.uid = s->uid;
+	c->cred.gid = s->gid;
+	buf_init(&c->out);
+	pthread_mutex_lock(&srv->conns_lock);
+	c->next = srv->conns;
+	if (srv->conns)
+		srv->conns->prev = c;
+	srv->conns = c;
+	srv->nconns++;
+	pthread_mutex_unlock(&srv->conns_lock);
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = c };
+	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0)
+		server_conn_end(c);
+}
+
 static void server_hello(struct server *srv, struct server_conn *c)
 {
 	struct llgo_msg_hello m;
@@ -862,20 +904,30 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	c->job_fd = -1;
 	int err = 0;
 	const char *why = NULL;
+	char whybuf[256] = "";
 	struct session *s = NULL;
 	uint32_t ds = m.ring_data_size;
 	bool memfd = m.flags & LLGO_HELLO_MEMFD, ack = !(m.flags & LLGO_HELLO_NO_ACK);
 	bool reattach = m.flags & LLGO_HELLO_REATTACH;
+	/* Before anything of the process is read: is it still the one that connected, owned
+	 * by the same uid? A process that exited since (a short-lived fork child) keeps its
+	 * session, but nothing more is read of it. */
+	int ierr = ident_verify(&c->id, whybuf, sizeof(whybuf));
+	bool gone = ierr == -ESRCH;
 	if (c->cred.pid <= 0) {
 		err = -ESRCH;
 		why = "peer pid unknown (another pid namespace?)";
+	} else if (ierr && !gone) {
+		err = ierr;
+		why = whybuf;
 	} else if (ds < LLGO_RING_MIN_DATA || ds > LLGO_RING_MAX_DATA || (ds & (ds - 1))) {
 		err = -EINVAL;
 		why = "ring data size";
-	} else if (memfd && reattach &&
-		   (s = session_find_live(srv->reg, c->cred.pid, 0, fd)) != NULL) {
-		/* A process this daemon found on its own (server_adopt) calls back: the
-		 * connection joins the session it already has. */
+	} else if (memfd && c->id.start &&
+		   (s = session_find_live(srv->reg, c->cred.pid, c->id.start, fd)) != NULL) {
+		/* The process calls back with the memfd its session holds (a reconnect, or a
+		 * process this daemon took back on its own, server_adopt): the connection joins
+		 * that session. One session per process, never two. */
 		close(fd);
 		c->session = s;
 		c->kind = SERVER_CONN_SHIM;
@@ -904,9 +956,24 @@ static void server_hello(struct server *srv, struct server_conn *c)
 		server_malformed(c, "HELLO refused: %s: %s", why, strerror(-err));
 		return;
 	}
+	/* The identity pinned at accept, not what /proc shows now. */
+	s->proc_start = c->id.start;
+	if (c->id.pidfd >= 0)
+		s->pidfd = fcntl(c->id.pidfd, F_DUPFD_CLOEXEC, 3);
+	/* One session per process (pid and start time): a second HELLO with another memfd
+	 * replaces the first, which ends as if the process had closed it. */
+	pthread_mutex_lock(&srv->hello_lock);
+	struct session *old = c->id.start ? session_find_process(srv->reg, s->pid, c->id.start)
+					  : NULL;
+	if (old) {
+		server_log("pid %d: a new HELLO replaces its session", (int)s->pid);
+		verify_session_stop(srv->verifier, old);
+		drain_session_exit(old);
+		session_put(old);
+	}
 	/* Read while the process runs: a shim that waits for no answer may exit soon, and then
 	 * waits at exit (BYE) only if we have not seen what we need. */
-	int merr = session_attach_maps(s);
+	int merr = gone ? -ESRCH : session_attach_maps(s);
 	if (merr && (m.flags & LLGO_HELLO_FORKED) &&
 	    session_attach_parent_maps(s, (pid_t)m.ppid) == 0)
 		merr = 0;
@@ -916,9 +983,15 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	else if (s->ctl)
 		atomic_fetch_add_explicit(&s->ctl->daemon_beat, 1, memory_order_relaxed);
 	session_register(s);
+	pthread_mutex_unlock(&srv->hello_lock);
 	c->session = s;
 	c->kind = SERVER_CONN_SHIM;
 	atomic_fetch_add(&srv->n_sessions, 1);
+	server_watch_exit(srv, s, s->pidfd);
+	/* Gone before we got here: what its rings hold now is all it published (a socket kept
+	 * by another process must not keep a session of a free pid live). */
+	if (gone)
+		drain_session_exit(s);
 	if (reattach)
 		server_log("pid %d: reattached (%s)", (int)s->pid, s->comm);
 	if (ack && msg_send(c->fd, &a, sizeof(a), -1) != 0) {
@@ -947,9 +1020,11 @@ static void server_bye(struct server *srv, struct server_conn *c)
 
 /* ---- client jobs (workers) ---------------------------------------------------------------- */
 
+/* Root, or the owner of a process that kept its identity (ident.c): once it exec'd a setuid
+ * program or was found not dumpable, what was read of it is root's to see only. */
 static bool server_allowed(const struct session *s, uid_t requester)
 {
-	return requester == 0 || requester == s->uid;
+	return requester == 0 || (requester == s->uid && !atomic_load(&s->ident_lost));
 }
 
 /*
@@ -1244,6 +1319,9 @@ static void server_job(struct server *srv, struct server_conn *c)
 		server_bye(srv, c);
 		return;
 	case SERVER_JOB_EXIT:
+		/* The process exited (its pidfd): let the loop first read what its shim sent. */
+		if (c->kind == SERVER_CONN_PIDFD)
+			server_settle(srv, c->session);
 		drain_session_exit(c->session);
 		verify_session_stop(srv->verifier, c->session);
 		server_conn_close(c);
@@ -1353,6 +1431,7 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	srv->opts = *o;
 	srv->listen_fd = srv->epfd = srv->wake_fd = srv->spare_fd = -1;
 	pthread_mutex_init(&srv->conns_lock, NULL);
+	pthread_mutex_init(&srv->hello_lock, NULL);
 	unsigned nclient = o->client_workers ? o->client_workers : SERVER_CLIENT_WORKERS;
 	if (nclient > SERVER_MAX_WORKERS)
 		nclient = SERVER_MAX_WORKERS;
@@ -1426,6 +1505,7 @@ static int server_adopt_one(void *arg, const struct adopt_proc *p)
 	s = session_new(srv->reg, p->pid, p->uid, p->gid, NULL, ds);
 	if (!s)
 		return -ENOMEM;
+	s->pidfd = fcntl(p->pidfd, F_DUPFD_CLOEXEC, 3);
 	int err = session_attach_memfd(s, p->memfd, true);
 	struct server_conn *c = err ? NULL : calloc(1, sizeof(*c));
 	if (!c) {
@@ -1449,6 +1529,7 @@ static int server_adopt_one(void *arg, const struct adopt_proc *p)
 	c->kind = SERVER_CONN_PIDFD;
 	c->session = s;
 	c->job_fd = -1;
+	c->id.pidfd = -1;
 	c->cred.pid = p->pid;
 	c->cred.uid = p->uid;
 	c->cred.gid = p->gid;
@@ -1588,6 +1669,7 @@ void server_free(struct server *srv)
 	server_workq_destroy(&srv->exitq);
 	server_workq_destroy(&srv->clientq);
 	pthread_mutex_destroy(&srv->conns_lock);
+	pthread_mutex_destroy(&srv->hello_lock);
 	free(srv->rxbuf);
 	free(srv->socket_path);
 	free(srv);

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ident.h"
 #include "session.h"
 
 struct session_registry {
@@ -180,6 +181,8 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 		s->proc_start = 0;
 	s->ring_data_size = ring_data_size;
 	s->memfd = -1;
+	s->pidfd = -1;
+	atomic_init(&s->ident_lost, false);
 	s->reg = reg;
 	atomic_init(&s->refs, 1);
 	atomic_init(&s->state, LLGO_PROC_LIVE);
@@ -214,6 +217,8 @@ static void session_free(struct session *s)
 	free(s->ring_ids);
 	bucket_table_free(s->buckets);
 	procmaps_free(s->maps);
+	if (s->pidfd >= 0)
+		close(s->pidfd);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->drain_lock);
 	free(s);
@@ -336,6 +341,20 @@ bool session_same_memfd(const struct session *s, int fd)
 	       (uint64_t)st.st_ino == s->memfd_ino;
 }
 
+struct session *session_find_process(struct session_registry *reg, pid_t pid, uint64_t start)
+{
+	struct session *found = NULL;
+	pthread_mutex_lock(&reg->lock);
+	for (struct session *s = reg->head; s; s = s->next) {
+		if (s->pid == pid && session_is_live(s) && s->proc_start == start) {
+			found = session_get(s);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&reg->lock);
+	return found;
+}
+
 struct session *session_find_live(struct session_registry *reg, pid_t pid, uint64_t start,
 				  int memfd)
 {
@@ -408,21 +427,47 @@ size_t session_sync_rings(struct session *s)
 	return added;
 }
 
+bool session_may_read(struct session *s)
+{
+	if (atomic_load(&s->ident_lost))
+		return false;
+	int err;
+	char why[256] = "";
+	if (s->pidfd >= 0) {
+		struct ident id = { .pid = s->pid, .uid = s->uid, .gid = s->gid,
+				    .pidfd = s->pidfd, .start = s->proc_start };
+		err = ident_verify(&id, why, sizeof(why));
+	} else {
+		char state;
+		uint64_t start;
+		err = session_proc_stat(s->pid, &state, &start);
+		if (!err && s->proc_start && start != s->proc_start)
+			err = -ESRCH;
+		snprintf(why, sizeof(why), "pid reused or gone");
+	}
+	if (!err)
+		return true;
+	/* Exited: nothing to read any more, but what it published is still its owner's. */
+	if (err == -EACCES && !atomic_exchange(&s->ident_lost, true))
+		server_log("pid %d: %s; its mappings are no longer read and only root may read "
+			   "its profile", (int)s->pid, why);
+	return false;
+}
+
 int session_attach_maps(struct session *s)
 {
 	if (s->maps)
 		return 0;
+	/* Before anything of the process is read, and again after: a setuid exec or a reused
+	 * pid in between means the maps belong to someone the peer may not see. */
+	if (!session_may_read(s))
+		return -EACCES;
 	struct procmaps *m = procmaps_new(s->pid);
 	if (!m)
 		return -ENOENT;
-	/* The pid may have been reused between HELLO and the read: then the maps belong to
-	 * someone else. (While the shim waits for HELLO_ACK it cannot exit.) */
-	char state;
-	uint64_t start;
-	if (s->proc_start &&
-	    (session_proc_stat(s->pid, &state, &start) != 0 || start != s->proc_start)) {
+	if (!session_may_read(s)) {
 		procmaps_free(m);
-		return -ESRCH;
+		return -EACCES;
 	}
 	s->maps = m;
 	return 0;
@@ -432,24 +477,22 @@ int session_attach_parent_maps(struct session *s, pid_t ppid)
 {
 	if (s->maps || ppid <= 0 || ppid == s->pid)
 		return -EINVAL;
-	/* Only a parent of the same uid: a child must not read another user's mappings. */
-	char path[64], buf[4096];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)ppid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -EIO;
-	buf[n] = '\0';
-	const char *u = strstr(buf, "\nUid:");
-	unsigned ruid, euid;
-	if (!u || sscanf(u + 5, "%u %u", &ruid, &euid) != 2 || euid != (unsigned)s->uid)
-		return -EACCES;
-	struct procmaps *m = procmaps_new(ppid);
-	if (!m)
-		return -ENOENT;
+	/* Only a parent of the same uid, checked as the process itself is (the pid comes from
+	 * the message): a child must not read another user's mappings. */
+	struct ident id = { .pid = ppid, .uid = s->uid, .gid = s->gid,
+			    .pidfd = ident_pidfd_of(-1, ppid) };
+	int err = id.pidfd < 0 ? -ESRCH : ident_verify(&id, NULL, 0);
+	struct procmaps *m = NULL;
+	if (!err) {
+		m = procmaps_new(ppid);
+		if (!m)
+			err = -ENOENT;
+		else if ((err = ident_verify(&id, NULL, 0)) != 0)
+			procmaps_free(m);
+	}
+	ident_close(&id);
+	if (err)
+		return err;
 	s->maps = m;
 	return 0;
 }

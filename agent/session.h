@@ -82,6 +82,11 @@ struct session {
 	uint64_t records;               /* records bucketed */
 	uint64_t bucket_errors;         /* bucket_table_add failures (out of memory) */
 	struct verify_target *verify;   /* verify.c: the eBPF cross-check attached, or NULL */
+	/* ident.c: pins the process that connected (-1: none, e.g. tests); ident_lost is set
+	 * once it changed identity (setuid exec, exit with the socket kept): then nothing more is
+	 * read of it and only root may read the session. */
+	int pidfd;
+	_Atomic bool ident_lost;
 	/* verify.c: samples compared with the kernel's capture since the process attached, and
 	 * those whose stacks agreed (LIST, profile comments); atomic, no lock */
 	_Atomic uint64_t verify_samples, verify_agree;
@@ -111,7 +116,12 @@ size_t session_sync_rings(struct session *s);
 /* The live session of the process pid started at start_ticks with this memfd, if any. */
 struct session *session_find_live(struct session_registry *reg, pid_t pid, uint64_t start,
 				  int memfd);
-/* Read the process's mappings (procmaps_new), checking the pid was not reused meanwhile. */
+/* The live session of the process pid started at start (any memfd), if any. */
+struct session *session_find_process(struct session_registry *reg, pid_t pid, uint64_t start);
+/* Whether the daemon may still read the process as its owner would (ident_verify against
+ * the pidfd, or the start time when there is none); once false, always false. */
+bool session_may_read(struct session *s);
+/* Read the process's mappings (procmaps_new), checking its identity before and after. */
 int session_attach_maps(struct session *s);
 /* A fork child gone before its maps were read: its parent's (same uid only), which were its
  * own at fork. */
