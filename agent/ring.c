@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "sane.h"
 
 static bool ring_geometry_ok(uint64_t data_size)
 {
@@ -133,6 +134,8 @@ void ring_reader_baseline(struct ring_reader *r)
 		unread++;
 		pos += len;
 	}
+	if (sampled > LLGO_SANE_COUNT_MAX || dropped > sampled) /* hostile: not taken */
+		sampled = dropped = 0;
 	r->prior = sampled >= dropped + unread ? sampled - dropped - unread : 0;
 }
 
@@ -192,7 +195,8 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 			continue;
 		}
 		if (len != llgo_record_alloc_len(u.rec.nframes) || u.rec.nframes > LLGO_MAX_FRAMES ||
-		    u.rec.rate < 1 || u.rec.seq < r->next_seq || u.rec.seq == UINT64_MAX) {
+		    u.rec.rate < 1 || u.rec.rate > LLGO_RATE_MAX || u.rec.size > LLGO_SANE_SIZE_MAX ||
+		    u.rec.seq < r->next_seq || u.rec.seq == UINT64_MAX) {
 			r->counts.corrupt++;
 			continue;
 		}
@@ -205,7 +209,8 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 	/* Pairs with the producer's acquire load of tail: the bytes before pos were copied. */
 	atomic_store_explicit(&h->tail, pos, memory_order_release);
 	/* Counters only move forward; values that go back or do not add up are not taken. */
-	if (sampled >= r->sampled && dropped >= r->dropped && dropped <= sampled) {
+	if (sampled >= r->sampled && dropped >= r->dropped && dropped <= sampled &&
+	    sampled <= LLGO_SANE_COUNT_MAX) {
 		r->sampled = sampled;
 		r->dropped = dropped;
 	}

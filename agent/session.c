@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "ident.h"
+#include "sane.h"
 #include "session.h"
 
 struct session_registry {
@@ -693,10 +694,10 @@ void session_account_locked(struct session *s, struct session_counts *out)
 		/* hostile: keep the highest value seen, so the count never goes back; at most
 		 * LLGO_COUNT_MAX, so that sums cannot wrap */
 		uint64_t lost = atomic_load_explicit(&s->ctl->lost_no_ring, memory_order_relaxed);
-		if (lost > s->lost_no_ring && lost < (1ull << 48))
+		if (lost > s->lost_no_ring && lost <= LLGO_SANE_COUNT_MAX)
 			s->lost_no_ring = lost;
 		uint64_t det = atomic_load_explicit(&s->ctl->lost_detached, memory_order_relaxed);
-		if (det > s->lost_detached && det < (1ull << 48))
+		if (det > s->lost_detached && det <= LLGO_SANE_COUNT_MAX)
 			s->lost_detached = det;
 		uint64_t rc = atomic_load_explicit(&s->ctl->reconnects, memory_order_relaxed);
 		if (rc > s->reconnects && rc < (1ull << 32))

@@ -34,6 +34,29 @@
 #endif
 #define HEAPD (getenv("LLGO_TEST_HEAPD") ? getenv("LLGO_TEST_HEAPD") : LLGO_BUILD_DIR "/bin/llgo-heapd")
 
+/* ---- sites: real code addresses for the fake records --------------------------------- */
+
+/* Each body is longer than the offset RET() uses, so the address stays inside it. */
+__attribute__((noinline)) void srv_site_alpha(void)
+{
+	__asm__ volatile("nop; nop; nop; nop; nop; nop; nop; nop" ::: "memory");
+}
+
+__attribute__((noinline)) void srv_site_beta(void)
+{
+	__asm__ volatile("nop; nop; nop; nop; nop; nop; nop; nop" ::: "memory");
+}
+
+__attribute__((noinline)) void srv_site_caller(void)
+{
+	srv_site_alpha();
+	srv_site_beta();
+	__asm__ volatile("nop; nop; nop; nop; nop; nop; nop; nop" ::: "memory");
+}
+
+/* A return address inside f (a few bytes past its entry). */
+#define RET(f) ((uint64_t)(uintptr_t)(f) + 4)
+
 /* ---- the daemon ------------------------------------------------------------------------ */
 
 struct heapd {

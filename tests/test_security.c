@@ -210,3 +210,148 @@ Test(identity, one_session_per_process, .timeout = 60)
 	heapd_stop(&d);
 	heapd_cleanup(&d);
 }
+
+/* ---- names and values ------------------------------------------------------------------- */
+
+#define SHIM LLGO_BUILD_DIR "/lib/libllgoheap.so"
+#define PROGS LLGO_BUILD_DIR "/progs"
+
+/* Run prog args under the shim at rate 1 on d's socket, as uid (0: root); returns its pid
+ * once it has exited (its session stays for snapshots). */
+static pid_t run_profiled(struct heapd *d, uid_t uid, const char *prog, const char *arg)
+{
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		if (uid)
+			become_nobody();
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		setenv("LD_PRELOAD", SHIM, 1);
+		setenv("LLGO_HEAP_SOCKET", d->sock, 1);
+		setenv("LLGO_HEAP_RATE", "1", 1);
+		execl(prog, prog, arg, (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s exited with %d", prog, st);
+	return pid;
+}
+
+static char *snapshot_text(struct heapd *d, pid_t pid, int fmt)
+{
+	struct answer a;
+	cr_assert_eq(snapshot(d->sock, pid, fmt, &a), 0);
+	cr_assert_eq(a.status, 0, "snapshot %d: %s", (int)pid, a.message);
+	buf_putc(&a.data, '\0');
+	return (char *)a.data.data;
+}
+
+static bool has_raw_control(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f)
+			return true;
+	return false;
+}
+
+/* A symbol holding a newline, a forged sample line and ESC sequences: every text output
+ * shows it escaped, and the legacy text gains no sample. */
+Test(names, hostile_symbol_is_escaped, .timeout = 120)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	char prog[160], cmd[1024];
+	snprintf(prog, sizeof(prog), "%s/evil_sites", d.dir);
+	snprintf(cmd, sizeof(cmd),
+		 "objcopy --redefine-sym \"site_calloc=$(printf 'evil\\033[2J\\n77: 7777777 "
+		 "[77: 7777777] @ 0x1\\n#')\" %s/e2e_sites %s", PROGS, prog);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	pid_t pid = run_profiled(&d, 0, prog, "50");
+	char *text = snapshot_text(&d, pid, LLGO_FORMAT_TEXT);
+	cr_expect(!has_raw_control(text), "raw control characters in the text:\n%s", text);
+	cr_expect(strstr(text, "\n77: 7777777") == NULL, "a forged sample line:\n%s", text);
+	cr_expect(strstr(text, "evil\\x1b[2J\\x0a77: 7777777") != NULL, "not escaped:\n%s", text);
+	free(text);
+	char *folded = snapshot_text(&d, pid, LLGO_FORMAT_FOLDED);
+	cr_expect(!has_raw_control(folded), "raw control characters in folded:\n%s", folded);
+	cr_expect(strstr(folded, "evil\\x1b[2J") != NULL, "folded:\n%s", folded);
+	free(folded);
+	char *top = snapshot_text(&d, pid, LLGO_FORMAT_TOP);
+	cr_expect(!has_raw_control(top), "raw control characters in top:\n%s", top);
+	free(top);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* nobody runs a copy of a program with the same build ID and a renamed symbol first; root's
+ * profile of the real program still shows the real names. */
+Test(names, symbol_cache_is_per_file, .timeout = 120)
+{
+	need_root();
+	struct heapd d;
+	heapd_start(&d, NULL);
+	char fake[160], real[160], cmd[1024];
+	snprintf(fake, sizeof(fake), "%s/fake_sites", d.dir);
+	snprintf(real, sizeof(real), "%s/real_sites", d.dir);
+	snprintf(cmd, sizeof(cmd),
+		 "cp %s/e2e_sites %s && objcopy --redefine-sym site_calloc=ATTACKER_NAME %s %s && "
+		 "chmod 755 %s %s", PROGS, real, real, fake, real, fake);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(cmd, sizeof(cmd), "test \"$(readelf -n %s | grep 'Build ID')\" = "
+		 "\"$(readelf -n %s | grep 'Build ID')\"", real, fake);
+	cr_assert_eq(system(cmd), 0, "the copy's build ID differs");
+	pid_t atk = run_profiled(&d, 1, fake, "50");
+	char *t = snapshot_text(&d, atk, LLGO_FORMAT_TEXT);
+	cr_expect(strstr(t, "ATTACKER_NAME") != NULL, "the copy's own profile:\n%s", t);
+	free(t);
+	pid_t mine = run_profiled(&d, 0, real, "50");
+	t = snapshot_text(&d, mine, LLGO_FORMAT_TEXT);
+	cr_expect(strstr(t, "ATTACKER_NAME") == NULL, "root's profile shows the copy's names:\n%s",
+		  t);
+	cr_expect(strstr(t, "site_calloc") != NULL, "root's profile:\n%s", t);
+	free(t);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* Records with size or rate 2^64-1 are corrupt; huge sizes and hostile counters never make a
+ * value negative or wrap the accounting. */
+Test(values, hostile_records_and_counters, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct fring r;
+	fring_new(&r, 0, LLGO_RING_MIN_DATA);
+	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+	uint64_t st[2] = { RET(srv_site_alpha), RET(srv_site_caller) };
+	cr_assert(fring_push(&r, st, 2, UINT64_MAX, 1, false));
+	cr_assert(fring_push(&r, st, 2, 64, UINT64_MAX, false));
+	/* the largest size taken, at rate 1, many times: sums saturate, never wrap */
+	fring_push_n(&r, st, 2, 1ull << 40, 1, 100);
+	atomic_store(&sh.ctl->lost_no_ring, UINT64_MAX);
+	atomic_store(&sh.ctl->lost_detached, UINT64_MAX - 5);
+	struct llgo_list_entry e = wait_delivered(d.sock, getpid(), 100);
+	cr_expect_eq(e.delivered, 100);
+	cr_expect_eq(e.corrupt, 2, "records with size or rate 2^64-1: %llu corrupt",
+		     (unsigned long long)e.corrupt);
+	cr_expect(accounting_holds(&e));
+	cr_expect_lt(e.sampled, 1ull << 50, "sampled %llu", (unsigned long long)e.sampled);
+	char *text = snapshot_text(&d, getpid(), LLGO_FORMAT_TEXT);
+	cr_expect(strstr(text, ": -") == NULL && strstr(text, "[-") == NULL,
+		  "negative values:\n%.400s", text);
+	free(text);
+	char *top = snapshot_text(&d, getpid(), LLGO_FORMAT_TOP);
+	cr_expect(strstr(top, " -") == NULL, "negative values in top:\n%s", top);
+	free(top);
+	struct answer a;
+	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_PPROF, &a), 0);
+	cr_expect_eq(a.status, 0);
+	buf_free(&a.data);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
