@@ -375,6 +375,22 @@ static void print_list(const struct buf *b)
 		       (unsigned long long)e.sampled, (unsigned long long)e.delivered,
 		       (unsigned long long)e.dropped, (unsigned long long)e.corrupt,
 		       (unsigned long long)e.buckets, ver, e.comm);
+		if (e.budget_flags) { /* the uid's budgets llgo-heapd hit (llgo-heapd --help) */
+			static const char *const names[] = { "connections", "processes", "rings",
+							     "ring memory", "bucket memory" };
+			printf("%-8s over its user's budget:", "");
+			const char *sep = " ";
+			for (unsigned k = 0; k < 5; k++) {
+				if (e.budget_flags & (1u << k)) {
+					printf("%s%s", sep, names[k]);
+					sep = ", ";
+				}
+			}
+			if (e.budget_dropped)
+				printf(" (%llu records not aggregated)",
+				       (unsigned long long)e.budget_dropped);
+			putchar('\n');
+		}
 	}
 }
 

@@ -59,6 +59,11 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	if (s->verify) /* llgo-heap verify: the kernel's capture of this sample may come */
 		verify_note_record(s->verify, ctx->ring_id, rec, frames);
 	uint64_t rate = rec->rate;
+	if (atomic_load_explicit(&s->buckets_over, memory_order_relaxed)) {
+		/* its uid is over its bucket memory budget (budget.c): degraded, counted */
+		atomic_fetch_add_explicit(&s->budget_dropped, 1, memory_order_relaxed);
+		return;
+	}
 	int r = bucket_table_add(s->buckets, frames, rec->nframes, rec->size, rate);
 	if (r < 0) {
 		s->bucket_errors++;
@@ -127,6 +132,7 @@ static size_t drain_session_locked(struct session *s)
 	pthread_mutex_unlock(&s->lock);
 	struct session_counts c;
 	session_account_locked(s, &c); /* refreshes the cached counts LIST shows */
+	session_charge_buckets(s);
 	return ctx.records;
 }
 

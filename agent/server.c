@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "budget.h"
 #include "ident.h"
 #include "session.h"
 #include "verify.h"
@@ -78,6 +79,7 @@ struct server_conn {
 	enum server_conn_kind kind;
 	struct ucred cred;
 	struct ident id;         /* the peer pinned at accept (ident.c); pidfd -1 if none */
+	bool holds_conn;         /* charged to its uid's connection budget (budget.c) */
 	struct session *session; /* shim connections, after HELLO */
 	struct server_conn *prev, *next; /* srv->conns, under conns_lock */
 	/* The job a worker runs next (one at most: EPOLLONESHOT). */
@@ -119,6 +121,7 @@ struct server {
 	int epfd;
 	int wake_fd;
 	struct session_registry *reg;
+	struct budget *budget; /* per-uid and global limits (budget.c) */
 	struct drain *drain;
 	struct verifier *verifier; /* verify.c: llgo-heap verify, --verify-every */
 	pthread_t loop;
@@ -346,6 +349,8 @@ static void server_conn_close(struct server_conn *c)
 	if (c->job_fd >= 0)
 		close(c->job_fd);
 	ident_close(&c->id);
+	if (c->holds_conn)
+		budget_give(srv->budget, c->cred.uid, BUDGET_CONNS, 1);
 	buf_free(&c->out);
 	session_put(c->session);
 	free(c);
@@ -630,12 +635,21 @@ static void server_accept(struct server *srv)
 			close(fd);
 			continue;
 		}
+		/* One user's idle connections must not lock everyone else out. */
+		if (budget_take(srv->budget, c->cred.uid, BUDGET_CONNS, 1) != 0) {
+			atomic_fetch_add(&srv->n_refused, 1);
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->holds_conn = true;
 		pthread_mutex_lock(&srv->conns_lock);
 		if (srv->nconns >= srv->max_conns) {
 			pthread_mutex_unlock(&srv->conns_lock);
 			atomic_fetch_add(&srv->n_refused, 1);
 			server_log("too many connections (%zu): refusing pid %d", srv->max_conns,
 				   (int)c->cred.pid);
+			budget_give(srv->budget, c->cred.uid, BUDGET_CONNS, 1);
 			free(c);
 			close(fd);
 			continue;
@@ -671,6 +685,10 @@ static void server_add_ring(struct server_conn *c, const unsigned char *pkt, int
 	int err = session_add_ring(c->session, m.ring_id, fd, m.data_size);
 	if (fd >= 0)
 		close(fd);
+	if (err == -EDQUOT) { /* over its uid's ring budget: that ring is not read */
+		server_conn_rearm(c);
+		return;
+	}
 	if (err) {
 		server_malformed(c, "ADD_RING %u (%u bytes): %s", m.ring_id, m.data_size,
 				 strerror(-err));
@@ -939,6 +957,8 @@ static void server_hello(struct server *srv, struct server_conn *c)
 				     ds))) {
 		err = -ENOMEM;
 		why = "session";
+	} else if ((err = session_take_slot(s)) != 0) {
+		why = "over its uid's budget of profiled processes";
 	} else if ((err = memfd ? session_attach_memfd(s, fd, reattach)
 				: session_attach_ctl(s, fd)) != 0) {
 		why = memfd ? "process memfd" : "control page";
@@ -1189,6 +1209,7 @@ int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uin
 static int server_list(struct server *srv, struct server_conn *c)
 {
 	struct session **v;
+	session_registry_expire(srv->reg);
 	size_t n = session_list(srv->reg, false, &v);
 	/* DATA packets carry whole rows */
 	const size_t per = (LLGO_MSG_MAX - sizeof(struct llgo_msg_header)) /
@@ -1196,6 +1217,9 @@ static int server_list(struct server *srv, struct server_conn *c)
 	struct buf rows;
 	buf_init(&rows);
 	for (size_t i = 0; i < n; i++) {
+		/* Other users' processes (pid, uid, command) are root's to see only. */
+		if (c->cred.uid != 0 && v[i]->uid != c->cred.uid)
+			continue;
 		struct llgo_list_entry e;
 		session_list_entry(v[i], &e);
 		buf_append(&rows, &e, sizeof(e));
@@ -1438,9 +1462,21 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	srv->rxbuf = malloc(LLGO_MSG_MAX);
 	srv->socket_path = o->socket_path ? strdup(o->socket_path) : NULL;
 	srv->reg = session_registry_new(o->keep_exited, o->max_buckets, o->max_bytes);
+	struct budget_limits bl;
+	if (o->budget)
+		bl = *o->budget;
+	else
+		budget_defaults(&bl);
+	srv->budget = budget_new(&bl);
+	if (srv->reg)
+		session_registry_set_limits(srv->reg, srv->budget,
+					    o->keep_exited_per_uid ? o->keep_exited_per_uid
+								   : SESSION_DEFAULT_KEEP_EXITED_PER_UID,
+					    o->keep_exited_age_s ? o->keep_exited_age_s
+								 : SESSION_DEFAULT_KEEP_EXITED_AGE_S);
 	srv->drain = srv->reg ? drain_new(srv->reg) : NULL;
 	srv->verifier = verifier_new();
-	if (!srv->rxbuf || !srv->reg || !srv->drain || !srv->verifier || (o->socket_path && !srv->socket_path) ||
+	if (!srv->rxbuf || !srv->reg || !srv->budget || !srv->drain || !srv->verifier || (o->socket_path && !srv->socket_path) ||
 	    server_workq_init(&srv->shimq, srv, SERVER_SHIM_WORKERS) ||
 	    server_workq_init(&srv->exitq, srv, SERVER_EXIT_WORKERS) ||
 	    server_workq_init(&srv->clientq, srv, nclient)) {
@@ -1665,6 +1701,7 @@ void server_free(struct server *srv)
 	drain_free(srv->drain);
 	verifier_free(srv->verifier);
 	session_registry_free(srv->reg);
+	budget_free(srv->budget);
 	server_workq_destroy(&srv->shimq);
 	server_workq_destroy(&srv->exitq);
 	server_workq_destroy(&srv->clientq);

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "budget.h"
 #include "ident.h"
 #include "sane.h"
 #include "session.h"
@@ -37,6 +38,10 @@ struct session_registry {
 	unsigned keep_exited;
 	uint64_t next_seq;
 	uint64_t max_buckets, max_bytes;
+	struct budget *budget;
+	unsigned keep_exited_per_uid;
+	uint64_t max_age_ns;
+	uint64_t evicted;
 };
 
 uint64_t session_now_ns(clockid_t clk)
@@ -113,6 +118,63 @@ struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max
 	reg->max_buckets = max_buckets;
 	reg->max_bytes = max_bytes;
 	return reg;
+}
+
+void session_registry_set_limits(struct session_registry *reg, struct budget *b,
+				 unsigned keep_exited_per_uid, unsigned max_age_s)
+{
+	pthread_mutex_lock(&reg->lock);
+	reg->budget = b;
+	reg->keep_exited_per_uid = keep_exited_per_uid;
+	reg->max_age_ns = (uint64_t)max_age_s * 1000000000ull;
+	pthread_mutex_unlock(&reg->lock);
+}
+
+uint64_t session_registry_evicted(struct session_registry *reg)
+{
+	pthread_mutex_lock(&reg->lock);
+	uint64_t n = reg->evicted;
+	pthread_mutex_unlock(&reg->lock);
+	return n;
+}
+
+static struct budget *session_budget(const struct session *s)
+{
+	return s->reg ? s->reg->budget : NULL;
+}
+
+int session_take_slot(struct session *s)
+{
+	if (s->holds_session)
+		return 0;
+	int err = budget_take(session_budget(s), s->uid, BUDGET_SESSIONS, 1);
+	if (!err)
+		s->holds_session = true;
+	return err;
+}
+
+static void session_give_slot(struct session *s)
+{
+	if (s->holds_session)
+		budget_give(session_budget(s), s->uid, BUDGET_SESSIONS, 1);
+	s->holds_session = false;
+}
+
+void session_charge_buckets(struct session *s)
+{
+	struct budget *b = session_budget(s);
+	if (!b)
+		return;
+	struct bucket_stats bs;
+	bucket_table_stats(s->buckets, &bs);
+	bool over;
+	if (bs.bytes > s->bucket_bytes_held) {
+		over = budget_charge(b, s->uid, BUDGET_BUCKET_BYTES, bs.bytes - s->bucket_bytes_held);
+		s->bucket_bytes_held = bs.bytes;
+	} else {
+		over = budget_over(b, s->uid, BUDGET_BUCKET_BYTES);
+	}
+	atomic_store(&s->buckets_over, over);
 }
 
 void session_registry_free(struct session_registry *reg)
@@ -194,6 +256,11 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 
 static void session_unmap_all(struct session *s)
 {
+	struct budget *b = session_budget(s);
+	budget_give(b, s->uid, BUDGET_RINGS, s->rings_held);
+	budget_give(b, s->uid, BUDGET_RING_BYTES, s->ring_bytes_held);
+	s->rings_held = 0;
+	s->ring_bytes_held = 0;
 	for (size_t i = 0; i < s->nrings_adopted; i++)
 		ring_reader_unmap(&s->rings[i]);
 	s->nrings_adopted = 0;
@@ -213,6 +280,8 @@ static void session_unmap_all(struct session *s)
 static void session_free(struct session *s)
 {
 	session_unmap_all(s);
+	session_give_slot(s);
+	budget_give(session_budget(s), s->uid, BUDGET_BUCKET_BYTES, s->bucket_bytes_held);
 	free(s->rings);
 	free(s->pending);
 	free(s->ring_ids);
@@ -388,6 +457,29 @@ static int session_queue_locked(struct session *s, struct ring_reader *r)
 	return 0;
 }
 
+/* Under s->lock. */
+static int session_take_ring(struct session *s, uint64_t bytes)
+{
+	struct budget *b = session_budget(s);
+	if (budget_take(b, s->uid, BUDGET_RINGS, 1) != 0)
+		return -EDQUOT;
+	if (budget_take(b, s->uid, BUDGET_RING_BYTES, bytes) != 0) {
+		budget_give(b, s->uid, BUDGET_RINGS, 1);
+		return -EDQUOT;
+	}
+	s->rings_held++;
+	s->ring_bytes_held += bytes;
+	return 0;
+}
+
+static void session_give_ring(struct session *s, uint64_t bytes)
+{
+	budget_give(session_budget(s), s->uid, BUDGET_RINGS, 1);
+	budget_give(session_budget(s), s->uid, BUDGET_RING_BYTES, bytes);
+	s->rings_held--;
+	s->ring_bytes_held -= bytes;
+}
+
 size_t session_sync_rings(struct session *s)
 {
 	size_t added = 0;
@@ -407,10 +499,16 @@ size_t session_sync_rings(struct session *s)
 			s->rings_known++;
 			continue;
 		}
+		/* Over its uid's ring budget: not mapped now (every ring is a mapping of the
+		 * daemon's); the next drain looks again once the uid is under it. */
+		if (session_take_ring(s, span) != 0)
+			break;
 		struct ring_reader r;
 		int err = ring_reader_map_at(&r, s->memfd,
 					     llgo_ring_offset(id, s->ring_data_size, s->page_size),
 					     (size_t)span, id, s->ring_data_size);
+		if (err)
+			session_give_ring(s, span);
 		if (err == -EAGAIN)
 			break; /* not formatted yet: the next drain looks again */
 		s->rings_known++;
@@ -592,27 +690,99 @@ void session_list_release(struct session **v, size_t n)
 	free(v);
 }
 
-/* Called with reg->lock held after a session became EXITED: evict the oldest exited ones
- * beyond keep_exited. Returns the evicted sessions (linked by next) for the caller to put
- * outside the lock. */
-static struct session *session_evict_locked(struct session_registry *reg)
+/* Unlink the oldest exited session (of uid when by_uid; exited before cutoff when cutoff is
+ * non-zero) and push it on *out. Under reg->lock. */
+static bool session_evict_one_locked(struct session_registry *reg, bool by_uid, uid_t uid,
+				     uint64_t cutoff, struct session **out)
+{
+	struct session **victim = NULL;
+	for (struct session **pp = &reg->head; *pp; pp = &(*pp)->next) {
+		struct session *o = *pp;
+		if (session_is_live(o) || (by_uid && o->uid != uid) ||
+		    (cutoff && o->exit_ns >= cutoff))
+			continue;
+		victim = pp; /* the list is newest first: the last one is oldest */
+	}
+	if (!victim)
+		return false;
+	struct session *v = *victim;
+	*victim = v->next;
+	v->next = *out;
+	*out = v;
+	reg->nexited--;
+	reg->evicted++;
+	return true;
+}
+
+static size_t session_exited_of_locked(struct session_registry *reg, uid_t uid)
+{
+	size_t n = 0;
+	for (struct session *o = reg->head; o; o = o->next)
+		n += !session_is_live(o) && o->uid == uid;
+	return n;
+}
+
+static void session_expire_locked(struct session_registry *reg, struct session **out)
+{
+	if (!reg->max_age_ns)
+		return;
+	uint64_t now = session_now_ns(CLOCK_MONOTONIC);
+	if (now <= reg->max_age_ns)
+		return;
+	while (session_evict_one_locked(reg, false, 0, now - reg->max_age_ns, out))
+		;
+}
+
+/*
+ * Called with reg->lock held after a session of uid became EXITED. Exited sessions are kept
+ * for snapshots, within three limits, oldest dropped first: an age; a count per uid (so one
+ * user's short-lived processes never push out another user's); and a count for all, taken
+ * from the uid that holds the most. Returns the evicted sessions (linked by next) for the
+ * caller to put outside the lock.
+ */
+static struct session *session_evict_locked(struct session_registry *reg, uid_t uid)
 {
 	struct session *evicted = NULL;
+	session_expire_locked(reg, &evicted);
+	if (reg->keep_exited_per_uid) {
+		size_t n = session_exited_of_locked(reg, uid);
+		while (n > reg->keep_exited_per_uid &&
+		       session_evict_one_locked(reg, true, uid, 0, &evicted))
+			n--;
+	}
 	while (reg->nexited > reg->keep_exited) {
-		struct session **victim = NULL;
-		for (struct session **pp = &reg->head; *pp; pp = &(*pp)->next) {
-			if (!session_is_live(*pp))
-				victim = pp; /* the list is newest first: the last one is oldest */
+		/* the uid holding the most exited sessions gives one up */
+		uid_t most = uid;
+		size_t best = 0;
+		for (struct session *o = reg->head; o; o = o->next) {
+			if (session_is_live(o))
+				continue;
+			size_t c = session_exited_of_locked(reg, o->uid);
+			if (c > best) {
+				best = c;
+				most = o->uid;
+			}
 		}
-		if (!victim)
+		if (!session_evict_one_locked(reg, best > 0, most, 0, &evicted))
 			break;
-		struct session *v = *victim;
-		*victim = v->next;
-		v->next = evicted;
-		evicted = v;
-		reg->nexited--;
 	}
 	return evicted;
+}
+
+size_t session_registry_expire(struct session_registry *reg)
+{
+	struct session *evicted = NULL;
+	pthread_mutex_lock(&reg->lock);
+	session_expire_locked(reg, &evicted);
+	pthread_mutex_unlock(&reg->lock);
+	size_t n = 0;
+	while (evicted) {
+		struct session *next = evicted->next;
+		session_put(evicted);
+		evicted = next;
+		n++;
+	}
+	return n;
 }
 
 /* ---- rings ------------------------------------------------------------------------------ */
@@ -637,11 +807,16 @@ int session_add_ring(struct session *s, uint32_t ring_id, int fd, uint32_t data_
 		err = -ENOSPC;
 	else if (s->ring_ids[ring_id / 8] & (1u << (ring_id % 8)))
 		err = -EEXIST;
+	uint64_t bytes = (uint64_t)LLGO_RING_HEADER_SIZE + data_size;
+	if (!err)
+		err = session_take_ring(s, bytes);
 	if (!err) {
 		struct ring_reader r;
 		err = ring_reader_map(&r, fd, ring_id, data_size);
 		if (!err && (err = session_queue_locked(s, &r)) != 0)
 			ring_reader_unmap(&r);
+		if (err)
+			session_give_ring(s, bytes);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return err;
@@ -746,6 +921,8 @@ void session_retire_locked(struct session *s)
 	session_unmap_all(s);
 	free(s->ring_ids); /* add_ring checks the state first */
 	s->ring_ids = NULL;
+	session_give_slot(s);
+	s->exit_ns = session_now_ns(CLOCK_MONOTONIC);
 	atomic_store_explicit(&s->state, LLGO_PROC_EXITED, memory_order_release);
 	pthread_mutex_unlock(&s->lock);
 
@@ -759,7 +936,7 @@ void session_retire_locked(struct session *s)
 	struct session *evicted = NULL;
 	if (listed) {
 		reg->nexited++;
-		evicted = session_evict_locked(reg);
+		evicted = session_evict_locked(reg, s->uid);
 	}
 	pthread_cond_broadcast(&reg->changed);
 	pthread_mutex_unlock(&reg->lock);
@@ -851,4 +1028,8 @@ void session_list_entry(struct session *s, struct llgo_list_entry *e)
 	memcpy(e->comm, s->comm, sizeof(e->comm));
 	e->verify_samples = atomic_load(&s->verify_samples);
 	e->verify_agree = atomic_load(&s->verify_agree);
+	e->budget_flags = budget_flags(session_budget(s), s->uid);
+	if (atomic_load(&s->buckets_over))
+		e->budget_flags |= LLGO_BUDGET_BUCKET_BYTES;
+	e->budget_dropped = atomic_load(&s->budget_dropped);
 }

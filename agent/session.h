@@ -22,6 +22,8 @@
 /* ---- session.c: one attached process; the registry of them ---------------------------- */
 
 #define SESSION_DEFAULT_KEEP_EXITED 256u
+#define SESSION_DEFAULT_KEEP_EXITED_PER_UID 64u
+#define SESSION_DEFAULT_KEEP_EXITED_AGE_S 3600u
 
 struct session_counts {
 	uint64_t sampled, delivered, dropped, corrupt;
@@ -87,6 +89,15 @@ struct session {
 	 * read of it and only root may read the session. */
 	int pidfd;
 	_Atomic bool ident_lost;
+	/* budget.c: what this session holds of its uid's budgets (given back at retire for the
+	 * live-session slot and the rings, at free for bucket memory). buckets_over: the uid is
+	 * over its bucket memory, records are counted in budget_dropped instead of bucketed. */
+	bool holds_session;
+	uint32_t rings_held;
+	uint64_t ring_bytes_held, bucket_bytes_held;
+	_Atomic bool buckets_over;
+	_Atomic uint64_t budget_dropped;
+	uint64_t exit_ns; /* CLOCK_MONOTONIC when it became EXITED */
 	/* verify.c: samples compared with the kernel's capture since the process attached, and
 	 * those whose stacks agreed (LIST, profile comments); atomic, no lock */
 	_Atomic uint64_t verify_samples, verify_agree;
@@ -96,6 +107,19 @@ struct session {
 
 struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max_buckets,
 					      uint64_t max_bytes);
+struct budget;
+/* Budgets (budget.c) sessions charge their rings, slots and buckets to (NULL: none); exited
+ * sessions kept per uid (0: no limit of its own) and for at most max_age_s (0: forever). */
+void session_registry_set_limits(struct session_registry *reg, struct budget *b,
+				 unsigned keep_exited_per_uid, unsigned max_age_s);
+/* Evict exited sessions past their age; returns how many. */
+size_t session_registry_expire(struct session_registry *reg);
+/* Evicted so far (count or age), for the log and tests. */
+uint64_t session_registry_evicted(struct session_registry *reg);
+/* Take a live-session slot of s's uid (-EDQUOT when over budget). */
+int session_take_slot(struct session *s);
+/* After a drain: charge bucket memory grown since the last call; sets buckets_over. */
+void session_charge_buckets(struct session *s);
 /* Drops the registry's references; sessions still referenced elsewhere live on. */
 void session_registry_free(struct session_registry *reg);
 
@@ -211,6 +235,10 @@ struct server_opts {
 	size_t ntrim;
 	/* --verify-every N (verify.c): check one sample in N of every process with eBPF */
 	uint32_t verify_every;
+	/* budget.c: per-uid and global limits (NULL: budget_defaults) */
+	const struct budget_limits *budget;
+	unsigned keep_exited_per_uid; /* 0 = default */
+	unsigned keep_exited_age_s;   /* 0 = default */
 };
 
 struct server_stats {

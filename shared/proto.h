@@ -186,7 +186,19 @@ struct llgo_list_entry {
 	 * the ones whose stacks agree (both 0 when the process is not verified) */
 	uint64_t verify_samples;
 	uint64_t verify_agree;
+	/* Budgets of the process's uid that llgo-heapd hit (LLGO_BUDGET_*): its processes are
+	 * refused or degraded, other users' are not; budget_dropped: records of this process
+	 * not aggregated because its uid was over its bucket memory. */
+	uint32_t budget_flags;
+	uint32_t reserved;
+	uint64_t budget_dropped;
 };
-_Static_assert(sizeof(struct llgo_list_entry) == 152, "list entry size");
+_Static_assert(sizeof(struct llgo_list_entry) == 168, "list entry size");
+
+#define LLGO_BUDGET_CONNS 1u        /* connections */
+#define LLGO_BUDGET_SESSIONS 2u     /* live profiled processes */
+#define LLGO_BUDGET_RINGS 4u        /* rings mapped */
+#define LLGO_BUDGET_RING_BYTES 8u   /* ring memory */
+#define LLGO_BUDGET_BUCKET_BYTES 16u /* aggregated profiles' memory */
 
 #endif

@@ -190,23 +190,34 @@ Test(identity, one_session_per_process, .timeout = 60)
 	struct heapd d;
 	heapd_start(&d, NULL);
 	int socks[8];
+	struct llgo_ctl *ctl[8];
 	for (int i = 0; i < 8; i++) {
 		socks[i] = sock_connect(d.sock);
 		cr_assert_geq(socks[i], 0);
-		cr_assert_eq(attack_hello(socks[i], NULL, NULL), 0);
+		cr_assert_eq(attack_hello(socks[i], NULL, &ctl[i]), 0);
 	}
 	sleep_ms(300);
 	struct llgo_list_entry e;
 	cr_assert(list_find(d.sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_LIVE);
-	/* LIST shows one row per pid: end the newest connection, and no other session of
-	 * this process may show up live behind it */
-	close(socks[7]);
+	/* the session LIST shows is the one whose page a rate change reaches */
+	struct answer a;
+	cr_assert_eq(set_rate(d.sock, getpid(), 4096, &a), 0);
+	cr_assert_eq(a.status, 0, "%s", a.message);
+	int live = -1;
+	for (int i = 0; i < 8; i++)
+		if (atomic_load(&ctl[i]->rate_word) != 512)
+			live = i;
+	cr_assert_geq(live, 0);
+	/* LIST shows one row per pid: end that session, and no other session of this
+	 * process may show up live behind it */
+	close(socks[live]);
 	sleep_ms(300);
 	cr_assert(list_find(d.sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_EXITED, "another live session of this process");
-	for (int i = 0; i < 7; i++)
-		close(socks[i]);
+	for (int i = 0; i < 8; i++)
+		if (i != live)
+			close(socks[i]);
 	heapd_stop(&d);
 	heapd_cleanup(&d);
 }
@@ -268,7 +279,7 @@ Test(names, hostile_symbol_is_escaped, .timeout = 120)
 		 "objcopy --redefine-sym \"site_calloc=$(printf 'evil\\033[2J\\n77: 7777777 "
 		 "[77: 7777777] @ 0x1\\n#')\" %s/e2e_sites %s", PROGS, prog);
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
-	pid_t pid = run_profiled(&d, 0, prog, "50");
+	pid_t pid = run_profiled(&d, 0, prog, "3000");
 	char *text = snapshot_text(&d, pid, LLGO_FORMAT_TEXT);
 	cr_expect(!has_raw_control(text), "raw control characters in the text:\n%s", text);
 	cr_expect(strstr(text, "\n77: 7777777") == NULL, "a forged sample line:\n%s", text);
@@ -302,11 +313,11 @@ Test(names, symbol_cache_is_per_file, .timeout = 120)
 	snprintf(cmd, sizeof(cmd), "test \"$(readelf -n %s | grep 'Build ID')\" = "
 		 "\"$(readelf -n %s | grep 'Build ID')\"", real, fake);
 	cr_assert_eq(system(cmd), 0, "the copy's build ID differs");
-	pid_t atk = run_profiled(&d, 1, fake, "50");
+	pid_t atk = run_profiled(&d, 1, fake, "3000");
 	char *t = snapshot_text(&d, atk, LLGO_FORMAT_TEXT);
 	cr_expect(strstr(t, "ATTACKER_NAME") != NULL, "the copy's own profile:\n%s", t);
 	free(t);
-	pid_t mine = run_profiled(&d, 0, real, "50");
+	pid_t mine = run_profiled(&d, 0, real, "3000");
 	t = snapshot_text(&d, mine, LLGO_FORMAT_TEXT);
 	cr_expect(strstr(t, "ATTACKER_NAME") == NULL, "root's profile shows the copy's names:\n%s",
 		  t);
@@ -351,6 +362,279 @@ Test(values, hostile_records_and_counters, .timeout = 60)
 	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_PPROF, &a), 0);
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* ---- budgets ------------------------------------------------------------------------------ */
+
+/* Fork n processes as nobody that each attach (fake shim, control page) and stay alive until
+ * the pipe closes; their pids in pids. */
+static void nobody_procs(struct heapd *d, int n, pid_t *pids, int *release)
+{
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	for (int i = 0; i < n; i++) {
+		pids[i] = fork();
+		cr_assert_geq(pids[i], 0);
+		if (pids[i] == 0) {
+			close(p[1]);
+			become_nobody();
+			int s = sock_connect(d->sock);
+			if (s < 0 || attack_hello(s, NULL, NULL) != 0)
+				_exit(1);
+			char c;
+			while (read(p[0], &c, 1) > 0)
+				;
+			_exit(0);
+		}
+	}
+	close(p[0]);
+	*release = p[1];
+}
+
+static void reap(pid_t *pids, int n)
+{
+	for (int i = 0; i < n; i++)
+		waitpid(pids[i], NULL, 0);
+}
+
+static int count_state(const char *sock, uid_t uid, uint32_t state, uint32_t *flags)
+{
+	struct llgo_list_entry v[256];
+	size_t n = list(sock, v, 256);
+	int c = 0;
+	for (size_t i = 0; i < n && i < 256; i++) {
+		if (v[i].uid == uid && v[i].state == state) {
+			c++;
+			if (flags)
+				*flags |= v[i].budget_flags;
+		}
+	}
+	return c;
+}
+
+/* nobody may have 3 profiled processes; the 4th to 6th are refused, root's is not. */
+Test(budget, processes_per_uid, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-processes-per-uid", "3", NULL };
+	heapd_start(&d, extra);
+	pid_t pids[6];
+	int rel;
+	nobody_procs(&d, 6, pids, &rel);
+	sleep_ms(500);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0, "root refused");
+	uint32_t flags = 0;
+	int live = count_state(d.sock, nobody_uid(), LLGO_PROC_LIVE, &flags);
+	cr_expect_eq(live, 3, "nobody has %d live sessions", live);
+	cr_expect(flags & LLGO_BUDGET_SESSIONS, "not flagged in list: %#x", flags);
+	struct llgo_list_entry e;
+	cr_expect(list_find(d.sock, getpid(), &e) && e.state == LLGO_PROC_LIVE && !e.budget_flags);
+	char *log = read_all(d.log);
+	cr_expect_eq(count_lines(log, "sessions budget reached"), 1, "logged once:\n%s", log);
+	free(log);
+	close(rel);
+	reap(pids, 6);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* nobody's process adds 6 rings with a budget of 2: 2 are read, its connection stays, and
+ * root's process gets all of its rings. */
+Test(budget, rings_per_uid, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-rings-per-uid", "2", NULL };
+	heapd_start(&d, extra);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		become_nobody();
+		struct fshim sh;
+		if (fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512) != 0)
+			_exit(1);
+		for (uint32_t i = 0; i < 6; i++) {
+			struct fring r;
+			fring_new(&r, i, LLGO_RING_MIN_DATA);
+			if (fshim_add_ring(&sh, &r) != 0)
+				_exit(2);
+		}
+		char c;
+		while (read(go[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	close(go[0]);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	for (uint32_t i = 0; i < 6; i++) {
+		struct fring r;
+		fring_new(&r, i, LLGO_RING_MIN_DATA);
+		cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+	}
+	sleep_ms(400);
+	struct llgo_list_entry e;
+	cr_assert(list_find(d.sock, child, &e), "nobody's session is gone");
+	cr_expect_eq(e.state, LLGO_PROC_LIVE, "nobody's connection was dropped");
+	cr_expect_eq(e.rings, 2, "nobody's rings: %u", e.rings);
+	cr_expect(e.budget_flags & LLGO_BUDGET_RINGS, "flags %#x", e.budget_flags);
+	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_expect_eq(e.rings, 6, "root's rings: %u", e.rings);
+	cr_expect_eq(e.budget_flags, 0);
+	close(go[1]);
+	waitpid(child, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* nobody's process fills its bucket memory budget with distinct stacks: its later records
+ * are counted, not aggregated; root's process in the same daemon loses nothing. */
+Test(budget, bucket_memory_per_uid, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-bucket-memory-per-uid", "256K", NULL };
+	heapd_start(&d, extra);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		become_nobody();
+		struct fshim sh;
+		if (fshim_attach(&sh, d.sock, 1u << 16, 512) != 0)
+			_exit(1);
+		struct fring r;
+		fring_new(&r, 0, 1u << 16);
+		if (fshim_add_ring(&sh, &r) != 0)
+			_exit(2);
+		for (uint64_t i = 0; i < 20000; i++) {
+			uint64_t st[3] = { RET(srv_site_alpha), 0x1000 + i * 16, RET(srv_site_caller) };
+			fring_push_n(&r, st, 3, 64 + i, 1, 1);
+		}
+		char c;
+		while (read(go[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	close(go[0]);
+	struct llgo_list_entry e;
+	memset(&e, 0, sizeof(e));
+	for (int i = 0; i < 1000 && !(list_find(d.sock, child, &e) && e.delivered >= 20000); i++)
+		sleep_ms(10);
+	cr_expect_eq(e.delivered, 20000);
+	cr_expect(e.budget_flags & LLGO_BUDGET_BUCKET_BYTES, "flags %#x", e.budget_flags);
+	cr_expect_gt(e.budget_dropped, 0, "no record degraded");
+	/* root: every record aggregated */
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, 1u << 16, 512), 0);
+	struct fring r;
+	fring_new(&r, 0, 1u << 16);
+	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+	for (uint64_t i = 0; i < 2000; i++) {
+		uint64_t st[3] = { RET(srv_site_alpha), 0x1000 + i * 16, RET(srv_site_caller) };
+		fring_push_n(&r, st, 3, 64 + i, 1, 1);
+	}
+	struct llgo_list_entry me = wait_delivered(d.sock, getpid(), 2000);
+	cr_expect_eq(me.budget_flags, 0);
+	cr_expect_eq(me.budget_dropped, 0);
+	cr_expect_eq(me.buckets, 2000, "root's buckets: %llu", (unsigned long long)me.buckets);
+	close(go[1]);
+	waitpid(child, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* nobody's short-lived processes do not push root's exited sessions out; kept per uid. */
+Test(budget, exited_sessions_per_uid, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--keep-exited-per-uid", "2", "--keep-exited", "4", NULL };
+	heapd_start(&d, extra);
+	pid_t mine = fork();
+	cr_assert_geq(mine, 0);
+	if (mine == 0) {
+		int s = sock_connect(d.sock);
+		_exit(s < 0 || attack_hello(s, NULL, NULL) != 0);
+	}
+	waitpid(mine, NULL, 0);
+	for (int round = 0; round < 3; round++) {
+		pid_t pids[3];
+		int rel;
+		nobody_procs(&d, 3, pids, &rel);
+		sleep_ms(200);
+		close(rel);
+		reap(pids, 3);
+	}
+	sleep_ms(400);
+	int theirs = count_state(d.sock, nobody_uid(), LLGO_PROC_EXITED, NULL);
+	cr_expect_eq(theirs, 2, "nobody's exited sessions kept: %d", theirs);
+	struct llgo_list_entry e;
+	cr_expect(list_find(d.sock, mine, &e) && e.state == LLGO_PROC_EXITED,
+		  "root's exited session was pushed out");
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* nobody holds its connection budget; root still connects and is answered. Nobody's LIST
+ * shows none of root's processes. */
+Test(exposure, connections_per_uid_and_list, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-conns-per-uid", "8", NULL };
+	heapd_start(&d, extra);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	int go[2], res[2];
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(pipe(res), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		become_nobody();
+		/* LIST as nobody: root's process is not shown */
+		struct llgo_list_entry v[16];
+		size_t n = list(d.sock, v, 16);
+		char verdict = n == 0 ? 'y' : 'n';
+		int socks[50];
+		for (int i = 0; i < 50; i++)
+			socks[i] = sock_connect(d.sock);
+		if (write(res[1], &verdict, 1) != 1)
+			_exit(3);
+		char c;
+		while (read(go[0], &c, 1) > 0)
+			;
+		(void)socks;
+		_exit(0);
+	}
+	close(go[0]);
+	close(res[1]);
+	char verdict = 0;
+	cr_assert_eq(read(res[0], &verdict, 1), 1);
+	cr_expect_eq(verdict, 'y', "nobody's LIST shows root's processes");
+	sleep_ms(200);
+	struct llgo_list_entry e;
+	cr_expect(list_find(d.sock, getpid(), &e), "root is locked out");
+	char *log = read_all(d.log);
+	cr_expect_eq(count_lines(log, "connections budget reached"), 1, "%s", log);
+	free(log);
+	close(go[1]);
+	waitpid(child, NULL, 0);
 	fshim_close(&sh);
 	heapd_stop(&d);
 	heapd_cleanup(&d);
