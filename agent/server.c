@@ -304,14 +304,20 @@ static int server_bind(struct server *srv, const char *path, char *err, size_t e
 		snprintf(err, errlen, "socket: %s", strerror(errno));
 		return -errno;
 	}
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "bind %s: %s", path, strerror(errno));
+	/* Any user's shim may attach; reads are checked per request with SO_PEERCRED. The mode
+	 * is set by the umask at bind (no thread runs yet), never by a chmod of the path after
+	 * it, which would follow whatever the path names by then (a swapped symlink). */
+	mode_t old_mask = umask(0111);
+	int brc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	int berr = errno;
+	umask(old_mask);
+	if (brc < 0) {
+		rc = -berr;
+		snprintf(err, errlen, "bind %s: %s", path, strerror(berr));
 		close(fd);
 		return rc;
 	}
-	/* Any user's shim may attach; reads are checked per request with SO_PEERCRED. */
-	if (chmod(path, 0666) < 0 || listen(fd, 256) < 0 || stat(path, &st) < 0) {
+	if (listen(fd, 256) < 0 || lstat(path, &st) < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "setting up %s: %s", path, strerror(errno));
 		close(fd);

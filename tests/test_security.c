@@ -639,3 +639,115 @@ Test(exposure, connections_per_uid_and_list, .timeout = 60)
 	heapd_stop(&d);
 	heapd_cleanup(&d);
 }
+
+/* ---- exposure ----------------------------------------------------------------------------- */
+
+#define CLI (getenv("LLGO_TEST_CLI") ? getenv("LLGO_TEST_CLI") : LLGO_BUILD_DIR "/bin/llgo-heap")
+
+/* A stopped daemon: the CLI gives up with a clear error and a nonzero status. */
+Test(exposure, cli_times_out_on_a_stopped_daemon, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	kill(d.pid, SIGSTOP);
+	char cmd[512], *out = NULL;
+	snprintf(cmd, sizeof(cmd), "%s list --socket %s --timeout 2 2>&1; echo \"exit=$?\"", CLI,
+		 d.sock);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	FILE *p = popen(cmd, "r");
+	cr_assert(p);
+	out = calloc(1, 4096);
+	size_t n = fread(out, 1, 4095, p);
+	out[n] = '\0';
+	pclose(p);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	kill(d.pid, SIGCONT);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	cr_expect_lt(secs, 10.0, "the CLI waited %.1f s", secs);
+	cr_expect(strstr(out, "did not answer") != NULL, "%s", out);
+	cr_expect(strstr(out, "exit=0") == NULL, "%s", out);
+	free(out);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* Root writes a profile with -o into a folder where nobody planted symlinks (at the old
+ * predictable temporary name, and at the name itself): no file they point to is written. */
+Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	char shared[128], victim[160], victim2[160], target[160], cmd[700];
+	snprintf(shared, sizeof(shared), "%s/shared", d.dir);
+	cr_assert_eq(mkdir(shared, 01777), 0);
+	chmod(shared, 01777);
+	snprintf(victim, sizeof(victim), "%s/victim", d.dir);
+	snprintf(victim2, sizeof(victim2), "%s/victim2", d.dir);
+	snprintf(target, sizeof(target), "%s/heap.pb.gz", shared);
+	FILE *f = fopen(victim, "w");
+	fputs("root's file\n", f);
+	fclose(f);
+	f = fopen(victim2, "w");
+	fputs("root's other file\n", f);
+	fclose(f);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t cli = fork();
+	cr_assert_geq(cli, 0);
+	if (cli == 0) {
+		char c;
+		close(go[1]);
+		if (read(go[0], &c, 1) != 1)
+			_exit(126);
+		char pid[32];
+		snprintf(pid, sizeof(pid), "%d", (int)getppid());
+		execl(CLI, "llgo-heap", "snapshot", pid, "--socket", d.sock, "-o", target,
+		      (char *)NULL);
+		_exit(127);
+	}
+	/* nobody plants the links (in a sticky world-writable folder, as in /tmp) */
+	pid_t planter = fork();
+	cr_assert_geq(planter, 0);
+	if (planter == 0) {
+		become_nobody();
+		char tmp[256];
+		snprintf(tmp, sizeof(tmp), "%s.tmp.%d", target, (int)cli);
+		_exit(symlink(victim, tmp) != 0 || symlink(victim2, target) != 0);
+	}
+	int st;
+	waitpid(planter, &st, 0);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "planting failed");
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	close(go[1]);
+	waitpid(cli, &st, 0);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "snapshot -o: status %d", st);
+	char *v = read_all(victim), *v2 = read_all(victim2);
+	cr_expect_str_eq(v, "root's file\n", "the planted temporary link was followed");
+	cr_expect_str_eq(v2, "root's other file\n", "the planted link at FILE was followed");
+	free(v);
+	free(v2);
+	struct stat sb;
+	cr_expect(lstat(target, &sb) == 0 && S_ISREG(sb.st_mode), "no profile at %s", target);
+	snprintf(cmd, sizeof(cmd), "gzip -t %s", target);
+	cr_expect_eq(system(cmd), 0, "not a gzip file");
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* The socket is mode 0666 (any user's shim attaches) without a chmod by path. */
+Test(exposure, socket_mode, .timeout = 30)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct stat sb;
+	cr_assert_eq(lstat(d.sock, &sb), 0);
+	cr_expect(S_ISSOCK(sb.st_mode));
+	cr_expect_eq(sb.st_mode & 0777, 0666, "mode %o", sb.st_mode & 0777);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
