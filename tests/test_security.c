@@ -751,3 +751,88 @@ Test(exposure, socket_mode, .timeout = 30)
 	heapd_stop(&d);
 	heapd_cleanup(&d);
 }
+
+#include <netinet/in.h>
+
+static int http_port_of(struct heapd *d)
+{
+	for (int i = 0; i < 500; i++) {
+		char *log = read_all(d->log);
+		const char *at = strstr(log, "serving http://127.0.0.1:");
+		int port = at ? atoi(at + strlen("serving http://127.0.0.1:")) : 0;
+		free(log);
+		if (port)
+			return port;
+		sleep_ms(10);
+	}
+	cr_assert_fail("no HTTP port in the log");
+	return 0;
+}
+
+static int http_connect(int port)
+{
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	struct timeval tv = { .tv_sec = 5 };
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return s;
+}
+
+static int http_send(int s, const char *path)
+{
+	char req[256];
+	int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+			 path);
+	return write(s, req, (size_t)n) == n ? 0 : -1;
+}
+
+/* The HTTP status of the answer on s (0: none within the timeout). */
+static int http_status(int s)
+{
+	char buf[64] = "";
+	ssize_t n = read(s, buf, sizeof(buf) - 1);
+	if (n < 12)
+		return 0;
+	buf[n] = '\0';
+	return atoi(buf + 9);
+}
+
+/* 70 clients ask for seconds=60 deltas (each would hold a connection for a minute): the
+ * endpoint still answers a plain profile request at once. */
+Test(exposure, http_slow_deltas_do_not_lock_the_endpoint, .timeout = 60)
+{
+	struct heapd d;
+	const char *extra[] = { "--http", "127.0.0.1:0", NULL };
+	heapd_start(&d, extra);
+	int port = http_port_of(&d);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	char path[128];
+	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d&seconds=60", (int)getpid());
+	int socks[70];
+	for (int i = 0; i < 70; i++) {
+		socks[i] = http_connect(port);
+		if (socks[i] >= 0)
+			http_send(socks[i], path);
+	}
+	sleep_ms(500);
+	int s = http_connect(port);
+	cr_assert_geq(s, 0, "cannot connect");
+	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d", (int)getpid());
+	cr_assert_eq(http_send(s, path), 0);
+	int st = http_status(s);
+	cr_expect_eq(st, 200, "a plain request got %d behind 70 slow deltas", st);
+	close(s);
+	for (int i = 0; i < 70; i++)
+		if (socks[i] >= 0)
+			close(socks[i]);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
