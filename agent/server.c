@@ -108,6 +108,12 @@ struct server_workq {
 	unsigned nthreads, started;
 	bool stop;
 	bool inited;
+	/* Client workers: a uid other than root runs at most per_uid_max jobs at once, so one
+	 * user's slow requests (snapshots of a dead pid, huge profiles) never hold every
+	 * worker; running[] has the uid of each job in progress (nthreads slots). 0: no limit. */
+	unsigned per_uid_max;
+	uid_t *running;
+	bool *running_used;
 };
 
 struct server {
@@ -1384,12 +1390,44 @@ static void *server_worker(void *arg)
 			pthread_mutex_unlock(&q->lock);
 			return NULL;
 		}
-		struct server_conn *c = q->head;
-		q->head = c->job_next;
-		if (!q->head)
-			q->tail = NULL;
+		struct server_conn *c = q->head, *prev = NULL;
+		if (q->per_uid_max) {
+			/* the first job whose uid is under its share of the workers */
+			for (; c; prev = c, c = c->job_next) {
+				uid_t u = c->cred.uid;
+				unsigned n = 0;
+				for (unsigned i = 0; i < q->nthreads; i++)
+					n += q->running_used[i] && q->running[i] == u;
+				if (u == 0 || n < q->per_uid_max)
+					break;
+			}
+			if (!c) { /* every queued job's uid has its share running: wait */
+				pthread_cond_wait(&q->cond, &q->lock);
+				pthread_mutex_unlock(&q->lock);
+				continue;
+			}
+		}
+		if (prev)
+			prev->job_next = c->job_next;
+		else
+			q->head = c->job_next;
+		if (q->tail == c)
+			q->tail = prev;
+		unsigned slot = 0;
+		if (q->per_uid_max) {
+			while (q->running_used[slot])
+				slot++;
+			q->running_used[slot] = true;
+			q->running[slot] = c->cred.uid;
+		}
 		pthread_mutex_unlock(&q->lock);
 		server_job(q->srv, c);
+		if (q->per_uid_max) {
+			pthread_mutex_lock(&q->lock);
+			q->running_used[slot] = false;
+			pthread_cond_broadcast(&q->cond);
+			pthread_mutex_unlock(&q->lock);
+		}
 	}
 }
 
@@ -1400,9 +1438,11 @@ static int server_workq_init(struct server_workq *q, struct server *srv, unsigne
 	pthread_mutex_init(&q->lock, NULL);
 	pthread_cond_init(&q->cond, NULL);
 	q->threads = calloc(n, sizeof(*q->threads));
+	q->running = calloc(n, sizeof(*q->running));
+	q->running_used = calloc(n, sizeof(*q->running_used));
 	q->nthreads = n;
 	q->inited = true;
-	return q->threads ? 0 : -ENOMEM;
+	return q->threads && q->running && q->running_used ? 0 : -ENOMEM;
 }
 
 static int server_workq_start(struct server_workq *q)
@@ -1445,6 +1485,8 @@ static void server_workq_destroy(struct server_workq *q)
 	q->inited = false;
 	free(q->threads);
 	q->threads = NULL;
+	free(q->running);
+	free(q->running_used);
 	pthread_cond_destroy(&q->cond);
 	pthread_mutex_destroy(&q->lock);
 }
@@ -1489,6 +1531,7 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	srv->clientq.per_uid_max = nclient > 1 ? nclient / 2 : 1;
 	struct rlimit rl;
 	srv->max_conns = SERVER_MAX_CONNS;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
