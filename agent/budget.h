@@ -16,6 +16,7 @@ enum budget_kind {
 	BUDGET_RINGS,        /* rings mapped (each one mapping) */
 	BUDGET_RING_BYTES,   /* ring memory mapped */
 	BUDGET_BUCKET_BYTES, /* bucket tables (aggregated profiles), live and exited */
+	BUDGET_OUT_BYTES,    /* answers built and not read yet by their clients */
 	BUDGET_NKINDS,
 };
 

@@ -419,10 +419,11 @@ static void print_list(const struct buf *b)
 		       (unsigned long long)e.buckets, ver, e.comm);
 		if (e.budget_flags) { /* the uid's budgets llgo-heapd hit (llgo-heapd --help) */
 			static const char *const names[] = { "connections", "processes", "rings",
-							     "ring memory", "bucket memory" };
+							     "ring memory", "bucket memory",
+							     "unread answers" };
 			printf("%-8s over its user's budget:", "");
 			const char *sep = " ";
-			for (unsigned k = 0; k < 5; k++) {
+			for (unsigned k = 0; k < 6; k++) {
 				if (e.budget_flags & (1u << k)) {
 					printf("%s%s", sep, names[k]);
 					sep = ", ";

@@ -72,6 +72,8 @@ static void daemon_usage(FILE *f)
 		"                                     (default %lluM; over it, new records of\n"
 		"                                     that user are counted, not aggregated)\n"
 		"  --max-bucket-memory BYTES          (default %lluM)\n"
+		"  --max-unread-per-uid BYTES         answers its clients do not read\n"
+		"                                     (default %lluM; all users: 512M)\n"
 		"  --keep-exited-per-uid N            exited processes kept per uid (default %u)\n"
 		"  --keep-exited-age SECONDS          and for at most this long (default %u)\n",
 		SESSION_DEFAULT_KEEP_EXITED, (unsigned long long)d.per_uid[BUDGET_CONNS],
@@ -83,6 +85,7 @@ static void daemon_usage(FILE *f)
 		(unsigned long long)(d.total[BUDGET_RING_BYTES] >> 20),
 		(unsigned long long)(d.per_uid[BUDGET_BUCKET_BYTES] >> 20),
 		(unsigned long long)(d.total[BUDGET_BUCKET_BYTES] >> 20),
+		(unsigned long long)(d.per_uid[BUDGET_OUT_BYTES] >> 20),
 		SESSION_DEFAULT_KEEP_EXITED_PER_UID, SESSION_DEFAULT_KEEP_EXITED_AGE_S);
 }
 
@@ -171,7 +174,8 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 					"--max-rings-per-uid", "--max-rings",
 					"--max-ring-memory-per-uid", "--max-ring-memory",
 					"--max-bucket-memory-per-uid", "--max-bucket-memory",
-					"--keep-exited-per-uid", "--keep-exited-age" };
+					"--keep-exited-per-uid", "--keep-exited-age",
+					"--max-unread-per-uid" };
 		const char *val = NULL;
 		size_t which = LLGO_ARRAY_SIZE(names);
 		for (size_t k = 0; k < LLGO_ARRAY_SIZE(names); k++) {
@@ -229,6 +233,12 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 			if (daemon_parse_size(val, &v, false) || v == 0 || v > UINT32_MAX)
 				return daemon_die("--verify-every: not a positive number: %s", val);
 			o->server.verify_every = (uint32_t)v;
+			break;
+		case 20:
+			if (daemon_parse_size(val, &v, true))
+				return daemon_die("--max-unread-per-uid: not a size: %s", val);
+			o->budget.per_uid[BUDGET_OUT_BYTES] = v;
+			o->server.budget = &o->budget;
 			break;
 		case 18:
 			if (daemon_parse_size(val, &v, false) || v == 0 || v > 1000000)

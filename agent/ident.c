@@ -19,6 +19,8 @@
  *     requires of an unprivileged reader;
  *   - /proc/PID is owned by that uid: the kernel gives it to root when the process is not
  *     dumpable (a setuid exec, prctl(PR_SET_DUMPABLE, 0)), whose maps its owner cannot read.
+ * A peer that connected as root may read whatever its process becomes (a service that drops
+ * its privileges after attaching stays readable): for uid 0 only life and start time count.
  *
  * Left to others: what to do when the check fails (server.c refuses HELLO, session.c stops
  * reading the process and shows it to root only).
@@ -167,7 +169,7 @@ int ident_verify(const struct ident *id, char *why, size_t n)
 	if (fstat(dfd, &st) != 0) {
 		err = -errno;
 		snprintf(why, n, "stat %s: %s", path, strerror(errno));
-	} else if (st.st_uid != id->uid || (id->uid != 0 && st.st_gid != id->gid)) {
+	} else if (id->uid != 0 && (st.st_uid != id->uid || st.st_gid != id->gid)) {
 		err = -EACCES;
 		snprintf(why, n, "the process is no longer its owner's (setuid exec, or not "
 			 "dumpable: /proc/%d owned by %u:%u, peer %u:%u)", (int)id->pid,
@@ -181,8 +183,8 @@ int ident_verify(const struct ident *id, char *why, size_t n)
 		snprintf(why, n, "pid %d was reused", (int)id->pid);
 	} else if ((err = ident_read_at(dfd, "status", buf, sizeof(buf))) != 0) {
 		snprintf(why, n, "reading /proc/%d/status: %s", (int)id->pid, strerror(-err));
-	} else if (!ident_ids_are(buf, "\nUid:", (unsigned)id->uid) ||
-		   (id->uid != 0 && !ident_ids_are(buf, "\nGid:", (unsigned)id->gid))) {
+	} else if (id->uid != 0 && (!ident_ids_are(buf, "\nUid:", (unsigned)id->uid) ||
+				    !ident_ids_are(buf, "\nGid:", (unsigned)id->gid))) {
 		err = -EACCES;
 		snprintf(why, n, "the process's uids or gids are no longer the peer's %u:%u "
 			 "(setuid or setgid exec)", (unsigned)id->uid, (unsigned)id->gid);

@@ -7,8 +7,9 @@
  * (" (deleted)" trimmed from the path), plus the kernel's [vdso]/[vsyscall] as mappings
  * without a file; anonymous executable memory is skipped. Each file is opened through
  * /proc/PID/map_files/START-END when the kernel lets us (that link reaches the very inode
- * mapped, even when it was deleted or replaced), else through /proc/PID/root/PATH, else
- * PATH (never for a deleted file: the path now names something else). Its GNU build ID is
+ * mapped, even when it was deleted or replaced), else through /proc/PID/root/PATH (the
+ * process's own mount namespace) if that is the inode mapped; never through PATH in the
+ * daemon's namespace, which may name another file (another container's, another user's). Its GNU build ID is
  * read, and the symfile comes from symfile_get()'s cache.
  *
  * procmaps_refresh() re-reads the maps, e.g. after dlopen: mappings already known are
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -120,9 +122,13 @@ static int open_mapped_file(pid_t pid, const struct maps_line *l)
 		return fd;
 	snprintf(p, sizeof(p), "/proc/%d/root%s", (int)pid, l->path);
 	fd = open(p, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0)
-		return fd;
-	return open(l->path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd >= 0 && (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != l->inode ||
+			major(st.st_dev) != l->dev_major || minor(st.st_dev) != l->dev_minor)) {
+		close(fd); /* replaced since it was mapped: not the file the process runs */
+		fd = -1;
+	}
+	return fd;
 }
 
 static bool same_mapping(const struct mapping *m, const struct maps_line *l)
@@ -166,11 +172,11 @@ static struct mapping *mapping_new(struct procmaps *pm, pid_t pid, const struct 
 		if (o->file && o->build_id[0] && o->inode == l->inode &&
 		    o->dev_major == l->dev_major && o->dev_minor == l->dev_minor &&
 		    strcmp(o->path, l->path) == 0) {
+			/* the same file of the same process: its symfile, not a new open of
+			 * the path (in the daemon's namespace it may name another file) */
 			memcpy(m->build_id, o->build_id, sizeof(m->build_id));
-			m->file = symfile_get(m->path, -1, m->build_id);
-			if (m->file)
-				return m;
-			break;
+			m->file = symfile_ref(o->file);
+			return m;
 		}
 	}
 	int fd = open_mapped_file(pid, l);

@@ -355,8 +355,10 @@ static void server_conn_close(struct server_conn *c)
 	close(c->fd);
 	if (c->out_waiting)
 		atomic_fetch_sub(&srv->out_waiting, 1);
-	if (c->out_counted)
+	if (c->out_counted) {
 		atomic_fetch_sub(&srv->out_bytes, c->out_counted);
+		budget_give(srv->budget, c->cred.uid, BUDGET_OUT_BYTES, c->out_counted);
+	}
 	pthread_mutex_unlock(&srv->conns_lock);
 	if (c->job_fd >= 0)
 		close(c->job_fd);
@@ -460,8 +462,10 @@ static void server_out_done(struct server_conn *c)
 	pthread_mutex_lock(&srv->conns_lock);
 	if (c->out_waiting)
 		atomic_fetch_sub(&srv->out_waiting, 1);
-	if (c->out_counted)
+	if (c->out_counted) {
 		atomic_fetch_sub(&srv->out_bytes, c->out_counted);
+		budget_give(srv->budget, c->cred.uid, BUDGET_OUT_BYTES, c->out_counted);
+	}
 	c->out_waiting = false;
 	c->out_counted = 0;
 	pthread_mutex_unlock(&srv->conns_lock);
@@ -483,8 +487,15 @@ static void server_out_wait(struct server_conn *c, bool progress)
 	struct epoll_event ev = { .events = EPOLLOUT | EPOLLONESHOT, .data.ptr = c };
 	pthread_mutex_lock(&srv->conns_lock);
 	bool first = !c->out_waiting;
-	if (first && atomic_fetch_add(&srv->out_bytes, left) + left > SERVER_MAX_OUT_BYTES) {
-		atomic_fetch_sub(&srv->out_bytes, left);
+	/* a user's unread answers count against its budget first: one user's non-reading
+	 * clients never take the room everyone's answers share */
+	bool over_uid = first && budget_take(srv->budget, c->cred.uid, BUDGET_OUT_BYTES, left);
+	if (first && (over_uid ||
+		      atomic_fetch_add(&srv->out_bytes, left) + left > SERVER_MAX_OUT_BYTES)) {
+		if (!over_uid) {
+			atomic_fetch_sub(&srv->out_bytes, left);
+			budget_give(srv->budget, c->cred.uid, BUDGET_OUT_BYTES, left);
+		}
 		pthread_mutex_unlock(&srv->conns_lock);
 		server_log("pid %d uid %u: answer dropped, %llu bytes of answers are unread "
 			   "already", (int)c->cred.pid, (unsigned)c->cred.uid,

@@ -528,6 +528,14 @@ struct symfile *symfile_get(const char *path, int fd, const char *build_id)
 	return f;
 }
 
+struct symfile *symfile_ref(struct symfile *f)
+{
+	pthread_mutex_lock(&g_lock);
+	f->refs++;
+	pthread_mutex_unlock(&g_lock);
+	return f;
+}
+
 void symfile_put(struct symfile *f)
 {
 	if (!f)

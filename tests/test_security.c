@@ -836,3 +836,69 @@ Test(exposure, http_slow_deltas_do_not_lock_the_endpoint, .timeout = 60)
 	heapd_stop(&d);
 	heapd_cleanup(&d);
 }
+
+/* nobody asks for big profiles of its process on many connections and never reads them:
+ * its unread answers stop at its budget, root is still answered. */
+Test(budget, unread_answers_per_uid, .timeout = 90)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-unread-per-uid", "1M", NULL };
+	heapd_start(&d, extra);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		become_nobody();
+		struct fshim sh;
+		if (fshim_attach(&sh, d.sock, 1u << 16, 512) != 0)
+			_exit(1);
+		struct fring r;
+		fring_new(&r, 0, 1u << 16);
+		if (fshim_add_ring(&sh, &r) != 0)
+			_exit(2);
+		for (uint64_t i = 0; i < 6000; i++) {
+			uint64_t st[3] = { RET(srv_site_alpha), 0x1000 + i * 16, RET(srv_site_caller) };
+			fring_push_n(&r, st, 3, 64 + i, 1, 1);
+		}
+		struct llgo_msg_snapshot m;
+		memset(&m, 0, sizeof(m));
+		msg_header_init(&m.h, LLGO_MSG_SNAPSHOT, sizeof(m));
+		m.pid = (uint32_t)getpid();
+		m.format = LLGO_FORMAT_TEXT;
+		int socks[12];
+		for (int i = 0; i < 12; i++) {
+			socks[i] = sock_connect(d.sock);
+			if (socks[i] >= 0)
+				msg_send(socks[i], &m, sizeof(m), -1);
+		}
+		char c;
+		while (read(go[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	close(go[0]);
+	char *log = NULL;
+	for (int i = 0; i < 1000; i++) {
+		free(log);
+		log = read_all(d.log);
+		if (strstr(log, "unread answers budget reached"))
+			break;
+		sleep_ms(20);
+	}
+	cr_expect(strstr(log, "unread answers budget reached") != NULL, "%s", log);
+	free(log);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct answer a;
+	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_TEXT, &a), 0);
+	cr_expect_eq(a.status, 0, "root's snapshot: %s", a.message);
+	buf_free(&a.data);
+	close(go[1]);
+	waitpid(child, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
