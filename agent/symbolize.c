@@ -558,11 +558,43 @@ void symfile_put(struct symfile *f)
 /* ---- DWARF ---------------------------------------------------------------------------- */
 
 /* The DWARF handle, opened on first use (f->lock held); NULL when there is none. */
+/*
+ * Whether the DWARF string sections of elf end with a NUL. libdw (0.188) reads their strings
+ * with strlen: an unterminated last string of a hostile file makes it read past the section
+ * (found by tests/fuzz/fuzz_elf.c, kept in tests/fuzz/regress/elf). Such a file keeps its ELF
+ * symbols and gets no DWARF.
+ */
+static bool symfile_dwarf_strings_ok(Elf *elf)
+{
+	size_t shstrndx;
+	if (elf_getshdrstrndx(elf, &shstrndx) != 0)
+		return false;
+	Elf_Scn *scn = NULL;
+	while ((scn = elf_nextscn(elf, scn)) != NULL) {
+		GElf_Shdr sh;
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS)
+			continue;
+		const char *name = elf_strptr(elf, shstrndx, sh.sh_name);
+		if (!name || strncmp(name, ".debug_", 7) != 0 || !strstr(name, "str") ||
+		    strstr(name, "_offsets"))
+			continue; /* .debug_str, .debug_line_str (and .dwo forms) */
+		/* a compressed section is checked as libdw will read it: decompressed */
+		if ((sh.sh_flags & SHF_COMPRESSED) && elf_compress(scn, 0, 0) < 0)
+			return false;
+		Elf_Data *d = elf_getdata(scn, NULL);
+		if (!d)
+			return false;
+		if (d->d_size && (!d->d_buf || ((const char *)d->d_buf)[d->d_size - 1] != '\0'))
+			return false;
+	}
+	return true;
+}
+
 static Dwarf *symfile_dwarf(struct symfile *f)
 {
 	if (!f->dwarf_tried) {
 		f->dwarf_tried = true;
-		if (f->dwarf_elf)
+		if (f->dwarf_elf && symfile_dwarf_strings_ok(f->dwarf_elf))
 			f->dwarf = dwarf_begin_elf(f->dwarf_elf, DWARF_C_READ, NULL);
 		if (!f->dwarf)
 			f->dwarf_elf = NULL;
