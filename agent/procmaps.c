@@ -251,6 +251,23 @@ static char *read_maps(pid_t pid, size_t *len)
 	return (char *)b.data;
 }
 
+/* Index of the first mapping of a (sorted by start, disjoint) whose end is above addr;
+ * a->n when none (or a is NULL). */
+static size_t procmaps_first_ending_after(const struct maparray *a, uint64_t addr)
+{
+	if (!a)
+		return 0;
+	size_t lo = 0, hi = a->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (a->v[mid]->end <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 int procmaps_refresh(struct procmaps *pm, pid_t pid)
 {
 	pthread_once(&elf_once, procmaps_elf_init);
@@ -280,10 +297,14 @@ int procmaps_refresh(struct procmaps *pm, pid_t pid)
 			*nl = '\0';
 		struct maps_line l;
 		if (maps_parse(line, &l) && keep_line(&l, emulated)) {
+			/* old is sorted by start, its mappings disjoint: a binary search, so
+			 * that a process with tens of thousands of mappings costs n log n per
+			 * refresh, not n^2 */
 			const struct mapping *m = NULL;
-			for (size_t i = 0; old && i < old->n && !m; i++)
-				if (same_mapping(old->v[i], &l))
-					m = old->v[i];
+			size_t i = procmaps_first_ending_after(old, l.start);
+			if (old && i < old->n && old->v[i]->start == l.start &&
+			    same_mapping(old->v[i], &l))
+				m = old->v[i];
 			if (!m && pm->nall == pm->capall) {
 				size_t nc = pm->capall ? pm->capall * 2 : 32;
 				struct mapping **p = realloc(pm->all, nc * sizeof(*p));
@@ -315,15 +336,29 @@ int procmaps_refresh(struct procmaps *pm, pid_t pid)
 	fresh = na->n;
 	/* Keep known mappings that nothing listed now overlaps (e.g. a library unloaded
 	 * since: samples taken while it was mapped still resolve). */
+	struct maparray fr = { .n = fresh };
+	struct maparray *frp = NULL;
+	if (fresh) { /* the fresh ones in address order (as /proc lists them), for the search */
+		frp = malloc(sizeof(*frp) + fresh * sizeof(frp->v[0]));
+		if (!frp) {
+			free(na);
+			err = -ENOMEM;
+			goto out;
+		}
+		*frp = fr;
+		memcpy(frp->v, na->v, fresh * sizeof(na->v[0]));
+		qsort(frp->v, fresh, sizeof(frp->v[0]), map_cmp);
+	}
 	for (size_t i = 0; old && i < old->n; i++) {
 		const struct mapping *o = old->v[i];
-		bool overlap = false;
-		for (size_t j = 0; j < fresh && !overlap; j++)
-			overlap = na->v[j] == o ||
-				  (o->start < na->v[j]->end && na->v[j]->start < o->end);
+		/* the first fresh mapping ending after o starts overlaps o if it starts
+		 * before o ends (fresh mappings are disjoint and sorted) */
+		size_t j = procmaps_first_ending_after(frp, o->start);
+		bool overlap = frp && j < fresh && frp->v[j]->start < o->end;
 		if (!overlap && na->n < cap)
 			na->v[na->n++] = o;
 	}
+	free(frp);
 	if (na->n > 1)
 		qsort(na->v, na->n, sizeof(na->v[0]), map_cmp);
 	/* Pairs with the load-acquire in procmaps_find/procmaps_list: the array and every
