@@ -1003,17 +1003,6 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	s->proc_start = c->id.start;
 	if (c->id.pidfd >= 0)
 		s->pidfd = fcntl(c->id.pidfd, F_DUPFD_CLOEXEC, 3);
-	/* One session per process (pid and start time): a second HELLO with another memfd
-	 * replaces the first, which ends as if the process had closed it. */
-	pthread_mutex_lock(&srv->hello_lock);
-	struct session *old = c->id.start ? session_find_process(srv->reg, s->pid, c->id.start)
-					  : NULL;
-	if (old) {
-		server_log("pid %d: a new HELLO replaces its session", (int)s->pid);
-		verify_session_stop(srv->verifier, old);
-		drain_session_exit(old);
-		session_put(old);
-	}
 	/* Read while the process runs: a shim that waits for no answer may exit soon, and then
 	 * waits at exit (BYE) only if we have not seen what we need. */
 	int merr = gone ? -ESRCH : session_attach_maps(s);
@@ -1025,6 +1014,17 @@ static void server_hello(struct server *srv, struct server_conn *c)
 			   "addresses only", (int)s->pid, strerror(-merr));
 	else if (s->ctl)
 		atomic_fetch_add_explicit(&s->ctl->daemon_beat, 1, memory_order_relaxed);
+	/* One session per process (pid and start time): a second HELLO with another memfd
+	 * replaces the first, which ends as if the process had closed it. */
+	pthread_mutex_lock(&srv->hello_lock);
+	struct session *old = c->id.start ? session_find_process(srv->reg, s->pid, c->id.start)
+					  : NULL;
+	if (old) {
+		server_log("pid %d: a new HELLO replaces its session", (int)s->pid);
+		verify_session_stop(srv->verifier, old);
+		drain_session_exit(old);
+		session_put(old);
+	}
 	session_register(s);
 	pthread_mutex_unlock(&srv->hello_lock);
 	c->session = s;
