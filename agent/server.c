@@ -65,6 +65,10 @@
 #define SERVER_LOG_PER_SEC 50u
 #define SERVER_MAX_OUT_BYTES (512ull << 20) /* unsent answers, all connections together */
 #define SERVER_OUT_SCAN_MS 250
+/* A connection that sends nothing this long after accept is shut down (shims send HELLO and
+ * clients their request at once): idle connections cannot pile up. */
+#define SERVER_FIRST_PACKET_MS 10000
+#define SERVER_IDLE_SCAN_MS 1000
 
 enum server_conn_kind {
 	SERVER_CONN_NEW,
@@ -80,6 +84,9 @@ struct server_conn {
 	struct ucred cred;
 	struct ident id;         /* the peer pinned at accept (ident.c); pidfd -1 if none */
 	bool holds_conn;         /* charged to its uid's connection budget (budget.c) */
+	/* The loop's: accept time, and whether a packet came (else the idle scan shuts it). */
+	int64_t accepted_ms;
+	bool seen_packet;
 	struct session *session; /* shim connections, after HELLO */
 	struct server_conn *prev, *next; /* srv->conns, under conns_lock */
 	/* The job a worker runs next (one at most: EPOLLONESHOT). */
@@ -150,6 +157,8 @@ struct server {
 	_Atomic uint64_t out_bytes;   /* unsent answer bytes, all connections */
 	_Atomic uint32_t out_waiting; /* connections armed for EPOLLOUT */
 	int64_t next_out_scan_ms;     /* the loop's */
+	int64_t next_idle_scan_ms;    /* the loop's */
+	_Atomic uint32_t unseen;      /* accepted connections that sent no packet yet */
 };
 
 /* ---- logging -------------------------------------------------------------------------- */
@@ -363,6 +372,8 @@ static void server_conn_close(struct server_conn *c)
 	if (c->job_fd >= 0)
 		close(c->job_fd);
 	ident_close(&c->id);
+	if (!c->seen_packet && c->kind != SERVER_CONN_PIDFD)
+		atomic_fetch_sub(&srv->unseen, 1); /* closed before its first packet */
 	if (c->holds_conn)
 		budget_give(srv->budget, c->cred.uid, BUDGET_CONNS, 1);
 	buf_free(&c->out);
@@ -584,6 +595,27 @@ static void server_out_expire(struct server *srv)
 	}
 }
 
+/* Shut down connections that sent nothing within SERVER_FIRST_PACKET_MS of accept; their EOF
+ * then closes them the usual way. Only the loop reads or writes seen_packet. */
+static void server_idle_expire(struct server *srv)
+{
+	int64_t now = server_now_ms();
+	if (now < srv->next_idle_scan_ms)
+		return;
+	srv->next_idle_scan_ms = now + SERVER_IDLE_SCAN_MS;
+	pthread_mutex_lock(&srv->conns_lock);
+	for (struct server_conn *c = srv->conns; c; c = c->next) {
+		/* seen_packet first: kind may be written by a worker once a packet came */
+		if (c->seen_packet || c->kind == SERVER_CONN_PIDFD ||
+		    now - c->accepted_ms < SERVER_FIRST_PACKET_MS)
+			continue;
+		c->seen_packet = true;
+		atomic_fetch_sub(&srv->unseen, 1);
+		shutdown(c->fd, SHUT_RDWR);
+	}
+	pthread_mutex_unlock(&srv->conns_lock);
+}
+
 static void server_workq_push(struct server_workq *q, struct server_conn *c, uint16_t job)
 {
 	c->job = job;
@@ -680,6 +712,8 @@ static void server_accept(struct server *srv)
 		c->srv = srv;
 		c->fd = fd;
 		c->job_fd = -1;
+		c->accepted_ms = server_now_ms();
+		atomic_fetch_add(&srv->unseen, 1);
 		/* Pin the peer now: HELLO re-checks the live process against this. */
 		ident_open(fd, c->cred.pid, c->cred.uid, c->cred.gid, &c->id);
 		buf_init(&c->out);
@@ -732,6 +766,10 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 	}
 	int fd = -1;
 	ssize_t r = msg_recv(c->fd, srv->rxbuf, LLGO_MSG_MAX, &fd);
+	if (r != -EAGAIN && !c->seen_packet) {
+		c->seen_packet = true;
+		atomic_fetch_sub(&srv->unseen, 1);
+	}
 	if (r == -EAGAIN) {
 		server_conn_rearm(c);
 		return;
@@ -860,7 +898,9 @@ static void *server_loop(void *arg)
 	struct server *srv = arg;
 	struct epoll_event ev[64];
 	while (!atomic_load(&srv->stopping)) {
-		int timeout = atomic_load(&srv->out_waiting) ? SERVER_OUT_SCAN_MS : -1;
+		int timeout = atomic_load(&srv->out_waiting) ? SERVER_OUT_SCAN_MS
+			      : atomic_load(&srv->unseen) ? SERVER_IDLE_SCAN_MS
+							  : -1;
 		int n = epoll_wait(srv->epfd, ev, 64, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -896,6 +936,8 @@ static void *server_loop(void *arg)
 		}
 		if (atomic_load(&srv->out_waiting))
 			server_out_expire(srv);
+		if (atomic_load(&srv->unseen))
+			server_idle_expire(srv);
 	}
 	return NULL;
 }

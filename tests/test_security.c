@@ -902,3 +902,22 @@ Test(budget, unread_answers_per_uid, .timeout = 90)
 	heapd_stop(&d);
 	heapd_cleanup(&d);
 }
+
+/* A connection that never sends anything is closed after 10 s: idle connections do not
+ * pile up. */
+Test(exposure, idle_connections_are_closed, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	int s = sock_connect(d.sock);
+	cr_assert_geq(s, 0);
+	struct timeval tv = { .tv_sec = 30 };
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	char b;
+	ssize_t r = recv(s, &b, 1, 0);
+	cr_expect_eq(r, 0, "the idle connection was not closed in 30 s (recv %zd, %s)", r,
+		     strerror(errno));
+	close(s);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
