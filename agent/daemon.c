@@ -399,8 +399,9 @@ int main(int argc, char **argv)
 	struct server_stats st;
 	server_get_stats(srv, &st);
 	server_log("signal %d: exiting (%llu connections, %llu processes, %llu dropped for "
-		   "bad packets)", sig, (unsigned long long)st.connections,
-		   (unsigned long long)st.sessions, (unsigned long long)st.malformed);
+		   "bad packets, %llu exited processes evicted)", sig,
+		   (unsigned long long)st.connections, (unsigned long long)st.sessions,
+		   (unsigned long long)st.malformed, (unsigned long long)st.evicted);
 	http_free(http); /* before the server: its requests hold sessions */
 	server_free(srv);
 	for (size_t i = 0; i < o.server.ntrim; i++)

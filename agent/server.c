@@ -1820,6 +1820,7 @@ void server_get_stats(struct server *srv, struct server_stats *out)
 	out->malformed = atomic_load(&srv->n_malformed);
 	out->refused = atomic_load(&srv->n_refused);
 	out->sessions = atomic_load(&srv->n_sessions);
+	out->evicted = srv->reg ? session_registry_evicted(srv->reg) : 0;
 }
 
 struct session_registry *server_sessions(struct server *srv)

@@ -246,6 +246,7 @@ struct server_stats {
 	uint64_t malformed;   /* connections dropped for a bad packet */
 	uint64_t refused;     /* connections closed at accept (too many) */
 	uint64_t sessions;    /* HELLOs accepted */
+	uint64_t evicted;     /* exited sessions dropped (count per uid, all, age) */
 };
 
 struct server;

@@ -921,3 +921,34 @@ Test(exposure, idle_connections_are_closed, .timeout = 60)
 	heapd_stop(&d);
 	heapd_cleanup(&d);
 }
+
+/* Exited sessions are kept for --keep-exited-age seconds at most, and the evictions are
+ * counted (in the daemon's exit line). */
+Test(budget, exited_sessions_by_age, .timeout = 60)
+{
+	struct heapd d;
+	const char *extra[] = { "--keep-exited-age", "1", NULL };
+	heapd_start(&d, extra);
+	pid_t p = fork();
+	cr_assert_geq(p, 0);
+	if (p == 0) {
+		int s = sock_connect(d.sock);
+		_exit(s < 0 || attack_hello(s, NULL, NULL) != 0);
+	}
+	waitpid(p, NULL, 0);
+	struct llgo_list_entry e;
+	bool seen = false;
+	for (int i = 0; i < 50 && !seen; i++) {
+		seen = list_find(d.sock, p, &e) && e.state == LLGO_PROC_EXITED;
+		if (!seen)
+			sleep_ms(20);
+	}
+	cr_assert(seen, "the exited session was never listed");
+	sleep_ms(2200);
+	cr_expect(!list_find(d.sock, p, &e), "an exited session older than 1 s is still kept");
+	heapd_stop(&d);
+	char *log = read_all(d.log);
+	cr_expect(strstr(log, "1 exited processes evicted") != NULL, "%s", log);
+	free(log);
+	heapd_cleanup(&d);
+}
