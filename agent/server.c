@@ -27,6 +27,13 @@
  * connections), not a worker. A connection whose answer makes no progress for
  * SERVER_SEND_TIMEOUT_S is closed by the loop.
  *
+ * Identity and limits: every connection's peer is pinned at accept (ident.c: pidfd, start
+ * time) and re-checked before HELLO reads anything of it; one session per process (a HELLO
+ * with the memfd of a live session joins it, another replaces it); a session ends when its
+ * process does (its pidfd is watched). Connections, sessions, rings and unread answers are
+ * charged to the peer's uid (budget.c); a uid other than root runs at most half the client
+ * workers; a connection silent for SERVER_FIRST_PACKET_MS after accept is shut down.
+ *
  * A packet that breaks the protocol (bad header or length, wrong order, a descriptor where
  * none belongs or none where one must be, a ring or control page that fails its checks) drops
  * its connection, is counted and logged in one line. A dropped shim connection ends its

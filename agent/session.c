@@ -6,8 +6,10 @@
  * message), maps the process's control page, reads its mappings while it is alive, and then
  * collects ring readers (ADD_RING) and buckets (drain.c) until the shim's socket closes. It
  * then becomes EXITED: rings and control page are unmapped, buckets and mappings are kept so
- * `snapshot PID` still works. The registry keeps up to keep_exited exited sessions and evicts
- * the oldest exited one first. Sessions are reference counted so a snapshot or a drain in
+ * `snapshot PID` still works. The registry keeps exited sessions within three limits, oldest
+ * evicted first: an age, a count per uid, and keep_exited for all (taken from the uid that
+ * holds the most). A session charges its uid's budgets (budget.c): its live-session slot and
+ * rings until it exits, its bucket memory until it is freed. Sessions are reference counted so a snapshot or a drain in
  * progress keeps its session alive past eviction.
  *
  * Left to others: reading records (ring.c via drain.c), the socket (server.c), mappings and
