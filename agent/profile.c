@@ -69,20 +69,26 @@ static void scale_signed(int64_t count, int64_t size, uint64_t rate, int64_t *oc
 	}
 }
 
+/* a - b as a signed value, saturating (counters may sit at 2^64-1, see bucket.c) */
+static int64_t profile_diff(uint64_t a, uint64_t b)
+{
+	return a >= b ? sane_i64(a - b) : -sane_i64(b - a);
+}
+
 void profile_sample_raw(const struct psample *s, struct profile_values *v)
 {
 	v->alloc_objects = sane_i64(s->alloc_objects);
 	v->alloc_bytes = v->alloc_objects ? sane_i64(s->alloc_bytes) : 0;
-	v->inuse_objects = (int64_t)(s->alloc_objects - s->free_objects);
-	v->inuse_bytes = v->inuse_objects ? (int64_t)(s->alloc_bytes - s->free_bytes) : 0;
+	v->inuse_objects = profile_diff(s->alloc_objects, s->free_objects);
+	v->inuse_bytes = v->inuse_objects ? profile_diff(s->alloc_bytes, s->free_bytes) : 0;
 }
 
 void profile_sample_scaled(const struct psample *s, struct profile_values *v)
 {
 	profile_scale(s->alloc_objects, s->alloc_bytes, s->rate, &v->alloc_objects,
 		      &v->alloc_bytes);
-	scale_signed((int64_t)(s->alloc_objects - s->free_objects),
-		     (int64_t)(s->alloc_bytes - s->free_bytes), s->rate, &v->inuse_objects,
+	scale_signed(profile_diff(s->alloc_objects, s->free_objects),
+		     profile_diff(s->alloc_bytes, s->free_bytes), s->rate, &v->inuse_objects,
 		     &v->inuse_bytes);
 }
 

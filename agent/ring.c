@@ -195,8 +195,8 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 			continue;
 		}
 		if (len != llgo_record_alloc_len(u.rec.nframes) || u.rec.nframes > LLGO_MAX_FRAMES ||
-		    u.rec.rate < 1 || u.rec.rate > LLGO_RATE_MAX || u.rec.size > LLGO_SANE_SIZE_MAX ||
-		    u.rec.seq < r->next_seq || u.rec.seq == UINT64_MAX) {
+		    u.rec.rate < 1 || u.rec.rate > LLGO_RATE_MAX || u.rec.seq < r->next_seq ||
+		    u.rec.seq == UINT64_MAX) {
 			r->counts.corrupt++;
 			continue;
 		}

@@ -4,15 +4,14 @@
  * records, ring and control-page counters), and saturating arithmetic for the sums the output
  * writers make of them. Whatever a hostile process writes, no sum wraps and no signed value
  * overflows (UBSan-clean): values outside the ranges are rejected where they are read
- * (ring.c, session.c), and outputs saturate at INT64_MAX.
+ * (ring.c, session.c), and outputs saturate at INT64_MAX. Sizes are not bounded: a program
+ * may ask for SIZE_MAX (and fail), and that sample is real.
  */
 #ifndef LLGO_AGENT_SANE_H
 #define LLGO_AGENT_SANE_H
 
 #include <stdint.h>
 
-/* Largest allocation size a record may carry: 1 TiB (no address space holds more today). */
-#define LLGO_SANE_SIZE_MAX (1ull << 40)
 /* Largest value of a per-ring or per-process event counter (sampled, dropped, lost_*): 2^40
  * events; 65536 rings of them, plus the control page's, still sum below 2^63. */
 #define LLGO_SANE_COUNT_MAX (1ull << 40)

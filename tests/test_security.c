@@ -339,15 +339,16 @@ Test(values, hostile_records_and_counters, .timeout = 60)
 	fring_new(&r, 0, LLGO_RING_MIN_DATA);
 	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
 	uint64_t st[2] = { RET(srv_site_alpha), RET(srv_site_caller) };
-	cr_assert(fring_push(&r, st, 2, UINT64_MAX, 1, false));
+	/* a rate beyond any the shim sets is corrupt; a size of 2^64-1 is a real (failed)
+	 * request: counted, and its sums saturate, never go negative */
 	cr_assert(fring_push(&r, st, 2, 64, UINT64_MAX, false));
-	/* the largest size taken, at rate 1, many times: sums saturate, never wrap */
-	fring_push_n(&r, st, 2, 1ull << 40, 1, 100);
+	cr_assert(fring_push(&r, st, 2, 64, LLGO_RATE_MAX + 1, false));
+	fring_push_n(&r, st, 2, UINT64_MAX, 1, 100);
 	atomic_store(&sh.ctl->lost_no_ring, UINT64_MAX);
 	atomic_store(&sh.ctl->lost_detached, UINT64_MAX - 5);
 	struct llgo_list_entry e = wait_delivered(d.sock, getpid(), 100);
 	cr_expect_eq(e.delivered, 100);
-	cr_expect_eq(e.corrupt, 2, "records with size or rate 2^64-1: %llu corrupt",
+	cr_expect_eq(e.corrupt, 2, "records with rate 2^64-1 or 2^40+1: %llu corrupt",
 		     (unsigned long long)e.corrupt);
 	cr_expect(accounting_holds(&e));
 	cr_expect_lt(e.sampled, 1ull << 50, "sampled %llu", (unsigned long long)e.sampled);
