@@ -357,6 +357,48 @@ static int write_file(const char *file, const struct buf *b)
 			return die("writing to stdout: %s", strerror(errno));
 		return 0;
 	}
+	/* FILE exists and is not a regular file (a device such as /dev/null, a FIFO, a tty):
+	 * write it in place. A temporary and a rename would replace the device itself with a
+	 * regular file (run as root, /dev is writable). No O_CREAT and O_NOFOLLOW: only what
+	 * lstat saw is opened; if it became a regular file meanwhile, the temporary path below
+	 * is taken. A symlink to something other than a regular file (/dev/stdout) is refused:
+	 * following it could write through a link another user planted, and renaming over it
+	 * would destroy it; -o - writes to stdout. */
+	struct stat ls;
+	if (lstat(file, &ls) == 0) {
+		if (S_ISLNK(ls.st_mode)) {
+			struct stat ts;
+			if (stat(file, &ts) == 0 && !S_ISREG(ts.st_mode))
+				return die("cannot write %s: a symlink to something other than a "
+					   "regular file is neither followed nor replaced (-o - "
+					   "writes to stdout)",
+					   file);
+		} else if (!S_ISREG(ls.st_mode)) {
+			int fd = open(file, O_WRONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+			if (fd < 0)
+				return die("cannot write %s: %s", file, strerror(errno));
+			struct stat fs;
+			if (fstat(fd, &fs) != 0 || S_ISREG(fs.st_mode)) {
+				close(fd); /* replaced meanwhile: the temporary path below */
+			} else {
+				size_t off = 0;
+				while (off < b->len) {
+					ssize_t w = write(fd, b->data + off, b->len - off);
+					if (w < 0 && errno == EINTR)
+						continue;
+					if (w <= 0) {
+						int e = w < 0 ? errno : EIO;
+						close(fd);
+						return die("cannot write %s: %s", file, strerror(e));
+					}
+					off += (size_t)w;
+				}
+				if (close(fd) != 0 && errno != EINTR)
+					return die("cannot write %s: %s", file, strerror(errno));
+				return 0;
+			}
+		}
+	}
 	/* Write a temporary file and rename it, so a full disk never leaves half a profile
 	 * under the requested name. The temporary name is unpredictable and created with
 	 * O_EXCL (mkostemp), which never follows a symlink another user planted in the folder

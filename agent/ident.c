@@ -137,6 +137,11 @@ int ident_start_time(pid_t pid, uint64_t *start)
 
 int ident_verify(const struct ident *id, char *why, size_t n)
 {
+	return ident_verify_ex(id, false, why, n);
+}
+
+int ident_verify_ex(const struct ident *id, bool allow_exited, char *why, size_t n)
+{
 	char tmp[8];
 	if (!why) {
 		why = tmp;
@@ -154,13 +159,16 @@ int ident_verify(const struct ident *id, char *why, size_t n)
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d", (int)id->pid);
 	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 || !ident_pidfd_alive(id->pidfd)) {
+	bool exited = dfd >= 0 && !ident_pidfd_alive(id->pidfd);
+	if (dfd < 0 || (exited && (!allow_exited || !id->start))) {
 		if (dfd >= 0)
 			close(dfd);
 		snprintf(why, n, "the process that connected has exited");
 		return -ESRCH;
 	}
-	/* dfd is the process the pidfd pins: it had not exited after the open. */
+	/* dfd is the process the pidfd pins: it had not exited after the open, or (exited,
+	 * allowed) it is still its zombie, which the start time checked below tells from a
+	 * process that reused the pid (a pid is free only once its zombie is reaped). */
 	int err = 0;
 	struct stat st;
 	char buf[4096];
@@ -190,7 +198,7 @@ int ident_verify(const struct ident *id, char *why, size_t n)
 			 "(setuid or setgid exec)", (unsigned)id->uid, (unsigned)id->gid);
 	}
 	close(dfd);
-	if (!err && !ident_pidfd_alive(id->pidfd)) {
+	if (!err && !exited && !ident_pidfd_alive(id->pidfd) && !allow_exited) {
 		err = -ESRCH;
 		snprintf(why, n, "the process that connected has exited");
 	}

@@ -29,6 +29,9 @@ int ident_open(int sock, pid_t pid, uid_t uid, gid_t gid, struct ident *id);
  * readable by it; else -ESRCH (exited, pid reused) or -EACCES (setuid/setgid exec, not
  * dumpable), with a one-line reason in why. */
 int ident_verify(const struct ident *id, char *why, size_t n);
+/* As ident_verify; allow_exited: a process that has exited since is still itself while its
+ * zombie (same start time, same ids) is there, for a check made after a read. */
+int ident_verify_ex(const struct ident *id, bool allow_exited, char *why, size_t n);
 void ident_close(struct ident *id);
 /* starttime of /proc/PID/stat. */
 int ident_start_time(pid_t pid, uint64_t *start);

@@ -811,7 +811,7 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 		want = sizeof(struct llgo_msg_add_ring);
 		/* A ring of the process memfd is named by id; a ring of its own comes as a
 		 * descriptor (a shim that sent a control page alone). */
-		needs_fd = !(c->session && c->session->memfd >= 0);
+		needs_fd = !(c->session && c->session->has_memfd);
 		shim_msg = true;
 		break;
 	case LLGO_MSG_BYE:
@@ -1415,9 +1415,17 @@ static void server_job(struct server *srv, struct server_conn *c)
 		server_bye(srv, c);
 		return;
 	case SERVER_JOB_EXIT:
-		/* The process exited (its pidfd): let the loop first read what its shim sent. */
-		if (c->kind == SERVER_CONN_PIDFD)
-			server_settle(srv, c->session);
+		/* The process exited (its pidfd). A session of a control page alone learns of its
+		 * rings by ADD_RING: let the loop first read what its shim sent. A memfd session
+		 * finds every ring in the control page, and must not hold an exit worker (BYE
+		 * waits for those) while the shim's EOF waits in the queue behind this job. */
+		if (c->kind == SERVER_CONN_PIDFD) {
+			pthread_mutex_lock(&c->session->lock);
+			bool ctl_only = c->session->ctl && c->session->memfd < 0;
+			pthread_mutex_unlock(&c->session->lock);
+			if (ctl_only)
+				server_settle(srv, c->session);
+		}
 		drain_session_exit(c->session);
 		verify_session_stop(srv->verifier, c->session);
 		server_conn_close(c);

@@ -395,6 +395,7 @@ int session_attach_memfd(struct session *s, int fd, bool reattached)
 	}
 	s->ctl = ctl;
 	s->memfd = keep;
+	s->has_memfd = true;
 	s->memfd_dev = (uint64_t)st.st_dev;
 	s->memfd_ino = (uint64_t)st.st_ino;
 	s->page_size = page;
@@ -528,7 +529,7 @@ size_t session_sync_rings(struct session *s)
 	return added;
 }
 
-bool session_may_read(struct session *s)
+static bool session_may_read_ex(struct session *s, bool after)
 {
 	if (atomic_load(&s->ident_lost))
 		return false;
@@ -537,7 +538,7 @@ bool session_may_read(struct session *s)
 	if (s->pidfd >= 0) {
 		struct ident id = { .pid = s->pid, .uid = s->uid, .gid = s->gid,
 				    .pidfd = s->pidfd, .start = s->proc_start };
-		err = ident_verify(&id, why, sizeof(why));
+		err = ident_verify_ex(&id, after, why, sizeof(why));
 	} else {
 		char state;
 		uint64_t start;
@@ -555,6 +556,17 @@ bool session_may_read(struct session *s)
 	return false;
 }
 
+bool session_may_read(struct session *s)
+{
+	return session_may_read_ex(s, false);
+}
+
+/* After a read: a process that exited meanwhile, but was itself until then, is fine. */
+static bool session_may_have_read(struct session *s)
+{
+	return session_may_read_ex(s, true);
+}
+
 int session_attach_maps(struct session *s)
 {
 	if (s->maps)
@@ -566,7 +578,7 @@ int session_attach_maps(struct session *s)
 	struct procmaps *m = procmaps_new(s->pid);
 	if (!m)
 		return -ENOENT;
-	if (!session_may_read(s)) {
+	if (!session_may_have_read(s)) {
 		procmaps_free(m);
 		return -EACCES;
 	}
@@ -582,13 +594,15 @@ int session_attach_parent_maps(struct session *s, pid_t ppid)
 	 * the message): a child must not read another user's mappings. */
 	struct ident id = { .pid = ppid, .uid = s->uid, .gid = s->gid,
 			    .pidfd = ident_pidfd_of(-1, ppid) };
-	int err = id.pidfd < 0 ? -ESRCH : ident_verify(&id, NULL, 0);
+	/* start time first: the check then ties it to the pidfd's (live) process */
+	int err = id.pidfd < 0 || ident_start_time(ppid, &id.start) != 0
+			  ? -ESRCH
+			  : ident_verify(&id, NULL, 0);
 	struct procmaps *m = NULL;
 	if (!err) {
-		m = procmaps_new(ppid);
-		if (!m)
+		if (!(m = procmaps_new(ppid)))
 			err = -ENOENT;
-		else if ((err = ident_verify(&id, NULL, 0)) != 0)
+		else if ((err = ident_verify_ex(&id, true, NULL, 0)) != 0)
 			procmaps_free(m);
 	}
 	ident_close(&id);
@@ -793,6 +807,10 @@ int session_add_ring(struct session *s, uint32_t ring_id, int fd, uint32_t data_
 {
 	if (ring_id >= LLGO_MAX_RINGS || data_size != s->ring_data_size)
 		return -EINVAL;
+	/* Ended already (its process exited, or was found gone at HELLO): a ring announced
+	 * before that is moot, not a protocol error. */
+	if (!session_is_live(s))
+		return 0;
 	if (fd < 0) { /* a ring in the process memfd: a hint to look at ring_count now */
 		if (s->memfd < 0)
 			return -EINVAL;

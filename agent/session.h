@@ -58,6 +58,7 @@ struct session {
 	/* The process memfd (LLGO_HELLO_MEMFD; -1 for a control page alone): rings are mapped
 	 * from it by id up to ctl.ring_count. page_size is the shim's, checked. */
 	int memfd;
+	bool has_memfd; /* set once at attach: a memfd session (memfd is -1 again at exit) */
 	uint64_t memfd_dev, memfd_ino;
 	uint32_t page_size;
 	uint32_t rings_known;           /* ring ids below this are mapped (memfd sessions) */
