@@ -9,6 +9,8 @@
  */
 #include "sec_util.h"
 
+#include <sys/sysmacros.h>
+
 static uid_t nobody_uid(void)
 {
 	struct passwd *pw = getpwnam("nobody");
@@ -735,6 +737,102 @@ Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
 	cr_expect(lstat(target, &sb) == 0 && S_ISREG(sb.st_mode), "no profile at %s", target);
 	snprintf(cmd, sizeof(cmd), "gzip -t %s", target);
 	cr_expect_eq(system(cmd), 0, "not a gzip file");
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* llgo-heap snapshot (this process) -o TARGET; its exit status, -1 when it did not exit. */
+static int cli_snapshot_to(const char *sock, const char *target)
+{
+	char pid[32];
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	pid_t cli = fork();
+	cr_assert_geq(cli, 0);
+	if (cli == 0) {
+		int nul = open("/dev/null", O_WRONLY); /* the CLI's stderr is not the test's */
+		if (nul >= 0)
+			dup2(nul, 2);
+		execl(CLI, "llgo-heap", "snapshot", pid, "--socket", sock, "-o", target,
+		      (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	waitpid(cli, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* -o to an existing device or FIFO writes it in place: a temporary and a rename would
+ * replace /dev/null itself with a regular file (root can write /dev). A private device node
+ * is tried first, so a CLI that still renames is caught without touching /dev/null. A
+ * symlink to a device (/dev/stdout) is refused and left as it is. */
+Test(exposure, output_to_a_device_is_written_in_place, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct stat before, after;
+	char path[160];
+
+	/* a private character device (root only): the same node as /dev/null */
+	bool private_ok = true;
+	if (geteuid() == 0) {
+		snprintf(path, sizeof(path), "%s/null", d.dir);
+		cr_assert_eq(mknod(path, S_IFCHR | 0666, makedev(1, 3)), 0, "mknod: %s",
+			     strerror(errno));
+		cr_assert_eq(lstat(path, &before), 0);
+		cr_expect_eq(cli_snapshot_to(d.sock, path), 0, "snapshot -o %s", path);
+		cr_assert_eq(lstat(path, &after), 0);
+		private_ok = S_ISCHR(after.st_mode) && after.st_ino == before.st_ino &&
+			     after.st_rdev == before.st_rdev;
+		cr_expect(private_ok, "-o replaced the device node %s (mode %o)", path,
+			  after.st_mode);
+	}
+
+	/* /dev/null itself, only once a private node was left alone */
+	if (private_ok) {
+		cr_assert_eq(stat("/dev/null", &before), 0);
+		cr_assert(S_ISCHR(before.st_mode), "/dev/null is not a device before the test");
+		cr_expect_eq(cli_snapshot_to(d.sock, "/dev/null"), 0, "snapshot -o /dev/null");
+		cr_assert_eq(lstat("/dev/null", &after), 0);
+		bool same = S_ISCHR(after.st_mode) && after.st_ino == before.st_ino &&
+			    after.st_rdev == before.st_rdev;
+		if (!same && geteuid() == 0) { /* put the shared machine's /dev/null back */
+			unlink("/dev/null");
+			mknod("/dev/null", S_IFCHR | 0666, makedev(1, 3));
+			chmod("/dev/null", 0666);
+		}
+		cr_expect(same, "-o /dev/null replaced /dev/null (mode %o)", after.st_mode);
+	}
+
+	/* a FIFO: written in place. The read end is open (without blocking) before the CLI
+	 * runs and holds the whole profile, so a CLI that never opens the FIFO fails the test
+	 * instead of leaving a reader blocked. */
+	snprintf(path, sizeof(path), "%s/fifo", d.dir);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	int rfd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	cr_assert_geq(rfd, 0, "open FIFO: %s", strerror(errno));
+	fcntl(rfd, F_SETPIPE_SZ, 1 << 20);
+	cr_expect_eq(cli_snapshot_to(d.sock, path), 0, "snapshot -o FIFO");
+	char buf[4096];
+	size_t total = 0;
+	ssize_t n;
+	while ((n = read(rfd, buf, sizeof(buf))) > 0)
+		total += (size_t)n;
+	close(rfd);
+	cr_expect_gt(total, 0, "nothing was written to the FIFO");
+	cr_expect(lstat(path, &after) == 0 && S_ISFIFO(after.st_mode), "the FIFO was replaced");
+
+	/* a symlink to a device: refused, the link left as it was */
+	snprintf(path, sizeof(path), "%s/stdout", d.dir);
+	cr_assert_eq(symlink("/dev/null", path), 0);
+	cr_expect_neq(cli_snapshot_to(d.sock, path), 0, "-o through a symlink to a device");
+	char link[64] = "";
+	ssize_t ln = readlink(path, link, sizeof(link) - 1);
+	cr_expect(ln == (ssize_t)strlen("/dev/null") && memcmp(link, "/dev/null", (size_t)ln) == 0,
+		  "the symlink was replaced");
+
 	fshim_close(&sh);
 	heapd_stop(&d);
 	heapd_cleanup(&d);
