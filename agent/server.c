@@ -749,7 +749,10 @@ static void server_add_ring(struct server_conn *c, const unsigned char *pkt, int
 	int err = session_add_ring(c->session, m.ring_id, fd, m.data_size);
 	if (fd >= 0)
 		close(fd);
-	if (err == -EDQUOT) { /* over its uid's ring budget: that ring is not read */
+	/* Over its uid's ring budget: that ring is not read. Ended already (its process exited,
+	 * or was found gone at HELLO): a ring announced before that is moot. Neither is a
+	 * protocol error. */
+	if (err == -EDQUOT || err == -ESRCH) {
 		server_conn_rearm(c);
 		return;
 	}

@@ -807,10 +807,8 @@ int session_add_ring(struct session *s, uint32_t ring_id, int fd, uint32_t data_
 {
 	if (ring_id >= LLGO_MAX_RINGS || data_size != s->ring_data_size)
 		return -EINVAL;
-	/* Ended already (its process exited, or was found gone at HELLO): a ring announced
-	 * before that is moot, not a protocol error. */
 	if (!session_is_live(s))
-		return 0;
+		return -ESRCH;
 	if (fd < 0) { /* a ring in the process memfd: a hint to look at ring_count now */
 		if (s->memfd < 0)
 			return -EINVAL;
