@@ -138,7 +138,14 @@ static struct bucket *bt_bucket_find(const struct bt_bheads *a, uint64_t h,
 static inline void bt_count(struct bucket *b, uint64_t size)
 {
 	atomic_fetch_add_explicit(&b->alloc_objects, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&b->alloc_bytes, size, memory_order_relaxed);
+	/* Saturating: a process may ask for SIZE_MAX (and fail) over and over; its bytes stop
+	 * at 2^64-1 instead of wrapping to a small (or, in use, negative) value. */
+	uint64_t old = atomic_load_explicit(&b->alloc_bytes, memory_order_relaxed), nv;
+	do {
+		nv = old + size < old ? UINT64_MAX : old + size;
+	} while (!atomic_compare_exchange_weak_explicit(&b->alloc_bytes, &old, nv,
+							memory_order_relaxed,
+							memory_order_relaxed));
 }
 
 /* ---- allocation (under t->lock) -------------------------------------------------------- */

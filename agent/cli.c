@@ -48,7 +48,9 @@ static void usage(FILE *f)
 		"        compare recorded stacks with the kernel's (eBPF) for N s (default 5);\n"
 		"        exit 1 when fewer than PERCENT (default 100) agree, 2 when BPF is\n"
 		"        unavailable\n"
-		"common options: --socket PATH (default: $LLGO_HEAP_SOCKET, else the daemon's)\n");
+		"common options: --socket PATH (default: $LLGO_HEAP_SOCKET, else the daemon's)\n"
+		"                --timeout SECONDS  give up on a daemon that does not answer\n"
+		"                (default 60, or $LLGO_HEAP_TIMEOUT; verify adds its --seconds)\n");
 }
 
 static int die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -62,6 +64,10 @@ static int die(const char *fmt, ...)
 	va_end(ap);
 	return 2;
 }
+
+/* How long a request may wait for the daemon (connect, send, each packet of the answer):
+ * a stopped daemon must not hang the CLI. cli_wait_extra_s: added for verify's window. */
+static unsigned cli_timeout_s = 60, cli_wait_extra_s;
 
 /* ---- options --------------------------------------------------------------------------- */
 
@@ -118,6 +124,14 @@ static int opts_parse(const char *sub, int argc, char **argv, struct opts *o)
 	} while (0)
 		if (strcmp(a, "--socket") == 0 || strcmp(a, "-S") == 0) {
 			TAKE(o->socket);
+		} else if (strcmp(a, "--timeout") == 0) {
+			const char *t;
+			TAKE(t);
+			char *end;
+			unsigned long v = strtoul(t, &end, 10);
+			if (*t == '\0' || *end || v == 0 || v > 86400)
+				return die("%s: bad number of seconds for --timeout: '%s'", sub, t);
+			cli_timeout_s = (unsigned)v;
 		} else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) &&
 			   (strcmp(sub, "run") == 0 || strcmp(sub, "snapshot") == 0)) {
 			TAKE(o->out);
@@ -253,10 +267,15 @@ static int client_connect(const char *path, int *out)
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -errno;
+	/* SO_SNDTIMEO bounds connect too (a full backlog of a stopped daemon) */
+	struct timeval tv = { .tv_sec = (time_t)(cli_timeout_s + cli_wait_extra_s) };
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int err = -errno;
 		close(s);
-		return err;
+		return err == -EAGAIN || err == -EWOULDBLOCK || err == -EINPROGRESS ? -ETIMEDOUT
+										   : err;
 	}
 	*out = s;
 	return 0;
@@ -278,6 +297,8 @@ static int client_request(const char *path, const void *req, size_t n, struct bu
 		ssize_t r = msg_recv(s, pkt, LLGO_MSG_MAX, NULL);
 		if (r <= 0) {
 			err = r < 0 ? (int)r : -ECONNRESET;
+			if (err == -EAGAIN || err == -EWOULDBLOCK)
+				err = -ETIMEDOUT;
 			break;
 		}
 		struct llgo_msg_header h;
@@ -307,6 +328,9 @@ static int daemon_error(const char *path, int err)
 		return die("no llgo-heapd at %s (start it, or pass --socket PATH)", path);
 	if (err == -EACCES)
 		return die("cannot connect to %s: permission denied", path);
+	if (err == -ETIMEDOUT)
+		return die("llgo-heapd at %s did not answer within %u s (stopped or overloaded?"
+			   "; --timeout SECONDS)", path, cli_timeout_s + cli_wait_extra_s);
 	return die("talking to llgo-heapd at %s: %s", path, strerror(-err));
 }
 
@@ -359,14 +383,74 @@ static int write_file(const char *file, const struct buf *b)
 			return die("writing to stdout: %s", strerror(errno));
 		return 0;
 	}
+	/* FILE exists and is not a regular file (a device such as /dev/null, a FIFO, a tty):
+	 * write it in place. A temporary and a rename would replace the device itself with a
+	 * regular file (run as root, /dev is writable). No O_CREAT and O_NOFOLLOW: only what
+	 * lstat saw is opened; if it became a regular file meanwhile, the temporary path below
+	 * is taken. A symlink to something other than a regular file (/dev/stdout) is refused:
+	 * following it could write through a link another user planted, and renaming over it
+	 * would destroy it; -o - writes to stdout. */
+	struct stat ls;
+	if (lstat(file, &ls) == 0) {
+		if (S_ISLNK(ls.st_mode)) {
+			struct stat ts;
+			if (stat(file, &ts) == 0 && !S_ISREG(ts.st_mode))
+				return die("cannot write %s: a symlink to something other than a "
+					   "regular file is neither followed nor replaced (-o - "
+					   "writes to stdout)",
+					   file);
+		} else if (!S_ISREG(ls.st_mode)) {
+			int fd = open(file, O_WRONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+			if (fd < 0)
+				return die("cannot write %s: %s", file, strerror(errno));
+			struct stat fs;
+			if (fstat(fd, &fs) != 0 || S_ISREG(fs.st_mode)) {
+				close(fd); /* replaced meanwhile: the temporary path below */
+			} else {
+				size_t off = 0;
+				while (off < b->len) {
+					ssize_t w = write(fd, b->data + off, b->len - off);
+					if (w < 0 && errno == EINTR)
+						continue;
+					if (w <= 0) {
+						int e = w < 0 ? errno : EIO;
+						close(fd);
+						return die("cannot write %s: %s", file, strerror(e));
+					}
+					off += (size_t)w;
+				}
+				if (close(fd) != 0 && errno != EINTR)
+					return die("cannot write %s: %s", file, strerror(errno));
+				return 0;
+			}
+		}
+	}
 	/* Write a temporary file and rename it, so a full disk never leaves half a profile
-	 * under the requested name. */
+	 * under the requested name. The temporary name is unpredictable and created with
+	 * O_EXCL (mkostemp), which never follows a symlink another user planted in the folder
+	 * (run as root, a predictable name would write through it); rename replaces a link at
+	 * FILE itself, never its target. */
 	char tmp[PATH_MAX];
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d", file, (int)getpid()) >= (int)sizeof(tmp))
+	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", file) >= (int)sizeof(tmp))
 		return die("%s: path too long", file);
-	FILE *f = fopen(tmp, "wb");
-	if (!f)
+	int fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
 		return die("cannot write %s: %s", file, strerror(errno));
+	mode_t um = umask(0);
+	umask(um);
+	if (fchmod(fd, 0666 & ~um) != 0) { /* what fopen would have made */
+		int e = errno;
+		close(fd);
+		unlink(tmp);
+		return die("cannot write %s: %s", file, strerror(e));
+	}
+	FILE *f = fdopen(fd, "wb");
+	if (!f) {
+		int e = errno;
+		close(fd);
+		unlink(tmp);
+		return die("cannot write %s: %s", file, strerror(e));
+	}
 	size_t w = fwrite(b->data, 1, b->len, f);
 	int err = (w != b->len || fflush(f) != 0 || fsync(fileno(f)) != 0) ? errno : 0;
 	if (fclose(f) != 0 && !err)
@@ -403,6 +487,23 @@ static void print_list(const struct buf *b)
 		       (unsigned long long)e.delivered, (unsigned long long)e.dropped,
 		       (unsigned long long)e.corrupt, (unsigned long long)e.buckets,
 		       unwind_mode_name(e.unwind_mode), (unsigned long long)e.truncated, ver, e.comm);
+		if (e.budget_flags) { /* the uid's budgets llgo-heapd hit (llgo-heapd --help) */
+			static const char *const names[] = { "connections", "processes", "rings",
+							     "ring memory", "bucket memory",
+							     "unread answers" };
+			printf("%-8s over its user's budget:", "");
+			const char *sep = " ";
+			for (unsigned k = 0; k < 6; k++) {
+				if (e.budget_flags & (1u << k)) {
+					printf("%s%s", sep, names[k]);
+					sep = ", ";
+				}
+			}
+			if (e.budget_dropped)
+				printf(" (%llu records not aggregated)",
+				       (unsigned long long)e.budget_dropped);
+			putchar('\n');
+		}
 	}
 }
 
@@ -547,6 +648,7 @@ static int cmd_verify(const char *path, struct opts *o)
 	msg_header_init(&req.h, LLGO_MSG_VERIFY, sizeof(req));
 	req.pid = (uint32_t)pid;
 	req.seconds = (uint32_t)seconds;
+	cli_wait_extra_s = (unsigned)seconds;
 	struct buf b;
 	buf_init(&b);
 	char message[LLGO_END_MSG_LEN];
@@ -832,6 +934,13 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	const char *tenv = getenv("LLGO_HEAP_TIMEOUT");
+	if (tenv && *tenv) {
+		char *end;
+		unsigned long v = strtoul(tenv, &end, 10);
+		if (!*end && v > 0 && v <= 86400)
+			cli_timeout_s = (unsigned)v;
+	}
 	struct opts o;
 	int rc = opts_parse(sub, argc - 2, argv + 2, &o);
 	if (rc) {

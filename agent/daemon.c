@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "budget.h"
 #include "http.h"
 #include "session.h"
 
@@ -23,11 +24,14 @@ struct daemon_opts {
 	struct server_opts server;
 	bool foreground;
 	const char *http_uids; /* --http-uids, checked by http_parse_uids */
+	struct budget_limits budget;
 	char socket_buf[PATH_MAX];
 };
 
 static void daemon_usage(FILE *f)
 {
+	struct budget_limits d;
+	budget_defaults(&d);
 	fprintf(f,
 		"usage: llgo-heapd [--socket PATH] [--foreground] [--max-buckets N]\n"
 		"                  [--max-memory BYTES] [--keep-exited N]\n"
@@ -51,8 +55,38 @@ static void daemon_usage(FILE *f)
 		"                      may be repeated\n"
 		"  --verify-every N    check one sample in N of every process against the\n"
 		"                      kernel's stack (eBPF; needs CAP_BPF and CAP_PERFMON);\n"
-		"                      results in `llgo-heap list` and profile comments\n",
-		SESSION_DEFAULT_KEEP_EXITED);
+		"                      results in `llgo-heap list` and profile comments\n"
+		"\n"
+		"Limits for a shared host (per uid, and for all users together; 0 = none).\n"
+		"A user over a limit is refused or degraded alone, logged once, and flagged\n"
+		"in `llgo-heap list`; root is held by the totals only:\n"
+		"  --max-conns-per-uid N              open connections (default %llu)\n"
+		"  --max-conns N                      (default %llu)\n"
+		"  --max-processes-per-uid N          live profiled processes (default %llu)\n"
+		"  --max-processes N                  (default %llu)\n"
+		"  --max-rings-per-uid N              rings mapped (default %llu)\n"
+		"  --max-rings N                      (default %llu)\n"
+		"  --max-ring-memory-per-uid BYTES    ring memory mapped (default %lluM)\n"
+		"  --max-ring-memory BYTES            (default %lluM)\n"
+		"  --max-bucket-memory-per-uid BYTES  aggregated profiles, live and exited\n"
+		"                                     (default %lluM; over it, new records of\n"
+		"                                     that user are counted, not aggregated)\n"
+		"  --max-bucket-memory BYTES          (default %lluM)\n"
+		"  --max-unread-per-uid BYTES         answers its clients do not read\n"
+		"                                     (default %lluM; all users: 512M)\n"
+		"  --keep-exited-per-uid N            exited processes kept per uid (default %u)\n"
+		"  --keep-exited-age SECONDS          and for at most this long (default %u)\n",
+		SESSION_DEFAULT_KEEP_EXITED, (unsigned long long)d.per_uid[BUDGET_CONNS],
+		(unsigned long long)d.total[BUDGET_CONNS],
+		(unsigned long long)d.per_uid[BUDGET_SESSIONS],
+		(unsigned long long)d.total[BUDGET_SESSIONS],
+		(unsigned long long)d.per_uid[BUDGET_RINGS], (unsigned long long)d.total[BUDGET_RINGS],
+		(unsigned long long)(d.per_uid[BUDGET_RING_BYTES] >> 20),
+		(unsigned long long)(d.total[BUDGET_RING_BYTES] >> 20),
+		(unsigned long long)(d.per_uid[BUDGET_BUCKET_BYTES] >> 20),
+		(unsigned long long)(d.total[BUDGET_BUCKET_BYTES] >> 20),
+		(unsigned long long)(d.per_uid[BUDGET_OUT_BYTES] >> 20),
+		SESSION_DEFAULT_KEEP_EXITED_PER_UID, SESSION_DEFAULT_KEEP_EXITED_AGE_S);
 }
 
 static int daemon_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -133,7 +167,15 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 		}
 		const char *names[] = { "--socket", "--max-buckets", "--max-memory",
 					"--keep-exited", "--http", "--http-uids", "--trim",
-					"--verify-every" };
+					"--verify-every",
+					/* 8.. : budgets, in enum budget_kind order, per uid then all */
+					"--max-conns-per-uid", "--max-conns",
+					"--max-processes-per-uid", "--max-processes",
+					"--max-rings-per-uid", "--max-rings",
+					"--max-ring-memory-per-uid", "--max-ring-memory",
+					"--max-bucket-memory-per-uid", "--max-bucket-memory",
+					"--keep-exited-per-uid", "--keep-exited-age",
+					"--max-unread-per-uid" };
 		const char *val = NULL;
 		size_t which = LLGO_ARRAY_SIZE(names);
 		for (size_t k = 0; k < LLGO_ARRAY_SIZE(names); k++) {
@@ -192,7 +234,37 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 				return daemon_die("--verify-every: not a positive number: %s", val);
 			o->server.verify_every = (uint32_t)v;
 			break;
+		case 20:
+			if (daemon_parse_size(val, &v, true))
+				return daemon_die("--max-unread-per-uid: not a size: %s", val);
+			o->budget.per_uid[BUDGET_OUT_BYTES] = v;
+			o->server.budget = &o->budget;
+			break;
+		case 18:
+			if (daemon_parse_size(val, &v, false) || v == 0 || v > 1000000)
+				return daemon_die("--keep-exited-per-uid: not a number in 1..1000000: "
+						  "%s", val);
+			o->server.keep_exited_per_uid = (unsigned)v;
+			break;
+		case 19:
+			if (daemon_parse_size(val, &v, false) || v == 0 || v > 100u * 365 * 86400)
+				return daemon_die("--keep-exited-age: not a number of seconds: %s", val);
+			o->server.keep_exited_age_s = (unsigned)v;
+			break;
 		default:
+			if (which >= 8 && which < 18) {
+				unsigned k = (unsigned)(which - 8) / 2;
+				bool bytes = k == BUDGET_RING_BYTES || k == BUDGET_BUCKET_BYTES;
+				if (daemon_parse_size(val, &v, bytes))
+					return daemon_die("%s: not a %s: %s", names[which],
+							  bytes ? "size" : "number", val);
+				if ((which - 8) % 2 == 0)
+					o->budget.per_uid[k] = v;
+				else
+					o->budget.total[k] = v;
+				o->server.budget = &o->budget;
+				break;
+			}
 			daemon_usage(stderr);
 			return daemon_die("unknown option '%s'", a);
 		}
@@ -247,6 +319,7 @@ int main(int argc, char **argv)
 	struct daemon_opts o;
 	memset(&o, 0, sizeof(o));
 	o.server.keep_exited = SESSION_DEFAULT_KEEP_EXITED;
+	budget_defaults(&o.budget);
 	/* Signals are taken synchronously by sigwait below; blocked from the start, so a
 	 * SIGTERM that arrives while the socket is being set up still ends in an orderly exit,
 	 * and every thread started later inherits the mask. */
@@ -326,8 +399,9 @@ int main(int argc, char **argv)
 	struct server_stats st;
 	server_get_stats(srv, &st);
 	server_log("signal %d: exiting (%llu connections, %llu processes, %llu dropped for "
-		   "bad packets)", sig, (unsigned long long)st.connections,
-		   (unsigned long long)st.sessions, (unsigned long long)st.malformed);
+		   "bad packets, %llu exited processes evicted)", sig,
+		   (unsigned long long)st.connections, (unsigned long long)st.sessions,
+		   (unsigned long long)st.malformed, (unsigned long long)st.evicted);
 	http_free(http); /* before the server: its requests hold sessions */
 	server_free(srv);
 	for (size_t i = 0; i < o.server.ntrim; i++)

@@ -159,6 +159,11 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	if (s->verify) /* llgo-heap verify: the kernel's capture of this sample may come */
 		verify_note_record(s->verify, ctx->ring_id, rec, frames);
 	uint64_t rate = rec->rate;
+	if (atomic_load_explicit(&s->buckets_over, memory_order_relaxed)) {
+		/* its uid is over its bucket memory budget (budget.c): degraded, counted */
+		atomic_fetch_add_explicit(&s->budget_dropped, 1, memory_order_relaxed);
+		return;
+	}
 	uint32_t npcs = rec->nframes;
 	const uint64_t *shim_frames = frames;
 	if (rec->kind == LLGO_REC_ALLOC_RAW) {
@@ -217,10 +222,12 @@ static void drain_refresh_locked(struct session *s, bool force)
 	    now - s->last_refresh_ns < DRAIN_REFRESH_MS * 1000000ull)
 		return;
 	s->last_refresh_ns = now;
-	/* A reused pid would give us another process's maps. */
-	if (!session_process_alive(s))
+	/* A reused pid, or a setuid exec, would give us maps its owner may not read: checked
+	 * before and after (after: the session is then shown to root only). */
+	if (!session_may_read(s))
 		return;
 	procmaps_refresh(s->maps, s->pid);
+	session_may_read(s);
 	s->maps_stale = false;
 }
 
@@ -259,6 +266,7 @@ static size_t drain_session_locked(struct session *s)
 	pthread_mutex_unlock(&s->lock);
 	struct session_counts c;
 	session_account_locked(s, &c); /* refreshes the cached counts LIST shows */
+	session_charge_buckets(s);
 	return records;
 }
 

@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "internal.h"
+#include "escape.h"
+#include "sane.h"
 
 struct fline {
 	size_t off, len;  /* folded text in the arena */
@@ -42,12 +44,11 @@ struct fctx {
 static void put_name(struct buf *b, const char *s)
 {
 	size_t start = b->len;
-	buf_puts(b, s);
+	escape_append(b, s); /* no control character, no line break (escape.c) */
 	if (b->failed)
 		return;
 	for (size_t i = start; i < b->len; i++) {
-		unsigned char c = b->data[i];
-		if (c == ';' || c == '\n' || c == '\r')
+		if (b->data[i] == ';')
 			b->data[i] = '_';
 	}
 }
@@ -159,7 +160,7 @@ int folded_write(struct buf *out, const struct profile *p, struct procmaps *maps
 		size_t j = i;
 		int64_t sum = 0;
 		while (j < c.n && fline_cmp(&c.lines[j], &c.lines[i]) == 0)
-			sum += c.lines[j++].value;
+			sum = sane_add(sum, c.lines[j++].value);
 		buf_append(&b, c.lines[i].text, c.lines[i].len);
 		buf_printf(&b, " %lld\n", (long long)sum);
 		i = j;

@@ -56,7 +56,10 @@
 #include "http.h"
 
 #define HTTP_MAX_CONNS 64u
-#define HTTP_IDLE_TIMEOUT_S 60u
+#define HTTP_IDLE_TIMEOUT_S 10u
+/* Delta profiles (seconds=N) sleeping at once: the rest of the connections stay for
+ * everything else, so slow deltas cannot lock the endpoint. */
+#define HTTP_MAX_DELTAS 16u
 #define HTTP_MAX_BODY (4u << 20)  /* POST /symbol: about 300000 addresses */
 #define HTTP_STOP_WAIT_MS 2000u   /* for answers under way when the daemon stops */
 #define HTTP_PREFIX "/debug/pprof/"
@@ -69,6 +72,7 @@ struct http_server {
 	int stop_fd;   /* eventfd, readable once stopping: wakes sleeping delta requests */
 	_Atomic bool stopping;
 	_Atomic unsigned inflight; /* requests being answered (handler called to completion) */
+	_Atomic unsigned deltas;   /* delta profiles sleeping (HTTP_MAX_DELTAS) */
 	uid_t *uids;
 	size_t nuids;
 	char address[INET6_ADDRSTRLEN + 16];
@@ -145,6 +149,14 @@ static bool http_uid_allowed(const struct http_server *h, uid_t uid)
 		if (h->uids[i] == uid)
 			return true;
 	return false;
+}
+
+/* A process whose identity changed after it attached (a setuid exec, ident.c) is served as
+ * root's: only when root's uid is in the list. */
+static bool http_session_allowed(const struct http_server *h, const struct session *s)
+{
+	return http_uid_allowed(h, s->uid) &&
+	       (!atomic_load(&s->ident_lost) || http_uid_allowed(h, 0));
 }
 
 /* Go's html.EscapeString, plus control bytes (a hostile comm) shown as '?'. */
@@ -260,7 +272,7 @@ static struct session *http_sole_session(struct http_server *h, size_t *allowed)
 	struct session *one = NULL;
 	*allowed = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (http_uid_allowed(h, v[i]->uid)) {
+		if (http_session_allowed(h, v[i])) {
 			++*allowed;
 			one = v[i];
 		}
@@ -284,7 +296,7 @@ static struct session *http_session(struct http_server *h, struct MHD_Connection
 			return NULL;
 		}
 		struct session *s = server_lookup(h->srv, (pid_t)pid);
-		if (s && !http_uid_allowed(h, s->uid)) {
+		if (s && !http_session_allowed(h, s)) {
 			session_put(s);
 			s = NULL;
 		}
@@ -399,11 +411,20 @@ static enum MHD_Result http_profile(struct http_server *h, struct MHD_Connection
 		goto out;
 	}
 
+	if (atomic_fetch_add(&h->deltas, 1) >= HTTP_MAX_DELTAS) {
+		atomic_fetch_sub(&h->deltas, 1);
+		rc = http_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+				"too many delta profiles in progress (%u); try again later",
+				HTTP_MAX_DELTAS);
+		goto out;
+	}
 	if (server_collect(h->srv, s, &p0)) {
+		atomic_fetch_sub(&h->deltas, 1);
 		rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "failed to collect profile");
 		goto out;
 	}
 	int w = http_wait(h, c, (uint64_t)seconds * 1000000000ull);
+	atomic_fetch_sub(&h->deltas, 1);
 	if (w == -ECONNRESET) {
 		/* Go's answer to a canceled request context; nobody reads it */
 		rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "context canceled");
@@ -518,7 +539,7 @@ static enum MHD_Result http_symbol(struct http_server *h, struct MHD_Connection 
 		int64_t v;
 		if (!http_parse_int(pid, &v) && v > 0 && v <= INT_MAX) {
 			s = session_lookup(server_sessions(h->srv), (pid_t)v);
-			if (s && !http_uid_allowed(h, s->uid)) {
+			if (s && !http_session_allowed(h, s)) {
 				session_put(s);
 				s = NULL;
 			}
@@ -571,7 +592,7 @@ static enum MHD_Result http_index(struct http_server *h, struct MHD_Connection *
 	size_t n = session_list(server_sessions(h->srv), false, &v);
 	size_t shown = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!http_uid_allowed(h, v[i]->uid))
+		if (!http_session_allowed(h, v[i]))
 			continue;
 		struct llgo_list_entry e;
 		session_list_entry(v[i], &e);

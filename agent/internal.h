@@ -260,6 +260,8 @@ struct sym_result {
 /* Open (or find in the cache by build ID) the ELF file at path; fd may be -1. */
 struct symfile *symfile_get(const char *path, int fd, const char *build_id);
 void symfile_put(struct symfile *f);
+/* Another reference to f. */
+struct symfile *symfile_ref(struct symfile *f);
 /* Resolve pc (an address in the process) inside mapping m; callers pass a return
  * address minus 1. Strings stay valid while the symfile is referenced. Returns the number
  * of frames (0: no symbol covers pc; the has_* flags are filled even then, and for a pc

@@ -7,8 +7,9 @@
  * (" (deleted)" trimmed from the path), plus the kernel's [vdso]/[vsyscall] as mappings
  * without a file; anonymous executable memory is skipped. Each file is opened through
  * /proc/PID/map_files/START-END when the kernel lets us (that link reaches the very inode
- * mapped, even when it was deleted or replaced), else through /proc/PID/root/PATH, else
- * PATH (never for a deleted file: the path now names something else). Its GNU build ID is
+ * mapped, even when it was deleted or replaced), else through /proc/PID/root/PATH (the
+ * process's own mount namespace) if that is the inode mapped; never through PATH in the
+ * daemon's namespace, which may name another file (another container's, another user's). Its GNU build ID is
  * read, and the symfile comes from symfile_get()'s cache.
  *
  * procmaps_refresh() re-reads the maps, e.g. after dlopen: mappings already known are
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -120,9 +122,13 @@ static int open_mapped_file(pid_t pid, const struct maps_line *l)
 		return fd;
 	snprintf(p, sizeof(p), "/proc/%d/root%s", (int)pid, l->path);
 	fd = open(p, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0)
-		return fd;
-	return open(l->path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd >= 0 && (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != l->inode ||
+			major(st.st_dev) != l->dev_major || minor(st.st_dev) != l->dev_minor)) {
+		close(fd); /* replaced since it was mapped: not the file the process runs */
+		fd = -1;
+	}
+	return fd;
 }
 
 static bool same_mapping(const struct mapping *m, const struct maps_line *l)
@@ -166,11 +172,11 @@ static struct mapping *mapping_new(struct procmaps *pm, pid_t pid, const struct 
 		if (o->file && o->build_id[0] && o->inode == l->inode &&
 		    o->dev_major == l->dev_major && o->dev_minor == l->dev_minor &&
 		    strcmp(o->path, l->path) == 0) {
+			/* the same file of the same process: its symfile, not a new open of
+			 * the path (in the daemon's namespace it may name another file) */
 			memcpy(m->build_id, o->build_id, sizeof(m->build_id));
-			m->file = symfile_get(m->path, -1, m->build_id);
-			if (m->file)
-				return m;
-			break;
+			m->file = symfile_ref(o->file);
+			return m;
 		}
 	}
 	int fd = open_mapped_file(pid, l);
@@ -245,6 +251,23 @@ static char *read_maps(pid_t pid, size_t *len)
 	return (char *)b.data;
 }
 
+/* Index of the first mapping of a (sorted by start, disjoint) whose end is above addr;
+ * a->n when none (or a is NULL). */
+static size_t procmaps_first_ending_after(const struct maparray *a, uint64_t addr)
+{
+	if (!a)
+		return 0;
+	size_t lo = 0, hi = a->n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (a->v[mid]->end <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 int procmaps_refresh(struct procmaps *pm, pid_t pid)
 {
 	pthread_once(&elf_once, procmaps_elf_init);
@@ -274,10 +297,14 @@ int procmaps_refresh(struct procmaps *pm, pid_t pid)
 			*nl = '\0';
 		struct maps_line l;
 		if (maps_parse(line, &l) && keep_line(&l, emulated)) {
+			/* old is sorted by start, its mappings disjoint: a binary search, so
+			 * that a process with tens of thousands of mappings costs n log n per
+			 * refresh, not n^2 */
 			const struct mapping *m = NULL;
-			for (size_t i = 0; old && i < old->n && !m; i++)
-				if (same_mapping(old->v[i], &l))
-					m = old->v[i];
+			size_t i = procmaps_first_ending_after(old, l.start);
+			if (old && i < old->n && old->v[i]->start == l.start &&
+			    same_mapping(old->v[i], &l))
+				m = old->v[i];
 			if (!m && pm->nall == pm->capall) {
 				size_t nc = pm->capall ? pm->capall * 2 : 32;
 				struct mapping **p = realloc(pm->all, nc * sizeof(*p));
@@ -309,15 +336,29 @@ int procmaps_refresh(struct procmaps *pm, pid_t pid)
 	fresh = na->n;
 	/* Keep known mappings that nothing listed now overlaps (e.g. a library unloaded
 	 * since: samples taken while it was mapped still resolve). */
+	struct maparray fr = { .n = fresh };
+	struct maparray *frp = NULL;
+	if (fresh) { /* the fresh ones in address order (as /proc lists them), for the search */
+		frp = malloc(sizeof(*frp) + fresh * sizeof(frp->v[0]));
+		if (!frp) {
+			free(na);
+			err = -ENOMEM;
+			goto out;
+		}
+		*frp = fr;
+		memcpy(frp->v, na->v, fresh * sizeof(na->v[0]));
+		qsort(frp->v, fresh, sizeof(frp->v[0]), map_cmp);
+	}
 	for (size_t i = 0; old && i < old->n; i++) {
 		const struct mapping *o = old->v[i];
-		bool overlap = false;
-		for (size_t j = 0; j < fresh && !overlap; j++)
-			overlap = na->v[j] == o ||
-				  (o->start < na->v[j]->end && na->v[j]->start < o->end);
+		/* the first fresh mapping ending after o starts overlaps o if it starts
+		 * before o ends (fresh mappings are disjoint and sorted) */
+		size_t j = procmaps_first_ending_after(frp, o->start);
+		bool overlap = frp && j < fresh && frp->v[j]->start < o->end;
 		if (!overlap && na->n < cap)
 			na->v[na->n++] = o;
 	}
+	free(frp);
 	if (na->n > 1)
 		qsort(na->v, na->n, sizeof(na->v[0]), map_cmp);
 	/* Pairs with the load-acquire in procmaps_find/procmaps_list: the array and every

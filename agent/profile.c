@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "sane.h"
 
 /* ---- Scaling -------------------------------------------------------------------------- */
 
@@ -38,14 +39,14 @@ void profile_scale(uint64_t count, uint64_t size, uint64_t rate, int64_t *out_co
 	}
 	if (rate <= 1) {
 		/* Every allocation was recorded. */
-		*out_count = (int64_t)count;
-		*out_size = (int64_t)size;
+		*out_count = sane_i64(count);
+		*out_size = sane_i64(size);
 		return;
 	}
 	double avg = (double)size / (double)count;
 	double scale = 1 / (1 - exp(-avg / (double)rate));
-	*out_count = (int64_t)((double)count * scale);
-	*out_size = (int64_t)((double)size * scale);
+	*out_count = sane_from_double((double)count * scale);
+	*out_size = sane_from_double((double)size * scale);
 }
 
 /* Signed pairs (in-use in a delta can be negative): Go's formula gives the same magnitude
@@ -68,20 +69,26 @@ static void scale_signed(int64_t count, int64_t size, uint64_t rate, int64_t *oc
 	}
 }
 
+/* a - b as a signed value, saturating (counters may sit at 2^64-1, see bucket.c) */
+static int64_t profile_diff(uint64_t a, uint64_t b)
+{
+	return a >= b ? sane_i64(a - b) : -sane_i64(b - a);
+}
+
 void profile_sample_raw(const struct psample *s, struct profile_values *v)
 {
-	v->alloc_objects = (int64_t)s->alloc_objects;
-	v->alloc_bytes = v->alloc_objects ? (int64_t)s->alloc_bytes : 0;
-	v->inuse_objects = (int64_t)(s->alloc_objects - s->free_objects);
-	v->inuse_bytes = v->inuse_objects ? (int64_t)(s->alloc_bytes - s->free_bytes) : 0;
+	v->alloc_objects = sane_i64(s->alloc_objects);
+	v->alloc_bytes = v->alloc_objects ? sane_i64(s->alloc_bytes) : 0;
+	v->inuse_objects = profile_diff(s->alloc_objects, s->free_objects);
+	v->inuse_bytes = v->inuse_objects ? profile_diff(s->alloc_bytes, s->free_bytes) : 0;
 }
 
 void profile_sample_scaled(const struct psample *s, struct profile_values *v)
 {
 	profile_scale(s->alloc_objects, s->alloc_bytes, s->rate, &v->alloc_objects,
 		      &v->alloc_bytes);
-	scale_signed((int64_t)(s->alloc_objects - s->free_objects),
-		     (int64_t)(s->alloc_bytes - s->free_bytes), s->rate, &v->inuse_objects,
+	scale_signed(profile_diff(s->alloc_objects, s->free_objects),
+		     profile_diff(s->alloc_bytes, s->free_bytes), s->rate, &v->inuse_objects,
 		     &v->inuse_bytes);
 }
 

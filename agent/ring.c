@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "sane.h"
 
 static bool ring_geometry_ok(uint64_t data_size)
 {
@@ -141,6 +142,8 @@ void ring_reader_baseline(struct ring_reader *r)
 		unread++;
 		pos += len;
 	}
+	if (sampled > LLGO_SANE_COUNT_MAX || dropped > sampled) /* hostile: not taken */
+		sampled = dropped = 0;
 	r->prior = sampled >= dropped + unread ? sampled - dropped - unread : 0;
 }
 
@@ -231,7 +234,8 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 				 len == sumlen + regs.stack_len + regs.stack2_len;
 		}
 		if (!len_ok || rec->nframes > LLGO_MAX_FRAMES || rec->rate < 1 ||
-		    rec->seq < r->next_seq || rec->seq == UINT64_MAX) {
+		    rec->rate > LLGO_RATE_MAX || rec->seq < r->next_seq ||
+		    rec->seq == UINT64_MAX) {
 			r->counts.corrupt++;
 			continue;
 		}
@@ -250,7 +254,8 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 	if (atomic_load_explicit(&h->waiting, memory_order_relaxed))
 		syscall(SYS_futex, (void *)&h->tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	/* Counters only move forward; values that go back or do not add up are not taken. */
-	if (sampled >= r->sampled && dropped >= r->dropped && dropped <= sampled) {
+	if (sampled >= r->sampled && dropped >= r->dropped && dropped <= sampled &&
+	    sampled <= LLGO_SANE_COUNT_MAX) {
 		r->sampled = sampled;
 		r->dropped = dropped;
 	}

@@ -27,6 +27,13 @@
  * connections), not a worker. A connection whose answer makes no progress for
  * SERVER_SEND_TIMEOUT_S is closed by the loop.
  *
+ * Identity and limits: every connection's peer is pinned at accept (ident.c: pidfd, start
+ * time) and re-checked before HELLO reads anything of it; one session per process (a HELLO
+ * with the memfd of a live session joins it, another replaces it); a session ends when its
+ * process does (its pidfd is watched). Connections, sessions, rings and unread answers are
+ * charged to the peer's uid (budget.c); a uid other than root runs at most half the client
+ * workers; a connection silent for SERVER_FIRST_PACKET_MS after accept is shut down.
+ *
  * A packet that breaks the protocol (bad header or length, wrong order, a descriptor where
  * none belongs or none where one must be, a ring or control page that fails its checks) drops
  * its connection, is counted and logged in one line. A dropped shim connection ends its
@@ -48,6 +55,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "budget.h"
+#include "ident.h"
 #include "session.h"
 #include "verify.h"
 
@@ -63,6 +72,10 @@
 #define SERVER_LOG_PER_SEC 50u
 #define SERVER_MAX_OUT_BYTES (512ull << 20) /* unsent answers, all connections together */
 #define SERVER_OUT_SCAN_MS 250
+/* A connection that sends nothing this long after accept is shut down (shims send HELLO and
+ * clients their request at once): idle connections cannot pile up. */
+#define SERVER_FIRST_PACKET_MS 10000
+#define SERVER_IDLE_SCAN_MS 1000
 
 enum server_conn_kind {
 	SERVER_CONN_NEW,
@@ -76,6 +89,11 @@ struct server_conn {
 	int fd;
 	enum server_conn_kind kind;
 	struct ucred cred;
+	struct ident id;         /* the peer pinned at accept (ident.c); pidfd -1 if none */
+	bool holds_conn;         /* charged to its uid's connection budget (budget.c) */
+	/* The loop's: accept time, and whether a packet came (else the idle scan shuts it). */
+	int64_t accepted_ms;
+	bool seen_packet;
 	struct session *session; /* shim connections, after HELLO */
 	struct server_conn *prev, *next; /* srv->conns, under conns_lock */
 	/* The job a worker runs next (one at most: EPOLLONESHOT). */
@@ -104,6 +122,12 @@ struct server_workq {
 	unsigned nthreads, started;
 	bool stop;
 	bool inited;
+	/* Client workers: a uid other than root runs at most per_uid_max jobs at once, so one
+	 * user's slow requests (snapshots of a dead pid, huge profiles) never hold every
+	 * worker; running[] has the uid of each job in progress (nthreads slots). 0: no limit. */
+	unsigned per_uid_max;
+	uid_t *running;
+	bool *running_used;
 };
 
 struct server {
@@ -117,6 +141,7 @@ struct server {
 	int epfd;
 	int wake_fd;
 	struct session_registry *reg;
+	struct budget *budget; /* per-uid and global limits (budget.c) */
 	struct drain *drain;
 	struct verifier *verifier; /* verify.c: llgo-heap verify, --verify-every */
 	pthread_t loop;
@@ -136,10 +161,15 @@ struct server {
 	 * server_settle). Sequentially consistent on both sides. */
 	_Atomic int loop_busy;
 	_Atomic unsigned hellos_pending; /* HELLO jobs queued or running */
+	/* Serializes "find this process's session, replace it, register the new one" across
+	 * shim workers, so that concurrent HELLOs of one process never leave two sessions. */
+	pthread_mutex_t hello_lock;
 	_Atomic uint64_t n_connections, n_malformed, n_refused, n_sessions;
 	_Atomic uint64_t out_bytes;   /* unsent answer bytes, all connections */
 	_Atomic uint32_t out_waiting; /* connections armed for EPOLLOUT */
 	int64_t next_out_scan_ms;     /* the loop's */
+	int64_t next_idle_scan_ms;    /* the loop's */
+	_Atomic uint32_t unseen;      /* accepted connections that sent no packet yet */
 };
 
 /* ---- logging -------------------------------------------------------------------------- */
@@ -300,14 +330,20 @@ static int server_bind(struct server *srv, const char *path, char *err, size_t e
 		snprintf(err, errlen, "socket: %s", strerror(errno));
 		return -errno;
 	}
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "bind %s: %s", path, strerror(errno));
+	/* Any user's shim may attach; reads are checked per request with SO_PEERCRED. The mode
+	 * is set by the umask at bind (no thread runs yet), never by a chmod of the path after
+	 * it, which would follow whatever the path names by then (a swapped symlink). */
+	mode_t old_mask = umask(0111);
+	int brc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	int berr = errno;
+	umask(old_mask);
+	if (brc < 0) {
+		rc = -berr;
+		snprintf(err, errlen, "bind %s: %s", path, strerror(berr));
 		close(fd);
 		return rc;
 	}
-	/* Any user's shim may attach; reads are checked per request with SO_PEERCRED. */
-	if (chmod(path, 0666) < 0 || listen(fd, 256) < 0 || stat(path, &st) < 0) {
+	if (listen(fd, 256) < 0 || lstat(path, &st) < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "setting up %s: %s", path, strerror(errno));
 		close(fd);
@@ -339,11 +375,18 @@ static void server_conn_close(struct server_conn *c)
 	close(c->fd);
 	if (c->out_waiting)
 		atomic_fetch_sub(&srv->out_waiting, 1);
-	if (c->out_counted)
+	if (c->out_counted) {
 		atomic_fetch_sub(&srv->out_bytes, c->out_counted);
+		budget_give(srv->budget, c->cred.uid, BUDGET_OUT_BYTES, c->out_counted);
+	}
 	pthread_mutex_unlock(&srv->conns_lock);
 	if (c->job_fd >= 0)
 		close(c->job_fd);
+	ident_close(&c->id);
+	if (!c->seen_packet && c->kind != SERVER_CONN_PIDFD)
+		atomic_fetch_sub(&srv->unseen, 1); /* closed before its first packet */
+	if (c->holds_conn)
+		budget_give(srv->budget, c->cred.uid, BUDGET_CONNS, 1);
 	buf_free(&c->out);
 	session_put(c->session);
 	free(c);
@@ -441,8 +484,10 @@ static void server_out_done(struct server_conn *c)
 	pthread_mutex_lock(&srv->conns_lock);
 	if (c->out_waiting)
 		atomic_fetch_sub(&srv->out_waiting, 1);
-	if (c->out_counted)
+	if (c->out_counted) {
 		atomic_fetch_sub(&srv->out_bytes, c->out_counted);
+		budget_give(srv->budget, c->cred.uid, BUDGET_OUT_BYTES, c->out_counted);
+	}
 	c->out_waiting = false;
 	c->out_counted = 0;
 	pthread_mutex_unlock(&srv->conns_lock);
@@ -464,8 +509,15 @@ static void server_out_wait(struct server_conn *c, bool progress)
 	struct epoll_event ev = { .events = EPOLLOUT | EPOLLONESHOT, .data.ptr = c };
 	pthread_mutex_lock(&srv->conns_lock);
 	bool first = !c->out_waiting;
-	if (first && atomic_fetch_add(&srv->out_bytes, left) + left > SERVER_MAX_OUT_BYTES) {
-		atomic_fetch_sub(&srv->out_bytes, left);
+	/* a user's unread answers count against its budget first: one user's non-reading
+	 * clients never take the room everyone's answers share */
+	bool over_uid = first && budget_take(srv->budget, c->cred.uid, BUDGET_OUT_BYTES, left);
+	if (first && (over_uid ||
+		      atomic_fetch_add(&srv->out_bytes, left) + left > SERVER_MAX_OUT_BYTES)) {
+		if (!over_uid) {
+			atomic_fetch_sub(&srv->out_bytes, left);
+			budget_give(srv->budget, c->cred.uid, BUDGET_OUT_BYTES, left);
+		}
 		pthread_mutex_unlock(&srv->conns_lock);
 		server_log("pid %d uid %u: answer dropped, %llu bytes of answers are unread "
 			   "already", (int)c->cred.pid, (unsigned)c->cred.uid,
@@ -554,6 +606,27 @@ static void server_out_expire(struct server *srv)
 	}
 }
 
+/* Shut down connections that sent nothing within SERVER_FIRST_PACKET_MS of accept; their EOF
+ * then closes them the usual way. Only the loop reads or writes seen_packet. */
+static void server_idle_expire(struct server *srv)
+{
+	int64_t now = server_now_ms();
+	if (now < srv->next_idle_scan_ms)
+		return;
+	srv->next_idle_scan_ms = now + SERVER_IDLE_SCAN_MS;
+	pthread_mutex_lock(&srv->conns_lock);
+	for (struct server_conn *c = srv->conns; c; c = c->next) {
+		/* seen_packet first: kind may be written by a worker once a packet came */
+		if (c->seen_packet || c->kind == SERVER_CONN_PIDFD ||
+		    now - c->accepted_ms < SERVER_FIRST_PACKET_MS)
+			continue;
+		c->seen_packet = true;
+		atomic_fetch_sub(&srv->unseen, 1);
+		shutdown(c->fd, SHUT_RDWR);
+	}
+	pthread_mutex_unlock(&srv->conns_lock);
+}
+
 static void server_workq_push(struct server_workq *q, struct server_conn *c, uint16_t job)
 {
 	c->job = job;
@@ -628,12 +701,21 @@ static void server_accept(struct server *srv)
 			close(fd);
 			continue;
 		}
+		/* One user's idle connections must not lock everyone else out. */
+		if (budget_take(srv->budget, c->cred.uid, BUDGET_CONNS, 1) != 0) {
+			atomic_fetch_add(&srv->n_refused, 1);
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->holds_conn = true;
 		pthread_mutex_lock(&srv->conns_lock);
 		if (srv->nconns >= srv->max_conns) {
 			pthread_mutex_unlock(&srv->conns_lock);
 			atomic_fetch_add(&srv->n_refused, 1);
 			server_log("too many connections (%zu): refusing pid %d", srv->max_conns,
 				   (int)c->cred.pid);
+			budget_give(srv->budget, c->cred.uid, BUDGET_CONNS, 1);
 			free(c);
 			close(fd);
 			continue;
@@ -641,6 +723,10 @@ static void server_accept(struct server *srv)
 		c->srv = srv;
 		c->fd = fd;
 		c->job_fd = -1;
+		c->accepted_ms = server_now_ms();
+		atomic_fetch_add(&srv->unseen, 1);
+		/* Pin the peer now: HELLO re-checks the live process against this. */
+		ident_open(fd, c->cred.pid, c->cred.uid, c->cred.gid, &c->id);
 		buf_init(&c->out);
 		c->next = srv->conns;
 		if (srv->conns)
@@ -667,6 +753,13 @@ static void server_add_ring(struct server_conn *c, const unsigned char *pkt, int
 	int err = session_add_ring(c->session, m.ring_id, fd, m.data_size);
 	if (fd >= 0)
 		close(fd);
+	/* Over its uid's ring budget: that ring is not read. Ended already (its process exited,
+	 * or was found gone at HELLO): a ring announced before that is moot. Neither is a
+	 * protocol error. */
+	if (err == -EDQUOT || err == -ESRCH) {
+		server_conn_rearm(c);
+		return;
+	}
 	if (err) {
 		server_malformed(c, "ADD_RING %u (%u bytes): %s", m.ring_id, m.data_size,
 				 strerror(-err));
@@ -698,6 +791,10 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 	}
 	int fd = -1;
 	ssize_t r = msg_recv(c->fd, srv->rxbuf, LLGO_MSG_MAX, &fd);
+	if (r != -EAGAIN && !c->seen_packet) {
+		c->seen_packet = true;
+		atomic_fetch_sub(&srv->unseen, 1);
+	}
 	if (r == -EAGAIN) {
 		server_conn_rearm(c);
 		return;
@@ -732,7 +829,7 @@ static void server_conn_event(struct server *srv, struct server_conn *c)
 		want = sizeof(struct llgo_msg_add_ring);
 		/* A ring of the process memfd is named by id; a ring of its own comes as a
 		 * descriptor (a shim that sent a control page alone). */
-		needs_fd = !(c->session && c->session->memfd >= 0);
+		needs_fd = !(c->session && c->session->has_memfd);
 		shim_msg = true;
 		break;
 	case LLGO_MSG_ADD_LIVE:
@@ -833,7 +930,9 @@ static void *server_loop(void *arg)
 	struct server *srv = arg;
 	struct epoll_event ev[64];
 	while (!atomic_load(&srv->stopping)) {
-		int timeout = atomic_load(&srv->out_waiting) ? SERVER_OUT_SCAN_MS : -1;
+		int timeout = atomic_load(&srv->out_waiting) ? SERVER_OUT_SCAN_MS
+			      : atomic_load(&srv->unseen) ? SERVER_IDLE_SCAN_MS
+							  : -1;
 		int n = epoll_wait(srv->epfd, ev, 64, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -869,11 +968,47 @@ static void *server_loop(void *arg)
 		}
 		if (atomic_load(&srv->out_waiting))
 			server_out_expire(srv);
+		if (atomic_load(&srv->unseen))
+			server_idle_expire(srv);
 	}
 	return NULL;
 }
 
 /* ---- shim jobs (workers) ------------------------------------------------------------------ */
+
+/* Watch s's process for its exit (a conn of kind PIDFD over a duplicate of pidfd): the
+ * session ends when the process does, whoever still holds its socket (a child that kept it
+ * cannot keep a session of a dead pid alive, which a reused pid would then be shown as). */
+static void server_watch_exit(struct server *srv, struct session *s, int pidfd)
+{
+	int fd = pidfd >= 0 ? fcntl(pidfd, F_DUPFD_CLOEXEC, 3) : -1;
+	struct server_conn *c = fd >= 0 ? calloc(1, sizeof(*c)) : NULL;
+	if (!c) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	c->srv = srv;
+	c->fd = fd;
+	c->kind = SERVER_CONN_PIDFD;
+	c->session = session_get(s);
+	c->job_fd = -1;
+	c->id.pidfd = -1;
+	c->cred.pid = s->pid;
+	c->cred.uid = s->uid;
+	c->cred.gid = s->gid;
+	buf_init(&c->out);
+	pthread_mutex_lock(&srv->conns_lock);
+	c->next = srv->conns;
+	if (srv->conns)
+		srv->conns->prev = c;
+	srv->conns = c;
+	srv->nconns++;
+	pthread_mutex_unlock(&srv->conns_lock);
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = c };
+	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0)
+		server_conn_end(c);
+}
 
 static void server_hello(struct server *srv, struct server_conn *c)
 {
@@ -884,23 +1019,32 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	c->job_fd = -1;
 	int err = 0;
 	const char *why = NULL;
+	char whybuf[256] = "";
 	struct session *s = NULL;
 	uint32_t ds = m.ring_data_size;
 	bool memfd = m.flags & LLGO_HELLO_MEMFD, ack = !(m.flags & LLGO_HELLO_NO_ACK);
 	bool reattach = m.flags & LLGO_HELLO_REATTACH;
+	/* Before anything of the process is read: is it still the one that connected, owned
+	 * by the same uid? A process that exited since (a short-lived fork child) keeps its
+	 * session, but nothing more is read of it. */
+	int ierr = ident_verify(&c->id, whybuf, sizeof(whybuf));
+	bool gone = ierr == -ESRCH;
 	bool locked = memfd && atomic_load(&srv->adopting);
 	if (locked)
 		pthread_mutex_lock(&srv->adopt_lock);
 	if (c->cred.pid <= 0) {
 		err = -ESRCH;
 		why = "peer pid unknown (another pid namespace?)";
+	} else if (ierr && !gone) {
+		err = ierr;
+		why = whybuf;
 	} else if (ds < LLGO_RING_MIN_DATA || ds > LLGO_RING_MAX_DATA || (ds & (ds - 1))) {
 		err = -EINVAL;
 		why = "ring data size";
-	} else if (memfd && (s = session_find_live(srv->reg, c->cred.pid, 0, fd)) != NULL) {
-		/* A process this daemon found on its own (server_adopt_one: after a restart,
-		 * or a HELLO still queued when the daemon started) calls: the connection joins
-		 * the session it already has, one session per process memfd. */
+	} else if (memfd && (s = session_find_live(srv->reg, c->cred.pid, c->id.start, fd)) != NULL) {
+		/* The process calls back with the memfd its session holds (a reconnect, or a
+		 * process this daemon took back on its own, server_adopt_one): the connection
+		 * joins that session. One session per process, never two. */
 		close(fd);
 		if (!s->unwind_mode) /* a session found by adopt.c learns it here */
 			s->unwind_mode = (uint32_t)((m.flags & LLGO_HELLO_UNWIND_MASK) >>
@@ -917,6 +1061,8 @@ static void server_hello(struct server *srv, struct server_conn *c)
 				     ds))) {
 		err = -ENOMEM;
 		why = "session";
+	} else if ((err = session_take_slot(s)) != 0) {
+		why = "over its uid's budget of profiled processes";
 	} else if ((err = memfd ? session_attach_memfd(s, fd, reattach)
 				: session_attach_ctl(s, fd)) != 0) {
 		why = memfd ? "process memfd" : "control page";
@@ -939,9 +1085,13 @@ static void server_hello(struct server *srv, struct server_conn *c)
 		server_malformed(c, "HELLO refused: %s: %s", why, strerror(-err));
 		return;
 	}
+	/* The identity pinned at accept, not what /proc shows now. */
+	s->proc_start = c->id.start;
+	if (c->id.pidfd >= 0)
+		s->pidfd = fcntl(c->id.pidfd, F_DUPFD_CLOEXEC, 3);
 	/* Read while the process runs: a shim that waits for no answer may exit soon, and then
 	 * waits at exit (BYE) only if we have not seen what we need. */
-	int merr = session_attach_maps(s);
+	int merr = gone ? -ESRCH : session_attach_maps(s);
 	if (merr && (m.flags & LLGO_HELLO_FORKED) &&
 	    session_attach_parent_maps(s, (pid_t)m.ppid) == 0)
 		merr = 0;
@@ -953,12 +1103,29 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	/* our maps are read: the shim's exit need not wait for us (lifecycle.c) */
 	if (!merr && s->ctl)
 		atomic_fetch_add_explicit(&s->ctl->daemon_beat, 1, memory_order_relaxed);
+	/* One session per process (pid and start time): a second HELLO with another memfd
+	 * replaces the first, which ends as if the process had closed it. */
+	pthread_mutex_lock(&srv->hello_lock);
+	struct session *old = c->id.start ? session_find_process(srv->reg, s->pid, c->id.start)
+					  : NULL;
+	if (old) {
+		server_log("pid %d: a new HELLO replaces its session", (int)s->pid);
+		verify_session_stop(srv->verifier, old);
+		drain_session_exit(old);
+		session_put(old);
+	}
 	session_register(s);
+	pthread_mutex_unlock(&srv->hello_lock);
 	if (locked)
 		pthread_mutex_unlock(&srv->adopt_lock);
 	c->session = s;
 	c->kind = SERVER_CONN_SHIM;
 	atomic_fetch_add(&srv->n_sessions, 1);
+	server_watch_exit(srv, s, s->pidfd);
+	/* Gone before we got here: what its rings hold now is all it published (a socket kept
+	 * by another process must not keep a session of a free pid live). */
+	if (gone)
+		drain_session_exit(s);
 	if (reattach)
 		server_log("pid %d: reattached (%s)", (int)s->pid, s->comm);
 	if (ack && msg_send(c->fd, &a, sizeof(a), -1) != 0) {
@@ -987,9 +1154,11 @@ static void server_bye(struct server *srv, struct server_conn *c)
 
 /* ---- client jobs (workers) ---------------------------------------------------------------- */
 
+/* Root, or the owner of a process that kept its identity (ident.c): once it exec'd a setuid
+ * program or was found not dumpable, what was read of it is root's to see only. */
 static bool server_allowed(const struct session *s, uid_t requester)
 {
-	return requester == 0 || requester == s->uid;
+	return requester == 0 || (requester == s->uid && !atomic_load(&s->ident_lost));
 }
 
 /*
@@ -1160,6 +1329,7 @@ int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uin
 static int server_list(struct server *srv, struct server_conn *c)
 {
 	struct session **v;
+	session_registry_expire(srv->reg);
 	size_t n = session_list(srv->reg, false, &v);
 	/* DATA packets carry whole rows */
 	const size_t per = (LLGO_MSG_MAX - sizeof(struct llgo_msg_header)) /
@@ -1167,6 +1337,9 @@ static int server_list(struct server *srv, struct server_conn *c)
 	struct buf rows;
 	buf_init(&rows);
 	for (size_t i = 0; i < n; i++) {
+		/* Other users' processes (pid, uid, command) are root's to see only. */
+		if (c->cred.uid != 0 && v[i]->uid != c->cred.uid)
+			continue;
 		struct llgo_list_entry e;
 		session_list_entry(v[i], &e);
 		buf_append(&rows, &e, sizeof(e));
@@ -1290,6 +1463,17 @@ static void server_job(struct server *srv, struct server_conn *c)
 		server_bye(srv, c);
 		return;
 	case SERVER_JOB_EXIT:
+		/* The process exited (its pidfd). A session of a control page alone learns of its
+		 * rings by ADD_RING: let the loop first read what its shim sent. A memfd session
+		 * finds every ring in the control page, and must not hold an exit worker (BYE
+		 * waits for those) while the shim's EOF waits in the queue behind this job. */
+		if (c->kind == SERVER_CONN_PIDFD) {
+			pthread_mutex_lock(&c->session->lock);
+			bool ctl_only = c->session->ctl && c->session->memfd < 0;
+			pthread_mutex_unlock(&c->session->lock);
+			if (ctl_only)
+				server_settle(srv, c->session);
+		}
 		drain_session_exit(c->session);
 		verify_session_stop(srv->verifier, c->session);
 		server_conn_close(c);
@@ -1322,12 +1506,44 @@ static void *server_worker(void *arg)
 			pthread_mutex_unlock(&q->lock);
 			return NULL;
 		}
-		struct server_conn *c = q->head;
-		q->head = c->job_next;
-		if (!q->head)
-			q->tail = NULL;
+		struct server_conn *c = q->head, *prev = NULL;
+		if (q->per_uid_max) {
+			/* the first job whose uid is under its share of the workers */
+			for (; c; prev = c, c = c->job_next) {
+				uid_t u = c->cred.uid;
+				unsigned n = 0;
+				for (unsigned i = 0; i < q->nthreads; i++)
+					n += q->running_used[i] && q->running[i] == u;
+				if (u == 0 || n < q->per_uid_max)
+					break;
+			}
+			if (!c) { /* every queued job's uid has its share running: wait */
+				pthread_cond_wait(&q->cond, &q->lock);
+				pthread_mutex_unlock(&q->lock);
+				continue;
+			}
+		}
+		if (prev)
+			prev->job_next = c->job_next;
+		else
+			q->head = c->job_next;
+		if (q->tail == c)
+			q->tail = prev;
+		unsigned slot = 0;
+		if (q->per_uid_max) {
+			while (q->running_used[slot])
+				slot++;
+			q->running_used[slot] = true;
+			q->running[slot] = c->cred.uid;
+		}
 		pthread_mutex_unlock(&q->lock);
 		server_job(q->srv, c);
+		if (q->per_uid_max) {
+			pthread_mutex_lock(&q->lock);
+			q->running_used[slot] = false;
+			pthread_cond_broadcast(&q->cond);
+			pthread_mutex_unlock(&q->lock);
+		}
 	}
 }
 
@@ -1338,9 +1554,11 @@ static int server_workq_init(struct server_workq *q, struct server *srv, unsigne
 	pthread_mutex_init(&q->lock, NULL);
 	pthread_cond_init(&q->cond, NULL);
 	q->threads = calloc(n, sizeof(*q->threads));
+	q->running = calloc(n, sizeof(*q->running));
+	q->running_used = calloc(n, sizeof(*q->running_used));
 	q->nthreads = n;
 	q->inited = true;
-	return q->threads ? 0 : -ENOMEM;
+	return q->threads && q->running && q->running_used ? 0 : -ENOMEM;
 }
 
 static int server_workq_start(struct server_workq *q)
@@ -1383,6 +1601,8 @@ static void server_workq_destroy(struct server_workq *q)
 	q->inited = false;
 	free(q->threads);
 	q->threads = NULL;
+	free(q->running);
+	free(q->running_used);
 	pthread_cond_destroy(&q->cond);
 	pthread_mutex_destroy(&q->lock);
 }
@@ -1400,21 +1620,35 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	srv->listen_fd = srv->epfd = srv->wake_fd = srv->spare_fd = -1;
 	pthread_mutex_init(&srv->conns_lock, NULL);
 	pthread_mutex_init(&srv->adopt_lock, NULL);
+	pthread_mutex_init(&srv->hello_lock, NULL);
 	unsigned nclient = o->client_workers ? o->client_workers : SERVER_CLIENT_WORKERS;
 	if (nclient > SERVER_MAX_WORKERS)
 		nclient = SERVER_MAX_WORKERS;
 	srv->rxbuf = malloc(LLGO_MSG_MAX);
 	srv->socket_path = o->socket_path ? strdup(o->socket_path) : NULL;
 	srv->reg = session_registry_new(o->keep_exited, o->max_buckets, o->max_bytes);
+	struct budget_limits bl;
+	if (o->budget)
+		bl = *o->budget;
+	else
+		budget_defaults(&bl);
+	srv->budget = budget_new(&bl);
+	if (srv->reg)
+		session_registry_set_limits(srv->reg, srv->budget,
+					    o->keep_exited_per_uid ? o->keep_exited_per_uid
+								   : SESSION_DEFAULT_KEEP_EXITED_PER_UID,
+					    o->keep_exited_age_s ? o->keep_exited_age_s
+								 : SESSION_DEFAULT_KEEP_EXITED_AGE_S);
 	srv->drain = srv->reg ? drain_new(srv->reg) : NULL;
 	srv->verifier = verifier_new();
-	if (!srv->rxbuf || !srv->reg || !srv->drain || !srv->verifier || (o->socket_path && !srv->socket_path) ||
+	if (!srv->rxbuf || !srv->reg || !srv->budget || !srv->drain || !srv->verifier || (o->socket_path && !srv->socket_path) ||
 	    server_workq_init(&srv->shimq, srv, SERVER_SHIM_WORKERS) ||
 	    server_workq_init(&srv->exitq, srv, SERVER_EXIT_WORKERS) ||
 	    server_workq_init(&srv->clientq, srv, nclient)) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
+	srv->clientq.per_uid_max = nclient > 1 ? nclient / 2 : 1;
 	struct rlimit rl;
 	srv->max_conns = SERVER_MAX_CONNS;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
@@ -1483,6 +1717,7 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	s = session_new(srv->reg, p->pid, p->uid, p->gid, NULL, ds);
 	if (!s)
 		return -ENOMEM;
+	s->pidfd = fcntl(p->pidfd, F_DUPFD_CLOEXEC, 3);
 	int err = session_attach_memfd(s, p->memfd, true);
 	struct server_conn *c = err ? NULL : calloc(1, sizeof(*c));
 	if (!c) {
@@ -1510,6 +1745,7 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	c->kind = SERVER_CONN_PIDFD;
 	c->session = s;
 	c->job_fd = -1;
+	c->id.pidfd = -1;
 	c->cred.pid = p->pid;
 	c->cred.uid = p->uid;
 	c->cred.gid = p->gid;
@@ -1649,11 +1885,13 @@ void server_free(struct server *srv)
 	drain_free(srv->drain);
 	verifier_free(srv->verifier);
 	session_registry_free(srv->reg);
+	budget_free(srv->budget);
 	server_workq_destroy(&srv->shimq);
 	server_workq_destroy(&srv->exitq);
 	server_workq_destroy(&srv->clientq);
 	pthread_mutex_destroy(&srv->conns_lock);
 	pthread_mutex_destroy(&srv->adopt_lock);
+	pthread_mutex_destroy(&srv->hello_lock);
 	free(srv->rxbuf);
 	free(srv->socket_path);
 	free(srv);
@@ -1665,6 +1903,7 @@ void server_get_stats(struct server *srv, struct server_stats *out)
 	out->malformed = atomic_load(&srv->n_malformed);
 	out->refused = atomic_load(&srv->n_refused);
 	out->sessions = atomic_load(&srv->n_sessions);
+	out->evicted = srv->reg ? session_registry_evicted(srv->reg) : 0;
 }
 
 struct session_registry *server_sessions(struct server *srv)

@@ -6,8 +6,10 @@
  * message), maps the process's control page, reads its mappings while it is alive, and then
  * collects ring readers (ADD_RING) and buckets (drain.c) until the shim's socket closes. It
  * then becomes EXITED: rings and control page are unmapped, buckets and mappings are kept so
- * `snapshot PID` still works. The registry keeps up to keep_exited exited sessions and evicts
- * the oldest exited one first. Sessions are reference counted so a snapshot or a drain in
+ * `snapshot PID` still works. The registry keeps exited sessions within three limits, oldest
+ * evicted first: an age, a count per uid, and keep_exited for all (taken from the uid that
+ * holds the most). A session charges its uid's budgets (budget.c): its live-session slot and
+ * rings until it exits, its bucket memory until it is freed. Sessions are reference counted so a snapshot or a drain in
  * progress keeps its session alive past eviction.
  *
  * Left to others: reading records (ring.c via drain.c), the socket (server.c), mappings and
@@ -25,6 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "budget.h"
+#include "ident.h"
+#include "sane.h"
 #include "session.h"
 
 struct session_registry {
@@ -35,6 +40,10 @@ struct session_registry {
 	unsigned keep_exited;
 	uint64_t next_seq;
 	uint64_t max_buckets, max_bytes;
+	struct budget *budget;
+	unsigned keep_exited_per_uid;
+	uint64_t max_age_ns;
+	uint64_t evicted;
 };
 
 uint64_t session_now_ns(clockid_t clk)
@@ -113,6 +122,63 @@ struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max
 	return reg;
 }
 
+void session_registry_set_limits(struct session_registry *reg, struct budget *b,
+				 unsigned keep_exited_per_uid, unsigned max_age_s)
+{
+	pthread_mutex_lock(&reg->lock);
+	reg->budget = b;
+	reg->keep_exited_per_uid = keep_exited_per_uid;
+	reg->max_age_ns = (uint64_t)max_age_s * 1000000000ull;
+	pthread_mutex_unlock(&reg->lock);
+}
+
+uint64_t session_registry_evicted(struct session_registry *reg)
+{
+	pthread_mutex_lock(&reg->lock);
+	uint64_t n = reg->evicted;
+	pthread_mutex_unlock(&reg->lock);
+	return n;
+}
+
+static struct budget *session_budget(const struct session *s)
+{
+	return s->reg ? s->reg->budget : NULL;
+}
+
+int session_take_slot(struct session *s)
+{
+	if (s->holds_session)
+		return 0;
+	int err = budget_take(session_budget(s), s->uid, BUDGET_SESSIONS, 1);
+	if (!err)
+		s->holds_session = true;
+	return err;
+}
+
+static void session_give_slot(struct session *s)
+{
+	if (s->holds_session)
+		budget_give(session_budget(s), s->uid, BUDGET_SESSIONS, 1);
+	s->holds_session = false;
+}
+
+void session_charge_buckets(struct session *s)
+{
+	struct budget *b = session_budget(s);
+	if (!b)
+		return;
+	struct bucket_stats bs;
+	bucket_table_stats(s->buckets, &bs);
+	bool over;
+	if (bs.bytes > s->bucket_bytes_held) {
+		over = budget_charge(b, s->uid, BUDGET_BUCKET_BYTES, bs.bytes - s->bucket_bytes_held);
+		s->bucket_bytes_held = bs.bytes;
+	} else {
+		over = budget_over(b, s->uid, BUDGET_BUCKET_BYTES);
+	}
+	atomic_store(&s->buckets_over, over);
+}
+
 void session_registry_free(struct session_registry *reg)
 {
 	if (!reg)
@@ -181,6 +247,8 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 		s->proc_start = 0;
 	s->ring_data_size = ring_data_size;
 	s->memfd = -1;
+	s->pidfd = -1;
+	atomic_init(&s->ident_lost, false);
 	s->reg = reg;
 	atomic_init(&s->refs, 1);
 	atomic_init(&s->state, LLGO_PROC_LIVE);
@@ -191,6 +259,11 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 
 static void session_unmap_all(struct session *s)
 {
+	struct budget *b = session_budget(s);
+	budget_give(b, s->uid, BUDGET_RINGS, s->rings_held);
+	budget_give(b, s->uid, BUDGET_RING_BYTES, s->ring_bytes_held);
+	s->rings_held = 0;
+	s->ring_bytes_held = 0;
 	for (size_t i = 0; i < s->nrings_adopted; i++)
 		ring_reader_unmap(&s->rings[i]);
 	s->nrings_adopted = 0;
@@ -211,12 +284,16 @@ static void session_free(struct session *s)
 {
 	session_unmap_all(s);
 	inuse_release(s);
+	session_give_slot(s);
+	budget_give(session_budget(s), s->uid, BUDGET_BUCKET_BYTES, s->bucket_bytes_held);
 	free(s->rings);
 	free(s->pending);
 	free(s->ring_ids);
 	bucket_table_free(s->buckets);
 	unwind_free(s->unwind);
 	procmaps_free(s->maps);
+	if (s->pidfd >= 0)
+		close(s->pidfd);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->drain_lock);
 	free(s);
@@ -321,6 +398,7 @@ int session_attach_memfd(struct session *s, int fd, bool reattached)
 	}
 	s->ctl = ctl;
 	s->memfd = keep;
+	s->has_memfd = true;
 	s->memfd_dev = (uint64_t)st.st_dev;
 	s->memfd_ino = (uint64_t)st.st_ino;
 	s->page_size = page;
@@ -337,6 +415,20 @@ bool session_same_memfd(const struct session *s, int fd)
 	struct stat st;
 	return s->memfd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_dev == s->memfd_dev &&
 	       (uint64_t)st.st_ino == s->memfd_ino;
+}
+
+struct session *session_find_process(struct session_registry *reg, pid_t pid, uint64_t start)
+{
+	struct session *found = NULL;
+	pthread_mutex_lock(&reg->lock);
+	for (struct session *s = reg->head; s; s = s->next) {
+		if (s->pid == pid && session_is_live(s) && s->proc_start == start) {
+			found = session_get(s);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&reg->lock);
+	return found;
 }
 
 struct session *session_find_live(struct session_registry *reg, pid_t pid, uint64_t start,
@@ -371,6 +463,29 @@ static int session_queue_locked(struct session *s, struct ring_reader *r)
 	return 0;
 }
 
+/* Under s->lock. */
+static int session_take_ring(struct session *s, uint64_t bytes)
+{
+	struct budget *b = session_budget(s);
+	if (budget_take(b, s->uid, BUDGET_RINGS, 1) != 0)
+		return -EDQUOT;
+	if (budget_take(b, s->uid, BUDGET_RING_BYTES, bytes) != 0) {
+		budget_give(b, s->uid, BUDGET_RINGS, 1);
+		return -EDQUOT;
+	}
+	s->rings_held++;
+	s->ring_bytes_held += bytes;
+	return 0;
+}
+
+static void session_give_ring(struct session *s, uint64_t bytes)
+{
+	budget_give(session_budget(s), s->uid, BUDGET_RINGS, 1);
+	budget_give(session_budget(s), s->uid, BUDGET_RING_BYTES, bytes);
+	s->rings_held--;
+	s->ring_bytes_held -= bytes;
+}
+
 size_t session_sync_rings(struct session *s)
 {
 	size_t added = 0;
@@ -390,10 +505,16 @@ size_t session_sync_rings(struct session *s)
 			s->rings_known++;
 			continue;
 		}
+		/* Over its uid's ring budget: not mapped now (every ring is a mapping of the
+		 * daemon's); the next drain looks again once the uid is under it. */
+		if (session_take_ring(s, span) != 0)
+			break;
 		struct ring_reader r;
 		int err = ring_reader_map_at(&r, s->memfd,
 					     llgo_ring_offset(id, s->ring_data_size, s->page_size),
 					     (size_t)span, id, s->ring_data_size);
+		if (err)
+			session_give_ring(s, span);
 		if (err == -EAGAIN)
 			break; /* not formatted yet: the next drain looks again */
 		s->rings_known++;
@@ -411,21 +532,58 @@ size_t session_sync_rings(struct session *s)
 	return added;
 }
 
+static bool session_may_read_ex(struct session *s, bool after)
+{
+	if (atomic_load(&s->ident_lost))
+		return false;
+	int err;
+	char why[256] = "";
+	if (s->pidfd >= 0) {
+		struct ident id = { .pid = s->pid, .uid = s->uid, .gid = s->gid,
+				    .pidfd = s->pidfd, .start = s->proc_start };
+		err = ident_verify_ex(&id, after, why, sizeof(why));
+	} else {
+		char state;
+		uint64_t start;
+		err = session_proc_stat(s->pid, &state, &start);
+		if (!err && s->proc_start && start != s->proc_start)
+			err = -ESRCH;
+		snprintf(why, sizeof(why), "pid reused or gone");
+	}
+	if (!err)
+		return true;
+	/* Exited: nothing to read any more, but what it published is still its owner's. */
+	if (err == -EACCES && !atomic_exchange(&s->ident_lost, true))
+		server_log("pid %d: %s; its mappings are no longer read and only root may read "
+			   "its profile", (int)s->pid, why);
+	return false;
+}
+
+bool session_may_read(struct session *s)
+{
+	return session_may_read_ex(s, false);
+}
+
+/* After a read: a process that exited meanwhile, but was itself until then, is fine. */
+static bool session_may_have_read(struct session *s)
+{
+	return session_may_read_ex(s, true);
+}
+
 int session_attach_maps(struct session *s)
 {
 	if (s->maps)
 		return 0;
+	/* Before anything of the process is read, and again after: a setuid exec or a reused
+	 * pid in between means the maps belong to someone the peer may not see. */
+	if (!session_may_read(s))
+		return -EACCES;
 	struct procmaps *m = procmaps_new(s->pid);
 	if (!m)
 		return -ENOENT;
-	/* The pid may have been reused between HELLO and the read: then the maps belong to
-	 * someone else. (While the shim waits for HELLO_ACK it cannot exit.) */
-	char state;
-	uint64_t start;
-	if (s->proc_start &&
-	    (session_proc_stat(s->pid, &state, &start) != 0 || start != s->proc_start)) {
+	if (!session_may_have_read(s)) {
 		procmaps_free(m);
-		return -ESRCH;
+		return -EACCES;
 	}
 	s->maps = m;
 	return 0;
@@ -435,24 +593,24 @@ int session_attach_parent_maps(struct session *s, pid_t ppid)
 {
 	if (s->maps || ppid <= 0 || ppid == s->pid)
 		return -EINVAL;
-	/* Only a parent of the same uid: a child must not read another user's mappings. */
-	char path[64], buf[4096];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)ppid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -EIO;
-	buf[n] = '\0';
-	const char *u = strstr(buf, "\nUid:");
-	unsigned ruid, euid;
-	if (!u || sscanf(u + 5, "%u %u", &ruid, &euid) != 2 || euid != (unsigned)s->uid)
-		return -EACCES;
-	struct procmaps *m = procmaps_new(ppid);
-	if (!m)
-		return -ENOENT;
+	/* Only a parent of the same uid, checked as the process itself is (the pid comes from
+	 * the message): a child must not read another user's mappings. */
+	struct ident id = { .pid = ppid, .uid = s->uid, .gid = s->gid,
+			    .pidfd = ident_pidfd_of(-1, ppid) };
+	/* start time first: the check then ties it to the pidfd's (live) process */
+	int err = id.pidfd < 0 || ident_start_time(ppid, &id.start) != 0
+			  ? -ESRCH
+			  : ident_verify(&id, NULL, 0);
+	struct procmaps *m = NULL;
+	if (!err) {
+		if (!(m = procmaps_new(ppid)))
+			err = -ENOENT;
+		else if ((err = ident_verify_ex(&id, true, NULL, 0)) != 0)
+			procmaps_free(m);
+	}
+	ident_close(&id);
+	if (err)
+		return err;
 	s->maps = m;
 	return 0;
 }
@@ -551,27 +709,99 @@ void session_list_release(struct session **v, size_t n)
 	free(v);
 }
 
-/* Called with reg->lock held after a session became EXITED: evict the oldest exited ones
- * beyond keep_exited. Returns the evicted sessions (linked by next) for the caller to put
- * outside the lock. */
-static struct session *session_evict_locked(struct session_registry *reg)
+/* Unlink the oldest exited session (of uid when by_uid; exited before cutoff when cutoff is
+ * non-zero) and push it on *out. Under reg->lock. */
+static bool session_evict_one_locked(struct session_registry *reg, bool by_uid, uid_t uid,
+				     uint64_t cutoff, struct session **out)
+{
+	struct session **victim = NULL;
+	for (struct session **pp = &reg->head; *pp; pp = &(*pp)->next) {
+		struct session *o = *pp;
+		if (session_is_live(o) || (by_uid && o->uid != uid) ||
+		    (cutoff && o->exit_ns >= cutoff))
+			continue;
+		victim = pp; /* the list is newest first: the last one is oldest */
+	}
+	if (!victim)
+		return false;
+	struct session *v = *victim;
+	*victim = v->next;
+	v->next = *out;
+	*out = v;
+	reg->nexited--;
+	reg->evicted++;
+	return true;
+}
+
+static size_t session_exited_of_locked(struct session_registry *reg, uid_t uid)
+{
+	size_t n = 0;
+	for (struct session *o = reg->head; o; o = o->next)
+		n += !session_is_live(o) && o->uid == uid;
+	return n;
+}
+
+static void session_expire_locked(struct session_registry *reg, struct session **out)
+{
+	if (!reg->max_age_ns)
+		return;
+	uint64_t now = session_now_ns(CLOCK_MONOTONIC);
+	if (now <= reg->max_age_ns)
+		return;
+	while (session_evict_one_locked(reg, false, 0, now - reg->max_age_ns, out))
+		;
+}
+
+/*
+ * Called with reg->lock held after a session of uid became EXITED. Exited sessions are kept
+ * for snapshots, within three limits, oldest dropped first: an age; a count per uid (so one
+ * user's short-lived processes never push out another user's); and a count for all, taken
+ * from the uid that holds the most. Returns the evicted sessions (linked by next) for the
+ * caller to put outside the lock.
+ */
+static struct session *session_evict_locked(struct session_registry *reg, uid_t uid)
 {
 	struct session *evicted = NULL;
+	session_expire_locked(reg, &evicted);
+	if (reg->keep_exited_per_uid) {
+		size_t n = session_exited_of_locked(reg, uid);
+		while (n > reg->keep_exited_per_uid &&
+		       session_evict_one_locked(reg, true, uid, 0, &evicted))
+			n--;
+	}
 	while (reg->nexited > reg->keep_exited) {
-		struct session **victim = NULL;
-		for (struct session **pp = &reg->head; *pp; pp = &(*pp)->next) {
-			if (!session_is_live(*pp))
-				victim = pp; /* the list is newest first: the last one is oldest */
+		/* the uid holding the most exited sessions gives one up */
+		uid_t most = uid;
+		size_t best = 0;
+		for (struct session *o = reg->head; o; o = o->next) {
+			if (session_is_live(o))
+				continue;
+			size_t c = session_exited_of_locked(reg, o->uid);
+			if (c > best) {
+				best = c;
+				most = o->uid;
+			}
 		}
-		if (!victim)
+		if (!session_evict_one_locked(reg, best > 0, most, 0, &evicted))
 			break;
-		struct session *v = *victim;
-		*victim = v->next;
-		v->next = evicted;
-		evicted = v;
-		reg->nexited--;
 	}
 	return evicted;
+}
+
+size_t session_registry_expire(struct session_registry *reg)
+{
+	struct session *evicted = NULL;
+	pthread_mutex_lock(&reg->lock);
+	session_expire_locked(reg, &evicted);
+	pthread_mutex_unlock(&reg->lock);
+	size_t n = 0;
+	while (evicted) {
+		struct session *next = evicted->next;
+		session_put(evicted);
+		evicted = next;
+		n++;
+	}
+	return n;
 }
 
 /* ---- rings ------------------------------------------------------------------------------ */
@@ -580,6 +810,8 @@ int session_add_ring(struct session *s, uint32_t ring_id, int fd, uint32_t data_
 {
 	if (ring_id >= LLGO_MAX_RINGS || data_size != s->ring_data_size)
 		return -EINVAL;
+	if (!session_is_live(s))
+		return -ESRCH;
 	if (fd < 0) { /* a ring in the process memfd: a hint to look at ring_count now */
 		if (s->memfd < 0)
 			return -EINVAL;
@@ -596,11 +828,16 @@ int session_add_ring(struct session *s, uint32_t ring_id, int fd, uint32_t data_
 		err = -ENOSPC;
 	else if (s->ring_ids[ring_id / 8] & (1u << (ring_id % 8)))
 		err = -EEXIST;
+	uint64_t bytes = (uint64_t)LLGO_RING_HEADER_SIZE + data_size;
+	if (!err)
+		err = session_take_ring(s, bytes);
 	if (!err) {
 		struct ring_reader r;
 		err = ring_reader_map(&r, fd, ring_id, data_size);
 		if (!err && (err = session_queue_locked(s, &r)) != 0)
 			ring_reader_unmap(&r);
+		if (err)
+			session_give_ring(s, bytes);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return err;
@@ -653,10 +890,10 @@ void session_account_locked(struct session *s, struct session_counts *out)
 		/* hostile: keep the highest value seen, so the count never goes back; at most
 		 * LLGO_COUNT_MAX, so that sums cannot wrap */
 		uint64_t lost = atomic_load_explicit(&s->ctl->lost_no_ring, memory_order_relaxed);
-		if (lost > s->lost_no_ring && lost < (1ull << 48))
+		if (lost > s->lost_no_ring && lost <= LLGO_SANE_COUNT_MAX)
 			s->lost_no_ring = lost;
 		uint64_t det = atomic_load_explicit(&s->ctl->lost_detached, memory_order_relaxed);
-		if (det > s->lost_detached && det < (1ull << 48))
+		if (det > s->lost_detached && det <= LLGO_SANE_COUNT_MAX)
 			s->lost_detached = det;
 		uint64_t rc = atomic_load_explicit(&s->ctl->reconnects, memory_order_relaxed);
 		if (rc > s->reconnects && rc < (1ull << 32))
@@ -705,6 +942,8 @@ void session_retire_locked(struct session *s)
 	session_unmap_all(s);
 	free(s->ring_ids); /* add_ring checks the state first */
 	s->ring_ids = NULL;
+	session_give_slot(s);
+	s->exit_ns = session_now_ns(CLOCK_MONOTONIC);
 	atomic_store_explicit(&s->state, LLGO_PROC_EXITED, memory_order_release);
 	pthread_mutex_unlock(&s->lock);
 
@@ -718,7 +957,7 @@ void session_retire_locked(struct session *s)
 	struct session *evicted = NULL;
 	if (listed) {
 		reg->nexited++;
-		evicted = session_evict_locked(reg);
+		evicted = session_evict_locked(reg, s->uid);
 	}
 	pthread_cond_broadcast(&reg->changed);
 	pthread_mutex_unlock(&reg->lock);
@@ -816,6 +1055,10 @@ void session_list_entry(struct session *s, struct llgo_list_entry *e)
 	e->unwound = s->unwound;
 	e->truncated = s->truncated;
 	pthread_mutex_unlock(&s->drain_lock);
+	e->budget_flags = budget_flags(session_budget(s), s->uid);
+	if (atomic_load(&s->buckets_over))
+		e->budget_flags |= LLGO_BUDGET_BUCKET_BYTES;
+	e->budget_dropped = atomic_load(&s->budget_dropped);
 }
 
 void session_send_fp_tables(struct session *s)

@@ -22,6 +22,8 @@
 /* ---- session.c: one attached process; the registry of them ---------------------------- */
 
 #define SESSION_DEFAULT_KEEP_EXITED 256u
+#define SESSION_DEFAULT_KEEP_EXITED_PER_UID 64u
+#define SESSION_DEFAULT_KEEP_EXITED_AGE_S 3600u
 
 struct session_counts {
 	uint64_t sampled, delivered, dropped, corrupt;
@@ -57,6 +59,7 @@ struct session {
 	/* The process memfd (LLGO_HELLO_MEMFD; -1 for a control page alone): rings are mapped
 	 * from it by id up to ctl.ring_count. page_size is the shim's, checked. */
 	int memfd;
+	bool has_memfd; /* set once at attach: a memfd session (memfd is -1 again at exit) */
 	uint64_t memfd_dev, memfd_ino;
 	uint32_t page_size;
 	uint32_t rings_known;           /* ring ids below this are mapped (memfd sessions) */
@@ -83,6 +86,20 @@ struct session {
 	uint64_t records;               /* records bucketed */
 	uint64_t bucket_errors;         /* bucket_table_add failures (out of memory) */
 	struct verify_target *verify;   /* verify.c: the eBPF cross-check attached, or NULL */
+	/* ident.c: pins the process that connected (-1: none, e.g. tests); ident_lost is set
+	 * once it changed identity (setuid exec, exit with the socket kept): then nothing more is
+	 * read of it and only root may read the session. */
+	int pidfd;
+	_Atomic bool ident_lost;
+	/* budget.c: what this session holds of its uid's budgets (given back at retire for the
+	 * live-session slot and the rings, at free for bucket memory). buckets_over: the uid is
+	 * over its bucket memory, records are counted in budget_dropped instead of bucketed. */
+	bool holds_session;
+	uint32_t rings_held;
+	uint64_t ring_bytes_held, bucket_bytes_held;
+	_Atomic bool buckets_over;
+	_Atomic uint64_t budget_dropped;
+	uint64_t exit_ns; /* CLOCK_MONOTONIC when it became EXITED */
 	/* verify.c: samples compared with the kernel's capture since the process attached, and
 	 * those whose stacks agreed (LIST, profile comments); atomic, no lock */
 	_Atomic uint64_t verify_samples, verify_agree;
@@ -113,6 +130,19 @@ enum session_live {
 
 struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max_buckets,
 					      uint64_t max_bytes);
+struct budget;
+/* Budgets (budget.c) sessions charge their rings, slots and buckets to (NULL: none); exited
+ * sessions kept per uid (0: no limit of its own) and for at most max_age_s (0: forever). */
+void session_registry_set_limits(struct session_registry *reg, struct budget *b,
+				 unsigned keep_exited_per_uid, unsigned max_age_s);
+/* Evict exited sessions past their age; returns how many. */
+size_t session_registry_expire(struct session_registry *reg);
+/* Evicted so far (count or age), for the log and tests. */
+uint64_t session_registry_evicted(struct session_registry *reg);
+/* Take a live-session slot of s's uid (-EDQUOT when over budget). */
+int session_take_slot(struct session *s);
+/* After a drain: charge bucket memory grown since the last call; sets buckets_over. */
+void session_charge_buckets(struct session *s);
 /* Drops the registry's references; sessions still referenced elsewhere live on. */
 void session_registry_free(struct session_registry *reg);
 
@@ -133,7 +163,12 @@ size_t session_sync_rings(struct session *s);
 /* The live session of the process pid started at start_ticks with this memfd, if any. */
 struct session *session_find_live(struct session_registry *reg, pid_t pid, uint64_t start,
 				  int memfd);
-/* Read the process's mappings (procmaps_new), checking the pid was not reused meanwhile. */
+/* The live session of the process pid started at start (any memfd), if any. */
+struct session *session_find_process(struct session_registry *reg, pid_t pid, uint64_t start);
+/* Whether the daemon may still read the process as its owner would (ident_verify against
+ * the pidfd, or the start time when there is none); once false, always false. */
+bool session_may_read(struct session *s);
+/* Read the process's mappings (procmaps_new), checking its identity before and after. */
 int session_attach_maps(struct session *s);
 /* A fork child gone before its maps were read: its parent's (same uid only), which were its
  * own at fork. */
@@ -247,6 +282,10 @@ struct server_opts {
 	size_t ntrim;
 	/* --verify-every N (verify.c): check one sample in N of every process with eBPF */
 	uint32_t verify_every;
+	/* budget.c: per-uid and global limits (NULL: budget_defaults) */
+	const struct budget_limits *budget;
+	unsigned keep_exited_per_uid; /* 0 = default */
+	unsigned keep_exited_age_s;   /* 0 = default */
 };
 
 struct server_stats {
@@ -254,6 +293,7 @@ struct server_stats {
 	uint64_t malformed;   /* connections dropped for a bad packet */
 	uint64_t refused;     /* connections closed at accept (too many) */
 	uint64_t sessions;    /* HELLOs accepted */
+	uint64_t evicted;     /* exited sessions dropped (count per uid, all, age) */
 };
 
 struct server;

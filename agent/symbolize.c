@@ -3,9 +3,10 @@
  * symbolize.c: addresses to function names, files, lines and inline chains.
  *
  * A struct symfile is one ELF file (plus its separate debug file when one is installed),
- * opened once and shared: symfile_get() finds it in a global cache keyed by GNU build ID
- * (or by device, inode, size, mtime and path when the file has none), so a thousand
- * processes running one binary cost one parse. Function names come from the ELF symbol
+ * opened once and shared: symfile_get() finds it in a global cache keyed by the file
+ * (device, inode, size, mtime; with its GNU build ID, or its path when it has none), so a
+ * thousand processes running one binary cost one parse, and a copy carrying someone else's
+ * build ID never stands in for the real file. Function names come from the ELF symbol
  * table (.symtab, else .dynsym; STT_FUNC and STT_GNU_IFUNC with a size): an address that
  * no symbol covers gets no name, never the nearest symbol's. Files, lines and inlined
  * frames come from DWARF through libdw: the line table gives the leaf position, and the
@@ -457,14 +458,20 @@ fail:
 static char *symfile_key(const char *path, int fd, const char *build_id)
 {
 	char *key = NULL;
-	if (build_id && *build_id) {
-		if (asprintf(&key, "b:%s", build_id) < 0)
-			return NULL;
-		return key;
-	}
 	struct stat st;
 	if (fstat(fd, &st) != 0)
 		return NULL;
+	/* Same build ID is not same file: anyone can make a file with a copied build ID and
+	 * renamed symbols. Files are shared only when they are the same file (device, inode,
+	 * size, mtime), so one user's file never names another user's frames. */
+	if (build_id && *build_id) {
+		if (asprintf(&key, "b:%s:%llx:%llx:%llx:%lld.%09ld", build_id,
+			     (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+			     (unsigned long long)st.st_size, (long long)st.st_mtim.tv_sec,
+			     st.st_mtim.tv_nsec) < 0)
+			return NULL;
+		return key;
+	}
 	if (asprintf(&key, "f:%llx:%llx:%llx:%lld.%09ld:%s", (unsigned long long)st.st_dev,
 		     (unsigned long long)st.st_ino, (unsigned long long)st.st_size,
 		     (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, path ? path : "") < 0)
@@ -487,15 +494,6 @@ struct symfile *symfile_get(const char *path, int fd, const char *build_id)
 {
 	pthread_once(&g_elf_once, symfile_elf_init);
 	struct symfile *f;
-	if (build_id && *build_id) {
-		char key[96];
-		snprintf(key, sizeof(key), "b:%s", build_id);
-		pthread_mutex_lock(&g_lock);
-		f = symfile_lookup_locked(key);
-		pthread_mutex_unlock(&g_lock);
-		if (f)
-			return f;
-	}
 	int own = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : (path ? open(path, O_RDONLY | O_CLOEXEC) : -1);
 	if (own < 0)
 		return NULL;
@@ -530,6 +528,14 @@ struct symfile *symfile_get(const char *path, int fd, const char *build_id)
 	return f;
 }
 
+struct symfile *symfile_ref(struct symfile *f)
+{
+	pthread_mutex_lock(&g_lock);
+	f->refs++;
+	pthread_mutex_unlock(&g_lock);
+	return f;
+}
+
 void symfile_put(struct symfile *f)
 {
 	if (!f)
@@ -552,11 +558,43 @@ void symfile_put(struct symfile *f)
 /* ---- DWARF ---------------------------------------------------------------------------- */
 
 /* The DWARF handle, opened on first use (f->lock held); NULL when there is none. */
+/*
+ * Whether the DWARF string sections of elf end with a NUL. libdw (0.188) reads their strings
+ * with strlen: an unterminated last string of a hostile file makes it read past the section
+ * (found by tests/fuzz/fuzz_elf.c, kept in tests/fuzz/regress/elf). Such a file keeps its ELF
+ * symbols and gets no DWARF.
+ */
+static bool symfile_dwarf_strings_ok(Elf *elf)
+{
+	size_t shstrndx;
+	if (elf_getshdrstrndx(elf, &shstrndx) != 0)
+		return false;
+	Elf_Scn *scn = NULL;
+	while ((scn = elf_nextscn(elf, scn)) != NULL) {
+		GElf_Shdr sh;
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS)
+			continue;
+		const char *name = elf_strptr(elf, shstrndx, sh.sh_name);
+		if (!name || strncmp(name, ".debug_", 7) != 0 || !strstr(name, "str") ||
+		    strstr(name, "_offsets"))
+			continue; /* .debug_str, .debug_line_str (and .dwo forms) */
+		/* a compressed section is checked as libdw will read it: decompressed */
+		if ((sh.sh_flags & SHF_COMPRESSED) && elf_compress(scn, 0, 0) < 0)
+			return false;
+		Elf_Data *d = elf_getdata(scn, NULL);
+		if (!d)
+			return false;
+		if (d->d_size && (!d->d_buf || ((const char *)d->d_buf)[d->d_size - 1] != '\0'))
+			return false;
+	}
+	return true;
+}
+
 static Dwarf *symfile_dwarf(struct symfile *f)
 {
 	if (!f->dwarf_tried) {
 		f->dwarf_tried = true;
-		if (f->dwarf_elf)
+		if (f->dwarf_elf && symfile_dwarf_strings_ok(f->dwarf_elf))
 			f->dwarf = dwarf_begin_elf(f->dwarf_elf, DWARF_C_READ, NULL);
 		if (!f->dwarf)
 			f->dwarf_elf = NULL;

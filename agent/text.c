@@ -30,6 +30,8 @@
 #include <string.h>
 
 #include "internal.h"
+#include "escape.h"
+#include "sane.h"
 
 /* ---- Go's text/tabwriter, for the cells we write ------------------------------------- */
 
@@ -188,8 +190,15 @@ static int text_frames(struct tw *t, const struct stack *st, struct procmaps *ma
 			unsigned long long off = r.entry && r.entry <= addr ? addr - r.entry : 0;
 			for (int k = 0; k < nf; k++) {
 				const struct sym_frame *f = &r.frames[k];
-				err = tw_addf(t, "#\t0x%llx\t%s+0x%llx\t%s:%d", (unsigned long long)addr,
-					      f->function, off, f->file ? f->file : "??", f->line);
+				/* names from the process's files: escaped (escape.c) */
+				char *fn = escape_dup(f->function);
+				char *file = escape_dup(f->file ? f->file : "??");
+				err = fn && file ? tw_addf(t, "#\t0x%llx\t%s+0x%llx\t%s:%d",
+							   (unsigned long long)addr, fn, off, file,
+							   f->line)
+						 : -ENOMEM;
+				free(fn);
+				free(file);
 				if (err)
 					return err;
 			}
@@ -216,7 +225,9 @@ static void text_mapped_libraries(struct buf *b, struct procmaps *maps)
 			   (unsigned long long)m->offset, m->dev_major, m->dev_minor,
 			   (unsigned long long)m->inode);
 		int len = b->failed ? 72 : (int)(b->len - before);
-		buf_printf(b, "%*s %s\n", len < 72 ? 72 - len : 0, "", m->path);
+		buf_printf(b, "%*s ", len < 72 ? 72 - len : 0, "");
+		escape_append(b, m->path);
+		buf_putc(b, '\n');
 	}
 }
 
@@ -244,15 +255,15 @@ int text_write(struct buf *out, const struct profile *p, struct procmaps *maps)
 		for (size_t k = starts[g]; k < starts[g + 1]; k++) {
 			struct profile_values v;
 			profile_sample_raw(&p->samples[order[k]], &v);
-			r->v.alloc_objects += v.alloc_objects;
-			r->v.alloc_bytes += v.alloc_bytes;
-			r->v.inuse_objects += v.inuse_objects;
-			r->v.inuse_bytes += v.inuse_bytes;
+			r->v.alloc_objects = sane_add(r->v.alloc_objects, v.alloc_objects);
+			r->v.alloc_bytes = sane_add(r->v.alloc_bytes, v.alloc_bytes);
+			r->v.inuse_objects = sane_add(r->v.inuse_objects, v.inuse_objects);
+			r->v.inuse_bytes = sane_add(r->v.inuse_bytes, v.inuse_bytes);
 		}
-		total.alloc_objects += r->v.alloc_objects;
-		total.alloc_bytes += r->v.alloc_bytes;
-		total.inuse_objects += r->v.inuse_objects;
-		total.inuse_bytes += r->v.inuse_bytes;
+		total.alloc_objects = sane_add(total.alloc_objects, r->v.alloc_objects);
+		total.alloc_bytes = sane_add(total.alloc_bytes, r->v.alloc_bytes);
+		total.inuse_objects = sane_add(total.inuse_objects, r->v.inuse_objects);
+		total.inuse_bytes = sane_add(total.inuse_bytes, r->v.inuse_bytes);
 	}
 	if (ngroups > 1)
 		qsort(recs, ngroups, sizeof(*recs), trec_cmp);

@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "internal.h"
+#include "escape.h"
+#include "sane.h"
 
 struct site {
 	char *name;
@@ -46,7 +48,7 @@ static int site_key_cmp(const void *x, const void *y)
 	return strcmp(a->name, b->name);
 }
 
-static char *site_name(const struct stack *st, struct procmaps *maps)
+static char *site_name_raw(const struct stack *st, struct procmaps *maps)
 {
 	char *s = NULL;
 	if (!st || st->npcs == 0 || st->pcs[0] == 0)
@@ -68,6 +70,17 @@ static char *site_name(const struct stack *st, struct procmaps *maps)
 	if (asprintf(&s, "%s %s:%d", f->function, base, f->line) < 0)
 		return NULL;
 	return s;
+}
+
+/* The name shown on a terminal: escaped (escape.c), a symbol may hold ESC sequences. */
+static char *site_name(const struct stack *st, struct procmaps *maps)
+{
+	char *raw = site_name_raw(st, maps);
+	if (!raw || !escape_needed(raw))
+		return raw;
+	char *e = escape_dup(raw);
+	free(raw);
+	return e;
 }
 
 /* Bytes in binary units, like "12.5MiB" or "512B". */
@@ -125,10 +138,10 @@ static int top_sites(const struct profile *p, struct procmaps *maps, struct site
 	for (size_t i = 0; i < n; i++) {
 		if (w > 0 && strcmp(sites[w - 1].name, sites[i].name) == 0) {
 			struct profile_values *d = &sites[w - 1].v;
-			d->alloc_objects += sites[i].v.alloc_objects;
-			d->alloc_bytes += sites[i].v.alloc_bytes;
-			d->inuse_objects += sites[i].v.inuse_objects;
-			d->inuse_bytes += sites[i].v.inuse_bytes;
+			d->alloc_objects = sane_add(d->alloc_objects, sites[i].v.alloc_objects);
+			d->alloc_bytes = sane_add(d->alloc_bytes, sites[i].v.alloc_bytes);
+			d->inuse_objects = sane_add(d->inuse_objects, sites[i].v.inuse_objects);
+			d->inuse_bytes = sane_add(d->inuse_bytes, sites[i].v.inuse_bytes);
 			free(sites[i].name);
 			sites[i].name = NULL;
 			continue;
@@ -166,7 +179,7 @@ int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, u
 	size_t nonzero = 0;
 	for (size_t i = 0; i < n; i++) {
 		sites[i].key = rank_value(&sites[i].v, flags);
-		total += sites[i].key;
+		total = sane_add(total, sites[i].key);
 		nonzero += sites[i].key != 0;
 	}
 	if (n > 1)

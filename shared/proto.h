@@ -203,10 +203,24 @@ struct llgo_list_entry {
 	uint64_t verify_agree;
 
 	uint32_t unwind_mode; /* enum llgo_unwind_mode the shim runs */
-	uint32_t reserved;
+	uint32_t reserved2;
 	uint64_t unwound;   /* stacks the daemon unwound from stack copies */
 	uint64_t truncated; /* of which did not reach the thread's start */
+
+	/* Budgets of the process's uid that llgo-heapd hit (LLGO_BUDGET_*): its processes are
+	 * refused or degraded, other users' are not; budget_dropped: records of this process
+	 * not aggregated because its uid was over its bucket memory. */
+	uint32_t budget_flags;
+	uint32_t reserved;
+	uint64_t budget_dropped;
 };
-_Static_assert(sizeof(struct llgo_list_entry) == 176, "list entry size");
+_Static_assert(sizeof(struct llgo_list_entry) == 192, "list entry size");
+
+#define LLGO_BUDGET_CONNS 1u        /* connections */
+#define LLGO_BUDGET_SESSIONS 2u     /* live profiled processes */
+#define LLGO_BUDGET_RINGS 4u        /* rings mapped */
+#define LLGO_BUDGET_RING_BYTES 8u   /* ring memory */
+#define LLGO_BUDGET_BUCKET_BYTES 16u /* aggregated profiles' memory */
+#define LLGO_BUDGET_OUT_BYTES 32u   /* answers its clients do not read */
 
 #endif

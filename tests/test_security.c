@@ -1,0 +1,1053 @@
+// SPDX-License-Identifier: MIT
+/*
+ * test_security.c: llgo-heapd on a shared host, attacked by an unprivileged local user (uid
+ * nobody, from a forked child that drops root). Each test plays the attack against the real
+ * daemon binary and checks that it fails: identity (a socket kept by a child after its parent
+ * execs a setuid program, or after it exits), one session per process, hostile values and
+ * names, per-user budgets, exposure. LLGO_TEST_HEAPD=path runs them against another build
+ * (an older daemon shows each attack succeed).
+ */
+#include "sec_util.h"
+
+#include <sys/sysmacros.h>
+
+static uid_t nobody_uid(void)
+{
+	struct passwd *pw = getpwnam("nobody");
+	return pw ? pw->pw_uid : 65534;
+}
+
+static gid_t nobody_gid(void)
+{
+	struct passwd *pw = getpwnam("nobody");
+	return pw ? pw->pw_gid : 65534;
+}
+
+static void become_nobody(void)
+{
+	if (setgroups(0, NULL) != 0 || setgid(nobody_gid()) != 0 || setuid(nobody_uid()) != 0)
+		_exit(120);
+}
+
+static void need_root(void)
+{
+	if (geteuid() != 0)
+		cr_skip_test("needs root to switch to another uid");
+}
+
+/* Connect as a shim and send HELLO with a fresh control page, waiting for no answer. */
+static int attack_hello(int sock, int *ctl_fd, struct llgo_ctl **ctl)
+{
+	int fd = memfd_create("atk-ctl", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, LLGO_CTL_SIZE) != 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+		return -1;
+	struct llgo_ctl *c = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (c == MAP_FAILED)
+		return -1;
+	c->magic = LLGO_CTL_MAGIC;
+	c->version = LLGO_CTL_VERSION;
+	c->size = LLGO_CTL_SIZE;
+	atomic_store(&c->rate_word, 512);
+	c->ring_data_size = LLGO_RING_MIN_DATA;
+	if (ctl_fd)
+		*ctl_fd = fd;
+	if (ctl)
+		*ctl = c;
+	struct llgo_msg_hello m;
+	hello_init(&m, LLGO_RING_MIN_DATA, 512);
+	m.flags = LLGO_HELLO_NO_ACK;
+	return msg_send(sock, &m, sizeof(m), fd);
+}
+
+/* A setuid-root copy of sleep in dir (root can make one; nobody runs it). */
+static void make_setuid_sleep(const char *dir, char *out, size_t n)
+{
+	snprintf(out, n, "%s/suid-sleep", dir);
+	char cmd[512];
+	snprintf(cmd, sizeof(cmd), "cp /usr/bin/sleep '%s' && chown 0:0 '%s' && chmod 4755 '%s'",
+		 out, out, out);
+	cr_assert_eq(system(cmd), 0, "cannot make a setuid binary");
+}
+
+/*
+ * The reported attack: nobody connects, forks a child that keeps the socket, and execs a
+ * setuid-root program; the child's HELLO must not make the daemon read the root process's
+ * mappings (which nobody could then read in the profile).
+ */
+Test(identity, setuid_exec_after_connect_is_refused, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	heapd_start(&d, NULL);
+	char suid[128];
+	make_setuid_sleep(d.dir, suid, sizeof(suid));
+	int pfd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	pid_t a = fork();
+	cr_assert_geq(a, 0);
+	if (a == 0) {
+		become_nobody();
+		int s = sock_connect(d.sock);
+		if (s < 0)
+			_exit(121);
+		pid_t me = getpid();
+		pid_t b = fork();
+		if (b == 0) { /* the child keeps the socket; HELLO once the parent is root's */
+			char path[64];
+			snprintf(path, sizeof(path), "/proc/%d", (int)me);
+			for (int i = 0; i < 500; i++) {
+				struct stat st;
+				if (stat(path, &st) == 0 && st.st_uid == 0)
+					break;
+				sleep_ms(5);
+			}
+			if (attack_hello(s, NULL, NULL) != 0)
+				_exit(122);
+			sleep_ms(1500);
+			_exit(0);
+		}
+		int fl = fcntl(s, F_GETFD);
+		fcntl(s, F_SETFD, fl | FD_CLOEXEC);
+		execl(suid, "suid-sleep", "2", (char *)NULL);
+		_exit(123);
+	}
+	close(pfd[0]);
+	close(pfd[1]);
+	sleep_ms(800); /* the child's HELLO is handled */
+	struct llgo_list_entry e;
+	bool found = list_find(d.sock, a, &e);
+	char *log = read_all(d.log);
+	cr_expect(!found, "a session for the setuid process %d (uid %u):\n%s", (int)a,
+		  found ? e.uid : 0, log);
+	cr_expect(strstr(log, "HELLO refused") != NULL, "no refusal in the log:\n%s", log);
+	free(log);
+	int st;
+	waitpid(a, &st, 0);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/*
+ * The process that connected is gone (its pid free for anyone's next process) when its
+ * child, which kept the socket, sends HELLO: nothing of the pid is read, the session is not
+ * live, and root's `rate PID` does not reach the attacker's page.
+ */
+Test(identity, hello_after_the_process_exited_is_not_live, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	heapd_start(&d, NULL);
+	int pfd[2];
+	cr_assert_eq(pipe(pfd), 0);
+	pid_t outer = fork();
+	cr_assert_geq(outer, 0);
+	if (outer == 0) {
+		become_nobody();
+		/* a: connects, forks b (keeps the socket), exits and is reaped */
+		pid_t a = fork();
+		if (a == 0) {
+			int s = sock_connect(d.sock);
+			pid_t b = fork();
+			if (b == 0) {
+				sleep_ms(300); /* a is gone and reaped by then */
+				struct llgo_ctl *ctl;
+				if (attack_hello(s, NULL, &ctl) != 0)
+					_exit(122);
+				sleep_ms(2000);
+				/* rate_word untouched: 512 */
+				_exit(atomic_load(&ctl->rate_word) == 512 ? 0 : 1);
+			}
+			_exit(0);
+		}
+		int st;
+		waitpid(a, &st, 0);
+		if (write(pfd[1], &a, sizeof(a)) != sizeof(a))
+			_exit(124);
+		/* wait for b (a grandchild reparented to init or us): by its exit code through a
+		 * second pipe is overkill; sleep past its life */
+		sleep_ms(2600);
+		_exit(0);
+	}
+	close(pfd[1]);
+	pid_t a;
+	cr_assert_eq(read(pfd[0], &a, sizeof(a)), (ssize_t)sizeof(a));
+	sleep_ms(700);
+	struct answer ans;
+	cr_assert_eq(set_rate(d.sock, a, 0, &ans), 0);
+	cr_expect_eq(ans.status, ESRCH, "root's rate %d 0 reached the dead pid's session: %d %s",
+		     (int)a, ans.status, ans.message);
+	struct llgo_list_entry e;
+	if (list_find(d.sock, a, &e))
+		cr_expect_eq(e.state, LLGO_PROC_EXITED, "the session of dead pid %d is live", (int)a);
+	int st;
+	waitpid(outer, &st, 0);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* One process, many connections, each with HELLO and its own control page: one session. */
+Test(identity, one_session_per_process, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	int socks[8];
+	struct llgo_ctl *ctl[8];
+	for (int i = 0; i < 8; i++) {
+		socks[i] = sock_connect(d.sock);
+		cr_assert_geq(socks[i], 0);
+		cr_assert_eq(attack_hello(socks[i], NULL, &ctl[i]), 0);
+	}
+	sleep_ms(300);
+	struct llgo_list_entry e;
+	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_expect_eq(e.state, LLGO_PROC_LIVE);
+	/* the session LIST shows is the one whose page a rate change reaches */
+	struct answer a;
+	cr_assert_eq(set_rate(d.sock, getpid(), 4096, &a), 0);
+	cr_assert_eq(a.status, 0, "%s", a.message);
+	int live = -1;
+	for (int i = 0; i < 8; i++)
+		if (atomic_load(&ctl[i]->rate_word) != 512)
+			live = i;
+	cr_assert_geq(live, 0);
+	/* LIST shows one row per pid: end that session, and no other session of this
+	 * process may show up live behind it */
+	close(socks[live]);
+	sleep_ms(300);
+	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_expect_eq(e.state, LLGO_PROC_EXITED, "another live session of this process");
+	for (int i = 0; i < 8; i++)
+		if (i != live)
+			close(socks[i]);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* ---- names and values ------------------------------------------------------------------- */
+
+#define SHIM LLGO_BUILD_DIR "/lib/libllgoheap.so"
+#define PROGS LLGO_BUILD_DIR "/progs"
+
+/* Run prog args under the shim at rate 1 on d's socket, as uid (0: root); returns its pid
+ * once it has exited (its session stays for snapshots). */
+static pid_t run_profiled(struct heapd *d, uid_t uid, const char *prog, const char *arg)
+{
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		if (uid)
+			become_nobody();
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		setenv("LD_PRELOAD", SHIM, 1);
+		setenv("LLGO_HEAP_SOCKET", d->sock, 1);
+		setenv("LLGO_HEAP_RATE", "1", 1);
+		execl(prog, prog, arg, (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s exited with %d", prog, st);
+	return pid;
+}
+
+static char *snapshot_text(struct heapd *d, pid_t pid, int fmt)
+{
+	struct answer a;
+	cr_assert_eq(snapshot(d->sock, pid, fmt, &a), 0);
+	cr_assert_eq(a.status, 0, "snapshot %d: %s", (int)pid, a.message);
+	buf_putc(&a.data, '\0');
+	return (char *)a.data.data;
+}
+
+static bool has_raw_control(const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+		if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f)
+			return true;
+	return false;
+}
+
+/* A symbol holding a newline, a forged sample line and ESC sequences: every text output
+ * shows it escaped, and the legacy text gains no sample. */
+Test(names, hostile_symbol_is_escaped, .timeout = 120)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	char prog[160], cmd[1024];
+	snprintf(prog, sizeof(prog), "%s/evil_sites", d.dir);
+	snprintf(cmd, sizeof(cmd),
+		 "objcopy --redefine-sym \"site_calloc=$(printf 'evil\\033[2J\\n77: 7777777 "
+		 "[77: 7777777] @ 0x1\\n#')\" %s/e2e_sites %s", PROGS, prog);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	pid_t pid = run_profiled(&d, 0, prog, "3000");
+	char *text = snapshot_text(&d, pid, LLGO_FORMAT_TEXT);
+	cr_expect(!has_raw_control(text), "raw control characters in the text:\n%s", text);
+	cr_expect(strstr(text, "\n77: 7777777") == NULL, "a forged sample line:\n%s", text);
+	cr_expect(strstr(text, "evil\\x1b[2J\\x0a77: 7777777") != NULL, "not escaped:\n%s", text);
+	free(text);
+	char *folded = snapshot_text(&d, pid, LLGO_FORMAT_FOLDED);
+	cr_expect(!has_raw_control(folded), "raw control characters in folded:\n%s", folded);
+	cr_expect(strstr(folded, "evil\\x1b[2J") != NULL, "folded:\n%s", folded);
+	free(folded);
+	char *top = snapshot_text(&d, pid, LLGO_FORMAT_TOP);
+	cr_expect(!has_raw_control(top), "raw control characters in top:\n%s", top);
+	free(top);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* nobody runs a copy of a program with the same build ID and a renamed symbol first; root's
+ * profile of the real program still shows the real names. */
+Test(names, symbol_cache_is_per_file, .timeout = 120)
+{
+	need_root();
+	struct heapd d;
+	heapd_start(&d, NULL);
+	char fake[160], real[160], cmd[1024];
+	snprintf(fake, sizeof(fake), "%s/fake_sites", d.dir);
+	snprintf(real, sizeof(real), "%s/real_sites", d.dir);
+	snprintf(cmd, sizeof(cmd),
+		 "cp %s/e2e_sites %s && objcopy --redefine-sym site_calloc=ATTACKER_NAME %s %s && "
+		 "chmod 755 %s %s", PROGS, real, real, fake, real, fake);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(cmd, sizeof(cmd), "test \"$(readelf -n %s | grep 'Build ID')\" = "
+		 "\"$(readelf -n %s | grep 'Build ID')\"", real, fake);
+	cr_assert_eq(system(cmd), 0, "the copy's build ID differs");
+	pid_t atk = run_profiled(&d, 1, fake, "3000");
+	char *t = snapshot_text(&d, atk, LLGO_FORMAT_TEXT);
+	cr_expect(strstr(t, "ATTACKER_NAME") != NULL, "the copy's own profile:\n%s", t);
+	free(t);
+	pid_t mine = run_profiled(&d, 0, real, "3000");
+	t = snapshot_text(&d, mine, LLGO_FORMAT_TEXT);
+	cr_expect(strstr(t, "ATTACKER_NAME") == NULL, "root's profile shows the copy's names:\n%s",
+		  t);
+	cr_expect(strstr(t, "site_calloc") != NULL, "root's profile:\n%s", t);
+	free(t);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* Records with size or rate 2^64-1 are corrupt; huge sizes and hostile counters never make a
+ * value negative or wrap the accounting. */
+Test(values, hostile_records_and_counters, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct fring r;
+	fring_new(&r, 0, LLGO_RING_MIN_DATA);
+	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+	uint64_t st[2] = { RET(srv_site_alpha), RET(srv_site_caller) };
+	/* a rate beyond any the shim sets is corrupt; a size of 2^64-1 is a real (failed)
+	 * request: counted, and its sums saturate, never go negative */
+	cr_assert(fring_push(&r, st, 2, 64, UINT64_MAX, false));
+	cr_assert(fring_push(&r, st, 2, 64, LLGO_RATE_MAX + 1, false));
+	fring_push_n(&r, st, 2, UINT64_MAX, 1, 100);
+	atomic_store(&sh.ctl->lost_no_ring, UINT64_MAX);
+	atomic_store(&sh.ctl->lost_detached, UINT64_MAX - 5);
+	struct llgo_list_entry e = wait_delivered(d.sock, getpid(), 100);
+	cr_expect_eq(e.delivered, 100);
+	cr_expect_eq(e.corrupt, 2, "records with rate 2^64-1 or 2^40+1: %llu corrupt",
+		     (unsigned long long)e.corrupt);
+	cr_expect(accounting_holds(&e));
+	cr_expect_lt(e.sampled, 1ull << 50, "sampled %llu", (unsigned long long)e.sampled);
+	char *text = snapshot_text(&d, getpid(), LLGO_FORMAT_TEXT);
+	cr_expect(strstr(text, ": -") == NULL && strstr(text, "[-") == NULL,
+		  "negative values:\n%.400s", text);
+	free(text);
+	char *top = snapshot_text(&d, getpid(), LLGO_FORMAT_TOP);
+	cr_expect(strstr(top, " -") == NULL, "negative values in top:\n%s", top);
+	free(top);
+	struct answer a;
+	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_PPROF, &a), 0);
+	cr_expect_eq(a.status, 0);
+	buf_free(&a.data);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* ---- budgets ------------------------------------------------------------------------------ */
+
+/* Fork n processes as nobody that each attach (fake shim, control page) and stay alive until
+ * the pipe closes; their pids in pids. */
+static void nobody_procs(struct heapd *d, int n, pid_t *pids, int *release)
+{
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	for (int i = 0; i < n; i++) {
+		pids[i] = fork();
+		cr_assert_geq(pids[i], 0);
+		if (pids[i] == 0) {
+			close(p[1]);
+			become_nobody();
+			int s = sock_connect(d->sock);
+			if (s < 0 || attack_hello(s, NULL, NULL) != 0)
+				_exit(1);
+			char c;
+			while (read(p[0], &c, 1) > 0)
+				;
+			_exit(0);
+		}
+	}
+	close(p[0]);
+	*release = p[1];
+}
+
+static void reap(pid_t *pids, int n)
+{
+	for (int i = 0; i < n; i++)
+		waitpid(pids[i], NULL, 0);
+}
+
+static int count_state(const char *sock, uid_t uid, uint32_t state, uint32_t *flags)
+{
+	struct llgo_list_entry v[256];
+	size_t n = list(sock, v, 256);
+	int c = 0;
+	for (size_t i = 0; i < n && i < 256; i++) {
+		if (v[i].uid == uid && v[i].state == state) {
+			c++;
+			if (flags)
+				*flags |= v[i].budget_flags;
+		}
+	}
+	return c;
+}
+
+/* nobody may have 3 profiled processes; the 4th to 6th are refused, root's is not. */
+Test(budget, processes_per_uid, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-processes-per-uid", "3", NULL };
+	heapd_start(&d, extra);
+	pid_t pids[6];
+	int rel;
+	nobody_procs(&d, 6, pids, &rel);
+	sleep_ms(500);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0, "root refused");
+	uint32_t flags = 0;
+	int live = count_state(d.sock, nobody_uid(), LLGO_PROC_LIVE, &flags);
+	cr_expect_eq(live, 3, "nobody has %d live sessions", live);
+	cr_expect(flags & LLGO_BUDGET_SESSIONS, "not flagged in list: %#x", flags);
+	struct llgo_list_entry e;
+	cr_expect(list_find(d.sock, getpid(), &e) && e.state == LLGO_PROC_LIVE && !e.budget_flags);
+	char *log = read_all(d.log);
+	cr_expect_eq(count_lines(log, "sessions budget reached"), 1, "logged once:\n%s", log);
+	free(log);
+	close(rel);
+	reap(pids, 6);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* nobody's process adds 6 rings with a budget of 2: 2 are read, its connection stays, and
+ * root's process gets all of its rings. */
+Test(budget, rings_per_uid, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-rings-per-uid", "2", NULL };
+	heapd_start(&d, extra);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		become_nobody();
+		struct fshim sh;
+		if (fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512) != 0)
+			_exit(1);
+		for (uint32_t i = 0; i < 6; i++) {
+			struct fring r;
+			fring_new(&r, i, LLGO_RING_MIN_DATA);
+			if (fshim_add_ring(&sh, &r) != 0)
+				_exit(2);
+		}
+		char c;
+		while (read(go[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	close(go[0]);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	for (uint32_t i = 0; i < 6; i++) {
+		struct fring r;
+		fring_new(&r, i, LLGO_RING_MIN_DATA);
+		cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+	}
+	sleep_ms(400);
+	struct llgo_list_entry e;
+	cr_assert(list_find(d.sock, child, &e), "nobody's session is gone");
+	cr_expect_eq(e.state, LLGO_PROC_LIVE, "nobody's connection was dropped");
+	cr_expect_eq(e.rings, 2, "nobody's rings: %u", e.rings);
+	cr_expect(e.budget_flags & LLGO_BUDGET_RINGS, "flags %#x", e.budget_flags);
+	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_expect_eq(e.rings, 6, "root's rings: %u", e.rings);
+	cr_expect_eq(e.budget_flags, 0);
+	close(go[1]);
+	waitpid(child, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* nobody's process fills its bucket memory budget with distinct stacks: its later records
+ * are counted, not aggregated; root's process in the same daemon loses nothing. */
+Test(budget, bucket_memory_per_uid, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-bucket-memory-per-uid", "256K", NULL };
+	heapd_start(&d, extra);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		become_nobody();
+		struct fshim sh;
+		if (fshim_attach(&sh, d.sock, 1u << 16, 512) != 0)
+			_exit(1);
+		struct fring r;
+		fring_new(&r, 0, 1u << 16);
+		if (fshim_add_ring(&sh, &r) != 0)
+			_exit(2);
+		for (uint64_t i = 0; i < 20000; i++) {
+			uint64_t st[3] = { RET(srv_site_alpha), 0x1000 + i * 16, RET(srv_site_caller) };
+			fring_push_n(&r, st, 3, 64 + i, 1, 1);
+		}
+		char c;
+		while (read(go[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	close(go[0]);
+	struct llgo_list_entry e;
+	memset(&e, 0, sizeof(e));
+	for (int i = 0; i < 1000 && !(list_find(d.sock, child, &e) && e.delivered >= 20000); i++)
+		sleep_ms(10);
+	cr_expect_eq(e.delivered, 20000);
+	cr_expect(e.budget_flags & LLGO_BUDGET_BUCKET_BYTES, "flags %#x", e.budget_flags);
+	cr_expect_gt(e.budget_dropped, 0, "no record degraded");
+	/* root: every record aggregated */
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, 1u << 16, 512), 0);
+	struct fring r;
+	fring_new(&r, 0, 1u << 16);
+	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+	for (uint64_t i = 0; i < 2000; i++) {
+		uint64_t st[3] = { RET(srv_site_alpha), 0x1000 + i * 16, RET(srv_site_caller) };
+		fring_push_n(&r, st, 3, 64 + i, 1, 1);
+	}
+	struct llgo_list_entry me = wait_delivered(d.sock, getpid(), 2000);
+	cr_expect_eq(me.budget_flags, 0);
+	cr_expect_eq(me.budget_dropped, 0);
+	cr_expect_eq(me.buckets, 2000, "root's buckets: %llu", (unsigned long long)me.buckets);
+	close(go[1]);
+	waitpid(child, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* nobody's short-lived processes do not push root's exited sessions out; kept per uid. */
+Test(budget, exited_sessions_per_uid, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--keep-exited-per-uid", "2", "--keep-exited", "4", NULL };
+	heapd_start(&d, extra);
+	pid_t mine = fork();
+	cr_assert_geq(mine, 0);
+	if (mine == 0) {
+		int s = sock_connect(d.sock);
+		_exit(s < 0 || attack_hello(s, NULL, NULL) != 0);
+	}
+	waitpid(mine, NULL, 0);
+	for (int round = 0; round < 3; round++) {
+		pid_t pids[3];
+		int rel;
+		nobody_procs(&d, 3, pids, &rel);
+		sleep_ms(200);
+		close(rel);
+		reap(pids, 3);
+	}
+	sleep_ms(400);
+	int theirs = count_state(d.sock, nobody_uid(), LLGO_PROC_EXITED, NULL);
+	cr_expect_eq(theirs, 2, "nobody's exited sessions kept: %d", theirs);
+	struct llgo_list_entry e;
+	cr_expect(list_find(d.sock, mine, &e) && e.state == LLGO_PROC_EXITED,
+		  "root's exited session was pushed out");
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* nobody holds its connection budget; root still connects and is answered. Nobody's LIST
+ * shows none of root's processes. */
+Test(exposure, connections_per_uid_and_list, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-conns-per-uid", "8", NULL };
+	heapd_start(&d, extra);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	int go[2], res[2];
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(pipe(res), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		become_nobody();
+		/* LIST as nobody: root's process is not shown */
+		struct llgo_list_entry v[16];
+		size_t n = list(d.sock, v, 16);
+		char verdict = n == 0 ? 'y' : 'n';
+		int socks[50];
+		for (int i = 0; i < 50; i++)
+			socks[i] = sock_connect(d.sock);
+		if (write(res[1], &verdict, 1) != 1)
+			_exit(3);
+		char c;
+		while (read(go[0], &c, 1) > 0)
+			;
+		(void)socks;
+		_exit(0);
+	}
+	close(go[0]);
+	close(res[1]);
+	char verdict = 0;
+	cr_assert_eq(read(res[0], &verdict, 1), 1);
+	cr_expect_eq(verdict, 'y', "nobody's LIST shows root's processes");
+	sleep_ms(200);
+	struct llgo_list_entry e;
+	cr_expect(list_find(d.sock, getpid(), &e), "root is locked out");
+	char *log = read_all(d.log);
+	cr_expect_eq(count_lines(log, "connections budget reached"), 1, "%s", log);
+	free(log);
+	close(go[1]);
+	waitpid(child, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* ---- exposure ----------------------------------------------------------------------------- */
+
+#define CLI (getenv("LLGO_TEST_CLI") ? getenv("LLGO_TEST_CLI") : LLGO_BUILD_DIR "/bin/llgo-heap")
+
+/* A stopped daemon: the CLI gives up with a clear error and a nonzero status. */
+Test(exposure, cli_times_out_on_a_stopped_daemon, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	kill(d.pid, SIGSTOP);
+	char cmd[512], *out = NULL;
+	snprintf(cmd, sizeof(cmd), "%s list --socket %s --timeout 2 2>&1; echo \"exit=$?\"", CLI,
+		 d.sock);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	FILE *p = popen(cmd, "r");
+	cr_assert(p);
+	out = calloc(1, 4096);
+	size_t n = fread(out, 1, 4095, p);
+	out[n] = '\0';
+	pclose(p);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	kill(d.pid, SIGCONT);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	cr_expect_lt(secs, 10.0, "the CLI waited %.1f s", secs);
+	cr_expect(strstr(out, "did not answer") != NULL, "%s", out);
+	cr_expect(strstr(out, "exit=0") == NULL, "%s", out);
+	free(out);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* Root writes a profile with -o into a folder where nobody planted symlinks (at the old
+ * predictable temporary name, and at the name itself): no file they point to is written. */
+Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	char shared[128], victim[160], victim2[160], target[160], cmd[700];
+	snprintf(shared, sizeof(shared), "%s/shared", d.dir);
+	cr_assert_eq(mkdir(shared, 01777), 0);
+	chmod(shared, 01777);
+	snprintf(victim, sizeof(victim), "%s/victim", d.dir);
+	snprintf(victim2, sizeof(victim2), "%s/victim2", d.dir);
+	snprintf(target, sizeof(target), "%s/heap.pb.gz", shared);
+	FILE *f = fopen(victim, "w");
+	fputs("root's file\n", f);
+	fclose(f);
+	f = fopen(victim2, "w");
+	fputs("root's other file\n", f);
+	fclose(f);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t cli = fork();
+	cr_assert_geq(cli, 0);
+	if (cli == 0) {
+		char c;
+		close(go[1]);
+		if (read(go[0], &c, 1) != 1)
+			_exit(126);
+		char pid[32];
+		snprintf(pid, sizeof(pid), "%d", (int)getppid());
+		execl(CLI, "llgo-heap", "snapshot", pid, "--socket", d.sock, "-o", target,
+		      (char *)NULL);
+		_exit(127);
+	}
+	/* nobody plants the links (in a sticky world-writable folder, as in /tmp) */
+	pid_t planter = fork();
+	cr_assert_geq(planter, 0);
+	if (planter == 0) {
+		become_nobody();
+		char tmp[256];
+		snprintf(tmp, sizeof(tmp), "%s.tmp.%d", target, (int)cli);
+		_exit(symlink(victim, tmp) != 0 || symlink(victim2, target) != 0);
+	}
+	int st;
+	waitpid(planter, &st, 0);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "planting failed");
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	close(go[1]);
+	waitpid(cli, &st, 0);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "snapshot -o: status %d", st);
+	char *v = read_all(victim), *v2 = read_all(victim2);
+	cr_expect_str_eq(v, "root's file\n", "the planted temporary link was followed");
+	cr_expect_str_eq(v2, "root's other file\n", "the planted link at FILE was followed");
+	free(v);
+	free(v2);
+	struct stat sb;
+	cr_expect(lstat(target, &sb) == 0 && S_ISREG(sb.st_mode), "no profile at %s", target);
+	snprintf(cmd, sizeof(cmd), "gzip -t %s", target);
+	cr_expect_eq(system(cmd), 0, "not a gzip file");
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* llgo-heap snapshot (this process) -o TARGET; its exit status, -1 when it did not exit. */
+static int cli_snapshot_to(const char *sock, const char *target)
+{
+	char pid[32];
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	pid_t cli = fork();
+	cr_assert_geq(cli, 0);
+	if (cli == 0) {
+		int nul = open("/dev/null", O_WRONLY); /* the CLI's stderr is not the test's */
+		if (nul >= 0)
+			dup2(nul, 2);
+		execl(CLI, "llgo-heap", "snapshot", pid, "--socket", sock, "-o", target,
+		      (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	waitpid(cli, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* -o to an existing device or FIFO writes it in place: a temporary and a rename would
+ * replace /dev/null itself with a regular file (root can write /dev). A private device node
+ * is tried first, so a CLI that still renames is caught without touching /dev/null. A
+ * symlink to a device (/dev/stdout) is refused and left as it is. */
+Test(exposure, output_to_a_device_is_written_in_place, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct stat before, after;
+	char path[160];
+
+	/* a private character device (root only): the same node as /dev/null */
+	bool private_ok = true;
+	if (geteuid() == 0) {
+		snprintf(path, sizeof(path), "%s/null", d.dir);
+		cr_assert_eq(mknod(path, S_IFCHR | 0666, makedev(1, 3)), 0, "mknod: %s",
+			     strerror(errno));
+		cr_assert_eq(lstat(path, &before), 0);
+		cr_expect_eq(cli_snapshot_to(d.sock, path), 0, "snapshot -o %s", path);
+		cr_assert_eq(lstat(path, &after), 0);
+		private_ok = S_ISCHR(after.st_mode) && after.st_ino == before.st_ino &&
+			     after.st_rdev == before.st_rdev;
+		cr_expect(private_ok, "-o replaced the device node %s (mode %o)", path,
+			  after.st_mode);
+	}
+
+	/* /dev/null itself, only once a private node was left alone */
+	if (private_ok) {
+		cr_assert_eq(stat("/dev/null", &before), 0);
+		cr_assert(S_ISCHR(before.st_mode), "/dev/null is not a device before the test");
+		cr_expect_eq(cli_snapshot_to(d.sock, "/dev/null"), 0, "snapshot -o /dev/null");
+		cr_assert_eq(lstat("/dev/null", &after), 0);
+		bool same = S_ISCHR(after.st_mode) && after.st_ino == before.st_ino &&
+			    after.st_rdev == before.st_rdev;
+		if (!same && geteuid() == 0) { /* put the shared machine's /dev/null back */
+			unlink("/dev/null");
+			mknod("/dev/null", S_IFCHR | 0666, makedev(1, 3));
+			chmod("/dev/null", 0666);
+		}
+		cr_expect(same, "-o /dev/null replaced /dev/null (mode %o)", after.st_mode);
+	}
+
+	/* a FIFO: written in place. The read end is open (without blocking) before the CLI
+	 * runs and holds the whole profile, so a CLI that never opens the FIFO fails the test
+	 * instead of leaving a reader blocked. */
+	snprintf(path, sizeof(path), "%s/fifo", d.dir);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	int rfd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	cr_assert_geq(rfd, 0, "open FIFO: %s", strerror(errno));
+	fcntl(rfd, F_SETPIPE_SZ, 1 << 20);
+	cr_expect_eq(cli_snapshot_to(d.sock, path), 0, "snapshot -o FIFO");
+	char buf[4096];
+	size_t total = 0;
+	ssize_t n;
+	while ((n = read(rfd, buf, sizeof(buf))) > 0)
+		total += (size_t)n;
+	close(rfd);
+	cr_expect_gt(total, 0, "nothing was written to the FIFO");
+	cr_expect(lstat(path, &after) == 0 && S_ISFIFO(after.st_mode), "the FIFO was replaced");
+
+	/* a symlink to a device: refused, the link left as it was */
+	snprintf(path, sizeof(path), "%s/stdout", d.dir);
+	cr_assert_eq(symlink("/dev/null", path), 0);
+	cr_expect_neq(cli_snapshot_to(d.sock, path), 0, "-o through a symlink to a device");
+	char link[64] = "";
+	ssize_t ln = readlink(path, link, sizeof(link) - 1);
+	cr_expect(ln == (ssize_t)strlen("/dev/null") && memcmp(link, "/dev/null", (size_t)ln) == 0,
+		  "the symlink was replaced");
+
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* The socket is mode 0666 (any user's shim attaches) without a chmod by path. */
+Test(exposure, socket_mode, .timeout = 30)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	struct stat sb;
+	cr_assert_eq(lstat(d.sock, &sb), 0);
+	cr_expect(S_ISSOCK(sb.st_mode));
+	cr_expect_eq(sb.st_mode & 0777, 0666, "mode %o", sb.st_mode & 0777);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+#include <netinet/in.h>
+
+static int http_port_of(struct heapd *d)
+{
+	for (int i = 0; i < 500; i++) {
+		char *log = read_all(d->log);
+		const char *at = strstr(log, "serving http://127.0.0.1:");
+		int port = at ? atoi(at + strlen("serving http://127.0.0.1:")) : 0;
+		free(log);
+		if (port)
+			return port;
+		sleep_ms(10);
+	}
+	cr_assert_fail("no HTTP port in the log");
+	return 0;
+}
+
+static int http_connect(int port)
+{
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	struct timeval tv = { .tv_sec = 5 };
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return s;
+}
+
+static int http_send(int s, const char *path)
+{
+	char req[256];
+	int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+			 path);
+	return write(s, req, (size_t)n) == n ? 0 : -1;
+}
+
+/* The HTTP status of the answer on s (0: none within the timeout). */
+static int http_status(int s)
+{
+	char buf[64] = "";
+	ssize_t n = read(s, buf, sizeof(buf) - 1);
+	if (n < 12)
+		return 0;
+	buf[n] = '\0';
+	return atoi(buf + 9);
+}
+
+/* 70 clients ask for seconds=60 deltas (each would hold a connection for a minute): the
+ * endpoint still answers a plain profile request at once. */
+Test(exposure, http_slow_deltas_do_not_lock_the_endpoint, .timeout = 60)
+{
+	struct heapd d;
+	const char *extra[] = { "--http", "127.0.0.1:0", NULL };
+	heapd_start(&d, extra);
+	int port = http_port_of(&d);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	char path[128];
+	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d&seconds=60", (int)getpid());
+	int socks[70];
+	for (int i = 0; i < 70; i++) {
+		socks[i] = http_connect(port);
+		if (socks[i] >= 0)
+			http_send(socks[i], path);
+	}
+	sleep_ms(500);
+	int s = http_connect(port);
+	cr_assert_geq(s, 0, "cannot connect");
+	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d", (int)getpid());
+	cr_assert_eq(http_send(s, path), 0);
+	int st = http_status(s);
+	cr_expect_eq(st, 200, "a plain request got %d behind 70 slow deltas", st);
+	close(s);
+	for (int i = 0; i < 70; i++)
+		if (socks[i] >= 0)
+			close(socks[i]);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* nobody asks for big profiles of its process on many connections and never reads them:
+ * its unread answers stop at its budget, root is still answered. */
+Test(budget, unread_answers_per_uid, .timeout = 90)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-unread-per-uid", "1M", NULL };
+	heapd_start(&d, extra);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		become_nobody();
+		struct fshim sh;
+		if (fshim_attach(&sh, d.sock, 1u << 16, 512) != 0)
+			_exit(1);
+		struct fring r;
+		fring_new(&r, 0, 1u << 16);
+		if (fshim_add_ring(&sh, &r) != 0)
+			_exit(2);
+		for (uint64_t i = 0; i < 6000; i++) {
+			uint64_t st[3] = { RET(srv_site_alpha), 0x1000 + i * 16, RET(srv_site_caller) };
+			fring_push_n(&r, st, 3, 64 + i, 1, 1);
+		}
+		struct llgo_msg_snapshot m;
+		memset(&m, 0, sizeof(m));
+		msg_header_init(&m.h, LLGO_MSG_SNAPSHOT, sizeof(m));
+		m.pid = (uint32_t)getpid();
+		m.format = LLGO_FORMAT_TEXT;
+		int socks[12];
+		for (int i = 0; i < 12; i++) {
+			socks[i] = sock_connect(d.sock);
+			if (socks[i] >= 0)
+				msg_send(socks[i], &m, sizeof(m), -1);
+		}
+		char c;
+		while (read(go[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	close(go[0]);
+	char *log = NULL;
+	for (int i = 0; i < 1000; i++) {
+		free(log);
+		log = read_all(d.log);
+		if (strstr(log, "unread answers budget reached"))
+			break;
+		sleep_ms(20);
+	}
+	cr_expect(strstr(log, "unread answers budget reached") != NULL, "%s", log);
+	free(log);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct answer a;
+	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_TEXT, &a), 0);
+	cr_expect_eq(a.status, 0, "root's snapshot: %s", a.message);
+	buf_free(&a.data);
+	close(go[1]);
+	waitpid(child, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* A connection that never sends anything is closed after 10 s: idle connections do not
+ * pile up. */
+Test(exposure, idle_connections_are_closed, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL);
+	int s = sock_connect(d.sock);
+	cr_assert_geq(s, 0);
+	struct timeval tv = { .tv_sec = 30 };
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	char b;
+	ssize_t r = recv(s, &b, 1, 0);
+	cr_expect_eq(r, 0, "the idle connection was not closed in 30 s (recv %zd, %s)", r,
+		     strerror(errno));
+	close(s);
+	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* Exited sessions are kept for --keep-exited-age seconds at most, and the evictions are
+ * counted (in the daemon's exit line). */
+Test(budget, exited_sessions_by_age, .timeout = 60)
+{
+	struct heapd d;
+	const char *extra[] = { "--keep-exited-age", "1", NULL };
+	heapd_start(&d, extra);
+	pid_t p = fork();
+	cr_assert_geq(p, 0);
+	if (p == 0) {
+		int s = sock_connect(d.sock);
+		_exit(s < 0 || attack_hello(s, NULL, NULL) != 0);
+	}
+	waitpid(p, NULL, 0);
+	struct llgo_list_entry e;
+	bool seen = false;
+	for (int i = 0; i < 50 && !seen; i++) {
+		seen = list_find(d.sock, p, &e) && e.state == LLGO_PROC_EXITED;
+		if (!seen)
+			sleep_ms(20);
+	}
+	cr_assert(seen, "the exited session was never listed");
+	sleep_ms(2200);
+	cr_expect(!list_find(d.sock, p, &e), "an exited session older than 1 s is still kept");
+	heapd_stop(&d);
+	char *log = read_all(d.log);
+	cr_expect(strstr(log, "1 exited processes evicted") != NULL, "%s", log);
+	free(log);
+	heapd_cleanup(&d);
+}
