@@ -12,7 +12,8 @@
  * FUTEX_WAIT on the low 32 bits of tail (shared futex: the ring is a MAP_SHARED memfd), in
  * slices of FULL_SLICE_MS; the daemon, after it publishes a new tail, fences, sees `waiting`
  * and wakes the futex (agent/ring.c). No spinning. Bounded: if tail does not move for
- * FULL_BOUND_MS (the daemon is stopped, gone or starved), the thread gives up, drops, and
+ * FULL_BOUND_MS while the daemon shows no sign of work (stopped, gone or hung: it neither runs
+ * nor uses CPU; a working one is given up to FULL_ACTIVE_MAX_MS), the thread gives up, drops, and
  * remembers that tail: later records of this thread drop at once until the daemon has moved
  * tail again. A stopped daemon thus costs each allocating thread one pause of FULL_BOUND_MS,
  * never a hang. Without a connection nothing waits.
@@ -29,7 +30,7 @@
 
 #define FULL_SLICE_MS 10
 #define FULL_BOUND_MS 500
-#define FULL_SLOW_START_MS 5000
+#define FULL_ACTIVE_MAX_MS 10000
 
 enum { FULL_UNSET = 0, FULL_DEFAULT = 1, FULL_WAIT = 2, FULL_DROP = 3 };
 
@@ -113,11 +114,11 @@ void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t l
 			last_move = full_now_ms();
 		}
 		int64_t left = FULL_BOUND_MS - (full_now_ms() - last_move);
-		/* A daemon that has not started serving us yet but is at work (on a loaded
-		 * machine, or sanitized, reading every object's unwind tables takes a while) is
-		 * waited for, up to FULL_SLOW_START_MS in all: it is not stopped. */
-		if (left <= 0 && !full_daemon_serving() &&
-		    full_now_ms() - first_wait < FULL_SLOW_START_MS && lifecycle_daemon_active()) {
+		/* A daemon that is at work but has not moved our tail (busy on a loaded machine,
+		 * sanitized, or reading every object's unwind tables before it serves us) is
+		 * waited for, up to FULL_ACTIVE_MAX_MS in all: it is not stopped. */
+		if (left <= 0 && full_now_ms() - first_wait < FULL_ACTIVE_MAX_MS &&
+		    lifecycle_daemon_active()) {
 			last_move = full_now_ms();
 			left = FULL_SLICE_MS;
 		}
