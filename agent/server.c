@@ -1719,10 +1719,9 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 		return -ENOMEM;
 	s->pidfd = fcntl(p->pidfd, F_DUPFD_CLOEXEC, 3);
 	int err = session_attach_memfd(s, p->memfd, true);
-	struct server_conn *c = err ? NULL : calloc(1, sizeof(*c));
-	if (!c) {
+	if (err) {
 		session_put(s);
-		return err ? err : -ENOMEM;
+		return err;
 	}
 	if (session_attach_maps(s) != 0)
 		server_log("pid %d: cannot read its mappings; its profiles will show addresses only",
@@ -1740,28 +1739,11 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	session_register(s);
 	atomic_fetch_add(&srv->n_sessions, 1);
 	close(p->memfd); /* the session keeps its own */
-	c->srv = srv;
-	c->fd = p->pidfd;
-	c->kind = SERVER_CONN_PIDFD;
-	c->session = s;
-	c->job_fd = -1;
-	c->id.pidfd = -1;
-	c->cred.pid = p->pid;
-	c->cred.uid = p->uid;
-	c->cred.gid = p->gid;
-	buf_init(&c->out);
-	pthread_mutex_lock(&srv->conns_lock);
-	c->next = srv->conns;
-	if (srv->conns)
-		srv->conns->prev = c;
-	srv->conns = c;
-	srv->nconns++;
-	pthread_mutex_unlock(&srv->conns_lock);
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT, .data.ptr = c };
-	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0)
-		server_conn_end(c);
+	server_watch_exit(srv, s, p->pidfd); /* watches a duplicate */
+	close(p->pidfd);
 	server_log("pid %d (%s): taken back (its rings, rate %llu)", (int)p->pid, s->comm,
 		   (unsigned long long)session_rate(s));
+	session_put(s); /* the registry and the watch hold theirs */
 	drain_wake(srv->drain);
 	return 0;
 }
