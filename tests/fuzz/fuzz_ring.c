@@ -106,5 +106,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		profile_release(&p);
 	}
 	bucket_table_free(t);
+	free(r.scratch); /* the reader's copy buffer for stack-copy records (not a mapping) */
 	return 0;
 }

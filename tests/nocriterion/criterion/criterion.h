@@ -23,6 +23,7 @@
 struct llgo_t_opts {
 	int unused;
 	double timeout;
+	bool disabled;
 };
 
 struct llgo_t_test {
@@ -134,6 +135,11 @@ int main(int argc, char **argv)
 		snprintf(full, sizeof(full), "%s/%s", t->suite, t->name);
 		if (filter && !strstr(full, filter))
 			continue;
+		if (t->opts->disabled) {
+			skipped++;
+			fprintf(stderr, "[SKIP] %s: disabled\n", full);
+			continue;
+		}
 		double limit = t->opts->timeout > 0 ? t->opts->timeout : timeout_all;
 		fflush(NULL);
 		pid_t pid = fork();
