@@ -99,6 +99,13 @@ static uint32_t drain_drop_shim_frames(struct session *s, uint64_t *pcs, uint32_
 	return k;
 }
 
+/* A session taken back by adopt.c learns its mode from the HELLO that joins it, on a
+ * worker thread while this one drains: set once, read relaxed. */
+static uint32_t drain_unwind_mode(struct session *s)
+{
+	return __atomic_load_n(&s->unwind_mode, __ATOMIC_RELAXED);
+}
+
 static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *rec,
 			     const uint64_t *frames)
 {
@@ -107,7 +114,7 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 	struct llgo_raw_regs regs;
 	memcpy(&regs, raw, sizeof(regs));
 	if (!s->unwind)
-		s->unwind = unwind_new(s->pid, s->unwind_mode == LLGO_UNWIND_AUTO);
+		s->unwind = unwind_new(s->pid, drain_unwind_mode(s) == LLGO_UNWIND_AUTO);
 	bool truncated = true, unknown = false;
 	uint32_t n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
 				  rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
@@ -136,7 +143,7 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 	 * (a thread library without CFI for its start, in a static executable). */
 	if (truncated && n > 1 && drain_is_start(s, ctx->pcs[n - 1]))
 		truncated = false;
-	if (!truncated && s->unwind_mode == LLGO_UNWIND_AUTO) {
+	if (!truncated && drain_unwind_mode(s) == LLGO_UNWIND_AUTO) {
 		unwind_learn(s->unwind, ctx->pcs, n);
 		/* a root just became trusted: tell the shim now, not after this whole pass (a
 		 * pass over many threads' copies can be long, and they copy until told); a no-op
@@ -169,7 +176,7 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	if (rec->kind == LLGO_REC_ALLOC_RAW) {
 		npcs = drain_unwind(ctx, rec, frames);
 		frames = ctx->pcs;
-	} else if (s->unwind_mode == LLGO_UNWIND_AUTO || (rec->flags & LLGO_REC_FLAG_NO_COPY)) {
+	} else if (drain_unwind_mode(s) == LLGO_UNWIND_AUTO || (rec->flags & LLGO_REC_FLAG_NO_COPY)) {
 		/* A trusted frame-pointer walk ends at a root: the rest of the stack is known. A
 		 * walk that wanted a copy and got none is stated as truncated unless it ends at
 		 * such a root too. */
@@ -250,7 +257,7 @@ static size_t drain_session_locked(struct session *s)
 	bool unknown = ctx->unknown_pc;
 	size_t records = ctx->records;
 	free(ctx);
-	if (s->unwind && s->unwind_mode == LLGO_UNWIND_AUTO)
+	if (s->unwind && drain_unwind_mode(s) == LLGO_UNWIND_AUTO)
 		session_send_fp_tables(s);
 	if (unknown)
 		s->maps_stale = true;
@@ -292,7 +299,7 @@ void drain_session_exit(struct session *s)
 
 void drain_prepare_unwind(struct session *s)
 {
-	if (s->unwind_mode != LLGO_UNWIND_AUTO || !s->maps)
+	if (drain_unwind_mode(s) != LLGO_UNWIND_AUTO || !s->maps)
 		return;
 	/* Slow (every mapped object's CFI is read): outside drain_lock, so that the session's
 	 * rings drain meanwhile; a drain that needed an unwinder first made its own, which

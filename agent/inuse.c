@@ -71,7 +71,9 @@ int inuse_map(struct session *s, int fd)
 	else if (s->live || s->live_state != SESSION_LIVE_NONE)
 		err = -EEXIST;
 	else {
-		s->live = p;
+		/* release: pairs with inuse_note_record_locked's acquire (the drain thread
+		 * looks at s->live under its drain lock, not s->lock) */
+		__atomic_store_n(&s->live, p, __ATOMIC_RELEASE);
 		s->live_fd = keep;
 		s->live_state = SESSION_LIVE_MAPPED;
 	}
@@ -234,7 +236,8 @@ void inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
 		return;
 	/* Before the table arrives (ADD_LIVE follows the first tracked sample) notes are kept
 	 * for it; a process that never sends one keeps at most INUSE_REKEY_NOTABLE of them. */
-	if (!s->live && s->rekey && s->rekey->n >= INUSE_REKEY_NOTABLE) {
+	if (!__atomic_load_n(&s->live, __ATOMIC_ACQUIRE) && s->rekey &&
+	    s->rekey->n >= INUSE_REKEY_NOTABLE) {
 		inuse_rekey_free(s->rekey);
 		s->rekey = NULL;
 	}

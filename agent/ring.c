@@ -137,7 +137,11 @@ void ring_reader_baseline(struct ring_reader *r)
 		struct llgo_record rec;
 		llgo_ring_copy_out(&rec, r->data, r->mask, pos, sizeof(rec));
 		uint32_t len = rec.length;
-		if (len < sizeof(rec) || (len & 7) || len > LLGO_RECORD_MAX_LEN || len > head - pos)
+		/* the same bound as ring_reader_drain's: a stack copy (ALLOC_RAW) not counted
+		 * here would be counted twice, as prior and again as delivered */
+		uint32_t max = rec.kind == LLGO_REC_ALLOC_RAW ? LLGO_RECORD_RAW_MAX_LEN
+							      : LLGO_RECORD_MAX_LEN;
+		if (len < sizeof(rec) || (len & 7) || len > max || len > head - pos)
 			break;
 		unread++;
 		pos += len;

@@ -1047,8 +1047,10 @@ static void server_hello(struct server *srv, struct server_conn *c)
 		 * joins that session. One session per process, never two. */
 		close(fd);
 		if (!s->unwind_mode) /* a session found by adopt.c learns it here */
-			s->unwind_mode = (uint32_t)((m.flags & LLGO_HELLO_UNWIND_MASK) >>
-						    LLGO_HELLO_UNWIND_SHIFT);
+			__atomic_store_n(&s->unwind_mode,
+					 (uint32_t)((m.flags & LLGO_HELLO_UNWIND_MASK) >>
+						    LLGO_HELLO_UNWIND_SHIFT),
+					 __ATOMIC_RELAXED); /* the drain thread reads it meanwhile */
 		if (locked)
 			pthread_mutex_unlock(&srv->adopt_lock);
 		c->session = s;

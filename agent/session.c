@@ -413,7 +413,9 @@ int session_attach_memfd(struct session *s, int fd, bool reattached)
 bool session_same_memfd(const struct session *s, int fd)
 {
 	struct stat st;
-	return s->memfd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_dev == s->memfd_dev &&
+	/* has_memfd, dev and ino are set once at attach, before the session is registered;
+	 * s->memfd itself is closed by an exit worker without the registry lock. */
+	return s->has_memfd && fstat(fd, &st) == 0 && (uint64_t)st.st_dev == s->memfd_dev &&
 	       (uint64_t)st.st_ino == s->memfd_ino;
 }
 

@@ -116,7 +116,7 @@ struct session {
 
 	struct unwind *unwind;          /* ALLOC_RAW records' unwinder, made on first use */
 	uint64_t unwound, truncated;    /* ALLOC_RAW stacks unwound; not to the thread's start */
-	uint32_t unwind_mode;           /* enum llgo_unwind_mode, from HELLO (immutable) */
+	uint32_t unwind_mode;           /* enum llgo_unwind_mode, from HELLO (set once, see drain.c) */
 	uint32_t fp_seq;                /* last sequence count written to ctl (under lock) */
 
 	struct session *next; /* registry list, newest first */

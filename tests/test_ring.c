@@ -589,3 +589,24 @@ Test(ring, account_resolves_shortfall_and_in_flight_excess)
 	cr_expect_eq(sum.dropped, 12);
 	cr_expect_eq(sum.sampled, sum.delivered + sum.dropped + sum.corrupt);
 }
+
+/* A reattaching daemon counts what an earlier one took (prior) as sampled minus dropped minus
+ * the records still unread; a stack copy (ALLOC_RAW, longer than any plain record) still
+ * unread must count as unread, or it is counted twice: as prior, then again as delivered. */
+Test(ring, baseline_counts_unread_stack_copies)
+{
+	struct tring t;
+	tring_new(&t, 65536);
+	cr_assert(push_seq(&t.w, 0));
+	struct llgo_record rec = { .kind = LLGO_REC_ALLOC_RAW, .version = 1,
+				   .length = LLGO_RECORD_MAX_LEN + 4096 };
+	uint64_t head = atomic_load(&t.w.hdr->head);
+	llgo_ring_copy_in(t.w.data, t.w.mask, head, &rec, sizeof(rec));
+	atomic_store(&t.w.hdr->head, head + rec.length);
+	atomic_fetch_add(&t.w.hdr->sampled, 1);
+	cr_assert(push_seq(&t.w, 1));
+	ring_reader_baseline(&t.r);
+	cr_expect_eq(t.r.prior, 0, "%llu of 3 unread records taken as an earlier daemon's",
+		     (unsigned long long)t.r.prior);
+	tring_free(&t);
+}
