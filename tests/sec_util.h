@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sec_util.h: the black-box helpers of test_server.c (a private llgo-heapd, a client, a fake
- * shim with its control page and rings) for tests/test_security.c. LLGO_TEST_HEAPD names
+ * sec_util.h: the black-box helpers of test_server.c and test_security.c (a private
+ * llgo-heapd, a client, a fake shim with its control page and rings). LLGO_TEST_HEAPD names
  * another daemon binary (e.g. an older build, to see an attack succeed against it).
  */
 #ifndef LLGO_TESTS_SEC_UTIL_H
@@ -31,6 +31,9 @@
 
 #ifndef LLGO_BUILD_DIR
 #error "LLGO_BUILD_DIR must be set by the Makefile"
+#endif
+#ifndef HEAPD_DIR_TEMPLATE
+#define HEAPD_DIR_TEMPLATE "/tmp/llgo-sec.XXXXXX" /* mkdtemp's: where heapd_dir makes a folder */
 #endif
 #define HEAPD (getenv("LLGO_TEST_HEAPD") ? getenv("LLGO_TEST_HEAPD") : LLGO_BUILD_DIR "/bin/llgo-heapd")
 
@@ -91,7 +94,7 @@ __attribute__((unused)) static int sock_connect(const char *path)
 
 __attribute__((unused)) static void heapd_dir(struct heapd *d)
 {
-	snprintf(d->dir, sizeof(d->dir), "/tmp/llgo-sec.XXXXXX");
+	snprintf(d->dir, sizeof(d->dir), HEAPD_DIR_TEMPLATE);
 	cr_assert(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
 	/* other users (the permission test) must reach the socket inside */
 	chmod(d->dir, 0755);
