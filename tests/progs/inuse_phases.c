@@ -27,6 +27,9 @@ int main(int argc, char **argv)
 	long n = atol(argv[2]);
 	void **v = calloc((size_t)n, sizeof(void *));
 	char line[64];
+	/* stdin's buffer, not one glibc would allocate at the first fgets after "ready" */
+	static char inbuf[4096];
+	setvbuf(stdin, inbuf, _IOFBF, sizeof(inbuf));
 	for (long i = 0; i < n; i++)
 		v[i] = site_before();
 	if (strcmp(argv[1], "rate") == 0) {
