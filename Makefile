@@ -210,6 +210,9 @@ $(OUT)/progs/nofp_%: tests/progs/nofp_%.c
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(PROG_NOFP_CFLAGS) -o $@ $< -ldl -lm
 
+# nofp_verify is verify_fp.c built without frame pointers
+$(OUT)/progs/nofp_verify: tests/progs/verify_fp.c
+
 $(OUT)/progs/libnofp_%.so: tests/progs/libnofp_%.c
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)

@@ -163,8 +163,10 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	struct session *s = ctx->s;
 	if (rec->kind != LLGO_REC_ALLOC && rec->kind != LLGO_REC_ALLOC_RAW)
 		return; /* FREE is reserved; ring.c counts what it hands us */
-	if (s->verify) /* llgo-heap verify: the kernel's capture of this sample may come */
-		verify_note_record(s->verify, ctx->ring_id, rec, frames);
+	/* llgo-heap verify: the kernel's capture of this sample may come; a stack copy is
+	 * compared as unwound (below) */
+	if (s->verify && rec->kind == LLGO_REC_ALLOC)
+		verify_note_record(s->verify, ctx->ring_id, rec, frames, rec->nframes, false);
 	uint64_t rate = rec->rate;
 	if (atomic_load_explicit(&s->buckets_over, memory_order_relaxed)) {
 		/* its uid is over its bucket memory budget (budget.c): degraded, counted */
@@ -176,6 +178,10 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	if (rec->kind == LLGO_REC_ALLOC_RAW) {
 		npcs = drain_unwind(ctx, rec, frames);
 		frames = ctx->pcs;
+		if (s->verify) {
+			bool cut = npcs && frames[npcs - 1] == PROFILE_PC_TRUNCATED;
+			verify_note_record(s->verify, ctx->ring_id, rec, frames, npcs - cut, cut);
+		}
 	} else if (drain_unwind_mode(s) == LLGO_UNWIND_AUTO || (rec->flags & LLGO_REC_FLAG_NO_COPY)) {
 		/* A trusted frame-pointer walk ends at a root: the rest of the stack is known. A
 		 * walk that wanted a copy and got none is stated as truncated unless it ends at

@@ -4,9 +4,13 @@
  * Attached by agent/verify.c to the shim's USDT probe llgo_heap:sample (shim/probe.c) in one
  * process at a time per link. For every hit in a process listed in `targets` whose record
  * sequence number is a multiple of that target's `every`, it sends one event through the
- * `events` ring buffer (only the frames found): the record's identity (ring id, seq), the allocation (address, size)
- * and the user stack as the kernel walks it (bpf_get_stack with BPF_F_USER_STACK: the frame
- * pointer chain from the probe site). Matching, trimming and comparing are verify.c's.
+ * `events` ring buffer: the record's identity (ring id, seq) and the allocation (address,
+ * size), then either the user stack as the kernel walks it (bpf_get_stack with
+ * BPF_F_USER_STACK: the frame-pointer chain from the probe site; only the frames found are
+ * sent) or, for a sample whose record carries a stack copy (probe argument 5), the registers
+ * at the probe and the kernel's own copy of the stack (bpf_probe_read_user), which the daemon
+ * unwinds with DWARF independently of the shim's copy. Matching, unwinding, trimming and
+ * comparing are verify.c's.
  *
  * Built with clang -target bpf against vmlinux.h (generated from the running kernel's BTF at
  * build time, see the Makefile); the skeleton comes from bpftool gen skeleton. Unsigned
@@ -43,8 +47,38 @@ struct {
 	__uint(max_entries, LLGO_VERIFY_RINGBUF_BYTES);
 } events SEC(".maps");
 
+/* The registers at the probe and the stack from sp's page up, one page per read: a read that
+ * fails (past the stack's end, or a page not resident: no fault is taken here) ends the copy.
+ * The event's size is fixed (a ring buffer reservation is), the daemon reads copy_len. */
+static __always_inline void llgo_send_copy(struct pt_regs *ctx, struct llgo_verify_target *t,
+					   const struct llgo_verify_head *h)
+{
+	struct llgo_verify_copy *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		__sync_fetch_and_add(&t->lost, 1);
+		return;
+	}
+	e->h = *h;
+	e->h.kind = LLGO_VERIFY_EV_COPY;
+	e->ip = PT_REGS_IP(ctx);
+	e->sp = PT_REGS_SP(ctx);
+	e->bp = PT_REGS_FP(ctx);
+	e->copy_lo = e->sp & ~(__u64)(LLGO_VERIFY_PAGE - 1);
+	e->reserved = 0;
+	__u32 len = 0;
+	for (__u32 i = 0; i < LLGO_VERIFY_COPY_PAGES; i++) {
+		if (bpf_probe_read_user(e->copy + i * LLGO_VERIFY_PAGE, LLGO_VERIFY_PAGE,
+					(const void *)(e->copy_lo + i * LLGO_VERIFY_PAGE)))
+			break;
+		len += LLGO_VERIFY_PAGE;
+	}
+	e->copy_len = len;
+	bpf_ringbuf_submit(e, 0);
+	__sync_fetch_and_add(&t->captured, 1);
+}
+
 SEC("usdt")
-int BPF_USDT(llgo_sample, __u32 ring_id, __u64 seq, __u64 addr, __u64 size)
+int BPF_USDT(llgo_sample, __u32 ring_id, __u64 seq, __u64 addr, __u64 size, __u32 flags)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = (__u32)(id >> 32);
@@ -55,18 +89,27 @@ int BPF_USDT(llgo_sample, __u32 ring_id, __u64 seq, __u64 addr, __u64 size)
 	__u64 every = t->every;
 	if (every > 1 && seq % every != 0)
 		return 0;
+	struct llgo_verify_head h = {
+		.kind = LLGO_VERIFY_EV_STACK,
+		.tgid = tgid,
+		.tid = (__u32)id,
+		.ring_id = ring_id,
+		.seq = seq,
+		.addr = addr,
+		.size = size,
+	};
+	if (flags & LLGO_VERIFY_PROBE_RAW) {
+		llgo_send_copy(ctx, t, &h);
+		return 0;
+	}
 	__u32 zero = 0;
 	struct llgo_verify_event *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (!e)
 		return 0;
-	e->tgid = tgid;
-	e->tid = (__u32)id;
-	e->ring_id = ring_id;
-	e->seq = seq;
-	e->addr = addr;
-	e->size = size;
+	e->h = h;
 	long len = bpf_get_stack(ctx, e->frames, sizeof(e->frames), BPF_F_USER_STACK);
 	e->stack_len = (__s32)len;
+	e->reserved = 0;
 	__u64 bytes = len > 0 ? (__u64)len : 0;
 	if (bytes > sizeof(e->frames))
 		bytes = sizeof(e->frames);

@@ -25,8 +25,14 @@
  * `record_unmatched`; a capture with no record (corrupt or lost in the ring) is
  * `kernel_unmatched`. Continuous targets expire halves that waited VERIFY_EXPIRE_NS.
  *
- * Not here: a DWARF mode. The shim has no DWARF unwinding on this branch (no ALLOC_RAW
- * records), so there is nothing to unwind twice; the report says so.
+ * Dwarf mode. A sample whose record carries a stack copy (ALLOC_RAW) is unwound by the drain
+ * from the shim's copy; the kernel sends, instead of its frame-pointer walk, the registers at
+ * the probe and its own copy of the stack (verify.bpf.c), which the ring buffer thread
+ * unwinds with an unwinder and maps of the target's own, from the probe site through the
+ * shim's frames. After trimming, both unwinds must give the same frames; lengths may differ
+ * only where the shorter unwind was cut by the end of its copy. This checks the shim's copy
+ * (registers, bytes, placement) against the kernel's, and the drain's unwinding state
+ * against a fresh one; both use the same CFI and the same unwinder code.
  */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -58,25 +64,31 @@
 #define VERIFY_MAX_RUNNING 2u
 
 enum verify_side { VERIFY_KERNEL = 1, VERIFY_RECORD = 2 };
+/* The shim walked frame pointers (ALLOC) or copied the stack for DWARF (ALLOC_RAW). */
+enum verify_mode { VERIFY_MODE_FP = 0, VERIFY_MODE_DWARF = 1, VERIFY_MODES = 2 };
 
 struct verify_entry {
 	struct verify_entry *next;
 	uint32_t ring_id;
 	uint8_t side;
+	uint8_t mode;    /* enum verify_mode: how both halves of this sample were unwound */
+	bool truncated;  /* dwarf: the unwind stopped short of the stack's start */
 	uint64_t seq;
 	uint64_t when_ns; /* CLOCK_MONOTONIC when it arrived */
 	uint64_t size;
 	uint32_t nframes;
-	uint64_t frames[]; /* kernel: as captured; record: as recorded */
+	uint64_t frames[]; /* kernel: as captured (or unwound from its copy); record: as
+			      recorded (or unwound from its copy) */
 };
 
 struct verify_disagree {
 	uint32_t ring_id;
+	uint8_t mode;
 	uint64_t seq, size;
 	uint32_t nk, nr; /* kernel frames after trimming, record frames */
 	uint32_t trimmed;
-	uint64_t k[LLGO_VERIFY_MAX_FRAMES];
-	uint64_t r[LLGO_MAX_FRAMES];
+	uint64_t k[UNWIND_MAX_FRAMES];
+	uint64_t r[UNWIND_MAX_FRAMES];
 };
 
 /* Seqs seen on one ring during a window, per side; hi == 0: none. */
@@ -88,6 +100,11 @@ struct verify_seqrange {
 struct verify_pcinfo {
 	uint64_t at;
 	uint8_t flags; /* VERIFY_PC_*; 0: empty */
+};
+
+/* A window's counts, per unwinding mode. */
+struct verify_window {
+	struct llgo_verify_summary mode[VERIFY_MODES];
 };
 
 struct verify_target {
@@ -109,13 +126,17 @@ struct verify_target {
 	bool window;  /* a one-off verify is collecting */
 	bool closing; /* its captures are all in: later records only count as outside */
 	bool stop_pending; /* verify_session_stop came during the window */
-	struct llgo_verify_summary win;
+	struct verify_window win;
 	struct verify_disagree *dis[VERIFY_KEEP_DISAGREE];
 	uint32_t ndis;
 	uint64_t overflow; /* halves not kept: VERIFY_MAX_PENDING reached */
 	struct verify_seqrange *ranges;
 	size_t nseqranges;
 	struct verify_pcinfo pcache[VERIFY_PCACHE];
+	/* the kernel's stack copies: unwound by the ring buffer thread alone, with maps and an
+	 * unwinder of its own (not the drain's), made at the first copy */
+	struct unwind *copy_unwind;
+	struct procmaps *copy_maps;
 };
 
 struct verifier {
@@ -301,6 +322,24 @@ static uint32_t verify_trim(struct verify_target *t, const uint64_t *k, uint32_t
 	return i;
 }
 
+/* Whether the trimmed kernel stack k[0..nk) and the record's r[0..nr) are the same stack.
+ * Lengths may differ only where the shorter side was cut: by its depth limit (frame-pointer
+ * mode: the record at LLGO_MAX_FRAMES, the kernel's walk at its buffer or sysctl), or, in
+ * dwarf mode, by the end of its stack copy (an unwind stated as truncated). */
+static bool verify_same(struct verify_target *t, const struct verify_entry *ke,
+			const uint64_t *k, uint32_t nk, const struct verify_entry *re)
+{
+	uint32_t nr = re->nframes, n = nk < nr ? nk : nr;
+	if (memcmp(k, re->frames, 8u * n) != 0)
+		return false;
+	if (nk == nr)
+		return true;
+	if (re->mode == VERIFY_MODE_DWARF)
+		return nk < nr ? ke->truncated : re->truncated;
+	bool kernel_cut = ke->nframes >= t->v->max_stack;
+	return (nr < nk && nr == LLGO_MAX_FRAMES) || (nk < nr && kernel_cut);
+}
+
 /* Caller holds t->lock. */
 static void verify_compare(struct verify_target *t, const struct verify_entry *ke,
 			   const struct verify_entry *re)
@@ -308,41 +347,37 @@ static void verify_compare(struct verify_target *t, const struct verify_entry *k
 	uint32_t skip = verify_trim(t, ke->frames, ke->nframes);
 	const uint64_t *k = ke->frames + skip;
 	uint32_t nk = ke->nframes - skip, nr = re->nframes;
+	struct llgo_verify_summary *w = &t->win.mode[re->mode];
 	if (nk == 0 && nr > 0) {
 		/* The kernel's walk ended inside the shim or the allocator: frameless code (e.g.
 		 * libstdc++'s aligned operator new, which uses rbp as a plain register) broke the
 		 * chain the shim bridges with its own frame. Nothing to compare. */
 		if (t->window)
-			t->win.incomparable++;
+			w->incomparable++;
 		return;
 	}
-	uint32_t n = nk < nr ? nk : nr;
-	bool same = memcmp(k, re->frames, 8u * n) == 0;
-	if (same && nk != nr) {
-		/* a longer side is fine only when the shorter one was cut by its depth limit */
-		bool kernel_cut = ke->nframes >= t->v->max_stack;
-		same = (nr < nk && nr == LLGO_MAX_FRAMES) || (nk < nr && kernel_cut);
-	}
+	bool same = verify_same(t, ke, k, nk, re);
 	uint64_t agree = same ? 1 : 0;
 	atomic_fetch_add(&t->s->verify_samples, 1);
 	atomic_fetch_add(&t->s->verify_agree, agree);
 	if (!t->window)
 		return;
-	t->win.samples++;
-	t->win.agree += agree;
+	w->samples++;
+	w->agree += agree;
 	if (same || t->ndis >= VERIFY_KEEP_DISAGREE)
 		return;
 	struct verify_disagree *d = calloc(1, sizeof(*d));
 	if (!d)
 		return;
 	d->ring_id = re->ring_id;
+	d->mode = re->mode;
 	d->seq = re->seq;
 	d->size = re->size;
-	d->nk = nk;
-	d->nr = nr;
+	d->nk = nk < UNWIND_MAX_FRAMES ? nk : UNWIND_MAX_FRAMES;
+	d->nr = nr < UNWIND_MAX_FRAMES ? nr : UNWIND_MAX_FRAMES;
 	d->trimmed = skip;
-	memcpy(d->k, k, 8u * nk);
-	memcpy(d->r, re->frames, 8u * nr);
+	memcpy(d->k, k, 8u * d->nk);
+	memcpy(d->r, re->frames, 8u * d->nr);
 	t->dis[t->ndis++] = d;
 }
 
@@ -409,7 +444,7 @@ static void verify_offer(struct verify_target *t, struct verify_entry *e)
 			e->ring_id < t->nseqranges ? &t->ranges[e->ring_id] : NULL;
 		if (e->side == VERIFY_RECORD && r && e->seq > r->khi) {
 			if (t->window)
-				t->win.outside++;
+				t->win.mode[e->mode].outside++;
 		} else {
 			t->overflow++;
 		}
@@ -422,7 +457,8 @@ static void verify_offer(struct verify_target *t, struct verify_entry *e)
 }
 
 static struct verify_entry *verify_entry_new(uint32_t ring_id, uint64_t seq, uint8_t side,
-					     uint64_t size, const uint64_t *frames, uint32_t n)
+					     uint8_t mode, uint64_t size, const uint64_t *frames,
+					     uint32_t n)
 {
 	struct verify_entry *e = malloc(sizeof(*e) + 8u * n);
 	if (!e)
@@ -431,6 +467,8 @@ static struct verify_entry *verify_entry_new(uint32_t ring_id, uint64_t seq, uin
 	e->ring_id = ring_id;
 	e->seq = seq;
 	e->side = side;
+	e->mode = mode;
+	e->truncated = false;
 	e->size = size;
 	e->when_ns = verify_now();
 	e->nframes = n;
@@ -439,21 +477,25 @@ static struct verify_entry *verify_entry_new(uint32_t ring_id, uint64_t seq, uin
 }
 
 void verify_note_record(struct verify_target *t, uint32_t ring_id, const struct llgo_record *rec,
-			const uint64_t *frames)
+			const uint64_t *frames, uint32_t n, bool truncated)
 {
 	uint32_t every = atomic_load_explicit(&t->every, memory_order_relaxed);
 	if (every > 1 && rec->seq % every != 0)
 		return;
-	uint32_t n = rec->nframes <= LLGO_MAX_FRAMES ? rec->nframes : LLGO_MAX_FRAMES;
-	struct verify_entry *e = verify_entry_new(ring_id, rec->seq, VERIFY_RECORD, rec->size,
-						  frames, n);
+	if (n > UNWIND_MAX_FRAMES)
+		n = UNWIND_MAX_FRAMES;
+	uint8_t mode = rec->kind == LLGO_REC_ALLOC_RAW ? VERIFY_MODE_DWARF : VERIFY_MODE_FP;
+	struct verify_entry *e = verify_entry_new(ring_id, rec->seq, VERIFY_RECORD, mode,
+						  rec->size, frames, n);
+	if (e)
+		e->truncated = truncated;
 	pthread_mutex_lock(&t->lock);
 	/* Once the window has closed (the link is gone and the reader has read every capture),
 	 * a record after its ring's last capture was pushed after the window. */
 	const struct verify_seqrange *r = ring_id < t->nseqranges ? &t->ranges[ring_id] : NULL;
 	if (t->closing && (!r || !r->khi || rec->seq > r->khi)) {
 		if (t->window)
-			t->win.outside++;
+			t->win.mode[mode].outside++;
 		pthread_mutex_unlock(&t->lock);
 		free(e);
 		return;
@@ -487,12 +529,13 @@ static void verify_flush(struct verify_target *t, uint64_t older_than, bool coun
 				bool k = e->side == VERIFY_KERNEL;
 				uint64_t lo = r ? (k ? r->rlo : r->klo) : 0;
 				uint64_t hi = r ? (k ? r->rhi : r->khi) : 0;
+				struct llgo_verify_summary *w = &t->win.mode[e->mode];
 				if (!hi || e->seq < lo || e->seq > hi)
-					t->win.outside++;
+					w->outside++;
 				else if (k)
-					t->win.kernel_unmatched++;
+					w->kernel_unmatched++;
 				else
-					t->win.record_unmatched++;
+					w->record_unmatched++;
 			}
 			free(e);
 		}
@@ -501,41 +544,109 @@ static void verify_flush(struct verify_target *t, uint64_t older_than, bool coun
 
 /* ---- the ring buffer reader ------------------------------------------------------------------ */
 
+/* The kernel's walk of a frame-pointer sample, as an entry (NULL: no memory). The event is
+ * read in place: the ring buffer's consumer pages are read-only, the kernel does not write a
+ * submitted record again; only the frames it holds are taken. */
+static struct verify_entry *verify_stack_entry(const void *data, size_t len)
+{
+	const size_t head = offsetof(struct llgo_verify_event, frames);
+	struct llgo_verify_event ev;
+	memcpy(&ev, data, head);
+	uint32_t n = (uint32_t)ev.stack_len / 8u;
+	if (n > (len - head) / 8u)
+		n = (uint32_t)((len - head) / 8u);
+	if (n > LLGO_VERIFY_MAX_FRAMES)
+		n = LLGO_VERIFY_MAX_FRAMES;
+	return verify_entry_new(ev.h.ring_id, ev.h.seq, VERIFY_KERNEL, VERIFY_MODE_FP, ev.h.size,
+				(const uint64_t *)(const void *)((const unsigned char *)data + head),
+				n);
+}
+
+/*
+ * The kernel's copy of a dwarf sample's stack, unwound here with an unwinder and maps of the
+ * target's own (the drain's are its record side's: the two unwinds share only the files'
+ * CFI). Frame 0 is the probe site, as in the kernel's walk. NULL when the copy is unusable
+ * (counted as a kernel error) or on no memory (*nomem). Caller: the ring buffer thread, the
+ * only user of t->copy_unwind and t->copy_maps.
+ */
+static struct verify_entry *verify_copy_entry(struct verify_target *t, const void *data,
+					      size_t len, bool *nomem)
+{
+	const struct llgo_verify_copy *c = data;
+	*nomem = false;
+	if (len < sizeof(*c) || c->copy_len > LLGO_VERIFY_COPY_BYTES || c->sp < c->copy_lo ||
+	    c->sp - c->copy_lo >= c->copy_len)
+		return NULL;
+	if (!t->copy_maps) {
+		t->copy_maps = procmaps_new(t->pid);
+		t->copy_unwind = t->copy_maps ? unwind_new(t->pid, false) : NULL;
+		if (!t->copy_unwind) {
+			procmaps_free(t->copy_maps);
+			t->copy_maps = NULL;
+			*nomem = true;
+			return NULL;
+		}
+	}
+	struct llgo_raw_regs regs;
+	memset(&regs, 0, sizeof(regs));
+	regs.ip = c->ip;
+	regs.sp = c->sp;
+	regs.bp = c->bp;
+	regs.stack_len = (uint32_t)((c->copy_lo + c->copy_len - c->sp) & ~(uint64_t)7);
+	const unsigned char *stack = c->copy + (c->sp - c->copy_lo);
+	uint64_t pcs[UNWIND_MAX_FRAMES];
+	bool truncated, unknown;
+	uint32_t n = unwind_stack(t->copy_unwind, t->copy_maps, &regs, stack, NULL, 0, pcs,
+				  UNWIND_MAX_FRAMES, &truncated, &unknown);
+	if (unknown && procmaps_refresh(t->copy_maps, t->pid) == 0) /* a library loaded since */
+		n = unwind_stack(t->copy_unwind, t->copy_maps, &regs, stack, NULL, 0, pcs,
+				 UNWIND_MAX_FRAMES, &truncated, &unknown);
+	struct verify_entry *e = verify_entry_new(c->h.ring_id, c->h.seq, VERIFY_KERNEL,
+						  VERIFY_MODE_DWARF, c->h.size, pcs, n);
+	if (!e)
+		*nomem = true;
+	else
+		e->truncated = truncated;
+	return e;
+}
+
 static int verify_on_event(void *ctx, void *data, size_t len)
 {
 	struct verifier *v = ctx;
-	/* the header, then only the frames the kernel found (verify.bpf.c) */
-	struct llgo_verify_event ev;
-	const size_t head = offsetof(struct llgo_verify_event, frames);
-	if (len < head)
+	struct llgo_verify_head h;
+	if (len < offsetof(struct llgo_verify_event, frames))
 		return 0;
-	if (len > sizeof(ev))
-		len = sizeof(ev);
-	memset(&ev, 0, sizeof(ev));
-	memcpy(&ev, data, len);
+	memcpy(&h, data, sizeof(h));
 	pthread_mutex_lock(&v->lock);
 	struct verify_target *t = v->targets;
-	while (t && t->pid != (pid_t)ev.tgid)
+	while (t && t->pid != (pid_t)h.tgid)
 		t = t->next;
 	if (!t) {
 		pthread_mutex_unlock(&v->lock);
 		return 0;
 	}
+	/* the dwarf unwind runs before t->lock: records keep pairing meanwhile */
+	bool copy = h.kind == LLGO_VERIFY_EV_COPY, nomem = false;
+	struct verify_entry *e = NULL;
+	int32_t stack_len = 0;
+	if (copy) {
+		e = verify_copy_entry(t, data, len, &nomem);
+	} else if (h.kind == LLGO_VERIFY_EV_STACK) {
+		memcpy(&stack_len, (const unsigned char *)data +
+				   offsetof(struct llgo_verify_event, stack_len),
+		       sizeof(stack_len));
+		if (stack_len >= 0 && !(e = verify_stack_entry(data, len)))
+			nomem = true;
+	}
 	pthread_mutex_lock(&t->lock);
-	if (ev.stack_len < 0) {
-		if (t->window)
-			t->win.kernel_errors++;
-	} else {
-		uint32_t n = (uint32_t)ev.stack_len / 8u;
-		if (n > (len - head) / 8u)
-			n = (uint32_t)((len - head) / 8u);
-		verify_note_range(t, ev.ring_id, ev.seq, VERIFY_KERNEL);
-		struct verify_entry *e = verify_entry_new(ev.ring_id, ev.seq, VERIFY_KERNEL, ev.size,
-							  (const uint64_t *)(const void *)ev.frames, n);
-		if (e)
-			verify_offer(t, e);
-		else
-			t->overflow++;
+	uint8_t mode = copy ? VERIFY_MODE_DWARF : VERIFY_MODE_FP;
+	if (e) {
+		verify_note_range(t, h.ring_id, h.seq, VERIFY_KERNEL);
+		verify_offer(t, e);
+	} else if (nomem) {
+		t->overflow++;
+	} else if (t->window) {
+		t->win.mode[mode].kernel_errors++; /* unreadable stack, or an unknown kind */
 	}
 	pthread_mutex_unlock(&t->lock);
 	pthread_mutex_unlock(&v->lock);
@@ -726,6 +837,8 @@ static void verify_target_free(struct verify_target *t)
 	for (uint32_t i = 0; i < t->ndis; i++)
 		free(t->dis[i]);
 	free(t->ranges);
+	unwind_free(t->copy_unwind);
+	procmaps_free(t->copy_maps);
 	pthread_mutex_destroy(&t->lock);
 	session_put(t->s);
 	free(t);
@@ -967,10 +1080,11 @@ static void verify_frame_name(struct procmaps *maps, uint64_t pc, char *out, siz
 static void verify_report_disagree(struct buf *b, struct procmaps *maps,
 				   const struct verify_disagree *d, unsigned idx)
 {
-	buf_printf(b, "disagreement %u: ring %u seq %llu size %llu: kernel %u frames (after "
-		      "trimming %u shim frames), shim %u frames\n",
-		   idx, d->ring_id, (unsigned long long)d->seq, (unsigned long long)d->size, d->nk,
-		   d->trimmed, d->nr);
+	buf_printf(b, "disagreement %u (%s mode): ring %u seq %llu size %llu: kernel %u frames "
+		      "(after trimming %u shim frames), shim %u frames\n",
+		   idx, d->mode == VERIFY_MODE_DWARF ? "dwarf" : "frame-pointer", d->ring_id,
+		   (unsigned long long)d->seq, (unsigned long long)d->size, d->nk, d->trimmed,
+		   d->nr);
 	uint32_t n = d->nk > d->nr ? d->nk : d->nr;
 	if (n > 16)
 		n = 16;
@@ -994,6 +1108,44 @@ static void verify_report_disagree(struct buf *b, struct procmaps *maps,
 	}
 	if ((d->nk > 16 || d->nr > 16))
 		buf_puts(b, "  ...\n");
+}
+
+/* The window's counts over both modes (hits and lost are the caller's). */
+static void verify_window_total(const struct verify_window *w, struct llgo_verify_summary *sum)
+{
+	memset(sum, 0, sizeof(*sum));
+	for (int m = 0; m < VERIFY_MODES; m++) {
+		const struct llgo_verify_summary *x = &w->mode[m];
+		sum->samples += x->samples;
+		sum->agree += x->agree;
+		sum->kernel_unmatched += x->kernel_unmatched;
+		sum->record_unmatched += x->record_unmatched;
+		sum->outside += x->outside;
+		sum->kernel_errors += x->kernel_errors;
+		sum->incomparable += x->incomparable;
+	}
+}
+
+static void verify_report_mode(struct buf *b, const char *name,
+			       const struct llgo_verify_summary *w)
+{
+	if (!w->samples && !w->kernel_unmatched && !w->record_unmatched && !w->outside &&
+	    !w->incomparable && !w->kernel_errors) {
+		buf_printf(b, "%s: no samples\n", name);
+		return;
+	}
+	buf_printf(b, "%s: %llu samples matched, %llu agree, %llu disagree; unmatched: %llu "
+		      "kernel captures without a record, %llu records without a kernel capture; "
+		      "%llu records outside the capture window\n",
+		   name, (unsigned long long)w->samples, (unsigned long long)w->agree,
+		   (unsigned long long)(w->samples - w->agree),
+		   (unsigned long long)w->kernel_unmatched,
+		   (unsigned long long)w->record_unmatched, (unsigned long long)w->outside);
+	if (w->incomparable)
+		buf_printf(b, "%s: not compared: %llu samples whose kernel stack ends inside the "
+			      "shim or the allocator (frameless code there broke the kernel's "
+			      "frame-pointer walk)\n",
+			   name, (unsigned long long)w->incomparable);
 }
 
 static bool verify_sleep(struct verifier *v, struct session *s, uint32_t seconds)
@@ -1113,7 +1265,8 @@ static int verify_run_locked(struct verifier *v, struct server *srv, struct sess
 
 	pthread_mutex_lock(&t->lock);
 	verify_flush(t, 0, true);
-	*sum = t->win;
+	struct verify_window win = t->win;
+	verify_window_total(&win, sum);
 	sum->hits = after.hits - before.hits;
 	sum->lost = after.lost - before.lost;
 	uint64_t overflow = t->overflow;
@@ -1134,24 +1287,13 @@ static int verify_run_locked(struct verifier *v, struct server *srv, struct sess
 			 "llgo_heap:sample in %s\n",
 		   (int)s->pid, (int)LLGO_COMM_LEN, s->comm, seconds,
 		   alive ? "" : " (the process exited before the end)", t->binary);
-	buf_printf(text, "frame-pointer mode: %llu samples matched, %llu agree, %llu disagree; "
-			 "unmatched: %llu kernel captures without a record, %llu records without "
-			 "a kernel capture; %llu records outside the capture window\n",
-		   (unsigned long long)sum->samples, (unsigned long long)sum->agree,
-		   (unsigned long long)(sum->samples - sum->agree),
-		   (unsigned long long)sum->kernel_unmatched,
-		   (unsigned long long)sum->record_unmatched, (unsigned long long)sum->outside);
-	if (sum->incomparable)
-		buf_printf(text, "not compared: %llu samples whose kernel stack ends inside the shim "
-				 "or the allocator (frameless code there broke the kernel's "
-				 "frame-pointer walk)\n", (unsigned long long)sum->incomparable);
+	verify_report_mode(text, "frame-pointer mode", &win.mode[VERIFY_MODE_FP]);
+	verify_report_mode(text, "dwarf mode", &win.mode[VERIFY_MODE_DWARF]);
 	buf_printf(text, "kernel: %llu probe hits, %llu captures lost (BPF ring buffer full), "
 			 "%llu unreadable stacks%s\n",
 		   (unsigned long long)sum->hits, (unsigned long long)sum->lost,
 		   (unsigned long long)sum->kernel_errors,
 		   overflow ? "; some halves were not kept (pending table full)" : "");
-	buf_puts(text, "dwarf mode: not available (this shim records frame-pointer stacks only; "
-		       "no sample was unwound with DWARF)\n");
 	for (uint32_t i = 0; i < ndis; i++) {
 		verify_report_disagree(text, s->maps, dis[i], i + 1);
 		free(dis[i]);

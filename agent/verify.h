@@ -33,10 +33,13 @@ void verify_session_start(struct verifier *v, struct session *s, uint32_t every)
 /* Detach from s (its exit). No-op when s was not verified. */
 void verify_session_stop(struct verifier *v, struct session *s);
 
-/* drain.c: a valid ALLOC record of s's ring ring_id; caller holds s->drain_lock and has
+/* drain.c: a valid ALLOC or ALLOC_RAW record of s's ring ring_id, with its stack
+ * frames[0..n): as recorded (ALLOC), or as the drain unwound its copy (ALLOC_RAW: truncated
+ * when that unwind stopped short of the stack's start). Caller holds s->drain_lock and has
  * checked s->verify != NULL. */
 void verify_note_record(struct verify_target *t, uint32_t ring_id,
-			const struct llgo_record *rec, const uint64_t *frames);
+			const struct llgo_record *rec, const uint64_t *frames, uint32_t n,
+			bool truncated);
 
 /* `llgo-heap verify PID --seconds N`: attach (or reuse the --verify-every attachment with
  * every sample checked), collect for seconds, match and compare. Fills sum and appends the

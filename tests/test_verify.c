@@ -14,8 +14,11 @@
  *     standing in for an older one): one line naming the cause, exit status 2, profiling
  *     goes on.
  * Where BPF cannot work at all (not root, no BTF, kernel before 5.8) the BPF tests are
- * skipped with the reason printed. The DWARF comparison has no test: the shim has no DWARF
- * unwinding mode on this branch (verify's report says so).
+ * skipped with the reason printed.
+ *   - dwarf mode: the same program built without frame pointers, its shim copying stacks
+ *     (LLGO_HEAP_UNWIND=dwarf): the daemon's unwind of the kernel's stack copy agrees with
+ *     its unwind of the shim's copy for every sample; a wrong pc in one copy in ten is
+ *     reported as a dwarf-mode disagreement.
  */
 #include <sys/utsname.h>
 
@@ -67,15 +70,21 @@ static const char *vt_last_line(const char *out)
 
 /* Start verify_fp for `seconds` under the shim at `rate` with extra settings; wait for its
  * "ready" line. */
-static void vt_start_prog(struct lu_proc *p, struct lu_daemon *d, const char *rate,
-			  const char *seconds, const char *const *extra)
+static void vt_start_named(struct lu_proc *p, struct lu_daemon *d, const char *prog,
+			   const char *rate, const char *seconds, const char *const *extra)
 {
-	char *argv[] = { PROG("verify_fp"), (char *)seconds, "2", NULL };
+	char *argv[] = { (char *)prog, (char *)seconds, "2", NULL };
 	lu_start(p, d, rate, 1024, NULL, argv, extra);
 	char line[128];
 	cr_assert(lu_read_line(p, line, sizeof(line), 10000), "verify_fp did not start");
 	cr_assert(strncmp(line, "ready ", 6) == 0, "verify_fp said: %s", line);
 	lu_sleep_ms(300); /* threads running, rings registered */
+}
+
+static void vt_start_prog(struct lu_proc *p, struct lu_daemon *d, const char *rate,
+			  const char *seconds, const char *const *extra)
+{
+	vt_start_named(p, d, PROG("verify_fp"), rate, seconds, extra);
 }
 
 Test(verify, frame_pointer_program_agrees, .timeout = 120)
@@ -99,7 +108,7 @@ Test(verify, frame_pointer_program_agrees, .timeout = 120)
 	cr_expect_eq(m, n, "%llu of %llu agree:\n%s", m, n, out);
 	cr_expect_str_eq(pct, "100.0%");
 	cr_expect(strstr(out, "frame-pointer mode:") != NULL);
-	cr_expect(strstr(out, "dwarf mode: not available") != NULL);
+	cr_expect(strstr(out, "dwarf mode: no samples") != NULL);
 	cr_expect(strstr(out, " 0 kernel captures without a record") != NULL,
 		  "captures without records:\n%s", out);
 	free(out);
@@ -140,7 +149,8 @@ Test(verify, corrupted_stacks_are_reported, .timeout = 120)
 	/* one in ten of each thread's samples is corrupted: 10% disagree */
 	double bad = (double)(n - m) / (double)n;
 	cr_expect(bad > 0.08 && bad < 0.12, "%llu of %llu disagree (%.3f)", n - m, n, bad);
-	cr_expect(strstr(out, "disagreement 1: ring ") != NULL, "no disagreement shown:\n%s", out);
+	cr_expect(strstr(out, "disagreement 1 (frame-pointer mode): ring ") != NULL,
+		  "no disagreement shown:\n%s", out);
 	cr_expect(strstr(out, "<- differs") != NULL);
 	/* both stacks symbolized: the program's functions appear on both sides */
 	cr_expect(strstr(out, "descend+0x") != NULL || strstr(out, "worker+0x") != NULL,
@@ -337,4 +347,65 @@ Test(verify, cxx_operator_new_agrees, .timeout = 120)
 	lu_wait(&p, 30000);
 	cr_expect_eq(lu_daemon_stop(&d), 0);
 	e2e_rmdir(dir);
+}
+
+/* ---- dwarf mode -------------------------------------------------------------------------- */
+
+/* verify of nofp_verify under LLGO_HEAP_UNWIND=dwarf (plus extra): the CLI's output and exit
+ * status, the last line parsed into n and m. */
+static int vt_verify_dwarf(const char *corrupt, char **out, unsigned long long *n,
+			   unsigned long long *m)
+{
+	char *dir = e2e_tmpdir();
+	struct lu_daemon d;
+	lu_daemon_start(&d, dir, NULL);
+	struct lu_proc p;
+	const char *extra[] = { "LLGO_HEAP_UNWIND=dwarf", corrupt, NULL };
+	/* each sample costs the kernel a 48 KiB copy: a rate that keeps the ring buffer
+	 * ahead */
+	vt_start_named(&p, &d, PROG("nofp_verify"), "524288", "6", extra);
+	int rc = e2e_sh(out, CLI " verify %d --seconds 2 --socket %s", (int)p.pid, d.sock);
+	cr_log_info("verify output (first 3000 bytes):\n%.3000s", *out);
+	const char *last = vt_last_line(*out);
+	cr_assert_eq(sscanf(last, "verify: %llu samples, %llu agree (", n, m), 2, "last: '%s'",
+		     last);
+	int st = lu_wait(&p, 30000);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nofp_verify status 0x%x", st);
+	struct llgo_list_entry e;
+	cr_assert(lu_list_pid(d.sock, p.pid, &e));
+	cr_expect_eq(e.corrupt, 0);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+	return rc;
+}
+
+Test(verify, dwarf_mode_copies_agree, .timeout = 120)
+{
+	VT_NEED_BPF();
+	char *out = NULL;
+	unsigned long long n = 0, m = 0;
+	int rc = vt_verify_dwarf(NULL, &out, &n, &m);
+	cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
+	cr_expect_gt(n, 100, "only %llu samples matched:\n%s", n, out);
+	cr_expect_eq(m, n, "%llu of %llu agree:\n%s", m, n, out);
+	char want[96];
+	snprintf(want, sizeof(want), "dwarf mode: %llu samples matched, %llu agree", n, n);
+	cr_expect(strstr(out, want) != NULL, "want '%s':\n%s", want, out);
+	cr_expect(strstr(out, "frame-pointer mode: no samples") != NULL, "%s", out);
+	free(out);
+}
+
+Test(verify, dwarf_mode_corrupted_copies_are_reported, .timeout = 120)
+{
+	VT_NEED_BPF();
+	char *out = NULL;
+	unsigned long long n = 0, m = 0;
+	int rc = vt_verify_dwarf("LLGO_HEAP_TEST_CORRUPT_STACK=10", &out, &n, &m);
+	cr_expect_eq(rc, 1, "exit %d, want 1:\n%s", rc, out);
+	cr_assert_gt(n, 100, "%s", out);
+	double bad = (double)(n - m) / (double)n;
+	cr_expect(bad > 0.05 && bad < 0.15, "%llu of %llu disagree (%.3f)", n - m, n, bad);
+	cr_expect(strstr(out, "disagreement 1 (dwarf mode): ring ") != NULL,
+		  "no disagreement shown:\n%s", out);
+	free(out);
 }
