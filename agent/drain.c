@@ -166,7 +166,7 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	/* llgo-heap verify: the kernel's capture of this sample may come; a stack copy is
 	 * compared as unwound (below) */
 	if (s->verify && rec->kind == LLGO_REC_ALLOC)
-		verify_note_record(s->verify, ctx->ring_id, rec, frames, rec->nframes, false);
+		verify_match_record(s->verify, ctx->ring_id, rec, frames, rec->nframes, false);
 	uint64_t rate = rec->rate;
 	if (atomic_load_explicit(&s->buckets_over, memory_order_relaxed)) {
 		/* its uid is over its bucket memory budget (budget.c): degraded, counted */
@@ -180,7 +180,7 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 		frames = ctx->pcs;
 		if (s->verify) {
 			bool cut = npcs && frames[npcs - 1] == PROFILE_PC_TRUNCATED;
-			verify_note_record(s->verify, ctx->ring_id, rec, frames, npcs - cut, cut);
+			verify_match_record(s->verify, ctx->ring_id, rec, frames, npcs - cut, cut);
 		}
 	} else if (drain_unwind_mode(s) == LLGO_UNWIND_AUTO || (rec->flags & LLGO_REC_FLAG_NO_COPY)) {
 		/* A trusted frame-pointer walk ends at a root: the rest of the stack is known. A

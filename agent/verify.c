@@ -1,38 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
  * verify.c: the eBPF cross-check of recorded stacks (`llgo-heap verify PID`,
- * `llgo-heapd --verify-every N`). The BPF program (verify.bpf.c, through its bpftool
- * skeleton) is attached with libbpf's bpf_program__attach_usdt to the shim's USDT probe
- * llgo_heap:sample (shim/probe.c) in one process; each hit whose record seq is a multiple of
- * the target's `every` sends the record's identity (ring id, seq) and the kernel's walk of
- * the user stack through a BPF ring buffer. One thread here reads that buffer; drain.c hands
- * over every record of a verified process (verify_note_record). Both halves meet in a table
- * keyed by (ring id, seq); a pair is compared as soon as it is complete.
- *
- * Comparison (frame-pointer mode, the only mode the shim records so far). The kernel's stack
- * starts at the probe site, inside the shim; its leading frames in the shim's own text are
- * dropped (the executable mappings of the file that holds the probe when that file is
- * libllgoheap.so; the shim's function names when the shim is linked into the program), then
- * leading frames in the real C++ operator new/new[] (plumbing the shim never records). The
- * rest must equal the record's frames one by one, and have the same length, except where
- * one side was cut by its depth limit (the record at LLGO_MAX_FRAMES, the kernel at its
- * buffer or kernel.perf_event_max_stack): then the shorter must be a prefix of the longer.
- *
- * Window. A one-off verify drains the process first, attaches, sleeps, detaches, settles
- * and drains again, and waits until the reader has seen everything the program sent. A
- * record with no capture is `outside` when its seq lies outside the range of seqs the kernel
- * captured on its ring (pushed before the attach took effect or after the detach), else
- * `record_unmatched`; a capture with no record (corrupt or lost in the ring) is
- * `kernel_unmatched`. Continuous targets expire halves that waited VERIFY_EXPIRE_NS.
- *
- * Dwarf mode. A sample whose record carries a stack copy (ALLOC_RAW) is unwound by the drain
- * from the shim's copy; the kernel sends, instead of its frame-pointer walk, the registers at
- * the probe and its own copy of the stack (verify.bpf.c), which the ring buffer thread
- * unwinds with an unwinder and maps of the target's own, from the probe site through the
- * shim's frames. After trimming, both unwinds must give the same frames; lengths may differ
- * only where the shorter unwind was cut by the end of its copy. This checks the shim's copy
- * (registers, bytes, placement) against the kernel's, and the drain's unwinding state
- * against a fresh one; both use the same CFI and the same unwinder code.
+ * `llgo-heapd --verify-every N`): loading and attaching. The BPF program (verify.bpf.c,
+ * through its bpftool skeleton) is attached with libbpf's bpf_program__attach_usdt to the
+ * shim's USDT probe llgo_heap:sample (shim/probe.c) in one process; each hit whose record seq
+ * is a multiple of the target's `every` sends the record's identity (ring id, seq) and the
+ * kernel's view of the user stack through a BPF ring buffer. One thread here reads that
+ * buffer and hands each event to verify_match.c, where drain.c hands over every record of a
+ * verified process; the one-off verify and its report are verify_run.c's. This file finds
+ * the probe, loads the program, explains why BPF cannot work, and keeps the targets (one per
+ * verified process) and their lifetime.
  */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -48,115 +25,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../shared/verify.h"
 #include "verify.bpf.skel.h"
-#include "verify.h"
+#include "verify_impl.h"
 
-#define VERIFY_BUCKETS 4096u
-#define VERIFY_MAX_PENDING 65536u        /* halves waiting per target; more are counted lost */
-#define VERIFY_EXPIRE_NS 5000000000ull   /* continuous mode: a half waits at most this long */
-#define VERIFY_KEEP_DISAGREE 3u          /* disagreements kept for the report */
-#define VERIFY_MAX_RANGES 16u
-#define VERIFY_POLL_MS 50
-#define VERIFY_PCACHE 1024u              /* symbolized addresses remembered per target */
-/* One-off verifies at a time, daemon-wide: each holds a client worker for its duration, and
- * snapshots must keep the rest. */
-#define VERIFY_MAX_RUNNING 2u
-
-enum verify_side { VERIFY_KERNEL = 1, VERIFY_RECORD = 2 };
-/* The shim walked frame pointers (ALLOC) or copied the stack for DWARF (ALLOC_RAW). */
-enum verify_mode { VERIFY_MODE_FP = 0, VERIFY_MODE_DWARF = 1, VERIFY_MODES = 2 };
-
-struct verify_entry {
-	struct verify_entry *next;
-	uint32_t ring_id;
-	uint8_t side;
-	uint8_t mode;    /* enum verify_mode: how both halves of this sample were unwound */
-	bool truncated;  /* dwarf: the unwind stopped short of the stack's start */
-	uint64_t seq;
-	uint64_t when_ns; /* CLOCK_MONOTONIC when it arrived */
-	uint64_t size;
-	uint32_t nframes;
-	uint64_t frames[]; /* kernel: as captured (or unwound from its copy); record: as
-			      recorded (or unwound from its copy) */
-};
-
-struct verify_disagree {
-	uint32_t ring_id;
-	uint8_t mode;
-	uint64_t seq, size;
-	uint32_t nk, nr; /* kernel frames after trimming, record frames */
-	uint32_t trimmed;
-	uint64_t k[UNWIND_MAX_FRAMES];
-	uint64_t r[UNWIND_MAX_FRAMES];
-};
-
-/* Seqs seen on one ring during a window, per side; hi == 0: none. */
-struct verify_seqrange {
-	uint64_t klo, khi; /* kernel captures */
-	uint64_t rlo, rhi; /* records */
-};
-
-struct verify_pcinfo {
-	uint64_t at;
-	uint8_t flags; /* VERIFY_PC_*; 0: empty */
-};
-
-/* A window's counts, per unwinding mode. */
-struct verify_window {
-	struct llgo_verify_summary mode[VERIFY_MODES];
-};
-
-struct verify_target {
-	struct verify_target *next; /* verifier->targets, under verifier->lock */
-	struct verifier *v;
-	struct session *s; /* referenced */
-	pid_t pid;
-	struct bpf_link *link;
-	_Atomic uint32_t every; /* in force in the targets map (drain.c reads it) */
-	uint32_t cont_every; /* --verify-every's, 0 when only a one-off uses this target */
-	char binary[4200];   /* the file that holds the probe, as attached */
-	bool by_name;        /* the shim is linked into binary: trim by function names */
-	size_t nranges;
-	uint64_t lo[VERIFY_MAX_RANGES], hi[VERIFY_MAX_RANGES]; /* shim text when !by_name */
-
-	pthread_mutex_t lock; /* everything below */
-	struct verify_entry *table[VERIFY_BUCKETS];
-	size_t pending;
-	bool window;  /* a one-off verify is collecting */
-	bool closing; /* its captures are all in: later records only count as outside */
-	bool stop_pending; /* verify_session_stop came during the window */
-	struct verify_window win;
-	struct verify_disagree *dis[VERIFY_KEEP_DISAGREE];
-	uint32_t ndis;
-	uint64_t overflow; /* halves not kept: VERIFY_MAX_PENDING reached */
-	struct verify_seqrange *ranges;
-	size_t nseqranges;
-	struct verify_pcinfo pcache[VERIFY_PCACHE];
-	/* the kernel's stack copies: unwound by the ring buffer thread alone, with maps and an
-	 * unwinder of its own (not the drain's), made at the first copy */
-	struct unwind *copy_unwind;
-	struct procmaps *copy_maps;
-};
-
-struct verifier {
-	pthread_mutex_t lock;
-	struct verify_bpf *skel;
-	struct ring_buffer *rb;
-	pthread_t reader;
-	bool reader_started;
-	_Atomic bool stop;
-	_Atomic bool cancel; /* the daemon stops: windows close now */
-	_Atomic unsigned running; /* one-off verifies in progress */
-	_Atomic uint64_t polls; /* reader passes completed */
-	struct verify_target *targets;
-	uint32_t max_stack; /* frames the kernel's walk can return (buffer, sysctl) */
-	int load_err;
-	char load_msg[256];
-	bool loaded;
-};
-
-static uint64_t verify_now(void)
+uint64_t verify_now(void)
 {
 	return session_now_ns(CLOCK_MONOTONIC);
 }
@@ -254,404 +126,7 @@ static int verify_find_probe(struct verify_target *t)
 	return 0;
 }
 
-/* ---- comparison -------------------------------------------------------------------------- */
-
-static bool verify_name_is_shim(const char *f)
-{
-	/* the shim's functions when it is linked into the program (libllgoheap.a) */
-	static const char *const prefixes[] = { "probe_", "emit_", "sample_", "llgo_heap_sample",
-						"stack_" };
-	for (size_t i = 0; i < LLGO_ARRAY_SIZE(prefixes); i++)
-		if (strncmp(f, prefixes[i], strlen(prefixes[i])) == 0)
-			return true;
-	return false;
-}
-
-enum { VERIFY_PC_KNOWN = 1, VERIFY_PC_SHIM_NAME = 2, VERIFY_PC_CXX_NEW = 4 };
-
-/* What the function holding address at is, by name: symbolized once per address (a small
- * direct-mapped cache per target: a busy process repeats a few call sites). Caller holds
- * t->lock. */
-static uint8_t verify_pc_flags(struct verify_target *t, uint64_t at)
-{
-	struct verify_pcinfo *c = &t->pcache[(at ^ (at >> 12)) % VERIFY_PCACHE];
-	if (c->flags && c->at == at)
-		return c->flags;
-	uint8_t flags = VERIFY_PC_KNOWN;
-	const struct mapping *m;
-	struct sym_result r;
-	if (profile_frame(t->s->maps, at + 1, &m, &r) > 0) { /* profile_frame looks at pc - 1 */
-		const char *f = r.frames[r.nframes - 1].function;
-		if (f && verify_name_is_shim(f))
-			flags |= VERIFY_PC_SHIM_NAME;
-		if (f && (strncmp(f, "_Znwm", 5) == 0 || strncmp(f, "_Znam", 5) == 0 ||
-			  strncmp(f, "operator new", 12) == 0))
-			flags |= VERIFY_PC_CXX_NEW;
-	}
-	c->at = at;
-	c->flags = flags;
-	return flags;
-}
-
-static bool verify_is_shim(struct verify_target *t, uint64_t pc, bool first)
-{
-	/* frame 0 is the probe site itself, every other frame a return address */
-	uint64_t at = first ? pc : pc - 1;
-	if (!t->by_name) {
-		for (size_t i = 0; i < t->nranges; i++)
-			if (at >= t->lo[i] && at < t->hi[i])
-				return true;
-		return false;
-	}
-	return verify_pc_flags(t, at) & VERIFY_PC_SHIM_NAME;
-}
-
-static bool verify_is_cxx_new(struct verify_target *t, uint64_t pc)
-{
-	return verify_pc_flags(t, pc - 1) & VERIFY_PC_CXX_NEW;
-}
-
-/* Leading kernel frames that are not the program's: the shim's, then operator new's. */
-static uint32_t verify_trim(struct verify_target *t, const uint64_t *k, uint32_t nk)
-{
-	uint32_t i = 0;
-	while (i < nk && verify_is_shim(t, k[i], i == 0))
-		i++;
-	while (i < nk && verify_is_cxx_new(t, k[i]))
-		i++;
-	return i;
-}
-
-/* Whether the trimmed kernel stack k[0..nk) and the record's r[0..nr) are the same stack.
- * Lengths may differ only where the shorter side was cut: by its depth limit (frame-pointer
- * mode: the record at LLGO_MAX_FRAMES, the kernel's walk at its buffer or sysctl), or, in
- * dwarf mode, by the end of its stack copy (an unwind stated as truncated). */
-static bool verify_same(struct verify_target *t, const struct verify_entry *ke,
-			const uint64_t *k, uint32_t nk, const struct verify_entry *re)
-{
-	uint32_t nr = re->nframes, n = nk < nr ? nk : nr;
-	if (memcmp(k, re->frames, 8u * n) != 0)
-		return false;
-	if (nk == nr)
-		return true;
-	if (re->mode == VERIFY_MODE_DWARF)
-		return nk < nr ? ke->truncated : re->truncated;
-	bool kernel_cut = ke->nframes >= t->v->max_stack;
-	return (nr < nk && nr == LLGO_MAX_FRAMES) || (nk < nr && kernel_cut);
-}
-
-/* Caller holds t->lock. */
-static void verify_compare(struct verify_target *t, const struct verify_entry *ke,
-			   const struct verify_entry *re)
-{
-	uint32_t skip = verify_trim(t, ke->frames, ke->nframes);
-	const uint64_t *k = ke->frames + skip;
-	uint32_t nk = ke->nframes - skip, nr = re->nframes;
-	struct llgo_verify_summary *w = &t->win.mode[re->mode];
-	if (nk == 0 && nr > 0) {
-		/* The kernel's walk ended inside the shim or the allocator: frameless code (e.g.
-		 * libstdc++'s aligned operator new, which uses rbp as a plain register) broke the
-		 * chain the shim bridges with its own frame. Nothing to compare. */
-		if (t->window)
-			w->incomparable++;
-		return;
-	}
-	bool same = verify_same(t, ke, k, nk, re);
-	uint64_t agree = same ? 1 : 0;
-	atomic_fetch_add(&t->s->verify_samples, 1);
-	atomic_fetch_add(&t->s->verify_agree, agree);
-	if (!t->window)
-		return;
-	w->samples++;
-	w->agree += agree;
-	if (same || t->ndis >= VERIFY_KEEP_DISAGREE)
-		return;
-	struct verify_disagree *d = calloc(1, sizeof(*d));
-	if (!d)
-		return;
-	d->ring_id = re->ring_id;
-	d->mode = re->mode;
-	d->seq = re->seq;
-	d->size = re->size;
-	d->nk = nk < UNWIND_MAX_FRAMES ? nk : UNWIND_MAX_FRAMES;
-	d->nr = nr < UNWIND_MAX_FRAMES ? nr : UNWIND_MAX_FRAMES;
-	d->trimmed = skip;
-	memcpy(d->k, k, 8u * d->nk);
-	memcpy(d->r, re->frames, 8u * d->nr);
-	t->dis[t->ndis++] = d;
-}
-
-/* ---- the pairing table -------------------------------------------------------------------- */
-
-static size_t verify_bucket(uint32_t ring_id, uint64_t seq)
-{
-	uint64_t h = (seq * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)ring_id * 0xc2b2ae3d27d4eb4fULL);
-	return (size_t)(h >> 40) % VERIFY_BUCKETS;
-}
-
-static void verify_note_range(struct verify_target *t, uint32_t ring_id, uint64_t seq,
-			      uint8_t side)
-{
-	if (ring_id >= LLGO_MAX_RINGS)
-		return;
-	if (ring_id >= t->nseqranges) {
-		size_t n = t->nseqranges ? t->nseqranges : 16;
-		while (n <= ring_id)
-			n *= 2;
-		struct verify_seqrange *r = realloc(t->ranges, n * sizeof(*r));
-		if (!r)
-			return;
-		memset(r + t->nseqranges, 0, (n - t->nseqranges) * sizeof(*r));
-		t->ranges = r;
-		t->nseqranges = n;
-	}
-	struct verify_seqrange *r = &t->ranges[ring_id];
-	uint64_t *lo = side == VERIFY_KERNEL ? &r->klo : &r->rlo;
-	uint64_t *hi = side == VERIFY_KERNEL ? &r->khi : &r->rhi;
-	if (*hi == 0 || seq < *lo)
-		*lo = seq;
-	if (seq > *hi)
-		*hi = seq;
-}
-
-/* Pair e with its other half, or keep it waiting. Takes e. Caller holds t->lock. */
-static void verify_offer(struct verify_target *t, struct verify_entry *e)
-{
-	size_t b = verify_bucket(e->ring_id, e->seq);
-	for (struct verify_entry **pp = &t->table[b]; *pp; pp = &(*pp)->next) {
-		struct verify_entry *o = *pp;
-		if (o->ring_id != e->ring_id || o->seq != e->seq)
-			continue;
-		if (o->side == e->side) {
-			/* a replayed seq (a hostile or restarted ring): keep the first */
-			free(e);
-			return;
-		}
-		*pp = o->next;
-		t->pending--;
-		if (e->side == VERIFY_KERNEL)
-			verify_compare(t, e, o);
-		else
-			verify_compare(t, o, e);
-		free(o);
-		free(e);
-		return;
-	}
-	if (t->pending >= VERIFY_MAX_PENDING) {
-		/* Full: a record past its ring's last capture is one pushed after the capture
-		 * window (the uprobe is slow to go away); anything else is lost for the count. */
-		const struct verify_seqrange *r =
-			e->ring_id < t->nseqranges ? &t->ranges[e->ring_id] : NULL;
-		if (e->side == VERIFY_RECORD && r && e->seq > r->khi) {
-			if (t->window)
-				t->win.mode[e->mode].outside++;
-		} else {
-			t->overflow++;
-		}
-		free(e);
-		return;
-	}
-	e->next = t->table[b];
-	t->table[b] = e;
-	t->pending++;
-}
-
-static struct verify_entry *verify_entry_new(uint32_t ring_id, uint64_t seq, uint8_t side,
-					     uint8_t mode, uint64_t size, const uint64_t *frames,
-					     uint32_t n)
-{
-	struct verify_entry *e = malloc(sizeof(*e) + 8u * n);
-	if (!e)
-		return NULL;
-	e->next = NULL;
-	e->ring_id = ring_id;
-	e->seq = seq;
-	e->side = side;
-	e->mode = mode;
-	e->truncated = false;
-	e->size = size;
-	e->when_ns = verify_now();
-	e->nframes = n;
-	memcpy(e->frames, frames, 8u * n);
-	return e;
-}
-
-void verify_note_record(struct verify_target *t, uint32_t ring_id, const struct llgo_record *rec,
-			const uint64_t *frames, uint32_t n, bool truncated)
-{
-	uint32_t every = atomic_load_explicit(&t->every, memory_order_relaxed);
-	if (every > 1 && rec->seq % every != 0)
-		return;
-	if (n > UNWIND_MAX_FRAMES)
-		n = UNWIND_MAX_FRAMES;
-	uint8_t mode = rec->kind == LLGO_REC_ALLOC_RAW ? VERIFY_MODE_DWARF : VERIFY_MODE_FP;
-	struct verify_entry *e = verify_entry_new(ring_id, rec->seq, VERIFY_RECORD, mode,
-						  rec->size, frames, n);
-	if (e)
-		e->truncated = truncated;
-	pthread_mutex_lock(&t->lock);
-	/* Once the window has closed (the link is gone and the reader has read every capture),
-	 * a record after its ring's last capture was pushed after the window. */
-	const struct verify_seqrange *r = ring_id < t->nseqranges ? &t->ranges[ring_id] : NULL;
-	if (t->closing && (!r || !r->khi || rec->seq > r->khi)) {
-		if (t->window)
-			t->win.mode[mode].outside++;
-		pthread_mutex_unlock(&t->lock);
-		free(e);
-		return;
-	}
-	verify_note_range(t, ring_id, rec->seq, VERIFY_RECORD);
-	if (e)
-		verify_offer(t, e);
-	else
-		t->overflow++;
-	pthread_mutex_unlock(&t->lock);
-}
-
-/* Drop what waits; count it when a window is open (final: the window closes). Caller holds
- * t->lock. older_than == 0: everything. */
-static void verify_flush(struct verify_target *t, uint64_t older_than, bool count)
-{
-	for (size_t b = 0; b < VERIFY_BUCKETS; b++) {
-		for (struct verify_entry **pp = &t->table[b]; *pp;) {
-			struct verify_entry *e = *pp;
-			if (older_than && e->when_ns >= older_than) {
-				pp = &e->next;
-				continue;
-			}
-			*pp = e->next;
-			t->pending--;
-			if (count) {
-				/* inside the window when the other side saw seqs on both sides
-				 * of this one on the same ring */
-				const struct verify_seqrange *r =
-					e->ring_id < t->nseqranges ? &t->ranges[e->ring_id] : NULL;
-				bool k = e->side == VERIFY_KERNEL;
-				uint64_t lo = r ? (k ? r->rlo : r->klo) : 0;
-				uint64_t hi = r ? (k ? r->rhi : r->khi) : 0;
-				struct llgo_verify_summary *w = &t->win.mode[e->mode];
-				if (!hi || e->seq < lo || e->seq > hi)
-					w->outside++;
-				else if (k)
-					w->kernel_unmatched++;
-				else
-					w->record_unmatched++;
-			}
-			free(e);
-		}
-	}
-}
-
 /* ---- the ring buffer reader ------------------------------------------------------------------ */
-
-/* The kernel's walk of a frame-pointer sample, as an entry (NULL: no memory). The event is
- * read in place: the ring buffer's consumer pages are read-only, the kernel does not write a
- * submitted record again; only the frames it holds are taken. */
-static struct verify_entry *verify_stack_entry(const void *data, size_t len)
-{
-	const size_t head = offsetof(struct llgo_verify_event, frames);
-	struct llgo_verify_event ev;
-	memcpy(&ev, data, head);
-	uint32_t n = (uint32_t)ev.stack_len / 8u;
-	if (n > (len - head) / 8u)
-		n = (uint32_t)((len - head) / 8u);
-	if (n > LLGO_VERIFY_MAX_FRAMES)
-		n = LLGO_VERIFY_MAX_FRAMES;
-	return verify_entry_new(ev.h.ring_id, ev.h.seq, VERIFY_KERNEL, VERIFY_MODE_FP, ev.h.size,
-				(const uint64_t *)(const void *)((const unsigned char *)data + head),
-				n);
-}
-
-/*
- * The kernel's copy of a dwarf sample's stack, unwound here with an unwinder and maps of the
- * target's own (the drain's are its record side's: the two unwinds share only the files'
- * CFI). Frame 0 is the probe site, as in the kernel's walk. NULL when the copy is unusable
- * (counted as a kernel error) or on no memory (*nomem). Caller: the ring buffer thread, the
- * only user of t->copy_unwind and t->copy_maps.
- */
-static struct verify_entry *verify_copy_entry(struct verify_target *t, const void *data,
-					      size_t len, bool *nomem)
-{
-	const struct llgo_verify_copy *c = data;
-	*nomem = false;
-	if (len < sizeof(*c) || c->copy_len > LLGO_VERIFY_COPY_BYTES || c->sp < c->copy_lo ||
-	    c->sp - c->copy_lo >= c->copy_len)
-		return NULL;
-	if (!t->copy_maps) {
-		t->copy_maps = procmaps_new(t->pid);
-		t->copy_unwind = t->copy_maps ? unwind_new(t->pid, false) : NULL;
-		if (!t->copy_unwind) {
-			procmaps_free(t->copy_maps);
-			t->copy_maps = NULL;
-			*nomem = true;
-			return NULL;
-		}
-	}
-	struct llgo_raw_regs regs;
-	memset(&regs, 0, sizeof(regs));
-	regs.ip = c->ip;
-	regs.sp = c->sp;
-	regs.bp = c->bp;
-	regs.stack_len = (uint32_t)((c->copy_lo + c->copy_len - c->sp) & ~(uint64_t)7);
-	const unsigned char *stack = c->copy + (c->sp - c->copy_lo);
-	uint64_t pcs[UNWIND_MAX_FRAMES];
-	bool truncated, unknown;
-	uint32_t n = unwind_stack(t->copy_unwind, t->copy_maps, &regs, stack, NULL, 0, pcs,
-				  UNWIND_MAX_FRAMES, &truncated, &unknown);
-	if (unknown && procmaps_refresh(t->copy_maps, t->pid) == 0) /* a library loaded since */
-		n = unwind_stack(t->copy_unwind, t->copy_maps, &regs, stack, NULL, 0, pcs,
-				 UNWIND_MAX_FRAMES, &truncated, &unknown);
-	struct verify_entry *e = verify_entry_new(c->h.ring_id, c->h.seq, VERIFY_KERNEL,
-						  VERIFY_MODE_DWARF, c->h.size, pcs, n);
-	if (!e)
-		*nomem = true;
-	else
-		e->truncated = truncated;
-	return e;
-}
-
-static int verify_on_event(void *ctx, void *data, size_t len)
-{
-	struct verifier *v = ctx;
-	struct llgo_verify_head h;
-	if (len < offsetof(struct llgo_verify_event, frames))
-		return 0;
-	memcpy(&h, data, sizeof(h));
-	pthread_mutex_lock(&v->lock);
-	struct verify_target *t = v->targets;
-	while (t && t->pid != (pid_t)h.tgid)
-		t = t->next;
-	if (!t) {
-		pthread_mutex_unlock(&v->lock);
-		return 0;
-	}
-	/* the dwarf unwind runs before t->lock: records keep pairing meanwhile */
-	bool copy = h.kind == LLGO_VERIFY_EV_COPY, nomem = false;
-	struct verify_entry *e = NULL;
-	int32_t stack_len = 0;
-	if (copy) {
-		e = verify_copy_entry(t, data, len, &nomem);
-	} else if (h.kind == LLGO_VERIFY_EV_STACK) {
-		memcpy(&stack_len, (const unsigned char *)data +
-				   offsetof(struct llgo_verify_event, stack_len),
-		       sizeof(stack_len));
-		if (stack_len >= 0 && !(e = verify_stack_entry(data, len)))
-			nomem = true;
-	}
-	pthread_mutex_lock(&t->lock);
-	uint8_t mode = copy ? VERIFY_MODE_DWARF : VERIFY_MODE_FP;
-	if (e) {
-		verify_note_range(t, h.ring_id, h.seq, VERIFY_KERNEL);
-		verify_offer(t, e);
-	} else if (nomem) {
-		t->overflow++;
-	} else if (t->window) {
-		t->win.mode[mode].kernel_errors++; /* unreadable stack, or an unknown kind */
-	}
-	pthread_mutex_unlock(&t->lock);
-	pthread_mutex_unlock(&v->lock);
-	return 0;
-}
 
 static void *verify_reader(void *arg)
 {
@@ -674,7 +149,7 @@ static void *verify_reader(void *arg)
 		for (struct verify_target *t = v->targets; t; t = t->next) {
 			pthread_mutex_lock(&t->lock);
 			if (!t->window)
-				verify_flush(t, now - VERIFY_EXPIRE_NS, false);
+				verify_match_flush(t, now - VERIFY_EXPIRE_NS, false);
 			pthread_mutex_unlock(&t->lock);
 		}
 		pthread_mutex_unlock(&v->lock);
@@ -683,7 +158,7 @@ static void *verify_reader(void *arg)
 }
 
 /* Wait until the reader completed two passes: everything submitted before the call is read. */
-static void verify_reader_sync(struct verifier *v)
+void verify_reader_sync(struct verifier *v)
 {
 	uint64_t start = atomic_load(&v->polls);
 	for (int i = 0; i < 400 && atomic_load(&v->polls) < start + 2; i++) {
@@ -732,7 +207,7 @@ static int verify_precheck(char *err, size_t errlen)
 	return 0;
 }
 
-static void verify_explain(int rc, const char *step, char *err, size_t errlen)
+void verify_explain(int rc, const char *step, char *err, size_t errlen)
 {
 	if (rc == -EPERM || rc == -EACCES) {
 		long unpriv = 0;
@@ -784,7 +259,7 @@ int verifier_load(struct verifier *v, char *err, size_t errlen)
 				       sizeof(v->load_msg));
 	}
 	if (!rc) {
-		v->rb = ring_buffer__new(bpf_map__fd(v->skel->maps.events), verify_on_event, v, NULL);
+		v->rb = ring_buffer__new(bpf_map__fd(v->skel->maps.events), verify_match_event, v, NULL);
 		if (!v->rb) {
 			rc = -errno ? -errno : -EINVAL;
 			verify_explain(rc, "opening the BPF ring buffer", v->load_msg,
@@ -833,7 +308,7 @@ static void verify_target_free(struct verify_target *t)
 {
 	if (!t)
 		return;
-	verify_flush(t, 0, false);
+	verify_match_flush(t, 0, false);
 	for (uint32_t i = 0; i < t->ndis; i++)
 		free(t->dis[i]);
 	free(t->ranges);
@@ -844,7 +319,7 @@ static void verify_target_free(struct verify_target *t)
 	free(t);
 }
 
-static int verify_set_every(struct verifier *v, struct verify_target *t, uint32_t every)
+int verify_set_every(struct verifier *v, struct verify_target *t, uint32_t every)
 {
 	struct llgo_verify_target val;
 	memset(&val, 0, sizeof(val));
@@ -857,7 +332,7 @@ static int verify_set_every(struct verifier *v, struct verify_target *t, uint32_
 	return 0;
 }
 
-static void verify_map_stats(struct verifier *v, struct verify_target *t,
+void verify_map_stats(struct verifier *v, struct verify_target *t,
 			     struct llgo_verify_target *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -866,7 +341,7 @@ static void verify_map_stats(struct verifier *v, struct verify_target *t,
 }
 
 /* A new target for s (not yet attached nor listed). */
-static struct verify_target *verify_target_new(struct verifier *v, struct session *s,
+struct verify_target *verify_target_new(struct verifier *v, struct session *s,
 					       char *err, size_t errlen)
 {
 	struct verify_target *t = calloc(1, sizeof(*t));
@@ -942,7 +417,7 @@ static void verify_target_detach(struct verifier *v, struct verify_target *t, bo
  * there (the probe fires after its record is published), so each record t sees afterwards
  * had the program linked when its probe fired. On failure (or when s is verified already)
  * t is freed. */
-static int verify_target_publish(struct verifier *v, struct verify_target *t, uint32_t every,
+int verify_target_publish(struct verifier *v, struct verify_target *t, uint32_t every,
 				 struct server *srv, char *err, size_t errlen)
 {
 	struct session *s = t->s;
@@ -1015,7 +490,7 @@ void verify_session_stop(struct verifier *v, struct session *s)
 }
 
 /* The window of t closed: finish a teardown verify_session_stop left to us. */
-static void verify_stop_pending(struct verifier *v, struct verify_target *t)
+void verify_stop_pending(struct verifier *v, struct verify_target *t)
 {
 	pthread_mutex_lock(&t->lock);
 	bool stop = t->stop_pending;
@@ -1059,248 +534,3 @@ void verifier_free(struct verifier *v)
 	free(v);
 }
 
-/* ---- the one-off verify ----------------------------------------------------------------------- */
-
-/* "function+0xoff" for the return address pc, else "file+0xoff" or the address. */
-static void verify_frame_name(struct procmaps *maps, uint64_t pc, char *out, size_t n)
-{
-	const struct mapping *m;
-	struct sym_result r;
-	if (profile_frame(maps, pc, &m, &r) > 0 && r.frames[r.nframes - 1].function) {
-		const char *f = r.frames[r.nframes - 1].function;
-		if (r.entry && pc >= r.entry)
-			snprintf(out, n, "%s+0x%llx", f, (unsigned long long)(pc - r.entry));
-		else
-			snprintf(out, n, "%s", f);
-		return;
-	}
-	profile_addr_name(out, n, m, pc);
-}
-
-static void verify_report_disagree(struct buf *b, struct procmaps *maps,
-				   const struct verify_disagree *d, unsigned idx)
-{
-	buf_printf(b, "disagreement %u (%s mode): ring %u seq %llu size %llu: kernel %u frames "
-		      "(after trimming %u shim frames), shim %u frames\n",
-		   idx, d->mode == VERIFY_MODE_DWARF ? "dwarf" : "frame-pointer", d->ring_id,
-		   (unsigned long long)d->seq, (unsigned long long)d->size, d->nk, d->trimmed,
-		   d->nr);
-	uint32_t n = d->nk > d->nr ? d->nk : d->nr;
-	if (n > 16)
-		n = 16;
-	buf_printf(b, "  %-3s %-46s %s\n", "#", "kernel", "shim");
-	for (uint32_t i = 0; i < n; i++) {
-		char kn[160] = "-", rn[160] = "-", kc[200], rc[200];
-		if (i < d->nk) {
-			verify_frame_name(maps, d->k[i], kn, sizeof(kn));
-			snprintf(kc, sizeof(kc), "0x%llx %s", (unsigned long long)d->k[i], kn);
-		} else {
-			snprintf(kc, sizeof(kc), "-");
-		}
-		if (i < d->nr) {
-			verify_frame_name(maps, d->r[i], rn, sizeof(rn));
-			snprintf(rc, sizeof(rc), "0x%llx %s", (unsigned long long)d->r[i], rn);
-		} else {
-			snprintf(rc, sizeof(rc), "-");
-		}
-		bool diff = i >= d->nk || i >= d->nr || d->k[i] != d->r[i];
-		buf_printf(b, "  %-3u %-46s %s%s\n", i, kc, rc, diff ? "   <- differs" : "");
-	}
-	if ((d->nk > 16 || d->nr > 16))
-		buf_puts(b, "  ...\n");
-}
-
-/* The window's counts over both modes (hits and lost are the caller's). */
-static void verify_window_total(const struct verify_window *w, struct llgo_verify_summary *sum)
-{
-	memset(sum, 0, sizeof(*sum));
-	for (int m = 0; m < VERIFY_MODES; m++) {
-		const struct llgo_verify_summary *x = &w->mode[m];
-		sum->samples += x->samples;
-		sum->agree += x->agree;
-		sum->kernel_unmatched += x->kernel_unmatched;
-		sum->record_unmatched += x->record_unmatched;
-		sum->outside += x->outside;
-		sum->kernel_errors += x->kernel_errors;
-		sum->incomparable += x->incomparable;
-	}
-}
-
-static void verify_report_mode(struct buf *b, const char *name,
-			       const struct llgo_verify_summary *w)
-{
-	if (!w->samples && !w->kernel_unmatched && !w->record_unmatched && !w->outside &&
-	    !w->incomparable && !w->kernel_errors) {
-		buf_printf(b, "%s: no samples\n", name);
-		return;
-	}
-	buf_printf(b, "%s: %llu samples matched, %llu agree, %llu disagree; unmatched: %llu "
-		      "kernel captures without a record, %llu records without a kernel capture; "
-		      "%llu records outside the capture window\n",
-		   name, (unsigned long long)w->samples, (unsigned long long)w->agree,
-		   (unsigned long long)(w->samples - w->agree),
-		   (unsigned long long)w->kernel_unmatched,
-		   (unsigned long long)w->record_unmatched, (unsigned long long)w->outside);
-	if (w->incomparable)
-		buf_printf(b, "%s: not compared: %llu samples whose kernel stack ends inside the "
-			      "shim or the allocator (frameless code there broke the kernel's "
-			      "frame-pointer walk)\n",
-			   name, (unsigned long long)w->incomparable);
-}
-
-static bool verify_sleep(struct verifier *v, struct session *s, uint32_t seconds)
-{
-	uint64_t end = verify_now() + (uint64_t)seconds * 1000000000ull;
-	while (verify_now() < end && !atomic_load(&v->cancel)) {
-		if (!session_is_live(s) || !session_process_alive(s))
-			return false;
-		struct timespec ts = { 0, 50 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-	return true;
-}
-
-static int verify_run_locked(struct verifier *v, struct server *srv, struct session *s,
-			     uint32_t seconds, struct llgo_verify_summary *sum, struct buf *text,
-			     char *err, size_t errlen);
-
-int verify_run(struct verifier *v, struct server *srv, struct session *s, uint32_t seconds,
-	       struct llgo_verify_summary *sum, struct buf *text, char *err, size_t errlen)
-{
-	memset(sum, 0, sizeof(*sum));
-	if (atomic_fetch_add(&v->running, 1) >= VERIFY_MAX_RUNNING) {
-		atomic_fetch_sub(&v->running, 1);
-		snprintf(err, errlen, "%u verifies are running already; try again when one ends",
-			 VERIFY_MAX_RUNNING);
-		return -EBUSY;
-	}
-	int rc = verify_run_locked(v, srv, s, seconds, sum, text, err, errlen);
-	atomic_fetch_sub(&v->running, 1);
-	return rc;
-}
-
-static int verify_run_locked(struct verifier *v, struct server *srv, struct session *s,
-			     uint32_t seconds, struct llgo_verify_summary *sum, struct buf *text,
-			     char *err, size_t errlen)
-{
-	memset(sum, 0, sizeof(*sum));
-	if (!session_is_live(s)) {
-		snprintf(err, errlen, "pid %d has exited", (int)s->pid);
-		return -ESRCH;
-	}
-	int rc = verifier_load(v, err, errlen);
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&s->drain_lock);
-	struct verify_target *t = s->verify;
-	bool own = t == NULL;
-	if (t) {
-		pthread_mutex_lock(&t->lock);
-		bool busy = t->window;
-		t->window = true; /* claimed: --verify-every's teardown waits for us */
-		pthread_mutex_unlock(&t->lock);
-		if (busy) {
-			pthread_mutex_unlock(&s->drain_lock);
-			snprintf(err, errlen, "pid %d is being verified already", (int)s->pid);
-			return -EBUSY;
-		}
-	}
-	pthread_mutex_unlock(&s->drain_lock);
-
-	if (own) {
-		t = verify_target_new(v, s, err, errlen);
-		if (!t)
-			return -ENOENT;
-		t->window = true;
-		rc = verify_target_publish(v, t, 1, srv, err, errlen);
-		if (rc)
-			return rc;
-	} else {
-		/* Every sample while the window is open: records first, then captures; then
-		 * what was captured or drained before is read and forgotten. */
-		uint32_t old = atomic_exchange(&t->every, 1);
-		rc = verify_set_every(v, t, 1);
-		if (rc) {
-			atomic_store(&t->every, old);
-			verify_explain(rc, "updating the BPF map", err, errlen);
-			pthread_mutex_lock(&t->lock);
-			t->window = false;
-			pthread_mutex_unlock(&t->lock);
-			verify_stop_pending(v, t);
-			return rc;
-		}
-		verify_reader_sync(v);
-		server_settle(srv, s);
-		drain_session(s);
-		pthread_mutex_lock(&t->lock);
-		verify_flush(t, 0, false);
-		memset(&t->win, 0, sizeof(t->win));
-		free(t->ranges);
-		t->ranges = NULL;
-		t->nseqranges = 0;
-		pthread_mutex_unlock(&t->lock);
-	}
-	struct llgo_verify_target before;
-	verify_map_stats(v, t, &before);
-
-	bool alive = verify_sleep(v, s, seconds);
-
-	/* Close the window: no new captures, then every record and capture sent so far. */
-	struct llgo_verify_target after;
-	verify_map_stats(v, t, &after);
-	if (own) {
-		bpf_link__destroy(t->link);
-		t->link = NULL;
-	} else {
-		verify_set_every(v, t, t->cont_every);
-	}
-	verify_reader_sync(v);
-	pthread_mutex_lock(&t->lock);
-	t->closing = true;
-	pthread_mutex_unlock(&t->lock);
-	if (alive) {
-		server_settle(srv, s);
-		drain_session(s);
-	}
-
-	pthread_mutex_lock(&t->lock);
-	verify_flush(t, 0, true);
-	struct verify_window win = t->win;
-	verify_window_total(&win, sum);
-	sum->hits = after.hits - before.hits;
-	sum->lost = after.lost - before.lost;
-	uint64_t overflow = t->overflow;
-	t->overflow = 0;
-	uint32_t ndis = t->ndis;
-	struct verify_disagree *dis[VERIFY_KEEP_DISAGREE];
-	memcpy(dis, t->dis, sizeof(dis));
-	t->ndis = 0;
-	memset(&t->win, 0, sizeof(t->win));
-	t->window = false;
-	t->closing = false;
-	free(t->ranges);
-	t->ranges = NULL;
-	t->nseqranges = 0;
-	pthread_mutex_unlock(&t->lock);
-
-	buf_printf(text, "pid %d (%.*s): %u s%s; kernel stacks from the USDT probe "
-			 "llgo_heap:sample in %s\n",
-		   (int)s->pid, (int)LLGO_COMM_LEN, s->comm, seconds,
-		   alive ? "" : " (the process exited before the end)", t->binary);
-	verify_report_mode(text, "frame-pointer mode", &win.mode[VERIFY_MODE_FP]);
-	verify_report_mode(text, "dwarf mode", &win.mode[VERIFY_MODE_DWARF]);
-	buf_printf(text, "kernel: %llu probe hits, %llu captures lost (BPF ring buffer full), "
-			 "%llu unreadable stacks%s\n",
-		   (unsigned long long)sum->hits, (unsigned long long)sum->lost,
-		   (unsigned long long)sum->kernel_errors,
-		   overflow ? "; some halves were not kept (pending table full)" : "");
-	for (uint32_t i = 0; i < ndis; i++) {
-		verify_report_disagree(text, s->maps, dis[i], i + 1);
-		free(dis[i]);
-	}
-	if (own)
-		verify_session_stop(v, s);
-	else
-		verify_stop_pending(v, t);
-	return text->failed ? -ENOMEM : 0;
-}

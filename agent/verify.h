@@ -7,7 +7,7 @@
  * other half, and the counts.
  *
  * Locks, in order: session->drain_lock, then verifier->lock, then target->lock (drain.c calls
- * verify_note_record under drain_lock; the ring buffer thread takes verifier->lock then the
+ * verify_match_record under drain_lock; the ring buffer thread takes verifier->lock then the
  * target's). session->verify changes only under drain_lock.
  */
 #ifndef LLGO_AGENT_VERIFY_H
@@ -37,7 +37,7 @@ void verify_session_stop(struct verifier *v, struct session *s);
  * frames[0..n): as recorded (ALLOC), or as the drain unwound its copy (ALLOC_RAW: truncated
  * when that unwind stopped short of the stack's start). Caller holds s->drain_lock and has
  * checked s->verify != NULL. */
-void verify_note_record(struct verify_target *t, uint32_t ring_id,
+void verify_match_record(struct verify_target *t, uint32_t ring_id,
 			const struct llgo_record *rec, const uint64_t *frames, uint32_t n,
 			bool truncated);
 
