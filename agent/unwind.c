@@ -33,6 +33,11 @@
  *
  * Threads: a struct unwind belongs to one session and is used under its drain lock; the file
  * cache has its own mutex.
+ *
+ * Size (over 1,000 lines, one file on purpose): the libunwind accessors, the file cache and
+ * auto mode's classification all work on the same private structures (uwfile, uwimage,
+ * struct unwind) under the same cache lock; splitting the file would publish them to the
+ * rest of the daemon for no reader's gain.
  */
 #include <elf.h>
 #include <dwarf.h>

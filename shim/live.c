@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * live.c: the shim's side of the live-object table (shared/live.h) and the free slow path.
+ * (About 640 lines: placement, the table and the free path share one set of invariants.)
  *
  * Which frees are looked at. free(p) tests p against live_mask (override.c: one load, one
  * test, one branch) and comes here only when p & live_mask == 0:

@@ -4,6 +4,7 @@
  * aligned nothrow, sized, sized aligned), in plain C under their x86-64 Itanium-ABI mangled
  * names (size_t is `m`, std::align_val_t `St11align_val_t`, std::nothrow_t const&
  * `RKSt9nothrow_t`). Part of libllgoheap.so only.
+ * (Over 600 lines: twenty-odd operators that must stay alike, side by side.)
  *
  * Each exported operator is one indirect jump through its entry in override_cxx (a tail jump:
  * the program's return address and frame pointer reach the target untouched). An entry starts
