@@ -7,6 +7,7 @@
 #   make bench      allocation microbenchmarks (see docs/performance.md)
 #   make bench-inuse  the in-use tracking rows alone (free path, live-heap memory, rate 1)
 #   make bench-unwind  the DWARF unwinding rows of make bench alone
+#   make bench-verify  the llgo-heap verify rows alone (fp and dwarf, with and without)
 #   make SAN=address,undefined test   sanitized daemon, CLI and unit tests in build-san-*/
 #
 # Sanitizer runtimes own malloc themselves, so under SAN= the LD_PRELOAD shim is still built
@@ -82,7 +83,7 @@ PROG_BINS += $(OUT)/progs/libllgoheap-noprobe.so
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
 
-.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse bench-unwind clean install check-deps
+.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse bench-unwind bench-verify clean install check-deps
 all: $(BINS) $(LIBS)
 
 # ---- build -----------------------------------------------------------------------------
@@ -285,6 +286,9 @@ bench-peers: deps all
 
 bench-inuse: all
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) inuse
+
+bench-verify: all
+	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) verify
 
 clean:
 	rm -rf build build-san-*

@@ -703,6 +703,12 @@ lifecycle)
 	machine
 	lifecycle_section
 	;;
+verify)
+	out "## llgo-heap verify"
+	out ""
+	machine
+	verify_section
+	;;
 callgrind)
 	out "## callgrind instruction counts"
 	out ""
