@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "../shared/live.h"
-#include "session.h"
+#include "drain.h"
 #include "verify.h"
 
 #define DRAIN_POLL_MIN_NS 1000000ull    /* 1 ms */

@@ -327,10 +327,7 @@ void profile_release(struct profile *p);
  * exact name, or a prefix when the pattern ends in '*'), as Go hides runtime.* frames; a
  * stack that would lose every frame is kept whole. */
 int profile_trim(struct profile *p, struct procmaps *maps, char *const *patterns, size_t n);
-/* Write p in format fmt (enum llgo_format) with LLGO_SNAP_* flags to out. */
-int profile_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
-		  uint32_t flags, uint32_t top_n);
-
+/* The writers, one per format (snapshot.c's snapshot_write picks one). */
 int pprof_write(struct buf *out, const struct profile *p, struct procmaps *maps,
 		uint32_t flags);
 int text_write(struct buf *out, const struct profile *p, struct procmaps *maps);

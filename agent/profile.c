@@ -10,8 +10,9 @@
  * never frees them while it lives; the session keeps the table alive while a profile of
  * it exists.
  *
- * Left to others: the counters (bucket.c), the metadata (the session fills p->meta:
- * pid, comm, times, rate, accounting), the formats (pprof.c, text.c, folded.c, top.c).
+ * Left to others: the counters (bucket.c), the metadata (snapshot.c fills p->meta: pid,
+ * comm, times, rate, accounting), the formats (pprof.c, text.c, folded.c, top.c) and which
+ * of them a request gets (snapshot.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -500,25 +501,4 @@ void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t ad
 	const char *base = strrchr(m->path, '/');
 	base = base ? base + 1 : m->path;
 	snprintf(out, n, "%s+0x%llx", base, (unsigned long long)(addr - m->start + m->offset));
-}
-
-/* ---- Dispatch ------------------------------------------------------------------------- */
-
-int profile_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
-		  uint32_t flags, uint32_t top_n)
-{
-	switch (fmt) {
-	case LLGO_FORMAT_PPROF:
-		return pprof_write(out, p, maps, flags);
-	case LLGO_FORMAT_TEXT:
-		return text_write(out, p, maps);
-	case LLGO_FORMAT_FOLDED:
-		return folded_write(out, p, maps, flags);
-	case LLGO_FORMAT_TOP:
-		return top_write(out, p, maps, flags, top_n ? top_n : 10);
-	case LLGO_FORMAT_SITES:
-		return sites_write(out, p, maps);
-	default:
-		return -EINVAL;
-	}
 }

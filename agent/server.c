@@ -57,7 +57,7 @@
 
 #include "budget.h"
 #include "ident.h"
-#include "session.h"
+#include "snapshot.h"
 #include "verify.h"
 
 #define SERVER_SHIM_WORKERS 2u
@@ -65,7 +65,6 @@
 #define SERVER_CLIENT_WORKERS 4u
 #define SERVER_MAX_WORKERS 64u
 #define SERVER_SEND_TIMEOUT_S 5
-#define SERVER_EXIT_WAIT_MS 2000u
 #define SERVER_SETTLE_MS 200u
 #define SERVER_MAX_CONNS 65536u
 #define SERVER_JOB_EXIT 0xffffu /* not a message type: the peer is gone */
@@ -1156,13 +1155,6 @@ static void server_bye(struct server *srv, struct server_conn *c)
 
 /* ---- client jobs (workers) ---------------------------------------------------------------- */
 
-/* Root, or the owner of a process that kept its identity (ident.c): once it exec'd a setuid
- * program or was found not dumpable, what was read of it is root's to see only. */
-static bool server_allowed(const struct session *s, uid_t requester)
-{
-	return requester == 0 || (requester == s->uid && !atomic_load(&s->ident_lost));
-}
-
 /*
  * Packets a shim sent before this request (an ADD_RING for a thread's first ring, the EOF of
  * an exited process) may still sit in its connection's buffer while a client's request is
@@ -1190,68 +1182,6 @@ void server_settle(struct server *srv, struct session *s)
 	}
 }
 
-/* Everything s published before now, as a profile: settle its connection, drain, then copy
- * the buckets and the accounting under the drain lock (so they describe the same records).
- * Shared by SNAPSHOT and the HTTP endpoints (which subtract two for delta profiles). */
-int server_collect(struct server *srv, struct session *s, struct profile *p)
-{
-	memset(p, 0, sizeof(*p));
-	server_settle(srv, s);
-	/* The process is gone but its EOF not handled yet (packets may still be queued on its
-	 * connection): wait for the final drain rather than miss its last rings. */
-	if (session_is_live(s) && !session_process_alive(s))
-		session_wait_exited(s, SERVER_EXIT_WAIT_MS);
-	drain_session(s);
-	drain_refresh_maps(s, false);
-
-	struct session_counts cnt;
-	pthread_mutex_lock(&s->drain_lock);
-	int rc = profile_collect(p, s->buckets);
-	session_account_locked(s, &cnt);
-	p->meta.sampled = cnt.sampled;
-	if (!rc)
-		rc = inuse_apply_locked(s, p);
-	bool mixed = s->mixed_rates;
-	uint64_t last_rate = s->last_rate;
-	p->meta.unwound = s->unwound;
-	p->meta.truncated = s->truncated;
-	pthread_mutex_unlock(&s->drain_lock);
-	if (!rc)
-		rc = profile_trim(p, s->maps, srv->opts.trim, srv->opts.ntrim);
-	if (rc) {
-		profile_release(p);
-		return rc;
-	}
-	struct bucket_stats bs;
-	bucket_table_stats(s->buckets, &bs);
-	p->meta.pid = s->pid;
-	memcpy(p->meta.comm, s->comm, sizeof(p->meta.comm));
-	p->meta.time_nanos = session_now_ns(CLOCK_REALTIME);
-	p->meta.rate = session_rate(s);
-	/* Sampling is off now: state the rate the samples were taken at. */
-	if (p->meta.rate == 0)
-		p->meta.rate = last_rate ? last_rate : LLGO_RATE_DEFAULT;
-	p->meta.mixed_rates = p->meta.mixed_rates || mixed;
-	p->meta.sampled = cnt.sampled;
-	p->meta.delivered = cnt.delivered;
-	p->meta.dropped = cnt.dropped;
-	p->meta.corrupt = cnt.corrupt;
-	p->meta.dropped_prior = cnt.prior;
-	p->meta.dropped_no_ring = cnt.no_ring;
-	p->meta.dropped_detached = cnt.detached;
-	p->meta.reconnects = cnt.reconnects;
-	p->meta.cap_hits = bs.cap_hits;
-	p->meta.verify_samples = atomic_load(&s->verify_samples);
-	p->meta.verify_agree = atomic_load(&s->verify_agree);
-	p->meta.unwind_mode = s->unwind_mode;
-	return 0;
-}
-
-/*
- * The session of pid; when there is none yet, the process may have connected and sent HELLO
- * (which it does not wait for) without the loop or a shim worker having handled it: wait for
- * that, briefly, as server_settle does for the packets of a known session.
- */
 /* A HELLO of pid (any pid when pid <= 0) sent but not handled yet: queued for or running in
  * a shim worker, or still in a new connection's socket. */
 static bool server_hello_in_flight(struct server *srv, pid_t pid)
@@ -1291,41 +1221,6 @@ struct session *server_lookup(struct server *srv, pid_t pid)
 		return s;
 	server_settle_hellos(srv, pid);
 	return session_lookup(srv->reg, pid);
-}
-
-int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
-		    uint32_t top_n, struct buf *out, char *err, size_t errlen)
-{
-	if (fmt < LLGO_FORMAT_PPROF || fmt > LLGO_FORMAT_SITES) {
-		snprintf(err, errlen, "unknown format %d", fmt);
-		return -EINVAL;
-	}
-	struct session *s = server_lookup(srv, pid);
-	if (!s) {
-		snprintf(err, errlen, "no such profiled process: %d", (int)pid);
-		return -ESRCH;
-	}
-	if (!server_allowed(s, requester)) {
-		snprintf(err, errlen, "permission denied: pid %d belongs to uid %u", (int)pid,
-			 (unsigned)s->uid);
-		session_put(s);
-		return -EACCES;
-	}
-	struct profile p;
-	int rc = server_collect(srv, s, &p);
-	if (rc) {
-		snprintf(err, errlen, "collecting the profile: %s", strerror(-rc));
-		session_put(s);
-		return rc;
-	}
-	rc = profile_write(out, &p, s->maps, fmt, flags, top_n);
-	profile_release(&p);
-	session_put(s);
-	if (!rc && out->failed)
-		rc = -ENOMEM;
-	if (rc)
-		snprintf(err, errlen, "writing the profile: %s", strerror(-rc));
-	return rc;
 }
 
 static int server_list(struct server *srv, struct server_conn *c)
@@ -1370,7 +1265,7 @@ static int server_set_rate(struct server *srv, struct server_conn *c)
 		snprintf(msg, sizeof(msg), "no such profiled process: %u", m.pid);
 		return server_answer(c, NULL, 0, ESRCH, msg);
 	}
-	if (!server_allowed(s, c->cred.uid)) {
+	if (!session_allowed(s, c->cred.uid)) {
 		snprintf(msg, sizeof(msg), "permission denied: pid %u belongs to uid %u", m.pid,
 			 (unsigned)s->uid);
 		session_put(s);
@@ -1396,8 +1291,8 @@ static int server_snapshot_req(struct server *srv, struct server_conn *c)
 	struct buf out;
 	buf_init(&out);
 	char msg[LLGO_END_MSG_LEN] = "";
-	int rc = server_snapshot(srv, (pid_t)m.pid, c->cred.uid, (int)m.format, m.flags, m.top_n,
-				 &out, msg, sizeof(msg));
+	int rc = snapshot_take(srv, (pid_t)m.pid, c->cred.uid, (int)m.format, m.flags, m.top_n,
+			       &out, msg, sizeof(msg));
 	if (rc)
 		rc = server_answer(c, NULL, 0, -rc, msg);
 	else
@@ -1423,7 +1318,7 @@ static int server_verify_req(struct server *srv, struct server_conn *c)
 		snprintf(msg, sizeof(msg), "no such profiled process: %u", m.pid);
 		return server_answer(c, NULL, 0, ESRCH, msg);
 	}
-	if (!server_allowed(s, c->cred.uid)) {
+	if (!session_allowed(s, c->cred.uid)) {
 		snprintf(msg, sizeof(msg), "permission denied: pid %u belongs to uid %u", m.pid,
 			 (unsigned)s->uid);
 		session_put(s);
@@ -1893,4 +1788,9 @@ void server_get_stats(struct server *srv, struct server_stats *out)
 struct session_registry *server_sessions(struct server *srv)
 {
 	return srv->reg;
+}
+
+const struct server_opts *server_options(const struct server *srv)
+{
+	return &srv->opts;
 }

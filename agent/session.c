@@ -635,6 +635,11 @@ bool session_is_live(const struct session *s)
 	return atomic_load_explicit(&s->state, memory_order_acquire) == LLGO_PROC_LIVE;
 }
 
+bool session_allowed(const struct session *s, uid_t requester)
+{
+	return requester == 0 || (requester == s->uid && !atomic_load(&s->ident_lost));
+}
+
 struct session *session_lookup(struct session_registry *reg, pid_t pid)
 {
 	struct session *best = NULL;

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * session.h: llgo-heapd's own objects, shared by session.c, drain.c, server.c and daemon.c
- * (and their tests): attached processes and their registry, the drain thread, the socket
- * server. The CLI never includes this file; the cross-file helpers both programs use are in
- * internal.h.
+ * session.h: llgo-heapd's attached processes and their registry (session.c), the processes
+ * taken back after a restart (adopt.c) and their in-use tables (inuse.c). The drain is
+ * drain.h's, the socket server server.h's, snapshots snapshot.h's. The CLI never includes
+ * this file; the cross-file helpers both programs use are in internal.h.
  *
  * Locks, in the order they may be taken (never the other way):
  *   session->drain_lock   single consumer of the session's rings; adopted ring readers,
@@ -199,6 +199,9 @@ void session_send_fp_tables(struct session *s);
 void session_retire_locked(struct session *s);
 
 bool session_is_live(const struct session *s);
+/* Whether requester may read s: root, or its owner while the process kept its identity
+ * (ident.c: once it exec'd a setuid program, what was read of it is root's only). */
+bool session_allowed(const struct session *s, uid_t requester);
 /* Whether the process that attached still runs (same pid and start time, not a zombie). */
 bool session_process_alive(const struct session *s);
 /* Wait until the session is EXITED; returns false on timeout. */
@@ -244,85 +247,9 @@ void inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
 /* Unmap the table (session teardown). */
 void inuse_release(struct session *s);
 
-/* ---- drain.c: moving records from rings into buckets ---------------------------------- */
-
-struct drain;
-
-/* Drain every ring of s once (no-op once exited); returns the records bucketed. */
-size_t drain_session(struct session *s);
-/* The shim is gone: drain a last time, then unmap rings and mark the session exited. */
-void drain_session_exit(struct session *s);
-/* auto mode: find the frame-pointer code of the process's objects and send the tables to
- * its control page (at HELLO, before the ACK lets the program run). */
-void drain_prepare_unwind(struct session *s);
-/* Re-read the process's maps if a pc fell outside them (force: always), at most every
- * DRAIN_REFRESH_MS unless forced; only while the process is alive. */
-void drain_refresh_maps(struct session *s, bool force);
-
-/* The drain thread: polls live sessions, adaptively (1 ms when busy, up to 100 ms idle). */
-struct drain *drain_new(struct session_registry *reg);
-int drain_start(struct drain *d);
-/* Poll soon (a ring was added). */
-void drain_wake(struct drain *d);
-void drain_stop(struct drain *d);
-void drain_free(struct drain *d);
-
-/* ---- server.c: the socket, the event loop, the workers -------------------------------- */
-
-struct server_opts {
-	const char *socket_path; /* where to listen (and the name given to clients) */
-	unsigned keep_exited;    /* exited sessions kept for snapshots */
-	uint64_t max_buckets;    /* per process, 0 = default */
-	uint64_t max_bytes;      /* per process, 0 = default */
-	unsigned client_workers; /* 0 = default */
-	/* --http ADDR:PORT (http.c): served beside the event loop. */
-	const char *http_addr;
-	/* --trim: function names (or prefixes ending in '*') hidden from the top of stacks */
-	char **trim;
-	size_t ntrim;
-	/* --verify-every N (verify.c): check one sample in N of every process with eBPF */
-	uint32_t verify_every;
-	/* budget.c: per-uid and global limits (NULL: budget_defaults) */
-	const struct budget_limits *budget;
-	unsigned keep_exited_per_uid; /* 0 = default */
-	unsigned keep_exited_age_s;   /* 0 = default */
-};
-
-struct server_stats {
-	uint64_t connections; /* accepted */
-	uint64_t malformed;   /* connections dropped for a bad packet */
-	uint64_t refused;     /* connections closed at accept (too many) */
-	uint64_t sessions;    /* HELLOs accepted */
-	uint64_t evicted;     /* exited sessions dropped (count per uid, all, age) */
-};
-
-struct server;
-
-/* Set up the listening socket (systemd's, or bind socket_path) and the registry; starts no
- * thread, so the caller may still fork (daemonize). Writes a reason to err on failure. */
-struct server *server_new(const struct server_opts *o, char *err, size_t errlen);
-int server_start(struct server *srv);
-/* Stop the threads, close every connection; unlink the socket if we created it. */
-void server_stop(struct server *srv);
-void server_free(struct server *srv);
-void server_get_stats(struct server *srv, struct server_stats *out);
-struct session_registry *server_sessions(struct server *srv);
-
-/* The snapshot path shared by the socket (SNAPSHOT) and a future HTTP server: permission
- * check, drain, collect, write fmt into out. Returns 0, or -errno with a one-line reason in
- * err (-ESRCH unknown pid, -EACCES, -EINVAL bad format). */
-int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
-		    uint32_t top_n, struct buf *out, char *err, size_t errlen);
-
-/* The session of pid, after waiting (at most 200 ms) for a HELLO of pid still in flight. */
-struct session *server_lookup(struct server *srv, pid_t pid);
-/* Settle, drain and collect s into p (counts and buckets consistent). */
-int server_collect(struct server *srv, struct session *s, struct profile *p);
-/* Wait (at most 200 ms) until the event loop has handled every packet s's shim has sent. */
-void server_settle(struct server *srv, struct session *s);
-
 /* One log line (stderr, or syslog once server_log_use_syslog(true)). */
 void server_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void server_log_use_syslog(bool on);
+
 
 #endif

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../agent/session.h"
+#include "../agent/drain.h"
 #include "../shim/internal.h"
 
 static void sleep_ms(unsigned ms)
