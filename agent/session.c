@@ -253,6 +253,7 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 	atomic_init(&s->refs, 1);
 	atomic_init(&s->state, LLGO_PROC_LIVE);
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->snapshot_lock, NULL);
 	pthread_mutex_init(&s->drain_lock, NULL);
 	return s;
 }
@@ -296,6 +297,7 @@ static void session_free(struct session *s)
 		close(s->pidfd);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->drain_lock);
+	pthread_mutex_destroy(&s->snapshot_lock);
 	free(s);
 }
 

@@ -6,9 +6,12 @@
  * this file; the cross-file helpers both programs use are in internal.h.
  *
  * Locks, in the order they may be taken (never the other way):
+ *   session->snapshot_lock  one snapshot's cut of the table at a time (snapshot.c); the final
+ *                         drain takes it too, so a snapshot's in-use scan never outlives the
+ *                         live table's mapping
  *   session->drain_lock   single consumer of the session's rings; adopted ring readers,
  *                         rates seen, retired accounting; held for a drain, a snapshot's
- *                         collect, and the final drain at exit
+ *                         cut (not its walk of the table), and the final drain at exit
  *   session->lock         small fields: pending rings, ring ids, control page, cached counts
  *   registry->lock        the session list and its exited count
  * The bucket table has its own insert lock (never held while calling out); lookups and
@@ -74,6 +77,10 @@ struct session {
 	uint64_t lost_no_ring;          /* highest value seen in ctl */
 	uint64_t rate_changes;
 	struct session_counts cached;   /* as of the last drain */
+
+	/* snapshot.c: one snapshot of the session reads its table at a time (a cut, bucket.c);
+	 * taken before drain_lock, and by the final drain before it unmaps the live table */
+	pthread_mutex_t snapshot_lock;
 
 	pthread_mutex_t drain_lock;
 	struct ring_reader *rings;
@@ -237,6 +244,23 @@ int inuse_map(struct session *s, int fd);
 /* Set p's free counters from the table (caller holds drain_lock, p collected from s's
  * buckets, untrimmed) and state the accounting in p->meta. */
 int inuse_apply_locked(struct session *s, struct profile *p);
+/* The same in three steps, so that the scan runs beside the drain (snapshot.c): under
+ * drain_lock, note the cut (the rings' next sequence numbers, the notes of re-keyed records
+ * so far); with no lock, apply the table to p collected as of that same cut; under drain_lock
+ * again, give the notes back. The caller holds s->snapshot_lock throughout, which keeps the
+ * table mapped (the final drain takes it before unmapping). */
+struct inuse_cut {
+	int state; /* enum session_live */
+	struct inuse_counts frozen;
+	const struct llgo_live_header *h;
+	int fd;
+	uint64_t *seqs; /* each ring's next sequence number at the cut */
+	size_t nrings;
+	struct inuse_rekey *rekey;
+};
+int inuse_cut_locked(struct session *s, struct inuse_cut *c);
+int inuse_apply_cut(struct session *s, struct inuse_cut *c, struct profile *p);
+void inuse_cut_end_locked(struct session *s, struct inuse_cut *c);
 /* The process is gone (caller holds drain_lock, after the final drain, before retiring):
  * store the final in-use values in the buckets' free counters and unmap the table. */
 void inuse_freeze_locked(struct session *s);

@@ -29,18 +29,36 @@ int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
 	drain_session(s);
 	drain_refresh_maps(s, false);
 
+	/* The cut: what the accounting, the rings' sequence numbers and the buckets say at one
+	 * moment, taken under the drain lock (a few loads per ring). The walk of the table and
+	 * the in-use scan then run beside the drain, which goes on adding (bucket.c keeps the
+	 * cut's values of what it touches). */
 	struct session_counts cnt;
+	struct inuse_cut ic;
+	struct bucket_stats bs;
+	pthread_mutex_lock(&s->snapshot_lock);
 	pthread_mutex_lock(&s->drain_lock);
-	int rc = profile_collect(p, s->buckets);
+	uint64_t cut = bucket_table_cut(s->buckets);
 	session_account_locked(s, &cnt);
-	p->meta.sampled = cnt.sampled;
-	if (!rc)
-		rc = inuse_apply_locked(s, p);
+	int rc = inuse_cut_locked(s, &ic);
+	bucket_table_stats(s->buckets, &bs);
 	bool mixed = s->mixed_rates;
 	uint64_t last_rate = s->last_rate;
 	p->meta.unwound = s->unwound;
 	p->meta.truncated = s->truncated;
 	pthread_mutex_unlock(&s->drain_lock);
+
+	if (!rc)
+		rc = profile_collect_cut(p, s->buckets, cut);
+	bucket_table_cut_end(s->buckets, cut);
+	p->meta.sampled = cnt.sampled;
+	if (!rc)
+		rc = inuse_apply_cut(s, &ic, p);
+	pthread_mutex_lock(&s->drain_lock);
+	inuse_cut_end_locked(s, &ic);
+	pthread_mutex_unlock(&s->drain_lock);
+	pthread_mutex_unlock(&s->snapshot_lock);
+
 	const struct server_opts *o = server_options(srv);
 	if (!rc)
 		rc = profile_trim(p, s->maps, o->trim, o->ntrim);
@@ -48,8 +66,6 @@ int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
 		profile_release(p);
 		return rc;
 	}
-	struct bucket_stats bs;
-	bucket_table_stats(s->buckets, &bs);
 	p->meta.pid = s->pid;
 	memcpy(p->meta.comm, s->comm, sizeof(p->meta.comm));
 	p->meta.time_nanos = session_now_ns(CLOCK_REALTIME);
@@ -57,7 +73,7 @@ int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
 	/* Sampling is off now: state the rate the samples were taken at. */
 	if (p->meta.rate == 0)
 		p->meta.rate = last_rate ? last_rate : LLGO_RATE_DEFAULT;
-	p->meta.mixed_rates = p->meta.mixed_rates || mixed;
+	p->meta.mixed_rates = mixed || profile_mixed_rates(p);
 	p->meta.sampled = cnt.sampled;
 	p->meta.delivered = cnt.delivered;
 	p->meta.dropped = cnt.dropped;
