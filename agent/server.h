@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * server.h: llgo-heapd's socket server (server.c and the files it is made of: conn.c the
- * connections and their answers, packet.c the packets, workq.c the worker pools, jobs.c what
- * the workers run). Snapshots are snapshot.h's; the registry and sessions session.h's.
+ * server.h: llgo-heapd's socket server, its public face (server.c; the files it is made of,
+ * conn.c, packet.c, workq.c and jobs.c, share server_impl.h). Snapshots are snapshot.h's, the
+ * drain drain.h's, the registry and sessions session.h's.
  */
 #ifndef LLGO_AGENT_SERVER_H
 #define LLGO_AGENT_SERVER_H
