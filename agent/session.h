@@ -22,7 +22,7 @@
 
 #include "internal.h"
 
-/* ---- session.c: one attached process; the registry of them ---------------------------- */
+/* ---- session.c: one attached process; session_registry.c: the registry of them --------- */
 
 #define SESSION_DEFAULT_KEEP_EXITED 256u
 #define SESSION_DEFAULT_KEEP_EXITED_PER_UID 64u
@@ -152,6 +152,15 @@ int session_take_slot(struct session *s);
 void session_charge_buckets(struct session *s);
 /* Drops the registry's references; sessions still referenced elsewhere live on. */
 void session_registry_free(struct session_registry *reg);
+/* session.c's use of the registry (session_registry.c): the budgets its sessions charge,
+ * their bucket caps, the exit of one (counted, and what the limits then say is evicted),
+ * and waiting for that exit. */
+struct budget *session_registry_budget(struct session_registry *reg);
+void session_registry_caps(struct session_registry *reg, uint64_t *max_buckets,
+			   uint64_t *max_bytes);
+void session_registry_exited(struct session_registry *reg, struct session *s);
+bool session_registry_wait_exited(struct session_registry *reg, struct session *s,
+				  unsigned timeout_ms);
 
 /* A new, unregistered session (one reference, the caller's). */
 struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, gid_t gid,
