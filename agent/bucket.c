@@ -46,6 +46,9 @@
  * the table turns `full`: every record without a bucket is counted in one overflow bucket
  * (a private empty stack, size 0, the rate of the first record it took), and cap_hits counts
  * those records. Once full, no node is inserted again, so the overflow path needs no lock.
+ *
+ * About 680 lines, on purpose: lookups, insertion, growth, caps and cuts all rest on the
+ * node layout and the memory-ordering pairs stated above; apart, each would restate them.
  */
 #include <errno.h>
 #include <sched.h>

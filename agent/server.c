@@ -11,6 +11,9 @@
  * Identity and limits: every connection's peer is pinned at accept and re-checked before
  * HELLO reads anything of it; a session ends when its process does (its pidfd is watched).
  * Connections, sessions, rings and unread answers are charged to the peer's uid (budget.c).
+ *
+ * The logging and listening-socket sections below are to move to files of their own
+ * (log.c, listen.c: issue 13); without them this file is about 450 lines.
  */
 #include <errno.h>
 #include <fcntl.h>
