@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * session.h: llgo-heapd's attached processes and their registry (session.c), the processes
- * taken back after a restart (adopt.c) and their in-use tables (inuse.c). The drain is
- * drain.h's, the socket server server.h's, snapshots snapshot.h's. The CLI never includes
- * this file; the cross-file helpers both programs use are in internal.h.
+ * session.h: llgo-heapd's attached processes (session.c) and their registry
+ * (session_registry.c), the processes taken back after a restart (adopt.c) and their in-use
+ * tables (inuse.c). The drain is drain.h's, the socket server server.h's, snapshots
+ * snapshot.h's. The CLI never includes this file; the cross-file helpers both programs use
+ * are in internal.h.
  *
  * Locks, in the order they may be taken (never the other way):
  *   session->snapshot_lock  one snapshot's cut of the table at a time (snapshot.c); the final
