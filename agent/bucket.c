@@ -23,13 +23,35 @@
  * A miss is always confirmed under the lock against the current array, so a false miss costs
  * a lock, not a duplicate bucket.
  *
+ * Cuts. A snapshot reads the table while the drain goes on adding to it, and still sees one
+ * consistent state: the table as of its cut. bucket_table_cut (made while no add runs: the
+ * caller's drain lock) notes the head of the `all` list and publishes a cut id in t->cut.
+ * While a cut is in force, the first write to a bucket's counters copies them to b->kept and
+ * stores the id in b->cut (claimed with a CAS to BUCKET_CUT_SAVING first, so concurrent
+ * writers copy once) before it changes them. The reader walks from the noted head (buckets
+ * inserted after the cut are newer: not reached) and, per bucket, takes b->kept when b->cut
+ * names its cut, else the live counters, checking b->cut again after reading them. The pairs:
+ *   - the saver's release store of b->cut (after kept) with the reader's acquire load of it:
+ *     a reader that sees the id sees the kept values;
+ *   - every counter write made while a cut is in force is a release (after the writer made
+ *     sure b->cut names the cut: its own store, or an acquire load of the saver's), and the
+ *     reader loads the counters with acquire before it loads b->cut again: a reader that
+ *     loaded any value written after the cut then sees b->cut naming the cut, and takes
+ *     kept instead.
+ * A reader that sees neither read counters no post-cut write touched: the cut's values
+ * (everything written before the cut happens-before it through the drain lock).
+ *
  * Memory. Nodes come from an arena of chunks owned by the table (freed only with the table).
  * Caps: max_buckets and max_bytes (nodes + head arrays). When an insertion would pass a cap,
  * the table turns `full`: every record without a bucket is counted in one overflow bucket
  * (a private empty stack, size 0, the rate of the first record it took), and cap_hits counts
  * those records. Once full, no node is inserted again, so the overflow path needs no lock.
+ *
+ * About 680 lines, on purpose: lookups, insertion, growth, caps and cuts all rest on the
+ * node layout and the memory-ordering pairs stated above; apart, each would restate them.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,6 +92,10 @@ struct bucket_table {
 	struct bucket *_Atomic overflow; /* published (release) before full is set */
 	_Atomic bool full;
 	_Atomic uint64_t cap_hits;
+	/* The cut in force (0: none) and the head of `all` when it was made. cuts: ids given. */
+	_Atomic uint64_t cut;
+	struct bucket *_Atomic cut_all;
+	_Atomic uint64_t cuts;
 	/* Written under lock, read (relaxed) by stats. */
 	_Atomic uint64_t nbuckets; /* excluding the overflow bucket */
 	_Atomic uint64_t nstacks;
@@ -135,16 +161,56 @@ static struct bucket *bt_bucket_find(const struct bt_bheads *a, uint64_t h,
 	return NULL;
 }
 
-static inline void bt_count(struct bucket *b, uint64_t size)
+/* While cut is in force: keep b's counters as of the cut, once (see the file comment). */
+static void bt_keep(struct bucket *b, uint64_t cut)
 {
-	atomic_fetch_add_explicit(&b->alloc_objects, 1, memory_order_relaxed);
+	uint64_t bc = atomic_load_explicit(&b->cut, memory_order_acquire);
+	for (;;) {
+		if (bc == cut)
+			return;
+		if (bc == BUCKET_CUT_SAVING) { /* another writer copies them: a few loads */
+			sched_yield();
+			bc = atomic_load_explicit(&b->cut, memory_order_acquire);
+			continue;
+		}
+		if (atomic_compare_exchange_weak_explicit(&b->cut, &bc, BUCKET_CUT_SAVING,
+							  memory_order_acquire,
+							  memory_order_acquire))
+			break;
+	}
+	_Atomic uint64_t *const live[4] = { &b->alloc_objects, &b->alloc_bytes, &b->free_objects,
+					    &b->free_bytes };
+	for (int i = 0; i < 4; i++)
+		atomic_store_explicit(&b->kept[i],
+				      atomic_load_explicit(live[i], memory_order_relaxed),
+				      memory_order_relaxed);
+	/* release: pairs with the reader's acquire load of b->cut (kept is complete) */
+	atomic_store_explicit(&b->cut, cut, memory_order_release);
+}
+
+/* Before any write to b's counters; returns the order the writes take: release while a cut
+ * is in force (they pair with bt_read_cut's acquire loads of the counters: a reader that
+ * loads a value written after the cut then sees b->cut naming it), relaxed otherwise. */
+static inline memory_order bt_before_write(struct bucket_table *t, struct bucket *b)
+{
+	/* relaxed: a cut is made while no add runs, ordered with them by the caller's lock */
+	uint64_t cut = atomic_load_explicit(&t->cut, memory_order_relaxed);
+	if (llgo_likely(cut == 0))
+		return memory_order_relaxed;
+	bt_keep(b, cut);
+	return memory_order_release;
+}
+
+static inline void bt_count(struct bucket_table *t, struct bucket *b, uint64_t size)
+{
+	memory_order mo = bt_before_write(t, b);
+	atomic_fetch_add_explicit(&b->alloc_objects, 1, mo);
 	/* Saturating: a process may ask for SIZE_MAX (and fail) over and over; its bytes stop
 	 * at 2^64-1 instead of wrapping to a small (or, in use, negative) value. */
 	uint64_t old = atomic_load_explicit(&b->alloc_bytes, memory_order_relaxed), nv;
 	do {
 		nv = old + size < old ? UINT64_MAX : old + size;
-	} while (!atomic_compare_exchange_weak_explicit(&b->alloc_bytes, &old, nv,
-							memory_order_relaxed,
+	} while (!atomic_compare_exchange_weak_explicit(&b->alloc_bytes, &old, nv, mo,
 							memory_order_relaxed));
 }
 
@@ -285,10 +351,14 @@ static struct stack *bt_stack_init(void *mem, uint64_t h, const uint64_t *pcs, u
 	return s;
 }
 
-static struct bucket *bt_bucket_init(void *mem, const struct stack *st, uint64_t size,
-				     uint64_t rate)
+static struct bucket *bt_bucket_init(struct bucket_table *t, void *mem, const struct stack *st,
+				     uint64_t size, uint64_t rate)
 {
 	struct bucket *b = mem;
+	/* inserted after the cut in force (if any): its walk never reaches it, nothing to keep */
+	atomic_init(&b->cut, atomic_load_explicit(&t->cut, memory_order_relaxed));
+	for (int i = 0; i < 4; i++)
+		atomic_init(&b->kept[i], 0);
 	atomic_init(&b->next, NULL);
 	atomic_init(&b->all, NULL);
 	b->stack = st;
@@ -328,7 +398,7 @@ static struct bucket *bt_overflow_locked(struct bucket_table *t, uint64_t rate)
 	void *m = bt_alloc(t, sizeof(struct bucket), false);
 	if (!m)
 		return NULL;
-	ov = bt_bucket_init(m, t->overflow_stack, 0, rate);
+	ov = bt_bucket_init(t, m, t->overflow_stack, 0, rate);
 	bt_publish_all(t, ov);
 	atomic_store_explicit(&t->overflow, ov, memory_order_release);
 	return ov;
@@ -405,7 +475,7 @@ int bucket_table_add(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs,
 		struct bucket *b = bt_bucket_find(
 			atomic_load_explicit(&t->bheads, memory_order_acquire), bh, st, size, rate);
 		if (llgo_likely(b != NULL)) {
-			bt_count(b, size);
+			bt_count(t, b, size);
 			return 0;
 		}
 	}
@@ -421,12 +491,12 @@ int bucket_table_add(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs,
 				atomic_load_explicit(&t->bheads, memory_order_acquire),
 				bt_bucket_hash(st, size, rate), st, size, rate);
 			if (b) {
-				bt_count(b, size);
+				bt_count(t, b, size);
 				return 0;
 			}
 		}
 		struct bucket *ov = atomic_load_explicit(&t->overflow, memory_order_acquire);
-		bt_count(ov, size);
+		bt_count(t, ov, size);
 		atomic_fetch_add_explicit(&t->cap_hits, 1, memory_order_relaxed);
 		return 0;
 	}
@@ -476,7 +546,7 @@ int bucket_table_add(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs,
 	void *m = bt_alloc(t, sizeof(struct bucket), true);
 	if (!m)
 		goto full; /* the stack stays interned; it is only memory */
-	b = bt_bucket_init(m, st, size, rate);
+	b = bt_bucket_init(t, m, st, size, rate);
 	struct bt_bheads *a = atomic_load_explicit(&t->bheads, memory_order_relaxed);
 	size_t slot = bh & a->mask;
 	atomic_store_explicit(&b->next, atomic_load_explicit(&a->h[slot], memory_order_relaxed),
@@ -503,7 +573,7 @@ overflow:
 	atomic_fetch_add_explicit(&t->cap_hits, 1, memory_order_relaxed);
 	ret = 0;
 count:
-	bt_count(b, size);
+	bt_count(t, b, size);
 	pthread_mutex_unlock(&t->lock);
 	return ret;
 }
@@ -515,6 +585,84 @@ int bucket_table_foreach(struct bucket_table *t, bucket_visit_fn fn, void *arg)
 	for (struct bucket *b = atomic_load_explicit(&t->all, memory_order_acquire); b;
 	     b = atomic_load_explicit(&b->all, memory_order_acquire)) {
 		int r = fn(arg, b);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+void bucket_table_set_free(struct bucket_table *t, struct bucket *b, uint64_t objects,
+			   uint64_t bytes)
+{
+	memory_order mo = bt_before_write(t, b);
+	atomic_store_explicit(&b->free_objects, objects, mo);
+	atomic_store_explicit(&b->free_bytes, bytes, mo);
+}
+
+uint64_t bucket_table_cut(struct bucket_table *t)
+{
+	uint64_t id = atomic_load_explicit(&t->cuts, memory_order_relaxed) + 1;
+	if (id == BUCKET_CUT_SAVING)
+		id = 1;
+	atomic_store_explicit(&t->cuts, id, memory_order_relaxed);
+	/* acquire: pairs with bt_publish_all's release (the walk from here sees whole nodes) */
+	atomic_store_explicit(&t->cut_all, atomic_load_explicit(&t->all, memory_order_acquire),
+			      memory_order_relaxed);
+	/* Buckets that still name an earlier use of this id (after 2^64-1 cuts, or a table
+	 * made before ids wrapped) would be taken as kept: ids only grow, so none can. */
+	atomic_store_explicit(&t->cut, id, memory_order_release);
+	return id;
+}
+
+void bucket_table_cut_end(struct bucket_table *t, uint64_t cut)
+{
+	/* A writer that still sees the old id keeps values nobody reads: harmless. */
+	uint64_t want = cut;
+	atomic_compare_exchange_strong_explicit(&t->cut, &want, 0, memory_order_relaxed,
+						memory_order_relaxed);
+}
+
+/* b's counters as of cut (0: now). Frees are read before allocations: each free follows its
+ * allocation, so this order never sees more frees than allocations of a consistent table. */
+static void bt_read_cut(const struct bucket *b, uint64_t cut, struct bucket_counts *c)
+{
+	struct bucket *w = (struct bucket *)b; /* C11 atomics take non-const pointers */
+	/* acquire loads while a cut is read: pair with the writers' release writes */
+	memory_order mo = cut ? memory_order_acquire : memory_order_relaxed;
+	uint64_t bc = cut ? atomic_load_explicit(&w->cut, memory_order_acquire) : 0;
+	if (!cut || (bc != cut && bc != BUCKET_CUT_SAVING)) {
+		c->free_objects = atomic_load_explicit(&w->free_objects, mo);
+		c->free_bytes = atomic_load_explicit(&w->free_bytes, mo);
+		c->alloc_objects = atomic_load_explicit(&w->alloc_objects, mo);
+		c->alloc_bytes = atomic_load_explicit(&w->alloc_bytes, mo);
+		if (!cut)
+			return;
+		bc = atomic_load_explicit(&w->cut, memory_order_acquire);
+		if (bc != cut && bc != BUCKET_CUT_SAVING)
+			return; /* no write since the cut reached what we read */
+	}
+	while (bc == BUCKET_CUT_SAVING) {
+		sched_yield();
+		bc = atomic_load_explicit(&w->cut, memory_order_acquire);
+	}
+	/* bc == cut, loaded with acquire: pairs with bt_keep's release store after kept */
+	c->alloc_objects = atomic_load_explicit(&w->kept[0], memory_order_relaxed);
+	c->alloc_bytes = atomic_load_explicit(&w->kept[1], memory_order_relaxed);
+	c->free_objects = atomic_load_explicit(&w->kept[2], memory_order_relaxed);
+	c->free_bytes = atomic_load_explicit(&w->kept[3], memory_order_relaxed);
+}
+
+int bucket_table_foreach_cut(struct bucket_table *t, uint64_t cut, bucket_cut_visit_fn fn,
+			     void *arg)
+{
+	/* acquire on every `all` link: pairs with bt_publish_all's release (whole nodes); the
+	 * cut's head was loaded with acquire by bucket_table_cut */
+	struct bucket *b = cut ? atomic_load_explicit(&t->cut_all, memory_order_relaxed)
+			       : atomic_load_explicit(&t->all, memory_order_acquire);
+	for (; b; b = atomic_load_explicit(&b->all, memory_order_acquire)) {
+		struct bucket_counts c;
+		bt_read_cut(b, cut, &c);
+		int r = fn(arg, b, &c);
 		if (r)
 			return r;
 	}

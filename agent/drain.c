@@ -14,7 +14,8 @@
  * Polling. The drain thread sleeps DRAIN_POLL_MIN_NS after a pass that found records and
  * doubles its sleep after each idle pass, up to DRAIN_POLL_MAX_NS, so an idle daemon wakes
  * ten times a second and a busy one keeps rings from filling. drain_wake (a new ring) resets
- * the sleep. A snapshot never waits for the thread: it calls drain_session itself.
+ * the sleep. A snapshot never waits for the thread: it calls drain_session itself; nor does
+ * the thread wait for a snapshot, which holds the drain lock only for its cut (snapshot.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@
 #include <unistd.h>
 
 #include "../shared/live.h"
-#include "session.h"
+#include "drain.h"
 #include "verify.h"
 
 #define DRAIN_POLL_MIN_NS 1000000ull    /* 1 ms */
@@ -293,6 +294,8 @@ size_t drain_session(struct session *s)
 
 void drain_session_exit(struct session *s)
 {
+	/* after a snapshot's cut in progress: its in-use scan reads the live table we unmap */
+	pthread_mutex_lock(&s->snapshot_lock);
 	pthread_mutex_lock(&s->drain_lock);
 	drain_session_locked(s);
 	/* The mappings of the rings stay valid after the process is gone: the final drain above
@@ -301,6 +304,7 @@ void drain_session_exit(struct session *s)
 		inuse_freeze_locked(s);
 	session_retire_locked(s);
 	pthread_mutex_unlock(&s->drain_lock);
+	pthread_mutex_unlock(&s->snapshot_lock);
 }
 
 void drain_prepare_unwind(struct session *s)

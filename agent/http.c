@@ -395,7 +395,7 @@ static enum MHD_Result http_profile(struct http_server *h, struct MHD_Connection
 	struct http_answer a;
 	enum MHD_Result rc;
 	if (!seconds) {
-		if (server_collect(h->srv, s, &p1)) {
+		if (snapshot_collect(h->srv, s, &p1)) {
 			rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "failed to collect profile");
 			goto out;
 		}
@@ -404,7 +404,7 @@ static enum MHD_Result http_profile(struct http_server *h, struct MHD_Connection
 		if (!debug)
 			snprintf(a.disposition, sizeof(a.disposition), "attachment; filename=\"%s\"",
 				 name);
-		rc = http_send_profile(c, &a, profile_write(&a.body, &p1, s->maps,
+		rc = http_send_profile(c, &a, snapshot_write(&a.body, &p1, s->maps,
 							     debug ? LLGO_FORMAT_TEXT
 								   : LLGO_FORMAT_PPROF,
 							     flags, 0));
@@ -418,7 +418,7 @@ static enum MHD_Result http_profile(struct http_server *h, struct MHD_Connection
 				HTTP_MAX_DELTAS);
 		goto out;
 	}
-	if (server_collect(h->srv, s, &p0)) {
+	if (snapshot_collect(h->srv, s, &p0)) {
 		atomic_fetch_sub(&h->deltas, 1);
 		rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "failed to collect profile");
 		goto out;
@@ -434,7 +434,7 @@ static enum MHD_Result http_profile(struct http_server *h, struct MHD_Connection
 		rc = http_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "llgo-heapd is shutting down");
 		goto out;
 	}
-	if (server_collect(h->srv, s, &p1)) {
+	if (snapshot_collect(h->srv, s, &p1)) {
 		rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "failed to collect profile");
 		goto out;
 	}
@@ -457,7 +457,7 @@ static enum MHD_Result http_profile(struct http_server *h, struct MHD_Connection
 	snprintf(a.disposition, sizeof(a.disposition), "attachment; filename=\"%s-delta\"",
 		 name);
 	rc = http_send_profile(c, &a,
-			       profile_write(&a.body, &p1, s->maps, LLGO_FORMAT_PPROF, flags, 0));
+			       snapshot_write(&a.body, &p1, s->maps, LLGO_FORMAT_PPROF, flags, 0));
 out:
 	profile_release(&p0);
 	profile_release(&p1);

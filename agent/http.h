@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "session.h"
+#include "snapshot.h"
 
 /* Longest delta profile (seconds=N) served; longer ones get Go's WriteTimeout answer. */
 #define HTTP_MAX_SECONDS 3600

@@ -123,8 +123,15 @@ struct stack {
 	uint64_t pcs[];
 };
 
+/* A bucket's counters. */
+struct bucket_counts {
+	uint64_t alloc_objects, alloc_bytes, free_objects, free_bytes;
+};
+
 /* A bucket: key fields immutable once published; counters atomic (relaxed). Buckets are
- * keyed by the rate too, so each sample is scaled with the rate in force when taken. */
+ * keyed by the rate too, so each sample is scaled with the rate in force when taken. The
+ * counters change only through bucket.c (bucket_table_add, bucket_table_set_free), which
+ * keeps their values as of a cut (bucket_table_cut) while one is in force. */
 struct bucket {
 	struct bucket *_Atomic next; /* hash chain */
 	struct bucket *_Atomic all;  /* list of every bucket, newest first */
@@ -135,6 +142,9 @@ struct bucket {
 	_Atomic uint64_t alloc_bytes;
 	_Atomic uint64_t free_objects;
 	_Atomic uint64_t free_bytes;
+	/* bucket.c's: the cut whose values kept holds (BUCKET_CUT_SAVING while they are copied) */
+	_Atomic uint64_t cut;
+	_Atomic uint64_t kept[4]; /* alloc_objects, alloc_bytes, free_objects, free_bytes */
 };
 
 struct bucket_stats {
@@ -159,6 +169,24 @@ int bucket_table_add(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs,
  * fn's value when it is non-zero. Never blocks writers. */
 typedef int (*bucket_visit_fn)(void *arg, const struct bucket *b);
 int bucket_table_foreach(struct bucket_table *t, bucket_visit_fn fn, void *arg);
+/* Set a bucket's free counters (inuse.c's freeze at exit), keeping a cut's values. */
+void bucket_table_set_free(struct bucket_table *t, struct bucket *b, uint64_t objects,
+			   uint64_t bytes);
+
+/* Cuts: a reader's consistent view of the table while writers go on. bucket_table_cut marks
+ * the table as it is now and returns the cut's id (never 0); until bucket_table_cut_end,
+ * bucket_table_foreach_cut visits exactly the buckets that existed at the cut with the
+ * counters they had at it, however many adds run meanwhile (the first write to a bucket after
+ * the cut keeps its values first). The caller makes one cut at a time and makes no cut while
+ * an add runs (the session's drain lock orders them: see snapshot.c). */
+#define BUCKET_CUT_SAVING UINT64_MAX
+uint64_t bucket_table_cut(struct bucket_table *t);
+void bucket_table_cut_end(struct bucket_table *t, uint64_t cut);
+typedef int (*bucket_cut_visit_fn)(void *arg, const struct bucket *b,
+				   const struct bucket_counts *c);
+/* cut 0: every bucket now, counters read as they are (frees before allocations). */
+int bucket_table_foreach_cut(struct bucket_table *t, uint64_t cut, bucket_cut_visit_fn fn,
+			     void *arg);
 void bucket_table_stats(struct bucket_table *t, struct bucket_stats *out);
 
 /* ---- procmaps.c: a process's executable mappings -------------------------------------- */
@@ -320,6 +348,8 @@ struct profile {
 
 /* Copy the current counters of every bucket (stacks are borrowed from the table). */
 int profile_collect(struct profile *p, struct bucket_table *t);
+/* The same as of a cut of t (bucket_table_cut; 0: now). Sets no meta. */
+int profile_collect_cut(struct profile *p, struct bucket_table *t, uint64_t cut);
 /* p := p - base, matched by (stack, size, rate); for delta profiles. */
 int profile_subtract(struct profile *p, const struct profile *base);
 void profile_release(struct profile *p);
@@ -327,10 +357,7 @@ void profile_release(struct profile *p);
  * exact name, or a prefix when the pattern ends in '*'), as Go hides runtime.* frames; a
  * stack that would lose every frame is kept whole. */
 int profile_trim(struct profile *p, struct procmaps *maps, char *const *patterns, size_t n);
-/* Write p in format fmt (enum llgo_format) with LLGO_SNAP_* flags to out. */
-int profile_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
-		  uint32_t flags, uint32_t top_n);
-
+/* The writers, one per format (snapshot.c's snapshot_write picks one). */
 int pprof_write(struct buf *out, const struct profile *p, struct procmaps *maps,
 		uint32_t flags);
 int text_write(struct buf *out, const struct profile *p, struct procmaps *maps);

@@ -360,33 +360,46 @@ static uint64_t inuse_sample_key(const struct psample *ps)
 	return llgo_live_key(st ? st->pcs : NULL, st ? st->npcs : 0, ps->size, ps->rate);
 }
 
-int inuse_apply_locked(struct session *s, struct profile *p)
+int inuse_cut_locked(struct session *s, struct inuse_cut *c)
 {
+	memset(c, 0, sizeof(*c));
 	pthread_mutex_lock(&s->lock);
-	int state = s->live_state;
-	const struct llgo_live_header *h = s->live;
-	int fd = s->live_fd;
+	c->state = s->live_state;
+	c->h = s->live;
+	c->fd = s->live_fd;
+	c->frozen = s->live_frozen;
 	pthread_mutex_unlock(&s->lock);
-	if (state == SESSION_LIVE_FROZEN) {
+	if (c->state != SESSION_LIVE_MAPPED)
+		return 0;
+	/* The notes of records drained so far go with the cut; the drain starts new ones. */
+	c->rekey = s->rekey;
+	s->rekey = NULL;
+	return inuse_ring_seqs(s, &c->seqs, &c->nrings);
+}
+
+int inuse_apply_cut(struct session *s, struct inuse_cut *cut, struct profile *p)
+{
+	if (cut->state == SESSION_LIVE_FROZEN) {
 		p->meta.inuse = PROFILE_INUSE_TRACKED;
-		p->meta.inuse_counts = s->live_frozen;
+		p->meta.inuse_counts = cut->frozen;
 		return 0; /* the buckets' free counters hold it */
 	}
-	if (state != SESSION_LIVE_MAPPED) {
+	if (cut->state != SESSION_LIVE_MAPPED) {
 		p->meta.inuse = p->meta.sampled || p->nsamples ? PROFILE_INUSE_UNTRACKED : 0;
 		return 0;
 	}
+	if (!cut->seqs)
+		return -ENOMEM;
 	uint64_t *keys = calloc(p->nsamples + 1, sizeof(*keys));
 	uint64_t *live = calloc(p->nsamples + 1, sizeof(*live));
-	uint64_t *seqs = NULL;
-	size_t nrings = 0;
-	int err = (!keys || !live) ? -ENOMEM : inuse_ring_seqs(s, &seqs, &nrings);
+	int err = (!keys || !live) ? -ENOMEM : 0;
 	if (err)
 		goto out;
 	for (size_t i = 0; i < p->nsamples; i++)
 		keys[i] = inuse_sample_key(&p->samples[i]);
 	struct inuse_counts c = { 0 };
-	err = inuse_scan(h, fd, keys, p->nsamples, seqs, nrings, live, &c, &s->rekey);
+	err = inuse_scan(cut->h, cut->fd, keys, p->nsamples, cut->seqs, cut->nrings, live, &c,
+			 &cut->rekey);
 	if (err)
 		goto out;
 	for (size_t i = 0; i < p->nsamples; i++) {
@@ -404,7 +417,38 @@ int inuse_apply_locked(struct session *s, struct profile *p)
 out:
 	free(keys);
 	free(live);
-	free(seqs);
+	(void)s;
+	return err;
+}
+
+void inuse_cut_end_locked(struct session *s, struct inuse_cut *c)
+{
+	/* The cut's notes (pruned to the objects still live when the scan ran it) and those the
+	 * drain made since, together again: the smaller set goes into the larger. */
+	struct inuse_rekey *a = c->rekey, *b = s->rekey;
+	if (a && b && a->n < b->n) {
+		struct inuse_rekey *t = a;
+		a = b;
+		b = t;
+	}
+	for (size_t i = 0; a && b && i < b->cap; i++)
+		if (b->refs[i])
+			inuse_rekey_put(&a, b->refs[i], b->keys[i]);
+	if (a && b)
+		inuse_rekey_free(b);
+	s->rekey = a ? a : b;
+	c->rekey = NULL;
+	free(c->seqs);
+	c->seqs = NULL;
+}
+
+int inuse_apply_locked(struct session *s, struct profile *p)
+{
+	struct inuse_cut c;
+	int err = inuse_cut_locked(s, &c);
+	if (!err)
+		err = inuse_apply_cut(s, &c, p);
+	inuse_cut_end_locked(s, &c);
 	return err;
 }
 
@@ -435,7 +479,7 @@ static int inuse_freeze_visit(void *arg, const struct bucket *b)
 	}
 	const struct stack *st = b->stack;
 	c->keys[c->n] = llgo_live_key(st ? st->pcs : NULL, st ? st->npcs : 0, b->size, b->rate);
-	c->b[c->n++] = (struct bucket *)b; /* its counters are atomics the drain owns: we do */
+	c->b[c->n++] = (struct bucket *)b; /* written through bucket_table_set_free (a cut) */
 	return 0;
 }
 
@@ -472,8 +516,7 @@ void inuse_freeze_locked(struct session *s)
 			uint64_t fb = b->size && b->stack && b->stack->npcs
 					      ? (ao - l) * b->size
 					      : (ao ? ab - ab / ao * l : 0);
-			atomic_store_explicit(&b->free_objects, ao - l, memory_order_relaxed);
-			atomic_store_explicit(&b->free_bytes, fb, memory_order_relaxed);
+			bucket_table_set_free(s->buckets, b, ao - l, fb);
 		}
 	}
 	pthread_mutex_lock(&s->lock);

@@ -10,8 +10,9 @@
  * never frees them while it lives; the session keeps the table alive while a profile of
  * it exists.
  *
- * Left to others: the counters (bucket.c), the metadata (the session fills p->meta:
- * pid, comm, times, rate, accounting), the formats (pprof.c, text.c, folded.c, top.c).
+ * Left to others: the counters (bucket.c), the metadata (snapshot.c fills p->meta: pid,
+ * comm, times, rate, accounting), the formats (pprof.c, text.c, folded.c, top.c) and which
+ * of them a request gets (snapshot.c).
  */
 #include <errno.h>
 #include <math.h>
@@ -100,7 +101,7 @@ struct collect_ctx {
 	int err;
 };
 
-static int collect_one(void *arg, const struct bucket *b)
+static int collect_one(void *arg, const struct bucket *b, const struct bucket_counts *bc)
 {
 	struct collect_ctx *c = arg;
 	struct profile *p = c->p;
@@ -118,12 +119,10 @@ static int collect_one(void *arg, const struct bucket *b)
 	s->stack = b->stack;
 	s->size = b->size;
 	s->rate = b->rate;
-	/* Frees are read before allocations: each free follows its allocation, so this
-	 * order never sees more frees than allocations of a consistent table. */
-	s->free_objects = atomic_load_explicit(&b->free_objects, memory_order_relaxed);
-	s->free_bytes = atomic_load_explicit(&b->free_bytes, memory_order_relaxed);
-	s->alloc_objects = atomic_load_explicit(&b->alloc_objects, memory_order_relaxed);
-	s->alloc_bytes = atomic_load_explicit(&b->alloc_bytes, memory_order_relaxed);
+	s->free_objects = bc->free_objects;
+	s->free_bytes = bc->free_bytes;
+	s->alloc_objects = bc->alloc_objects;
+	s->alloc_bytes = bc->alloc_bytes;
 	/* A bucket of one size holds whole blocks; recompute bytes so a concurrent add
 	 * caught between its two counters cannot leave a count without its bytes. (The
 	 * overflow bucket, with no stack, may mix sizes: its counters are taken as read.) */
@@ -141,16 +140,24 @@ static int collect_one(void *arg, const struct bucket *b)
 	return 0;
 }
 
-int profile_collect(struct profile *p, struct bucket_table *t)
+int profile_collect_cut(struct profile *p, struct bucket_table *t, uint64_t cut)
 {
 	struct collect_ctx c = { .p = p };
 	p->samples = NULL;
 	p->nsamples = 0;
-	int rc = bucket_table_foreach(t, collect_one, &c);
+	int rc = bucket_table_foreach_cut(t, cut, collect_one, &c);
 	if (c.err || rc < 0) {
 		profile_release(p);
 		return c.err ? c.err : rc;
 	}
+	return 0;
+}
+
+int profile_collect(struct profile *p, struct bucket_table *t)
+{
+	int rc = profile_collect_cut(p, t, 0);
+	if (rc)
+		return rc;
 	struct bucket_stats st;
 	bucket_table_stats(t, &st);
 	p->meta.cap_hits = st.cap_hits;
@@ -500,25 +507,4 @@ void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t ad
 	const char *base = strrchr(m->path, '/');
 	base = base ? base + 1 : m->path;
 	snprintf(out, n, "%s+0x%llx", base, (unsigned long long)(addr - m->start + m->offset));
-}
-
-/* ---- Dispatch ------------------------------------------------------------------------- */
-
-int profile_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
-		  uint32_t flags, uint32_t top_n)
-{
-	switch (fmt) {
-	case LLGO_FORMAT_PPROF:
-		return pprof_write(out, p, maps, flags);
-	case LLGO_FORMAT_TEXT:
-		return text_write(out, p, maps);
-	case LLGO_FORMAT_FOLDED:
-		return folded_write(out, p, maps, flags);
-	case LLGO_FORMAT_TOP:
-		return top_write(out, p, maps, flags, top_n ? top_n : 10);
-	case LLGO_FORMAT_SITES:
-		return sites_write(out, p, maps);
-	default:
-		return -EINVAL;
-	}
 }

@@ -1,21 +1,26 @@
 // SPDX-License-Identifier: MIT
 /*
- * session.c: one session per attached process, and the registry of sessions.
+ * session.c: one session per attached process.
  *
  * A session is created at HELLO from the peer's SO_PEERCRED identity (never from the
  * message), maps the process's control page, reads its mappings while it is alive, and then
  * collects ring readers (ADD_RING) and buckets (drain.c) until the shim's socket closes. It
  * then becomes EXITED: rings and control page are unmapped, buckets and mappings are kept so
- * `snapshot PID` still works. The registry keeps exited sessions within three limits, oldest
- * evicted first: an age, a count per uid, and keep_exited for all (taken from the uid that
- * holds the most). A session charges its uid's budgets (budget.c): its live-session slot and
- * rings until it exits, its bucket memory until it is freed. Sessions are reference counted so a snapshot or a drain in
- * progress keeps its session alive past eviction.
+ * `snapshot PID` still works. A session charges its uid's budgets (budget.c): its
+ * live-session slot and rings until it exits, its bucket memory until it is freed. Sessions
+ * are reference counted so a snapshot or a drain in progress keeps its session alive past
+ * eviction.
  *
- * Left to others: reading records (ring.c via drain.c), the socket (server.c), mappings and
- * symbols (procmaps.c), output (profile.c).
+ * About 800 lines, on purpose: they are one object's life (attach, rings, accounting, exit,
+ * rate) under one set of locks (session.h), and each part reads the fields the others write
+ * under those locks; the registry of sessions, which has its own lock, is
+ * session_registry.c.
  *
- * Locks: see session.h. The registry lock is innermost: nothing else is locked under it.
+ * Left to others: the registry and eviction (session_registry.c), reading records (ring.c via
+ * drain.c), the socket (server.c and jobs.c), mappings and symbols (procmaps.c), output
+ * (snapshot.c).
+ *
+ * Locks: see session.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,20 +36,6 @@
 #include "ident.h"
 #include "sane.h"
 #include "session.h"
-
-struct session_registry {
-	pthread_mutex_t lock;
-	pthread_cond_t changed; /* a session exited (broadcast) */
-	struct session *head;   /* newest first */
-	size_t nexited;
-	unsigned keep_exited;
-	uint64_t next_seq;
-	uint64_t max_buckets, max_bytes;
-	struct budget *budget;
-	unsigned keep_exited_per_uid;
-	uint64_t max_age_ns;
-	uint64_t evicted;
-};
 
 uint64_t session_now_ns(clockid_t clk)
 {
@@ -104,45 +95,9 @@ bool session_process_alive(const struct session *s)
 
 /* ---- lifetime -------------------------------------------------------------------------- */
 
-struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max_buckets,
-					      uint64_t max_bytes)
-{
-	struct session_registry *reg = calloc(1, sizeof(*reg));
-	if (!reg)
-		return NULL;
-	pthread_mutex_init(&reg->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&reg->changed, &ca);
-	pthread_condattr_destroy(&ca);
-	reg->keep_exited = keep_exited;
-	reg->max_buckets = max_buckets;
-	reg->max_bytes = max_bytes;
-	return reg;
-}
-
-void session_registry_set_limits(struct session_registry *reg, struct budget *b,
-				 unsigned keep_exited_per_uid, unsigned max_age_s)
-{
-	pthread_mutex_lock(&reg->lock);
-	reg->budget = b;
-	reg->keep_exited_per_uid = keep_exited_per_uid;
-	reg->max_age_ns = (uint64_t)max_age_s * 1000000000ull;
-	pthread_mutex_unlock(&reg->lock);
-}
-
-uint64_t session_registry_evicted(struct session_registry *reg)
-{
-	pthread_mutex_lock(&reg->lock);
-	uint64_t n = reg->evicted;
-	pthread_mutex_unlock(&reg->lock);
-	return n;
-}
-
 static struct budget *session_budget(const struct session *s)
 {
-	return s->reg ? s->reg->budget : NULL;
+	return s->reg ? session_registry_budget(s->reg) : NULL;
 }
 
 int session_take_slot(struct session *s)
@@ -179,25 +134,6 @@ void session_charge_buckets(struct session *s)
 	atomic_store(&s->buckets_over, over);
 }
 
-void session_registry_free(struct session_registry *reg)
-{
-	if (!reg)
-		return;
-	pthread_mutex_lock(&reg->lock);
-	struct session *s = reg->head;
-	reg->head = NULL;
-	pthread_mutex_unlock(&reg->lock);
-	while (s) {
-		struct session *next = s->next;
-		s->reg = NULL;
-		session_put(s);
-		s = next;
-	}
-	pthread_cond_destroy(&reg->changed);
-	pthread_mutex_destroy(&reg->lock);
-	free(reg);
-}
-
 static void session_sanitize_comm(char *dst, const char *src)
 {
 	size_t i = 0;
@@ -214,7 +150,9 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 	struct session *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
-	s->buckets = bucket_table_new(reg->max_buckets, reg->max_bytes);
+	uint64_t max_buckets, max_bytes;
+	session_registry_caps(reg, &max_buckets, &max_bytes);
+	s->buckets = bucket_table_new(max_buckets, max_bytes);
 	s->ring_ids = calloc(LLGO_MAX_RINGS / 8, 1);
 	if (!s->buckets || !s->ring_ids) {
 		bucket_table_free(s->buckets);
@@ -253,6 +191,7 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 	atomic_init(&s->refs, 1);
 	atomic_init(&s->state, LLGO_PROC_LIVE);
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->snapshot_lock, NULL);
 	pthread_mutex_init(&s->drain_lock, NULL);
 	return s;
 }
@@ -296,6 +235,7 @@ static void session_free(struct session *s)
 		close(s->pidfd);
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->drain_lock);
+	pthread_mutex_destroy(&s->snapshot_lock);
 	free(s);
 }
 
@@ -417,36 +357,6 @@ bool session_same_memfd(const struct session *s, int fd)
 	 * s->memfd itself is closed by an exit worker without the registry lock. */
 	return s->has_memfd && fstat(fd, &st) == 0 && (uint64_t)st.st_dev == s->memfd_dev &&
 	       (uint64_t)st.st_ino == s->memfd_ino;
-}
-
-struct session *session_find_process(struct session_registry *reg, pid_t pid, uint64_t start)
-{
-	struct session *found = NULL;
-	pthread_mutex_lock(&reg->lock);
-	for (struct session *s = reg->head; s; s = s->next) {
-		if (s->pid == pid && session_is_live(s) && s->proc_start == start) {
-			found = session_get(s);
-			break;
-		}
-	}
-	pthread_mutex_unlock(&reg->lock);
-	return found;
-}
-
-struct session *session_find_live(struct session_registry *reg, pid_t pid, uint64_t start,
-				  int memfd)
-{
-	struct session *found = NULL;
-	pthread_mutex_lock(&reg->lock);
-	for (struct session *s = reg->head; s; s = s->next) {
-		if (s->pid == pid && session_is_live(s) && (!start || s->proc_start == start) &&
-		    session_same_memfd(s, memfd)) {
-			found = session_get(s);
-			break;
-		}
-	}
-	pthread_mutex_unlock(&reg->lock);
-	return found;
 }
 
 static int session_queue_locked(struct session *s, struct ring_reader *r)
@@ -617,193 +527,16 @@ int session_attach_parent_maps(struct session *s, pid_t ppid)
 	return 0;
 }
 
-/* ---- registry -------------------------------------------------------------------------- */
-
-void session_register(struct session *s)
-{
-	struct session_registry *reg = s->reg;
-	session_get(s);
-	pthread_mutex_lock(&reg->lock);
-	s->seq = ++reg->next_seq;
-	s->next = reg->head;
-	reg->head = s;
-	pthread_mutex_unlock(&reg->lock);
-}
+/* ---- state ------------------------------------------------------------------------------ */
 
 bool session_is_live(const struct session *s)
 {
 	return atomic_load_explicit(&s->state, memory_order_acquire) == LLGO_PROC_LIVE;
 }
 
-struct session *session_lookup(struct session_registry *reg, pid_t pid)
+bool session_allowed(const struct session *s, uid_t requester)
 {
-	struct session *best = NULL;
-	pthread_mutex_lock(&reg->lock);
-	/* newest first: the first live match wins, else the first (newest) exited one */
-	for (struct session *s = reg->head; s; s = s->next) {
-		if (s->pid != pid)
-			continue;
-		if (session_is_live(s)) {
-			best = s;
-			break;
-		}
-		if (!best)
-			best = s;
-	}
-	if (best)
-		session_get(best);
-	pthread_mutex_unlock(&reg->lock);
-	return best;
-}
-
-size_t session_list(struct session_registry *reg, bool live_only, struct session ***out)
-{
-	*out = NULL;
-	pthread_mutex_lock(&reg->lock);
-	size_t n = 0;
-	for (struct session *s = reg->head; s; s = s->next)
-		n++;
-	struct session **v = n ? calloc(n, sizeof(*v)) : NULL;
-	size_t k = 0;
-	if (v) {
-		for (struct session *s = reg->head; s; s = s->next) {
-			bool live = session_is_live(s);
-			if (live_only && !live)
-				continue;
-			if (!live_only) {
-				/* one per pid: the session session_lookup would return */
-				bool shadowed = false;
-				for (struct session *o = reg->head; o; o = o->next) {
-					if (o == s || o->pid != s->pid)
-						continue;
-					bool olive = session_is_live(o);
-					if ((olive && !live) ||
-					    (olive == live && o->seq > s->seq)) {
-						shadowed = true;
-						break;
-					}
-				}
-				if (shadowed)
-					continue;
-			}
-			v[k++] = session_get(s);
-		}
-	}
-	pthread_mutex_unlock(&reg->lock);
-	/* oldest first */
-	for (size_t i = 0; i < k / 2; i++) {
-		struct session *t = v[i];
-		v[i] = v[k - 1 - i];
-		v[k - 1 - i] = t;
-	}
-	if (k == 0) {
-		free(v);
-		v = NULL;
-	}
-	*out = v;
-	return k;
-}
-
-void session_list_release(struct session **v, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		session_put(v[i]);
-	free(v);
-}
-
-/* Unlink the oldest exited session (of uid when by_uid; exited before cutoff when cutoff is
- * non-zero) and push it on *out. Under reg->lock. */
-static bool session_evict_one_locked(struct session_registry *reg, bool by_uid, uid_t uid,
-				     uint64_t cutoff, struct session **out)
-{
-	struct session **victim = NULL;
-	for (struct session **pp = &reg->head; *pp; pp = &(*pp)->next) {
-		struct session *o = *pp;
-		if (session_is_live(o) || (by_uid && o->uid != uid) ||
-		    (cutoff && o->exit_ns >= cutoff))
-			continue;
-		victim = pp; /* the list is newest first: the last one is oldest */
-	}
-	if (!victim)
-		return false;
-	struct session *v = *victim;
-	*victim = v->next;
-	v->next = *out;
-	*out = v;
-	reg->nexited--;
-	reg->evicted++;
-	return true;
-}
-
-static size_t session_exited_of_locked(struct session_registry *reg, uid_t uid)
-{
-	size_t n = 0;
-	for (struct session *o = reg->head; o; o = o->next)
-		n += !session_is_live(o) && o->uid == uid;
-	return n;
-}
-
-static void session_expire_locked(struct session_registry *reg, struct session **out)
-{
-	if (!reg->max_age_ns)
-		return;
-	uint64_t now = session_now_ns(CLOCK_MONOTONIC);
-	if (now <= reg->max_age_ns)
-		return;
-	while (session_evict_one_locked(reg, false, 0, now - reg->max_age_ns, out))
-		;
-}
-
-/*
- * Called with reg->lock held after a session of uid became EXITED. Exited sessions are kept
- * for snapshots, within three limits, oldest dropped first: an age; a count per uid (so one
- * user's short-lived processes never push out another user's); and a count for all, taken
- * from the uid that holds the most. Returns the evicted sessions (linked by next) for the
- * caller to put outside the lock.
- */
-static struct session *session_evict_locked(struct session_registry *reg, uid_t uid)
-{
-	struct session *evicted = NULL;
-	session_expire_locked(reg, &evicted);
-	if (reg->keep_exited_per_uid) {
-		size_t n = session_exited_of_locked(reg, uid);
-		while (n > reg->keep_exited_per_uid &&
-		       session_evict_one_locked(reg, true, uid, 0, &evicted))
-			n--;
-	}
-	while (reg->nexited > reg->keep_exited) {
-		/* the uid holding the most exited sessions gives one up */
-		uid_t most = uid;
-		size_t best = 0;
-		for (struct session *o = reg->head; o; o = o->next) {
-			if (session_is_live(o))
-				continue;
-			size_t c = session_exited_of_locked(reg, o->uid);
-			if (c > best) {
-				best = c;
-				most = o->uid;
-			}
-		}
-		if (!session_evict_one_locked(reg, best > 0, most, 0, &evicted))
-			break;
-	}
-	return evicted;
-}
-
-size_t session_registry_expire(struct session_registry *reg)
-{
-	struct session *evicted = NULL;
-	pthread_mutex_lock(&reg->lock);
-	session_expire_locked(reg, &evicted);
-	pthread_mutex_unlock(&reg->lock);
-	size_t n = 0;
-	while (evicted) {
-		struct session *next = evicted->next;
-		session_put(evicted);
-		evicted = next;
-		n++;
-	}
-	return n;
+	return requester == 0 || (requester == s->uid && !atomic_load(&s->ident_lost));
 }
 
 /* ---- rings ------------------------------------------------------------------------------ */
@@ -949,46 +682,15 @@ void session_retire_locked(struct session *s)
 	atomic_store_explicit(&s->state, LLGO_PROC_EXITED, memory_order_release);
 	pthread_mutex_unlock(&s->lock);
 
-	struct session_registry *reg = s->reg;
-	if (!reg)
-		return;
-	pthread_mutex_lock(&reg->lock);
-	bool listed = false;
-	for (struct session *o = reg->head; o; o = o->next)
-		listed |= o == s;
-	struct session *evicted = NULL;
-	if (listed) {
-		reg->nexited++;
-		evicted = session_evict_locked(reg, s->uid);
-	}
-	pthread_cond_broadcast(&reg->changed);
-	pthread_mutex_unlock(&reg->lock);
-	while (evicted) {
-		struct session *n = evicted->next;
-		session_put(evicted);
-		evicted = n;
-	}
+	if (s->reg)
+		session_registry_exited(s->reg, s);
 }
 
 bool session_wait_exited(struct session *s, unsigned timeout_ms)
 {
-	struct session_registry *reg = s->reg;
-	if (!reg)
+	if (!s->reg)
 		return !session_is_live(s);
-	struct timespec dl;
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
-	pthread_mutex_lock(&reg->lock);
-	int rc = 0;
-	while (session_is_live(s) && rc == 0)
-		rc = pthread_cond_timedwait(&reg->changed, &reg->lock, &dl);
-	pthread_mutex_unlock(&reg->lock);
-	return !session_is_live(s);
+	return session_registry_wait_exited(s->reg, s, timeout_ms);
 }
 
 /* ---- rate ------------------------------------------------------------------------------- */

@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * session.h: llgo-heapd's own objects, shared by session.c, drain.c, server.c and daemon.c
- * (and their tests): attached processes and their registry, the drain thread, the socket
- * server. The CLI never includes this file; the cross-file helpers both programs use are in
- * internal.h.
+ * session.h: llgo-heapd's attached processes (session.c) and their registry
+ * (session_registry.c), the processes taken back after a restart (adopt.c) and their in-use
+ * tables (inuse.c). The drain is drain.h's, the socket server server.h's, snapshots
+ * snapshot.h's. The CLI never includes this file; the cross-file helpers both programs use
+ * are in internal.h.
  *
  * Locks, in the order they may be taken (never the other way):
+ *   session->snapshot_lock  one snapshot's cut of the table at a time (snapshot.c); the final
+ *                         drain takes it too, so a snapshot's in-use scan never outlives the
+ *                         live table's mapping
  *   session->drain_lock   single consumer of the session's rings; adopted ring readers,
  *                         rates seen, retired accounting; held for a drain, a snapshot's
- *                         collect, and the final drain at exit
+ *                         cut (not its walk of the table), and the final drain at exit
  *   session->lock         small fields: pending rings, ring ids, control page, cached counts
  *   registry->lock        the session list and its exited count
  * The bucket table has its own insert lock (never held while calling out); lookups and
@@ -19,7 +23,7 @@
 
 #include "internal.h"
 
-/* ---- session.c: one attached process; the registry of them ---------------------------- */
+/* ---- session.c: one attached process; session_registry.c: the registry of them --------- */
 
 #define SESSION_DEFAULT_KEEP_EXITED 256u
 #define SESSION_DEFAULT_KEEP_EXITED_PER_UID 64u
@@ -74,6 +78,10 @@ struct session {
 	uint64_t lost_no_ring;          /* highest value seen in ctl */
 	uint64_t rate_changes;
 	struct session_counts cached;   /* as of the last drain */
+
+	/* snapshot.c: one snapshot of the session reads its table at a time (a cut, bucket.c);
+	 * taken before drain_lock, and by the final drain before it unmaps the live table */
+	pthread_mutex_t snapshot_lock;
 
 	pthread_mutex_t drain_lock;
 	struct ring_reader *rings;
@@ -145,6 +153,15 @@ int session_take_slot(struct session *s);
 void session_charge_buckets(struct session *s);
 /* Drops the registry's references; sessions still referenced elsewhere live on. */
 void session_registry_free(struct session_registry *reg);
+/* session.c's use of the registry (session_registry.c): the budgets its sessions charge,
+ * their bucket caps, the exit of one (counted, and what the limits then say is evicted),
+ * and waiting for that exit. */
+struct budget *session_registry_budget(struct session_registry *reg);
+void session_registry_caps(struct session_registry *reg, uint64_t *max_buckets,
+			   uint64_t *max_bytes);
+void session_registry_exited(struct session_registry *reg, struct session *s);
+bool session_registry_wait_exited(struct session_registry *reg, struct session *s,
+				  unsigned timeout_ms);
 
 /* A new, unregistered session (one reference, the caller's). */
 struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, gid_t gid,
@@ -199,6 +216,9 @@ void session_send_fp_tables(struct session *s);
 void session_retire_locked(struct session *s);
 
 bool session_is_live(const struct session *s);
+/* Whether requester may read s: root, or its owner while the process kept its identity
+ * (ident.c: once it exec'd a setuid program, what was read of it is root's only). */
+bool session_allowed(const struct session *s, uid_t requester);
 /* Whether the process that attached still runs (same pid and start time, not a zombie). */
 bool session_process_alive(const struct session *s);
 /* Wait until the session is EXITED; returns false on timeout. */
@@ -234,6 +254,23 @@ int inuse_map(struct session *s, int fd);
 /* Set p's free counters from the table (caller holds drain_lock, p collected from s's
  * buckets, untrimmed) and state the accounting in p->meta. */
 int inuse_apply_locked(struct session *s, struct profile *p);
+/* The same in three steps, so that the scan runs beside the drain (snapshot.c): under
+ * drain_lock, note the cut (the rings' next sequence numbers, the notes of re-keyed records
+ * so far); with no lock, apply the table to p collected as of that same cut; under drain_lock
+ * again, give the notes back. The caller holds s->snapshot_lock throughout, which keeps the
+ * table mapped (the final drain takes it before unmapping). */
+struct inuse_cut {
+	int state; /* enum session_live */
+	struct inuse_counts frozen;
+	const struct llgo_live_header *h;
+	int fd;
+	uint64_t *seqs; /* each ring's next sequence number at the cut */
+	size_t nrings;
+	struct inuse_rekey *rekey;
+};
+int inuse_cut_locked(struct session *s, struct inuse_cut *c);
+int inuse_apply_cut(struct session *s, struct inuse_cut *c, struct profile *p);
+void inuse_cut_end_locked(struct session *s, struct inuse_cut *c);
 /* The process is gone (caller holds drain_lock, after the final drain, before retiring):
  * store the final in-use values in the buckets' free counters and unmap the table. */
 void inuse_freeze_locked(struct session *s);
@@ -244,85 +281,9 @@ void inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
 /* Unmap the table (session teardown). */
 void inuse_release(struct session *s);
 
-/* ---- drain.c: moving records from rings into buckets ---------------------------------- */
-
-struct drain;
-
-/* Drain every ring of s once (no-op once exited); returns the records bucketed. */
-size_t drain_session(struct session *s);
-/* The shim is gone: drain a last time, then unmap rings and mark the session exited. */
-void drain_session_exit(struct session *s);
-/* auto mode: find the frame-pointer code of the process's objects and send the tables to
- * its control page (at HELLO, before the ACK lets the program run). */
-void drain_prepare_unwind(struct session *s);
-/* Re-read the process's maps if a pc fell outside them (force: always), at most every
- * DRAIN_REFRESH_MS unless forced; only while the process is alive. */
-void drain_refresh_maps(struct session *s, bool force);
-
-/* The drain thread: polls live sessions, adaptively (1 ms when busy, up to 100 ms idle). */
-struct drain *drain_new(struct session_registry *reg);
-int drain_start(struct drain *d);
-/* Poll soon (a ring was added). */
-void drain_wake(struct drain *d);
-void drain_stop(struct drain *d);
-void drain_free(struct drain *d);
-
-/* ---- server.c: the socket, the event loop, the workers -------------------------------- */
-
-struct server_opts {
-	const char *socket_path; /* where to listen (and the name given to clients) */
-	unsigned keep_exited;    /* exited sessions kept for snapshots */
-	uint64_t max_buckets;    /* per process, 0 = default */
-	uint64_t max_bytes;      /* per process, 0 = default */
-	unsigned client_workers; /* 0 = default */
-	/* --http ADDR:PORT (http.c): served beside the event loop. */
-	const char *http_addr;
-	/* --trim: function names (or prefixes ending in '*') hidden from the top of stacks */
-	char **trim;
-	size_t ntrim;
-	/* --verify-every N (verify.c): check one sample in N of every process with eBPF */
-	uint32_t verify_every;
-	/* budget.c: per-uid and global limits (NULL: budget_defaults) */
-	const struct budget_limits *budget;
-	unsigned keep_exited_per_uid; /* 0 = default */
-	unsigned keep_exited_age_s;   /* 0 = default */
-};
-
-struct server_stats {
-	uint64_t connections; /* accepted */
-	uint64_t malformed;   /* connections dropped for a bad packet */
-	uint64_t refused;     /* connections closed at accept (too many) */
-	uint64_t sessions;    /* HELLOs accepted */
-	uint64_t evicted;     /* exited sessions dropped (count per uid, all, age) */
-};
-
-struct server;
-
-/* Set up the listening socket (systemd's, or bind socket_path) and the registry; starts no
- * thread, so the caller may still fork (daemonize). Writes a reason to err on failure. */
-struct server *server_new(const struct server_opts *o, char *err, size_t errlen);
-int server_start(struct server *srv);
-/* Stop the threads, close every connection; unlink the socket if we created it. */
-void server_stop(struct server *srv);
-void server_free(struct server *srv);
-void server_get_stats(struct server *srv, struct server_stats *out);
-struct session_registry *server_sessions(struct server *srv);
-
-/* The snapshot path shared by the socket (SNAPSHOT) and a future HTTP server: permission
- * check, drain, collect, write fmt into out. Returns 0, or -errno with a one-line reason in
- * err (-ESRCH unknown pid, -EACCES, -EINVAL bad format). */
-int server_snapshot(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
-		    uint32_t top_n, struct buf *out, char *err, size_t errlen);
-
-/* The session of pid, after waiting (at most 200 ms) for a HELLO of pid still in flight. */
-struct session *server_lookup(struct server *srv, pid_t pid);
-/* Settle, drain and collect s into p (counts and buckets consistent). */
-int server_collect(struct server *srv, struct session *s, struct profile *p);
-/* Wait (at most 200 ms) until the event loop has handled every packet s's shim has sent. */
-void server_settle(struct server *srv, struct session *s);
-
 /* One log line (stderr, or syslog once server_log_use_syslog(true)). */
 void server_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void server_log_use_syslog(bool on);
+
 
 #endif

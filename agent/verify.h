@@ -13,7 +13,7 @@
 #ifndef LLGO_AGENT_VERIFY_H
 #define LLGO_AGENT_VERIFY_H
 
-#include "session.h"
+#include "server.h"
 
 struct verifier;
 struct verify_target;

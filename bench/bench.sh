@@ -65,7 +65,7 @@ if { [ "$MODE" = bench ] || [ "$MODE" = callgrind ]; } && ! command -v valgrind 
 fi
 
 for f in "$SHIM" "$HEAPD" "$CLI" "$B/alloc_bench" "$B/alloc_driver" "$B/slowpath_bench" \
-	"$B/capture_bench"; do
+	"$B/capture_bench" "$B/snapshot_bench"; do
 	[ -e "$f" ] || { echo "bench.sh: missing $f (run make first)" >&2; exit 1; }
 done
 
@@ -373,6 +373,18 @@ slowpath_section() {
 			sed -n 's/SNAPSHOT buckets=\([0-9]*\) stacks=\([0-9]*\) cold_ms=\([0-9.]*\) warm_ms=\([0-9.]*\) pprof_bytes=\([0-9]*\) table_bytes=\([0-9]*\) rss_table_kb=\([-0-9]*\) rss_total_kb=\([-0-9]*\).*/| \1 | \2 | \3 | \4 | \5 | \6 | \7 | \8 |/p' |
 			outf
 	done
+	out ""
+	out "### Drain delay while snapshots are built (100,000 buckets and their live table)"
+	out ""
+	out "| phase | buckets | snapshots | snapshot median ms | delay p50 us | p99 us | max us | probes |"
+	out "|---|---:|---:|---:|---:|---:|---:|---:|"
+	"$B/snapshot_bench" --buckets 100000 --seconds 3 |
+		sed -n 's/SNAPBENCH phase=\([a-z]*\) buckets=\([0-9]*\) snapshots=\([0-9]*\) snapshot_ms=\([0-9.]*\) delay_p50_us=\([0-9]*\) delay_p99_us=\([0-9]*\) delay_max_us=\([0-9]*\) probes=\([0-9]*\).*/| \1 | \2 | \3 | \4 | \5 | \6 | \7 | \8 |/p' |
+		outf
+	out ""
+	out "A probe record every 200 us into a ring of the session; the delay is the time until the"
+	out "daemon consumed it (its ring tail). Baseline: the drain thread alone (it polls every 1 ms"
+	out "while busy); snapshots: pprof snapshots back to back through the snapshot service."
 	out ""
 }
 

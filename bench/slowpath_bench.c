@@ -32,7 +32,7 @@
  *       in the ring, and the memory the caches added.
  *   snapshot --buckets N
  *       Builds a bucket table of N (stack, size) buckets whose frames are real addresses in
- *       this program and libc, then times profile_collect + profile_write(pprof) (cold: the
+ *       this program and libc, then times profile_collect + snapshot_write(pprof) (cold: the
  *       first snapshot symbolizes; warm: the second) and reports the resident memory the
  *       table, the maps and the snapshot added (VmRSS deltas) and the table's own count.
  *
@@ -56,7 +56,7 @@
 #include <x86intrin.h>
 
 #ifndef SLOWPATH_CAPTURE_ONLY
-#include "../agent/internal.h"
+#include "../agent/snapshot.h"
 #include "../shim/internal.h"
 #endif
 
@@ -591,7 +591,7 @@ static int mode_snapshot(int argc, char **argv)
 		if (!rc) {
 			p.meta.pid = getpid();
 			p.meta.rate = LLGO_RATE_DEFAULT;
-			rc = profile_write(&out, &p, maps, LLGO_FORMAT_PPROF, 0, 0);
+			rc = snapshot_write(&out, &p, maps, LLGO_FORMAT_PPROF, 0, 0);
 		}
 		ms[pass] = (now_ns() - t0) / 1e6;
 		if (rc) {

@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -480,4 +481,171 @@ Test(bucket, stress_caps, .timeout = 300)
 	free(w);
 	bucket_table_free(st->t);
 	free(st);
+}
+
+/* ---- cuts: consistent views while writers go on -------------------------------------------- */
+
+/*
+ * Writers add under the shared side of a rwlock (many at once, as a table allows); a snapshot
+ * thread takes the exclusive side only to make a cut and to read each writer's count of adds
+ * done (the session's drain lock plays that part in the daemon), then walks the table beside
+ * the writers. At every cut, each writer's buckets must hold exactly the adds it had done,
+ * and the walk must visit exactly the buckets that existed: whatever the writers did after.
+ * Writers also keep setting free counters (as the final drain's freeze does) to the
+ * alloc count they had at that moment, so a cut must see frees <= allocs taken together.
+ */
+#define CUT_WRITERS 6
+#define CUT_KEYS 512u /* stacks per writer: new buckets keep coming for a while */
+
+struct cut_writer {
+	struct bucket_table *t;
+	pthread_rwlock_t *lock;
+	uint32_t id;
+	_Atomic uint64_t done; /* adds done; read by the snapshot under the exclusive lock */
+	_Atomic bool *stop;
+};
+
+static void *cut_writer_main(void *arg)
+{
+	struct cut_writer *w = arg;
+	uint64_t pcs[3];
+	for (uint64_t i = 0; !atomic_load(w->stop); i++) {
+		uint32_t k = (uint32_t)((i * 7919u) % (i < 4 * CUT_KEYS ? i / 4 + 1 : CUT_KEYS));
+		pcs[0] = 0x900000ull + (uint64_t)w->id * 0x100000 + (uint64_t)k * 16;
+		pcs[1] = 0xa00000ull + w->id;
+		pcs[2] = 0xb00000ull;
+		pthread_rwlock_rdlock(w->lock);
+		int rc = bucket_table_add(w->t, pcs, 3, 64, 1);
+		if (rc >= 0)
+			atomic_fetch_add_explicit(&w->done, 1, memory_order_relaxed);
+		pthread_rwlock_unlock(w->lock);
+		cr_assert_geq(rc, 0);
+	}
+	return NULL;
+}
+
+/* Writer 0 also plays the freeze: free counters set to what the bucket allocated by then. */
+struct cut_freer {
+	struct bucket_table *t;
+	pthread_rwlock_t *lock;
+	_Atomic bool *stop;
+};
+
+static int cut_free_visit(void *arg, const struct bucket *b)
+{
+	struct bucket_table *t = arg;
+	uint64_t a = atomic_load_explicit(&((struct bucket *)b)->alloc_objects, memory_order_relaxed);
+	bucket_table_set_free(t, (struct bucket *)b, a / 2, a / 2 * b->size);
+	return 0;
+}
+
+static void *cut_freer_main(void *arg)
+{
+	struct cut_freer *f = arg;
+	while (!atomic_load(f->stop)) {
+		pthread_rwlock_rdlock(f->lock);
+		bucket_table_foreach(f->t, cut_free_visit, f->t);
+		pthread_rwlock_unlock(f->lock);
+		sched_yield();
+	}
+	return NULL;
+}
+
+struct cut_sum {
+	uint64_t objects[CUT_WRITERS], bytes[CUT_WRITERS];
+	uint64_t buckets;
+	bool bad;
+};
+
+static int cut_sum_visit(void *arg, const struct bucket *b, const struct bucket_counts *c)
+{
+	struct cut_sum *s = arg;
+	uint64_t w = (b->stack->pcs[1] - 0xa00000ull);
+	if (w >= CUT_WRITERS || b->size != 64 || c->free_objects > c->alloc_objects ||
+	    c->alloc_bytes != c->alloc_objects * 64 || c->free_bytes != c->free_objects * 64) {
+		s->bad = true;
+		return 1;
+	}
+	s->objects[w] += c->alloc_objects;
+	s->bytes[w] += c->alloc_bytes;
+	s->buckets++;
+	return 0;
+}
+
+Test(bucket, cuts_are_exact_while_writers_go_on, .timeout = 300)
+{
+	struct bucket_table *t = bucket_table_new(0, 0);
+	cr_assert(t);
+	pthread_rwlock_t lock;
+	pthread_rwlockattr_t la;
+	pthread_rwlockattr_init(&la);
+	/* the cuts must not starve behind a stream of adds */
+	pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&lock, &la);
+	pthread_rwlockattr_destroy(&la);
+	_Atomic bool stop = false;
+	unsigned want_cuts = under_tsan() ? 30 : 100;
+	struct cut_writer w[CUT_WRITERS];
+	pthread_t th[CUT_WRITERS], freer;
+	for (uint32_t i = 0; i < CUT_WRITERS; i++) {
+		w[i] = (struct cut_writer){ .t = t, .lock = &lock, .id = i, .stop = &stop };
+		atomic_init(&w[i].done, 0);
+		cr_assert_eq(pthread_create(&th[i], NULL, cut_writer_main, &w[i]), 0);
+	}
+	struct cut_freer f = { .t = t, .lock = &lock, .stop = &stop };
+	cr_assert_eq(pthread_create(&freer, NULL, cut_freer_main, &f), 0);
+
+	unsigned cuts = 0, moved = 0;
+	while (cuts < want_cuts) {
+		uint64_t want[CUT_WRITERS], total = 0;
+		struct bucket_stats bs;
+		pthread_rwlock_wrlock(&lock);
+		uint64_t cut = bucket_table_cut(t);
+		for (int i = 0; i < CUT_WRITERS; i++)
+			total += want[i] = atomic_load_explicit(&w[i].done, memory_order_relaxed);
+		bucket_table_stats(t, &bs);
+		pthread_rwlock_unlock(&lock);
+
+		/* let the writers add after the cut (and the freer rewrite frees) before the walk */
+		for (unsigned spin = 0; spin < 100000; spin++) {
+			uint64_t n = 0;
+			for (int i = 0; i < CUT_WRITERS; i++)
+				n += atomic_load(&w[i].done);
+			if (n >= total + 64)
+				break;
+			sched_yield();
+		}
+		struct cut_sum s;
+		memset(&s, 0, sizeof(s));
+		cr_assert_eq(bucket_table_foreach_cut(t, cut, cut_sum_visit, &s), 0,
+			     "a bucket's counters as of cut %u are not whole", cuts);
+		cr_assert(!s.bad);
+		/* writers went on meanwhile: seen again now, the table has more */
+		struct bucket_stats after;
+		bucket_table_stats(t, &after);
+		uint64_t now = 0;
+		for (int i = 0; i < CUT_WRITERS; i++)
+			now += atomic_load(&w[i].done);
+		moved += now > total || after.buckets > bs.buckets;
+		bucket_table_cut_end(t, cut);
+		cr_assert_eq(s.buckets, bs.buckets, "cut %u: walked %llu buckets, %llu existed", cuts,
+			     (unsigned long long)s.buckets, (unsigned long long)bs.buckets);
+		for (int i = 0; i < CUT_WRITERS; i++) {
+			cr_assert_eq(s.objects[i], want[i],
+				     "cut %u, writer %d: %llu objects in its buckets, %llu adds done",
+				     cuts, i, (unsigned long long)s.objects[i],
+				     (unsigned long long)want[i]);
+			cr_assert_eq(s.bytes[i], want[i] * 64);
+		}
+		cuts++;
+	}
+	atomic_store(&stop, true);
+	for (int i = 0; i < CUT_WRITERS; i++)
+		pthread_join(th[i], NULL);
+	pthread_join(freer, NULL);
+	cr_log_info("%u cuts, %u of them while the writers added", cuts, moved);
+	cr_expect_geq(moved, cuts / 2, "only %u of %u cuts were walked after the writers added",
+		      moved, cuts);
+	pthread_rwlock_destroy(&lock);
+	bucket_table_free(t);
 }

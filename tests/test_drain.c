@@ -9,13 +9,16 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "../agent/session.h"
+#include "../agent/snapshot.h"
 #include "../shim/internal.h"
 
 static void sleep_ms(unsigned ms)
@@ -333,4 +336,115 @@ Test(drain, unknown_pc_refreshes_the_maps, .timeout = 60)
 	munmap(code, 4096);
 	session_put(s);
 	session_registry_free(reg);
+}
+
+/*
+ * Snapshots through the snapshot service (snapshot_collect, on an in-process server) while
+ * several producer threads fill their rings with new stacks and the server's drain thread
+ * keeps draining: each profile is one cut (its buckets hold exactly its delivered count,
+ * nothing goes back from one to the next), the drain moved records while profiles were being
+ * collected, and at the end every record is counted.
+ */
+#define SNAP_PRODUCERS 4
+
+struct snap_producer {
+	struct pring ring;
+	uint32_t id;
+	unsigned stacks;
+	_Atomic unsigned pushed;
+	_Atomic bool *stop;
+};
+
+static void *snap_producer_main(void *arg)
+{
+	struct snap_producer *p = arg;
+	uint64_t f[3];
+	for (unsigned i = 0; !atomic_load(p->stop); i++) {
+		f[0] = 0x500000ull + (uint64_t)p->id * 0x100000 + (uint64_t)(i % p->stacks) * 16;
+		f[1] = 0x600000ull + p->id;
+		f[2] = 0x700000ull;
+		while (!pring_push(&p->ring, f, 3, 48, 1))
+			sched_yield(); /* full: counted as dropped; the drain empties it */
+		atomic_fetch_add(&p->pushed, 1);
+		if (i % 64 == 0)
+			sched_yield(); /* room for the drain and the snapshots on a small machine */
+	}
+	return NULL;
+}
+
+Test(drain, snapshots_run_beside_the_drain, .timeout = 300)
+{
+	char dir[] = "/tmp/llgo-test-snap.XXXXXX", path[64], err[256];
+	cr_assert(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/heapd.sock", dir);
+	struct server_opts o = { .socket_path = path };
+	struct server *srv = server_new(&o, err, sizeof(err));
+	cr_assert(srv, "%s", err);
+	cr_assert_eq(server_start(srv), 0);
+	uint32_t rsize = 1u << 20;
+	struct session *s = attach(server_sessions(srv), rsize);
+	unsigned stacks = under_tsan() ? 2000 : 20000;
+	_Atomic bool stop = false;
+	struct snap_producer pr[SNAP_PRODUCERS];
+	pthread_t th[SNAP_PRODUCERS];
+	for (uint32_t i = 0; i < SNAP_PRODUCERS; i++) {
+		pr[i] = (struct snap_producer){ .id = i, .stacks = stacks, .stop = &stop };
+		atomic_init(&pr[i].pushed, 0);
+		pring_new(&pr[i].ring, i, rsize);
+		cr_assert_eq(session_add_ring(s, i, pr[i].ring.fd, rsize), 0);
+	}
+	for (int i = 0; i < SNAP_PRODUCERS; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, snap_producer_main, &pr[i]), 0);
+
+	uint64_t prev = 0, prev_buckets = 0;
+	unsigned snaps = 0, beside = 0;
+	uint64_t until = session_now_ns(CLOCK_MONOTONIC) + 60000000000ull;
+	/* at least 8 profiles, and on until one was collected while the drain ran (or 60 s) */
+	while ((snaps < 8 || !beside) && session_now_ns(CLOCK_MONOTONIC) < until) {
+		struct profile p;
+		cr_assert_eq(snapshot_collect(srv, s, &p), 0);
+		uint64_t objects = 0;
+		for (size_t k = 0; k < p.nsamples; k++) {
+			cr_assert_eq(p.samples[k].size, 48);
+			objects += p.samples[k].alloc_objects;
+		}
+		cr_assert_eq(objects, p.meta.delivered,
+			     "snapshot %u: its buckets hold %llu records, its accounting says %llu "
+			     "delivered", snaps, (unsigned long long)objects,
+			     (unsigned long long)p.meta.delivered);
+		cr_assert_eq(p.meta.sampled, p.meta.delivered + p.meta.dropped + p.meta.corrupt);
+		cr_assert_geq(objects, prev, "snapshot %u went back", snaps);
+		cr_assert_geq(p.nsamples, prev_buckets);
+		prev = objects;
+		prev_buckets = p.nsamples;
+		/* the drain added while this profile was being collected (after its cut) */
+		struct bucket_stats after;
+		bucket_table_stats(s->buckets, &after);
+		struct session_counts c;
+		session_counts_cached(s, &c);
+		beside += c.delivered > p.meta.delivered || after.buckets > p.nsamples;
+		profile_release(&p);
+		snaps++;
+	}
+	atomic_store(&stop, true);
+	uint64_t total = 0;
+	for (int i = 0; i < SNAP_PRODUCERS; i++) {
+		pthread_join(th[i], NULL);
+		total += atomic_load(&pr[i].pushed);
+	}
+	struct profile p;
+	cr_assert_eq(snapshot_collect(srv, s, &p), 0);
+	uint64_t objects = 0;
+	for (size_t k = 0; k < p.nsamples; k++)
+		objects += p.samples[k].alloc_objects;
+	cr_expect_eq(objects, total, "every record is counted at the end");
+	cr_expect_eq(p.meta.delivered, total);
+	profile_release(&p);
+	cr_log_info("%u snapshots, %u with records drained while they were collected", snaps,
+		    beside);
+	cr_expect_geq(beside, 1, "the drain never ran while a profile was collected");
+	session_put(s);
+	server_free(srv);
+	unlink(path);
+	rmdir(dir);
 }

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../agent/internal.h"
+#include "../agent/snapshot.h"
 #include "e2e_util.h"
 
 #define KEEP(x) __asm__ volatile("" : : "r"(x) : "memory")
@@ -511,7 +511,7 @@ Test(pprof, top_table)
 	fixture_init(&f);
 	struct buf b;
 	buf_init(&b);
-	cr_assert_eq(profile_write(&b, &f.p, f.maps, LLGO_FORMAT_TOP, 0, 3), 0);
+	cr_assert_eq(snapshot_write(&b, &f.p, f.maps, LLGO_FORMAT_TOP, 0, 3), 0);
 	buf_putc(&b, '\0');
 	const char *s = (const char *)b.data;
 	cr_expect(strstr(s, "3 of 5 sites by alloc_space"), "%s", s);
@@ -536,7 +536,7 @@ Test(pprof, write_rejects_unknown_format)
 	struct profile p = { 0 };
 	struct buf b;
 	buf_init(&b);
-	cr_expect_eq(profile_write(&b, &p, NULL, 99, 0, 0), -EINVAL);
+	cr_expect_eq(snapshot_write(&b, &p, NULL, 99, 0, 0), -EINVAL);
 	buf_free(&b);
 }
 
@@ -570,7 +570,7 @@ Test(pprof, collect_and_subtract_buckets)
 	struct procmaps *maps = procmaps_new(getpid());
 	struct buf b;
 	buf_init(&b);
-	cr_expect_eq(profile_write(&b, &base, maps, LLGO_FORMAT_FOLDED, 0, 0), 0);
+	cr_expect_eq(snapshot_write(&b, &base, maps, LLGO_FORMAT_FOLDED, 0, 0), 0);
 	buf_putc(&b, '\0');
 	int64_t c1, b1, c2, b2;
 	profile_scale(3, 300, 512, &c1, &b1);

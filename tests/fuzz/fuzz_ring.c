@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../agent/internal.h"
+#include "../../agent/snapshot.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -100,7 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (int fmt = LLGO_FORMAT_PPROF; fmt <= LLGO_FORMAT_TOP; fmt++) {
 			struct buf out;
 			buf_init(&out);
-			profile_write(&out, &p, NULL, fmt, flags >> 4, 10);
+			snapshot_write(&out, &p, NULL, fmt, flags >> 4, 10);
 			buf_free(&out);
 		}
 		profile_release(&p);
