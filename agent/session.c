@@ -145,6 +145,11 @@ static struct budget *session_budget(const struct session *s)
 	return s->reg ? s->reg->budget : NULL;
 }
 
+struct budget *session_registry_budget(struct session_registry *reg)
+{
+	return reg->budget;
+}
+
 int session_take_slot(struct session *s)
 {
 	if (s->holds_session)
@@ -292,6 +297,8 @@ static void session_free(struct session *s)
 	bucket_table_free(s->buckets);
 	unwind_free(s->unwind);
 	procmaps_free(s->maps);
+	free(s->service_name);
+	free(s->exe);
 	if (s->pidfd >= 0)
 		close(s->pidfd);
 	pthread_mutex_destroy(&s->lock);
@@ -566,8 +573,7 @@ bool session_may_read(struct session *s)
 	return session_may_read_ex(s, false);
 }
 
-/* After a read: a process that exited meanwhile, but was itself until then, is fine. */
-static bool session_may_have_read(struct session *s)
+bool session_may_have_read(struct session *s)
 {
 	return session_may_read_ex(s, true);
 }
