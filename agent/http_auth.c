@@ -3,7 +3,8 @@
  * http_auth.c: the optional bearer token of llgo-heapd's HTTP server (--http-token-file).
  * The file holds the token (surrounding white space ignored, as Prometheus reads its
  * credentials_file); every request but the index (/) must carry "Authorization: Bearer
- * TOKEN" (RFC 6750), compared in constant time, or gets 401 with WWW-Authenticate: Bearer.
+ * TOKEN" (RFC 6750; the bare token is accepted too, see http_auth_check), compared in
+ * constant time, or gets 401 with WWW-Authenticate: Bearer.
  * The file is read at start and again on http_auth_reload (SIGHUP); a reload that fails
  * keeps the token in force.
  *
@@ -151,16 +152,19 @@ bool http_auth_check(struct http_server *h, struct MHD_Connection *c, bool *pres
 	bool ok = false;
 	if (v) {
 		*presented = true;
-		/* RFC 7235: the scheme is case-insensitive, then one or more spaces */
+		/* RFC 7235: the scheme is case-insensitive, then one or more spaces. A value
+		 * without a scheme is the token alone: Prometheus 2.42's http_sd_configs send
+		 * credentials_file so when its authorization block names no type. */
 		if (strncasecmp(v, "Bearer ", 7) == 0) {
 			v += 7;
 			while (*v == ' ')
 				v++;
-			size_t n = strlen(v);
-			while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
-				n--;
-			ok = http_auth_equal(v, n, h->token, h->token_len);
 		}
+		size_t n = strlen(v);
+		while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+			n--;
+		if (!memchr(v, ' ', n))
+			ok = http_auth_equal(v, n, h->token, h->token_len);
 	}
 	pthread_mutex_unlock(&h->token_lock);
 	return ok;
