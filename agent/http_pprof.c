@@ -61,8 +61,8 @@ static void http_pprof_html(struct buf *b, const char *s, size_t max)
 
 /* Send a written profile, or the error its writer returned (werr). A buffer that ran out
  * of memory becomes http_send's "out of memory" answer. */
-static enum MHD_Result http_pprof_send_profile(struct MHD_Connection *c, struct http_answer *a,
-					 int werr)
+static enum MHD_Result http_pprof_send_profile(struct MHD_Connection *c,
+					       struct http_answer *a, int werr)
 {
 	if (werr && !a->body.failed) {
 		buf_free(&a->body);
@@ -96,7 +96,7 @@ static struct session *http_pprof_sole_session(struct http_server *h, size_t *al
 /* The session a request names, referenced; or an answer already sent (*sent). An allowed
  * uid is part of "exists": a process of another uid gets the unknown-pid answer. */
 static struct session *http_pprof_session(struct http_server *h, struct MHD_Connection *c,
-				    enum MHD_Result *sent)
+					  enum MHD_Result *sent)
 {
 	const char *arg = http_arg(c, "pid");
 	if (arg && *arg) {
@@ -173,7 +173,7 @@ static int http_pprof_wait(struct http_server *h, struct MHD_Connection *c, uint
 /* ---- /debug/pprof/heap, /debug/pprof/allocs ------------------------------------------- */
 
 static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Connection *c,
-				    const char *name)
+					  const char *name)
 {
 	bool allocs = strcmp(name, "allocs") == 0;
 	uint32_t flags = allocs ? LLGO_SNAP_ALLOCS : 0;
@@ -281,7 +281,7 @@ out:
 /* Append "0x<addr> <name>\n" for each address of the '+'-separated list we can name (a
  * space separates too: libmicrohttpd decodes '+' in a query to a space). */
 static void http_pprof_symbolize_list(struct session *s, const char *list, size_t len,
-				struct buf *out)
+				      struct buf *out)
 {
 	size_t i = 0;
 	while (i < len) {
@@ -317,8 +317,8 @@ struct http_pprof_query_ctx {
 	struct buf *q;
 };
 
-static enum MHD_Result http_pprof_collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
-					const char *value)
+static enum MHD_Result http_pprof_collect_arg(void *cls, enum MHD_ValueKind kind,
+					      const char *key, const char *value)
 {
 	struct http_pprof_query_ctx *qc = cls;
 	(void)kind;
@@ -332,7 +332,7 @@ static enum MHD_Result http_pprof_collect_arg(void *cls, enum MHD_ValueKind kind
 }
 
 static enum MHD_Result http_pprof_symbol(struct http_server *h, struct MHD_Connection *c,
-				   const char *method, struct http_req *req)
+					 const char *method, struct http_req *req)
 {
 	if (req->too_large)
 		return http_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "request body over %u bytes",
