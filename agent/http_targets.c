@@ -19,7 +19,8 @@
  *
  * The environment and /proc/PID/exe are read once per process, between two identity checks
  * (session_may_read, session_may_have_read: the pid may have been reused, or the process
- * may have become someone else's by a setuid exec), at most HTTP_TARGETS_ENV_MAX bytes, and
+ * may have become someone else's by a setuid exec), only when the environment file is its
+ * owner's (not after prctl(PR_SET_DUMPABLE, 0)), at most HTTP_TARGETS_ENV_MAX bytes, and
  * kept in the session. Every string is hostile: escaped (escape.c) and then JSON-escaped.
  * Only processes of allowed uids are listed (http.c).
  *
@@ -31,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "http_internal.h"
@@ -71,6 +73,14 @@ static void http_targets_read(struct session *s, char **service, char **exe)
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/environ", (int)s->pid);
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* A process that made itself not dumpable has its files here given to root (the
+	 * directory keeps its owner, so ident.c does not see it): what its owner could not
+	 * read is not read for them either. */
+	struct stat st;
+	if (fd >= 0 && (fstat(fd, &st) != 0 || (s->uid != 0 && st.st_uid != s->uid))) {
+		close(fd);
+		return;
+	}
 	char *env = fd >= 0 ? malloc(HTTP_TARGETS_ENV_MAX) : NULL;
 	if (env) {
 		size_t len = 0;

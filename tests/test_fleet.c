@@ -18,6 +18,7 @@
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pwd.h>
 
 #include "life_util.h"
 
@@ -57,14 +58,21 @@ struct fleet_prog {
 };
 
 /* Start a copy of http_sites named name (its exe and command name) with extra environment
- * (may be NULL); wait until the daemon lists it. */
-static void fleet_prog_start(struct fleet_prog *f, const struct lu_daemon *d, const char *dir,
-			     const char *name, const char *const *env)
+ * (may be NULL), as the uid and gid "as" when not NULL (setpriv, then env to preload the
+ * shim into the program only); wait until the daemon lists it. */
+static void fleet_prog_start_as(struct fleet_prog *f, const struct lu_daemon *d, const char *dir,
+				const char *name, const char *const *env, const char *as)
 {
 	snprintf(f->exe, sizeof(f->exe), "%s/%s", dir, name);
-	cr_assert_eq(e2e_sh(NULL, "cp '%s' '%s'", SITES, f->exe), 0);
-	char *argv[] = { f->exe, "200", NULL };
-	lu_start(&f->p, d, "1", 0, NULL, argv, env);
+	cr_assert_eq(e2e_sh(NULL, "cp '%s' '%s' && chmod 755 '%s'", SITES, f->exe, dir), 0);
+	char reuid[64], regid[64], preload[600];
+	snprintf(reuid, sizeof(reuid), "--reuid=%s", as ? as : "");
+	snprintf(regid, sizeof(regid), "--regid=%s", as ? as : "");
+	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", LLGO_PLAIN_SHIM);
+	char *plain[] = { f->exe, "200", NULL };
+	char *setpriv[] = { "/usr/bin/setpriv", reuid, regid, "--clear-groups", "/usr/bin/env",
+			    preload, f->exe, "200", NULL };
+	lu_start(&f->p, d, "1", 0, as ? "" : NULL, as ? setpriv : plain, env);
 	char line[64];
 	cr_assert(lu_read_line(&f->p, line, sizeof(line), 30000), "%s did not start", name);
 	cr_assert_str_eq(line, "ready 0");
@@ -73,6 +81,12 @@ static void fleet_prog_start(struct fleet_prog *f, const struct lu_daemon *d, co
 		lu_sleep_ms(5);
 	cr_assert(lu_list_pid(d->sock, f->p.pid, &e), "%s (pid %d) never attached", name,
 		  (int)f->p.pid);
+}
+
+static void fleet_prog_start(struct fleet_prog *f, const struct lu_daemon *d, const char *dir,
+			     const char *name, const char *const *env)
+{
+	fleet_prog_start_as(f, d, dir, name, env, NULL);
 }
 
 static void fleet_prog_stop(struct fleet_prog *f)
@@ -548,6 +562,51 @@ Test(fleet, addresses_and_uids, .timeout = 120)
 	cr_expect_str_eq(out, "0\n404");
 	free(out);
 	fleet_prog_stop(&a);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+/* A process that made itself not dumpable (its /proc/PID files are then root's, as after a
+ * setuid exec) before anything asked for its name: its environment is never read (the
+ * command name stands in), where the same program left as it was is named by its
+ * LLGO_HEAP_SERVICE. Both run as nobody. */
+Test(fleet, environment_read_only_while_the_process_is_its_owners, .timeout = 120)
+{
+	if (geteuid() != 0)
+		cr_skip_test("needs root to run programs as another user");
+	char *dir = e2e_tmpdir();
+	cr_assert_eq(chmod(dir, 0755), 0); /* nobody reaches the socket */
+	struct passwd *pw = getpwnam("nobody");
+	char as[16], uids[32];
+	snprintf(as, sizeof(as), "%u", pw ? (unsigned)pw->pw_uid : 65534u);
+	snprintf(uids, sizeof(uids), "0,%s", as);
+	const char *more[] = { "--http-uids", uids, NULL };
+	struct lu_daemon d;
+	int port = fleet_daemon(&d, dir, "127.0.0.1:0", "127.0.0.1", more);
+	const char *env_open[] = { "LLGO_HEAP_SERVICE=open-name", NULL };
+	const char *env_secret[] = { "LLGO_HEAP_SERVICE=secret-name", NULL };
+	struct fleet_prog open, secretive;
+	fleet_prog_start_as(&open, &d, dir, "open", env_open, as);
+	fleet_prog_start_as(&secretive, &d, dir, "secretive", env_secret, as);
+	fputs("nodump\n", secretive.p.in);
+	fflush(secretive.p.in);
+	char line[64];
+	cr_assert(lu_read_line(&secretive.p, line, sizeof(line), 30000));
+	cr_assert_str_eq(line, "ready 1");
+
+	char *out;
+	e2e_sh(&out, "curl -s http://127.0.0.1:%d/targets | python3 -c 'import json, sys\n"
+		     "for t in json.load(sys.stdin):\n"
+		     "    l = t[\"labels\"]\n"
+		     "    print(l[\"pid\"], l[\"service_name\"], l[\"__meta_llgo_heap_uid\"])'; "
+		     "curl -s http://127.0.0.1:%d/metrics | grep -c secret-name", port, port);
+	char want[256];
+	snprintf(want, sizeof(want), "%d open-name %s\n%d secretive %s\n0\n", (int)open.p.pid, as,
+		 (int)secretive.p.pid, as);
+	cr_expect_str_eq(out, want);
+	free(out);
+	fleet_prog_stop(&open);
+	fleet_prog_stop(&secretive);
 	cr_expect_eq(lu_daemon_stop(&d), 0);
 	e2e_rmdir(dir);
 }
