@@ -39,10 +39,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -117,7 +115,6 @@ bool http_session_allowed(const struct http_server *h, const struct session *s)
 	return http_uid_allowed(h, s->uid) &&
 	       (!atomic_load(&s->ident_lost) || http_uid_allowed(h, 0));
 }
-
 
 int64_t http_pid_arg(struct MHD_Connection *c)
 {
