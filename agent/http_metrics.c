@@ -153,7 +153,7 @@ static void http_metrics_counter(struct buf *b, const char *name, const char *he
 	buf_printf(b, "%s %llu\n", name, (unsigned long long)v);
 }
 
-static void http_metrics_daemon(struct http_server *h, struct buf *b,
+static void http_metrics_daemon(struct http_server *h, struct MHD_Connection *c, struct buf *b,
 				const struct http_metrics_row *rows, size_t n)
 {
 	http_metrics_memory(b);
@@ -185,8 +185,10 @@ static void http_metrics_daemon(struct http_server *h, struct buf *b,
 			    "Connections open on the daemon's socket.");
 	buf_printf(b, "llgo_heap_socket_connections_open %llu\n",
 		   (unsigned long long)budget_used_total(bud, BUDGET_CONNS));
+	/* the daemon through the connection: h->mhd is set after the threads started */
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_DAEMON);
 	const union MHD_DaemonInfo *di =
-		h->mhd ? MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_CURRENT_CONNECTIONS) : NULL;
+		ci ? MHD_get_daemon_info(ci->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS) : NULL;
 	http_metrics_family(b, "llgo_heap_http_connections_open", "gauge",
 			    "HTTP connections open (this one included).");
 	buf_printf(b, "llgo_heap_http_connections_open %u\n", di ? di->num_connections : 0u);
@@ -275,7 +277,7 @@ enum MHD_Result http_metrics_handle(struct http_server *h, struct MHD_Connection
 		http_answer_init(&a, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8");
 		http_metrics_processes(&a.body, rows, k);
 		if (!pid)
-			http_metrics_daemon(h, &a.body, rows, k);
+			http_metrics_daemon(h, c, &a.body, rows, k);
 		rc = http_send(c, &a);
 	}
 	free(rows); /* the names live in the sessions, released after the answer is written */
