@@ -234,6 +234,7 @@ DEB_PKGS := gcc g++ make pkg-config libelf-dev libdw-dev zlib1g-dev libcriterion
 # a Rust program built with Debian's rustc, java -version, git log, perl -e, and jemalloc
 # preloaded before and after the shim.
 DEB_PKGS += rustc default-jre-headless git perl libjemalloc2
+DEB_PKGS += prometheus curl # tests/test_fleet.c: promtool, a real Prometheus, and curl
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \

@@ -265,3 +265,21 @@ uint64_t budget_used(struct budget *b, uid_t uid, enum budget_kind k)
 	pthread_mutex_unlock(&b->lock);
 	return v;
 }
+
+uint64_t budget_used_total(struct budget *b, enum budget_kind k)
+{
+	if (!b)
+		return 0;
+	pthread_mutex_lock(&b->lock);
+	uint64_t v = b->total[k];
+	pthread_mutex_unlock(&b->lock);
+	return v;
+}
+
+void budget_get_limits(struct budget *b, struct budget_limits *out)
+{
+	if (b)
+		*out = b->lim; /* set at budget_new, never changed */
+	else
+		memset(out, 0, sizeof(*out));
+}

@@ -46,6 +46,9 @@ bool budget_over(struct budget *b, uid_t uid, enum budget_kind k);
 /* BUDGET_FLAG bits of the budgets uid hit since it was last under all of them. */
 uint32_t budget_flags(struct budget *b, uid_t uid);
 uint64_t budget_used(struct budget *b, uid_t uid, enum budget_kind k);
+/* What all users hold together, and the limits in force (all 0 for b NULL). */
+uint64_t budget_used_total(struct budget *b, enum budget_kind k);
+void budget_get_limits(struct budget *b, struct budget_limits *out);
 const char *budget_name(enum budget_kind k);
 
 #endif

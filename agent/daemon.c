@@ -24,6 +24,7 @@ struct daemon_opts {
 	struct server_opts server;
 	bool foreground;
 	const char *http_uids; /* --http-uids, checked by http_parse_uids */
+	const char *http_token_file; /* --http-token-file */
 	struct budget_limits budget;
 	char socket_buf[PATH_MAX];
 };
@@ -35,7 +36,8 @@ static void daemon_usage(FILE *f)
 	fprintf(f,
 		"usage: llgo-heapd [--socket PATH] [--foreground] [--max-buckets N]\n"
 		"                  [--max-memory BYTES] [--keep-exited N]\n"
-		"                  [--http ADDR:PORT [--http-uids UID,...]] [--trim NAME,...]\n"
+		"                  [--http [ADDR:]PORT [--http-uids UID,...]\n"
+		"                  [--http-token-file FILE]] [--trim NAME,...]\n"
 		"                  [--verify-every N]\n"
 		"  --socket PATH       listen here (default: $LLGO_HEAP_SOCKET, else\n"
 		"                      /run/llgo-heapd/llgo-heapd.sock for root,\n"
@@ -46,10 +48,14 @@ static void daemon_usage(FILE *f)
 		"                      bucket (default 1000000)\n"
 		"  --max-memory BYTES  bucket memory per process, K/M/G suffixes (default 512M)\n"
 		"  --keep-exited N     exited processes kept for snapshots (default %u)\n"
-		"  --http ADDR:PORT    serve Go's /debug/pprof/{heap,allocs}?pid=N over HTTP\n"
-		"                      (off by default; \":PORT\" is 127.0.0.1, [::1]:PORT IPv6)\n"
+		"  --http [ADDR:]PORT  serve Go's /debug/pprof/{heap,allocs}?pid=N, /targets\n"
+		"                      (Prometheus http_sd) and /metrics over HTTP (off by\n"
+		"                      default; PORT alone is 127.0.0.1, 0.0.0.0:PORT every\n"
+		"                      interface, [::1]:PORT IPv6)\n"
 		"  --http-uids UID,... serve only processes of these uids or user names\n"
 		"                      (default: the daemon's own uid)\n"
+		"  --http-token-file FILE  require \"Authorization: Bearer TOKEN\" (the file's\n"
+		"                      content) of every HTTP request but the index /\n"
 		"  --trim NAME,...     hide these functions (NAME* for a prefix) from the top\n"
 		"                      of every stack, e.g. a linked allocator's plumbing;\n"
 		"                      may be repeated\n"
@@ -175,7 +181,7 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 					"--max-ring-memory-per-uid", "--max-ring-memory",
 					"--max-bucket-memory-per-uid", "--max-bucket-memory",
 					"--keep-exited-per-uid", "--keep-exited-age",
-					"--max-unread-per-uid" };
+					"--max-unread-per-uid", "--http-token-file" };
 		const char *val = NULL;
 		size_t which = LLGO_ARRAY_SIZE(names);
 		for (size_t k = 0; k < LLGO_ARRAY_SIZE(names); k++) {
@@ -239,6 +245,9 @@ static int daemon_parse(int argc, char **argv, struct daemon_opts *o)
 				return daemon_die("--max-unread-per-uid: not a size: %s", val);
 			o->budget.per_uid[BUDGET_OUT_BYTES] = v;
 			o->server.budget = &o->budget;
+			break;
+		case 21:
+			o->http_token_file = val;
 			break;
 		case 18:
 			if (daemon_parse_size(val, &v, false) || v == 0 || v > 1000000)
@@ -358,6 +367,10 @@ int main(int argc, char **argv)
 	if (o.server.http_addr)
 		http = http_new(srv, o.server.http_addr, http_uids, n_http_uids, err, sizeof(err));
 	free(http_uids);
+	if (http && http_set_token_file(http, o.http_token_file, err, sizeof(err))) {
+		http_free(http);
+		http = NULL;
+	}
 	if (o.server.http_addr && !http) {
 		fprintf(stderr, "llgo-heapd: %s\n", err);
 		server_free(srv);

@@ -231,6 +231,8 @@ static void session_free(struct session *s)
 	bucket_table_free(s->buckets);
 	unwind_free(s->unwind);
 	procmaps_free(s->maps);
+	free(s->service_name);
+	free(s->exe);
 	if (s->pidfd >= 0)
 		close(s->pidfd);
 	pthread_mutex_destroy(&s->lock);
@@ -476,8 +478,7 @@ bool session_may_read(struct session *s)
 	return session_may_read_ex(s, false);
 }
 
-/* After a read: a process that exited meanwhile, but was itself until then, is fine. */
-static bool session_may_have_read(struct session *s)
+bool session_may_have_read(struct session *s)
 {
 	return session_may_read_ex(s, true);
 }

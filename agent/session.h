@@ -122,6 +122,12 @@ struct session {
 	 * (unwound, completed): under drain_lock */
 	struct inuse_rekey *rekey;
 
+	/* http_targets.c: LLGO_HEAP_SERVICE from /proc/PID/environ (NULL: none, the command
+	 * name is used) and /proc/PID/exe (NULL: unreadable), read once with the identity
+	 * checked; set under lock before names_known (release), never changed after. */
+	char *service_name, *exe;
+	_Atomic bool names_known;
+
 	struct unwind *unwind;          /* ALLOC_RAW records' unwinder, made on first use */
 	uint64_t unwound, truncated;    /* ALLOC_RAW stacks unwound; not to the thread's start */
 	uint32_t unwind_mode;           /* enum llgo_unwind_mode, from HELLO (set once, see drain.c) */
@@ -153,7 +159,8 @@ int session_take_slot(struct session *s);
 void session_charge_buckets(struct session *s);
 /* Drops the registry's references; sessions still referenced elsewhere live on. */
 void session_registry_free(struct session_registry *reg);
-/* session.c's use of the registry (session_registry.c): the budgets its sessions charge,
+/* session.c's use of the registry (session_registry.c), also http_metrics.c's (budgets):
+ * the budgets its sessions charge (those given to session_registry_set_limits; NULL: none),
  * their bucket caps, the exit of one (counted, and what the limits then say is evicted),
  * and waiting for that exit. */
 struct budget *session_registry_budget(struct session_registry *reg);
@@ -185,6 +192,8 @@ struct session *session_find_process(struct session_registry *reg, pid_t pid, ui
 /* Whether the daemon may still read the process as its owner would (ident_verify against
  * the pidfd, or the start time when there is none); once false, always false. */
 bool session_may_read(struct session *s);
+/* After a read: a process that exited meanwhile, but was itself until then, is fine. */
+bool session_may_have_read(struct session *s);
 /* Read the process's mappings (procmaps_new), checking its identity before and after. */
 int session_attach_maps(struct session *s);
 /* A fork child gone before its maps were read: its parent's (same uid only), which were its

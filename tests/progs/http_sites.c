@@ -3,12 +3,15 @@
  * http_sites.c: a long-running profiled program for the HTTP tests. Each round allocates
  * from two sites (http_site_keep: blocks kept until exit; http_site_churn: freed at once),
  * then prints "ready R" and waits for a line on stdin: "more" runs another round, from a
- * third site the first round never used (http_site_late), EOF or "quit" exits.
+ * third site the first round never used (http_site_late), "nodump" makes the process not
+ * dumpable (its /proc/PID becomes root's, as after a setuid exec) and runs another round,
+ * EOF or "quit" exits.
  * Usage: http_sites N (allocations per site and round).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
 
@@ -29,7 +32,11 @@ int main(int argc, char **argv)
 		}
 		printf("ready %d\n", round);
 		fflush(stdout);
-		if (!fgets(line, sizeof(line), stdin) || strncmp(line, "more", 4) != 0)
+		if (!fgets(line, sizeof(line), stdin))
+			break;
+		if (strncmp(line, "nodump", 6) == 0)
+			prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+		else if (strncmp(line, "more", 4) != 0)
 			break;
 	}
 	for (size_t i = 0; i < k; i++)

@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * http_internal.h: what the files of llgo-heapd's HTTP server share, and nothing else
+ * includes. http.c owns the server (life cycle, access, the bearer token, dispatch, the
+ * answer helpers); each endpoint family has its file: http_pprof.c (Go's /debug/pprof/),
+ * http_targets.c (/targets, Prometheus HTTP service discovery), http_metrics.c (/metrics).
+ */
+#ifndef LLGO_AGENT_HTTP_INTERNAL_H
+#define LLGO_AGENT_HTTP_INTERNAL_H
+
+#include <arpa/inet.h>
+#include <pthread.h>
+
+#include <microhttpd.h>
+
+#include "http.h"
+
+#define HTTP_PREFIX "/debug/pprof/"
+#define HTTP_MAX_BODY (4u << 20) /* POST /debug/pprof/symbol: about 300000 addresses */
+
+/* Requests answered, by handler (llgo_heap_http_requests_total{handler}). */
+enum http_handler {
+	HTTP_H_ROOT,    /* / */
+	HTTP_H_PPROF,   /* /debug/pprof/... */
+	HTTP_H_TARGETS, /* /targets */
+	HTTP_H_METRICS, /* /metrics */
+	HTTP_H_OTHER,   /* 404 */
+	HTTP_H_COUNT,
+};
+
+struct http_server {
+	struct server *srv;
+	struct MHD_Daemon *mhd;
+	int listen_fd; /* ours until MHD_start_daemon succeeds, then MHD's (it closes it) */
+	int family;
+	int stop_fd;   /* eventfd, readable once stopping: wakes sleeping delta requests */
+	_Atomic bool stopping;
+	_Atomic unsigned inflight; /* requests being answered (handler called to completion) */
+	_Atomic unsigned deltas;   /* delta profiles sleeping (HTTP_MAX_DELTAS) */
+	uid_t *uids;
+	size_t nuids;
+	char address[INET6_ADDRSTRLEN + 16];
+	/* Bound to 0.0.0.0 or [::]: /targets names the host from the request (Host header) or
+	 * gethostname(), with this port. */
+	bool wildcard;
+	unsigned port;
+
+	/* --http-token-file: the path (kept for http_reload_token) and the token; token_lock
+	 * guards token and token_len against a reload during a request. */
+	pthread_mutex_t token_lock;
+	char *token_path;
+	char *token; /* NULL: no token required */
+	size_t token_len;
+
+	_Atomic uint64_t requests[HTTP_H_COUNT];
+	_Atomic uint64_t unauthorized;
+};
+
+/* Per request: the POST body (only /debug/pprof/symbol keeps it). */
+struct http_req {
+	struct buf body;
+	bool too_large;
+	bool keep_body;
+	bool counted; /* in h->inflight */
+	bool denied;  /* a token is required and the request did not carry it */
+	bool presented; /* it carried an Authorization header (401 says invalid_token) */
+};
+
+struct http_answer {
+	unsigned status;
+	const char *content_type;
+	char disposition[64]; /* "" for none */
+	bool go_error;        /* X-Go-Pprof: 1 */
+	struct buf body;      /* handed to libmicrohttpd */
+};
+
+/* ---- http.c ---------------------------------------------------------------------------- */
+
+/* Go's strconv.ParseInt(s, 10, 64): 0, -EINVAL (syntax) or -ERANGE (*out clamped). */
+int http_parse_int(const char *s, int64_t *out);
+/* Go's `n, _ := strconv.Atoi(s)`: 0 on a syntax error, the clamped value out of range. */
+int64_t http_atoi(const char *s);
+const char *http_arg(struct MHD_Connection *c, const char *key);
+bool http_uid_allowed(const struct http_server *h, uid_t uid);
+/* Whether requests may see s: its uid is allowed (a process whose identity changed after it
+ * attached, ident.c, counts as root's). */
+bool http_session_allowed(const struct http_server *h, const struct session *s);
+/* A hostile string (a command name, a path, an environment variable) double-quoted for
+ * JSON and for Prometheus label values: escape.c's form (valid UTF-8, no control character;
+ * \xNN and \\ escapes), then its double quotes and backslashes escaped with a backslash. */
+void http_quote(struct buf *b, const char *s);
+/* The pid=N parameter: 0 when absent, -1 when not a positive int (answer 400). */
+int64_t http_pid_arg(struct MHD_Connection *c);
+
+void http_answer_init(struct http_answer *a, unsigned status, const char *ctype);
+/* Queue a (the body is handed over or freed); a body that ran out of memory becomes a 500
+ * "out of memory" answer. */
+enum MHD_Result http_send(struct MHD_Connection *c, struct http_answer *a);
+/* Go's serveError: status, text/plain, X-Go-Pprof: 1, the message and a newline. */
+enum MHD_Result http_error(struct MHD_Connection *c, unsigned status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* ---- http_auth.c ----------------------------------------------------------------------- */
+
+/* Read the token of path (NULL: none required from now on) and keep path for reloads. */
+int http_auth_set_file(struct http_server *h, const char *path, char *err, size_t errlen);
+/* Read the file again (nothing when none was given); on failure the old token stays. */
+int http_auth_reload(struct http_server *h, char *err, size_t errlen);
+/* Whether the request may pass; *presented: it carried an Authorization header. */
+bool http_auth_check(struct http_server *h, struct MHD_Connection *c, bool *presented);
+enum MHD_Result http_auth_deny(struct http_server *h, struct MHD_Connection *c, bool presented);
+
+/* ---- http_pprof.c ---------------------------------------------------------------------- */
+
+/* name: what follows /debug/pprof/ ("" for the index). */
+enum MHD_Result http_pprof_handle(struct http_server *h, struct MHD_Connection *c,
+				  const char *name, const char *method, struct http_req *req);
+
+/* ---- http_targets.c -------------------------------------------------------------------- */
+
+/* The labels a process is known by: service_name (LLGO_HEAP_SERVICE in its environment,
+ * else its command name) and exe ("" when unreadable). Read once per process and kept in
+ * the session; the strings live as long as s (the caller holds a reference). */
+struct http_targets_names {
+	const char *service;
+	const char *exe;
+};
+void http_targets_names(struct session *s, struct http_targets_names *out);
+enum MHD_Result http_targets_handle(struct http_server *h, struct MHD_Connection *c);
+
+/* ---- http_metrics.c -------------------------------------------------------------------- */
+
+enum MHD_Result http_metrics_handle(struct http_server *h, struct MHD_Connection *c);
+
+#endif
