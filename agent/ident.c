@@ -17,8 +17,9 @@
  *   - its real, effective, saved and filesystem uids are the peer's uid, and so are its gids
  *     (a setuid or setgid exec changes one of them), as the kernel's own ptrace read check
  *     requires of an unprivileged reader;
- *   - /proc/PID is owned by that uid: the kernel gives it to root when the process is not
- *     dumpable (a setuid exec, prctl(PR_SET_DUMPABLE, 0)), whose maps its owner cannot read.
+ *   - /proc/PID and /proc/PID/maps are owned by that uid: the kernel gives them to root
+ *     when the process is not dumpable (a setuid exec, prctl(PR_SET_DUMPABLE, 0)), whose
+ *     maps its owner cannot read (since Linux 4.11 only the files inside change owner).
  * A peer that connected as root may read whatever its process becomes (a service that drops
  * its privileges after attaching stays readable): for uid 0 only life and start time count.
  *
@@ -183,6 +184,13 @@ int ident_verify_ex(const struct ident *id, bool allow_exited, char *why, size_t
 			 "dumpable: /proc/%d owned by %u:%u, peer %u:%u)", (int)id->pid,
 			 (unsigned)st.st_uid, (unsigned)st.st_gid, (unsigned)id->uid,
 			 (unsigned)id->gid);
+	} else if (id->uid != 0 && fstatat(dfd, "maps", &st, 0) == 0 &&
+		   (st.st_uid != id->uid || st.st_gid != id->gid)) {
+		/* Linux 4.11+ leaves /proc/PID its owner's and gives the files in it to root */
+		err = -EACCES;
+		snprintf(why, n, "the process is no longer its owner's (not dumpable: /proc/%d/maps "
+			 "owned by %u:%u, peer %u:%u)", (int)id->pid, (unsigned)st.st_uid,
+			 (unsigned)st.st_gid, (unsigned)id->uid, (unsigned)id->gid);
 	} else if ((err = ident_read_at(dfd, "stat", buf, sizeof(buf))) != 0 ||
 		   (err = ident_parse_stat(buf, &state, &start)) != 0) {
 		snprintf(why, n, "reading /proc/%d/stat: %s", (int)id->pid, strerror(-err));

@@ -9,7 +9,10 @@
  */
 #include "sec_util.h"
 
+#include <sys/prctl.h>
 #include <sys/sysmacros.h>
+
+#include "../agent/ident.h"
 
 static uid_t nobody_uid(void)
 {
@@ -23,10 +26,14 @@ static gid_t nobody_gid(void)
 	return pw ? pw->pw_gid : 65534;
 }
 
+/* The child becomes an ordinary process of nobody's: the uid change leaves it not dumpable
+ * (its /proc files root's, the daemon refuses to read it), which a program nobody starts is
+ * not. */
 static void become_nobody(void)
 {
 	if (setgroups(0, NULL) != 0 || setgid(nobody_gid()) != 0 || setuid(nobody_uid()) != 0)
 		_exit(120);
+	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
 }
 
 static void need_root(void)
@@ -133,6 +140,42 @@ Test(identity, setuid_exec_after_connect_is_refused, .timeout = 60)
  * child, which kept the socket, sends HELLO: nothing of the pid is read, the session is not
  * live, and root's `rate PID` does not reach the attacker's page.
  */
+/* A process of the peer's uid that makes itself not dumpable (prctl): its maps are root's
+ * from then on (only the files in /proc/PID change owner), and the identity check says so. */
+Test(identity, not_dumpable_process_is_not_read, .timeout = 60)
+{
+	need_root();
+	int to_child[2], to_parent[2];
+	cr_assert_eq(pipe(to_child), 0);
+	cr_assert_eq(pipe(to_parent), 0);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		become_nobody();
+		char c;
+		if (write(to_parent[1], "a", 1) != 1 || read(to_child[0], &c, 1) != 1)
+			_exit(1);
+		prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+		if (write(to_parent[1], "b", 1) != 1 || read(to_child[0], &c, 1) != 1)
+			_exit(1);
+		_exit(0);
+	}
+	char c;
+	cr_assert_eq(read(to_parent[0], &c, 1), 1);
+	struct ident id;
+	cr_assert_eq(ident_open(-1, pid, nobody_uid(), nobody_gid(), &id), 0);
+	char why[256] = "";
+	cr_expect_eq(ident_verify(&id, why, sizeof(why)), 0, "dumpable: %s", why);
+	cr_assert_eq(write(to_child[1], "x", 1), 1);
+	cr_assert_eq(read(to_parent[0], &c, 1), 1);
+	cr_expect_eq(ident_verify(&id, why, sizeof(why)), -EACCES, "not dumpable: %s", why);
+	cr_expect(strstr(why, "not dumpable") != NULL, "%s", why);
+	cr_assert_eq(write(to_child[1], "x", 1), 1);
+	int st;
+	waitpid(pid, &st, 0);
+	ident_close(&id);
+}
+
 Test(identity, hello_after_the_process_exited_is_not_live, .timeout = 60)
 {
 	need_root();
