@@ -59,10 +59,18 @@ SHIM_OBJS := $(patsubst shim/%.c,$(OUT)/obj/shim/%.o,$(SHIM_SRCS))
 # The static archive is the hook API for linked allocators: no malloc interposition.
 SHIM_LIB_OBJS := $(filter-out $(OUT)/obj/shim/override%.o,$(SHIM_OBJS))
 
-AGENT_COMMON_SRCS := $(filter-out agent/daemon.c agent/cli.c agent/%.bpf.c,$(wildcard agent/*.c))
+AGENT_COMMON_SRCS := $(filter-out agent/daemon.c agent/%.bpf.c,$(wildcard agent/*.c))
 AGENT_COMMON_OBJS := $(patsubst agent/%.c,$(OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS))
 
-HEADERS := $(wildcard shared/*.h agent/*.h shim/*.h include/*.h tests/*.h)
+# client/: the protocol's client side (client.c, also linked into the tests) and the CLI.
+# The CLI links that, the CLI's own files and exactly the agent objects they use (buf, msg):
+# no libdw, libelf, libmicrohttpd, libbpf, libunwind or zlib (tests/test_e2e.c checks).
+CLIENT_OBJS := $(OUT)/obj/client/client.o
+CLI_OBJS := $(patsubst client/%.c,$(OUT)/obj/client/%.o,$(filter-out client/client.c,\
+	$(wildcard client/*.c))) $(CLIENT_OBJS) $(OUT)/obj/agent/buf.o $(OUT)/obj/agent/msg.o
+LIBS_CLI :=
+
+HEADERS := $(wildcard shared/*.h agent/*.h client/*.h shim/*.h include/*.h tests/*.h)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRCS))
@@ -99,6 +107,11 @@ $(OUT)/obj/shim/%.o: shim/%.c $(HEADERS) Makefile
 	$(Q)$(CC) $(CFLAGS_SHIM) -c $< -o $@
 
 $(OUT)/obj/agent/%.o: agent/%.c $(HEADERS) Makefile
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_AGENT) -c $< -o $@
+
+$(OUT)/obj/client/%.o: client/%.c $(HEADERS) Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -c $< -o $@
@@ -159,10 +172,10 @@ $(OUT)/bin/llgo-heapd: $(OUT)/obj/agent/daemon.o $(AGENT_COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_AGENT)
 
-$(OUT)/bin/llgo-heap: $(OUT)/obj/agent/cli.o $(AGENT_COMMON_OBJS)
+$(OUT)/bin/llgo-heap: $(CLI_OBJS)
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_AGENT)
+	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_CLI)
 
 # Unit tests link the agent objects and the shim objects they exercise (never override.o:
 # a criterion binary keeps its own malloc).
