@@ -177,15 +177,23 @@ $(OUT)/bin/llgo-heap: $(CLI_OBJS)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_CLI)
 
-# Unit tests link the agent objects and the shim objects they exercise (never override.o:
-# a criterion binary keeps its own malloc).
-$(OUT)/tests/%: tests/%.c $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) $(HEADERS) | $(BINS) $(LIBS) $(PROG_BINS)
+# Every test's daemon launcher and client (tests/heapd.c over client/client.c), built once.
+TEST_LIB_OBJS := $(OUT)/obj/tests/heapd.o $(CLIENT_OBJS)
+TEST_DEFS := -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' -DLLGO_SRC_DIR='"$(CURDIR)"' \
+	-DLLGO_PLAIN_SHIM='"$(abspath $(OUT))/lib/libllgoheap.so"' $(filter -I%,$(TEST_CRITERION))
+
+$(OUT)/obj/tests/heapd.o: tests/heapd.c $(HEADERS) Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' -DLLGO_SRC_DIR='"$(CURDIR)"' \
-		-DLLGO_PLAIN_SHIM='"$(abspath $(OUT))/lib/libllgoheap.so"' \
-		$(filter -I%,$(TEST_CRITERION)) -o $@ $< $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) \
-		$(LIBS_AGENT) $(filter -l%,$(TEST_CRITERION)) -lm -ldl
+	$(Q)$(CC) $(CFLAGS_AGENT) $(TEST_DEFS) -DLLGO_T_HELPER -c $< -o $@
+
+# Unit tests link the agent objects and the shim objects they exercise (never override.o:
+# a criterion binary keeps its own malloc).
+$(OUT)/tests/%: tests/%.c $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) $(TEST_LIB_OBJS) $(HEADERS) | $(BINS) $(LIBS) $(PROG_BINS)
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_AGENT) $(TEST_DEFS) -o $@ $< $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) \
+		$(TEST_LIB_OBJS) $(LIBS_AGENT) $(filter -l%,$(TEST_CRITERION)) -lm -ldl
 
 # Programs profiled by the end-to-end tests: plain, frame pointers on, never sanitized.
 PROG_CFLAGS := -std=gnu11 -g -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread
@@ -600,19 +608,26 @@ $(FUZZ_OUT)/obj/agent/%.o: agent/%.c $(HEADERS) Makefile | $(OUT)/bpf/verify.bpf
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_OUT)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_AGENT_OBJS) $(FUZZ_HEADERS)
+$(FUZZ_OUT)/obj/client/%.o: client/%.c $(HEADERS) Makefile
+	$(call msg,FUZZCC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_OUT)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_AGENT_OBJS) $(FUZZ_OUT)/obj/client/client.o $(FUZZ_HEADERS)
 	$(call msg,FUZZLD,$@)
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_AGENT_OBJS) $(LIBS_AGENT)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_AGENT_OBJS) \
+		$(FUZZ_OUT)/obj/client/client.o $(LIBS_AGENT)
 
 # The replay builds: the test build's compiler, flags and sanitizers, no libFuzzer.
-$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(FUZZ_HEADERS)
+$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(CLIENT_OBJS) $(FUZZ_HEADERS)
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $< tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(LIBS_AGENT)
+	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $< tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) \
+		$(CLIENT_OBJS) $(LIBS_AGENT)
 
 .PHONY: fuzz fuzz-build fuzz-replay
 fuzz-build: $(FUZZ_BINS)
-.SECONDARY: $(FUZZ_AGENT_OBJS)
+.SECONDARY: $(FUZZ_AGENT_OBJS) $(FUZZ_OUT)/obj/client/client.o
 
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory fuzz-build

@@ -40,13 +40,7 @@ int client_connect(const char *path, unsigned timeout_ms, int *out)
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -errno;
-	if (timeout_ms) {
-		/* SO_SNDTIMEO bounds connect too */
-		struct timeval tv = { .tv_sec = (time_t)(timeout_ms / 1000),
-				      .tv_usec = (suseconds_t)(timeout_ms % 1000) * 1000 };
-		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	}
+	client_set_timeout(s, timeout_ms); /* SO_SNDTIMEO bounds connect too */
 	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		int err = -errno;
 		close(s);
@@ -54,6 +48,16 @@ int client_connect(const char *path, unsigned timeout_ms, int *out)
 										   : err;
 	}
 	*out = s;
+	return 0;
+}
+
+int client_set_timeout(int s, unsigned timeout_ms)
+{
+	struct timeval tv = { .tv_sec = (time_t)(timeout_ms / 1000),
+			      .tv_usec = (suseconds_t)(timeout_ms % 1000) * 1000 };
+	if (setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0 ||
+	    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0)
+		return -errno;
 	return 0;
 }
 

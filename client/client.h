@@ -26,6 +26,8 @@ const char *client_default_socket(char *buf, size_t len);
  * full backlog of a stopped daemon), every send and every packet received on it. -ETIMEDOUT
  * when it ran out; -ENOENT / -ECONNREFUSED when no daemon listens there. */
 int client_connect(const char *path, unsigned timeout_ms, int *out);
+/* Set s's send and receive timeout (0: none). */
+int client_set_timeout(int s, unsigned timeout_ms);
 
 /* The requests, framed (header included). */
 void client_list_req(struct llgo_msg_header *req);
