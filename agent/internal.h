@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * internal.h: prototypes shared between the agent's files (llgo-heapd and llgo-heap),
+ * internal.h: prototypes shared between the daemon's files (llgo-heapd; the CLI is client/'s),
  * grouped by the file that defines them. Nothing here crosses the process boundary; the
  * cross-process contract is in shared/.
  *

@@ -122,7 +122,7 @@ static int opts_parse(const char *sub, int argc, char **argv, struct cli_opts *o
 			if (strcmp(o->unwind, "auto") != 0 && strcmp(o->unwind, "fp") != 0 &&
 			    strcmp(o->unwind, "dwarf") != 0)
 				return cli_die("%s: --unwind takes auto, fp or dwarf, not '%s'", sub,
-					   o->unwind);
+					       o->unwind);
 		} else if ((strcmp(a, "-n") == 0 || strcmp(a, "--top") == 0) &&
 			   (strcmp(sub, "top") == 0 || strcmp(sub, "run") == 0)) {
 			const char *n;
@@ -149,7 +149,7 @@ static int opts_parse(const char *sub, int argc, char **argv, struct cli_opts *o
 				double d = strtod(v, &end);
 				if (*v == '\0' || *end || !(d >= 0.1 && d <= 3600))
 					return cli_die("%s: bad interval for --watch: '%s' (0.1..3600 "
-						   "seconds)", sub, v);
+						       "seconds)", sub, v);
 				o->interval = d;
 			}
 		} else if (strcmp(a, "--allocs") == 0 && !val && strcmp(sub, "snapshot") == 0) {
@@ -211,8 +211,8 @@ int cli_parse_rate(const char *s, uint64_t *rate)
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
 	if (*s == '\0' || *s == '-' || *end || errno || v > LLGO_RATE_MAX)
-		return cli_die("bad rate '%s' (0 = off, 1 = every allocation, N = mean bytes, at most "
-			   "%llu)", s, (unsigned long long)LLGO_RATE_MAX);
+		return cli_die("bad rate '%s' (0 = off, 1 = every allocation, N = mean bytes, "
+			       "at most %llu)", s, (unsigned long long)LLGO_RATE_MAX);
 	*rate = v;
 	return 0;
 }
@@ -368,7 +368,7 @@ static int cmd_verify(const char *path, struct cli_opts *o)
 {
 	if (o->npos != 1)
 		return cli_die("verify: expected one PID (llgo-heap verify PID [--seconds N] "
-			   "[--min-agree PERCENT])");
+			       "[--min-agree PERCENT])");
 	pid_t pid;
 	int rc = cli_parse_pid(o->pos[0], &pid);
 	if (rc)
@@ -380,7 +380,7 @@ static int cmd_verify(const char *path, struct cli_opts *o)
 		seconds = strtoul(o->seconds, &end, 10);
 		if (!*o->seconds || *end || errno || seconds < 1 || seconds > LLGO_VERIFY_MAX_SECONDS)
 			return cli_die("verify: bad --seconds '%s' (1..%u)", o->seconds,
-				   LLGO_VERIFY_MAX_SECONDS);
+				       LLGO_VERIFY_MAX_SECONDS);
 	}
 	double min_agree = 100.0;
 	if (o->min_agree) {
@@ -391,7 +391,7 @@ static int cmd_verify(const char *path, struct cli_opts *o)
 			end++;
 		if (!*o->min_agree || *end || errno || !(min_agree >= 0.0 && min_agree <= 100.0))
 			return cli_die("verify: bad --min-agree '%s' (a percentage, 0..100)",
-				   o->min_agree);
+				       o->min_agree);
 	}
 	struct llgo_msg_verify req;
 	client_verify_req(&req, pid, (uint32_t)seconds);

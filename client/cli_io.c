@@ -92,9 +92,9 @@ int cli_io_write_file(const char *file, const struct buf *b)
 			struct stat ts;
 			if (stat(file, &ts) == 0 && !S_ISREG(ts.st_mode))
 				return cli_die("cannot write %s: a symlink to something other than a "
-					   "regular file is neither followed nor replaced (-o - "
-					   "writes to stdout)",
-					   file);
+					       "regular file is neither followed nor replaced (-o - "
+					       "writes to stdout)",
+					       file);
 		} else if (!S_ISREG(ls.st_mode)) {
 			int fd = open(file, O_WRONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
 			if (fd < 0)
