@@ -5,6 +5,7 @@
  * stopped by pid, never by name. Assertions end the test as in the test files themselves.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -159,6 +160,46 @@ bool heapd_alive(struct heapd *d)
 {
 	int st;
 	return d->pid > 0 && waitpid(d->pid, &st, WNOHANG) == 0;
+}
+
+/* Whether every thread of pid is in the stopped state ('T' in /proc/PID/task/TID/stat). */
+static bool heapd_all_stopped(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *dir = opendir(path);
+	if (!dir)
+		return false;
+	bool all = true;
+	struct dirent *e;
+	while (all && (e = readdir(dir)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		char stat[352], buf[512];
+		snprintf(stat, sizeof(stat), "%s/%s/stat", path, e->d_name);
+		FILE *f = fopen(stat, "r");
+		const char *paren = NULL;
+		if (f && fgets(buf, sizeof(buf), f))
+			paren = strrchr(buf, ')');
+		all = paren && paren[1] == ' ' && paren[2] == 'T';
+		if (f)
+			fclose(f);
+	}
+	closedir(dir);
+	return all;
+}
+
+void heapd_pause(struct heapd *d)
+{
+	cr_assert_eq(kill(d->pid, SIGSTOP), 0);
+	for (int i = 0; i < 2000 && !heapd_all_stopped(d->pid); i++)
+		heapd_sleep_ms(1);
+	cr_assert(heapd_all_stopped(d->pid), "llgo-heapd %d did not stop", (int)d->pid);
+}
+
+void heapd_resume(struct heapd *d)
+{
+	cr_assert_eq(kill(d->pid, SIGCONT), 0);
 }
 
 int heapd_stop(struct heapd *d)

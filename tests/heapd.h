@@ -52,6 +52,11 @@ void heapd_run(struct heapd *d, const char *const *extra);
 /* init + run: the usual start. */
 void heapd_start(struct heapd *d, const char *dir, const char *const *extra);
 bool heapd_alive(struct heapd *d);
+/* SIGSTOP, and wait until every thread of the daemon has stopped: kill() wakes one thread
+ * to take the stop, and the others go on serving until it did (a client that starts at once
+ * can still be answered). heapd_resume: SIGCONT. */
+void heapd_pause(struct heapd *d);
+void heapd_resume(struct heapd *d);
 /* SIGTERM and wait: the wait status, or -1 when it had to be killed after 10 s. */
 int heapd_stop(struct heapd *d);
 /* heapd_stop expecting a clean stop: alive until then, exit status 0, socket removed. */

@@ -438,13 +438,13 @@ Test(inuse, stopped_daemon_does_not_hang_a_waiting_program, .timeout = 120)
 	lu_start(&p, &d, "1", 4, NULL, argv, extra);
 	char line[256];
 	cr_assert(lu_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
-	kill(d.pid, SIGSTOP);
+	heapd_pause(&d);
 	long t0 = lu_now_ms();
 	fputs("go\n", p.in);
 	fflush(p.in);
 	bool ok = lu_read_line(&p, line, sizeof(line), 30000);
 	long ms = lu_now_ms() - t0;
-	kill(d.pid, SIGCONT);
+	heapd_resume(&d);
 	cr_assert(ok, "program hung with the daemon stopped");
 	cr_expect(ms < 5000, "100,000 allocations took %ld ms with the daemon stopped", ms);
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);

@@ -142,7 +142,7 @@ Test(liveness, stopped_daemon_startup, .timeout = 300)
 	long live_true, live_true_max;
 	lv_time_runs(true_argv, d.sock, "524288", runs, &live_true, &live_true_max);
 
-	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	heapd_pause(&d);
 	struct {
 		char *const *argv;
 		const char *rate;
@@ -180,7 +180,7 @@ Test(liveness, stopped_daemon_startup, .timeout = 300)
 	cr_assert(lu_read_line(&early, line, sizeof(line), 10000) && strcmp(line, "ready") == 0,
 		  "a process started while the daemon is stopped did not reach main quickly");
 
-	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	heapd_resume(&d);
 	struct lu_proc p;
 	lu_start(&p, &d, "1", 0, NULL, idle_argv, NULL);
 	cr_assert(lu_read_line(&p, line, sizeof(line), 10000) && strcmp(line, "ready") == 0);
@@ -313,10 +313,10 @@ Test(liveness, fork_vfork_spawn_one_session_each, .timeout = 300)
 
 	/* The daemon stopped: fork never waits for it, the children attach lazily (connect and
 	 * send only) and wait at most briefly at exit. */
-	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	heapd_pause(&d);
 	long stopped_ms;
 	out = lv_life_fork(&d, "3", &stopped_ms, &parent);
-	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	heapd_resume(&d);
 	cr_log_info("life_fork with the daemon stopped: %ld ms (healthy: %ld ms)", stopped_ms, ms);
 	cr_expect_lt(stopped_ms, ms + 20000, "with a stopped daemon life_fork took %ld ms",
 		     stopped_ms);

@@ -652,7 +652,7 @@ Test(exposure, cli_times_out_on_a_stopped_daemon, .timeout = 60)
 {
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	kill(d.pid, SIGSTOP);
+	heapd_pause(&d);
 	char cmd[512], *out = NULL;
 	snprintf(cmd, sizeof(cmd), "%s list --socket %s --timeout 2 2>&1; echo \"exit=$?\"", CLI,
 		 d.sock);
@@ -665,7 +665,7 @@ Test(exposure, cli_times_out_on_a_stopped_daemon, .timeout = 60)
 	out[n] = '\0';
 	pclose(p);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	kill(d.pid, SIGCONT);
+	heapd_resume(&d);
 	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	cr_expect_lt(secs, 10.0, "the CLI waited %.1f s", secs);
 	cr_expect(strstr(out, "did not answer") != NULL, "%s", out);
