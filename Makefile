@@ -60,10 +60,18 @@ SHIM_OBJS := $(patsubst shim/%.c,$(OUT)/obj/shim/%.o,$(SHIM_SRCS))
 # The static archive is the hook API for linked allocators: no malloc interposition.
 SHIM_LIB_OBJS := $(filter-out $(OUT)/obj/shim/override%.o,$(SHIM_OBJS))
 
-AGENT_COMMON_SRCS := $(filter-out agent/daemon.c agent/cli.c agent/%.bpf.c,$(wildcard agent/*.c))
+AGENT_COMMON_SRCS := $(filter-out agent/daemon.c agent/%.bpf.c,$(wildcard agent/*.c))
 AGENT_COMMON_OBJS := $(patsubst agent/%.c,$(OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS))
 
-HEADERS := $(wildcard shared/*.h agent/*.h shim/*.h include/*.h tests/*.h)
+# client/: the protocol's client side (client.c, also linked into the tests) and the CLI.
+# The CLI links that, the CLI's own files and exactly the agent objects they use (buf, msg):
+# no libdw, libelf, libmicrohttpd, libbpf, libunwind or zlib (tests/test_e2e.c checks).
+CLIENT_OBJS := $(OUT)/obj/client/client.o
+CLI_OBJS := $(patsubst client/%.c,$(OUT)/obj/client/%.o,$(filter-out client/client.c,\
+	$(wildcard client/*.c))) $(CLIENT_OBJS) $(OUT)/obj/agent/buf.o $(OUT)/obj/agent/msg.o
+LIBS_CLI :=
+
+HEADERS := $(wildcard shared/*.h agent/*.h client/*.h shim/*.h include/*.h tests/*.h)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRCS))
@@ -100,6 +108,11 @@ $(OUT)/obj/shim/%.o: shim/%.c $(HEADERS) Makefile
 	$(Q)$(CC) $(CFLAGS_SHIM) -c $< -o $@
 
 $(OUT)/obj/agent/%.o: agent/%.c $(HEADERS) Makefile
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_AGENT) -c $< -o $@
+
+$(OUT)/obj/client/%.o: client/%.c $(HEADERS) Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -c $< -o $@
@@ -160,20 +173,28 @@ $(OUT)/bin/llgo-heapd: $(OUT)/obj/agent/daemon.o $(AGENT_COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_AGENT)
 
-$(OUT)/bin/llgo-heap: $(OUT)/obj/agent/cli.o $(AGENT_COMMON_OBJS)
+$(OUT)/bin/llgo-heap: $(CLI_OBJS)
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_AGENT)
+	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_CLI)
+
+# Every test's daemon launcher and client (tests/heapd.c over client/client.c), built once.
+TEST_LIB_OBJS := $(OUT)/obj/tests/heapd.o $(CLIENT_OBJS)
+TEST_DEFS := -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' -DLLGO_SRC_DIR='"$(CURDIR)"' \
+	-DLLGO_PLAIN_SHIM='"$(abspath $(OUT))/lib/libllgoheap.so"' $(filter -I%,$(TEST_CRITERION))
+
+$(OUT)/obj/tests/heapd.o: tests/heapd.c $(HEADERS) Makefile
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_AGENT) $(TEST_DEFS) -DLLGO_T_HELPER -c $< -o $@
 
 # Unit tests link the agent objects and the shim objects they exercise (never override.o:
 # a criterion binary keeps its own malloc).
-$(OUT)/tests/%: tests/%.c $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) $(HEADERS) | $(BINS) $(LIBS) $(PROG_BINS)
+$(OUT)/tests/%: tests/%.c $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) $(TEST_LIB_OBJS) $(HEADERS) | $(BINS) $(LIBS) $(PROG_BINS)
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' -DLLGO_SRC_DIR='"$(CURDIR)"' \
-		-DLLGO_PLAIN_SHIM='"$(abspath $(OUT))/lib/libllgoheap.so"' \
-		$(filter -I%,$(TEST_CRITERION)) -o $@ $< $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) \
-		$(LIBS_AGENT) $(filter -l%,$(TEST_CRITERION)) -lm -ldl
+	$(Q)$(CC) $(CFLAGS_AGENT) $(TEST_DEFS) -o $@ $< $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) \
+		$(TEST_LIB_OBJS) $(LIBS_AGENT) $(filter -l%,$(TEST_CRITERION)) -lm -ldl
 
 # Programs profiled by the end-to-end tests: plain, frame pointers on, never sanitized.
 PROG_CFLAGS := -std=gnu11 -g -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread
@@ -595,19 +616,26 @@ $(FUZZ_OUT)/obj/agent/%.o: agent/%.c $(HEADERS) Makefile | $(OUT)/bpf/verify.bpf
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_OUT)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_AGENT_OBJS) $(FUZZ_HEADERS)
+$(FUZZ_OUT)/obj/client/%.o: client/%.c $(HEADERS) Makefile
+	$(call msg,FUZZCC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_OUT)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_AGENT_OBJS) $(FUZZ_OUT)/obj/client/client.o $(FUZZ_HEADERS)
 	$(call msg,FUZZLD,$@)
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_AGENT_OBJS) $(LIBS_AGENT)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_AGENT_OBJS) \
+		$(FUZZ_OUT)/obj/client/client.o $(LIBS_AGENT)
 
 # The replay builds: the test build's compiler, flags and sanitizers, no libFuzzer.
-$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(FUZZ_HEADERS)
+$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(CLIENT_OBJS) $(FUZZ_HEADERS)
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $< tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(LIBS_AGENT)
+	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $< tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) \
+		$(CLIENT_OBJS) $(LIBS_AGENT)
 
 .PHONY: fuzz fuzz-build fuzz-replay
 fuzz-build: $(FUZZ_BINS)
-.SECONDARY: $(FUZZ_AGENT_OBJS)
+.SECONDARY: $(FUZZ_AGENT_OBJS) $(FUZZ_OUT)/obj/client/client.o
 
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory fuzz-build

@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
- * buf.c: a growable byte buffer for the output writers and socket answers, and gzip
- * framing of a buffer through zlib. A buffer whose allocation failed once stays failed
- * (b->failed) and ignores further appends, so writers check once at the end.
+ * buf.c: a growable byte buffer (buf.h) for the output writers, socket answers and the
+ * client side's collected answers. A buffer whose allocation failed once stays failed
+ * (b->failed) and ignores further appends, so writers check once at the end. Compression is
+ * gzip.c's, so that the client links without zlib.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
-#include "internal.h"
+#include "buf.h"
 
 void buf_init(struct buf *b)
 {
@@ -100,39 +101,5 @@ int buf_printf(struct buf *b, const char *fmt, ...)
 	va_start(ap, fmt);
 	int err = buf_vprintf(b, fmt, ap);
 	va_end(ap);
-	return err;
-}
-
-int buf_gzip(struct buf *out, const void *in, size_t n, int level)
-{
-	z_stream zs;
-	memset(&zs, 0, sizeof(zs));
-	/* windowBits 15 + 16 selects the gzip wrapper (RFC 1952) */
-	if (deflateInit2(&zs, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-		return -ENOMEM;
-	int err = 0;
-	zs.next_in = (Bytef *)(uintptr_t)in;
-	size_t left = n;
-	int flush;
-	do {
-		uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
-		zs.avail_in = chunk;
-		left -= chunk;
-		flush = left ? Z_NO_FLUSH : Z_FINISH;
-		do {
-			if ((err = buf_reserve(out, 65536)) != 0)
-				goto out;
-			zs.next_out = out->data + out->len;
-			zs.avail_out = (uInt)(out->cap - out->len);
-			int rc = deflate(&zs, flush);
-			if (rc == Z_STREAM_ERROR) {
-				err = -EIO;
-				goto out;
-			}
-			out->len = out->cap - zs.avail_out;
-		} while (zs.avail_out == 0);
-	} while (flush != Z_FINISH);
-out:
-	deflateEnd(&zs);
 	return err;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * internal.h: prototypes shared between the agent's files (llgo-heapd and llgo-heap),
+ * internal.h: prototypes shared between the daemon's files (llgo-heapd; the CLI is client/'s),
  * grouped by the file that defines them. Nothing here crosses the process boundary; the
  * cross-process contract is in shared/.
  *
@@ -22,26 +22,13 @@
 #include "../shared/proto.h"
 #include "../shared/ring.h"
 
-/* ---- buf.c: growable byte buffer ------------------------------------------------------ */
+#include "buf.h"
+#include "msg.h"
 
-struct buf {
-	unsigned char *data;
-	size_t len;
-	size_t cap;
-	bool failed; /* an allocation failed; further appends are ignored */
-};
+/* ---- gzip.c: gzip framing through zlib ------------------------------------------------ */
 
-void buf_init(struct buf *b);
-void buf_free(struct buf *b);
-void buf_reset(struct buf *b);
-int buf_reserve(struct buf *b, size_t extra);
-int buf_append(struct buf *b, const void *p, size_t n);
-int buf_putc(struct buf *b, char c);
-int buf_puts(struct buf *b, const char *s);
-int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int buf_vprintf(struct buf *b, const char *fmt, va_list ap);
 /* Append the gzip (RFC 1952) compression of in[0..n) to out; level as zlib's. */
-int buf_gzip(struct buf *out, const void *in, size_t n, int level);
+int gzip_append(struct buf *out, const void *in, size_t n, int level);
 
 /* ---- ring.c: the daemon's reader of one shared ring ----------------------------------- */
 
@@ -400,24 +387,5 @@ int profile_unwind_line(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
  * mapping, else "0x<addr>". */
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr);
-
-/* ---- watch.c: `llgo-heap top --watch` ---------------------------------------------------- */
-
-/* Fetch pid's LLGO_FORMAT_SITES answer into out; *exited: the process is gone. 0 or -errno. */
-typedef int (*watch_fetch_fn)(void *arg, pid_t pid, struct buf *out, bool *exited);
-/* Redraw every interval seconds until q, Ctrl-C or a signal (or, not on a terminal, until the
- * process exited); returns 0 or fetch's error. */
-int watch_run(pid_t pid, double interval, watch_fetch_fn fetch, void *arg);
-
-/* ---- msg.c: framing of socket packets (shared by daemon and CLI) --------------------- */
-
-void msg_header_init(struct llgo_msg_header *h, uint16_t type, uint32_t length);
-/* Check magic, version, and that the header's length equals the packet length n. */
-int msg_header_check(const void *pkt, size_t n, struct llgo_msg_header *out);
-/* Send one packet, with fd attached when fd >= 0. */
-int msg_send(int sock, const void *pkt, size_t n, int fd);
-/* Receive one packet into buf (cap bytes); *fd gets an attached descriptor or -1. Returns the
- * packet length, 0 at EOF, or a negative errno. Truncated packets are an error (-EMSGSIZE). */
-ssize_t msg_recv(int sock, void *buf, size_t cap, int *fd);
 
 #endif

@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: MIT
 /*
  * msg.c: framing of llgo-heapd's SOCK_SEQPACKET packets (shared/proto.h) for the daemon and
- * the CLI: header init and checks, send and receive with an optional SCM_RIGHTS descriptor.
- * What a packet means, and how answers are queued, is left to server.c and cli.c.
+ * the client side: header init and checks, send and receive with an optional SCM_RIGHTS
+ * descriptor. What a packet means, and how answers are queued or read, is left to server.c
+ * and client/client.c.
  */
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "msg.h"
 
 void msg_header_init(struct llgo_msg_header *h, uint16_t type, uint32_t length)
 {

@@ -610,7 +610,7 @@ int pprof_write(struct buf *out, const struct profile *p, struct procmaps *maps,
 		c.err = -ENOMEM;
 	int err = c.err;
 	if (!err)
-		err = buf_gzip(out, c.body.data, c.body.len, 1); /* Go: gzip.BestSpeed */
+		err = gzip_append(out, c.body.data, c.body.len, 1); /* Go: gzip.BestSpeed */
 	ctx_free(&c);
 	return err;
 }

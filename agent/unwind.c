@@ -659,14 +659,7 @@ void unwind_prepare(struct unwind *u, struct procmaps *maps)
 
 const char *unwind_mode_name(uint32_t mode)
 {
-	switch (mode) {
-	case LLGO_UNWIND_DWARF:
-		return "dwarf";
-	case LLGO_UNWIND_AUTO:
-		return "auto";
-	default:
-		return "fp";
-	}
+	return llgo_unwind_mode_name(mode);
 }
 
 void unwind_get_stats(const struct unwind *u, struct unwind_stats *out)

@@ -95,6 +95,19 @@ enum llgo_unwind_mode {
 	LLGO_UNWIND_AUTO = 3,    /* copy only when the frame-pointer walk cannot be trusted */
 };
 
+/* The mode's name as LLGO_HEAP_UNWIND spells it (fp for UNKNOWN and anything else). */
+static inline const char *llgo_unwind_mode_name(uint32_t mode)
+{
+	switch (mode) {
+	case LLGO_UNWIND_DWARF:
+		return "dwarf";
+	case LLGO_UNWIND_AUTO:
+		return "auto";
+	default:
+		return "fp";
+	}
+}
+
 struct llgo_msg_hello_ack {
 	struct llgo_msg_header h;
 	int32_t status; /* 0 accepted, else a positive errno */

@@ -2,7 +2,8 @@
 /*
  * e2e_util.h: helpers for end-to-end tests that run real programs and real clients:
  * a private temporary folder, shell commands with captured output, Go's pprof tool, and a
- * parser of Go's legacy heap text. Header-only so each test binary stays one file.
+ * parser of Go's legacy heap text. Header-only; the private llgo-heapd and the requests to it
+ * are heapd.h's (one copy, tests/heapd.c, linked into every test).
  */
 #ifndef LLGO_TESTS_E2E_UTIL_H
 #define LLGO_TESTS_E2E_UTIL_H
@@ -20,6 +21,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "heapd.h"
 
 #ifndef LLGO_BUILD_DIR
 #error "LLGO_BUILD_DIR must be set by the Makefile"
@@ -174,45 +177,6 @@ static inline char *e2e_read_file(const char *path)
 	s[r] = '\0';
 	fclose(f);
 	return s;
-}
-
-/* A private llgo-heapd on dir/heapd.sock; returns its pid (stop it with e2e_daemon_stop). */
-static inline pid_t e2e_daemon_start(const char *dir, char *sock, size_t socklen)
-{
-	snprintf(sock, socklen, "%s/heapd.sock", dir);
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		unsetenv("LD_PRELOAD");
-		execl(E2E_BIN "/llgo-heapd", "llgo-heapd", "--socket", sock, "--foreground",
-		      (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 1000; i++) {
-		int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-		struct sockaddr_un sa = { .sun_family = AF_UNIX };
-		cr_assert(strlen(sock) < sizeof(sa.sun_path));
-		memcpy(sa.sun_path, sock, strlen(sock) + 1);
-		int ok = connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-		close(s);
-		if (ok)
-			return pid;
-		struct timespec ts = { 0, 5000000 };
-		nanosleep(&ts, NULL);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	cr_assert_fail("llgo-heapd did not start on %s", sock);
-	return -1;
-}
-
-static inline void e2e_daemon_stop(pid_t pid)
-{
-	if (pid <= 0)
-		return;
-	kill(pid, SIGTERM);
-	int st;
-	waitpid(pid, &st, 0);
 }
 
 /* Start argv with extra environment (NULL-terminated "K=V" list), stdin and stdout piped. */

@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * life_util.h: helpers for the lifecycle, stress and crash tests (test_lifecycle.c,
- * test_stress.c, test_crash.c), on top of e2e_util.h: a private llgo-heapd with options and
- * its log in the test's folder, profiled programs started directly (LD_PRELOAD of the plain
- * shim, LLGO_HEAP_SOCKET, rate and ring size in their environment), a client that speaks the
- * socket protocol itself (LIST, SNAPSHOT: faster than the CLI and able to misbehave), and
- * readers of /proc for peak RSS and CPU time. Header-only, like e2e_util.h.
+ * test_stress.c, test_crash.c and others), on top of e2e_util.h and heapd.h (the private
+ * llgo-heapd and the requests to it): profiled programs started directly (LD_PRELOAD of the
+ * plain shim, LLGO_HEAP_SOCKET, rate and ring size in their environment), what a legacy-text
+ * profile says, and readers of /proc for peak RSS and CPU time. Header-only, like e2e_util.h.
  */
 #ifndef LLGO_TESTS_LIFE_UTIL_H
 #define LLGO_TESTS_LIFE_UTIL_H
@@ -49,93 +48,6 @@ static inline void lu_sleep_ms(long ms)
 		;
 }
 
-/* ---- the daemon ------------------------------------------------------------------------ */
-
-struct lu_daemon {
-	pid_t pid;
-	char sock[256];
-	char log[256];
-};
-
-static inline int lu_connect(const char *sock)
-{
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	cr_assert(s >= 0);
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	cr_assert(strlen(sock) < sizeof(sa.sun_path));
-	memcpy(sa.sun_path, sock, strlen(sock) + 1);
-	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		close(s);
-		return -1;
-	}
-	return s;
-}
-
-/* A private llgo-heapd on dir/heapd.sock with extra options (NULL-terminated, may be NULL);
- * it dies with the test process (PR_SET_PDEATHSIG), its stderr goes to dir/heapd.log. */
-static inline void lu_daemon_start(struct lu_daemon *d, const char *dir, const char *const *extra)
-{
-	snprintf(d->sock, sizeof(d->sock), "%s/heapd.sock", dir);
-	snprintf(d->log, sizeof(d->log), "%s/heapd.log", dir);
-	const char *argv[32] = { "llgo-heapd", "--socket", d->sock, "--foreground" };
-	int n = 4;
-	for (int i = 0; extra && extra[i] && n < 31; i++)
-		argv[n++] = extra[i];
-	argv[n] = NULL;
-	pid_t parent = getpid();
-	d->pid = fork();
-	cr_assert(d->pid >= 0);
-	if (d->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126);
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 2);
-			dup2(fd, 1);
-		}
-		unsetenv("LD_PRELOAD");
-		execv(E2E_BIN "/llgo-heapd", (char **)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 2000; i++) {
-		int s = lu_connect(d->sock);
-		if (s >= 0) {
-			close(s);
-			return;
-		}
-		int st;
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			char *log = e2e_read_file(d->log);
-			cr_assert_fail("llgo-heapd exited early:\n%s", log ? log : "");
-		}
-		lu_sleep_ms(5);
-	}
-	kill(d->pid, SIGKILL);
-	waitpid(d->pid, NULL, 0);
-	cr_assert_fail("llgo-heapd did not start on %s", d->sock);
-}
-
-/* SIGTERM, then the exit status (-1 when it had to be killed after 10 s). */
-static inline int lu_daemon_stop(struct lu_daemon *d)
-{
-	if (d->pid <= 0)
-		return 0;
-	kill(d->pid, SIGTERM);
-	int st = 0;
-	for (int i = 0; i < 2000; i++) {
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			return st;
-		}
-		lu_sleep_ms(5);
-	}
-	kill(d->pid, SIGKILL);
-	waitpid(d->pid, &st, 0);
-	d->pid = 0;
-	return -1;
-}
-
 /* ---- profiled programs ------------------------------------------------------------------ */
 
 struct lu_proc {
@@ -145,7 +57,7 @@ struct lu_proc {
 
 /* Start argv under the shim with the daemon d, rate and ring size (KiB, 0: default), plus
  * extra "K=V" settings (NULL-terminated, may be NULL). preload overrides LD_PRELOAD. */
-static inline void lu_start(struct lu_proc *p, const struct lu_daemon *d, const char *rate,
+static inline void lu_start(struct lu_proc *p, const struct heapd *d, const char *rate,
 			    unsigned ring_kb, const char *preload, char *const argv[],
 			    const char *const *extra)
 {
@@ -268,136 +180,6 @@ static inline long lu_site_truth(const char *out, const char *name)
 		if (*c == ' ')
 			last = c + 1;
 	return atol(last);
-}
-
-/* ---- the socket protocol as a client ----------------------------------------------------- */
-
-/* Read an answer (DATA... END) on s within timeout_ms. Returns END's status (0 or an errno),
- * -ETIMEDOUT, or -EPROTO (EOF or a bad packet); *data (malloc'ed, NUL-terminated) gets the
- * payload received. */
-static inline int lu_read_answer(int s, char **data, size_t *len, int timeout_ms)
-{
-	size_t cap = 1 << 16, n = 0;
-	char *buf = malloc(cap + 1);
-	unsigned char *pkt = malloc(LLGO_MSG_MAX);
-	long deadline = lu_now_ms() + timeout_ms;
-	int rc = -EPROTO;
-	for (;;) {
-		long left = deadline - lu_now_ms();
-		if (left <= 0) {
-			rc = -ETIMEDOUT;
-			break;
-		}
-		struct pollfd pf = { .fd = s, .events = POLLIN };
-		if (poll(&pf, 1, (int)left) <= 0)
-			continue;
-		ssize_t r = recv(s, pkt, LLGO_MSG_MAX, 0);
-		if (r < (ssize_t)sizeof(struct llgo_msg_header))
-			break;
-		struct llgo_msg_header h;
-		memcpy(&h, pkt, sizeof(h));
-		if (h.type == LLGO_MSG_DATA) {
-			size_t k = (size_t)r - sizeof(h);
-			while (n + k > cap)
-				buf = realloc(buf, (cap *= 2) + 1);
-			memcpy(buf + n, pkt + sizeof(h), k);
-			n += k;
-			continue;
-		}
-		if (h.type == LLGO_MSG_END && (size_t)r == sizeof(struct llgo_msg_end)) {
-			struct llgo_msg_end e;
-			memcpy(&e, pkt, sizeof(e));
-			rc = e.status;
-		}
-		break;
-	}
-	free(pkt);
-	buf[n] = '\0';
-	*data = buf;
-	*len = n;
-	return rc;
-}
-
-/* Send one request on a new connection and read the answer (as lu_read_answer). */
-static inline int lu_request(const char *sock, const void *req, size_t reqlen, char **data,
-			     size_t *len, int timeout_ms)
-{
-	*data = NULL;
-	*len = 0;
-	int s = lu_connect(sock);
-	if (s < 0)
-		return -ECONNREFUSED;
-	if (send(s, req, reqlen, MSG_NOSIGNAL) != (ssize_t)reqlen) {
-		close(s);
-		return -EPIPE;
-	}
-	int rc = lu_read_answer(s, data, len, timeout_ms);
-	close(s);
-	return rc;
-}
-
-static inline void lu_header(struct llgo_msg_header *h, uint16_t type, uint32_t len)
-{
-	memset(h, 0, sizeof(*h));
-	h->magic = LLGO_PROTO_MAGIC;
-	h->version = LLGO_PROTO_VERSION;
-	h->type = type;
-	h->length = len;
-}
-
-/* The LIST answer as an array (malloc'ed); returns the number of rows. */
-static inline size_t lu_list(const char *sock, struct llgo_list_entry **rows)
-{
-	struct llgo_msg_header h;
-	lu_header(&h, LLGO_MSG_LIST, sizeof(h));
-	char *data;
-	size_t len;
-	int rc = lu_request(sock, &h, sizeof(h), &data, &len, 30000);
-	cr_assert_eq(rc, 0, "LIST failed: %d", rc);
-	cr_assert_eq(len % sizeof(struct llgo_list_entry), 0);
-	*rows = (struct llgo_list_entry *)(void *)data;
-	return len / sizeof(struct llgo_list_entry);
-}
-
-/* The LIST row of pid (the one `snapshot PID` means); false when absent. */
-static inline bool lu_list_pid(const char *sock, pid_t pid, struct llgo_list_entry *out)
-{
-	struct llgo_list_entry *rows;
-	size_t n = lu_list(sock, &rows);
-	bool found = false;
-	for (size_t i = 0; i < n; i++) {
-		if (rows[i].pid == (uint32_t)pid) {
-			memcpy(out, &rows[i], sizeof(*out));
-			found = true;
-		}
-	}
-	free(rows);
-	return found;
-}
-
-static inline void lu_snapshot_req(struct llgo_msg_snapshot *m, pid_t pid, uint32_t fmt)
-{
-	memset(m, 0, sizeof(*m));
-	lu_header(&m->h, LLGO_MSG_SNAPSHOT, sizeof(*m));
-	m->pid = (uint32_t)pid;
-	m->format = fmt;
-}
-
-/* A snapshot of pid in fmt (NUL-terminated, malloc'ed); asserts success. */
-/* (noinline: gcc 12 otherwise warns of a dangling pointer through its callers' parsers) */
-__attribute__((noinline, unused)) static char *lu_snapshot(const char *sock, pid_t pid,
-								   uint32_t fmt, size_t *len)
-{
-	struct llgo_msg_snapshot m;
-	lu_snapshot_req(&m, pid, fmt);
-	char *data = NULL;
-	size_t n = 0;
-	int rc = lu_request(sock, &m, sizeof(m), &data, &n, 60000);
-	if (rc != 0)
-		cr_assert_fail("SNAPSHOT %d failed: %d %s", (int)pid, rc, data);
-	if (len)
-		*len = n;
-	return data;
 }
 
 /* ---- what a legacy-text profile says ---------------------------------------------------- */

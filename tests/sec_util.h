@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sec_util.h: the black-box helpers of test_server.c and test_security.c (a private
- * llgo-heapd, a client, a fake shim with its control page and rings). LLGO_TEST_HEAPD names
- * another daemon binary (e.g. an older build, to see an attack succeed against it).
+ * sec_util.h: the black-box helpers of test_server.c and test_security.c: a fake shim with
+ * its control page and rings, on top of heapd.h (the private llgo-heapd and the requests to
+ * it; LLGO_TEST_HEAPD names another daemon binary, e.g. an older build, to see an attack
+ * succeed against it).
  */
 #ifndef LLGO_TESTS_SEC_UTIL_H
 #define LLGO_TESTS_SEC_UTIL_H
@@ -28,14 +29,8 @@
 #include <unistd.h>
 
 #include "../agent/internal.h"
+#include "heapd.h"
 
-#ifndef LLGO_BUILD_DIR
-#error "LLGO_BUILD_DIR must be set by the Makefile"
-#endif
-#ifndef HEAPD_DIR_TEMPLATE
-#define HEAPD_DIR_TEMPLATE "/tmp/llgo-sec.XXXXXX" /* mkdtemp's: where heapd_dir makes a folder */
-#endif
-#define HEAPD (getenv("LLGO_TEST_HEAPD") ? getenv("LLGO_TEST_HEAPD") : LLGO_BUILD_DIR "/bin/llgo-heapd")
 
 /* ---- sites: real code addresses for the fake records --------------------------------- */
 
@@ -60,99 +55,12 @@ __attribute__((noinline)) void srv_site_caller(void)
 /* A return address inside f (a few bytes past its entry). */
 #define RET(f) ((uint64_t)(uintptr_t)(f) + 4)
 
-/* ---- the daemon ------------------------------------------------------------------------ */
-
-struct heapd {
-	pid_t pid;
-	char dir[64];
-	char sock[100];
-	char log[128];
-};
+/* ---- small helpers (the daemon and the requests to it are heapd.h's) ----------------------- */
 
 __attribute__((unused)) static void sleep_ms(unsigned ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
 	nanosleep(&ts, NULL);
-}
-
-__attribute__((unused)) static int sock_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -errno;
-	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int e = -errno;
-		close(s);
-		return e;
-	}
-	struct timeval tv = { .tv_sec = 10 };
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	return s;
-}
-
-__attribute__((unused)) static void heapd_dir(struct heapd *d)
-{
-	snprintf(d->dir, sizeof(d->dir), HEAPD_DIR_TEMPLATE);
-	cr_assert(mkdtemp(d->dir), "mkdtemp: %s", strerror(errno));
-	/* other users (the permission test) must reach the socket inside */
-	chmod(d->dir, 0755);
-	snprintf(d->sock, sizeof(d->sock), "%s/heapd.sock", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/heapd.log", d->dir);
-}
-
-__attribute__((unused)) static pid_t heapd_spawn(struct heapd *d, const char *const *extra)
-{
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		/* a test that fails half-way still takes its daemon down with it */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		const char *argv[16] = { "llgo-heapd", "--socket", d->sock, "--foreground" };
-		int n = 4;
-		for (; extra && *extra && n < 15; extra++)
-			argv[n++] = *extra;
-		argv[n] = NULL;
-		unsetenv("LD_PRELOAD");
-		execv(HEAPD, (char **)argv);
-		_exit(127);
-	}
-	return pid;
-}
-
-__attribute__((unused)) static bool heapd_wait_socket(const char *sock, pid_t pid)
-{
-	for (int i = 0; i < 1000; i++) {
-		int s = sock_connect(sock);
-		if (s >= 0) {
-			close(s);
-			return true;
-		}
-		int st;
-		if (pid > 0 && waitpid(pid, &st, WNOHANG) == pid)
-			return false;
-		sleep_ms(5);
-	}
-	return false;
-}
-
-__attribute__((unused)) static void heapd_start(struct heapd *d, const char *const *extra)
-{
-	heapd_dir(d);
-	d->pid = heapd_spawn(d, extra);
-	cr_assert(heapd_wait_socket(d->sock, d->pid), "llgo-heapd did not start");
-}
-
-__attribute__((unused)) static bool heapd_alive(struct heapd *d)
-{
-	int st;
-	return waitpid(d->pid, &st, WNOHANG) == 0;
 }
 
 __attribute__((unused)) static char *read_all(const char *path)
@@ -173,144 +81,6 @@ __attribute__((unused)) static int count_lines(const char *s, const char *needle
 	for (const char *p = s; (p = strstr(p, needle)) != NULL; p++)
 		n++;
 	return n;
-}
-
-/* SIGTERM, wait; returns the exit status (expects a clean exit) */
-__attribute__((unused)) static int heapd_stop(struct heapd *d)
-{
-	cr_assert(heapd_alive(d), "llgo-heapd died:\n%s", read_all(d->log));
-	kill(d->pid, SIGTERM);
-	int st = 0;
-	for (int i = 0; i < 1000; i++) {
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			break;
-		}
-		sleep_ms(10);
-	}
-	if (d->pid) {
-		kill(d->pid, SIGKILL);
-		waitpid(d->pid, &st, 0);
-		cr_assert_fail("llgo-heapd did not stop on SIGTERM");
-	}
-	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "llgo-heapd exit status %d:\n%s", st,
-		  read_all(d->log));
-	struct stat sb;
-	cr_expect(lstat(d->sock, &sb) < 0, "socket left behind after SIGTERM");
-	return st;
-}
-
-__attribute__((unused)) static void heapd_cleanup(struct heapd *d)
-{
-	char cmd[256];
-	if (!getenv("LLGO_KEEP_TMP")) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "warning: could not remove %s\n", d->dir);
-	}
-}
-
-/* ---- client ------------------------------------------------------------------------------ */
-
-struct answer {
-	struct buf data;
-	int status;
-	char message[LLGO_END_MSG_LEN];
-};
-
-/* Send req on s and collect DATA until END. Returns 0, or -errno (connection dropped...). */
-__attribute__((unused)) static int request_on(int s, const void *req, size_t n, struct answer *a)
-{
-	buf_init(&a->data);
-	a->status = -1;
-	a->message[0] = '\0';
-	int err = msg_send(s, req, n, -1);
-	if (err)
-		return err;
-	unsigned char *pkt = malloc(LLGO_MSG_MAX);
-	for (;;) {
-		ssize_t r = msg_recv(s, pkt, LLGO_MSG_MAX, NULL);
-		if (r <= 0) {
-			err = r < 0 ? (int)r : -ECONNRESET;
-			break;
-		}
-		struct llgo_msg_header h;
-		if ((err = msg_header_check(pkt, (size_t)r, &h)) != 0)
-			break;
-		if (h.type == LLGO_MSG_DATA) {
-			buf_append(&a->data, pkt + sizeof(h), (size_t)r - sizeof(h));
-		} else if (h.type == LLGO_MSG_END && (size_t)r == sizeof(struct llgo_msg_end)) {
-			struct llgo_msg_end end;
-			memcpy(&end, pkt, sizeof(end));
-			a->status = end.status;
-			end.message[sizeof(end.message) - 1] = '\0';
-			snprintf(a->message, sizeof(a->message), "%s", end.message);
-			break;
-		} else {
-			err = -EPROTO;
-			break;
-		}
-	}
-	free(pkt);
-	return err;
-}
-
-__attribute__((unused)) static int request(const char *sock, const void *req, size_t n, struct answer *a)
-{
-	int s = sock_connect(sock);
-	if (s < 0)
-		return s;
-	int err = request_on(s, req, n, a);
-	close(s);
-	return err;
-}
-
-__attribute__((unused)) static size_t list(const char *sock, struct llgo_list_entry *out, size_t max)
-{
-	struct llgo_msg_header h;
-	msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
-	struct answer a;
-	cr_assert_eq(request(sock, &h, sizeof(h), &a), 0, "LIST failed");
-	cr_assert_eq(a.status, 0);
-	cr_assert_eq(a.data.len % sizeof(struct llgo_list_entry), 0);
-	size_t n = a.data.len / sizeof(struct llgo_list_entry);
-	for (size_t i = 0; i < n && i < max; i++)
-		memcpy(&out[i], a.data.data + i * sizeof(*out), sizeof(*out));
-	buf_free(&a.data);
-	return n;
-}
-
-__attribute__((unused)) static bool list_find(const char *sock, pid_t pid, struct llgo_list_entry *e)
-{
-	struct llgo_list_entry v[64];
-	size_t n = list(sock, v, 64);
-	for (size_t i = 0; i < n && i < 64; i++) {
-		if ((pid_t)v[i].pid == pid) {
-			*e = v[i];
-			return true;
-		}
-	}
-	return false;
-}
-
-__attribute__((unused)) static int snapshot(const char *sock, pid_t pid, int fmt, struct answer *a)
-{
-	struct llgo_msg_snapshot m;
-	memset(&m, 0, sizeof(m));
-	msg_header_init(&m.h, LLGO_MSG_SNAPSHOT, sizeof(m));
-	m.pid = (uint32_t)pid;
-	m.format = (uint32_t)fmt;
-	return request(sock, &m, sizeof(m), a);
-}
-
-__attribute__((unused)) static int set_rate(const char *sock, pid_t pid, uint64_t rate, struct answer *a)
-{
-	struct llgo_msg_set_rate m;
-	memset(&m, 0, sizeof(m));
-	msg_header_init(&m.h, LLGO_MSG_SET_RATE, sizeof(m));
-	m.pid = (uint32_t)pid;
-	m.rate = rate;
-	return request(sock, &m, sizeof(m), a);
 }
 
 /* ---- fake shim ---------------------------------------------------------------------------- */
@@ -379,7 +149,7 @@ __attribute__((unused)) static int wait_reply(int s, uint16_t type)
 __attribute__((unused)) static int fshim_attach(struct fshim *sh, const char *sock, uint32_t ring_data_size,
 			int64_t rate_word)
 {
-	sh->sock = sock_connect(sock);
+	sh->sock = heapd_connect(sock);
 	cr_assert_geq(sh->sock, 0);
 	fshim_ctl(sh, ring_data_size, rate_word);
 	struct llgo_msg_hello m;
@@ -488,7 +258,7 @@ __attribute__((unused)) static struct llgo_list_entry wait_delivered(const char 
 	struct llgo_list_entry e;
 	memset(&e, 0, sizeof(e));
 	for (int i = 0; i < 500; i++) {
-		if (list_find(sock, pid, &e) && e.delivered >= want)
+		if (heapd_list_pid(sock, pid, &e) && e.delivered >= want)
 			return e;
 		sleep_ms(10);
 	}

@@ -32,8 +32,10 @@ struct a64_run {
  * at rate; preload the aarch64 shim when preload. Returns the text snapshot. */
 static void a64_profile(struct a64_run *r, bool preload, long rate, const char *args)
 {
-	char *dir = e2e_tmpdir(), sock[4200];
-	pid_t d = e2e_daemon_start(dir, sock, sizeof(sock));
+	char *dir = e2e_tmpdir();
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
+	const char *sock = d.sock;
 	int rc = e2e_sh(&r->out, "cd %s && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=%ld "
 			"LLGO_HEAP_RING_KB=8192 LLGO_HEAP_DEBUG=1 sh -c 'echo pid $$; exec "
 			"qemu-aarch64 -L " SYSROOT " %s %s'", dir, sock, rate,
@@ -46,7 +48,7 @@ static void a64_profile(struct a64_run *r, bool preload, long rate, const char *
 	rc = e2e_sh(&r->profile, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s",
 		    r->pid, sock);
 	cr_assert_eq(rc, 0, "snapshot: %s", r->profile);
-	e2e_daemon_stop(d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }
 

@@ -13,9 +13,9 @@
 
 #define PROG(name) E2E_PROGS "/" name
 
-static void check_exact(const struct lu_daemon *d, pid_t pid, long k, const char *how)
+static void check_exact(const struct heapd *d, pid_t pid, long k, const char *how)
 {
-	char *text = lu_snapshot(d->sock, pid, LLGO_FORMAT_TEXT, NULL);
+	char *text = heapd_snapshot(d->sock, pid, LLGO_FORMAT_TEXT, NULL);
 	long got = lu_text_count(text, "crash_site", 1234);
 	struct lu_acct a;
 	cr_assert(lu_text_acct(text, &a), "%s: no accounting line:\n%.500s", how, text);
@@ -27,7 +27,7 @@ static void check_exact(const struct lu_daemon *d, pid_t pid, long k, const char
 	cr_expect_eq(a.corrupt, 0);
 	cr_expect_eq(a.sampled, a.delivered);
 	struct llgo_list_entry e;
-	cr_assert(lu_list_pid(d->sock, pid, &e));
+	cr_assert(heapd_list_pid(d->sock, pid, &e));
 	cr_expect_eq(e.state, LLGO_PROC_EXITED);
 	cr_expect_eq(e.delivered, a.delivered);
 	free(text);
@@ -36,8 +36,8 @@ static void check_exact(const struct lu_daemon *d, pid_t pid, long k, const char
 Test(crash, sigkill_keeps_records_in_rings, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	const long k = 5000;
 	char ks[32];
 	snprintf(ks, sizeof(ks), "%ld", k);
@@ -62,15 +62,15 @@ Test(crash, sigkill_keeps_records_in_rings, .timeout = 120)
 		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status 0x%x", st);
 		check_exact(&d, p.pid, k, "killed by the test");
 	}
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
 Test(crash, daemon_sigkill_leaves_programs_running, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	/* 4 threads flat out at rate 1 with small rings: the rings fill as soon as the daemon
 	 * is gone, and every later sample is a drop or a lost_no_ring, never a wait */
 	struct lu_proc p;
@@ -80,7 +80,7 @@ Test(crash, daemon_sigkill_leaves_programs_running, .timeout = 120)
 	cr_assert(lu_read_line(&p, line, sizeof(line), 30000) && strcmp(line, "started") == 0);
 	lu_sleep_ms(200);
 	struct llgo_list_entry e;
-	cr_assert(lu_list_pid(d.sock, p.pid, &e) && e.state == LLGO_PROC_LIVE);
+	cr_assert(heapd_list_pid(d.sock, p.pid, &e) && e.state == LLGO_PROC_LIVE);
 	cr_assert_gt(e.sampled, 0);
 	kill(d.pid, SIGKILL);
 	int dst;

@@ -206,3 +206,25 @@ Test(e2e, cli_errors_are_one_line, .timeout = 60)
 	}
 	e2e_rmdir(dir);
 }
+
+/* The CLI only frames messages (client/): it must not link the daemon's libraries. The
+ * daemon's own NEEDED list is read the same way, so the check is seen to find them. */
+Test(e2e, cli_links_no_daemon_library, .timeout = 60)
+{
+	const char *daemon_only[] = { "libdw.so", "libelf.so", "libmicrohttpd.so", "libbpf.so",
+				      "libunwind", "libz.so" };
+	char *cli = NULL, *heapd = NULL;
+	cr_assert_eq(e2e_sh(&cli, "readelf -d " E2E_BIN "/llgo-heap | grep NEEDED"), 0,
+		     "readelf: %s", cli);
+	cr_assert_eq(e2e_sh(&heapd, "readelf -d " E2E_BIN "/llgo-heapd | grep NEEDED"), 0,
+		     "readelf: %s", heapd);
+	cr_expect(strstr(cli, "libc.so") != NULL, "llgo-heap NEEDED:\n%s", cli);
+	for (size_t i = 0; i < sizeof(daemon_only) / sizeof(daemon_only[0]); i++)
+		cr_expect(strstr(cli, daemon_only[i]) == NULL, "llgo-heap links %s:\n%s",
+			  daemon_only[i], cli);
+	cr_expect(strstr(heapd, "libdw.so") && strstr(heapd, "libelf.so") &&
+			  strstr(heapd, "libmicrohttpd.so"),
+		  "llgo-heapd NEEDED (the check reads the wrong thing?):\n%s", heapd);
+	free(cli);
+	free(heapd);
+}

@@ -188,17 +188,11 @@ Test(fidelity, pprof_lines_inline_and_dlopen, .timeout = 600)
 Test(fidelity, daemon_trim_option, .timeout = 120)
 {
 	char *dir = e2e_tmpdir(), *out = NULL;
-	char sock[4200];
-	snprintf(sock, sizeof(sock), "%s/heapd.sock", dir);
-	pid_t d = fork();
-	cr_assert(d >= 0);
-	if (d == 0) {
-		execl(E2E_BIN "/llgo-heapd", "llgo-heapd", "--socket", sock, "--foreground",
-		      "--trim", "pool_*", (char *)NULL);
-		_exit(127);
-	}
-	int rc = e2e_sh(&out, "cd %s && for i in $(seq 200); do [ -S heapd.sock ] && break; "
-			"sleep 0.01; done; LD_PRELOAD=" LLGO_PLAIN_SHIM " LLGO_HEAP_SOCKET=%s "
+	const char *trim[] = { "--trim", "pool_*", NULL };
+	struct heapd d;
+	heapd_start(&d, dir, trim);
+	const char *sock = d.sock;
+	int rc = e2e_sh(&out, "cd %s && LD_PRELOAD=" LLGO_PLAIN_SHIM " LLGO_HEAP_SOCKET=%s "
 			"LLGO_HEAP_RATE=1 " E2E_PROGS "/e2e_trim 100 > prog.out; "
 			"sed -n 1p prog.out", dir, sock);
 	cr_assert_eq(rc, 0, "%s", out);
@@ -219,7 +213,7 @@ Test(fidelity, daemon_trim_option, .timeout = 120)
 	cr_expect_eq(e2e_count(recs, n, "pool_refill", 0), 0, "%s", out);
 	cr_expect_eq(e2e_count(recs, n, "pool_alloc", 0), 0, "%s", out);
 	free(out);
-	e2e_daemon_stop(d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }
 
@@ -262,8 +256,10 @@ static void set_rate(const char *sock, pid_t pid, long rate)
  * 0 -> 1 -> 0 -> 524288 while it runs; what was gathered is kept at each step. */
 Test(fidelity, runtime_rate_changes, .timeout = 300)
 {
-	char *dir = e2e_tmpdir(), sock[4200];
-	pid_t d = e2e_daemon_start(dir, sock, sizeof(sock));
+	char *dir = e2e_tmpdir();
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
+	const char *sock = d.sock;
 	char env_sock[4300], *env[] = { env_sock, "LLGO_HEAP_RATE=0",
 					"LD_PRELOAD=" LLGO_PLAIN_SHIM, NULL };
 	snprintf(env_sock, sizeof(env_sock), "LLGO_HEAP_SOCKET=%s", sock);
@@ -322,7 +318,7 @@ Test(fidelity, runtime_rate_changes, .timeout = 300)
 	int st;
 	waitpid(p, &st, 0);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	e2e_daemon_stop(d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }
 

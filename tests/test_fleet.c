@@ -29,18 +29,20 @@
 
 /* Start llgo-heapd --http http (then the options more, NULL-terminated, may be NULL) in dir;
  * return the port of "serving http://ADDR:PORT/" in its log. */
-static int fleet_daemon(struct lu_daemon *d, const char *dir, const char *http, const char *addr,
+static int fleet_daemon(struct heapd *d, const char *dir, const char *http, const char *addr,
 			const char *const *more)
 {
 	const char *opts[16] = { "--http", http };
 	for (int i = 0; more && more[i] && i < 13; i++)
 		opts[2 + i] = more[i];
-	lu_daemon_start(d, dir, opts);
+	heapd_start(d, dir, opts);
 	char key[128];
 	snprintf(key, sizeof(key), "serving http://%s:", addr);
 	for (int i = 0; i < 2000; i++) {
 		char *log = e2e_read_file(d->log);
-		const char *at = log ? strstr(log, key) : NULL;
+		const char *at = NULL; /* the last: daemons started in dir append to one log */
+		for (const char *c = log; c && (c = strstr(c, key)) != NULL; c++)
+			at = c;
 		int port = at ? atoi(at + strlen(key)) : 0;
 		free(log);
 		if (port > 0)
@@ -60,7 +62,7 @@ struct fleet_prog {
 /* Start a copy of http_sites named name (its exe and command name) with extra environment
  * (may be NULL), as the uid and gid "as" when not NULL (setpriv, then env to preload the
  * shim into the program only); wait until the daemon lists it. */
-static void fleet_prog_start_as(struct fleet_prog *f, const struct lu_daemon *d, const char *dir,
+static void fleet_prog_start_as(struct fleet_prog *f, const struct heapd *d, const char *dir,
 				const char *name, const char *const *env, const char *as)
 {
 	snprintf(f->exe, sizeof(f->exe), "%s/%s", dir, name);
@@ -77,13 +79,13 @@ static void fleet_prog_start_as(struct fleet_prog *f, const struct lu_daemon *d,
 	cr_assert(lu_read_line(&f->p, line, sizeof(line), 30000), "%s did not start", name);
 	cr_assert_str_eq(line, "ready 0");
 	struct llgo_list_entry e;
-	for (int i = 0; i < 2000 && !lu_list_pid(d->sock, f->p.pid, &e); i++)
+	for (int i = 0; i < 2000 && !heapd_list_pid(d->sock, f->p.pid, &e); i++)
 		lu_sleep_ms(5);
-	cr_assert(lu_list_pid(d->sock, f->p.pid, &e), "%s (pid %d) never attached", name,
+	cr_assert(heapd_list_pid(d->sock, f->p.pid, &e), "%s (pid %d) never attached", name,
 		  (int)f->p.pid);
 }
 
-static void fleet_prog_start(struct fleet_prog *f, const struct lu_daemon *d, const char *dir,
+static void fleet_prog_start(struct fleet_prog *f, const struct heapd *d, const char *dir,
 			     const char *name, const char *const *env)
 {
 	fleet_prog_start_as(f, d, dir, name, env, NULL);
@@ -97,7 +99,7 @@ static void fleet_prog_stop(struct fleet_prog *f)
 
 /* The three programs of the fleet tests: "checkout-svc" with LLGO_HEAP_SERVICE=checkout,
  * "worker" without, "hostile" with the service name hostile_service. */
-static void fleet_three(struct fleet_prog p[3], const struct lu_daemon *d, const char *dir,
+static void fleet_three(struct fleet_prog p[3], const struct heapd *d, const char *dir,
 			const char *hostile_service)
 {
 	static char env_c[256];
@@ -299,7 +301,7 @@ Test(fleet, metrics_pass_promtool, .timeout = 300)
 	cr_assert_eq(e2e_sh(NULL, "command -v promtool"), 0,
 		     "promtool is not installed (Debian package prometheus: make deps)");
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
+	struct heapd d;
 	int port = fleet_daemon(&d, dir, "127.0.0.1:0", "127.0.0.1", NULL);
 	struct fleet_prog three[3];
 	fleet_three(three, &d, dir, "pay\"ments\\\n\x01\xff");
@@ -308,7 +310,7 @@ Test(fleet, metrics_pass_promtool, .timeout = 300)
 	/* rate 1 and 2 x 200 allocations a round: every one sampled and, once drained,
 	 * delivered */
 	struct llgo_list_entry e = { 0 };
-	for (int i = 0; i < 2000 && (!lu_list_pid(d.sock, a->p.pid, &e) || e.delivered < 400); i++)
+	for (int i = 0; i < 2000 && (!heapd_list_pid(d.sock, a->p.pid, &e) || e.delivered < 400); i++)
 		lu_sleep_ms(5);
 	char *out;
 	int rc = e2e_sh(&out, "curl -sf http://127.0.0.1:%d/metrics > '%s/metrics.txt' && "
@@ -361,7 +363,7 @@ Test(fleet, metrics_pass_promtool, .timeout = 300)
 	fleet_prog_stop(a);
 	fleet_prog_stop(b);
 	fleet_prog_stop(c);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -370,7 +372,7 @@ Test(fleet, metrics_pass_promtool, .timeout = 300)
 Test(fleet, prometheus_discovers_every_process, .timeout = 300)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
+	struct heapd d;
 	int port = fleet_daemon(&d, dir, "127.0.0.1:0", "127.0.0.1", NULL);
 	struct fleet_prog three[3];
 	fleet_three(three, &d, dir, "pay\"ments\x01");
@@ -412,7 +414,7 @@ Test(fleet, prometheus_discovers_every_process, .timeout = 300)
 	fleet_prom_stop(&p);
 	fleet_prog_stop(a);
 	fleet_prog_stop(c);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -440,7 +442,7 @@ Test(fleet, bearer_token, .timeout = 300)
 	fclose(f);
 	chmod(token, 0600);
 	const char *more[] = { "--http-token-file", token, NULL };
-	struct lu_daemon d;
+	struct heapd d;
 	int port = fleet_daemon(&d, dir, "127.0.0.1:0", "127.0.0.1", more);
 	struct fleet_prog a;
 	const char *env_a[] = { "LLGO_HEAP_SERVICE=checkout", NULL };
@@ -493,7 +495,7 @@ Test(fleet, bearer_token, .timeout = 300)
 	cr_expect_str_eq(out, "llgo_heap_http_unauthorized_total 16\n");
 	free(out);
 	fleet_prog_stop(&a);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 
 	/* an empty token file is refused at start */
 	f = fopen(token, "w");
@@ -512,7 +514,7 @@ Test(fleet, bearer_token, .timeout = 300)
 Test(fleet, addresses_and_uids, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
+	struct heapd d;
 	int port = fleet_daemon(&d, dir, "0", "127.0.0.1", NULL);
 	struct fleet_prog a;
 	fleet_prog_start(&a, &d, dir, "worker", NULL);
@@ -522,7 +524,7 @@ Test(fleet, addresses_and_uids, .timeout = 120)
 	cr_expect_str_eq(out, want);
 	free(out);
 	fleet_prog_stop(&a);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 
 	port = fleet_daemon(&d, dir, "0.0.0.0:0", "0.0.0.0", NULL);
 	fleet_prog_start(&a, &d, dir, "worker", NULL);
@@ -546,7 +548,7 @@ Test(fleet, addresses_and_uids, .timeout = 120)
 		free(out);
 	}
 	fleet_prog_stop(&a);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 
 	char other[16];
 	snprintf(other, sizeof(other), "%u", getuid() == 4242 ? 4243u : 4242u);
@@ -562,7 +564,7 @@ Test(fleet, addresses_and_uids, .timeout = 120)
 	cr_expect_str_eq(out, "0\n404");
 	free(out);
 	fleet_prog_stop(&a);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -581,7 +583,7 @@ Test(fleet, environment_read_only_while_the_process_is_its_owners, .timeout = 12
 	snprintf(as, sizeof(as), "%u", pw ? (unsigned)pw->pw_uid : 65534u);
 	snprintf(uids, sizeof(uids), "0,%s", as);
 	const char *more[] = { "--http-uids", uids, NULL };
-	struct lu_daemon d;
+	struct heapd d;
 	int port = fleet_daemon(&d, dir, "127.0.0.1:0", "127.0.0.1", more);
 	const char *env_open[] = { "LLGO_HEAP_SERVICE=open-name", NULL };
 	const char *env_secret[] = { "LLGO_HEAP_SERVICE=secret-name", NULL };
@@ -607,6 +609,6 @@ Test(fleet, environment_read_only_while_the_process_is_its_owners, .timeout = 12
 	free(out);
 	fleet_prog_stop(&open);
 	fleet_prog_stop(&secretive);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }

@@ -46,10 +46,10 @@ static void ho_log_acct(const char *what, const char *text)
 
 /* Runs hostile_closeall at rate 1; asserts what the program itself says (messages intact, no
  * stray packet); returns its profile's text from the daemon. */
-static char *ho_closeall(struct lu_daemon *d, const char *dir, long k, long rounds,
+static char *ho_closeall(struct heapd *d, const char *dir, long k, long rounds,
 			 long *after_truth, int *fd0, int *fd1, pid_t *pid, char **shim_log)
 {
-	lu_daemon_start(d, dir, NULL);
+	heapd_start(d, dir, NULL);
 	char kbuf[16], rbuf[16];
 	snprintf(kbuf, sizeof(kbuf), "%ld", k);
 	snprintf(rbuf, sizeof(rbuf), "%ld", rounds);
@@ -83,13 +83,13 @@ static char *ho_closeall(struct lu_daemon *d, const char *dir, long k, long roun
 	const char *fds = strstr(out, "fds ");
 	cr_assert(fds && sscanf(fds, "fds %d %d", fd0, fd1) == 2, "%s", out);
 	free(out);
-	return lu_snapshot(d->sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	return heapd_snapshot(d->sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 }
 
 Test(hostile, close_all_then_socketpair, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
+	struct heapd d;
 	const long k = 1000, rounds = 40;
 	long after_truth;
 	int fd0, fd1;
@@ -128,11 +128,11 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
 	cr_expect_gt(got_after, 0, "nothing recorded after the shim reconnected");
 	cr_expect_leq(got_after + (long)detached, after_truth);
 	struct llgo_list_entry e;
-	cr_expect(lu_list_pid(d.sock, pid, &e), "pid %d not listed", (int)pid);
+	cr_expect(heapd_list_pid(d.sock, pid, &e), "pid %d not listed", (int)pid);
 	cr_log_info("close-all: the shim says:\n%s", shim_log);
 	free(shim_log);
 	free(text);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -150,7 +150,7 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
 Test(hostile, close_all_accounts_every_sample, .timeout = 120, .disabled = true)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
+	struct heapd d;
 	const long k = 1000, rounds = 40;
 	long after_truth;
 	int fd0, fd1;
@@ -165,7 +165,7 @@ Test(hostile, close_all_accounts_every_sample, .timeout = 120, .disabled = true)
 	cr_expect_geq(a.sampled, (unsigned long long)(k + after_truth));
 	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
 	free(text);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -174,8 +174,8 @@ Test(hostile, close_all_accounts_every_sample, .timeout = 120, .disabled = true)
 static void ho_seccomp(const char *how, const char *rate, bool exact)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	const long k = 2000;
 	char kbuf[16];
 	snprintf(kbuf, sizeof(kbuf), "%ld", k);
@@ -193,11 +193,11 @@ static void ho_seccomp(const char *how, const char *rate, bool exact)
 		  rate, st, out);
 	cr_assert(strstr(out, "sandboxed\n") && strstr(out, "done "), "%s", out);
 	struct llgo_list_entry e;
-	bool listed = lu_list_pid(d.sock, p.pid, &e);
+	bool listed = heapd_list_pid(d.sock, p.pid, &e);
 	cr_expect(listed || strcmp(rate, "0") == 0, "%s, rate %s: pid %d not listed", how, rate,
 		  (int)p.pid);
 	if (listed) {
-		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		struct lu_acct a;
 		cr_assert(lu_text_acct(text, &a));
 		long pre = lu_text_count(text, "pre_site", 40);
@@ -217,7 +217,7 @@ static void ho_seccomp(const char *how, const char *rate, bool exact)
 		free(text);
 	}
 	free(out);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -240,7 +240,7 @@ static const struct {
 };
 
 /* Run hostile_allocfns with LD_PRELOAD=preload (no daemon when d is NULL). */
-static char *ho_allocfns(const struct lu_daemon *d, const char *preload, const char *rate,
+static char *ho_allocfns(const struct heapd *d, const char *preload, const char *rate,
 			 const char *k, bool pvalloc, int *status, pid_t *pid)
 {
 	struct lu_proc p;
@@ -264,8 +264,8 @@ Test(hostile, jemalloc_before_and_after, .timeout = 120)
 	cr_assert(access(JEMALLOC, R_OK) == 0,
 		  "%s is missing: install the Debian package libjemalloc2 (make deps)", JEMALLOC);
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	const char *k = "200";
 	int st;
 	pid_t pid;
@@ -296,13 +296,13 @@ Test(hostile, jemalloc_before_and_after, .timeout = 120)
 			cr_expect_str_eq(out, alone, "LD_PRELOAD=%s, rate %s: output differs",
 					 orders[o], rates[r]);
 			struct llgo_list_entry e;
-			if (r == 2 || !lu_list_pid(d.sock, pid, &e)) {
+			if (r == 2 || !heapd_list_pid(d.sock, pid, &e)) {
 				cr_expect(r == 2, "LD_PRELOAD=%s, rate %s: pid %d not listed",
 					  orders[o], rates[r], (int)pid);
 				free(out);
 				continue;
 			}
-			char *text = lu_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
+			char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
 			struct lu_acct a;
 			cr_assert(lu_text_acct(text, &a));
 			cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
@@ -331,12 +331,12 @@ Test(hostile, jemalloc_before_and_after, .timeout = 120)
 	/* the shim alone, pvalloc included (glibc has it) */
 	char *out = ho_allocfns(&d, LLGO_PLAIN_SHIM, "1", k, true, &st, &pid);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "shim alone: status 0x%x:\n%s", st, out);
-	char *text = lu_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
+	char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
 	long pv = lu_text_count(text, "pvalloc_site", 0);
 	cr_expect_eq(pv, atol(k), "shim alone: pvalloc_site %ld of %s", pv, k);
 	free(text);
 	free(out);
 	free(alone);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }

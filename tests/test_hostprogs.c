@@ -321,8 +321,8 @@ Test(hostprogs, make_n, .timeout = 600)
 Test(hostprogs, getattr_first_and_clone_threads, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	const long threads = 4, k = 1000;
 	char tbuf[16], kbuf[16];
 	snprintf(tbuf, sizeof(tbuf), "%ld", threads);
@@ -342,7 +342,7 @@ Test(hostprogs, getattr_first_and_clone_threads, .timeout = 120)
 		long truth_c = lu_site_truth(out, "clone_site");
 		cr_assert_eq(truth_g, threads * k, "%s", out);
 		cr_assert_eq(truth_c, k, "%s", out);
-		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		struct lu_acct a;
 		cr_assert(lu_text_acct(text, &a));
 		long got_g = lu_text_count(text, "getattr_site", 64);
@@ -360,6 +360,6 @@ Test(hostprogs, getattr_first_and_clone_threads, .timeout = 120)
 		free(text);
 		free(out);
 	}
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }

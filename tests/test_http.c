@@ -31,7 +31,6 @@
 #ifndef LLGO_PLAIN_SHIM
 #error "LLGO_PLAIN_SHIM must be set by the Makefile"
 #endif
-#define HEAPD E2E_BIN "/llgo-heapd"
 #define SITES E2E_PROGS "/http_sites"
 #define NALLOC 1000
 
@@ -51,71 +50,22 @@ static void sleep_ms(unsigned ms)
 
 /* ---- the daemon ------------------------------------------------------------------------ */
 
-struct heapd {
-	pid_t pid;
-	char *dir;
-	char sock[256];
-	char log[256];
-	int port;
-};
-
-/* Start llgo-heapd --http 127.0.0.1:0 plus extra options; wait for its "serving" line. */
-static void heapd_start(struct heapd *d, const char *const *extra)
+/* heapd.h's llgo-heapd with --http 127.0.0.1:0 plus extra options, in a folder of its own;
+ * d->port is the port it logged. */
+static void http_heapd_start(struct heapd *d, const char *const *extra)
 {
-	memset(d, 0, sizeof(*d));
-	d->dir = e2e_tmpdir();
-	snprintf(d->sock, sizeof(d->sock), "%s/heapd.sock", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/heapd.log", d->dir);
-	d->pid = fork();
-	cr_assert_geq(d->pid, 0);
-	if (d->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		const char *argv[16] = { "llgo-heapd", "--socket", d->sock, "--foreground",
-					 "--http", "127.0.0.1:0" };
-		int n = 6;
-		for (; extra && *extra && n < 15; extra++)
-			argv[n++] = *extra;
-		argv[n] = NULL;
-		unsetenv("LD_PRELOAD");
-		execv(HEAPD, (char **)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 1000 && !d->port; i++) {
-		char *log = e2e_read_file(d->log);
-		const char *at = log ? strstr(log, "serving http://127.0.0.1:") : NULL;
-		if (at)
-			d->port = atoi(at + strlen("serving http://127.0.0.1:"));
-		free(log);
-		if (!d->port) {
-			int st;
-			cr_assert_eq(waitpid(d->pid, &st, WNOHANG), 0, "llgo-heapd exited early");
-			sleep_ms(10);
-		}
-	}
-	cr_assert_gt(d->port, 0, "llgo-heapd did not log its HTTP port");
+	const char *argv[16] = { "--http", "127.0.0.1:0" };
+	int n = 2;
+	for (; extra && *extra && n < 15; extra++)
+		argv[n++] = *extra;
+	argv[n] = NULL;
+	heapd_start(d, NULL, argv);
 }
 
-static void heapd_stop(struct heapd *d)
+static void http_heapd_stop(struct heapd *d)
 {
-	kill(d->pid, SIGTERM);
-	int st = 0;
-	for (int i = 0; i < 1000; i++) {
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid)
-			break;
-		if (i == 999) {
-			kill(d->pid, SIGKILL);
-			waitpid(d->pid, &st, 0);
-			cr_assert_fail("llgo-heapd did not stop on SIGTERM");
-		}
-		sleep_ms(10);
-	}
-	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "llgo-heapd exit status %d", st);
-	e2e_rmdir(d->dir);
+	heapd_stop_clean(d);
+	heapd_cleanup(d);
 }
 
 /* ---- the profiled program --------------------------------------------------------------- */
@@ -351,7 +301,7 @@ static void prog_wait_seen(struct prog *p, const struct heapd *d)
 Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	http_heapd_start(&d, NULL);
 	struct prog p;
 	prog_start(&p, &d, true);
 	const char *views[] = { "heap", "allocs" };
@@ -386,14 +336,14 @@ Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 		  "allocs sample types:\n%s", out);
 	free(out);
 	prog_stop(&p);
-	heapd_stop(&d);
+	http_heapd_stop(&d);
 }
 
 /* Default answers: gzipped proto with Go's headers; debug=1 the legacy text. */
 Test(http, proto_and_text_answers, .timeout = 120)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	http_heapd_start(&d, NULL);
 	struct prog p;
 	prog_start(&p, &d, true);
 	char path[256];
@@ -444,7 +394,7 @@ Test(http, proto_and_text_answers, .timeout = 120)
 	cr_expect(strstr(r.body, "http_site_keep"));
 	resp_free(&r);
 	prog_stop(&p);
-	heapd_stop(&d);
+	http_heapd_stop(&d);
 }
 
 struct delta_req {
@@ -465,7 +415,7 @@ static void *delta_thread(void *arg)
 Test(http, delta_profile, .timeout = 120)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	http_heapd_start(&d, NULL);
 	struct prog p;
 	prog_start(&p, &d, true);
 	const char *views[] = { "heap", "allocs" };
@@ -505,14 +455,14 @@ Test(http, delta_profile, .timeout = 120)
 		free(out);
 	}
 	prog_stop(&p);
-	heapd_stop(&d);
+	http_heapd_stop(&d);
 }
 
 /* Go's error answers, with its texts, and ours for pids. */
 Test(http, error_answers, .timeout = 120)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	http_heapd_start(&d, NULL);
 	/* no process yet */
 	expect_go_error(d.port, "/debug/pprof/heap", 400,
 			"missing \"pid\" parameter: no profiled process is attached");
@@ -558,7 +508,7 @@ Test(http, error_answers, .timeout = 120)
 	expect_go_error(d.port, "/debug/pprof/heap", 400, msg);
 	prog_stop(&p2);
 	prog_stop(&p);
-	heapd_stop(&d);
+	http_heapd_stop(&d);
 }
 
 /* A process whose uid is not in --http-uids is answered exactly as an unknown pid. */
@@ -568,7 +518,7 @@ Test(http, other_uid_is_unknown, .timeout = 120)
 	snprintf(other, sizeof(other), "%u", getuid() == 4242 ? 4243u : 4242u);
 	const char *extra[] = { "--http-uids", other, NULL };
 	struct heapd d;
-	heapd_start(&d, extra);
+	http_heapd_start(&d, extra);
 	struct prog p;
 	prog_start(&p, &d, false);
 	char path[256], msg[256];
@@ -599,14 +549,14 @@ Test(http, other_uid_is_unknown, .timeout = 120)
 	cr_expect_str_eq(r.body, "num_symbols: 1\n");
 	resp_free(&r);
 	prog_stop(&p);
-	heapd_stop(&d);
+	http_heapd_stop(&d);
 }
 
 /* The index lists the attached processes with links; the symbol service names addresses. */
 Test(http, index_and_symbol, .timeout = 120)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	http_heapd_start(&d, NULL);
 	struct prog p;
 	prog_start(&p, &d, true);
 	struct resp r;
@@ -647,7 +597,7 @@ Test(http, index_and_symbol, .timeout = 120)
 	cr_expect_str_eq(r.body, "num_symbols: 1\n");
 	resp_free(&r);
 	prog_stop(&p);
-	heapd_stop(&d);
+	http_heapd_stop(&d);
 }
 
 /* Bad --http values are refused at start, on the terminal. */
@@ -658,7 +608,7 @@ Test(http, bad_options, .timeout = 60)
 	char *dir = e2e_tmpdir();
 	for (size_t i = 0; i < LLGO_ARRAY_SIZE(bad); i++) {
 		char *out;
-		int rc = e2e_sh(&out, "%s --foreground --socket %s/s.sock --http '%s'", HEAPD, dir,
+		int rc = e2e_sh(&out, "%s --foreground --socket %s/s.sock --http '%s'", heapd_path(), dir,
 				bad[i]);
 		cr_expect_neq(rc, 0, "--http %s accepted", bad[i]);
 		cr_expect(strstr(out, "--http"), "--http %s: %s", bad[i], out);
@@ -666,7 +616,7 @@ Test(http, bad_options, .timeout = 60)
 	}
 	char *out;
 	int rc = e2e_sh(&out, "%s --foreground --socket %s/s.sock --http :0 --http-uids 0,nouser_x",
-			HEAPD, dir);
+			heapd_path(), dir);
 	cr_expect_neq(rc, 0);
 	cr_expect(strstr(out, "--http-uids"), "%s", out);
 	free(out);
@@ -678,7 +628,7 @@ Test(http, bad_options, .timeout = 60)
 	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	cr_assert_eq(listen(s, 1), 0);
 	cr_assert_eq(getsockname(s, (struct sockaddr *)&sa, &sl), 0);
-	rc = e2e_sh(&out, "%s --foreground --socket %s/s.sock --http 127.0.0.1:%d", HEAPD, dir,
+	rc = e2e_sh(&out, "%s --foreground --socket %s/s.sock --http 127.0.0.1:%d", heapd_path(), dir,
 		    ntohs(sa.sin_port));
 	cr_expect_neq(rc, 0);
 	cr_expect(strstr(out, "Address already in use"), "%s", out);

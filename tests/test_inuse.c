@@ -85,8 +85,8 @@ static void inuse_check(const char *text, const struct expect *e, size_t n, cons
 Test(inuse, exact_at_rate_1_running_and_at_exit, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	const long n = 400;
 	struct lu_proc p;
 	char *argv[] = { PROG("inuse_sites"), "400", "aligned", NULL };
@@ -105,7 +105,7 @@ Test(inuse, exact_at_rate_1_running_and_at_exit, .timeout = 120)
 		{ "site_realloc0", 111, n, 0 },      { "site_realloc_fail", 222, n, n },
 		{ "site_chain", 8, n, 0 },           { "site_chain_realloc", 8192, 10 * n, n },
 	};
-	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	inuse_check(text, running, INUSE_N(running), "running");
 	struct lu_acct a;
 	cr_assert(lu_text_acct(text, &a), "no accounting line");
@@ -124,14 +124,14 @@ Test(inuse, exact_at_rate_1_running_and_at_exit, .timeout = 120)
 	running[0].live = 0;
 	for (int i = 0; i < 100; i++) {
 		struct llgo_list_entry e;
-		if (lu_list_pid(d.sock, p.pid, &e) && e.state == LLGO_PROC_EXITED)
+		if (heapd_list_pid(d.sock, p.pid, &e) && e.state == LLGO_PROC_EXITED)
 			break;
 		lu_sleep_ms(50);
 	}
-	text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	inuse_check(text, running, INUSE_N(running), "at exit");
 	free(text);
-	lu_daemon_stop(&d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }
 
@@ -158,14 +158,14 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 	bool pass = false;
 	for (int run = 0; run < 3 && !pass; run++) {
 		char *dir = e2e_tmpdir();
-		struct lu_daemon d;
-		lu_daemon_start(&d, dir, NULL);
+		struct heapd d;
+		heapd_start(&d, dir, NULL);
 		struct lu_proc p;
 		char *argv[] = { PROG("inuse_sites"), "50000", NULL };
 		lu_start(&p, &d, "16384", 0, NULL, argv, NULL);
 		char line[256];
 		cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
-		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		cr_expect(strstr(text, "untracked=") == NULL, "%s", strstr(text, "# llgo-heap:"));
 		pass = true;
 		for (size_t i = 0; i < INUSE_N(want); i++) {
@@ -195,7 +195,7 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 		fflush(p.in);
 		int st = lu_wait(&p, 60000);
 		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-		lu_daemon_stop(&d);
+		heapd_stop(&d);
 		e2e_rmdir(dir);
 	}
 }
@@ -205,15 +205,15 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 static void inuse_rate_change(const char *rate)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	const long n = 20000;
 	struct lu_proc p;
 	char *argv[] = { PROG("inuse_phases"), "rate", "20000", NULL };
 	lu_start(&p, &d, rate, 0, NULL, argv, NULL);
 	char line[256];
 	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
-	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct inuse_site before = inuse_site(text, "site_before");
 	free(text);
 	cr_expect(before.inuse_objects > 0 && before.inuse_objects == before.alloc_objects,
@@ -230,7 +230,7 @@ static void inuse_rate_change(const char *rate)
 	fputs("go\n", p.in);
 	fflush(p.in);
 	cr_assert(lu_read_line(&p, line, sizeof(line), 60000));
-	text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct inuse_site after_free = inuse_site(text, "site_before");
 	struct inuse_site after = inuse_site(text, "site_after");
 	cr_expect_eq(after_free.alloc_objects, before.alloc_objects);
@@ -242,7 +242,7 @@ static void inuse_rate_change(const char *rate)
 	fputs("go\n", p.in);
 	fflush(p.in);
 	lu_wait(&p, 60000);
-	lu_daemon_stop(&d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }
 
@@ -262,8 +262,8 @@ Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 	const char *rates[] = { "1", "4096" };
 	for (size_t r = 0; r < 2; r++) {
 		char *dir = e2e_tmpdir();
-		struct lu_daemon d;
-		lu_daemon_start(&d, dir, NULL);
+		struct heapd d;
+		heapd_start(&d, dir, NULL);
 		const long n = 5000;
 		struct lu_proc p;
 		char *argv[] = { PROG("inuse_phases"), "fork", "5000", NULL };
@@ -272,7 +272,7 @@ Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 		cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
 		int child = atoi(line + 6);
 		cr_assert(child > 0, "%s", line);
-		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		struct inuse_site s = inuse_site(text, "site_before");
 		cr_expect(s.alloc_objects > 0 && s.inuse_objects == s.alloc_objects,
 			  "rate %s: parent's site_before: %ld of %ld in use after the child freed its "
@@ -283,11 +283,11 @@ Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 		/* The child is a process of its own: its objects were never freed. */
 		for (int i = 0; i < 100; i++) {
 			struct llgo_list_entry e;
-			if (lu_list_pid(d.sock, child, &e) && e.state == LLGO_PROC_EXITED)
+			if (heapd_list_pid(d.sock, child, &e) && e.state == LLGO_PROC_EXITED)
 				break;
 			lu_sleep_ms(50);
 		}
-		text = lu_snapshot(d.sock, child, LLGO_FORMAT_TEXT, NULL);
+		text = heapd_snapshot(d.sock, child, LLGO_FORMAT_TEXT, NULL);
 		struct inuse_site c = inuse_site(text, "site_child");
 		struct inuse_site cb = inuse_site(text, "site_before");
 		cr_expect(c.alloc_objects > 0 && c.inuse_objects == c.alloc_objects,
@@ -300,7 +300,7 @@ Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 		fputs("go\n", p.in);
 		fflush(p.in);
 		lu_wait(&p, 60000);
-		lu_daemon_stop(&d);
+		heapd_stop(&d);
 		e2e_rmdir(dir);
 	}
 }
@@ -326,20 +326,20 @@ static void inuse_sane(const char *text, int round)
 Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	char *argv[] = { PROG("stress_sites"), "16", "time", "4000", NULL };
 	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
 	for (int i = 0; i < 400; i++) {
 		struct llgo_list_entry e;
-		if (lu_list_pid(d.sock, p.pid, &e))
+		if (heapd_list_pid(d.sock, p.pid, &e))
 			break;
 		lu_sleep_ms(5);
 	}
 	int rounds = 0, st = 0;
 	for (;;) {
-		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		inuse_sane(text, rounds++);
 		free(text);
 		if (waitpid(p.pid, &st, WNOHANG) == p.pid)
@@ -351,12 +351,12 @@ Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 	char *out = lu_read_rest(&p, 10000);
 	for (int i = 0; i < 200; i++) {
 		struct llgo_list_entry e;
-		if (lu_list_pid(d.sock, pid, &e) && e.state == LLGO_PROC_EXITED)
+		if (heapd_list_pid(d.sock, pid, &e) && e.state == LLGO_PROC_EXITED)
 			break;
 		lu_sleep_ms(50);
 	}
 	/* At exit: every allocation counted, every one freed. */
-	char *text = lu_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
+	char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
 	inuse_sane(text, rounds);
 	const char *names[] = { "stress_a", "stress_b", "stress_c", "stress_d", "stress_e" };
 	for (size_t i = 0; i < INUSE_N(names); i++) {
@@ -375,7 +375,7 @@ Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 	free(out);
 	fclose(p.in);
 	fclose(p.out);
-	lu_daemon_stop(&d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 	/* (the first snapshot symbolizes cold: it can take a second on a loaded machine) */
 	cr_expect(rounds >= 3, "only %d snapshots while it ran", rounds);
@@ -386,19 +386,19 @@ Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 static void inuse_burst(const char *const *extra, struct lu_acct *a, long *count)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	char *argv[] = { PROG("life_idle"), "200000", NULL };
 	lu_start(&p, &d, "1", 4, NULL, argv, extra);
 	char line[256];
 	cr_assert(lu_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
-	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	cr_assert(lu_text_acct(text, a));
 	*count = lu_text_count(text, "idle_site", 333);
 	free(text);
 	lu_wait(&p, 60000);
-	lu_daemon_stop(&d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }
 
@@ -430,31 +430,31 @@ Test(inuse, full_drop_overrides_the_wait, .timeout = 300)
 Test(inuse, stopped_daemon_does_not_hang_a_waiting_program, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	char *argv[] = { PROG("life_idle"), "100000", NULL };
 	const char *extra[] = { "LLGO_HEAP_FULL=wait", NULL };
 	lu_start(&p, &d, "1", 4, NULL, argv, extra);
 	char line[256];
 	cr_assert(lu_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
-	kill(d.pid, SIGSTOP);
+	heapd_pause(&d);
 	long t0 = lu_now_ms();
 	fputs("go\n", p.in);
 	fflush(p.in);
 	bool ok = lu_read_line(&p, line, sizeof(line), 30000);
 	long ms = lu_now_ms() - t0;
-	kill(d.pid, SIGCONT);
+	heapd_resume(&d);
 	cr_assert(ok, "program hung with the daemon stopped");
 	cr_expect(ms < 5000, "100,000 allocations took %ld ms with the daemon stopped", ms);
-	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct lu_acct a;
 	cr_assert(lu_text_acct(text, &a));
 	cr_expect(a.dropped > 0, "nothing dropped while the daemon was stopped");
 	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
 	free(text);
 	lu_wait(&p, 60000);
-	lu_daemon_stop(&d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }
 
@@ -464,15 +464,15 @@ Test(inuse, stopped_daemon_does_not_hang_a_waiting_program, .timeout = 120)
 Test(inuse, dropped_records_at_a_sampled_rate, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	char *argv[] = { PROG("inuse_sites"), "20000", NULL };
 	const char *extra[] = { "LLGO_HEAP_FULL=drop", NULL };
 	lu_start(&p, &d, "64", 4, NULL, argv, extra);
 	char line[256];
 	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
-	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct lu_acct a;
 	cr_assert(lu_text_acct(text, &a));
 	cr_expect(a.dropped > 0, "a 4 KiB ring at rate 64 dropped nothing");
@@ -485,6 +485,6 @@ Test(inuse, dropped_records_at_a_sampled_rate, .timeout = 120)
 	cr_assert(lu_read_line(&p, line, sizeof(line), 60000));
 	int st = lu_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-	lu_daemon_stop(&d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }

@@ -21,8 +21,10 @@ struct lk_site {
  * check every "site NAME SIZE COUNT" line the program prints against the profile. */
 static void lk_expect_exact(const char *cmd)
 {
-	char *dir = e2e_tmpdir(), sock[4200], *out = NULL, *prof = NULL;
-	pid_t d = e2e_daemon_start(dir, sock, sizeof(sock));
+	char *dir = e2e_tmpdir(), *out = NULL, *prof = NULL;
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
+	const char *sock = d.sock;
 	/* the shell prints the pid the program will have, then becomes it */
 	int rc = e2e_sh(&out, "cd %s && unset LD_PRELOAD && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 "
 			"LLGO_HEAP_DEBUG=1 sh -c 'echo pid $$; exec \"$0\" \"$@\"' %s", dir, sock, cmd);
@@ -56,7 +58,7 @@ static void lk_expect_exact(const char *cmd)
 	cr_expect(sa == de + dr + co && dr == 0 && co == 0, "%.120s", acc);
 	free(out);
 	free(prof);
-	e2e_daemon_stop(d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }
 
@@ -148,7 +150,7 @@ Test(linked, make_install_and_pkg_config, .timeout = 600)
  * that holds it. The library's allocator frame and its callers inside the library stay. */
 Test(linked, library_holding_the_archive_keeps_its_frames, .timeout = 120)
 {
-	char *dir = e2e_tmpdir(), sock[4200], *out = NULL, *prof = NULL;
+	char *dir = e2e_tmpdir(), *out = NULL, *prof = NULL;
 	int rc = e2e_sh(&out,
 			"cd %s && cat > lib.c <<'C'\n"
 			"#define LLGO_HEAP_PROFILING 1\n"
@@ -170,7 +172,9 @@ Test(linked, library_holding_the_archive_keeps_its_frames, .timeout = 120)
 			dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	free(out);
-	pid_t d = e2e_daemon_start(dir, sock, sizeof(sock));
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
+	const char *sock = d.sock;
 	rc = e2e_sh(&out, "cd %s && unset LD_PRELOAD && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 "
 		    "sh -c 'echo $$; exec ./main'", dir, sock);
 	cr_assert_eq(rc, 0, "%s", out);
@@ -186,6 +190,6 @@ Test(linked, library_holding_the_archive_keeps_its_frames, .timeout = 120)
 		  prof);
 	free(out);
 	free(prof);
-	e2e_daemon_stop(d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }

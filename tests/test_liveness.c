@@ -96,7 +96,7 @@ static bool lv_wait_listed(const char *sock, pid_t pid, bool want_live, int time
 	long deadline = lu_now_ms() + timeout_ms;
 	do {
 		struct llgo_list_entry e;
-		if (lu_list_pid(sock, pid, &e) && (!want_live || e.state == LLGO_PROC_LIVE))
+		if (heapd_list_pid(sock, pid, &e) && (!want_live || e.state == LLGO_PROC_LIVE))
 			return true;
 		lu_sleep_ms(10);
 	} while (lu_now_ms() < deadline);
@@ -131,8 +131,8 @@ static const char *lv_acct_line(const char *text, char *out, size_t cap)
 Test(liveness, stopped_daemon_startup, .timeout = 300)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	char *true_argv[] = { "/bin/true", NULL };
 	char *threads_argv[] = { PROG("host_threads"), "2", "200", NULL };
 	const int runs = 7;
@@ -142,7 +142,7 @@ Test(liveness, stopped_daemon_startup, .timeout = 300)
 	long live_true, live_true_max;
 	lv_time_runs(true_argv, d.sock, "524288", runs, &live_true, &live_true_max);
 
-	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	heapd_pause(&d);
 	struct {
 		char *const *argv;
 		const char *rate;
@@ -180,7 +180,7 @@ Test(liveness, stopped_daemon_startup, .timeout = 300)
 	cr_assert(lu_read_line(&early, line, sizeof(line), 10000) && strcmp(line, "ready") == 0,
 		  "a process started while the daemon is stopped did not reach main quickly");
 
-	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	heapd_resume(&d);
 	struct lu_proc p;
 	lu_start(&p, &d, "1", 0, NULL, idle_argv, NULL);
 	cr_assert(lu_read_line(&p, line, sizeof(line), 10000) && strcmp(line, "ready") == 0);
@@ -195,7 +195,7 @@ Test(liveness, stopped_daemon_startup, .timeout = 300)
 		pid_t pid = both[i]->pid;
 		int st = lu_wait(both[i], 10000);
 		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-		char *text = lu_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
+		char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
 		struct lu_acct a;
 		cr_assert(lu_text_acct(text, &a));
 		long idle = lu_text_count(text, "idle_site", 333);
@@ -212,7 +212,7 @@ Test(liveness, stopped_daemon_startup, .timeout = 300)
 	}
 	/* the processes that came and went while it was stopped: accounted too */
 	struct llgo_list_entry *rows;
-	size_t n = lu_list(d.sock, &rows);
+	size_t n = heapd_list_all(d.sock, &rows);
 	for (size_t i = 0; i < n; i++)
 		cr_expect_eq(rows[i].sampled, rows[i].delivered + rows[i].dropped + rows[i].corrupt,
 			     "pid %u: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
@@ -223,14 +223,14 @@ Test(liveness, stopped_daemon_startup, .timeout = 300)
 	cr_log_info("%zu processes listed; largest added start+exit time with the daemon "
 		    "stopped: %ld us", n, added_max);
 	free(rows);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
 /* ---- fork, vfork, posix_spawn: one session per child -------------------------------------- */
 
 /* Run life_fork THREADS ROUNDS K at rate 1; returns its output; *ms its wall time. */
-static char *lv_life_fork(const struct lu_daemon *d, const char *rounds, long *ms, pid_t *pid)
+static char *lv_life_fork(const struct heapd *d, const char *rounds, long *ms, pid_t *pid)
 {
 	struct lu_proc p;
 	char *argv[] = { PROG("life_fork"), "4", (char *)rounds, "50", NULL };
@@ -300,8 +300,8 @@ static int lv_check_list_once(const char *sock, const char *out, pid_t parent)
 Test(liveness, fork_vfork_spawn_one_session_each, .timeout = 300)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	long ms;
 	pid_t parent;
 	char *out = lv_life_fork(&d, "3", &ms, &parent);
@@ -313,10 +313,10 @@ Test(liveness, fork_vfork_spawn_one_session_each, .timeout = 300)
 
 	/* The daemon stopped: fork never waits for it, the children attach lazily (connect and
 	 * send only) and wait at most briefly at exit. */
-	cr_assert_eq(kill(d.pid, SIGSTOP), 0);
+	heapd_pause(&d);
 	long stopped_ms;
 	out = lv_life_fork(&d, "3", &stopped_ms, &parent);
-	cr_assert_eq(kill(d.pid, SIGCONT), 0);
+	heapd_resume(&d);
 	cr_log_info("life_fork with the daemon stopped: %ld ms (healthy: %ld ms)", stopped_ms, ms);
 	cr_expect_lt(stopped_ms, ms + 20000, "with a stopped daemon life_fork took %ld ms",
 		     stopped_ms);
@@ -324,7 +324,7 @@ Test(liveness, fork_vfork_spawn_one_session_each, .timeout = 300)
 	n = lv_check_list_once(d.sock, out, parent);
 	cr_expect_eq(n, 4 * 3 * 3);
 	free(out);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -333,8 +333,8 @@ Test(liveness, fork_vfork_spawn_one_session_each, .timeout = 300)
 Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	const long after_n = 5000;
 	char nbuf[16];
 	snprintf(nbuf, sizeof(nbuf), "%ld", after_n);
@@ -346,7 +346,7 @@ Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 	cr_assert(lv_wait_listed(d.sock, p.pid, true, 5000));
 	lu_sleep_ms(300); /* records delivered to the first daemon */
 	struct llgo_list_entry e1;
-	cr_assert(lu_list_pid(d.sock, p.pid, &e1));
+	cr_assert(heapd_list_pid(d.sock, p.pid, &e1));
 
 	long t_kill = lu_now_ms();
 	cr_assert_eq(kill(d.pid, SIGKILL), 0);
@@ -358,8 +358,8 @@ Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 	char oldlog[512];
 	snprintf(oldlog, sizeof(oldlog), "%s.first", d.log);
 	rename(d.log, oldlog);
-	struct lu_daemon d2;
-	lu_daemon_start(&d2, dir, NULL); /* the same socket path */
+	struct heapd d2;
+	heapd_start(&d2, dir, NULL); /* the same socket path */
 	long t_up = lu_now_ms();
 	cr_assert(lv_wait_listed(d2.sock, p.pid, true, 10000),
 		  "the restarted daemon does not list pid %d", (int)p.pid);
@@ -382,7 +382,7 @@ Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 	long before_truth = lu_site_truth(out, "before_site");
 	cr_assert_eq(after_truth, after_n, "%s", out);
 
-	char *text = lu_snapshot(d2.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	char *text = heapd_snapshot(d2.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct lu_acct a;
 	cr_assert(lu_text_acct(text, &a));
 	long got_after = lu_text_count(text, "after_site", 144);
@@ -412,6 +412,6 @@ Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 	cr_expect_geq(got_before + (long)a.dropped, before_truth);
 	free(text);
 	free(out);
-	cr_expect_eq(lu_daemon_stop(&d2), 0);
+	cr_expect_eq(heapd_stop(&d2), 0);
 	e2e_rmdir(dir);
 }

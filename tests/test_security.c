@@ -86,7 +86,7 @@ Test(identity, setuid_exec_after_connect_is_refused, .timeout = 60)
 {
 	need_root();
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	char suid[128];
 	make_setuid_sleep(d.dir, suid, sizeof(suid));
 	int pfd[2];
@@ -95,7 +95,7 @@ Test(identity, setuid_exec_after_connect_is_refused, .timeout = 60)
 	cr_assert_geq(a, 0);
 	if (a == 0) {
 		become_nobody();
-		int s = sock_connect(d.sock);
+		int s = heapd_connect(d.sock);
 		if (s < 0)
 			_exit(121);
 		pid_t me = getpid();
@@ -123,7 +123,7 @@ Test(identity, setuid_exec_after_connect_is_refused, .timeout = 60)
 	close(pfd[1]);
 	sleep_ms(800); /* the child's HELLO is handled */
 	struct llgo_list_entry e;
-	bool found = list_find(d.sock, a, &e);
+	bool found = heapd_list_pid(d.sock, a, &e);
 	char *log = read_all(d.log);
 	cr_expect(!found, "a session for the setuid process %d (uid %u):\n%s", (int)a,
 		  found ? e.uid : 0, log);
@@ -131,7 +131,7 @@ Test(identity, setuid_exec_after_connect_is_refused, .timeout = 60)
 	free(log);
 	int st;
 	waitpid(a, &st, 0);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -180,7 +180,7 @@ Test(identity, hello_after_the_process_exited_is_not_live, .timeout = 60)
 {
 	need_root();
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	int pfd[2];
 	cr_assert_eq(pipe(pfd), 0);
 	pid_t outer = fork();
@@ -190,7 +190,7 @@ Test(identity, hello_after_the_process_exited_is_not_live, .timeout = 60)
 		/* a: connects, forks b (keeps the socket), exits and is reaped */
 		pid_t a = fork();
 		if (a == 0) {
-			int s = sock_connect(d.sock);
+			int s = heapd_connect(d.sock);
 			pid_t b = fork();
 			if (b == 0) {
 				sleep_ms(300); /* a is gone and reaped by then */
@@ -216,16 +216,16 @@ Test(identity, hello_after_the_process_exited_is_not_live, .timeout = 60)
 	pid_t a;
 	cr_assert_eq(read(pfd[0], &a, sizeof(a)), (ssize_t)sizeof(a));
 	sleep_ms(700);
-	struct answer ans;
-	cr_assert_eq(set_rate(d.sock, a, 0, &ans), 0);
+	struct client_answer ans;
+	cr_assert_eq(heapd_set_rate(d.sock, a, 0, &ans), 0);
 	cr_expect_eq(ans.status, ESRCH, "root's rate %d 0 reached the dead pid's session: %d %s",
 		     (int)a, ans.status, ans.message);
 	struct llgo_list_entry e;
-	if (list_find(d.sock, a, &e))
+	if (heapd_list_pid(d.sock, a, &e))
 		cr_expect_eq(e.state, LLGO_PROC_EXITED, "the session of dead pid %d is live", (int)a);
 	int st;
 	waitpid(outer, &st, 0);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -233,21 +233,21 @@ Test(identity, hello_after_the_process_exited_is_not_live, .timeout = 60)
 Test(identity, one_session_per_process, .timeout = 60)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	int socks[8];
 	struct llgo_ctl *ctl[8];
 	for (int i = 0; i < 8; i++) {
-		socks[i] = sock_connect(d.sock);
+		socks[i] = heapd_connect(d.sock);
 		cr_assert_geq(socks[i], 0);
 		cr_assert_eq(attack_hello(socks[i], NULL, &ctl[i]), 0);
 	}
 	sleep_ms(300);
 	struct llgo_list_entry e;
-	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_LIVE);
 	/* the session LIST shows is the one whose page a rate change reaches */
-	struct answer a;
-	cr_assert_eq(set_rate(d.sock, getpid(), 4096, &a), 0);
+	struct client_answer a;
+	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 4096, &a), 0);
 	cr_assert_eq(a.status, 0, "%s", a.message);
 	int live = -1;
 	for (int i = 0; i < 8; i++)
@@ -258,12 +258,12 @@ Test(identity, one_session_per_process, .timeout = 60)
 	 * process may show up live behind it */
 	close(socks[live]);
 	sleep_ms(300);
-	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_EXITED, "another live session of this process");
 	for (int i = 0; i < 8; i++)
 		if (i != live)
 			close(socks[i]);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -297,8 +297,8 @@ static pid_t run_profiled(struct heapd *d, uid_t uid, const char *prog, const ch
 
 static char *snapshot_text(struct heapd *d, pid_t pid, int fmt)
 {
-	struct answer a;
-	cr_assert_eq(snapshot(d->sock, pid, fmt, &a), 0);
+	struct client_answer a;
+	cr_assert_eq(heapd_snapshot_answer(d->sock, pid, fmt, &a), 0);
 	cr_assert_eq(a.status, 0, "snapshot %d: %s", (int)pid, a.message);
 	buf_putc(&a.data, '\0');
 	return (char *)a.data.data;
@@ -317,7 +317,7 @@ static bool has_raw_control(const char *s)
 Test(names, hostile_symbol_is_escaped, .timeout = 120)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	char prog[160], cmd[1024];
 	snprintf(prog, sizeof(prog), "%s/evil_sites", d.dir);
 	snprintf(cmd, sizeof(cmd),
@@ -337,7 +337,7 @@ Test(names, hostile_symbol_is_escaped, .timeout = 120)
 	char *top = snapshot_text(&d, pid, LLGO_FORMAT_TOP);
 	cr_expect(!has_raw_control(top), "raw control characters in top:\n%s", top);
 	free(top);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -347,7 +347,7 @@ Test(names, symbol_cache_is_per_file, .timeout = 120)
 {
 	need_root();
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	char fake[160], real[160], cmd[1024];
 	snprintf(fake, sizeof(fake), "%s/fake_sites", d.dir);
 	snprintf(real, sizeof(real), "%s/real_sites", d.dir);
@@ -368,7 +368,7 @@ Test(names, symbol_cache_is_per_file, .timeout = 120)
 		  t);
 	cr_expect(strstr(t, "site_calloc") != NULL, "root's profile:\n%s", t);
 	free(t);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -377,7 +377,7 @@ Test(names, symbol_cache_is_per_file, .timeout = 120)
 Test(values, hostile_records_and_counters, .timeout = 60)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	struct fring r;
@@ -404,12 +404,12 @@ Test(values, hostile_records_and_counters, .timeout = 60)
 	char *top = snapshot_text(&d, getpid(), LLGO_FORMAT_TOP);
 	cr_expect(strstr(top, " -") == NULL, "negative values in top:\n%s", top);
 	free(top);
-	struct answer a;
-	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_PPROF, &a), 0);
+	struct client_answer a;
+	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_PPROF, &a), 0);
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -427,7 +427,7 @@ static void nobody_procs(struct heapd *d, int n, pid_t *pids, int *release)
 		if (pids[i] == 0) {
 			close(p[1]);
 			become_nobody();
-			int s = sock_connect(d->sock);
+			int s = heapd_connect(d->sock);
 			if (s < 0 || attack_hello(s, NULL, NULL) != 0)
 				_exit(1);
 			char c;
@@ -449,7 +449,7 @@ static void reap(pid_t *pids, int n)
 static int count_state(const char *sock, uid_t uid, uint32_t state, uint32_t *flags)
 {
 	struct llgo_list_entry v[256];
-	size_t n = list(sock, v, 256);
+	size_t n = heapd_list(sock, v, 256);
 	int c = 0;
 	for (size_t i = 0; i < n && i < 256; i++) {
 		if (v[i].uid == uid && v[i].state == state) {
@@ -467,7 +467,7 @@ Test(budget, processes_per_uid, .timeout = 60)
 	need_root();
 	struct heapd d;
 	const char *extra[] = { "--max-processes-per-uid", "3", NULL };
-	heapd_start(&d, extra);
+	heapd_start(&d, NULL, extra);
 	pid_t pids[6];
 	int rel;
 	nobody_procs(&d, 6, pids, &rel);
@@ -479,14 +479,14 @@ Test(budget, processes_per_uid, .timeout = 60)
 	cr_expect_eq(live, 3, "nobody has %d live sessions", live);
 	cr_expect(flags & LLGO_BUDGET_SESSIONS, "not flagged in list: %#x", flags);
 	struct llgo_list_entry e;
-	cr_expect(list_find(d.sock, getpid(), &e) && e.state == LLGO_PROC_LIVE && !e.budget_flags);
+	cr_expect(heapd_list_pid(d.sock, getpid(), &e) && e.state == LLGO_PROC_LIVE && !e.budget_flags);
 	char *log = read_all(d.log);
 	cr_expect_eq(count_lines(log, "sessions budget reached"), 1, "logged once:\n%s", log);
 	free(log);
 	close(rel);
 	reap(pids, 6);
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -497,7 +497,7 @@ Test(budget, rings_per_uid, .timeout = 60)
 	need_root();
 	struct heapd d;
 	const char *extra[] = { "--max-rings-per-uid", "2", NULL };
-	heapd_start(&d, extra);
+	heapd_start(&d, NULL, extra);
 	int go[2];
 	cr_assert_eq(pipe(go), 0);
 	pid_t child = fork();
@@ -529,17 +529,17 @@ Test(budget, rings_per_uid, .timeout = 60)
 	}
 	sleep_ms(400);
 	struct llgo_list_entry e;
-	cr_assert(list_find(d.sock, child, &e), "nobody's session is gone");
+	cr_assert(heapd_list_pid(d.sock, child, &e), "nobody's session is gone");
 	cr_expect_eq(e.state, LLGO_PROC_LIVE, "nobody's connection was dropped");
 	cr_expect_eq(e.rings, 2, "nobody's rings: %u", e.rings);
 	cr_expect(e.budget_flags & LLGO_BUDGET_RINGS, "flags %#x", e.budget_flags);
-	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
 	cr_expect_eq(e.rings, 6, "root's rings: %u", e.rings);
 	cr_expect_eq(e.budget_flags, 0);
 	close(go[1]);
 	waitpid(child, NULL, 0);
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -550,7 +550,7 @@ Test(budget, bucket_memory_per_uid, .timeout = 60)
 	need_root();
 	struct heapd d;
 	const char *extra[] = { "--max-bucket-memory-per-uid", "256K", NULL };
-	heapd_start(&d, extra);
+	heapd_start(&d, NULL, extra);
 	int go[2];
 	cr_assert_eq(pipe(go), 0);
 	pid_t child = fork();
@@ -577,7 +577,7 @@ Test(budget, bucket_memory_per_uid, .timeout = 60)
 	close(go[0]);
 	struct llgo_list_entry e;
 	memset(&e, 0, sizeof(e));
-	for (int i = 0; i < 1000 && !(list_find(d.sock, child, &e) && e.delivered >= 20000); i++)
+	for (int i = 0; i < 1000 && !(heapd_list_pid(d.sock, child, &e) && e.delivered >= 20000); i++)
 		sleep_ms(10);
 	cr_expect_eq(e.delivered, 20000);
 	cr_expect(e.budget_flags & LLGO_BUDGET_BUCKET_BYTES, "flags %#x", e.budget_flags);
@@ -599,7 +599,7 @@ Test(budget, bucket_memory_per_uid, .timeout = 60)
 	close(go[1]);
 	waitpid(child, NULL, 0);
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -609,11 +609,11 @@ Test(budget, exited_sessions_per_uid, .timeout = 60)
 	need_root();
 	struct heapd d;
 	const char *extra[] = { "--keep-exited-per-uid", "2", "--keep-exited", "4", NULL };
-	heapd_start(&d, extra);
+	heapd_start(&d, NULL, extra);
 	pid_t mine = fork();
 	cr_assert_geq(mine, 0);
 	if (mine == 0) {
-		int s = sock_connect(d.sock);
+		int s = heapd_connect(d.sock);
 		_exit(s < 0 || attack_hello(s, NULL, NULL) != 0);
 	}
 	waitpid(mine, NULL, 0);
@@ -629,9 +629,9 @@ Test(budget, exited_sessions_per_uid, .timeout = 60)
 	int theirs = count_state(d.sock, nobody_uid(), LLGO_PROC_EXITED, NULL);
 	cr_expect_eq(theirs, 2, "nobody's exited sessions kept: %d", theirs);
 	struct llgo_list_entry e;
-	cr_expect(list_find(d.sock, mine, &e) && e.state == LLGO_PROC_EXITED,
+	cr_expect(heapd_list_pid(d.sock, mine, &e) && e.state == LLGO_PROC_EXITED,
 		  "root's exited session was pushed out");
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -642,7 +642,7 @@ Test(exposure, connections_per_uid_and_list, .timeout = 60)
 	need_root();
 	struct heapd d;
 	const char *extra[] = { "--max-conns-per-uid", "8", NULL };
-	heapd_start(&d, extra);
+	heapd_start(&d, NULL, extra);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	int go[2], res[2];
@@ -655,11 +655,11 @@ Test(exposure, connections_per_uid_and_list, .timeout = 60)
 		become_nobody();
 		/* LIST as nobody: root's process is not shown */
 		struct llgo_list_entry v[16];
-		size_t n = list(d.sock, v, 16);
+		size_t n = heapd_list(d.sock, v, 16);
 		char verdict = n == 0 ? 'y' : 'n';
 		int socks[50];
 		for (int i = 0; i < 50; i++)
-			socks[i] = sock_connect(d.sock);
+			socks[i] = heapd_connect(d.sock);
 		if (write(res[1], &verdict, 1) != 1)
 			_exit(3);
 		char c;
@@ -675,14 +675,14 @@ Test(exposure, connections_per_uid_and_list, .timeout = 60)
 	cr_expect_eq(verdict, 'y', "nobody's LIST shows root's processes");
 	sleep_ms(200);
 	struct llgo_list_entry e;
-	cr_expect(list_find(d.sock, getpid(), &e), "root is locked out");
+	cr_expect(heapd_list_pid(d.sock, getpid(), &e), "root is locked out");
 	char *log = read_all(d.log);
 	cr_expect_eq(count_lines(log, "connections budget reached"), 1, "%s", log);
 	free(log);
 	close(go[1]);
 	waitpid(child, NULL, 0);
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -694,8 +694,8 @@ Test(exposure, connections_per_uid_and_list, .timeout = 60)
 Test(exposure, cli_times_out_on_a_stopped_daemon, .timeout = 60)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
-	kill(d.pid, SIGSTOP);
+	heapd_start(&d, NULL, NULL);
+	heapd_pause(&d);
 	char cmd[512], *out = NULL;
 	snprintf(cmd, sizeof(cmd), "%s list --socket %s --timeout 2 2>&1; echo \"exit=$?\"", CLI,
 		 d.sock);
@@ -708,13 +708,13 @@ Test(exposure, cli_times_out_on_a_stopped_daemon, .timeout = 60)
 	out[n] = '\0';
 	pclose(p);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	kill(d.pid, SIGCONT);
+	heapd_resume(&d);
 	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	cr_expect_lt(secs, 10.0, "the CLI waited %.1f s", secs);
 	cr_expect(strstr(out, "did not answer") != NULL, "%s", out);
 	cr_expect(strstr(out, "exit=0") == NULL, "%s", out);
 	free(out);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -724,7 +724,7 @@ Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
 {
 	need_root();
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	char shared[128], victim[160], victim2[160], target[160], cmd[700];
@@ -781,7 +781,7 @@ Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
 	snprintf(cmd, sizeof(cmd), "gzip -t %s", target);
 	cr_expect_eq(system(cmd), 0, "not a gzip file");
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -812,7 +812,7 @@ static int cli_snapshot_to(const char *sock, const char *target)
 Test(exposure, output_to_a_device_is_written_in_place, .timeout = 60)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	struct stat before, after;
@@ -877,7 +877,7 @@ Test(exposure, output_to_a_device_is_written_in_place, .timeout = 60)
 		  "the symlink was replaced");
 
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -885,12 +885,12 @@ Test(exposure, output_to_a_device_is_written_in_place, .timeout = 60)
 Test(exposure, socket_mode, .timeout = 30)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct stat sb;
 	cr_assert_eq(lstat(d.sock, &sb), 0);
 	cr_expect(S_ISSOCK(sb.st_mode));
 	cr_expect_eq(sb.st_mode & 0777, 0666, "mode %o", sb.st_mode & 0777);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -951,7 +951,7 @@ Test(exposure, http_slow_deltas_do_not_lock_the_endpoint, .timeout = 60)
 {
 	struct heapd d;
 	const char *extra[] = { "--http", "127.0.0.1:0", NULL };
-	heapd_start(&d, extra);
+	heapd_start(&d, NULL, extra);
 	int port = http_port_of(&d);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
@@ -975,7 +975,7 @@ Test(exposure, http_slow_deltas_do_not_lock_the_endpoint, .timeout = 60)
 		if (socks[i] >= 0)
 			close(socks[i]);
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -986,7 +986,7 @@ Test(budget, unread_answers_per_uid, .timeout = 90)
 	need_root();
 	struct heapd d;
 	const char *extra[] = { "--max-unread-per-uid", "1M", NULL };
-	heapd_start(&d, extra);
+	heapd_start(&d, NULL, extra);
 	int go[2];
 	cr_assert_eq(pipe(go), 0);
 	pid_t child = fork();
@@ -1012,7 +1012,7 @@ Test(budget, unread_answers_per_uid, .timeout = 90)
 		m.format = LLGO_FORMAT_TEXT;
 		int socks[12];
 		for (int i = 0; i < 12; i++) {
-			socks[i] = sock_connect(d.sock);
+			socks[i] = heapd_connect(d.sock);
 			if (socks[i] >= 0)
 				msg_send(socks[i], &m, sizeof(m), -1);
 		}
@@ -1034,14 +1034,14 @@ Test(budget, unread_answers_per_uid, .timeout = 90)
 	free(log);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
-	struct answer a;
-	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_TEXT, &a), 0);
+	struct client_answer a;
+	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, 0, "root's snapshot: %s", a.message);
 	buf_free(&a.data);
 	close(go[1]);
 	waitpid(child, NULL, 0);
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -1050,8 +1050,8 @@ Test(budget, unread_answers_per_uid, .timeout = 90)
 Test(exposure, idle_connections_are_closed, .timeout = 60)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
-	int s = sock_connect(d.sock);
+	heapd_start(&d, NULL, NULL);
+	int s = heapd_connect(d.sock);
 	cr_assert_geq(s, 0);
 	struct timeval tv = { .tv_sec = 30 };
 	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -1060,7 +1060,7 @@ Test(exposure, idle_connections_are_closed, .timeout = 60)
 	cr_expect_eq(r, 0, "the idle connection was not closed in 30 s (recv %zd, %s)", r,
 		     strerror(errno));
 	close(s);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -1070,25 +1070,25 @@ Test(budget, exited_sessions_by_age, .timeout = 60)
 {
 	struct heapd d;
 	const char *extra[] = { "--keep-exited-age", "1", NULL };
-	heapd_start(&d, extra);
+	heapd_start(&d, NULL, extra);
 	pid_t p = fork();
 	cr_assert_geq(p, 0);
 	if (p == 0) {
-		int s = sock_connect(d.sock);
+		int s = heapd_connect(d.sock);
 		_exit(s < 0 || attack_hello(s, NULL, NULL) != 0);
 	}
 	waitpid(p, NULL, 0);
 	struct llgo_list_entry e;
 	bool seen = false;
 	for (int i = 0; i < 50 && !seen; i++) {
-		seen = list_find(d.sock, p, &e) && e.state == LLGO_PROC_EXITED;
+		seen = heapd_list_pid(d.sock, p, &e) && e.state == LLGO_PROC_EXITED;
 		if (!seen)
 			sleep_ms(20);
 	}
 	cr_assert(seen, "the exited session was never listed");
 	sleep_ms(2200);
-	cr_expect(!list_find(d.sock, p, &e), "an exited session older than 1 s is still kept");
-	heapd_stop(&d);
+	cr_expect(!heapd_list_pid(d.sock, p, &e), "an exited session older than 1 s is still kept");
+	heapd_stop_clean(&d);
 	char *log = read_all(d.log);
 	cr_expect(strstr(log, "1 exited processes evicted") != NULL, "%s", log);
 	free(log);

@@ -310,8 +310,10 @@ struct sel_run {
 /* Run cmd (a shell command line) with a private daemon at rate 1; then snapshot. */
 static void sel_profile(struct sel_run *r, const char *cmd)
 {
-	char *dir = e2e_tmpdir(), sock[4200];
-	pid_t d = e2e_daemon_start(dir, sock, sizeof(sock));
+	char *dir = e2e_tmpdir();
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
+	const char *sock = d.sock;
 	int rc = e2e_sh(&r->out, "cd %s && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 LLGO_HEAP_DEBUG=1 "
 			"%s", dir, sock, cmd);
 	cr_assert_eq(rc, 0, "%s:\n%s", cmd, r->out);
@@ -322,7 +324,7 @@ static void sel_profile(struct sel_run *r, const char *cmd)
 	cr_assert_eq(rc, 0, "snapshot: %s", r->profile);
 	rc = e2e_sh(&r->list, E2E_BIN "/llgo-heap list --socket %s", sock);
 	cr_assert_eq(rc, 0, "list: %s", r->list);
-	e2e_daemon_stop(d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }
 

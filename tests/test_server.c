@@ -2,12 +2,12 @@
 /*
  * test_server.c: llgo-heapd as a black box. Each test starts the real daemon binary on a
  * private socket in a fresh temporary folder and stops it by pid (SIGTERM, then waitpid).
- * The test speaks the protocol itself: as a fake shim (its own control page and ring memfds,
- * records written by sec_util.h's small producer with shared/ring.h's helpers) and as a client
- * (LIST, SNAPSHOT, SET_RATE). Malformed packets must cost the sender its connection and
- * nothing else; profiles are served to the owner or root only.
+ * The test speaks the protocol as a fake shim (its own control page and ring memfds,
+ * records written by sec_util.h's small producer with shared/ring.h's helpers) and as a
+ * client through heapd.h (client/client.c: LIST, SNAPSHOT, SET_RATE). Malformed packets must
+ * cost the sender its connection and nothing else; profiles are served to the owner or root
+ * only.
  */
-#define HEAPD_DIR_TEMPLATE "/tmp/llgo-srv.XXXXXX"
 #include "sec_util.h"
 
 /* ---- tests --------------------------------------------------------------------------------- */
@@ -15,7 +15,7 @@
 Test(server, attach_list_snapshot_exit, .timeout = 120)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0, "HELLO refused");
 	struct fring r;
@@ -28,8 +28,8 @@ Test(server, attach_list_snapshot_exit, .timeout = 120)
 	fring_push_n(&r, a, 2, 24, 1, 300);
 	fring_push_n(&r, b, 2, 1000, 1, 100);
 
-	struct answer ans;
-	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
+	struct client_answer ans;
+	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
 	cr_assert_eq(ans.status, 0, "snapshot: %s", ans.message);
 	buf_putc(&ans.data, '\0');
 	const char *folded = (const char *)ans.data.data;
@@ -41,7 +41,7 @@ Test(server, attach_list_snapshot_exit, .timeout = 120)
 		  "folded:\n%s", folded);
 	buf_free(&ans.data);
 
-	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_TEXT, &ans), 0);
+	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_TEXT, &ans), 0);
 	cr_assert_eq(ans.status, 0, "%s", ans.message);
 	buf_putc(&ans.data, '\0');
 	cr_expect(strncmp((char *)ans.data.data, "heap profile: ", 14) == 0, "text:\n%s",
@@ -49,7 +49,7 @@ Test(server, attach_list_snapshot_exit, .timeout = 120)
 	buf_free(&ans.data);
 
 	struct llgo_list_entry e;
-	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_LIVE);
 	cr_expect_eq(e.uid, getuid());
 	cr_expect_eq(e.rings, 1);
@@ -65,7 +65,7 @@ Test(server, attach_list_snapshot_exit, .timeout = 120)
 	fring_push_n(&r, a, 2, 24, 1, 10);
 	fshim_close(&sh);
 	for (int i = 0; i < 500; i++) {
-		cr_assert(list_find(d.sock, getpid(), &e));
+		cr_assert(heapd_list_pid(d.sock, getpid(), &e));
 		if (e.state == LLGO_PROC_EXITED)
 			break;
 		sleep_ms(10);
@@ -73,7 +73,7 @@ Test(server, attach_list_snapshot_exit, .timeout = 120)
 	cr_expect_eq(e.state, LLGO_PROC_EXITED);
 	cr_expect_eq(e.delivered, 410);
 	cr_expect(accounting_holds(&e));
-	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
+	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
 	cr_assert_eq(ans.status, 0, "%s", ans.message);
 	buf_putc(&ans.data, '\0');
 	cr_expect(strstr((char *)ans.data.data, "srv_site_caller;srv_site_alpha 7440\n") != NULL,
@@ -82,19 +82,19 @@ Test(server, attach_list_snapshot_exit, .timeout = 120)
 	/* a new process with the same pid (exec) is preferred while live */
 	struct fshim sh2;
 	cr_assert_eq(fshim_attach(&sh2, d.sock, LLGO_RING_MIN_DATA, 4096), 0);
-	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_LIVE);
 	cr_expect_eq(e.rate, 4096);
 	cr_expect_eq(e.delivered, 0);
 	fshim_close(&sh2);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
 Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	struct fring r;
@@ -128,18 +128,18 @@ Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
 		  (unsigned long long)e.sampled, (unsigned long long)e.delivered,
 		  (unsigned long long)e.dropped, (unsigned long long)e.corrupt);
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
 Test(server, set_rate_writes_the_control_page, .timeout = 60)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 524288), 0);
-	struct answer a;
-	cr_assert_eq(set_rate(d.sock, getpid(), 4096, &a), 0);
+	struct client_answer a;
+	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 4096, &a), 0);
 	cr_expect_eq(a.status, 0, "%s", a.message);
 	char want[128];
 	snprintf(want, sizeof(want), "pid %d: rate 524288 -> 4096", (int)getpid());
@@ -147,31 +147,31 @@ Test(server, set_rate_writes_the_control_page, .timeout = 60)
 	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 4096);
 	cr_expect_eq(atomic_load(&sh.ctl->rate_changes), 1);
 
-	cr_assert_eq(set_rate(d.sock, getpid(), 1, &a), 0);
+	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 1, &a), 0);
 	cr_expect_eq(a.status, 0);
 	cr_expect_eq(atomic_load(&sh.ctl->rate_word), LLGO_RATE_WORD_EVERY);
-	cr_assert_eq(set_rate(d.sock, getpid(), 0, &a), 0);
+	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 0, &a), 0);
 	cr_expect_eq(a.status, 0);
 	snprintf(want, sizeof(want), "pid %d: rate 1 -> 0", (int)getpid());
 	cr_expect_str_eq(a.message, want);
 	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 0);
 	cr_expect_eq(atomic_load(&sh.ctl->rate_changes), 3);
 	struct llgo_list_entry e;
-	cr_assert(list_find(d.sock, getpid(), &e));
+	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
 	cr_expect_eq(e.rate, 0);
 
-	cr_assert_eq(set_rate(d.sock, getpid(), LLGO_RATE_MAX + 1, &a), 0);
+	cr_assert_eq(heapd_set_rate(d.sock, getpid(), LLGO_RATE_MAX + 1, &a), 0);
 	cr_expect_eq(a.status, EINVAL);
-	cr_assert_eq(set_rate(d.sock, 999999999, 10, &a), 0);
+	cr_assert_eq(heapd_set_rate(d.sock, 999999999, 10, &a), 0);
 	cr_expect_eq(a.status, ESRCH);
 	cr_expect_str_eq(a.message, "no such profiled process: 999999999");
-	cr_assert_eq(snapshot(d.sock, 999999999, LLGO_FORMAT_TEXT, &a), 0);
+	cr_assert_eq(heapd_snapshot_answer(d.sock, 999999999, LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, ESRCH);
 	cr_expect_str_eq(a.message, "no such profiled process: 999999999");
-	cr_assert_eq(snapshot(d.sock, getpid(), 99, &a), 0);
+	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), 99, &a), 0);
 	cr_expect_eq(a.status, EINVAL);
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -186,7 +186,7 @@ static bool dropped_after(const char *sock, bool hello_first, const void *pkt, s
 			return false;
 		s = sh.sock;
 	} else {
-		s = sock_connect(sock);
+		s = heapd_connect(sock);
 		if (s < 0)
 			return false;
 	}
@@ -217,7 +217,7 @@ static bool dropped_after(const char *sock, bool hello_first, const void *pkt, s
 Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	unsigned char big[70000];
 	memset(big, 0, sizeof(big));
 	struct llgo_msg_header h;
@@ -322,14 +322,14 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 
 	cr_assert(heapd_alive(&d), "llgo-heapd died:\n%s", read_all(d.log));
 	struct llgo_list_entry v[64];
-	list(d.sock, v, 64); /* still serving */
+	heapd_list(d.sock, v, 64); /* still serving */
 	/* one log line per dropped connection */
 	char *log = read_all(d.log);
 	cr_expect_eq(count_lines(log, "dropping connection"), cases, "log:\n%s", log);
 	free(log);
 	close(junk);
 	close(unsealed);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -338,7 +338,7 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 Test(server, snapshot_after_the_process_died, .timeout = 120)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	int pipefd[2];
 	cr_assert_eq(pipe(pipefd), 0);
 	pid_t child = fork();
@@ -371,20 +371,20 @@ Test(server, snapshot_after_the_process_died, .timeout = 120)
 	int st;
 	waitpid(child, &st, 0);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	struct answer a;
-	cr_assert_eq(snapshot(d.sock, child, LLGO_FORMAT_FOLDED, &a), 0);
+	struct client_answer a;
+	cr_assert_eq(heapd_snapshot_answer(d.sock, child, LLGO_FORMAT_FOLDED, &a), 0);
 	cr_assert_eq(a.status, 0, "%s", a.message);
 	buf_putc(&a.data, '\0');
 	cr_expect(strstr((char *)a.data.data, "srv_site_alpha 640\n") != NULL, "%s", a.data.data);
 	cr_expect(strstr((char *)a.data.data, "srv_site_beta 1440\n") != NULL, "%s", a.data.data);
 	buf_free(&a.data);
 	struct llgo_list_entry e;
-	cr_assert(list_find(d.sock, child, &e));
+	cr_assert(heapd_list_pid(d.sock, child, &e));
 	cr_expect_eq(e.state, LLGO_PROC_EXITED);
 	cr_expect_eq(e.rings, 2);
 	cr_expect_eq(e.delivered, 50);
 	cr_expect(accounting_holds(&e));
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -396,7 +396,7 @@ Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 	uid_t nobody = pw ? pw->pw_uid : 65534;
 	gid_t nogroup = pw ? pw->pw_gid : 65534;
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	pid_t me = getpid();
@@ -405,16 +405,16 @@ Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 	if (child == 0) {
 		if (setgroups(0, NULL) != 0 || setgid(nogroup) != 0 || setuid(nobody) != 0)
 			_exit(10);
-		struct answer a;
-		if (snapshot(d.sock, me, LLGO_FORMAT_TEXT, &a) != 0)
+		struct client_answer a;
+		if (heapd_snapshot_answer(d.sock, me, LLGO_FORMAT_TEXT, &a) != 0)
 			_exit(11);
 		if (a.status != EACCES || strncmp(a.message, "permission denied", 17) != 0)
 			_exit(12);
-		if (set_rate(d.sock, me, 1, &a) != 0 || a.status != EACCES)
+		if (heapd_set_rate(d.sock, me, 1, &a) != 0 || a.status != EACCES)
 			_exit(13);
 		struct llgo_msg_header h;
 		msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
-		if (request(d.sock, &h, sizeof(h), &a) != 0 || a.status != 0)
+		if (heapd_request(d.sock, &h, sizeof(h), &a) != 0 || a.status != 0)
 			_exit(14);
 		_exit(0);
 	}
@@ -423,12 +423,12 @@ Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child as nobody: status %d", st);
 	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 512, "rate changed by another user");
 	/* root may */
-	struct answer a;
-	cr_assert_eq(snapshot(d.sock, me, LLGO_FORMAT_TEXT, &a), 0);
+	struct client_answer a;
+	cr_assert_eq(heapd_snapshot_answer(d.sock, me, LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -436,7 +436,7 @@ Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 Test(server, idle_clients_do_not_block_others, .timeout = 60)
 {
 	struct heapd d;
-	heapd_start(&d, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0);
 	int idle[16];
@@ -446,28 +446,28 @@ Test(server, idle_clients_do_not_block_others, .timeout = 60)
 	m.pid = (uint32_t)getpid();
 	m.format = LLGO_FORMAT_PPROF;
 	for (int i = 0; i < 16; i++) {
-		idle[i] = sock_connect(d.sock);
+		idle[i] = heapd_connect(d.sock);
 		cr_assert_geq(idle[i], 0);
 		if (i % 2)
 			cr_assert_eq(msg_send(idle[i], &m, sizeof(m), -1), 0);
 	}
 	struct llgo_list_entry e;
-	cr_expect(list_find(d.sock, getpid(), &e));
-	struct answer a;
-	cr_assert_eq(snapshot(d.sock, getpid(), LLGO_FORMAT_FOLDED, &a), 0);
+	cr_expect(heapd_list_pid(d.sock, getpid(), &e));
+	struct client_answer a;
+	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_FOLDED, &a), 0);
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
 	for (int i = 0; i < 16; i++)
 		close(idle[i]);
 	fshim_close(&sh);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
 Test(server, stale_socket_is_replaced_live_one_is_not, .timeout = 60)
 {
 	struct heapd d;
-	heapd_dir(&d);
+	heapd_init(&d, NULL);
 	/* a socket file nobody listens on */
 	int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -475,7 +475,7 @@ Test(server, stale_socket_is_replaced_live_one_is_not, .timeout = 60)
 	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	close(s);
 	d.pid = heapd_spawn(&d, NULL);
-	cr_assert(heapd_wait_socket(d.sock, d.pid), "did not replace a stale socket:\n%s",
+	cr_assert(heapd_wait(&d), "did not replace a stale socket:\n%s",
 		  read_all(d.log));
 	struct stat st;
 	cr_assert_eq(stat(d.sock, &st), 0);
@@ -491,8 +491,8 @@ Test(server, stale_socket_is_replaced_live_one_is_not, .timeout = 60)
 	cr_expect(strstr(log, "another llgo-heapd") != NULL, "log:\n%s", log);
 	free(log);
 	struct llgo_list_entry v[4];
-	list(d.sock, v, 4);
-	heapd_stop(&d);
+	heapd_list(d.sock, v, 4);
+	heapd_stop_clean(&d);
 
 	/* a file that is not a socket is never removed */
 	int fd = open(d.sock, O_WRONLY | O_CREAT, 0644);
@@ -508,13 +508,13 @@ Test(server, stale_socket_is_replaced_live_one_is_not, .timeout = 60)
 Test(server, creates_missing_folders_and_rejects_bad_options, .timeout = 60)
 {
 	struct heapd d;
-	heapd_dir(&d);
+	heapd_init(&d, NULL);
 	snprintf(d.sock, sizeof(d.sock), "%s/a/b/heapd.sock", d.dir);
 	const char *extra[] = { "--max-buckets", "1000", "--max-memory=64M", "--keep-exited",
 				"3", NULL };
 	d.pid = heapd_spawn(&d, extra);
-	cr_assert(heapd_wait_socket(d.sock, d.pid), "log:\n%s", read_all(d.log));
-	heapd_stop(&d);
+	cr_assert(heapd_wait(&d), "log:\n%s", read_all(d.log));
+	heapd_stop_clean(&d);
 
 	const char *bad[][3] = { { "--bogus", NULL, NULL },
 				 { "--max-memory", "lots", NULL },
@@ -534,7 +534,7 @@ Test(server, exited_sessions_are_evicted_oldest_first, .timeout = 120)
 {
 	struct heapd d;
 	const char *extra[] = { "--keep-exited", "2", NULL };
-	heapd_start(&d, extra);
+	heapd_start(&d, NULL, extra);
 	pid_t kids[4];
 	for (int i = 0; i < 4; i++) {
 		kids[i] = fork();
@@ -549,20 +549,20 @@ Test(server, exited_sessions_are_evicted_oldest_first, .timeout = 120)
 		/* wait until the daemon saw it exit, so the order is known */
 		struct llgo_list_entry e;
 		for (int k = 0; k < 500; k++) {
-			if (list_find(d.sock, kids[i], &e) && e.state == LLGO_PROC_EXITED)
+			if (heapd_list_pid(d.sock, kids[i], &e) && e.state == LLGO_PROC_EXITED)
 				break;
 			sleep_ms(10);
 		}
 	}
 	struct llgo_list_entry e;
-	cr_expect(!list_find(d.sock, kids[0], &e));
-	cr_expect(!list_find(d.sock, kids[1], &e));
-	cr_expect(list_find(d.sock, kids[2], &e));
-	cr_expect(list_find(d.sock, kids[3], &e));
-	struct answer a;
-	cr_assert_eq(snapshot(d.sock, kids[0], LLGO_FORMAT_TEXT, &a), 0);
+	cr_expect(!heapd_list_pid(d.sock, kids[0], &e));
+	cr_expect(!heapd_list_pid(d.sock, kids[1], &e));
+	cr_expect(heapd_list_pid(d.sock, kids[2], &e));
+	cr_expect(heapd_list_pid(d.sock, kids[3], &e));
+	struct client_answer a;
+	cr_assert_eq(heapd_snapshot_answer(d.sock, kids[0], LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, ESRCH);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
@@ -571,22 +571,19 @@ Test(server, exited_sessions_are_evicted_oldest_first, .timeout = 120)
 Test(server, daemonizes_without_foreground, .timeout = 60)
 {
 	struct heapd d;
-	heapd_dir(&d);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		execl(HEAPD, "llgo-heapd", "--socket", d.sock, (char *)NULL);
-		_exit(127);
-	}
+	heapd_init(&d, NULL);
+	d.detach = true;
+	pid_t pid = heapd_spawn(&d, NULL);
 	int st;
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
-	cr_assert(heapd_wait_socket(d.sock, -1));
+	/* d.pid stays 0: the daemon is the grandchild, found below through the socket */
+	cr_assert(heapd_wait(&d));
 	/* The daemon listens again once detached, so SO_PEERCRED names it (not the parent that
 	 * bound the socket); until then connections still queue. */
 	struct ucred cred = { 0 };
 	for (int i = 0; i < 500; i++) {
-		int s = sock_connect(d.sock);
+		int s = heapd_connect(d.sock);
 		cr_assert_geq(s, 0);
 		socklen_t l = sizeof(cred);
 		cr_assert_eq(getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &l), 0);
@@ -627,7 +624,7 @@ Test(server, daemonizes_without_foreground, .timeout = 60)
 Test(server, socket_activation, .timeout = 60)
 {
 	struct heapd d;
-	heapd_dir(&d);
+	heapd_init(&d, NULL);
 	int ls = socket(AF_UNIX, SOCK_SEQPACKET, 0);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
@@ -645,7 +642,7 @@ Test(server, socket_activation, .timeout = 60)
 		setenv("LISTEN_PID", buf, 1);
 		setenv("LISTEN_FDS", "1", 1);
 		/* --socket names a path that does not exist: the passed socket wins */
-		execl(HEAPD, "llgo-heapd", "--foreground", "--socket", "/nonexistent/x.sock",
+		execl(heapd_path(), "llgo-heapd", "--foreground", "--socket", "/nonexistent/x.sock",
 		      (char *)NULL);
 		_exit(127);
 	}
@@ -653,7 +650,7 @@ Test(server, socket_activation, .timeout = 60)
 	struct llgo_list_entry v[4];
 	for (int i = 0; i < 200 && heapd_alive(&d); i++) {
 		/* connections queue on the socket before the daemon accepts them */
-		list(d.sock, v, 4);
+		heapd_list(d.sock, v, 4);
 		break;
 	}
 	cr_assert(heapd_alive(&d), "log:\n%s", read_all(d.log));

@@ -175,23 +175,22 @@ static void *snapper_main(void *arg)
 	struct snapper *sn = arg;
 	struct snap_view v;
 	struct llgo_msg_snapshot m;
-	lu_snapshot_req(&m, sn->pid, LLGO_FORMAT_TEXT);
+	client_snapshot_req(&m, sn->pid, LLGO_FORMAT_TEXT, 0, 0);
 	while (!atomic_load(&sn->stop) && !sn->error[0]) {
 		long t0 = lu_now_ms();
-		char *data;
-		size_t len;
-		int rc = lu_request(sn->sock, &m, sizeof(m), &data, &len, 30000);
+		struct client_answer ans;
+		int rc = heapd_request(sn->sock, &m, sizeof(m), &ans);
 		long ms = lu_now_ms() - t0;
 		if (ms > sn->max_ms)
 			sn->max_ms = ms;
-		if (rc != 0) {
-			snprintf(sn->error, sizeof(sn->error), "snapshot %ld failed: %d %s",
-				 sn->snapshots, rc, data ? data : "");
-			free(data);
+		if (rc != 0 || ans.status != 0) {
+			snprintf(sn->error, sizeof(sn->error), "snapshot %ld failed: %d, status %d %s",
+				 sn->snapshots, rc, ans.status, ans.message);
+			client_answer_free(&ans);
 			break;
 		}
-		snap_parse(data, &v);
-		free(data);
+		snap_parse((const char *)ans.data.data, &v);
+		client_answer_free(&ans);
 		sn->snapshots++;
 		if (v.error[0]) {
 			snprintf(sn->error, sizeof(sn->error), "snapshot %ld: %.900s", sn->snapshots,
@@ -229,8 +228,8 @@ Test(stress, sixteen_threads_exact_under_snapshots, .timeout = 240)
 	/* paced: 16 threads x (BURST allocations, then 1 ms asleep) */
 	const char *burst = tsan ? "4" : "20";
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	char *argv[] = { PROG("stress_sites"), "16", "time", (char *)ms, (char *)burst, "1000",
 			 NULL };
@@ -253,7 +252,7 @@ Test(stress, sixteen_threads_exact_under_snapshots, .timeout = 240)
 	cr_assert_geq(sn.snapshots, tsan ? 5 : 50, "only %ld snapshots", sn.snapshots);
 
 	size_t len;
-	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, &len);
+	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, &len);
 	struct snap_view v;
 	snap_parse(text, &v);
 	cr_assert_eq(v.error[0], '\0', "final snapshot: %s", v.error);
@@ -273,14 +272,14 @@ Test(stress, sixteen_threads_exact_under_snapshots, .timeout = 240)
 	cr_expect_eq((long)v.acct.delivered, v.total);
 	free(text);
 	free(out);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
 /* ---- overload ------------------------------------------------------------------------------ */
 
 /* Run stress_sites THREADS count N with 4 KiB rings; returns its LIST row and profile. */
-static char *overload_run(struct lu_daemon *d, const char *n, struct llgo_list_entry *row,
+static char *overload_run(struct heapd *d, const char *n, struct llgo_list_entry *row,
 			  char **out)
 {
 	struct lu_proc p;
@@ -291,16 +290,16 @@ static char *overload_run(struct lu_daemon *d, const char *n, struct llgo_list_e
 	*out = lu_read_rest(&p, 60000);
 	int st = lu_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-	char *text = lu_snapshot(d->sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-	cr_assert(lu_list_pid(d->sock, p.pid, row));
+	char *text = heapd_snapshot(d->sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	cr_assert(heapd_list_pid(d->sock, p.pid, row));
 	return text;
 }
 
 Test(stress, tiny_rings_drop_and_count_exactly, .timeout = 240)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	/* What the program allocates besides its sites (stdio, thread start-up). */
 	struct llgo_list_entry base, row;
 	char *out;
@@ -333,13 +332,13 @@ Test(stress, tiny_rings_drop_and_count_exactly, .timeout = 240)
 	cr_expect_eq(lu_text_total(text), (long)a.delivered);
 	free(text);
 	free(out);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
 /* ---- idle and snapshots --------------------------------------------------------------------- */
 
-static void idle_start(struct lu_proc *p, struct lu_daemon *d, const char *k)
+static void idle_start(struct lu_proc *p, struct heapd *d, const char *k)
 {
 	char *argv[] = { PROG("life_idle"), (char *)k, NULL };
 	lu_start(p, d, "1", 0, NULL, argv, NULL);
@@ -350,8 +349,8 @@ static void idle_start(struct lu_proc *p, struct lu_daemon *d, const char *k)
 Test(stress, idle_daemon_uses_no_cpu, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	enum { NPROC = 4 };
 	struct lu_proc p[NPROC];
 	for (int i = 0; i < NPROC; i++)
@@ -369,7 +368,7 @@ Test(stress, idle_daemon_uses_no_cpu, .timeout = 120)
 	cr_expect_lt(cpu / wall, 0.03, "the idle daemon uses %.1f%% of a core",
 		     100.0 * cpu / wall);
 	struct llgo_list_entry *rows;
-	size_t n = lu_list(d.sock, &rows);
+	size_t n = heapd_list_all(d.sock, &rows);
 	cr_expect_eq(n, NPROC);
 	for (size_t i = 0; i < n; i++)
 		cr_expect(rows[i].delivered >= 200 && rows[i].sampled == rows[i].delivered,
@@ -378,15 +377,15 @@ Test(stress, idle_daemon_uses_no_cpu, .timeout = 120)
 	free(rows);
 	for (int i = 0; i < NPROC; i++)
 		cr_expect_eq(lu_wait(&p[i], 10000), 0);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
 Test(stress, snapshot_drains_first, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	idle_start(&p, &d, "500");
 	for (int round = 1; round <= 5; round++) {
@@ -397,14 +396,14 @@ Test(stress, snapshot_drains_first, .timeout = 120)
 		char line[64];
 		cr_assert(lu_read_line(&p, line, sizeof(line), 30000) && strcmp(line, "ready") == 0);
 		/* at once: the records were published just now */
-		char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		long got = lu_text_count(text, "idle_more_site", 555);
 		cr_expect_eq(got, 500L * round, "round %d: %ld of %ld records in the snapshot",
 			     round, got, 500L * round);
 		free(text);
 	}
 	cr_expect_eq(lu_wait(&p, 10000), 0);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -413,8 +412,8 @@ Test(stress, snapshot_drains_first, .timeout = 120)
 Test(stress, default_rate_drops_nothing, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	char *argv[] = { PROG("stress_sites"), "16", "time", "2000", NULL };
 	lu_start(&p, &d, "524288", 0, NULL, argv, NULL);
@@ -425,7 +424,7 @@ Test(stress, default_rate_drops_nothing, .timeout = 120)
 	for (int s = 0; s < NSITES; s++)
 		total += lu_site_truth(out, stress_sites[s].name);
 	struct llgo_list_entry e;
-	cr_assert(lu_list_pid(d.sock, p.pid, &e));
+	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_log_info("default rate: %ld allocations by 16 threads in 2 s; sampled=%llu "
 		    "delivered=%llu dropped=%llu corrupt=%llu", total,
 		    (unsigned long long)e.sampled, (unsigned long long)e.delivered,
@@ -435,6 +434,6 @@ Test(stress, default_rate_drops_nothing, .timeout = 120)
 	cr_expect_eq(e.corrupt, 0);
 	cr_expect_eq(e.sampled, e.delivered);
 	free(out);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }

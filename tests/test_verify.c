@@ -70,7 +70,7 @@ static const char *vt_last_line(const char *out)
 
 /* Start verify_fp for `seconds` under the shim at `rate` with extra settings; wait for its
  * "ready" line. */
-static void vt_start_named(struct lu_proc *p, struct lu_daemon *d, const char *prog,
+static void vt_start_named(struct lu_proc *p, struct heapd *d, const char *prog,
 			   const char *rate, const char *seconds, const char *const *extra)
 {
 	char *argv[] = { (char *)prog, (char *)seconds, "2", NULL };
@@ -83,7 +83,7 @@ static void vt_start_named(struct lu_proc *p, struct lu_daemon *d, const char *p
 
 /* verify_fp in frame-pointer mode: under the default (auto) a busy start copies stacks
  * until the daemon's tables arrive, and those samples are checked in dwarf mode instead. */
-static void vt_start_prog(struct lu_proc *p, struct lu_daemon *d, const char *rate,
+static void vt_start_prog(struct lu_proc *p, struct heapd *d, const char *rate,
 			  const char *seconds, const char *const *extra)
 {
 	const char *env[8] = { "LLGO_HEAP_UNWIND=fp" };
@@ -96,8 +96,8 @@ Test(verify, frame_pointer_program_agrees, .timeout = 120)
 {
 	VT_NEED_BPF();
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	vt_start_prog(&p, &d, "65536", "8", NULL);
 	char *out = NULL;
@@ -126,10 +126,10 @@ Test(verify, frame_pointer_program_agrees, .timeout = 120)
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "verify_fp status 0x%x", st);
 	/* The profile is untouched by the verify: every sample accounted. */
 	struct llgo_list_entry e;
-	cr_assert(lu_list_pid(d.sock, p.pid, &e));
+	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_expect_eq(e.sampled, e.delivered + e.dropped + e.corrupt);
 	cr_expect_eq(e.corrupt, 0);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -137,8 +137,8 @@ Test(verify, corrupted_stacks_are_reported, .timeout = 120)
 {
 	VT_NEED_BPF();
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	const char *extra[] = { "LLGO_HEAP_TEST_CORRUPT_STACK=10", NULL };
 	vt_start_prog(&p, &d, "65536", "8", extra);
@@ -167,7 +167,7 @@ Test(verify, corrupted_stacks_are_reported, .timeout = 120)
 	cr_expect_eq(rc, 0, "--min-agree 80: exit %d:\n%s", rc, out);
 	free(out);
 	lu_wait(&p, 30000);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -175,9 +175,9 @@ Test(verify, verify_every_reaches_list_and_profile, .timeout = 120)
 {
 	VT_NEED_BPF();
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
+	struct heapd d;
 	const char *opts[] = { "--verify-every", "7", NULL };
-	lu_daemon_start(&d, dir, opts);
+	heapd_start(&d, dir, opts);
 	struct lu_proc p;
 	vt_start_prog(&p, &d, "65536", "3", NULL);
 	/* a one-off verify while the continuous one runs */
@@ -189,7 +189,7 @@ Test(verify, verify_every_reaches_list_and_profile, .timeout = 120)
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	lu_sleep_ms(200);
 	struct llgo_list_entry e;
-	cr_assert(lu_list_pid(d.sock, p.pid, &e));
+	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_log_info("--verify-every 7: %llu samples compared, %llu agree (of %llu sampled)",
 		    (unsigned long long)e.verify_samples, (unsigned long long)e.verify_agree,
 		    (unsigned long long)e.sampled);
@@ -204,18 +204,18 @@ Test(verify, verify_every_reaches_list_and_profile, .timeout = 120)
 		 (unsigned long long)e.verify_samples);
 	cr_expect(strstr(out, "VERIFIED") && strstr(out, want), "list:\n%s", out);
 	free(out);
-	char *text = lu_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	cr_expect(strstr(text, " verified=") != NULL, "no verify comment:\n%.400s", text);
 	free(text);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
 Test(verify, errors_exit_2_with_one_line, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	char *out = NULL;
 	int rc = e2e_sh(&out, CLI " verify 999999 --seconds 1 --socket %s", d.sock);
 	cr_expect_eq(rc, 2, "unknown pid: exit %d: %s", rc, out);
@@ -227,7 +227,7 @@ Test(verify, errors_exit_2_with_one_line, .timeout = 120)
 	rc = e2e_sh(&out, CLI " verify 1 --min-agree 101 --socket %s", d.sock);
 	cr_expect_eq(rc, 2, "--min-agree 101: exit %d: %s", rc, out);
 	free(out);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -240,35 +240,14 @@ Test(verify, no_bpf_rights_exit_2_and_profiling_goes_on, .timeout = 120)
 		cr_skip_test("no /usr/bin/setpriv (util-linux)");
 	char *dir = e2e_tmpdir();
 	cr_assert(chmod(dir, 0777) == 0);
-	struct lu_daemon d;
-	snprintf(d.sock, sizeof(d.sock), "%s/heapd.sock", dir);
-	snprintf(d.log, sizeof(d.log), "%s/heapd.log", dir);
-	d.pid = fork();
-	cr_assert(d.pid >= 0);
-	if (d.pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		int fd = open(d.log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		unsetenv("LD_PRELOAD");
-		execl("/usr/bin/setpriv", "setpriv", "--reuid=65534", "--regid=65534",
-		      "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--",
-		      E2E_BIN "/llgo-heapd", "--socket", d.sock, "--foreground", (char *)NULL);
-		_exit(127);
-	}
-	bool up = false;
-	for (int i = 0; i < 2000 && !up; i++) {
-		int s = lu_connect(d.sock);
-		if (s >= 0) {
-			close(s);
-			up = true;
-		} else {
-			lu_sleep_ms(5);
-		}
-	}
-	cr_assert(up, "llgo-heapd as nobody did not start");
+	/* the daemon as nobody, without capabilities */
+	const char *const setpriv[] = { "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+					"--clear-groups", "--inh-caps=-all",
+					"--bounding-set=-all", "--", NULL };
+	struct heapd d;
+	heapd_init(&d, dir);
+	d.wrap = setpriv;
+	heapd_run(&d, NULL);
 	struct lu_proc p;
 	char *argv[] = { PROG("verify_fp"), "3", "1", NULL };
 	lu_start(&p, &d, "65536", 0, NULL, argv, NULL);
@@ -288,10 +267,10 @@ Test(verify, no_bpf_rights_exit_2_and_profiling_goes_on, .timeout = 120)
 	/* everything else keeps working: the profile is there */
 	lu_wait(&p, 30000);
 	struct llgo_list_entry e;
-	cr_assert(lu_list_pid(d.sock, p.pid, &e));
+	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_expect_gt(e.delivered, 0);
 	cr_expect_eq(e.sampled, e.delivered + e.dropped + e.corrupt);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -300,8 +279,8 @@ Test(verify, shim_without_probe_exit_2, .timeout = 120)
 {
 	VT_NEED_BPF();
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	char *argv[] = { PROG("verify_fp"), "3", "1", NULL };
 	lu_start(&p, &d, "65536", 0, E2E_PROGS "/libllgoheap-noprobe.so", argv, NULL);
@@ -318,9 +297,9 @@ Test(verify, shim_without_probe_exit_2, .timeout = 120)
 	free(out);
 	lu_wait(&p, 30000);
 	struct llgo_list_entry e;
-	cr_assert(lu_list_pid(d.sock, p.pid, &e));
+	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_expect_gt(e.delivered, 0, "the old shim's process was still profiled");
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -331,8 +310,8 @@ Test(verify, cxx_operator_new_agrees, .timeout = 120)
 {
 	VT_NEED_BPF();
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	char *argv[] = { PROG("e2e_cxx"), "100000000", NULL };
 	lu_start(&p, &d, "4096", 1024, NULL, argv, NULL);
@@ -350,7 +329,7 @@ Test(verify, cxx_operator_new_agrees, .timeout = 120)
 	free(out);
 	kill(p.pid, SIGKILL);
 	lu_wait(&p, 30000);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -362,8 +341,8 @@ static int vt_verify_dwarf(const char *corrupt, char **out, unsigned long long *
 			   unsigned long long *m)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	const char *extra[] = { "LLGO_HEAP_UNWIND=dwarf", corrupt, NULL };
 	/* each sample costs the kernel a 48 KiB copy: a rate that keeps the ring buffer
@@ -377,9 +356,9 @@ static int vt_verify_dwarf(const char *corrupt, char **out, unsigned long long *
 	int st = lu_wait(&p, 30000);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nofp_verify status 0x%x", st);
 	struct llgo_list_entry e;
-	cr_assert(lu_list_pid(d.sock, p.pid, &e));
+	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_expect_eq(e.corrupt, 0);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 	return rc;
 }

@@ -52,8 +52,8 @@ static char *tmux_wait(struct tmux *t, const char *want, bool absent)
 static void watch_case(const char *quit_key)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	char *argv[] = { PROG("inuse_sites"), "200", NULL };
 	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
@@ -109,7 +109,7 @@ static void watch_case(const char *quit_key)
 	fputs("go\n", p.in);
 	fflush(p.in);
 	lu_wait(&p, 60000);
-	lu_daemon_stop(&d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }
 
@@ -126,8 +126,8 @@ Test(watch, ctrl_c_quits_and_restores_the_terminal, .timeout = 120)
 Test(watch, plain_lines_when_piped, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	char *argv[] = { PROG("inuse_sites"), "200", NULL };
 	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
@@ -167,6 +167,6 @@ Test(watch, plain_lines_when_piped, .timeout = 120)
 			  "site_kept still in use after exit: %.80s", bol);
 	}
 	free(text);
-	lu_daemon_stop(&d);
+	heapd_stop(&d);
 	e2e_rmdir(dir);
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_util.h: an in-process llgo-heapd (server.c on a private socket, optionally --http
- * on 127.0.0.1) for the harnesses that fuzz its socket and its HTTP server, and the small
- * client side they speak with.
+ * on 127.0.0.1) for the harnesses that fuzz its socket and its HTTP server, and the
+ * requests they make to it (through client/client.c).
  */
 #ifndef LLGO_FUZZ_UTIL_H
 #define LLGO_FUZZ_UTIL_H
@@ -19,6 +19,7 @@
 
 #include "../../agent/http.h"
 #include "../../agent/session.h"
+#include "../../client/client.h"
 
 struct fz_daemon {
 	struct server *srv;
@@ -59,56 +60,34 @@ __attribute__((unused)) static void fz_daemon_start(bool http)
 		abort();
 }
 
+/* The protocol is client/client.c's, as for the CLI and the tests. */
+#define FZ_TIMEOUT_MS 5000u
+
 __attribute__((unused)) static int fz_connect(void)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", fz_d.sock);
-	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -1;
-	struct timeval tv = { .tv_sec = 5 };
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		close(s);
-		return -1;
-	}
-	return s;
+	int s;
+	return client_connect(fz_d.sock, FZ_TIMEOUT_MS, &s) == 0 ? s : -1;
 }
 
 /* Send req on a new connection and read until END (or the connection drops). */
 __attribute__((unused)) static void fz_request(const void *req, size_t n)
 {
-	int s = fz_connect();
-	if (s < 0)
-		return;
-	if (msg_send(s, req, n, -1) == 0) {
-		unsigned char *pkt = malloc(LLGO_MSG_MAX);
-		for (int i = 0; pkt && i < 100000; i++) {
-			ssize_t r = msg_recv(s, pkt, LLGO_MSG_MAX, NULL);
-			struct llgo_msg_header h;
-			if (r <= 0 || msg_header_check(pkt, (size_t)r, &h) || h.type == LLGO_MSG_END)
-				break;
-		}
-		free(pkt);
-	}
-	close(s);
+	struct client_answer a;
+	client_request(fz_d.sock, req, n, FZ_TIMEOUT_MS, &a);
+	client_answer_free(&a);
 }
 
 __attribute__((unused)) static void fz_list(void)
 {
 	struct llgo_msg_header h;
-	msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
+	client_list_req(&h);
 	fz_request(&h, sizeof(h));
 }
 
 __attribute__((unused)) static void fz_snapshot(int fmt)
 {
 	struct llgo_msg_snapshot m;
-	memset(&m, 0, sizeof(m));
-	msg_header_init(&m.h, LLGO_MSG_SNAPSHOT, sizeof(m));
-	m.pid = (uint32_t)getpid();
-	m.format = (uint32_t)fmt;
+	client_snapshot_req(&m, getpid(), (uint32_t)fmt, 0, 0);
 	fz_request(&m, sizeof(m));
 }
 

@@ -6,6 +6,8 @@
  * same test files against this header (-Itests/nocriterion) instead. Like Criterion, every
  * test runs in a forked child with a timeout; a failed cr_assert ends the test, a failed
  * cr_expect marks it failed and goes on. Nothing here is used by ordinary builds.
+ * A helper file linked into the tests (tests/heapd.c) defines LLGO_T_HELPER: it gets the
+ * checks, and the test file's failure flag, but no test table and no main.
  */
 #ifndef LLGO_NOCRITERION_H
 #define LLGO_NOCRITERION_H
@@ -32,10 +34,14 @@ struct llgo_t_test {
 	const struct llgo_t_opts *opts;
 };
 
+/* Set by a failed cr_expect, in the test's own process; one flag for every file linked. */
+extern int llgo_t_failed_expect;
+
+#ifndef LLGO_T_HELPER
 #define LLGO_T_MAX 512
 static struct llgo_t_test llgo_t_tests[LLGO_T_MAX];
 static int llgo_t_ntests;
-static int llgo_t_failed_expect;
+int llgo_t_failed_expect;
 
 static inline void llgo_t_register(const char *suite, const char *name, void (*fn)(void),
 				   const struct llgo_t_opts *o)
@@ -43,6 +49,7 @@ static inline void llgo_t_register(const char *suite, const char *name, void (*f
 	if (llgo_t_ntests < LLGO_T_MAX)
 		llgo_t_tests[llgo_t_ntests++] = (struct llgo_t_test){ suite, name, fn, o };
 }
+#endif
 
 static inline void llgo_t_check(bool ok, bool fatal, const char *file, int line,
 				const char *expr, const char *fmt, ...)
@@ -109,6 +116,7 @@ static inline void llgo_t_check(bool ok, bool fatal, const char *file, int line,
 	} while (0)
 #define cr_log_info(...) (fprintf(stderr, __VA_ARGS__), fputc('\n', stderr))
 
+#ifndef LLGO_T_HELPER
 #define Test(suite, name, ...)                                                             \
 	static void suite##_##name(void);                                                  \
 	__attribute__((constructor)) static void llgo_t_reg_##suite##_##name(void)          \
@@ -171,5 +179,7 @@ int main(int argc, char **argv)
 		passed + failed, passed, failed, skipped);
 	return failed ? 1 : 0;
 }
+
+#endif /* LLGO_T_HELPER */
 
 #endif

@@ -27,7 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "cli.h"
 
 struct watch_site {
 	char *name;

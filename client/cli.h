@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli.h: what the files of the llgo-heap CLI share: its parsed options (cli.c), the
+ * requests it makes and where their answers go (cli_io.c), `llgo-heap run` (cli_run.c), and
+ * the live view of `top --watch` (watch.c). The protocol itself is client.c's.
+ */
+#ifndef LLGO_CLIENT_CLI_H
+#define LLGO_CLIENT_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../agent/buf.h"
+
+/* ---- cli.c: options, subcommands, messages ------------------------------------------------ */
+
+extern const char *const cli_prog;
+/* How long a request may wait for the daemon (connect, send, each packet of the answer):
+ * a stopped daemon must not hang the CLI. cli_wait_extra_s: added for verify's window. */
+extern unsigned cli_timeout_s, cli_wait_extra_s;
+
+struct cli_opts {
+	const char *socket;
+	const char *out;
+	const char *format;
+	const char *rate;
+	const char *seconds;   /* verify */
+	const char *min_agree; /* verify */
+	const char *unwind;    /* run: LLGO_HEAP_UNWIND for the command */
+	unsigned top_n;
+	uint32_t flags;
+	bool watch;
+	double interval; /* --watch SECONDS */
+	char **pos;      /* positional arguments */
+	int npos;
+	char **cmd; /* after "--" (run) */
+	int ncmd;
+};
+
+/* "llgo-heap: MESSAGE" on stderr; returns 2, the exit status of every error. */
+int cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* -f/--format: pprof (proto), text (legacy) or folded, pprof when s is NULL. */
+int cli_parse_format(const char *s, int *fmt);
+/* The file suffix of a format: pb.gz, heap, folded. */
+const char *cli_format_suffix(int fmt);
+int cli_parse_rate(const char *s, uint64_t *rate);
+
+/* ---- cli_io.c: requests and their answers ------------------------------------------------- */
+
+/* One request to the daemon at path, its DATA collected in out; a transport error or an END
+ * with a non-zero status becomes one line on stderr (and exit status 2). message gets END's
+ * text. */
+int cli_io_call(const char *path, const void *req, size_t n, struct buf *out, char *message,
+		size_t mlen);
+int cli_io_snapshot(const char *path, pid_t pid, int fmt, uint32_t flags, uint32_t top_n,
+		    struct buf *out);
+/* The LIST answer (whole llgo_list_entry rows). */
+int cli_io_list(const char *path, struct buf *out);
+/* Write b to file ("-": stdout) without ever leaving half a profile under its name. */
+int cli_io_write_file(const char *file, const struct buf *b);
+
+/* ---- cli_run.c: llgo-heap run [options] -- CMD ---------------------------------------------- */
+
+int cli_run(struct cli_opts *o);
+
+/* ---- watch.c: `llgo-heap top --watch` ------------------------------------------------------- */
+
+/* Fetch pid's LLGO_FORMAT_SITES answer into out; *exited: the process is gone. 0 or -errno. */
+typedef int (*watch_fetch_fn)(void *arg, pid_t pid, struct buf *out, bool *exited);
+/* Redraw every interval seconds until q, Ctrl-C or a signal (or, not on a terminal, until the
+ * process exited); returns 0 or fetch's error. */
+int watch_run(pid_t pid, double interval, watch_fetch_fn fetch, void *arg);
+
+#endif
