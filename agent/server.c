@@ -51,12 +51,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "budget.h"
 #include "ident.h"
+#include "listen.h"
 #include "session.h"
 #include "verify.h"
 
@@ -69,7 +69,6 @@
 #define SERVER_SETTLE_MS 200u
 #define SERVER_MAX_CONNS 65536u
 #define SERVER_JOB_EXIT 0xffffu /* not a message type: the peer is gone */
-#define SERVER_LOG_PER_SEC 50u
 #define SERVER_MAX_OUT_BYTES (512ull << 20) /* unsent answers, all connections together */
 #define SERVER_OUT_SCAN_MS 250
 /* A connection that sends nothing this long after accept is shut down (shims send HELLO and
@@ -131,7 +130,9 @@ struct server_workq {
 };
 
 struct server {
+	/* trim and verify_every change at a reload (server_reconfigure): read under opts_lock */
 	struct server_opts opts;
+	pthread_rwlock_t opts_lock;
 	char *socket_path;
 	int listen_fd;
 	bool own_socket; /* we bound it: unlink at stop if it is still ours */
@@ -171,191 +172,6 @@ struct server {
 	int64_t next_idle_scan_ms;    /* the loop's */
 	_Atomic uint32_t unseen;      /* accepted connections that sent no packet yet */
 };
-
-/* ---- logging -------------------------------------------------------------------------- */
-
-static struct {
-	pthread_mutex_t lock;
-	bool syslog;
-	time_t window;
-	unsigned lines;
-	unsigned long suppressed;
-} server_logger = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-void server_log_use_syslog(bool on)
-{
-	pthread_mutex_lock(&server_logger.lock);
-	if (on && !server_logger.syslog)
-		openlog("llgo-heapd", LOG_PID | LOG_NDELAY, LOG_DAEMON);
-	server_logger.syslog = on;
-	pthread_mutex_unlock(&server_logger.lock);
-}
-
-/* At most SERVER_LOG_PER_SEC lines a second: a peer that reconnects in a loop with bad
- * packets must not flood the log. */
-void server_log(const char *fmt, ...)
-{
-	char line[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	time_t now = time(NULL);
-	pthread_mutex_lock(&server_logger.lock);
-	if (now != server_logger.window) {
-		server_logger.window = now;
-		server_logger.lines = 0;
-	}
-	if (server_logger.lines >= SERVER_LOG_PER_SEC) {
-		server_logger.suppressed++;
-		pthread_mutex_unlock(&server_logger.lock);
-		return;
-	}
-	server_logger.lines++;
-	unsigned long sup = server_logger.suppressed;
-	server_logger.suppressed = 0;
-	if (server_logger.syslog) {
-		if (sup)
-			syslog(LOG_WARNING, "(%lu log lines suppressed)", sup);
-		syslog(LOG_NOTICE, "%s", line);
-	} else {
-		if (sup)
-			fprintf(stderr, "llgo-heapd: (%lu log lines suppressed)\n", sup);
-		fprintf(stderr, "llgo-heapd: %s\n", line);
-	}
-	pthread_mutex_unlock(&server_logger.lock);
-}
-
-/* ---- listening socket ------------------------------------------------------------------- */
-
-/* systemd socket activation (sd_listen_fds(3) protocol): LISTEN_PID names us and LISTEN_FDS
- * counts descriptors from 3. Returns the descriptor, -ENOENT when not activated. */
-static int server_systemd_fd(char *err, size_t errlen)
-{
-	const char *lp = getenv("LISTEN_PID"), *lf = getenv("LISTEN_FDS");
-	if (!lp || !lf)
-		return -ENOENT;
-	char *end;
-	errno = 0;
-	unsigned long pid = strtoul(lp, &end, 10);
-	if (errno || *end || pid != (unsigned long)getpid())
-		return -ENOENT;
-	unsigned long n = strtoul(lf, &end, 10);
-	unsetenv("LISTEN_PID");
-	unsetenv("LISTEN_FDS");
-	unsetenv("LISTEN_FDNAMES");
-	if (*end || n < 1)
-		return -ENOENT;
-	int fd = 3, type = 0, domain = 0, acc = 0;
-	socklen_t l = sizeof(int);
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0 || type != SOCK_SEQPACKET ||
-	    (l = sizeof(int), getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l)) < 0 ||
-	    domain != AF_UNIX ||
-	    (l = sizeof(int), getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l)) < 0 || !acc) {
-		snprintf(err, errlen, "socket activation: fd 3 is not a listening AF_UNIX "
-				      "SOCK_SEQPACKET socket");
-		return -EINVAL;
-	}
-	if (n > 1)
-		server_log("socket activation passed %lu sockets; using the first", n);
-	fcntl(fd, F_SETFD, FD_CLOEXEC);
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-	return fd;
-}
-
-static int server_mkdir_parents(const char *path)
-{
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (!slash || slash == dir)
-		return 0;
-	*slash = '\0';
-	for (char *p = dir + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
-static int server_bind(struct server *srv, const char *path, char *err, size_t errlen)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		snprintf(err, errlen, "socket path too long: %s", path);
-		return -ENAMETOOLONG;
-	}
-	strcpy(sa.sun_path, path);
-	int rc = server_mkdir_parents(path);
-	if (rc) {
-		snprintf(err, errlen, "cannot create the folder of %s: %s", path, strerror(-rc));
-		return rc;
-	}
-	struct stat st;
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			snprintf(err, errlen, "%s exists and is not a socket", path);
-			return -EEXIST;
-		}
-		/* Unlink a stale socket only: if something answers, another daemon owns it. */
-		int t = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		if (t < 0) {
-			snprintf(err, errlen, "socket: %s", strerror(errno));
-			return -errno;
-		}
-		int c = connect(t, (struct sockaddr *)&sa, sizeof(sa));
-		int cerr = errno;
-		close(t);
-		if (c == 0) {
-			snprintf(err, errlen, "another llgo-heapd is listening on %s", path);
-			return -EADDRINUSE;
-		}
-		if (cerr != ECONNREFUSED && cerr != ENOENT) {
-			snprintf(err, errlen, "cannot check %s: %s", path, strerror(cerr));
-			return -cerr;
-		}
-		if (unlink(path) < 0 && errno != ENOENT) {
-			snprintf(err, errlen, "cannot remove stale %s: %s", path, strerror(errno));
-			return -errno;
-		}
-	}
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0) {
-		snprintf(err, errlen, "socket: %s", strerror(errno));
-		return -errno;
-	}
-	/* Any user's shim may attach; reads are checked per request with SO_PEERCRED. The mode
-	 * is set by the umask at bind (no thread runs yet), never by a chmod of the path after
-	 * it, which would follow whatever the path names by then (a swapped symlink). */
-	mode_t old_mask = umask(0111);
-	int brc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-	int berr = errno;
-	umask(old_mask);
-	if (brc < 0) {
-		rc = -berr;
-		snprintf(err, errlen, "bind %s: %s", path, strerror(berr));
-		close(fd);
-		return rc;
-	}
-	if (listen(fd, 256) < 0 || lstat(path, &st) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "setting up %s: %s", path, strerror(errno));
-		close(fd);
-		unlink(path);
-		return rc;
-	}
-	srv->own_socket = true;
-	srv->sock_dev = st.st_dev;
-	srv->sock_ino = st.st_ino;
-	srv->listen_fd = fd;
-	return 0;
-}
 
 /* ---- connections ------------------------------------------------------------------------ */
 
@@ -519,9 +335,9 @@ static void server_out_wait(struct server_conn *c, bool progress)
 			budget_give(srv->budget, c->cred.uid, BUDGET_OUT_BYTES, left);
 		}
 		pthread_mutex_unlock(&srv->conns_lock);
-		server_log("pid %d uid %u: answer dropped, %llu bytes of answers are unread "
-			   "already", (int)c->cred.pid, (unsigned)c->cred.uid,
-			   (unsigned long long)atomic_load(&srv->out_bytes));
+		log_warn("pid %d uid %u: answer dropped, %llu bytes of answers are unread "
+			 "already", (int)c->cred.pid, (unsigned)c->cred.uid,
+			 (unsigned long long)atomic_load(&srv->out_bytes));
 		server_conn_end(c);
 		return;
 	}
@@ -544,7 +360,7 @@ static void server_out_wait(struct server_conn *c, bool progress)
 	if (waiting == 1) {
 		uint64_t one = 1;
 		if (write(srv->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			server_log("eventfd: %s", strerror(errno));
+			log_error("eventfd: %s", strerror(errno));
 	}
 }
 
@@ -558,8 +374,8 @@ static void server_answered(struct server_conn *c, int rc)
 	} else {
 		/* the peer went away (a shim's session still gets its final drain) */
 		if (rc != -EPIPE && rc != -ECONNRESET)
-			server_log("answer to pid %d uid %u: %s", (int)c->cred.pid,
-				   (unsigned)c->cred.uid, strerror(-rc));
+			log_warn("answer to pid %d uid %u: %s", (int)c->cred.pid,
+				 (unsigned)c->cred.uid, strerror(-rc));
 		server_conn_end(c);
 	}
 }
@@ -599,8 +415,8 @@ static void server_out_expire(struct server *srv)
 	pthread_mutex_unlock(&srv->conns_lock);
 	while (expired) {
 		struct server_conn *n = expired->job_next;
-		server_log("pid %d uid %u stopped reading its answer: connection dropped",
-			   (int)expired->cred.pid, (unsigned)expired->cred.uid);
+		log_warn("pid %d uid %u stopped reading its answer: connection dropped",
+			 (int)expired->cred.pid, (unsigned)expired->cred.uid);
 		server_conn_end(expired);
 		expired = n;
 	}
@@ -666,8 +482,8 @@ static void server_malformed(struct server_conn *c, const char *fmt, ...)
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	atomic_fetch_add(&c->srv->n_malformed, 1);
-	server_log("dropping connection from pid %d uid %u: %s", (int)c->cred.pid,
-		   (unsigned)c->cred.uid, why);
+	log_warn("dropping connection from pid %d uid %u: %s", (int)c->cred.pid,
+		 (unsigned)c->cred.uid, why);
 	server_conn_end(c);
 }
 
@@ -687,11 +503,11 @@ static void server_accept(struct server *srv)
 					close(fd);
 				srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 				atomic_fetch_add(&srv->n_refused, 1);
-				server_log("out of file descriptors: connection refused");
+				log_error("out of file descriptors: connection refused");
 				continue;
 			}
 			if (errno != EAGAIN)
-				server_log("accept: %s", strerror(errno));
+				log_error("accept: %s", strerror(errno));
 			return;
 		}
 		struct server_conn *c = calloc(1, sizeof(*c));
@@ -713,8 +529,8 @@ static void server_accept(struct server *srv)
 		if (srv->nconns >= srv->max_conns) {
 			pthread_mutex_unlock(&srv->conns_lock);
 			atomic_fetch_add(&srv->n_refused, 1);
-			server_log("too many connections (%zu): refusing pid %d", srv->max_conns,
-				   (int)c->cred.pid);
+			log_warn("too many connections (%zu): refusing pid %d", srv->max_conns,
+				 (int)c->cred.pid);
 			budget_give(srv->budget, c->cred.uid, BUDGET_CONNS, 1);
 			free(c);
 			close(fd);
@@ -937,7 +753,7 @@ static void *server_loop(void *arg)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			server_log("epoll_wait: %s", strerror(errno));
+			log_error("epoll_wait: %s", strerror(errno));
 			break;
 		}
 		for (int i = 0; i < n && !atomic_load(&srv->stopping); i++) {
@@ -947,7 +763,7 @@ static void *server_loop(void *arg)
 			} else if (p == &srv->wake_fd) {
 				uint64_t v;
 				if (read(srv->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-					server_log("eventfd: %s", strerror(errno));
+					log_error("eventfd: %s", strerror(errno));
 			} else {
 				/* Whoever armed c did so under conns_lock, after its last write
 				 * to c: taking the lock here makes those writes visible in a way
@@ -1055,7 +871,7 @@ static void server_hello(struct server *srv, struct server_conn *c)
 			pthread_mutex_unlock(&srv->adopt_lock);
 		c->session = s;
 		c->kind = SERVER_CONN_SHIM;
-		server_log("pid %d: reconnected to its session", (int)s->pid);
+		log_debug("pid %d: reconnected to its session", (int)s->pid);
 		drain_wake(srv->drain);
 		server_conn_rearm(c);
 		return;
@@ -1098,8 +914,8 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	    session_attach_parent_maps(s, (pid_t)m.ppid) == 0)
 		merr = 0;
 	if (merr)
-		server_log("pid %d: cannot read its mappings (%s); its profiles will show "
-			   "addresses only", (int)s->pid, strerror(-merr));
+		log_warn("pid %d: cannot read its mappings (%s); its profiles will show "
+			 "addresses only", (int)s->pid, strerror(-merr));
 	/* auto unwinding's tables, before the session drains (its unwinder reads them) */
 	drain_prepare_unwind(s);
 	/* our maps are read: the shim's exit need not wait for us (lifecycle.c) */
@@ -1111,7 +927,7 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	struct session *old = c->id.start ? session_find_process(srv->reg, s->pid, c->id.start)
 					  : NULL;
 	if (old) {
-		server_log("pid %d: a new HELLO replaces its session", (int)s->pid);
+		log_info("pid %d: a new HELLO replaces its session", (int)s->pid);
 		verify_session_stop(srv->verifier, old);
 		drain_session_exit(old);
 		session_put(old);
@@ -1129,14 +945,17 @@ static void server_hello(struct server *srv, struct server_conn *c)
 	if (gone)
 		drain_session_exit(s);
 	if (reattach)
-		server_log("pid %d: reattached (%s)", (int)s->pid, s->comm);
+		log_info("pid %d: reattached (%s)", (int)s->pid, s->comm);
 	if (ack && msg_send(c->fd, &a, sizeof(a), -1) != 0) {
 		server_conn_end(c);
 		return;
 	}
 	drain_wake(srv->drain);
-	if (srv->opts.verify_every) /* after the ACK: the process need not wait for the attach */
-		verify_session_start(srv->verifier, s, srv->opts.verify_every);
+	pthread_rwlock_rdlock(&srv->opts_lock);
+	uint32_t verify_every = srv->opts.verify_every;
+	pthread_rwlock_unlock(&srv->opts_lock);
+	if (verify_every) /* after the ACK: the process need not wait for the attach */
+		verify_session_start(srv->verifier, s, verify_every);
 	server_conn_rearm(c);
 }
 
@@ -1216,8 +1035,11 @@ int server_collect(struct server *srv, struct session *s, struct profile *p)
 	p->meta.unwound = s->unwound;
 	p->meta.truncated = s->truncated;
 	pthread_mutex_unlock(&s->drain_lock);
-	if (!rc)
+	if (!rc) {
+		pthread_rwlock_rdlock(&srv->opts_lock);
 		rc = profile_trim(p, s->maps, srv->opts.trim, srv->opts.ntrim);
+		pthread_rwlock_unlock(&srv->opts_lock);
+	}
 	if (rc) {
 		profile_release(p);
 		return rc;
@@ -1385,7 +1207,7 @@ static int server_set_rate(struct server *srv, struct server_conn *c)
 	}
 	snprintf(msg, sizeof(msg), "pid %u: rate %llu -> %llu", m.pid,
 		 (unsigned long long)old_rate, (unsigned long long)new_rate);
-	server_log("uid %u: %s", (unsigned)c->cred.uid, msg);
+	log_info("uid %u: %s", (unsigned)c->cred.uid, msg);
 	return server_answer(c, NULL, 0, 0, msg);
 }
 
@@ -1623,6 +1445,7 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	pthread_mutex_init(&srv->conns_lock, NULL);
 	pthread_mutex_init(&srv->adopt_lock, NULL);
 	pthread_mutex_init(&srv->hello_lock, NULL);
+	pthread_rwlock_init(&srv->opts_lock, NULL);
 	unsigned nclient = o->client_workers ? o->client_workers : SERVER_CLIENT_WORKERS;
 	if (nclient > SERVER_MAX_WORKERS)
 		nclient = SERVER_MAX_WORKERS;
@@ -1657,7 +1480,7 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	    rl.rlim_cur < SERVER_MAX_CONNS + 64)
 		srv->max_conns = rl.rlim_cur > 128 ? (size_t)rl.rlim_cur - 64 : 64;
 
-	int fd = server_systemd_fd(err, errlen);
+	int fd = listen_systemd_fd(err, errlen);
 	if (fd >= 0) {
 		srv->listen_fd = fd;
 	} else if (fd != -ENOENT) {
@@ -1667,8 +1490,14 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 			snprintf(err, errlen, "no socket path");
 			goto fail;
 		}
-		if (server_bind(srv, srv->socket_path, err, errlen) != 0)
+		struct stat st;
+		fd = listen_bind(srv->socket_path, &st, err, errlen);
+		if (fd < 0)
 			goto fail;
+		srv->listen_fd = fd;
+		srv->own_socket = true;
+		srv->sock_dev = st.st_dev;
+		srv->sock_ino = st.st_ino;
 	}
 	srv->epfd = epoll_create1(EPOLL_CLOEXEC);
 	srv->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -1726,12 +1555,12 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 		return err;
 	}
 	if (session_attach_maps(s) != 0)
-		server_log("pid %d: cannot read its mappings; its profiles will show addresses only",
-			   (int)p->pid);
+		log_warn("pid %d: cannot read its mappings; its profiles will show addresses only",
+			 (int)p->pid);
 	drain_prepare_unwind(s);
 	if (p->livefd >= 0 && inuse_map(s, p->livefd) != 0)
-		server_log("pid %d: its live-object table could not be mapped; in-use values are "
-			   "missing", (int)p->pid);
+		log_warn("pid %d: its live-object table could not be mapped; in-use values are "
+			 "missing", (int)p->pid);
 	/* The rate the process wants (it keeps it while it counts samples without a daemon),
 	 * then tell the shim a daemon has it: it reconnects at its next sample. */
 	int64_t want = atomic_load_explicit(&s->ctl->want_rate_word, memory_order_relaxed);
@@ -1743,8 +1572,8 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	close(p->memfd); /* the session keeps its own */
 	server_watch_exit(srv, s, p->pidfd); /* watches a duplicate */
 	close(p->pidfd);
-	server_log("pid %d (%s): taken back (its rings, rate %llu)", (int)p->pid, s->comm,
-		   (unsigned long long)session_rate(s));
+	log_info("pid %d (%s): taken back (its rings, rate %llu)", (int)p->pid, s->comm,
+		 (unsigned long long)session_rate(s));
 	session_put(s); /* the registry and the watch hold theirs */
 	drain_wake(srv->drain);
 	return 0;
@@ -1779,10 +1608,10 @@ int server_start(struct server *srv)
 	if (!err && srv->opts.verify_every) {
 		char why[512];
 		if (verifier_load(srv->verifier, why, sizeof(why)) == 0)
-			server_log("--verify-every %u: checking one sample in %u with eBPF",
-				   srv->opts.verify_every, srv->opts.verify_every);
+			log_info("--verify-every %u: checking one sample in %u with eBPF",
+				 srv->opts.verify_every, srv->opts.verify_every);
 		else
-			server_log("--verify-every: %s; profiling without it", why);
+			log_warn("--verify-every: %s; profiling without it", why);
 	}
 	if (!err)
 		err = server_workq_start(&srv->shimq);
@@ -1806,7 +1635,7 @@ int server_start(struct server *srv)
 	atomic_store(&srv->adopting, false);
 	pthread_mutex_unlock(&srv->adopt_lock);
 	if (n)
-		server_log("took back %zu profiled process%s of %s", n, n == 1 ? "" : "es", path);
+		log_info("took back %zu profiled process%s of %s", n, n == 1 ? "" : "es", path);
 	return 0;
 }
 
@@ -1817,7 +1646,7 @@ void server_stop(struct server *srv)
 	if (srv->wake_fd >= 0) {
 		uint64_t one = 1;
 		if (write(srv->wake_fd, &one, sizeof(one)) < 0)
-			server_log("eventfd: %s", strerror(errno));
+			log_error("eventfd: %s", strerror(errno));
 	}
 	if (srv->loop_started)
 		pthread_join(srv->loop, NULL);
@@ -1876,6 +1705,7 @@ void server_free(struct server *srv)
 	pthread_mutex_destroy(&srv->conns_lock);
 	pthread_mutex_destroy(&srv->adopt_lock);
 	pthread_mutex_destroy(&srv->hello_lock);
+	pthread_rwlock_destroy(&srv->opts_lock);
 	free(srv->rxbuf);
 	free(srv->socket_path);
 	free(srv);
@@ -1893,4 +1723,38 @@ void server_get_stats(struct server *srv, struct server_stats *out)
 struct session_registry *server_sessions(struct server *srv)
 {
 	return srv->reg;
+}
+
+/* ---- reload (SIGHUP in daemon.c) ------------------------------------------------------- */
+
+void server_reconfigure(struct server *srv, const struct server_opts *o)
+{
+	struct budget_limits bl;
+	if (o->budget)
+		bl = *o->budget;
+	else
+		budget_defaults(&bl);
+	budget_set_limits(srv->budget, &bl);
+	session_registry_set_keep(srv->reg, o->keep_exited, o->max_buckets, o->max_bytes);
+	session_registry_set_limits(srv->reg, srv->budget,
+				    o->keep_exited_per_uid ? o->keep_exited_per_uid
+							   : SESSION_DEFAULT_KEEP_EXITED_PER_UID,
+				    o->keep_exited_age_s ? o->keep_exited_age_s
+							 : SESSION_DEFAULT_KEEP_EXITED_AGE_S);
+	session_registry_expire(srv->reg);
+	if (o->verify_every && o->verify_every != srv->opts.verify_every) {
+		char why[512];
+		if (verifier_load(srv->verifier, why, sizeof(why)) == 0)
+			log_info("--verify-every %u: checking one sample in %u of processes that "
+				 "attach from now on", o->verify_every, o->verify_every);
+		else
+			log_warn("--verify-every: %s; profiling without it", why);
+	}
+	/* Once the write lock is held no snapshot uses the old trim list: the caller may free
+	 * it when this returns. */
+	pthread_rwlock_wrlock(&srv->opts_lock);
+	srv->opts.trim = o->trim;
+	srv->opts.ntrim = o->ntrim;
+	srv->opts.verify_every = o->verify_every;
+	pthread_rwlock_unlock(&srv->opts_lock);
 }

@@ -132,6 +132,16 @@ void session_registry_set_limits(struct session_registry *reg, struct budget *b,
 	pthread_mutex_unlock(&reg->lock);
 }
 
+void session_registry_set_keep(struct session_registry *reg, unsigned keep_exited,
+			       uint64_t max_buckets, uint64_t max_bytes)
+{
+	pthread_mutex_lock(&reg->lock);
+	reg->keep_exited = keep_exited;
+	reg->max_buckets = max_buckets;
+	reg->max_bytes = max_bytes;
+	pthread_mutex_unlock(&reg->lock);
+}
+
 uint64_t session_registry_evicted(struct session_registry *reg)
 {
 	pthread_mutex_lock(&reg->lock);
@@ -214,7 +224,10 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 	struct session *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
-	s->buckets = bucket_table_new(reg->max_buckets, reg->max_bytes);
+	pthread_mutex_lock(&reg->lock);
+	uint64_t max_buckets = reg->max_buckets, max_bytes = reg->max_bytes;
+	pthread_mutex_unlock(&reg->lock);
+	s->buckets = bucket_table_new(max_buckets, max_bytes);
 	s->ring_ids = calloc(LLGO_MAX_RINGS / 8, 1);
 	if (!s->buckets || !s->ring_ids) {
 		bucket_table_free(s->buckets);
@@ -556,8 +569,8 @@ static bool session_may_read_ex(struct session *s, bool after)
 		return true;
 	/* Exited: nothing to read any more, but what it published is still its owner's. */
 	if (err == -EACCES && !atomic_exchange(&s->ident_lost, true))
-		server_log("pid %d: %s; its mappings are no longer read and only root may read "
-			   "its profile", (int)s->pid, why);
+		log_warn("pid %d: %s; its mappings are no longer read and only root may read "
+			 "its profile", (int)s->pid, why);
 	return false;
 }
 

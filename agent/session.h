@@ -18,6 +18,7 @@
 #define LLGO_AGENT_SESSION_H
 
 #include "internal.h"
+#include "log.h" /* every daemon file logs */
 
 /* ---- session.c: one attached process; the registry of them ---------------------------- */
 
@@ -135,6 +136,10 @@ struct budget;
  * sessions kept per uid (0: no limit of its own) and for at most max_age_s (0: forever). */
 void session_registry_set_limits(struct session_registry *reg, struct budget *b,
 				 unsigned keep_exited_per_uid, unsigned max_age_s);
+/* Exited sessions kept, and bucket limits of processes that attach from now on (0: the
+ * bucket table's defaults). */
+void session_registry_set_keep(struct session_registry *reg, unsigned keep_exited,
+			       uint64_t max_buckets, uint64_t max_bytes);
 /* Evict exited sessions past their age; returns how many. */
 size_t session_registry_expire(struct session_registry *reg);
 /* Evicted so far (count or age), for the log and tests. */
@@ -306,6 +311,11 @@ int server_start(struct server *srv);
 void server_stop(struct server *srv);
 void server_free(struct server *srv);
 void server_get_stats(struct server *srv, struct server_stats *out);
+/* A reload: limits and budgets at once, --trim from the next snapshot, --verify-every for
+ * processes that attach afterwards (the rest of o is ignored: it needs a restart). o's trim
+ * strings must live until the next call or server_free; the previous ones are no longer
+ * read once this returns. */
+void server_reconfigure(struct server *srv, const struct server_opts *o);
 struct session_registry *server_sessions(struct server *srv);
 
 /* The snapshot path shared by the socket (SNAPSHOT) and a future HTTP server: permission
@@ -321,8 +331,5 @@ int server_collect(struct server *srv, struct session *s, struct profile *p);
 /* Wait (at most 200 ms) until the event loop has handled every packet s's shim has sent. */
 void server_settle(struct server *srv, struct session *s);
 
-/* One log line (stderr, or syslog once server_log_use_syslog(true)). */
-void server_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void server_log_use_syslog(bool on);
 
 #endif
