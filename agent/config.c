@@ -228,7 +228,8 @@ static int config_set(struct config *c, const struct config_option *o, const cha
 	case CONFIG_SOCKET:
 		if (!*val)
 			return CONFIG_FAIL("--socket: empty path");
-		c->server.socket_path = config_keep(c, val);
+		if (!(c->server.socket_path = config_keep(c, val)))
+			return CONFIG_FAIL("out of memory");
 		break;
 	case CONFIG_FOREGROUND:
 		if (!val)
@@ -257,10 +258,12 @@ static int config_set(struct config *c, const struct config_option *o, const cha
 		c->server.keep_exited = (unsigned)v;
 		break;
 	case CONFIG_HTTP:
-		c->server.http_addr = config_keep(c, val);
+		if (!(c->server.http_addr = config_keep(c, val)))
+			return CONFIG_FAIL("out of memory");
 		break;
 	case CONFIG_HTTP_UIDS:
-		c->http_uids = config_keep(c, val);
+		if (!(c->http_uids = config_keep(c, val)))
+			return CONFIG_FAIL("out of memory");
 		break;
 	case CONFIG_TRIM:
 		if (config_add_trim(c, val))
@@ -296,10 +299,6 @@ static int config_set(struct config *c, const struct config_option *o, const cha
 		break;
 	}
 	}
-	if ((o->id == CONFIG_SOCKET || o->id == CONFIG_HTTP || o->id == CONFIG_HTTP_UIDS) &&
-	    !(o->id == CONFIG_SOCKET ? c->server.socket_path
-	      : o->id == CONFIG_HTTP ? c->server.http_addr : c->http_uids))
-		return CONFIG_FAIL("out of memory");
 	return 0;
 }
 

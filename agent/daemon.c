@@ -27,11 +27,13 @@
 struct daemon {
 	int argc;
 	char **argv;
-	/* The configuration read at start stays allocated until exit (the server copied its
-	 * socket path and options from it); cur is the one in force, first or a reload's. */
+	/* The configuration read at start stays allocated until exit: the server listens where
+	 * it says and copied its options from it. cur is the one in force, first or a reload's. */
 	struct config first, *cur;
 	struct server *srv;
 	struct http_server *http;
+	/* What the HTTP server in force was made with (copies; NULL: none, all uids). */
+	char *http_addr, *http_uids;
 };
 
 static bool daemon_same(const char *a, const char *b)
@@ -39,80 +41,83 @@ static bool daemon_same(const char *a, const char *b)
 	return a == b || (a && b && strcmp(a, b) == 0);
 }
 
-/* A new HTTP server for c (NULL when c has no --http); *err set on failure. */
-static int daemon_http_new(struct daemon *d, const struct config *c, struct http_server **out,
-			   char *err, size_t errlen)
+/* An HTTP server on addr serving uids (NULL: the daemon's own), started unless !start;
+ * *out NULL when addr is NULL. */
+static int daemon_http_new(struct daemon *d, const char *addr, const char *uids_text,
+			   bool start, struct http_server **out, char *err, size_t errlen)
 {
 	*out = NULL;
-	if (!c->server.http_addr)
+	if (!addr)
 		return 0;
 	uid_t *uids = NULL;
 	size_t n = 0;
-	if (c->http_uids && http_parse_uids(c->http_uids, &uids, &n, err, errlen))
+	if (uids_text && http_parse_uids(uids_text, &uids, &n, err, errlen))
 		return -EINVAL;
-	*out = http_new(d->srv, c->server.http_addr, uids, n, err, errlen);
+	*out = http_new(d->srv, addr, uids, n, err, errlen);
 	free(uids);
+	if (*out && start && http_start(*out, err, errlen)) {
+		http_free(*out);
+		*out = NULL;
+	}
 	return *out ? 0 : -EINVAL;
 }
 
-/* The --http options changed: the listener is made again (in-flight requests finish first,
+static int daemon_http_remember(struct daemon *d, const char *addr, const char *uids)
+{
+	free(d->http_addr);
+	free(d->http_uids);
+	d->http_addr = addr ? strdup(addr) : NULL;
+	d->http_uids = uids ? strdup(uids) : NULL;
+	return (addr && !d->http_addr) || (uids && !d->http_uids) ? -ENOMEM : 0;
+}
+
+/* The --http options changed: the listener is made again (in-flight requests finish first:
  * http_free waits for them). If the new one cannot start, the previous one is restored. */
 static void daemon_http_replace(struct daemon *d, const struct config *next)
 {
 	char err[512] = "";
 	http_free(d->http);
 	d->http = NULL;
-	struct http_server *h = NULL;
-	if (daemon_http_new(d, next, &h, err, sizeof(err)) == 0 && (!h || !http_start(h, err,
-										       sizeof(err)))) {
-		d->http = h;
-		if (!h)
+	if (daemon_http_new(d, next->server.http_addr, next->http_uids, true, &d->http, err,
+			    sizeof(err)) == 0) {
+		if (!d->http)
 			log_info("reload: HTTP server stopped");
+		if (daemon_http_remember(d, next->server.http_addr, next->http_uids))
+			log_error("reload: out of memory");
 		return;
 	}
-	http_free(h);
 	log_error("reload: %s; restoring the previous HTTP server", err);
-	if (daemon_http_new(d, d->cur, &h, err, sizeof(err)) == 0 &&
-	    (!h || !http_start(h, err, sizeof(err)))) {
-		d->http = h;
-		return;
-	}
-	http_free(h);
-	log_error("reload: %s; no HTTP server until the next reload", err);
+	if (daemon_http_new(d, d->http_addr, d->http_uids, true, &d->http, err, sizeof(err)))
+		log_error("reload: %s; no HTTP server until the next reload", err);
 }
 
 static void daemon_reload(struct daemon *d)
 {
 	listen_notify("RELOADING=1");
-	char err[512] = "";
+	char err[512] = "out of memory";
 	struct config *next = malloc(sizeof(*next));
 	uid_t *uids = NULL;
 	size_t n = 0;
 	if (!next || config_load(next, d->argc, d->argv, err, sizeof(err)) != 0) {
-		log_error("reload: %s; keeping the previous configuration", next ? err : "out of "
-			  "memory");
 		free(next);
-		listen_notify("READY=1");
-		return;
+		goto refused;
 	}
+	/* a bad uid list refuses the whole file, as any other bad value */
 	if (next->http_uids && http_parse_uids(next->http_uids, &uids, &n, err, sizeof(err))) {
-		log_error("reload: %s; keeping the previous configuration", err);
 		config_free(next);
 		free(next);
-		listen_notify("READY=1");
-		return;
+		goto refused;
 	}
 	free(uids);
-	const struct config *cur = d->cur;
-	if (!daemon_same(next->server.socket_path, cur->server.socket_path))
+	if (!daemon_same(next->server.socket_path, d->first.server.socket_path))
 		log_warn("reload: socket %s needs a restart; still listening on %s",
-			 next->server.socket_path, cur->server.socket_path);
-	if (next->foreground != cur->foreground)
+			 next->server.socket_path, d->first.server.socket_path);
+	if (next->foreground != d->first.foreground)
 		log_warn("reload: foreground needs a restart");
 	log_set_level(next->log_level);
 	server_reconfigure(d->srv, &next->server);
-	if (!daemon_same(next->server.http_addr, cur->server.http_addr) ||
-	    !daemon_same(next->http_uids, cur->http_uids))
+	if (!daemon_same(next->server.http_addr, d->http_addr) ||
+	    !daemon_same(next->http_uids, d->http_uids))
 		daemon_http_replace(d, next);
 	if (d->cur != &d->first) {
 		config_free(d->cur);
@@ -121,6 +126,10 @@ static void daemon_reload(struct daemon *d)
 	d->cur = next;
 	log_info("reloaded %s (log level %s)", next->path ? next->path : "(no configuration file)",
 		 log_level_name(next->log_level));
+	listen_notify("READY=1");
+	return;
+refused:
+	log_error("reload: %s; keeping the previous configuration", err);
 	listen_notify("READY=1");
 }
 
@@ -197,8 +206,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	/* Bound before detaching, so a busy port is reported on the terminal. */
-	if (daemon_http_new(&d, &d.first, &d.http, err, sizeof(err)) != 0) {
-		log_error("%s", err);
+	if (daemon_http_new(&d, d.first.server.http_addr, d.first.http_uids, false, &d.http, err,
+			    sizeof(err)) != 0 ||
+	    daemon_http_remember(&d, d.first.server.http_addr, d.first.http_uids) != 0) {
+		log_error("%s", err[0] ? err : "out of memory");
 		goto out;
 	}
 	if (!d.first.foreground) {
@@ -245,5 +256,7 @@ out:
 		free(d.cur);
 	}
 	config_free(&d.first);
+	free(d.http_addr);
+	free(d.http_uids);
 	return rc;
 }

@@ -86,15 +86,14 @@ static void svc_start_idle(struct lu_proc *p, const struct lu_daemon *d)
 	cr_assert_str_eq(line, "ready");
 }
 
-static void svc_sighup(const struct lu_daemon *d, int reloads_before, bool good)
+/* SIGHUP, and wait for the daemon to log the reload (good) or the refused file. */
+static void svc_sighup(const struct lu_daemon *d, bool good)
 {
+	const char *says = good ? "reloaded " : "keeping the previous configuration";
+	int before = svc_count(d->log, says);
 	cr_assert_eq(kill(d->pid, SIGHUP), 0);
-	if (good)
-		cr_assert(svc_wait_log(d->log, "reloaded ", reloads_before + 1, 10000),
-			  "no reload in the log:\n%s", e2e_read_file(d->log));
-	else
-		cr_assert(svc_wait_log(d->log, "keeping the previous configuration", 1, 10000),
-			  "the bad file was not reported:\n%s", e2e_read_file(d->log));
+	cr_assert(svc_wait_log(d->log, says, before + 1, 10000), "no \"%s\" in the log:\n%s",
+		  says, e2e_read_file(d->log));
 }
 
 /* Make runs from inside `make unit`: its jobserver descriptors are not ours. */
@@ -234,7 +233,7 @@ Test(service, sighup_changes_a_limit_and_a_bad_file_keeps_the_old, .timeout = 12
 
 	/* A file that does not parse: logged, nothing changes (still one process). */
 	svc_write_file(conf, "max-processes = 8\nmax-processes-per-fortnight = 3\n");
-	svc_sighup(&d, 0, false);
+	svc_sighup(&d, false);
 	cr_expect_eq(svc_count(d.log, "heapd.conf:2: unknown key 'max-processes-per-fortnight'"),
 		     1, "%s", e2e_read_file(d.log));
 	svc_start_idle(&c, &d);
@@ -244,7 +243,7 @@ Test(service, sighup_changes_a_limit_and_a_bad_file_keeps_the_old, .timeout = 12
 	cr_expect(!lu_list_pid(d.sock, c.pid, &le));
 
 	svc_write_file(conf, "max-processes = 8\n");
-	svc_sighup(&d, 0, true);
+	svc_sighup(&d, true);
 	svc_start_idle(&e, &d);
 	cr_expect(svc_wait_listed(d.sock, e.pid, 10000), "limit unchanged after SIGHUP:\n%s",
 		  e2e_read_file(d.log));
@@ -277,12 +276,69 @@ Test(service, sighup_trim_shows_in_top, .timeout = 120)
 	free(out);
 
 	svc_write_file(conf, "log-level = info\ntrim = pool_*\n");
-	svc_sighup(&d, 0, true);
+	svc_sighup(&d, true);
 	rc = e2e_sh(&out, SVC_CLI " top %d --socket %s", pid, d.sock);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect_null(strstr(out, "pool_"), "trimmed frames still shown:\n%s", out);
 	cr_expect_not_null(strstr(out, "user_builds_index"), "after the reload:\n%s", out);
 	free(out);
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
+/* The port of the n-th (1..) "serving http://127.0.0.1:PORT" line of the log, 0 if none. */
+static int svc_http_port(const char *log, int n)
+{
+	const char *needle = "serving http://127.0.0.1:";
+	char *s = e2e_read_file(log);
+	const char *at = s ? strstr(s, needle) : NULL;
+	for (int i = 1; at && i < n; i++)
+		at = strstr(at + 1, needle);
+	int port = at ? atoi(at + strlen(needle)) : 0;
+	free(s);
+	return port;
+}
+
+/* Python's HTTP client on 127.0.0.1:port/debug/pprof/: the status, or -1 if nothing answers. */
+static int svc_http_status(int port)
+{
+	char *out = NULL;
+	int rc = e2e_sh(&out, "python3 -c 'import sys, urllib.request as u; "
+			      "print(u.urlopen(sys.argv[1], timeout=5).status)' "
+			      "http://127.0.0.1:%d/debug/pprof/", port);
+	int status = rc == 0 ? atoi(out) : -1;
+	free(out);
+	return status;
+}
+
+Test(service, sighup_reopens_http_with_new_settings, .timeout = 120)
+{
+	char *dir = e2e_tmpdir(), conf[4200];
+	struct lu_daemon d;
+	svc_start_with_config(&d, dir, conf, sizeof(conf), "http = 127.0.0.1:0\n");
+	cr_assert(svc_wait_log(d.log, "serving http://", 1, 10000), "%s", e2e_read_file(d.log));
+	int first = svc_http_port(d.log, 1);
+	cr_expect_eq(svc_http_status(first), 200);
+
+	/* new settings: the listener is made again (port 0: another port) */
+	svc_write_file(conf, "http = 127.0.0.1:0\nhttp-uids = 0\n");
+	svc_sighup(&d, true);
+	cr_assert(svc_wait_log(d.log, "serving http://", 2, 10000), "%s", e2e_read_file(d.log));
+	int second = svc_http_port(d.log, 2);
+	cr_expect_eq(svc_http_status(second), 200);
+	if (second != first)
+		cr_expect_eq(svc_http_status(first), -1, "old listener on %d still open", first);
+
+	/* an unknown user: the whole file is refused, HTTP included */
+	svc_write_file(conf, "http = 127.0.0.1:0\nhttp-uids = no-such-user-llgo\n");
+	svc_sighup(&d, false);
+	cr_expect_eq(svc_http_status(second), 200);
+
+	/* no http any more */
+	svc_write_file(conf, "log-level = info\n");
+	svc_sighup(&d, true);
+	cr_expect_eq(svc_count(d.log, "HTTP server stopped"), 1, "%s", e2e_read_file(d.log));
+	cr_expect_eq(svc_http_status(second), -1);
 	cr_expect_eq(lu_daemon_stop(&d), 0);
 	e2e_rmdir(dir);
 }
