@@ -234,9 +234,10 @@ DEB_PKGS := gcc g++ make pkg-config libelf-dev libdw-dev zlib1g-dev libcriterion
 # a Rust program built with Debian's rustc, java -version, git log, perl -e, and jemalloc
 # preloaded before and after the shim.
 DEB_PKGS += rustc default-jre-headless git perl libjemalloc2
-# tests/test_service.c: systemd-analyze (verify, security) and systemd-socket-activate; no
-# systemd as PID 1 is needed. binutils: readelf, nm, objcopy, objdump of the tests.
-DEB_PKGS += systemd binutils
+# tests/test_service.c: systemd-analyze (verify, security, syscall-filter) and
+# systemd-socket-activate (no systemd as PID 1 needed), strace (the daemon's system calls
+# against the unit's filter). binutils: readelf, nm, objcopy, objdump of the tests.
+DEB_PKGS += systemd strace binutils
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \

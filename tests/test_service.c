@@ -66,6 +66,29 @@ static void svc_write_file(const char *path, const char *text)
 	cr_assert_eq(rename(tmp, path), 0, "rename %s: %s", path, strerror(errno));
 }
 
+/* Run argv, which is or ends up running llgo-heapd on dir/sockname (systemd-socket-activate
+ * execs it under its own pid), stderr in dir/heapd.log, dying with the test; stopped (SIGSTOP)
+ * before the exec when asked. Returns at once. */
+static void svc_spawn(struct lu_daemon *d, const char *dir, const char *sockname,
+		      char *const argv[], bool stopped)
+{
+	snprintf(d->sock, sizeof(d->sock), "%s/%s", dir, sockname);
+	snprintf(d->log, sizeof(d->log), "%s/heapd.log", dir);
+	d->pid = fork();
+	cr_assert(d->pid >= 0);
+	if (d->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd >= 0)
+			dup2(fd, 2);
+		unsetenv("LD_PRELOAD");
+		if (stopped)
+			raise(SIGSTOP);
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+}
+
 /* A daemon on dir with --config dir/heapd.conf holding text; the file's path in conf. */
 static void svc_start_with_config(struct lu_daemon *d, const char *dir, char *conf, size_t n,
 				  const char *text)
@@ -157,25 +180,14 @@ Test(service, install_and_systemd_analyze_verify, .timeout = 600)
 
 Test(service, socket_activation_without_systemd, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = e2e_tmpdir(), sock[4200];
 	struct lu_daemon d;
-	snprintf(d.sock, sizeof(d.sock), "%s/act.sock", dir);
-	snprintf(d.log, sizeof(d.log), "%s/heapd.log", dir);
-	d.pid = fork();
-	cr_assert(d.pid >= 0);
-	if (d.pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		int fd = open(d.log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd >= 0)
-			dup2(fd, 2);
-		unsetenv("LD_PRELOAD");
-		/* It binds the socket, waits for the first connection, then execs llgo-heapd
-		 * (same pid) with LISTEN_FDS=1 and LISTEN_PID set. */
-		execlp("systemd-socket-activate", "systemd-socket-activate", "--seqpacket", "-l",
-		       d.sock, E2E_BIN "/llgo-heapd", "--foreground", "--socket", d.sock,
-		       (char *)NULL);
-		_exit(127);
-	}
+	snprintf(sock, sizeof(sock), "%s/act.sock", dir);
+	/* It binds the socket, waits for the first connection, then execs llgo-heapd (same
+	 * pid) with LISTEN_FDS=1 and LISTEN_PID set. */
+	char *argv[] = { "systemd-socket-activate", "--seqpacket", "-l", sock,
+			 E2E_BIN "/llgo-heapd", "--foreground", "--socket", sock, NULL };
+	svc_spawn(&d, dir, "act.sock", argv, false);
 	struct stat st;
 	for (int i = 0; i < 1000 && !(stat(d.sock, &st) == 0 && S_ISSOCK(st.st_mode)); i++)
 		lu_sleep_ms(5);
@@ -476,5 +488,130 @@ Test(service, sd_notify_ready_reloading_stopping, .timeout = 120)
 	}
 	cr_expect_eq(lu_daemon_stop(&d), 0);
 	close(ns);
+	e2e_rmdir(dir);
+}
+
+/* llgo-heapd with argv (argv[0] its path), traced by `strace -f -o trace` from its exec on.
+ * The daemon is the test's child (it dies with the test: a tracee would outlive a killed
+ * strace), stopped until strace has attached. Returns strace's pid. */
+static pid_t svc_spawn_traced(struct lu_daemon *d, const char *dir, const char *trace,
+			      char *const argv[])
+{
+	svc_spawn(d, dir, "heapd.sock", argv, true);
+	int st;
+	cr_assert_eq(waitpid(d->pid, &st, WUNTRACED), d->pid);
+	cr_assert(WIFSTOPPED(st));
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", (int)d->pid);
+	pid_t tracer = fork();
+	cr_assert(tracer >= 0);
+	if (tracer == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd >= 0)
+			dup2(fd, 2);
+		execlp("strace", "strace", "-f", "-qq", "-o", trace, "-p", pid, (char *)NULL);
+		_exit(127);
+	}
+	char status[64], text[4096] = "", want[64];
+	snprintf(status, sizeof(status), "/proc/%d/status", (int)d->pid);
+	snprintf(want, sizeof(want), "TracerPid:\t%d\n", (int)tracer);
+	for (int i = 0; i < 1000 && !strstr(text, want); i++) {
+		lu_sleep_ms(5);
+		int fd = open(status, O_RDONLY | O_CLOEXEC); /* procfs: no size to ftell */
+		ssize_t n = fd >= 0 ? read(fd, text, sizeof(text) - 1) : -1;
+		text[n > 0 ? n : 0] = '\0';
+		if (fd >= 0)
+			close(fd);
+	}
+	cr_assert_not_null(strstr(text, want), "strace did not attach:\n%s", e2e_read_file(d->log));
+	kill(d->pid, SIGCONT);
+	return tracer;
+}
+
+/* The system calls of a strace output (one name a line, sorted, unique) into dir/NAME. */
+#define SVC_TRACE_NAMES "grep -ohE '^[0-9]+ +[a-z_0-9]+\\(|<\\.\\.\\. [a-z_0-9]+ resumed>' %s/trace.* " \
+	"| sed -E 's/^[0-9]+ +//; s/^<\\.\\.\\. //; s/[(]$//; s/ resumed>$//' | sort -u"
+
+/* The unit's SystemCallFilter=, groups expanded by systemd-analyze, one name a line. */
+#define SVC_FILTER_NAMES \
+	"expand() { systemd-analyze syscall-filter --no-pager \"$1\" | sed -n '2,$p' | " \
+	"awk '$1 !~ /^#/ {print $1}' | while read -r x; do case $x in @*) expand $x;; " \
+	"*) echo $x;; esac; done; }; for t in $(sed -n 's/^SystemCallFilter=//p' " \
+	SVC_SRC "/systemd/llgo-heapd.service); do case $t in @*) expand $t;; *) echo $t;; esac; " \
+	"done | sort -u"
+
+/* Every system call the daemon makes while it starts, serves a profiled program, the CLI,
+ * HTTP and a verify, is killed, takes the program back, reloads and stops is allowed by the
+ * unit's filter (systemd would fail any other with EPERM). */
+Test(service, unit_syscall_filter_allows_what_the_daemon_does, .timeout = 300)
+{
+	if (*lu_san())
+		cr_skip_test("sanitizer runtimes make system calls of their own");
+	char *dir = e2e_tmpdir(), *out = NULL;
+	char trace[4200], sock[4200];
+	snprintf(trace, sizeof(trace), "%s/trace.1", dir);
+	snprintf(sock, sizeof(sock), "%s/heapd.sock", dir);
+	struct lu_daemon d;
+	char *argv1[] = { E2E_BIN "/llgo-heapd", "--foreground", "--socket", sock, "--http", "127.0.0.1:0",
+			  "--verify-every", "1", NULL };
+	pid_t tracer = svc_spawn_traced(&d, dir, trace, argv1);
+	cr_assert(svc_wait_log(d.log, "serving http://", 1, 20000), "%s", e2e_read_file(d.log));
+	/* allocates all along, until a line on stdin (then once more, and waits for EOF) */
+	struct lu_proc p;
+	char *prog[] = { E2E_PROGS "/life_restart", "20", "100", NULL };
+	lu_start(&p, &d, "1", 0, NULL, prog, NULL);
+	char line[64];
+	cr_assert(lu_read_line(&p, line, sizeof(line), 10000));
+	cr_assert(svc_wait_listed(d.sock, p.pid, 10000));
+	/* idle across the restart, so the next daemon takes it back (the busy one may reconnect
+	 * by itself first) */
+	struct lu_proc q;
+	svc_start_idle(&q, &d);
+	cr_assert(svc_wait_listed(d.sock, q.pid, 10000));
+	cr_expect_eq(e2e_sh(&out, SVC_CLI " top %d --socket %s && " SVC_CLI " verify %d "
+				  "--seconds 1 --socket %s", (int)p.pid, sock, (int)p.pid, sock), 0,
+		     "%s", out);
+	free(out);
+	cr_expect_eq(svc_http_status(svc_http_port(d.log, 1)), 200);
+	/* kill -9 the daemon, and start another that takes the program back */
+	kill(d.pid, SIGKILL);
+	int st;
+	waitpid(d.pid, &st, 0);
+	waitpid(tracer, &st, 0);
+	snprintf(trace, sizeof(trace), "%s/trace.2", dir);
+	char *argv2[] = { E2E_BIN "/llgo-heapd", "--foreground", "--socket", sock, NULL };
+	tracer = svc_spawn_traced(&d, dir, trace, argv2);
+	char taken[64];
+	snprintf(taken, sizeof(taken), "pid %d (life_idle): taken back", (int)q.pid);
+	cr_assert(svc_wait_log(d.log, taken, 1, 20000), "%s", e2e_read_file(d.log));
+	cr_expect(svc_wait_listed(d.sock, p.pid, 10000));
+	fputs("go\n", p.in);
+	cr_expect(lu_read_line(&p, line, sizeof(line), 10000));
+	kill(d.pid, SIGHUP);
+	cr_expect(svc_wait_log(d.log, "reloaded ", 1, 10000), "%s", e2e_read_file(d.log));
+	cr_expect_eq(lu_daemon_stop(&d), 0);
+	waitpid(tracer, &st, 0); /* the trace is complete */
+
+	char *used = NULL, *allowed = NULL;
+	cr_assert_eq(e2e_sh(&used, SVC_TRACE_NAMES, dir), 0, "%s", used);
+	cr_assert_eq(e2e_sh(&allowed, SVC_FILTER_NAMES), 0, "%s", allowed);
+	int n = 0;
+	for (char *save = NULL, *name = strtok_r(used, "\n", &save); name;
+	     name = strtok_r(NULL, "\n", &save), n++) {
+		char key[128];
+		snprintf(key, sizeof(key), "\n%s\n", name);
+		char *in = NULL;
+		cr_assert(asprintf(&in, "\n%s", allowed) > 0);
+		cr_expect_not_null(strstr(in, key), "llgo-heapd calls %s, which the unit filters out",
+				   name);
+		free(in);
+	}
+	cr_expect_gt(n, 40, "only %d system calls seen", n);
+	cr_log_info("llgo-heapd made %d distinct system calls, all allowed by the unit", n);
+	free(used);
+	free(allowed);
+	lu_wait(&p, 10000);
+	lu_wait(&q, 10000);
 	e2e_rmdir(dir);
 }
