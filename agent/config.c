@@ -2,9 +2,9 @@
 /*
  * config.c: llgo-heapd's options. One table of long options serves the command line
  * (--name VALUE, --name=VALUE) and the configuration file (--config FILE, by default
- * CONFIG_DEFAULT_PATH when it exists): one "name = value" per line with the option's long
- * name without its dashes, '#' starting a comment line, blank lines ignored; a flag takes
- * yes/no (true/false, 1/0). The file is read first and the command line wins, so a reload
+ * CONFIG_DEFAULT_PATH when it exists, for the host's daemon only: config_use_default): one
+ * "name = value" per line with the option's long name without its dashes, '#' starting a
+ * comment line, blank lines ignored; a flag takes yes/no (true/false, 1/0). The file is read first and the command line wins, so a reload
  * (daemon.c, on SIGHUP) reads the file again and applies the same command line over it.
  * Every value is checked here; what may change while the daemon runs is daemon.c's call.
  */
@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "listen.h"
 
 enum config_id {
 	CONFIG_CONFIG,
@@ -78,7 +79,8 @@ void config_usage(FILE *f)
 		"                  [--trim NAME,...] [--verify-every N]\n"
 		"  --config FILE       read options from FILE, one \"name = value\" a line, name\n"
 		"                      the long option without dashes, '#' comments (default:\n"
-		"                      " CONFIG_DEFAULT_PATH " when it exists);\n"
+		"                      " CONFIG_DEFAULT_PATH " when it exists,\n"
+		"                      unless --socket is given and systemd passed no socket);\n"
 		"                      the command line wins; SIGHUP reads it again\n"
 		"  --socket PATH       listen here (default: $LLGO_HEAP_SOCKET, else\n"
 		"                      /run/llgo-heapd/llgo-heapd.sock for root,\n"
@@ -413,7 +415,16 @@ static int config_walk_args(struct config *c, int argc, char **argv, bool only_c
 	return 0;
 }
 
-int config_load(struct config *c, int argc, char **argv, char *err, size_t errlen)
+bool config_use_default(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--socket") == 0 || strncmp(argv[i], "--socket=", 9) == 0)
+			return listen_activated();
+	return true;
+}
+
+int config_load(struct config *c, int argc, char **argv, bool use_default, char *err,
+		size_t errlen)
 {
 	memset(c, 0, sizeof(*c));
 	c->server.keep_exited = SESSION_DEFAULT_KEEP_EXITED;
@@ -421,7 +432,7 @@ int config_load(struct config *c, int argc, char **argv, char *err, size_t errle
 	budget_defaults(&c->budget);
 	c->server.budget = &c->budget;
 	int rc = config_walk_args(c, argc, argv, true, err, errlen);
-	if (!rc && !c->path && access(CONFIG_DEFAULT_PATH, F_OK) == 0 &&
+	if (!rc && !c->path && use_default && access(CONFIG_DEFAULT_PATH, F_OK) == 0 &&
 	    !(c->path = config_keep(c, CONFIG_DEFAULT_PATH)))
 		rc = CONFIG_FAIL("out of memory");
 	if (!rc && c->path)

@@ -27,11 +27,18 @@ struct config {
 	size_t nstrings;
 };
 
-/* Defaults, then the configuration file (--config FILE, or CONFIG_DEFAULT_PATH when it
- * exists), then the command line, which wins (--trim lists add up). Returns 0, or 2 with a
- * one-line reason in err (unknown option or key, bad value, unreadable file: "FILE:LINE:
- * ..."). --help prints the usage and exits. On failure c holds nothing to free. */
-int config_load(struct config *c, int argc, char **argv, char *err, size_t errlen);
+/* Whether this daemon reads CONFIG_DEFAULT_PATH (when it exists and no --config is given):
+ * the host's daemon does (socket-activated, or started without --socket); a private one on a
+ * --socket of its own (llgo-heap run's, the tests') does not. Call before the server takes
+ * the socket systemd passed. */
+bool config_use_default(int argc, char **argv);
+
+/* Defaults, then the configuration file (--config FILE, or CONFIG_DEFAULT_PATH when it exists
+ * and use_default), then the command line, which wins (--trim lists add up). Returns 0, or 2
+ * with a one-line reason in err (unknown option or key, bad value, unreadable file:
+ * "FILE:LINE: ..."). --help prints the usage and exits. On failure c holds nothing to free. */
+int config_load(struct config *c, int argc, char **argv, bool use_default, char *err,
+		size_t errlen);
 void config_free(struct config *c);
 void config_usage(FILE *f);
 

@@ -30,6 +30,7 @@ struct daemon {
 	/* The configuration read at start stays allocated until exit: the server listens where
 	 * it says and copied its options from it. cur is the one in force, first or a reload's. */
 	struct config first, *cur;
+	bool use_default; /* config_use_default, decided at start */
 	struct server *srv;
 	struct http_server *http;
 	/* What the HTTP server in force was made with (copies; NULL: none, all uids). */
@@ -98,7 +99,7 @@ static void daemon_reload(struct daemon *d)
 	struct config *next = malloc(sizeof(*next));
 	uid_t *uids = NULL;
 	size_t n = 0;
-	if (!next || config_load(next, d->argc, d->argv, err, sizeof(err)) != 0) {
+	if (!next || config_load(next, d->argc, d->argv, d->use_default, err, sizeof(err)) != 0) {
 		free(next);
 		goto refused;
 	}
@@ -175,7 +176,8 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 
 	char err[512] = "";
-	if (config_load(&d.first, argc, argv, err, sizeof(err)) != 0) {
+	d.use_default = config_use_default(argc, argv);
+	if (config_load(&d.first, argc, argv, d.use_default, err, sizeof(err)) != 0) {
 		log_error("%s", err);
 		return 2;
 	}

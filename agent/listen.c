@@ -24,17 +24,21 @@
 #define LISTEN_BACKLOG 256
 #define LISTEN_SYSTEMD_FD 3 /* SD_LISTEN_FDS_START */
 
-int listen_systemd_fd(char *err, size_t errlen)
+bool listen_activated(void)
 {
-	const char *lp = getenv("LISTEN_PID"), *lf = getenv("LISTEN_FDS");
-	if (!lp || !lf)
-		return -ENOENT;
+	const char *lp = getenv("LISTEN_PID");
 	char *end;
 	errno = 0;
-	unsigned long pid = strtoul(lp, &end, 10);
-	if (errno || *end || pid != (unsigned long)getpid())
+	unsigned long pid = lp ? strtoul(lp, &end, 10) : 0;
+	return lp && !errno && !*end && pid == (unsigned long)getpid() && getenv("LISTEN_FDS");
+}
+
+int listen_systemd_fd(char *err, size_t errlen)
+{
+	if (!listen_activated())
 		return -ENOENT;
-	unsigned long n = strtoul(lf, &end, 10);
+	char *end;
+	unsigned long n = strtoul(getenv("LISTEN_FDS"), &end, 10);
 	/* Not for our children (the variables name us, but a child could be confused). */
 	unsetenv("LISTEN_PID");
 	unsetenv("LISTEN_FDS");

@@ -6,6 +6,7 @@
 #ifndef LLGO_AGENT_LISTEN_H
 #define LLGO_AGENT_LISTEN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/stat.h>
 
@@ -13,6 +14,8 @@
  * this process (non-blocking, close-on-exec), -ENOENT when not activated, or -EINVAL with a
  * reason in err when what was passed is not an AF_UNIX SOCK_SEQPACKET listening socket. */
 int listen_systemd_fd(char *err, size_t errlen);
+/* Whether systemd passed this process a socket (true until listen_systemd_fd took it). */
+bool listen_activated(void);
 
 /* Create path's folders, replace a stale socket there (never a live one, nor another kind
  * of file), bind mode 0666 and listen. Returns the descriptor (non-blocking, close-on-exec)

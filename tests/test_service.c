@@ -7,12 +7,14 @@
  * file (a limit and --trim change what clients see; a bad file keeps the old one); SIGTERM
  * exiting 0, removing the daemon's own socket while the profiled program runs on; log levels
  * on a plain stderr and on a journal stream; the sd_notify messages systemd's Type=notify
- * waits for. Every daemon here is the real llgo-heapd binary on a private socket.
+ * waits for. Every daemon here is the real llgo-heapd binary on a private socket. Last, the
+ * configuration parser in-process (config.c).
  */
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "../agent/config.h"
 #include "../shared/compiler.h"
 #include "life_util.h"
 
@@ -614,4 +616,94 @@ Test(service, unit_syscall_filter_allows_what_the_daemon_does, .timeout = 300)
 	lu_wait(&p, 10000);
 	lu_wait(&q, 10000);
 	e2e_rmdir(dir);
+}
+
+/* ---- config.c in-process: the file, the command line over it, refusals --------------------- */
+
+static int svc_load(struct config *c, const char *file_text, char *err, size_t errlen,
+		    const char *const *args)
+{
+	char *dir = e2e_tmpdir(), conf[4200];
+	snprintf(conf, sizeof(conf), "%s/c.conf", dir);
+	svc_write_file(conf, file_text);
+	char *argv[32] = { "llgo-heapd", "--config", conf };
+	int n = 3;
+	for (; args && *args && n < 31; args++)
+		argv[n++] = (char *)*args;
+	argv[n] = NULL;
+	int rc = config_load(c, n, argv, false, err, errlen);
+	e2e_rmdir(dir);
+	return rc;
+}
+
+Test(config, command_line_wins_and_trim_adds_up)
+{
+	struct config c;
+	char err[512] = "";
+	const char *args[] = { "--socket", "/tmp/cli.sock", "--max-processes=7", "--trim", "b*",
+			       NULL };
+	cr_assert_eq(svc_load(&c, "# comment\n\n  socket = /tmp/file.sock  \nmax-processes = 3\n"
+				  "max-processes-per-uid = 2\ntrim = a,c*\nforeground = yes\n"
+				  "log-level = debug\nmax-ring-memory = 3M\n",
+			      err, sizeof(err), args), 0, "%s", err);
+	cr_expect_str_eq(c.server.socket_path, "/tmp/cli.sock");
+	cr_expect_eq(c.budget.total[BUDGET_SESSIONS], 7);
+	cr_expect_eq(c.budget.per_uid[BUDGET_SESSIONS], 2);
+	cr_expect_eq(c.budget.total[BUDGET_RING_BYTES], 3u << 20);
+	cr_expect_eq(c.server.ntrim, 3);
+	cr_expect(c.foreground);
+	cr_expect_eq(c.log_level, LOG_LEVEL_DEBUG);
+	cr_expect(c.server.budget == &c.budget);
+	config_free(&c);
+}
+
+Test(config, refusals_name_the_line)
+{
+	struct config c;
+	char err[512];
+	static const struct {
+		const char *text, *want;
+	} cases[] = {
+		{ "max-processes = 1\nmax-processes-per-week = 2\n",
+		  "c.conf:2: unknown key 'max-processes-per-week'" },
+		{ "\n\nmax-memory = 12\n", "c.conf:3: --max-memory: want a size of at least 64K: 12" },
+		{ "log-level = loud\n", "c.conf:1: --log-level: want error, warn, info or debug" },
+		{ "foreground = maybe\n", "c.conf:1: --foreground: want yes or no: maybe" },
+		{ "trim\n", "c.conf:1: trim needs a value" },
+		{ "config = /etc/other.conf\n", "c.conf:1: unknown key 'config'" },
+	};
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(cases); i++) {
+		err[0] = '\0';
+		cr_expect_eq(svc_load(&c, cases[i].text, err, sizeof(err), NULL), 2, "%s",
+			     cases[i].text);
+		cr_expect_not_null(strstr(err, cases[i].want), "%s: got '%s'", cases[i].want, err);
+	}
+}
+
+Test(config, a_file_others_may_write_is_refused)
+{
+	char *dir = e2e_tmpdir(), conf[4200], err[512] = "";
+	snprintf(conf, sizeof(conf), "%s/c.conf", dir);
+	svc_write_file(conf, "max-processes = 1\n");
+	cr_assert_eq(chmod(conf, 0666), 0);
+	char *argv[] = { "llgo-heapd", "--config", conf, NULL };
+	struct config c;
+	cr_expect_eq(config_load(&c, 3, argv, false, err, sizeof(err)), 2);
+	cr_expect_not_null(strstr(err, "writable by others than its owner"), "%s", err);
+	e2e_rmdir(dir);
+}
+
+Test(config, default_file_for_the_host_daemon_only)
+{
+	char *own[] = { "llgo-heapd", "--foreground", "--socket", "/tmp/private.sock", NULL };
+	char *host[] = { "llgo-heapd", "--foreground", NULL };
+	cr_expect(config_use_default(2, host));
+	cr_expect(!config_use_default(4, own), "a private daemon (llgo-heap run) read it");
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	setenv("LISTEN_PID", pid, 1);
+	setenv("LISTEN_FDS", "1", 1);
+	cr_expect(config_use_default(4, own), "the socket-activated daemon did not read it");
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
 }
