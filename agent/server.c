@@ -1735,12 +1735,12 @@ void server_reconfigure(struct server *srv, const struct server_opts *o)
 	else
 		budget_defaults(&bl);
 	budget_set_limits(srv->budget, &bl);
-	session_registry_set_keep(srv->reg, o->keep_exited, o->max_buckets, o->max_bytes);
-	session_registry_set_limits(srv->reg, srv->budget,
-				    o->keep_exited_per_uid ? o->keep_exited_per_uid
-							   : SESSION_DEFAULT_KEEP_EXITED_PER_UID,
-				    o->keep_exited_age_s ? o->keep_exited_age_s
-							 : SESSION_DEFAULT_KEEP_EXITED_AGE_S);
+	session_registry_set_keep(srv->reg, o->keep_exited,
+				  o->keep_exited_per_uid ? o->keep_exited_per_uid
+							 : SESSION_DEFAULT_KEEP_EXITED_PER_UID,
+				  o->keep_exited_age_s ? o->keep_exited_age_s
+						       : SESSION_DEFAULT_KEEP_EXITED_AGE_S,
+				  o->max_buckets, o->max_bytes);
 	session_registry_expire(srv->reg);
 	if (o->verify_every && o->verify_every != srv->opts.verify_every) {
 		char why[512];

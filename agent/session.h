@@ -136,9 +136,10 @@ struct budget;
  * sessions kept per uid (0: no limit of its own) and for at most max_age_s (0: forever). */
 void session_registry_set_limits(struct session_registry *reg, struct budget *b,
 				 unsigned keep_exited_per_uid, unsigned max_age_s);
-/* Exited sessions kept, and bucket limits of processes that attach from now on (0: the
- * bucket table's defaults). */
+/* A reload: exited sessions kept (for all, per uid, for at most max_age_s) and the bucket
+ * limits of processes that attach from now on (0: the bucket table's defaults). */
 void session_registry_set_keep(struct session_registry *reg, unsigned keep_exited,
+			       unsigned keep_exited_per_uid, unsigned max_age_s,
 			       uint64_t max_buckets, uint64_t max_bytes);
 /* Evict exited sessions past their age; returns how many. */
 size_t session_registry_expire(struct session_registry *reg);
