@@ -71,6 +71,10 @@ CLI_OBJS := $(patsubst client/%.c,$(OUT)/obj/client/%.o,$(filter-out client/clie
 	$(wildcard client/*.c))) $(CLIENT_OBJS) $(OUT)/obj/agent/buf.o $(OUT)/obj/agent/msg.o
 LIBS_CLI :=
 
+# Objects and tests depend on the headers they include (-MMD -MP: $(OUT)/**/*.d, read at the
+# end of this file). HEADERS is for the rules that compile several sources in one command
+# (gcc then writes one dependency file for the last source only).
+DEPFLAGS := -MMD -MP
 HEADERS := $(wildcard shared/*.h agent/*.h client/*.h shim/*.h include/*.h tests/*.h)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
@@ -102,20 +106,20 @@ all: $(BINS) $(LIBS)
 # force one, see override_cxx.c).
 $(OUT)/obj/shim/override_cxx.o: CFLAGS_SHIM += -fasynchronous-unwind-tables -fomit-frame-pointer
 
-$(OUT)/obj/shim/%.o: shim/%.c $(HEADERS) Makefile
+$(OUT)/obj/shim/%.o: shim/%.c Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_SHIM) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_SHIM) $(DEPFLAGS) -c $< -o $@
 
-$(OUT)/obj/agent/%.o: agent/%.c $(HEADERS) Makefile
+$(OUT)/obj/agent/%.o: agent/%.c Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) -c $< -o $@
 
-$(OUT)/obj/client/%.o: client/%.c $(HEADERS) Makefile
+$(OUT)/obj/client/%.o: client/%.c Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) -c $< -o $@
 
 # ---- the BPF program of llgo-heap verify (agent/verify.bpf.c) ---------------------------
 # vmlinux.h comes from the running kernel's BTF (bpftool btf dump). Where the build machine
@@ -183,18 +187,18 @@ TEST_LIB_OBJS := $(OUT)/obj/tests/heapd.o $(CLIENT_OBJS)
 TEST_DEFS := -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' -DLLGO_SRC_DIR='"$(CURDIR)"' \
 	-DLLGO_PLAIN_SHIM='"$(abspath $(OUT))/lib/libllgoheap.so"' $(filter -I%,$(TEST_CRITERION))
 
-$(OUT)/obj/tests/heapd.o: tests/heapd.c $(HEADERS) Makefile
+$(OUT)/obj/tests/heapd.o: tests/heapd.c Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) $(TEST_DEFS) -DLLGO_T_HELPER -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) $(TEST_DEFS) -DLLGO_T_HELPER -c $< -o $@
 
 # Unit tests link the agent objects and the shim objects they exercise (never override.o:
 # a criterion binary keeps its own malloc).
-$(OUT)/tests/%: tests/%.c $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) $(TEST_LIB_OBJS) $(HEADERS) | $(BINS) $(LIBS) $(PROG_BINS)
+$(OUT)/tests/%: tests/%.c $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) $(TEST_LIB_OBJS) Makefile | $(BINS) $(LIBS) $(PROG_BINS)
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) $(TEST_DEFS) -o $@ $< $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) \
-		$(TEST_LIB_OBJS) $(LIBS_AGENT) $(filter -l%,$(TEST_CRITERION)) -lm -ldl
+	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) -MF $@.d $(TEST_DEFS) -o $@ $< $(AGENT_COMMON_OBJS) \
+		$(SHIM_LIB_OBJS) $(TEST_LIB_OBJS) $(LIBS_AGENT) $(filter -l%,$(TEST_CRITERION)) -lm -ldl
 
 # Programs profiled by the end-to-end tests: plain, frame pointers on, never sanitized.
 PROG_CFLAGS := -std=gnu11 -g -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread
@@ -256,6 +260,10 @@ DEB_PKGS := gcc g++ make pkg-config libelf-dev libdw-dev zlib1g-dev libcriterion
 # preloaded before and after the shim.
 DEB_PKGS += rustc default-jre-headless git perl libjemalloc2
 DEB_PKGS += prometheus curl # tests/test_fleet.c: promtool, a real Prometheus, and curl
+# tests/test_service.c: systemd-analyze (verify, security, syscall-filter) and
+# systemd-socket-activate (no systemd as PID 1 needed), strace (the daemon's system calls
+# against the unit's filter). binutils: readelf, nm, objcopy, objdump of the tests.
+DEB_PKGS += systemd strace binutils
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
@@ -315,15 +323,41 @@ bench-verify: all
 clean:
 	rm -rf build build-san-*
 
+# ---- install ---------------------------------------------------------------------------
+# make install [PREFIX=/usr/local] [DESTDIR=]: programs, libraries, header, docs and the
+# systemd units (their /usr/local paths rewritten to PREFIX; UNITDIR is where systemd looks
+# for units under that prefix). make uninstall removes the same files.
 PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+DOCDIR ?= $(PREFIX)/share/doc/llgo-heap
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+DOC_FILES := README.md $(wildcard docs/*.md) systemd/llgo-heapd.conf.example
+UNIT_FILES := systemd/llgo-heapd.service systemd/llgo-heapd.socket
+INSTALLED := $(BINDIR)/llgo-heapd $(BINDIR)/llgo-heap $(LIBDIR)/libllgoheap.so \
+	$(LIBDIR)/libllgoheap.a $(INCLUDEDIR)/llgo_heap.h $(addprefix $(DOCDIR)/,$(notdir $(DOC_FILES))) \
+	$(addprefix $(UNITDIR)/,$(notdir $(UNIT_FILES)))
+
+.PHONY: uninstall
 install: all
-	install -D -m 755 $(OUT)/bin/llgo-heapd $(DESTDIR)$(PREFIX)/bin/llgo-heapd
-	install -D -m 755 $(OUT)/bin/llgo-heap $(DESTDIR)$(PREFIX)/bin/llgo-heap
-	install -D -m 755 $(OUT)/lib/libllgoheap.so $(DESTDIR)$(PREFIX)/lib/libllgoheap.so
-	install -D -m 644 $(OUT)/lib/libllgoheap.a $(DESTDIR)$(PREFIX)/lib/libllgoheap.a
-	install -D -m 644 include/llgo_heap.h $(DESTDIR)$(PREFIX)/include/llgo_heap.h
-	install -D -m 644 systemd/llgo-heapd.service $(DESTDIR)/lib/systemd/system/llgo-heapd.service
-	install -D -m 644 systemd/llgo-heapd.socket $(DESTDIR)/lib/systemd/system/llgo-heapd.socket
+	install -D -m 755 $(OUT)/bin/llgo-heapd $(DESTDIR)$(BINDIR)/llgo-heapd
+	install -D -m 755 $(OUT)/bin/llgo-heap $(DESTDIR)$(BINDIR)/llgo-heap
+	install -D -m 755 $(OUT)/lib/libllgoheap.so $(DESTDIR)$(LIBDIR)/libllgoheap.so
+	install -D -m 644 $(OUT)/lib/libllgoheap.a $(DESTDIR)$(LIBDIR)/libllgoheap.a
+	install -D -m 644 include/llgo_heap.h $(DESTDIR)$(INCLUDEDIR)/llgo_heap.h
+	install -d $(DESTDIR)$(DOCDIR) $(DESTDIR)$(UNITDIR)
+	install -m 644 $(DOC_FILES) $(DESTDIR)$(DOCDIR)/
+	for u in $(UNIT_FILES); do \
+		sed -e 's|/usr/local/bin/|$(BINDIR)/|g' -e 's|/usr/local/share/doc/llgo-heap/|$(DOCDIR)/|g' \
+			$$u > $(DESTDIR)$(UNITDIR)/$$(basename $$u).tmp && \
+		chmod 644 $(DESTDIR)$(UNITDIR)/$$(basename $$u).tmp && \
+		mv $(DESTDIR)$(UNITDIR)/$$(basename $$u).tmp $(DESTDIR)$(UNITDIR)/$$(basename $$u) || exit 1; \
+	done
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED))
+	rmdir $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 
 # ---- targets without a stack source: the size-class fallback recorder (issue 14) ---------
 # shim/fallback/ is freestanding and depends on nothing else here. tests/test_fallback.c runs
@@ -529,6 +563,15 @@ $(OUT)/tests/test_linked: | linked-progs
 # make install also installs the static library, the pkg-config files (for $(PREFIX)) and
 # the fallback recorder's sources, which a wasm or bare-metal runtime compiles in.
 install: install-linked
+uninstall: uninstall-linked
+.PHONY: uninstall-linked
+uninstall-linked:
+	rm -f $(DESTDIR)$(PREFIX)/lib/libllgoheap-static.a $(DESTDIR)$(PREFIX)/lib/pkgconfig/llgoheap.pc \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig/llgoheap-static.pc \
+		$(DESTDIR)$(PREFIX)/share/llgo-heap/fallback/llgo_fallback.h \
+		$(DESTDIR)$(PREFIX)/share/llgo-heap/fallback/llgo_fallback.c
+	rmdir $(DESTDIR)$(PREFIX)/share/llgo-heap/fallback $(DESTDIR)$(PREFIX)/share/llgo-heap \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig 2>/dev/null || true
 install-linked: all
 	install -D -m 644 $(OUT)/lib/libllgoheap-static.a $(DESTDIR)$(PREFIX)/lib/libllgoheap-static.a
 	$(call pc_write,$(DESTDIR)$(PREFIX)/lib/pkgconfig/llgoheap.pc,$(PREFIX),$${prefix}/lib,$${prefix}/include)
@@ -611,10 +654,10 @@ FUZZ_HEADERS := $(HEADERS) tests/fuzz/fuzz_util.h
 
 DEB_PKGS += libclang-rt-14-dev
 
-$(FUZZ_OUT)/obj/agent/%.o: agent/%.c $(HEADERS) Makefile | $(OUT)/bpf/verify.bpf.skel.h
+$(FUZZ_OUT)/obj/agent/%.o: agent/%.c Makefile | $(OUT)/bpf/verify.bpf.skel.h
 	$(call msg,FUZZCC,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(FUZZ_OUT)/obj/client/%.o: client/%.c $(HEADERS) Makefile
 	$(call msg,FUZZCC,$@)
@@ -672,3 +715,7 @@ fuzz-seeds: $(AGENT_COMMON_OBJS)
 	$(Q)printf 'static int sq(int x) { return x * x; }\nint fz_main(int a) { return sq(a) + 1; }\n' | \
 		$(CC) -x c -g -O1 -shared -fPIC -nostdlib -Wl,--build-id -o $(OUT)/fuzz/tiny.so -
 	$(OUT)/fuzz/make_seeds tests/fuzz/corpus $(OUT)/fuzz/tiny.so
+
+# ---- header dependencies (-MMD -MP, see DEPFLAGS) -----------------------------------------
+-include $(wildcard $(OUT)/obj/*/*.d $(OUT)/obj/*/*/*.d $(OUT)/tests/*.d \
+	$(FUZZ_OUT)/obj/*/*.d)

@@ -89,6 +89,13 @@ void budget_free(struct budget *b)
 	free(b);
 }
 
+void budget_set_limits(struct budget *b, const struct budget_limits *l)
+{
+	pthread_mutex_lock(&b->lock);
+	b->lim = *l;
+	pthread_mutex_unlock(&b->lock);
+}
+
 static size_t budget_slot(uid_t uid, size_t cap)
 {
 	return ((uint64_t)uid * 0x9e3779b97f4a7c15ull >> 32) & (cap - 1);
@@ -145,21 +152,23 @@ static bool budget_fits(const struct budget *b, const struct budget_user *u, enu
 	return true;
 }
 
+/* Sets *log when the hit is to be logged, with the limits in force copied to *l (they may
+ * change at a reload once the lock is released). */
 static void budget_note_hit_locked(struct budget *b, struct budget_user *u, enum budget_kind k,
-				   bool *log)
+				   bool *log, struct budget_limits *l)
 {
 	u->hit |= BUDGET_FLAG(k);
 	*log = !(u->logged & BUDGET_FLAG(k));
 	u->logged |= BUDGET_FLAG(k);
-	(void)b;
+	*l = b->lim;
 }
 
 static void budget_log(uid_t uid, enum budget_kind k, const struct budget_limits *l)
 {
-	server_log("uid %u: %s budget reached (per uid %llu, all users %llu): refusing or "
-		   "degrading this user's processes only (logged once)", (unsigned)uid,
-		   budget_name(k), (unsigned long long)l->per_uid[k],
-		   (unsigned long long)l->total[k]);
+	log_warn("uid %u: %s budget reached (per uid %llu, all users %llu): refusing or "
+		 "degrading this user's processes only (logged once)", (unsigned)uid,
+		 budget_name(k), (unsigned long long)l->per_uid[k],
+		 (unsigned long long)l->total[k]);
 }
 
 int budget_take(struct budget *b, uid_t uid, enum budget_kind k, uint64_t n)
@@ -168,12 +177,13 @@ int budget_take(struct budget *b, uid_t uid, enum budget_kind k, uint64_t n)
 		return 0;
 	bool log = false;
 	int rc = 0;
+	struct budget_limits lim;
 	pthread_mutex_lock(&b->lock);
 	struct budget_user *u = budget_user_locked(b, uid, true);
 	if (!u) {
 		rc = -ENOMEM;
 	} else if (!budget_fits(b, u, k, n)) {
-		budget_note_hit_locked(b, u, k, &log);
+		budget_note_hit_locked(b, u, k, &log, &lim);
 		rc = -EDQUOT;
 	} else {
 		u->have[k] += n;
@@ -181,7 +191,7 @@ int budget_take(struct budget *b, uid_t uid, enum budget_kind k, uint64_t n)
 	}
 	pthread_mutex_unlock(&b->lock);
 	if (log)
-		budget_log(uid, k, &b->lim);
+		budget_log(uid, k, &lim);
 	return rc;
 }
 
@@ -190,6 +200,7 @@ bool budget_charge(struct budget *b, uid_t uid, enum budget_kind k, uint64_t n)
 	if (!b)
 		return false;
 	bool log = false, over;
+	struct budget_limits lim;
 	pthread_mutex_lock(&b->lock);
 	struct budget_user *u = budget_user_locked(b, uid, true);
 	if (!u) {
@@ -203,10 +214,10 @@ bool budget_charge(struct budget *b, uid_t uid, enum budget_kind k, uint64_t n)
 		u->have[k] >= b->lim.per_uid[k]) ||
 	       (b->lim.total[k] && b->total[k] >= b->lim.total[k]);
 	if (over)
-		budget_note_hit_locked(b, u, k, &log);
+		budget_note_hit_locked(b, u, k, &log, &lim);
 	pthread_mutex_unlock(&b->lock);
 	if (log)
-		budget_log(uid, k, &b->lim);
+		budget_log(uid, k, &lim);
 	return over;
 }
 

@@ -35,6 +35,8 @@ void budget_defaults(struct budget_limits *l);
 struct budget;
 struct budget *budget_new(const struct budget_limits *l);
 void budget_free(struct budget *b);
+/* New limits (a reload): what is held stays held; later acquisitions meet the new ones. */
+void budget_set_limits(struct budget *b, const struct budget_limits *l);
 /* Take n of kind for uid: 0, or -EDQUOT when the uid's or the global budget would pass its
  * limit (logged once per uid and kind until the uid is under it again). b NULL: 0. */
 int budget_take(struct budget *b, uid_t uid, enum budget_kind k, uint64_t n);

@@ -186,7 +186,7 @@ static void conn_out_wait(struct conn *c, bool progress)
 			budget_give(srv->budget, c->cred.uid, BUDGET_OUT_BYTES, left);
 		}
 		pthread_mutex_unlock(&srv->conns_lock);
-		server_log("pid %d uid %u: answer dropped, %llu bytes of answers are unread "
+		log_warn("pid %d uid %u: answer dropped, %llu bytes of answers are unread "
 			   "already", (int)c->cred.pid, (unsigned)c->cred.uid,
 			   (unsigned long long)atomic_load(&srv->out_bytes));
 		conn_end(c);
@@ -211,7 +211,7 @@ static void conn_out_wait(struct conn *c, bool progress)
 	if (waiting == 1) {
 		uint64_t one = 1;
 		if (write(srv->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			server_log("eventfd: %s", strerror(errno));
+			log_error("eventfd: %s", strerror(errno));
 	}
 }
 
@@ -225,7 +225,7 @@ void conn_answered(struct conn *c, int rc)
 	} else {
 		/* the peer went away (a shim's session still gets its final drain) */
 		if (rc != -EPIPE && rc != -ECONNRESET)
-			server_log("answer to pid %d uid %u: %s", (int)c->cred.pid,
+			log_warn("answer to pid %d uid %u: %s", (int)c->cred.pid,
 				   (unsigned)c->cred.uid, strerror(-rc));
 		conn_end(c);
 	}
@@ -266,7 +266,7 @@ void conn_out_expire(struct server *srv)
 	pthread_mutex_unlock(&srv->conns_lock);
 	while (expired) {
 		struct conn *n = expired->job_next;
-		server_log("pid %d uid %u stopped reading its answer: connection dropped",
+		log_warn("pid %d uid %u stopped reading its answer: connection dropped",
 			   (int)expired->cred.pid, (unsigned)expired->cred.uid);
 		conn_end(expired);
 		expired = n;
@@ -312,7 +312,7 @@ void conn_malformed(struct conn *c, const char *fmt, ...)
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	atomic_fetch_add(&c->srv->n_malformed, 1);
-	server_log("dropping connection from pid %d uid %u: %s", (int)c->cred.pid,
+	log_warn("dropping connection from pid %d uid %u: %s", (int)c->cred.pid,
 		   (unsigned)c->cred.uid, why);
 	conn_end(c);
 }
@@ -343,11 +343,11 @@ void conn_accept(struct server *srv)
 					close(fd);
 				srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 				atomic_fetch_add(&srv->n_refused, 1);
-				server_log("out of file descriptors: connection refused");
+				log_error("out of file descriptors: connection refused");
 				continue;
 			}
 			if (errno != EAGAIN)
-				server_log("accept: %s", strerror(errno));
+				log_error("accept: %s", strerror(errno));
 			return;
 		}
 		struct conn *c = calloc(1, sizeof(*c));
@@ -369,7 +369,7 @@ void conn_accept(struct server *srv)
 		if (srv->nconns >= srv->max_conns) {
 			pthread_mutex_unlock(&srv->conns_lock);
 			atomic_fetch_add(&srv->n_refused, 1);
-			server_log("too many connections (%zu): refusing pid %d", srv->max_conns,
+			log_warn("too many connections (%zu): refusing pid %d", srv->max_conns,
 				   (int)c->cred.pid);
 			budget_give(srv->budget, c->cred.uid, BUDGET_CONNS, 1);
 			free(c);

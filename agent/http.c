@@ -344,7 +344,7 @@ static void http_log(void *cls, const char *fmt, va_list ap)
 	size_t n = strlen(line);
 	while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
 		line[--n] = '\0';
-	server_log("http: %s", line);
+	log_debug("http: %s", line);
 }
 
 /* ---- life cycle ----------------------------------------------------------------------- */
@@ -551,7 +551,7 @@ int http_start(struct http_server *h, char *err, size_t errlen)
 		return -EIO;
 	}
 	h->listen_fd = -1; /* MHD_stop_daemon closes it */
-	server_log("http: serving http://%s/debug/pprof/", h->address);
+	log_info("http: serving http://%s/debug/pprof/", h->address);
 	return 0;
 }
 

@@ -78,7 +78,7 @@ static int http_auth_read_file(const char *path, char **out, size_t *len, char *
 	memmove(buf, buf + b, e - b);
 	buf[e - b] = '\0';
 	if (st.st_mode & S_IROTH)
-		server_log("http: warning: %s is readable by every user", path);
+		log_warn("http: %s is readable by every user", path);
 	*out = buf;
 	*len = e - b;
 	return 0;

@@ -67,7 +67,7 @@ static void jobs_hello(struct server *srv, struct conn *c)
 			pthread_mutex_unlock(&srv->adopt_lock);
 		c->session = s;
 		c->kind = CONN_SHIM;
-		server_log("pid %d: reconnected to its session", (int)s->pid);
+		log_debug("pid %d: reconnected to its session", (int)s->pid);
 		drain_wake(srv->drain);
 		conn_rearm(c);
 		return;
@@ -110,7 +110,7 @@ static void jobs_hello(struct server *srv, struct conn *c)
 	    session_attach_parent_maps(s, (pid_t)m.ppid) == 0)
 		merr = 0;
 	if (merr)
-		server_log("pid %d: cannot read its mappings (%s); its profiles will show "
+		log_warn("pid %d: cannot read its mappings (%s); its profiles will show "
 			   "addresses only", (int)s->pid, strerror(-merr));
 	/* auto unwinding's tables, before the session drains (its unwinder reads them) */
 	drain_prepare_unwind(s);
@@ -123,7 +123,7 @@ static void jobs_hello(struct server *srv, struct conn *c)
 	struct session *old = c->id.start ? session_find_process(srv->reg, s->pid, c->id.start)
 					  : NULL;
 	if (old) {
-		server_log("pid %d: a new HELLO replaces its session", (int)s->pid);
+		log_info("pid %d: a new HELLO replaces its session", (int)s->pid);
 		verify_session_stop(srv->verifier, old);
 		drain_session_exit(old);
 		session_put(old);
@@ -141,14 +141,15 @@ static void jobs_hello(struct server *srv, struct conn *c)
 	if (gone)
 		drain_session_exit(s);
 	if (reattach)
-		server_log("pid %d: reattached (%s)", (int)s->pid, s->comm);
+		log_info("pid %d: reattached (%s)", (int)s->pid, s->comm);
 	if (ack && msg_send(c->fd, &a, sizeof(a), -1) != 0) {
 		conn_end(c);
 		return;
 	}
 	drain_wake(srv->drain);
-	if (srv->opts.verify_every) /* after the ACK: the process need not wait for the attach */
-		verify_session_start(srv->verifier, s, srv->opts.verify_every);
+	uint32_t verify_every = server_verify_every(srv);
+	if (verify_every) /* after the ACK: the process need not wait for the attach */
+		verify_session_start(srv->verifier, s, verify_every);
 	conn_rearm(c);
 }
 
@@ -238,7 +239,7 @@ static int jobs_set_rate(struct server *srv, struct conn *c)
 	}
 	snprintf(msg, sizeof(msg), "pid %u: rate %llu -> %llu", m.pid,
 		 (unsigned long long)old_rate, (unsigned long long)new_rate);
-	server_log("uid %u: %s", (unsigned)c->cred.uid, msg);
+	log_warn("uid %u: %s", (unsigned)c->cred.uid, msg);
 	return conn_answer(c, NULL, 0, 0, msg);
 }
 

@@ -32,195 +32,11 @@
 #include <unistd.h>
 
 #include "budget.h"
+#include "listen.h"
 #include "server_impl.h"
 #include "verify.h"
 
 #define SERVER_LOG_PER_SEC 50u
-
-/* ---- logging -------------------------------------------------------------------------- */
-
-static struct {
-	pthread_mutex_t lock;
-	bool syslog;
-	time_t window;
-	unsigned lines;
-	unsigned long suppressed;
-} server_logger = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-void server_log_use_syslog(bool on)
-{
-	pthread_mutex_lock(&server_logger.lock);
-	if (on && !server_logger.syslog)
-		openlog("llgo-heapd", LOG_PID | LOG_NDELAY, LOG_DAEMON);
-	server_logger.syslog = on;
-	pthread_mutex_unlock(&server_logger.lock);
-}
-
-/* At most SERVER_LOG_PER_SEC lines a second: a peer that reconnects in a loop with bad
- * packets must not flood the log. */
-void server_log(const char *fmt, ...)
-{
-	char line[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	time_t now = time(NULL);
-	pthread_mutex_lock(&server_logger.lock);
-	if (now != server_logger.window) {
-		server_logger.window = now;
-		server_logger.lines = 0;
-	}
-	if (server_logger.lines >= SERVER_LOG_PER_SEC) {
-		server_logger.suppressed++;
-		pthread_mutex_unlock(&server_logger.lock);
-		return;
-	}
-	server_logger.lines++;
-	unsigned long sup = server_logger.suppressed;
-	server_logger.suppressed = 0;
-	if (server_logger.syslog) {
-		if (sup)
-			syslog(LOG_WARNING, "(%lu log lines suppressed)", sup);
-		syslog(LOG_NOTICE, "%s", line);
-	} else {
-		if (sup)
-			fprintf(stderr, "llgo-heapd: (%lu log lines suppressed)\n", sup);
-		fprintf(stderr, "llgo-heapd: %s\n", line);
-	}
-	pthread_mutex_unlock(&server_logger.lock);
-}
-
-/* ---- listening socket ------------------------------------------------------------------- */
-
-/* systemd socket activation (sd_listen_fds(3) protocol): LISTEN_PID names us and LISTEN_FDS
- * counts descriptors from 3. Returns the descriptor, -ENOENT when not activated. */
-static int server_systemd_fd(char *err, size_t errlen)
-{
-	const char *lp = getenv("LISTEN_PID"), *lf = getenv("LISTEN_FDS");
-	if (!lp || !lf)
-		return -ENOENT;
-	char *end;
-	errno = 0;
-	unsigned long pid = strtoul(lp, &end, 10);
-	if (errno || *end || pid != (unsigned long)getpid())
-		return -ENOENT;
-	unsigned long n = strtoul(lf, &end, 10);
-	unsetenv("LISTEN_PID");
-	unsetenv("LISTEN_FDS");
-	unsetenv("LISTEN_FDNAMES");
-	if (*end || n < 1)
-		return -ENOENT;
-	int fd = 3, type = 0, domain = 0, acc = 0;
-	socklen_t l = sizeof(int);
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0 || type != SOCK_SEQPACKET ||
-	    (l = sizeof(int), getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l)) < 0 ||
-	    domain != AF_UNIX ||
-	    (l = sizeof(int), getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l)) < 0 || !acc) {
-		snprintf(err, errlen, "socket activation: fd 3 is not a listening AF_UNIX "
-				      "SOCK_SEQPACKET socket");
-		return -EINVAL;
-	}
-	if (n > 1)
-		server_log("socket activation passed %lu sockets; using the first", n);
-	fcntl(fd, F_SETFD, FD_CLOEXEC);
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-	return fd;
-}
-
-static int server_mkdir_parents(const char *path)
-{
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (!slash || slash == dir)
-		return 0;
-	*slash = '\0';
-	for (char *p = dir + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
-static int server_bind(struct server *srv, const char *path, char *err, size_t errlen)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		snprintf(err, errlen, "socket path too long: %s", path);
-		return -ENAMETOOLONG;
-	}
-	strcpy(sa.sun_path, path);
-	int rc = server_mkdir_parents(path);
-	if (rc) {
-		snprintf(err, errlen, "cannot create the folder of %s: %s", path, strerror(-rc));
-		return rc;
-	}
-	struct stat st;
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			snprintf(err, errlen, "%s exists and is not a socket", path);
-			return -EEXIST;
-		}
-		/* Unlink a stale socket only: if something answers, another daemon owns it. */
-		int t = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		if (t < 0) {
-			snprintf(err, errlen, "socket: %s", strerror(errno));
-			return -errno;
-		}
-		int c = connect(t, (struct sockaddr *)&sa, sizeof(sa));
-		int cerr = errno;
-		close(t);
-		if (c == 0) {
-			snprintf(err, errlen, "another llgo-heapd is listening on %s", path);
-			return -EADDRINUSE;
-		}
-		if (cerr != ECONNREFUSED && cerr != ENOENT) {
-			snprintf(err, errlen, "cannot check %s: %s", path, strerror(cerr));
-			return -cerr;
-		}
-		if (unlink(path) < 0 && errno != ENOENT) {
-			snprintf(err, errlen, "cannot remove stale %s: %s", path, strerror(errno));
-			return -errno;
-		}
-	}
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0) {
-		snprintf(err, errlen, "socket: %s", strerror(errno));
-		return -errno;
-	}
-	/* Any user's shim may attach; reads are checked per request with SO_PEERCRED. The mode
-	 * is set by the umask at bind (no thread runs yet), never by a chmod of the path after
-	 * it, which would follow whatever the path names by then (a swapped symlink). */
-	mode_t old_mask = umask(0111);
-	int brc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-	int berr = errno;
-	umask(old_mask);
-	if (brc < 0) {
-		rc = -berr;
-		snprintf(err, errlen, "bind %s: %s", path, strerror(berr));
-		close(fd);
-		return rc;
-	}
-	if (listen(fd, 256) < 0 || lstat(path, &st) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "setting up %s: %s", path, strerror(errno));
-		close(fd);
-		unlink(path);
-		return rc;
-	}
-	srv->own_socket = true;
-	srv->sock_dev = st.st_dev;
-	srv->sock_ino = st.st_ino;
-	srv->listen_fd = fd;
-	return 0;
-}
 
 /* ---- the event loop -------------------------------------------------------------------- */
 
@@ -236,7 +52,7 @@ static void *server_loop(void *arg)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			server_log("epoll_wait: %s", strerror(errno));
+			log_error("epoll_wait: %s", strerror(errno));
 			break;
 		}
 		for (int i = 0; i < n && !atomic_load(&srv->stopping); i++) {
@@ -246,7 +62,7 @@ static void *server_loop(void *arg)
 			} else if (p == &srv->wake_fd) {
 				uint64_t v;
 				if (read(srv->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-					server_log("eventfd: %s", strerror(errno));
+					log_error("eventfd: %s", strerror(errno));
 			} else {
 				/* Whoever armed c did so under conns_lock, after its last write
 				 * to c: taking the lock here makes those writes visible in a way
@@ -357,6 +173,7 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	pthread_mutex_init(&srv->conns_lock, NULL);
 	pthread_mutex_init(&srv->adopt_lock, NULL);
 	pthread_mutex_init(&srv->hello_lock, NULL);
+	pthread_rwlock_init(&srv->opts_lock, NULL);
 	unsigned nclient = o->client_workers ? o->client_workers : SERVER_CLIENT_WORKERS;
 	if (nclient > SERVER_MAX_WORKERS)
 		nclient = SERVER_MAX_WORKERS;
@@ -391,7 +208,7 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	    rl.rlim_cur < SERVER_MAX_CONNS + 64)
 		srv->max_conns = rl.rlim_cur > 128 ? (size_t)rl.rlim_cur - 64 : 64;
 
-	int fd = server_systemd_fd(err, errlen);
+	int fd = listen_systemd_fd(err, errlen);
 	if (fd >= 0) {
 		srv->listen_fd = fd;
 	} else if (fd != -ENOENT) {
@@ -401,8 +218,14 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 			snprintf(err, errlen, "no socket path");
 			goto fail;
 		}
-		if (server_bind(srv, srv->socket_path, err, errlen) != 0)
+		struct stat st;
+		fd = listen_bind(srv->socket_path, &st, err, errlen);
+		if (fd < 0)
 			goto fail;
+		srv->listen_fd = fd;
+		srv->own_socket = true;
+		srv->sock_dev = st.st_dev;
+		srv->sock_ino = st.st_ino;
 	}
 	srv->epfd = epoll_create1(EPOLL_CLOEXEC);
 	srv->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -460,11 +283,11 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 		return err;
 	}
 	if (session_attach_maps(s) != 0)
-		server_log("pid %d: cannot read its mappings; its profiles will show addresses only",
+		log_warn("pid %d: cannot read its mappings; its profiles will show addresses only",
 			   (int)p->pid);
 	drain_prepare_unwind(s);
 	if (p->livefd >= 0 && inuse_map(s, p->livefd) != 0)
-		server_log("pid %d: its live-object table could not be mapped; in-use values are "
+		log_warn("pid %d: its live-object table could not be mapped; in-use values are "
 			   "missing", (int)p->pid);
 	/* The rate the process wants (it keeps it while it counts samples without a daemon),
 	 * then tell the shim a daemon has it: it reconnects at its next sample. */
@@ -477,7 +300,7 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	close(p->memfd); /* the session keeps its own */
 	conn_watch_exit(srv, s, p->pidfd); /* watches a duplicate */
 	close(p->pidfd);
-	server_log("pid %d (%s): taken back (its rings, rate %llu)", (int)p->pid, s->comm,
+	log_info("pid %d (%s): taken back (its rings, rate %llu)", (int)p->pid, s->comm,
 		   (unsigned long long)session_rate(s));
 	session_put(s); /* the registry and the watch hold theirs */
 	drain_wake(srv->drain);
@@ -513,10 +336,10 @@ int server_start(struct server *srv)
 	if (!err && srv->opts.verify_every) {
 		char why[512];
 		if (verifier_load(srv->verifier, why, sizeof(why)) == 0)
-			server_log("--verify-every %u: checking one sample in %u with eBPF",
+			log_info("--verify-every %u: checking one sample in %u with eBPF",
 				   srv->opts.verify_every, srv->opts.verify_every);
 		else
-			server_log("--verify-every: %s; profiling without it", why);
+			log_warn("--verify-every: %s; profiling without it", why);
 	}
 	if (!err)
 		err = workq_start(&srv->shimq);
@@ -540,7 +363,7 @@ int server_start(struct server *srv)
 	atomic_store(&srv->adopting, false);
 	pthread_mutex_unlock(&srv->adopt_lock);
 	if (n)
-		server_log("took back %zu profiled process%s of %s", n, n == 1 ? "" : "es", path);
+		log_info("took back %zu profiled process%s of %s", n, n == 1 ? "" : "es", path);
 	return 0;
 }
 
@@ -551,7 +374,7 @@ void server_stop(struct server *srv)
 	if (srv->wake_fd >= 0) {
 		uint64_t one = 1;
 		if (write(srv->wake_fd, &one, sizeof(one)) < 0)
-			server_log("eventfd: %s", strerror(errno));
+			log_error("eventfd: %s", strerror(errno));
 	}
 	if (srv->loop_started)
 		pthread_join(srv->loop, NULL);
@@ -610,6 +433,7 @@ void server_free(struct server *srv)
 	pthread_mutex_destroy(&srv->conns_lock);
 	pthread_mutex_destroy(&srv->adopt_lock);
 	pthread_mutex_destroy(&srv->hello_lock);
+	pthread_rwlock_destroy(&srv->opts_lock);
 	free(srv->rxbuf);
 	free(srv->socket_path);
 	free(srv);
@@ -629,7 +453,52 @@ struct session_registry *server_sessions(struct server *srv)
 	return srv->reg;
 }
 
-const struct server_opts *server_options(const struct server *srv)
+int server_trim(struct server *srv, struct profile *p, struct procmaps *maps)
 {
-	return &srv->opts;
+	pthread_rwlock_rdlock(&srv->opts_lock);
+	int rc = profile_trim(p, maps, srv->opts.trim, srv->opts.ntrim);
+	pthread_rwlock_unlock(&srv->opts_lock);
+	return rc;
+}
+
+uint32_t server_verify_every(struct server *srv)
+{
+	pthread_rwlock_rdlock(&srv->opts_lock);
+	uint32_t every = srv->opts.verify_every;
+	pthread_rwlock_unlock(&srv->opts_lock);
+	return every;
+}
+
+/* ---- reload (SIGHUP in daemon.c) ------------------------------------------------------- */
+
+void server_reconfigure(struct server *srv, const struct server_opts *o)
+{
+	struct budget_limits bl;
+	if (o->budget)
+		bl = *o->budget;
+	else
+		budget_defaults(&bl);
+	budget_set_limits(srv->budget, &bl);
+	session_registry_set_keep(srv->reg, o->keep_exited,
+				  o->keep_exited_per_uid ? o->keep_exited_per_uid
+							 : SESSION_DEFAULT_KEEP_EXITED_PER_UID,
+				  o->keep_exited_age_s ? o->keep_exited_age_s
+						       : SESSION_DEFAULT_KEEP_EXITED_AGE_S,
+				  o->max_buckets, o->max_bytes);
+	session_registry_expire(srv->reg);
+	if (o->verify_every && o->verify_every != srv->opts.verify_every) {
+		char why[512];
+		if (verifier_load(srv->verifier, why, sizeof(why)) == 0)
+			log_info("--verify-every %u: checking one sample in %u of processes that "
+				 "attach from now on", o->verify_every, o->verify_every);
+		else
+			log_warn("--verify-every: %s; profiling without it", why);
+	}
+	/* Once the write lock is held no snapshot uses the old trim list: the caller may free
+	 * it when this returns. */
+	pthread_rwlock_wrlock(&srv->opts_lock);
+	srv->opts.trim = o->trim;
+	srv->opts.ntrim = o->ntrim;
+	srv->opts.verify_every = o->verify_every;
+	pthread_rwlock_unlock(&srv->opts_lock);
 }

@@ -46,12 +46,21 @@ int server_start(struct server *srv);
 void server_stop(struct server *srv);
 void server_free(struct server *srv);
 void server_get_stats(struct server *srv, struct server_stats *out);
+/* A reload: limits and budgets at once, --trim from the next snapshot, --verify-every for
+ * processes that attach afterwards (the rest of o is ignored: it needs a restart). o's trim
+ * strings must live until the next call or server_free; the previous ones are no longer
+ * read once this returns. */
+void server_reconfigure(struct server *srv, const struct server_opts *o);
 struct session_registry *server_sessions(struct server *srv);
 
 /* The session of pid, after waiting (at most 200 ms) for a HELLO of pid still in flight. */
 struct session *server_lookup(struct server *srv, pid_t pid);
-/* The options the server was made with (--trim patterns for snapshot.c). */
-const struct server_opts *server_options(const struct server *srv);
+/* Hide the --trim functions from p's stacks (snapshot.c), and the --verify-every in force
+ * (jobs.c): both read under the lock a reload (server_reconfigure) takes. */
+struct profile;
+struct procmaps;
+int server_trim(struct server *srv, struct profile *p, struct procmaps *maps);
+uint32_t server_verify_every(struct server *srv);
 /* Wait (at most 200 ms) until the event loop has handled every packet s's shim has sent
  * (snapshot.c, verify.c: a request must see what was published before it). */
 void server_settle(struct server *srv, struct session *s);

@@ -92,7 +92,9 @@ struct workq {
 };
 
 struct server {
+	/* trim and verify_every change at a reload (server_reconfigure): read under opts_lock */
 	struct server_opts opts;
+	pthread_rwlock_t opts_lock;
 	char *socket_path;
 	int listen_fd;
 	bool own_socket; /* we bound it: unlink at stop if it is still ours */

@@ -468,8 +468,8 @@ static bool session_may_read_ex(struct session *s, bool after)
 		return true;
 	/* Exited: nothing to read any more, but what it published is still its owner's. */
 	if (err == -EACCES && !atomic_exchange(&s->ident_lost, true))
-		server_log("pid %d: %s; its mappings are no longer read and only root may read "
-			   "its profile", (int)s->pid, why);
+		log_warn("pid %d: %s; its mappings are no longer read and only root may read "
+			 "its profile", (int)s->pid, why);
 	return false;
 }
 

@@ -22,6 +22,7 @@
 #define LLGO_AGENT_SESSION_H
 
 #include "internal.h"
+#include "log.h" /* every daemon file logs */
 
 /* ---- session.c: one attached process; session_registry.c: the registry of them --------- */
 
@@ -149,6 +150,11 @@ struct budget;
  * sessions kept per uid (0: no limit of its own) and for at most max_age_s (0: forever). */
 void session_registry_set_limits(struct session_registry *reg, struct budget *b,
 				 unsigned keep_exited_per_uid, unsigned max_age_s);
+/* A reload: exited sessions kept (for all, per uid, for at most max_age_s) and the bucket
+ * limits of processes that attach from now on (0: the bucket table's defaults). */
+void session_registry_set_keep(struct session_registry *reg, unsigned keep_exited,
+			       unsigned keep_exited_per_uid, unsigned max_age_s,
+			       uint64_t max_buckets, uint64_t max_bytes);
 /* Evict exited sessions past their age; returns how many. */
 size_t session_registry_expire(struct session_registry *reg);
 /* Evicted so far (count or age), for the log and tests. */
@@ -290,9 +296,6 @@ void inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
 /* Unmap the table (session teardown). */
 void inuse_release(struct session *s);
 
-/* One log line (stderr, or syslog once server_log_use_syslog(true)). */
-void server_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-void server_log_use_syslog(bool on);
 
 
 #endif

@@ -58,6 +58,19 @@ void session_registry_set_limits(struct session_registry *reg, struct budget *b,
 	pthread_mutex_unlock(&reg->lock);
 }
 
+void session_registry_set_keep(struct session_registry *reg, unsigned keep_exited,
+			       unsigned keep_exited_per_uid, unsigned max_age_s,
+			       uint64_t max_buckets, uint64_t max_bytes)
+{
+	pthread_mutex_lock(&reg->lock);
+	reg->keep_exited = keep_exited;
+	reg->keep_exited_per_uid = keep_exited_per_uid;
+	reg->max_age_ns = (uint64_t)max_age_s * 1000000000ull;
+	reg->max_buckets = max_buckets;
+	reg->max_bytes = max_bytes;
+	pthread_mutex_unlock(&reg->lock);
+}
+
 uint64_t session_registry_evicted(struct session_registry *reg)
 {
 	pthread_mutex_lock(&reg->lock);
@@ -74,8 +87,10 @@ struct budget *session_registry_budget(struct session_registry *reg)
 void session_registry_caps(struct session_registry *reg, uint64_t *max_buckets,
 			   uint64_t *max_bytes)
 {
+	pthread_mutex_lock(&reg->lock); /* a reload changes them (session_registry_set_keep) */
 	*max_buckets = reg->max_buckets;
 	*max_bytes = reg->max_bytes;
+	pthread_mutex_unlock(&reg->lock);
 }
 
 void session_registry_free(struct session_registry *reg)

@@ -59,9 +59,8 @@ int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
 	pthread_mutex_unlock(&s->drain_lock);
 	pthread_mutex_unlock(&s->snapshot_lock);
 
-	const struct server_opts *o = server_options(srv);
 	if (!rc)
-		rc = profile_trim(p, s->maps, o->trim, o->ntrim);
+		rc = server_trim(srv, p, s->maps);
 	if (rc) {
 		profile_release(p);
 		return rc;

@@ -135,7 +135,7 @@ static void *verify_reader(void *arg)
 	while (!atomic_load(&v->stop)) {
 		int r = ring_buffer__poll(v->rb, VERIFY_POLL_MS);
 		if (r < 0 && r != -EINTR) {
-			server_log("verify: reading the BPF ring buffer: %s", strerror(-r));
+			log_error("verify: reading the BPF ring buffer: %s", strerror(-r));
 			struct timespec ts = { 0, 100 * 1000 * 1000 };
 			nanosleep(&ts, NULL);
 		}
@@ -456,12 +456,12 @@ void verify_session_start(struct verifier *v, struct session *s, uint32_t every)
 		return; /* logged once at start (server.c) */
 	struct verify_target *t = verify_target_new(v, s, err, sizeof(err));
 	if (!t) {
-		server_log("pid %d: --verify-every: %s", (int)s->pid, err);
+		log_warn("pid %d: --verify-every: %s", (int)s->pid, err);
 		return;
 	}
 	t->cont_every = every;
 	if (verify_target_publish(v, t, every, NULL, err, sizeof(err)) != 0)
-		server_log("pid %d: --verify-every: %s", (int)s->pid, err);
+		log_warn("pid %d: --verify-every: %s", (int)s->pid, err);
 }
 
 void verify_session_stop(struct verifier *v, struct session *s)

@@ -34,7 +34,7 @@ __attribute__((unused)) static void fz_daemon_start(bool http)
 {
 	if (fz_d.srv)
 		return;
-	server_log_use_syslog(true); /* quiet: stderr is for the sanitizers */
+	log_use_syslog(true); /* quiet: stderr is for the sanitizers */
 	snprintf(fz_d.dir, sizeof(fz_d.dir), "/tmp/llgo-fuzz.XXXXXX");
 	if (!mkdtemp(fz_d.dir))
 		abort();
