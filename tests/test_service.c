@@ -48,7 +48,7 @@ static bool svc_wait_listed(const char *sock, pid_t pid, int timeout_ms)
 {
 	struct llgo_list_entry e;
 	long deadline = lu_now_ms() + timeout_ms;
-	while (!lu_list_pid(sock, pid, &e)) {
+	while (!heapd_list_pid(sock, pid, &e)) {
 		if (lu_now_ms() > deadline)
 			return false;
 		lu_sleep_ms(10);
@@ -71,7 +71,7 @@ static void svc_write_file(const char *path, const char *text)
 /* Run argv, which is or ends up running llgo-heapd on dir/sockname (systemd-socket-activate
  * execs it under its own pid), stderr in dir/heapd.log, dying with the test; stopped (SIGSTOP)
  * before the exec when asked. Returns at once. */
-static void svc_spawn(struct lu_daemon *d, const char *dir, const char *sockname,
+static void svc_spawn(struct heapd *d, const char *dir, const char *sockname,
 		      char *const argv[], bool stopped)
 {
 	snprintf(d->sock, sizeof(d->sock), "%s/%s", dir, sockname);
@@ -92,17 +92,17 @@ static void svc_spawn(struct lu_daemon *d, const char *dir, const char *sockname
 }
 
 /* A daemon on dir with --config dir/heapd.conf holding text; the file's path in conf. */
-static void svc_start_with_config(struct lu_daemon *d, const char *dir, char *conf, size_t n,
+static void svc_start_with_config(struct heapd *d, const char *dir, char *conf, size_t n,
 				  const char *text)
 {
 	snprintf(conf, n, "%s/heapd.conf", dir);
 	svc_write_file(conf, text);
 	const char *extra[] = { "--config", conf, NULL };
-	lu_daemon_start(d, dir, extra);
+	heapd_start(d, dir, extra);
 }
 
 /* life_idle under the shim of daemon d (rate 1), once it said "ready". */
-static void svc_start_idle(struct lu_proc *p, const struct lu_daemon *d)
+static void svc_start_idle(struct lu_proc *p, const struct heapd *d)
 {
 	char *argv[] = { E2E_PROGS "/life_idle", "20", NULL };
 	lu_start(p, d, "1", 0, NULL, argv, NULL);
@@ -112,7 +112,7 @@ static void svc_start_idle(struct lu_proc *p, const struct lu_daemon *d)
 }
 
 /* SIGHUP, and wait for the daemon to log the reload (good) or the refused file. */
-static void svc_sighup(const struct lu_daemon *d, bool good)
+static void svc_sighup(const struct heapd *d, bool good)
 {
 	const char *says = good ? "reloaded " : "keeping the previous configuration";
 	int before = svc_count(d->log, says);
@@ -183,7 +183,7 @@ Test(service, install_and_systemd_analyze_verify, .timeout = 600)
 Test(service, socket_activation_without_systemd, .timeout = 120)
 {
 	char *dir = e2e_tmpdir(), sock[4200];
-	struct lu_daemon d;
+	struct heapd d;
 	snprintf(sock, sizeof(sock), "%s/act.sock", dir);
 	/* It binds the socket, waits for the first connection, then execs llgo-heapd (same
 	 * pid) with LISTEN_FDS=1 and LISTEN_PID set. */
@@ -217,7 +217,7 @@ Test(service, socket_activation_without_systemd, .timeout = 120)
 	cr_expect_not_null(strstr(out, "idle_site"), "%s", out);
 	cr_expect_not_null(strstr(out, "idle_more_site"), "%s", out);
 	free(out);
-	int status = lu_daemon_stop(&d);
+	int status = heapd_stop(&d);
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x; log:\n%s", status,
 		  e2e_read_file(d.log));
 	/* The socket is the activator's (systemd's): the daemon leaves it in place. */
@@ -229,7 +229,7 @@ Test(service, socket_activation_without_systemd, .timeout = 120)
 Test(service, sighup_changes_a_limit_and_a_bad_file_keeps_the_old, .timeout = 120)
 {
 	char *dir = e2e_tmpdir(), conf[4200];
-	struct lu_daemon d;
+	struct heapd d;
 	/* root is held by the totals only: max-processes, not its per-uid twin */
 	svc_start_with_config(&d, dir, conf, sizeof(conf),
 			      "# two programs would be one too many\nmax-processes = 1\n");
@@ -243,7 +243,7 @@ Test(service, sighup_changes_a_limit_and_a_bad_file_keeps_the_old, .timeout = 12
 	cr_assert(svc_wait_log(d.log, refused, 1, 10000), "second process not refused:\n%s",
 		  e2e_read_file(d.log));
 	struct llgo_list_entry le;
-	cr_expect(!lu_list_pid(d.sock, b.pid, &le));
+	cr_expect(!heapd_list_pid(d.sock, b.pid, &le));
 
 	/* A file that does not parse: logged, nothing changes (still one process). */
 	svc_write_file(conf, "max-processes = 8\nmax-processes-per-fortnight = 3\n");
@@ -254,7 +254,7 @@ Test(service, sighup_changes_a_limit_and_a_bad_file_keeps_the_old, .timeout = 12
 	snprintf(refused, sizeof(refused), "pid %d uid 0: HELLO refused", (int)c.pid);
 	cr_assert(svc_wait_log(d.log, refused, 1, 10000),
 		  "the bad file changed the limit:\n%s", e2e_read_file(d.log));
-	cr_expect(!lu_list_pid(d.sock, c.pid, &le));
+	cr_expect(!heapd_list_pid(d.sock, c.pid, &le));
 
 	svc_write_file(conf, "max-processes = 8\n");
 	svc_sighup(&d, true);
@@ -263,7 +263,7 @@ Test(service, sighup_changes_a_limit_and_a_bad_file_keeps_the_old, .timeout = 12
 		  e2e_read_file(d.log));
 	cr_expect(svc_wait_listed(d.sock, a.pid, 1000));
 
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	lu_wait(&a, 10000);
 	lu_wait(&b, 10000);
 	lu_wait(&c, 10000);
@@ -274,7 +274,7 @@ Test(service, sighup_changes_a_limit_and_a_bad_file_keeps_the_old, .timeout = 12
 Test(service, sighup_trim_shows_in_top, .timeout = 120)
 {
 	char *dir = e2e_tmpdir(), *out = NULL, conf[4200];
-	struct lu_daemon d;
+	struct heapd d;
 	svc_start_with_config(&d, dir, conf, sizeof(conf), "log-level = info\n");
 	int rc = e2e_sh(&out, "LD_PRELOAD=" LLGO_PLAIN_SHIM " LLGO_HEAP_SOCKET=%s "
 			      "LLGO_HEAP_RATE=1 " E2E_PROGS "/e2e_trim 100", d.sock);
@@ -296,7 +296,7 @@ Test(service, sighup_trim_shows_in_top, .timeout = 120)
 	cr_expect_null(strstr(out, "pool_"), "trimmed frames still shown:\n%s", out);
 	cr_expect_not_null(strstr(out, "user_builds_index"), "after the reload:\n%s", out);
 	free(out);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
@@ -328,7 +328,7 @@ static int svc_http_status(int port)
 Test(service, sighup_reopens_http_with_new_settings, .timeout = 120)
 {
 	char *dir = e2e_tmpdir(), conf[4200];
-	struct lu_daemon d;
+	struct heapd d;
 	svc_start_with_config(&d, dir, conf, sizeof(conf), "http = 127.0.0.1:0\n");
 	cr_assert(svc_wait_log(d.log, "serving http://", 1, 10000), "%s", e2e_read_file(d.log));
 	int first = svc_http_port(d.log, 1);
@@ -353,19 +353,19 @@ Test(service, sighup_reopens_http_with_new_settings, .timeout = 120)
 	svc_sighup(&d, true);
 	cr_expect_eq(svc_count(d.log, "HTTP server stopped"), 1, "%s", e2e_read_file(d.log));
 	cr_expect_eq(svc_http_status(second), -1);
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	e2e_rmdir(dir);
 }
 
 Test(service, sigterm_exits_0_removes_its_socket_program_runs_on, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
 	svc_start_idle(&p, &d);
 	cr_assert(svc_wait_listed(d.sock, p.pid, 10000));
-	int status = lu_daemon_stop(&d);
+	int status = heapd_stop(&d);
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x; log:\n%s", status,
 		  e2e_read_file(d.log));
 	cr_expect_eq(svc_count(d.log, "signal 15: exiting"), 1, "%s", e2e_read_file(d.log));
@@ -385,7 +385,7 @@ Test(service, sigterm_exits_0_removes_its_socket_program_runs_on, .timeout = 120
 /* A packet no shim or client sends: logged at warn level ("dropping connection"). */
 static void svc_send_junk(const char *sock)
 {
-	int s = lu_connect(sock);
+	int s = heapd_connect(sock);
 	cr_assert(s >= 0);
 	static const char junk[64] = "not the protocol";
 	cr_assert_eq(write(s, junk, sizeof(junk)), (ssize_t)sizeof(junk));
@@ -399,7 +399,7 @@ static void svc_send_junk(const char *sock)
 /* Start a daemon with extra options, send junk, stop it; its log. */
 static char *svc_log_of(const char *dir, const char *const *extra, const char *journal)
 {
-	struct lu_daemon d;
+	struct heapd d;
 	char log[4200];
 	snprintf(log, sizeof(log), "%s/heapd.log", dir);
 	if (journal) {
@@ -415,10 +415,10 @@ static char *svc_log_of(const char *dir, const char *const *extra, const char *j
 			 (unsigned long long)st.st_ino);
 		setenv("JOURNAL_STREAM", js, 1);
 	}
-	lu_daemon_start(&d, dir, extra);
+	heapd_start(&d, dir, extra);
 	unsetenv("JOURNAL_STREAM");
 	svc_send_junk(d.sock); /* returns once the daemon closed the connection (after logging) */
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	return e2e_read_file(d.log);
 }
 
@@ -471,8 +471,8 @@ Test(service, sd_notify_ready_reloading_stopping, .timeout = 120)
 	cr_assert(ns >= 0);
 	cr_assert_eq(bind(ns, (struct sockaddr *)&sa, sizeof(sa)), 0, "%s", strerror(errno));
 	setenv("NOTIFY_SOCKET", sa.sun_path, 1);
-	struct lu_daemon d;
-	lu_daemon_start(&d, dir, NULL);
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
 	unsetenv("NOTIFY_SOCKET");
 	const char *want[] = { "READY=1", "RELOADING=1", "READY=1", "STOPPING=1" };
 	for (size_t i = 0; i < LLGO_ARRAY_SIZE(want); i++) {
@@ -488,7 +488,7 @@ Test(service, sd_notify_ready_reloading_stopping, .timeout = 120)
 		msg[n] = '\0';
 		cr_expect_str_eq(msg, want[i]);
 	}
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	close(ns);
 	e2e_rmdir(dir);
 }
@@ -496,7 +496,7 @@ Test(service, sd_notify_ready_reloading_stopping, .timeout = 120)
 /* llgo-heapd with argv (argv[0] its path), traced by `strace -f -o trace` from its exec on.
  * The daemon is the test's child (it dies with the test: a tracee would outlive a killed
  * strace), stopped until strace has attached. Returns strace's pid. */
-static pid_t svc_spawn_traced(struct lu_daemon *d, const char *dir, const char *trace,
+static pid_t svc_spawn_traced(struct heapd *d, const char *dir, const char *trace,
 			      char *const argv[])
 {
 	svc_spawn(d, dir, "heapd.sock", argv, true);
@@ -554,7 +554,7 @@ Test(service, unit_syscall_filter_allows_what_the_daemon_does, .timeout = 300)
 	char trace[4200], sock[4200];
 	snprintf(trace, sizeof(trace), "%s/trace.1", dir);
 	snprintf(sock, sizeof(sock), "%s/heapd.sock", dir);
-	struct lu_daemon d;
+	struct heapd d;
 	char *argv1[] = { E2E_BIN "/llgo-heapd", "--foreground", "--socket", sock, "--http", "127.0.0.1:0",
 			  "--verify-every", "1", NULL };
 	pid_t tracer = svc_spawn_traced(&d, dir, trace, argv1);
@@ -592,7 +592,7 @@ Test(service, unit_syscall_filter_allows_what_the_daemon_does, .timeout = 300)
 	cr_expect(lu_read_line(&p, line, sizeof(line), 10000));
 	kill(d.pid, SIGHUP);
 	cr_expect(svc_wait_log(d.log, "reloaded ", 1, 10000), "%s", e2e_read_file(d.log));
-	cr_expect_eq(lu_daemon_stop(&d), 0);
+	cr_expect_eq(heapd_stop(&d), 0);
 	waitpid(tracer, &st, 0); /* the trace is complete */
 
 	char *used = NULL, *allowed = NULL;
