@@ -1,492 +1,219 @@
 // SPDX-License-Identifier: MIT
 /*
- * symbolize.c: addresses to function names, files, lines and inline chains, through
- * elfutils' libdwfl.
+ * symbolize.c: addresses to function names, files, lines and inline chains, asked of
+ * libdwfl for the files symfile.c opened.
  *
- * A struct symfile is one ELF file, opened once and shared: symfile_get() finds it in a
- * global cache keyed by the file (device, inode, size, mtime; with its GNU build ID, or its
- * path when it has none), so a thousand processes running one binary cost one parse, and a
- * copy carrying someone else's build ID never stands in for the real file. Each symfile
- * owns one Dwfl holding one module, reported at the file's own virtual addresses (bias 0),
- * so it serves every process that maps the file; a process address becomes a file address
- * through the file's PT_LOAD segments. libdwfl then gives
- *   - the function: dwfl_module_addrinfo on .symtab, else .dynsym, else the debug file's
- *     .symtab; only a sized STT_FUNC/STT_GNU_IFUNC symbol covering the address names it,
+ * A process address becomes a file address through the file's PT_LOAD segments; then
+ *   - the function: dwfl_module_addrinfo (.symtab, else .dynsym, else the debug file's
+ *     .symtab); only a sized STT_FUNC/STT_GNU_IFUNC symbol covering the address names it,
  *     never the nearest one below;
- *   - the separate debug file: dwfl_standard_find_debuginfo (/usr/lib/debug/.build-id, then
- *     .gnu_debuglink beside the file, in its .debug/ and under /usr/lib/debug, checked by
- *     build ID or CRC), then debuginfod (below);
- *   - the leaf's file:line: dwfl_module_getsrc; the chain of inlined calls: dwarf_getscopes
- *     for the innermost scope, dwarf_getscopes_die for the scopes holding it, each
- *     DW_TAG_inlined_subroutine giving its caller's position (DW_AT_call_file/_line).
+ *   - the leaf's file:line: dwfl_module_getsrc;
+ *   - the inline chain: dwarf_getscopes for the innermost function scope holding the
+ *     address, dwarf_getscopes_die for the scopes holding that one; each
+ *     DW_TAG_inlined_subroutine gives its caller's position (DW_AT_call_file/_line). The
+ *     profile's Location carries one Line per function, leaf first, physical last.
  * libdwfl 0.188 finds a compile unit through .debug_aranges only; for producers that write
- * none (clang, rustc) the compile units' own ranges are walked (dwarf_haspc).
+ * none (clang, rustc) the units' own ranges are asked in turn (dwarf_haspc).
  *
- * Hostile files. The process's file is handed to libdwfl as our own libelf handle reading
- * with pread (ELF_C_READ), from the descriptor procmaps.c opened and checked (map_files, or
- * the process's root with an inode re-check): deleted or replaced files still symbolize and
- * a file truncated under us gives errors, not SIGBUS. libdwfl maps the debug files it opens,
- * so the search runs in a throwaway Dwfl (whose mappings end with it) and the file found is
- * used as is only when nobody else can truncate it (owned by root or by us, writable by
- * neither group nor others); any other is copied into a sealed memfd first. DWARF whose
- * string sections do not end with a NUL is refused (libdw reads past them, tests/fuzz).
+ * Memos, because libdwfl's lookups are searches: dwfl_module_addrinfo reads the whole symbol
+ * table at every call and dwarf_getscopes_die walks the whole compile unit. So each
+ * symfile remembers (under its mutex, for the life of the file, a bounded number each)
+ *   - every address's answer;
+ *   - the functions addrinfo named, by range: an address inside one is named without asking
+ *     again. This is addrinfo's own answer only while no two symbols overlap, which is
+ *     checked once per file (compilers never nest them; when some file does, every new
+ *     address asks libdwfl);
+ *   - the chain of functions above each innermost scope (a DIE), with their call positions.
  *
- * debuginfod. When DEBUGINFOD_URLS is set in the daemon's environment, debug files found
- * nowhere locally are fetched by build ID from those servers (libdwfl dlopens Debian's
- * libdebuginfod.so.1), at the first lookup in the module, under the client's own limits
- * (DEBUGINFOD_TIMEOUT, _MAXTIME, _MAXSIZE). Only debug information is fetched, never an
- * executable, and only for build IDs of files the profiled processes map: any local user
- * can make the daemon ask the configured servers for any build ID, and what comes back is
- * used as that file's DWARF (trust the servers you list). Files are cached in
- * DEBUGINFOD_CACHE_PATH, else $XDG_CACHE_HOME/debuginfod_client, else
- * $HOME/.cache/debuginfod_client: for a root daemon without those set, /root/.cache.
- * Unset, nothing is fetched and no cache is read.
- *
- * Ownership: strings handed out point into libdw's data or the symfile's own, valid while
- * the symfile is referenced. Threads: libdwfl is not thread-safe, so every lookup takes the
- * symfile's mutex; the segment table is immutable once published; the cache of symfiles
- * and the reference counts are under one global mutex.
- *
- * Left to others: reading /proc/PID/maps and opening the mapped files (procmaps.c);
- * choosing which addresses to symbolize (the writers).
+ * Ownership: strings handed out point into libdwfl's data, valid while the symfile is
+ * referenced. Left to others: opening files, finding debug files, the cache of files
+ * (symfile.c); choosing which addresses to symbolize (the writers).
  */
 #include <dwarf.h>
 #include <elfutils/libdw.h>
-#include <elfutils/libdwfl.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <gelf.h>
-#include <libelf.h>
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/sendfile.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "internal.h"
+#include "symfile.h"
 
-/* Results remembered per symfile; beyond this many addresses, lookups are recomputed. */
-#define SYM_CACHE_MAX (1u << 18)
-/* The largest debug file copied out of a place others can write to. */
-#define SYM_COPY_MAX ((off_t)1 << 30)
+/* Entries each memo of a symfile may hold; beyond that, lookups are recomputed. */
+#define SYMBOLIZE_MEMO_MAX (1u << 18)
 
-struct seg {
-	uint64_t offset, vaddr, filesz;
-};
+/* ---- Memos -------------------------------------------------------------------------- */
 
-struct cache_entry {
-	uint64_t vaddr;
-	uint64_t entry; /* file address of the physical function, 0 when unknown */
-	int nframes;
-	struct sym_frame frames[];
-};
-
-enum debug_search { DEBUG_NOT_SEARCHED, DEBUG_NONE, DEBUG_FOUND };
-
-struct symfile {
-	struct symfile *next; /* global cache chain, under g_lock */
-	unsigned long refs;   /* under g_lock */
-	char *key;
-
-	/* Immutable once published. */
-	int fd;     /* ours; every libelf handle on the file reads through a dup of it */
-	char *path; /* where the process found it, for the .gnu_debuglink search; or NULL */
-	struct seg *segs;
-	size_t nsegs;
-	uint64_t low, high; /* the module's file addresses */
-	bool main_has_syms, main_has_dwarf, main_dwarf_ok;
-
-	pthread_mutex_t lock; /* everything below */
-	Dwfl *dwfl;
-	Dwfl_Module *mod;
-	enum debug_search debug;
-	bool debug_trusted; /* the debug file in use is read in place, not copied */
-	bool dwarf_tried;
-	Dwarf *dwarf; /* owned by the Dwfl */
-	Dwarf_Addr bias;
-	struct cache_entry **cache; /* open addressing on vaddr */
-	size_t cache_cap, cache_n;
-};
-
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct symfile *g_files;
-static pthread_once_t g_elf_once = PTHREAD_ONCE_INIT;
-
-static void symfile_elf_init(void)
+static size_t memo_slot(uint64_t key, size_t cap)
 {
-	elf_version(EV_CURRENT);
+	return (size_t)((key * 0x9e3779b97f4a7c15ULL) >> 20) & (cap - 1);
 }
 
-/* ---- The file as the process maps it ------------------------------------------------ */
-
-/*
- * Whether the DWARF string sections of elf end with a NUL. libdw (0.188) reads their
- * strings with strlen: an unterminated last string of a hostile file makes it read past the
- * section (found by tests/fuzz/fuzz_elf.c, kept in tests/fuzz/regress/elf). Such a file
- * keeps its ELF symbols and gets no DWARF. *has_dwarf: a .debug_info with contents.
- */
-static bool elf_dwarf_strings_ok(Elf *elf, bool *has_dwarf)
+static struct symfile_memo_entry *memo_find(const struct symfile_memo *m, uint64_t key)
 {
-	size_t shstrndx;
-	*has_dwarf = false;
-	if (elf_getshdrstrndx(elf, &shstrndx) != 0)
-		return false;
-	Elf_Scn *scn = NULL;
-	bool ok = true;
-	while ((scn = elf_nextscn(elf, scn)) != NULL) {
-		GElf_Shdr sh;
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS)
-			continue;
-		const char *name = elf_strptr(elf, shstrndx, sh.sh_name);
-		if (!name || strncmp(name, ".debug_", 7) != 0) {
-			if (name && strcmp(name, ".zdebug_info") == 0 && sh.sh_size)
-				*has_dwarf = true;
-			continue;
-		}
-		if (strcmp(name, ".debug_info") == 0 && sh.sh_size)
-			*has_dwarf = true;
-		if (!strstr(name, "str") || strstr(name, "_offsets"))
-			continue; /* .debug_str, .debug_line_str (and .dwo forms) */
-		/* a compressed section is checked as libdw will read it: decompressed */
-		if ((sh.sh_flags & SHF_COMPRESSED) && elf_compress(scn, 0, 0) < 0)
-			return false;
-		Elf_Data *d = elf_getdata(scn, NULL);
-		if (!d || (d->d_size && (!d->d_buf || ((const char *)d->d_buf)[d->d_size - 1])))
-			ok = false;
-	}
-	return ok;
-}
-
-/* PT_LOAD segments, the module's address range and what the file itself carries. */
-static int symfile_read_elf(struct symfile *f)
-{
-	int dfd = fcntl(f->fd, F_DUPFD_CLOEXEC, 0);
-	Elf *elf = dfd >= 0 ? elf_begin(dfd, ELF_C_READ, NULL) : NULL;
-	size_t n = 0;
-	int err = -ENOEXEC;
-	if (!elf || elf_kind(elf) != ELF_K_ELF || elf_getphdrnum(elf, &n) != 0 || n > 65536)
-		goto out;
-	err = -ENOMEM;
-	if (!(f->segs = calloc(n ? n : 1, sizeof(*f->segs))))
-		goto out;
-	for (size_t i = 0; i < n; i++) {
-		GElf_Phdr ph;
-		if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD)
-			continue;
-		if (f->nsegs == 0) /* exactly as libdwfl finds the file's base: bias 0 */
-			f->low = ph.p_vaddr & -ph.p_align;
-		f->segs[f->nsegs++] = (struct seg){ ph.p_offset, ph.p_vaddr, ph.p_filesz };
-		if (ph.p_vaddr + ph.p_memsz > f->high && ph.p_vaddr + ph.p_memsz >= ph.p_vaddr)
-			f->high = ph.p_vaddr + ph.p_memsz;
-	}
-	err = f->nsegs && f->low < f->high ? 0 : -ENOEXEC;
-	f->main_dwarf_ok = elf_dwarf_strings_ok(elf, &f->main_has_dwarf);
-	Elf_Scn *scn = NULL;
-	while ((scn = elf_nextscn(elf, scn)) != NULL) {
-		GElf_Shdr sh;
-		if (gelf_getshdr(scn, &sh) && (sh.sh_type == SHT_SYMTAB || sh.sh_type == SHT_DYNSYM) &&
-		    sh.sh_entsize && sh.sh_size / sh.sh_entsize > 1)
-			f->main_has_syms = true;
-	}
-out:
-	if (elf)
-		elf_end(elf);
-	if (dfd >= 0)
-		close(dfd);
-	return err;
-}
-
-/* libdwfl's find_elf: a fresh pread-based handle on our descriptor (libdwfl ends both). */
-static int symfile_find_elf(Dwfl_Module *mod, void **userdata, const char *modname,
-			    Dwarf_Addr base, char **file_name, Elf **elfp)
-{
-	(void)mod, (void)modname, (void)base;
-	struct symfile *f = *userdata;
-	int dfd = fcntl(f->fd, F_DUPFD_CLOEXEC, 0);
-	if (dfd < 0)
-		return -1;
-	*elfp = elf_begin(dfd, ELF_C_READ, NULL);
-	if (!*elfp) {
-		close(dfd);
-		return -1;
-	}
-	if (f->path && !*file_name)
-		*file_name = strdup(f->path);
-	return dfd;
-}
-
-/* ---- Separate debug files ----------------------------------------------------------- */
-
-static int symfile_find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
-				  Dwarf_Addr base, const char *file_name, const char *debuglink,
-				  GElf_Word crc, char **debug_name);
-
-static const Dwfl_Callbacks symfile_callbacks = {
-	.find_elf = symfile_find_elf,
-	.find_debuginfo = symfile_find_debuginfo,
-};
-static const Dwfl_Callbacks symfile_probe_callbacks = {
-	.find_elf = symfile_find_elf,
-	.find_debuginfo = dwfl_standard_find_debuginfo,
-};
-
-/* A Dwfl holding f's file as its one module, or NULL. */
-static Dwfl *symfile_dwfl(struct symfile *f, const Dwfl_Callbacks *cb, Dwfl_Module **mod)
-{
-	Dwfl *dwfl = dwfl_begin(cb);
-	if (!dwfl)
-		return NULL;
-	const char *base = f->path ? strrchr(f->path, '/') : NULL;
-	dwfl_report_begin(dwfl);
-	*mod = dwfl_report_module(dwfl, base ? base + 1 : f->path ? f->path : "[file]", f->low,
-				  f->high);
-	void **ud;
-	if (!*mod || dwfl_report_end(dwfl, NULL, NULL) != 0 ||
-	    !dwfl_module_info(*mod, &ud, NULL, NULL, NULL, NULL, NULL, NULL)) {
-		dwfl_end(dwfl);
-		return NULL;
-	}
-	*ud = f;
-	return dwfl;
-}
-
-/* Nobody but root and us can change fd's file under a mapping of it. */
-static bool file_is_ours(int fd)
-{
-	struct stat st;
-	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-	       (st.st_uid == 0 || st.st_uid == geteuid()) && !(st.st_mode & (S_IWGRP | S_IWOTH));
-}
-
-/* A sealed in-memory copy of fd's file (closes fd), or -1. */
-static int file_private_copy(int fd)
-{
-	struct stat st;
-	int mfd = -1;
-	if (fstat(fd, &st) == 0 && st.st_size > 0 && st.st_size <= SYM_COPY_MAX)
-		mfd = memfd_create("llgo-debuginfo", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	off_t off = 0;
-	while (mfd >= 0 && off < st.st_size) {
-		ssize_t n = sendfile(mfd, fd, &off, (size_t)(st.st_size - off));
-		if (n <= 0) {
-			close(mfd); /* shrunk under us, or an error */
-			mfd = -1;
-		}
-	}
-	close(fd);
-	if (mfd >= 0 && fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE |
-						F_SEAL_SEAL) != 0) {
-		close(mfd);
-		mfd = -1;
-	}
-	return mfd;
-}
-
-static bool fd_dwarf_strings_ok(int fd)
-{
-	int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	Elf *elf = dfd >= 0 ? elf_begin(dfd, ELF_C_READ, NULL) : NULL;
-	bool has, ok = elf && elf_kind(elf) == ELF_K_ELF && elf_dwarf_strings_ok(elf, &has);
-	if (elf)
-		elf_end(elf);
-	if (dfd >= 0)
-		close(dfd);
-	return ok;
-}
-
-/*
- * libdwfl's find_debuginfo for f's module. The first call looks for the debug file with
- * dwfl_standard_find_debuginfo in a throwaway Dwfl, so the candidates libdwfl maps to check
- * their build IDs are unmapped before we return; the answer is remembered. libdwfl calls
- * again only once the debug file is open, for its DWARF alternate file (dwz), which is
- * looked for in place only when that debug file is one nobody else can change.
- */
-static int symfile_find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
-				  Dwarf_Addr base, const char *file_name, const char *debuglink,
-				  GElf_Word crc, char **debug_name)
-{
-	struct symfile *f = *userdata;
-	if (f->debug == DEBUG_FOUND)
-		return f->debug_trusted ? dwfl_standard_find_debuginfo(mod, userdata, modname, base,
-								       file_name, debuglink, crc,
-								       debug_name)
-					: -1;
-	if (f->debug == DEBUG_NONE)
-		return -1;
-	f->debug = DEBUG_NONE;
-	Dwfl_Module *pmod;
-	Dwfl *probe = symfile_dwfl(f, &symfile_probe_callbacks, &pmod);
-	Dwarf_Addr bias;
-	int fd = -1;
-	if (probe && dwfl_module_getelf(pmod, &bias))
-		fd = dwfl_standard_find_debuginfo(pmod, userdata, modname, base, file_name,
-						  debuglink, crc, debug_name);
-	if (probe)
-		dwfl_end(probe);
-	if (fd < 0)
-		return -1;
-	f->debug_trusted = file_is_ours(fd);
-	if (!f->debug_trusted)
-		fd = file_private_copy(fd);
-	if (fd >= 0 && !fd_dwarf_strings_ok(fd)) {
-		close(fd);
-		fd = -1;
-	}
-	if (fd >= 0)
-		f->debug = DEBUG_FOUND;
-	return fd;
-}
-
-/* ---- Construction and the global cache ---------------------------------------------- */
-
-static void symfile_destroy(struct symfile *f)
-{
-	if (!f)
-		return;
-	if (f->dwfl)
-		dwfl_end(f->dwfl);
-	if (f->fd >= 0)
-		close(f->fd);
-	for (size_t i = 0; i < f->cache_cap; i++)
-		free(f->cache[i]);
-	free(f->cache);
-	free(f->segs);
-	free(f->path);
-	free(f->key);
-	pthread_mutex_destroy(&f->lock);
-	free(f);
-}
-
-/* Parse the file behind fd (which we now own). */
-static struct symfile *symfile_open(const char *path, int fd, char *key)
-{
-	struct symfile *f = calloc(1, sizeof(*f));
-	if (!f) {
-		close(fd);
-		free(key);
-		return NULL;
-	}
-	f->fd = fd;
-	f->key = key;
-	f->refs = 1;
-	pthread_mutex_init(&f->lock, NULL);
-	if ((path && path[0] == '/' && !(f->path = strdup(path))) || symfile_read_elf(f) != 0 ||
-	    !(f->dwfl = symfile_dwfl(f, &symfile_callbacks, &f->mod))) {
-		symfile_destroy(f);
-		return NULL;
-	}
-	return f;
-}
-
-static char *symfile_key(const char *path, int fd, const char *build_id)
-{
-	char *key = NULL;
-	struct stat st;
-	if (fstat(fd, &st) != 0)
-		return NULL;
-	/* Same build ID is not same file: anyone can make a file with a copied build ID and
-	 * renamed symbols. Files are shared only when they are the same file (device, inode,
-	 * size, mtime), so one user's file never names another user's frames. */
-	int n = asprintf(&key, "%c:%s:%llx:%llx:%llx:%lld.%09ld:%s",
-			 build_id && *build_id ? 'b' : 'f', build_id ? build_id : "",
-			 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-			 (unsigned long long)st.st_size, (long long)st.st_mtim.tv_sec,
-			 st.st_mtim.tv_nsec, build_id && *build_id ? "" : path ? path : "");
-	return n < 0 ? NULL : key;
-}
-
-static struct symfile *symfile_lookup_locked(const char *key)
-{
-	for (struct symfile *f = g_files; f; f = f->next) {
-		if (strcmp(f->key, key) == 0) {
-			f->refs++;
-			return f;
-		}
+	for (size_t i = m->cap ? memo_slot(key, m->cap) : 0; m->cap; i = (i + 1) & (m->cap - 1)) {
+		struct symfile_memo_entry *e = m->slots[i];
+		if (!e || e->key == key)
+			return e;
 	}
 	return NULL;
 }
 
-struct symfile *symfile_get(const char *path, int fd, const char *build_id)
+/* Remember n frames under key (nothing when full or out of memory). */
+static void memo_insert(struct symfile_memo *m, uint64_t key, uint64_t entry, int n,
+			const struct sym_frame *fr)
 {
-	pthread_once(&g_elf_once, symfile_elf_init);
-	int own = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0)
-			  : (path ? open(path, O_RDONLY | O_CLOEXEC) : -1);
-	if (own < 0)
-		return NULL;
-	char *key = symfile_key(path, own, build_id);
-	if (!key) {
-		close(own);
-		return NULL;
-	}
-	pthread_mutex_lock(&g_lock);
-	struct symfile *f = symfile_lookup_locked(key);
-	pthread_mutex_unlock(&g_lock);
-	if (f) {
-		close(own);
-		free(key);
-		return f;
-	}
-	/* Parse outside the lock; if another thread published the same file meanwhile, use
-	 * theirs and drop ours. */
-	struct symfile *nf = symfile_open(path, own, key);
-	if (!nf)
-		return NULL;
-	pthread_mutex_lock(&g_lock);
-	f = symfile_lookup_locked(nf->key);
-	if (!f) {
-		nf->next = g_files;
-		g_files = f = nf;
-		nf = NULL;
-	}
-	pthread_mutex_unlock(&g_lock);
-	symfile_destroy(nf);
-	return f;
-}
-
-struct symfile *symfile_ref(struct symfile *f)
-{
-	pthread_mutex_lock(&g_lock);
-	f->refs++;
-	pthread_mutex_unlock(&g_lock);
-	return f;
-}
-
-void symfile_put(struct symfile *f)
-{
-	if (!f)
+	if (m->n >= SYMBOLIZE_MEMO_MAX)
 		return;
-	pthread_mutex_lock(&g_lock);
-	bool last = --f->refs == 0;
-	for (struct symfile **pp = &g_files; last && *pp; pp = &(*pp)->next) {
-		if (*pp == f) {
-			*pp = f->next;
-			break;
+	if ((m->n + 1) * 2 > m->cap) {
+		size_t nc = m->cap ? m->cap * 2 : 256;
+		struct symfile_memo_entry **t = calloc(nc, sizeof(*t));
+		if (!t)
+			return;
+		for (size_t i = 0; i < m->cap; i++) {
+			struct symfile_memo_entry *o = m->slots[i];
+			size_t j = o ? memo_slot(o->key, nc) : 0;
+			while (o && t[j])
+				j = (j + 1) & (nc - 1);
+			if (o)
+				t[j] = o;
 		}
+		free(m->slots);
+		m->slots = t;
+		m->cap = nc;
 	}
-	pthread_mutex_unlock(&g_lock);
-	if (last)
-		symfile_destroy(f);
+	struct symfile_memo_entry *e = malloc(sizeof(*e) + (size_t)n * sizeof(*fr));
+	if (!e)
+		return;
+	e->key = key;
+	e->entry = entry;
+	e->nframes = n;
+	memcpy(e->frames, fr, (size_t)n * sizeof(*fr));
+	size_t j = memo_slot(key, m->cap);
+	while (m->slots[j])
+		j = (j + 1) & (m->cap - 1);
+	m->slots[j] = e;
+	m->n++;
+}
+
+static void memo_free(struct symfile_memo *m)
+{
+	for (size_t i = 0; i < m->cap; i++)
+		free(m->slots[i]);
+	free(m->slots);
+}
+
+void symbolize_forget(struct symfile *f)
+{
+	memo_free(&f->results);
+	memo_free(&f->chains);
+	free(f->funcs);
+	free(f->funcs_maxend);
+}
+
+/* ---- Function symbols --------------------------------------------------------------- */
+
+/* A better name for one range: global before weak before local, then not glibc's internal
+ * alias (__GI_name), then fewer leading underscores (malloc over __libc_malloc). */
+static bool func_better(const struct symfile_func *a, const struct symfile_func *b)
+{
+	static const int rank[] = { [STB_LOCAL] = 2, [STB_GLOBAL] = 0, [STB_WEAK] = 1 };
+	int ra = a->bind <= STB_WEAK ? rank[a->bind] : 3;
+	int rb = b->bind <= STB_WEAK ? rank[b->bind] : 3;
+	if (ra != rb)
+		return ra < rb;
+	bool ga = strncmp(a->name, "__GI_", 5) == 0, gb = strncmp(b->name, "__GI_", 5) == 0;
+	if (ga != gb)
+		return gb;
+	return strspn(a->name, "_") < strspn(b->name, "_");
+}
+
+static int func_cmp(const void *x, const void *y)
+{
+	const struct symfile_func *a = x, *b = y;
+	if (a->start != b->start)
+		return a->start < b->start ? -1 : 1;
+	return a->end > b->end ? -1 : a->end < b->end; /* longer first */
+}
+
+/* The module's function symbols as libdwfl reads them (.symtab, else .dynsym, the debug
+ * file's .symtab, the .gnu_debugdata one), sorted, one name per range, with maxend[i] the
+ * highest end among funcs[0..i] (f->lock held). */
+static void symbolize_funcs_build(struct symfile *f)
+{
+	f->funcs_built = true;
+	int n = dwfl_module_getsymtab(f->mod);
+	if (n <= 1 || !(f->funcs = malloc((size_t)n * sizeof(*f->funcs))))
+		return;
+	size_t k = 0;
+	for (int i = 1; i < n; i++) {
+		GElf_Sym s;
+		GElf_Addr value;
+		GElf_Word shndx;
+		const char *name = dwfl_module_getsym_info(f->mod, i, &s, &value, &shndx, NULL, NULL);
+		int t = GELF_ST_TYPE(s.st_info);
+		if (name && *name && (t == STT_FUNC || t == STT_GNU_IFUNC) && s.st_size &&
+		    shndx != SHN_UNDEF && value + s.st_size > value)
+			f->funcs[k++] = (struct symfile_func){ value, value + s.st_size, name,
+							       (uint8_t)GELF_ST_BIND(s.st_info) };
+	}
+	if (k > 1)
+		qsort(f->funcs, k, sizeof(*f->funcs), func_cmp);
+	size_t w = 0;
+	for (size_t i = 0; i < k; i++) {
+		struct symfile_func *last = w ? &f->funcs[w - 1] : NULL;
+		if (last && last->start == f->funcs[i].start && last->end == f->funcs[i].end) {
+			if (func_better(&f->funcs[i], last))
+				*last = f->funcs[i];
+			continue;
+		}
+		f->funcs[w++] = f->funcs[i];
+	}
+	if (!(f->funcs_maxend = malloc((w ? w : 1) * sizeof(*f->funcs_maxend))))
+		return;
+	f->nfuncs = w;
+	for (size_t i = 0; i < w; i++)
+		f->funcs_maxend[i] = i && f->funcs_maxend[i - 1] > f->funcs[i].end
+					     ? f->funcs_maxend[i - 1] : f->funcs[i].end;
+}
+
+/* The innermost function symbol covering vaddr, or NULL (f->lock held). */
+static const struct symfile_func *symbolize_func(struct symfile *f, uint64_t vaddr)
+{
+	if (!f->funcs_built)
+		symbolize_funcs_build(f);
+	size_t lo = 0, hi = f->nfuncs;
+	while (lo < hi) { /* the first function starting above vaddr */
+		size_t mid = lo + (hi - lo) / 2;
+		if (f->funcs[mid].start <= vaddr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	/* back over functions starting at or before vaddr while one may still reach past it;
+	 * the first covering it is the innermost (latest start) */
+	for (size_t i = lo; i-- > 0 && f->funcs_maxend[i] > vaddr;)
+		if (vaddr < f->funcs[i].end)
+			return &f->funcs[i];
+	return NULL;
 }
 
 /* ---- DWARF -------------------------------------------------------------------------- */
 
 /* The module's DWARF, looked for at the first lookup (f->lock held); NULL when none. */
-static Dwarf *symfile_dwarf(struct symfile *f)
+static Dwarf *symbolize_dwarf(struct symfile *f)
 {
 	if (!f->dwarf_tried) {
 		f->dwarf_tried = true;
-		/* a main file with bad strings is never given to libdw, even for its CUs */
+		/* a main file with bad strings is never given to libdw */
 		if (!f->main_has_dwarf || f->main_dwarf_ok)
 			f->dwarf = dwfl_module_getdwarf(f->mod, &f->bias);
 	}
 	return f->dwarf;
 }
 
-/* The compile unit holding file address vaddr: libdwfl's, else a walk of every unit. */
-static Dwarf_Die *symfile_cu(struct symfile *f, Dwarf_Addr vaddr, Dwarf_Die *mem)
+/* The compile unit holding file address vaddr: libdwfl's, else the first whose ranges do. */
+static Dwarf_Die *symbolize_cu(struct symfile *f, Dwarf_Addr vaddr, Dwarf_Die *mem)
 {
 	Dwarf_Addr bias;
 	Dwarf_Die *cu = dwfl_module_addrdie(f->mod, vaddr, &bias);
@@ -517,11 +244,6 @@ static const char *die_name(Dwarf_Die *die)
 	return n;
 }
 
-static size_t ptr_slot(uint64_t key, size_t cap)
-{
-	return (size_t)((key * 0x9e3779b97f4a7c15ULL) >> 20) & (cap - 1);
-}
-
 static bool die_is_function(Dwarf_Die *die)
 {
 	int tag = dwarf_tag(die);
@@ -529,9 +251,9 @@ static bool die_is_function(Dwarf_Die *die)
 	       tag == DW_TAG_entry_point;
 }
 
-/* The leaf's position: libdwfl's line table lookup, else the unit's (no .debug_aranges). */
-static void symfile_leaf_line(struct symfile *f, Dwarf_Die *cu, Dwarf_Addr vaddr,
-			      struct sym_frame *fr)
+/* The leaf's position: libdwfl's line lookup, else the unit's (no .debug_aranges). */
+static void symbolize_leaf_line(struct symfile *f, Dwarf_Die *cu, Dwarf_Addr vaddr,
+				struct sym_frame *fr)
 {
 	int line = 0;
 	const char *file = NULL;
@@ -546,34 +268,29 @@ static void symfile_leaf_line(struct symfile *f, Dwarf_Die *cu, Dwarf_Addr vaddr
 	fr->line = file && line > 0 ? line : 0;
 }
 
-/* DWARF frames for file address vaddr, leaf first, into fr (at most SYM_MAX_INLINE, the
- * physical function always last); *entry gets the physical function's low pc. Returns the
- * frame count (0: no function DIE holds it). Called with f->lock held. */
-static int symfile_dwarf_frames(struct symfile *f, uint64_t vaddr, struct sym_frame *fr,
-				uint64_t *entry)
+/* The functions from inner (the innermost function scope) out to the physical one, into fr
+ * (at most SYM_MAX_INLINE: the leaf-most and always the physical last), each frame but the
+ * first at its call position; *entry gets the physical function's low pc. */
+static int symbolize_chain(struct symfile *f, Dwarf_Die *cu, Dwarf_Die *inner,
+			   struct sym_frame *fr, uint64_t *entry)
 {
-	Dwarf_Die cu_mem, *cu = symfile_cu(f, vaddr, &cu_mem), *scopes = NULL, *chain = NULL;
-	int ns = cu ? dwarf_getscopes(cu, vaddr - f->bias, &scopes) : 0, inner = 0, out = 0;
-	while (inner < ns && !die_is_function(&scopes[inner]))
-		inner++;
-	/* dwarf_getscopes continues past an inlined instance into its abstract definition's
-	 * scopes; the instance's own callers come from dwarf_getscopes_die. */
-	int nc = inner < ns ? dwarf_getscopes_die(&scopes[inner], &chain) : 0;
-	free(scopes);
+	Dwarf_Die *chain = NULL;
+	int nc = dwarf_tag(inner) == DW_TAG_inlined_subroutine ? dwarf_getscopes_die(inner, &chain)
+							       : 1;
+	Dwarf_Die *v = chain ? chain : inner;
 	struct sym_frame pos = { 0 };
-	if (nc > 0)
-		symfile_leaf_line(f, cu, vaddr, &pos);
 	Dwarf_Files *files = NULL;
 	size_t nfiles = 0;
+	int out = 0;
+	*entry = 0;
 	for (int i = 0; i < nc; i++) {
-		if (!die_is_function(&chain[i]))
+		if (!die_is_function(&v[i]))
 			continue;
-		bool physical = dwarf_tag(&chain[i]) != DW_TAG_inlined_subroutine;
-		if (out < SYM_MAX_INLINE - 1 || physical) { /* the leaf-most, and the physical */
+		bool physical = dwarf_tag(&v[i]) != DW_TAG_inlined_subroutine;
+		if (out < SYM_MAX_INLINE - 1 || physical) {
 			fr[out] = pos;
-			fr[out].function = die_name(&chain[i]);
-			if (dwarf_decl_line(&chain[i], &fr[out].start_line) != 0 ||
-			    fr[out].start_line < 0)
+			fr[out].function = die_name(&v[i]);
+			if (dwarf_decl_line(&v[i], &fr[out].start_line) != 0 || fr[out].start_line < 0)
 				fr[out].start_line = 0;
 			out++;
 		}
@@ -581,15 +298,15 @@ static int symfile_dwarf_frames(struct symfile *f, uint64_t vaddr, struct sym_fr
 		Dwarf_Word w;
 		Dwarf_Addr low;
 		if (physical) {
-			*entry = dwarf_entrypc(&chain[i], &low) == 0 ? low + f->bias : 0;
+			*entry = dwarf_entrypc(&v[i], &low) == 0 ? low + f->bias : 0;
 			break;
 		}
 		/* an inlined instance: where its caller called it */
 		pos = (struct sym_frame){ 0 };
-		if (dwarf_attr(&chain[i], DW_AT_call_file, &a) && dwarf_formudata(&a, &w) == 0 &&
+		if (dwarf_attr(&v[i], DW_AT_call_file, &a) && dwarf_formudata(&a, &w) == 0 &&
 		    (files || dwarf_getsrcfiles(cu, &files, &nfiles) == 0) && w < nfiles)
 			pos.file = dwarf_filesrc(files, w, NULL, NULL);
-		if (dwarf_attr(&chain[i], DW_AT_call_line, &a) && dwarf_formudata(&a, &w) == 0 &&
+		if (dwarf_attr(&v[i], DW_AT_call_line, &a) && dwarf_formudata(&a, &w) == 0 &&
 		    w <= INT_MAX)
 			pos.line = (int)w;
 	}
@@ -597,87 +314,68 @@ static int symfile_dwarf_frames(struct symfile *f, uint64_t vaddr, struct sym_fr
 	return out;
 }
 
+/* DWARF frames for file address vaddr, leaf first, into fr; *entry as above. Returns the
+ * frame count (0: no function scope holds it). */
+static int symbolize_frames(struct symfile *f, uint64_t vaddr, struct sym_frame *fr,
+			    uint64_t *entry)
+{
+	Dwarf_Die cu_mem, *cu = symbolize_cu(f, vaddr, &cu_mem), *scopes = NULL;
+	int ns = cu ? dwarf_getscopes(cu, vaddr - f->bias, &scopes) : 0, inner = 0, n = 0;
+	while (inner < ns && !die_is_function(&scopes[inner]))
+		inner++;
+	if (inner < ns) {
+		/* dwarf_getscopes goes on past an inlined instance into its abstract
+		 * definition's scopes; the instance's callers come from dwarf_getscopes_die */
+		uint64_t key = dwarf_dieoffset(&scopes[inner]);
+		const struct symfile_memo_entry *e = memo_find(&f->chains, key);
+		if (e) {
+			n = e->nframes;
+			*entry = e->entry;
+			memcpy(fr, e->frames, (size_t)n * sizeof(*fr));
+		} else {
+			n = symbolize_chain(f, cu, &scopes[inner], fr, entry);
+			memo_insert(&f->chains, key, *entry, n, fr);
+		}
+	}
+	free(scopes);
+	if (n > 0)
+		symbolize_leaf_line(f, cu, vaddr, &fr[0]);
+	return n;
+}
+
 /* ---- Lookups ------------------------------------------------------------------------ */
 
 /* File offset to file address through the PT_LOAD segment holding it. */
-static uint64_t symfile_vaddr(const struct symfile *f, uint64_t off)
+static uint64_t symbolize_vaddr(const struct symfile *f, uint64_t off)
 {
 	for (size_t i = 0; i < f->nsegs; i++) {
-		const struct seg *s = &f->segs[i];
+		const struct symfile_seg *s = &f->segs[i];
 		if (off >= s->offset && off - s->offset < s->filesz)
 			return off - s->offset + s->vaddr;
 	}
 	return off;
 }
 
-static struct cache_entry *cache_find(struct symfile *f, uint64_t vaddr)
-{
-	for (size_t i = f->cache_cap ? ptr_slot(vaddr, f->cache_cap) : 0;
-	     f->cache_cap; i = (i + 1) & (f->cache_cap - 1)) {
-		struct cache_entry *e = f->cache[i];
-		if (!e || e->vaddr == vaddr)
-			return e;
-	}
-	return NULL;
-}
-
-/* Keep e (or free it when the cache is full or cannot grow). */
-static void cache_insert(struct symfile *f, struct cache_entry *e)
-{
-	if (f->cache_n >= SYM_CACHE_MAX) {
-		free(e);
-		return;
-	}
-	if ((f->cache_n + 1) * 2 > f->cache_cap) {
-		size_t nc = f->cache_cap ? f->cache_cap * 2 : 256;
-		struct cache_entry **t = calloc(nc, sizeof(*t));
-		if (!t) {
-			free(e);
-			return;
-		}
-		for (size_t i = 0; i < f->cache_cap; i++) {
-			size_t j = f->cache[i] ? ptr_slot(f->cache[i]->vaddr, nc) : 0;
-			while (f->cache[i] && t[j])
-				j = (j + 1) & (nc - 1);
-			if (f->cache[i])
-				t[j] = f->cache[i];
-		}
-		free(f->cache);
-		f->cache = t;
-		f->cache_cap = nc;
-	}
-	size_t j = ptr_slot(e->vaddr, f->cache_cap);
-	while (f->cache[j])
-		j = (j + 1) & (f->cache_cap - 1);
-	f->cache[j] = e;
-	f->cache_n++;
-}
-
 /* Resolve file address vaddr (f->lock held): the ELF symbol names the physical function
  * and gives its entry; DWARF gives the inline chain and lines. */
-static int symfile_resolve(struct symfile *f, uint64_t vaddr, struct sym_frame *fr,
-			   uint64_t *entry)
+static int symbolize_resolve(struct symfile *f, uint64_t vaddr, struct sym_frame *fr,
+			     uint64_t *entry)
 {
-	GElf_Off off = 0;
-	GElf_Sym sym;
-	const char *name = dwfl_module_addrinfo(f->mod, vaddr, &off, &sym, NULL, NULL, NULL);
-	int type = name ? GELF_ST_TYPE(sym.st_info) : STT_NOTYPE;
-	if (name && (sym.st_size == 0 || off >= sym.st_size || !*name ||
-		     (type != STT_FUNC && type != STT_GNU_IFUNC)))
-		name = NULL; /* only a function symbol covering the address names it */
+	const struct symfile_func *sym = symbolize_func(f, vaddr);
+	const char *name = sym ? sym->name : NULL;
 	*entry = 0;
-	int n = symfile_dwarf(f) ? symfile_dwarf_frames(f, vaddr, fr, entry) : 0;
+	int n = symbolize_dwarf(f) ? symbolize_frames(f, vaddr, fr, entry) : 0;
 	if (n == 0 && name) {
-		/* No function DIE, but the line table may still know the position. */
-		Dwarf_Die cu_mem, *cu = f->dwarf ? symfile_cu(f, vaddr, &cu_mem) : NULL;
+		/* No function scope, but the line table may still know the position. */
+		Dwarf_Die cu_mem, *cu = f->dwarf ? symbolize_cu(f, vaddr, &cu_mem) : NULL;
 		memset(fr, 0, sizeof(*fr));
 		if (cu)
-			symfile_leaf_line(f, cu, vaddr, fr);
+			symbolize_leaf_line(f, cu, vaddr, fr);
 		n = 1;
 	}
 	if (n > 0 && name) {
 		fr[n - 1].function = name;
-		*entry = vaddr - off;
+		*entry = sym->start;
 	}
 	for (int i = 0; i < n; i++)
 		if (!fr[i].function)
@@ -688,11 +386,10 @@ static int symfile_resolve(struct symfile *f, uint64_t vaddr, struct sym_frame *
 /* What the file can tell, for pprof's Mapping.has_* (f->lock held). Before the first
  * lookup only the file itself is asked, so a mapping without samples never starts a debug
  * file search (nor a debuginfod download). */
-static void symfile_flags(struct symfile *f, struct sym_result *out)
+static void symbolize_flags(struct symfile *f, struct sym_result *out)
 {
 	bool dw = f->dwarf_tried ? f->dwarf != NULL : f->main_has_dwarf && f->main_dwarf_ok;
-	out->has_functions = f->main_has_syms || dw ||
-			     (f->dwarf_tried && dwfl_module_getsymtab(f->mod) > 1);
+	out->has_functions = f->main_has_syms || dw || f->nfuncs > 0;
 	out->has_filenames = out->has_lines = out->has_inlines = dw;
 }
 
@@ -706,38 +403,25 @@ int symbolize_pc(const struct mapping *m, uint64_t pc, struct sym_result *out)
 	 * tell (the pprof writer asks this way for mappings without samples). */
 	if (pc < m->start || pc >= m->end) {
 		pthread_mutex_lock(&f->lock);
-		symfile_flags(f, out);
+		symbolize_flags(f, out);
 		pthread_mutex_unlock(&f->lock);
 		return 0;
 	}
-	uint64_t vaddr = symfile_vaddr(f, pc - m->start + m->offset);
+	uint64_t vaddr = symbolize_vaddr(f, pc - m->start + m->offset), entry;
 
 	pthread_mutex_lock(&f->lock);
-	struct cache_entry *e = cache_find(f, vaddr);
-	if (!e) {
-		struct sym_frame fr[SYM_MAX_INLINE];
-		uint64_t entry;
-		int n = symfile_resolve(f, vaddr, fr, &entry);
-		e = malloc(sizeof(*e) + (size_t)n * sizeof(fr[0]));
-		if (!e) {
-			pthread_mutex_unlock(&f->lock);
-			return -ENOMEM;
-		}
-		*e = (struct cache_entry){ vaddr, entry, n };
-		memcpy(e->frames, fr, (size_t)n * sizeof(fr[0]));
-		cache_insert(f, e); /* may free e */
-		e = NULL;
-		out->nframes = n;
-		memcpy(out->frames, fr, (size_t)n * sizeof(fr[0]));
-		if (entry && entry <= vaddr)
-			out->entry = pc - (vaddr - entry);
-	} else {
+	const struct symfile_memo_entry *e = memo_find(&f->results, vaddr);
+	if (e) {
 		out->nframes = e->nframes;
 		memcpy(out->frames, e->frames, (size_t)e->nframes * sizeof(e->frames[0]));
-		if (e->entry && e->entry <= vaddr)
-			out->entry = pc - (vaddr - e->entry);
+		entry = e->entry;
+	} else {
+		out->nframes = symbolize_resolve(f, vaddr, out->frames, &entry);
+		memo_insert(&f->results, vaddr, entry, out->nframes, out->frames);
 	}
-	symfile_flags(f, out);
+	if (entry && entry <= vaddr)
+		out->entry = pc - (vaddr - entry);
+	symbolize_flags(f, out);
 	pthread_mutex_unlock(&f->lock);
 	return out->nframes;
 }
