@@ -12,8 +12,8 @@
  *     address, dwarf_getscopes_die for the scopes holding that one; each
  *     DW_TAG_inlined_subroutine gives its caller's position (DW_AT_call_file/_line). The
  *     profile's Location carries one Line per function, leaf first, physical last.
- * libdwfl 0.188 finds a compile unit through .debug_aranges only; for producers that write
- * none (clang, rustc) the units' own ranges are asked in turn (dwarf_haspc).
+ * libdwfl 0.188 finds a compile unit through .debug_aranges only; in files that have none
+ * (clang and rustc write none by default) the units' own ranges are asked in turn.
  *
  * Memos, because libdwfl's lookups are searches: dwfl_module_addrinfo reads the whole symbol
  * table at every call and dwarf_getscopes_die walks the whole compile unit. So each
@@ -59,17 +59,17 @@ static struct symfile_memo_entry *memo_find(const struct symfile_memo *m, uint64
 	return NULL;
 }
 
-/* Remember n frames under key (nothing when full or out of memory). */
-static void memo_insert(struct symfile_memo *m, uint64_t key, uint64_t entry, int n,
+/* Remember n frames under key; false when full or out of memory. */
+static bool memo_insert(struct symfile_memo *m, uint64_t key, uint64_t entry, int n,
 			const struct sym_frame *fr)
 {
 	if (m->n >= SYMBOLIZE_MEMO_MAX)
-		return;
+		return false;
 	if ((m->n + 1) * 2 > m->cap) {
 		size_t nc = m->cap ? m->cap * 2 : 256;
 		struct symfile_memo_entry **t = calloc(nc, sizeof(*t));
 		if (!t)
-			return;
+			return false;
 		for (size_t i = 0; i < m->cap; i++) {
 			struct symfile_memo_entry *o = m->slots[i];
 			size_t j = o ? memo_slot(o->key, nc) : 0;
@@ -84,7 +84,7 @@ static void memo_insert(struct symfile_memo *m, uint64_t key, uint64_t entry, in
 	}
 	struct symfile_memo_entry *e = malloc(sizeof(*e) + (size_t)n * sizeof(*fr));
 	if (!e)
-		return;
+		return false;
 	e->key = key;
 	e->entry = entry;
 	e->nframes = n;
@@ -94,6 +94,7 @@ static void memo_insert(struct symfile_memo *m, uint64_t key, uint64_t entry, in
 		j = (j + 1) & (m->cap - 1);
 	m->slots[j] = e;
 	m->n++;
+	return true;
 }
 
 static void memo_free(struct symfile_memo *m)
@@ -105,10 +106,14 @@ static void memo_free(struct symfile_memo *m)
 
 void symbolize_forget(struct symfile *f)
 {
+	for (size_t i = 0; i < f->paths.cap; i++)
+		free(f->paths.slots[i] ? (char *)f->paths.slots[i]->frames[0].file : NULL);
+	memo_free(&f->paths);
 	memo_free(&f->results);
 	memo_free(&f->chains);
 	free(f->funcs);
 	free(f->funcs_maxend);
+	free(f->funcs_names);
 }
 
 /* ---- Function symbols --------------------------------------------------------------- */
@@ -136,6 +141,29 @@ static int func_cmp(const void *x, const void *y)
 	return a->end > b->end ? -1 : a->end < b->end; /* longer first */
 }
 
+/* Names without their symbol version ("__libc_start_main@@GLIBC_2.34", as glibc's debug
+ * file spells them), copied into one block f owns; a name left as is when out of memory. */
+static void symbolize_funcs_unversion(struct symfile *f, size_t n)
+{
+	size_t bytes = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *at = strchr(f->funcs[i].name, '@');
+		bytes += at && at > f->funcs[i].name ? (size_t)(at - f->funcs[i].name) + 1 : 0;
+	}
+	char *p = bytes ? malloc(bytes) : NULL;
+	f->funcs_names = p;
+	for (size_t i = 0; p && i < n; i++) {
+		const char *at = strchr(f->funcs[i].name, '@');
+		if (!at || at == f->funcs[i].name)
+			continue;
+		size_t len = (size_t)(at - f->funcs[i].name);
+		memcpy(p, f->funcs[i].name, len);
+		p[len] = '\0';
+		f->funcs[i].name = p;
+		p += len + 1;
+	}
+}
+
 /* The module's function symbols as libdwfl reads them (.symtab, else .dynsym, the debug
  * file's .symtab, the .gnu_debugdata one), sorted, one name per range, with maxend[i] the
  * highest end among funcs[0..i] (f->lock held). */
@@ -157,6 +185,7 @@ static void symbolize_funcs_build(struct symfile *f)
 			f->funcs[k++] = (struct symfile_func){ value, value + s.st_size, name,
 							       (uint8_t)GELF_ST_BIND(s.st_info) };
 	}
+	symbolize_funcs_unversion(f, k);
 	if (k > 1)
 		qsort(f->funcs, k, sizeof(*f->funcs), func_cmp);
 	size_t w = 0;
@@ -208,17 +237,22 @@ static Dwarf *symbolize_dwarf(struct symfile *f)
 		/* a main file with bad strings is never given to libdw */
 		if (!f->main_has_dwarf || f->main_dwarf_ok)
 			f->dwarf = dwfl_module_getdwarf(f->mod, &f->bias);
+		Dwarf_Aranges *ar;
+		size_t nar = 0;
+		f->cu_walk = f->dwarf && dwarf_getaranges(f->dwarf, &ar, &nar) == 0 && nar == 0;
 	}
 	return f->dwarf;
 }
 
-/* The compile unit holding file address vaddr: libdwfl's, else the first whose ranges do. */
+/* The compile unit holding file address vaddr: libdwfl's, or in a file without
+ * .debug_aranges the first whose ranges hold it. */
 static Dwarf_Die *symbolize_cu(struct symfile *f, Dwarf_Addr vaddr, Dwarf_Die *mem)
 {
 	Dwarf_Addr bias;
 	Dwarf_Die *cu = dwfl_module_addrdie(f->mod, vaddr, &bias);
-	if (cu && bias == f->bias)
-		return cu;
+	/* libdwfl counts the gaps between a unit's ranges as the unit's */
+	if (cu || !f->cu_walk)
+		return cu && bias == f->bias && dwarf_haspc(cu, vaddr - bias) == 1 ? cu : NULL;
 	Dwarf_CU *unit = NULL;
 	Dwarf_Half version;
 	uint8_t type;
@@ -244,6 +278,43 @@ static const char *die_name(Dwarf_Die *die)
 	return n;
 }
 
+/* name made absolute with the unit's DW_AT_comp_dir ("./" and doubled slashes dropped),
+ * kept by f and found again by the address of libdw's string (f->lock held). libdw 0.188
+ * leaves DWARF 5 names relative to the compilation directory. */
+static const char *symbolize_abs_path(struct symfile *f, Dwarf_Die *cu, const char *name)
+{
+	Dwarf_Attribute a;
+	const char *dir = name && name[0] != '/' && dwarf_attr(cu, DW_AT_comp_dir, &a)
+				  ? dwarf_formstring(&a) : NULL;
+	if (!dir || dir[0] != '/')
+		return name;
+	uint64_t key = (uint64_t)(uintptr_t)name;
+	const struct symfile_memo_entry *e = memo_find(&f->paths, key);
+	if (e)
+		return e->frames[0].file;
+	size_t dl = strlen(dir), w = dl;
+	char *full = malloc(dl + strlen(name) + 2);
+	if (!full)
+		return name;
+	memcpy(full, dir, dl);
+	while (w > 1 && full[w - 1] == '/')
+		w--;
+	full[w++] = '/';
+	for (const char *c = name; *c;) {
+		if (full[w - 1] == '/' && (c[0] == '/' || (c[0] == '.' && c[1] == '/')))
+			c += c[0] == '/' ? 1 : 2;
+		else
+			full[w++] = *c++;
+	}
+	full[w] = '\0';
+	struct sym_frame owner = { .file = full };
+	if (!memo_insert(&f->paths, key, 0, 1, &owner)) {
+		free(full);
+		return name;
+	}
+	return full;
+}
+
 static bool die_is_function(Dwarf_Die *die)
 {
 	int tag = dwarf_tag(die);
@@ -264,7 +335,7 @@ static void symbolize_leaf_line(struct symfile *f, Dwarf_Die *cu, Dwarf_Addr vad
 	else if ((l = dwarf_getsrc_die(cu, vaddr - f->bias)) != NULL &&
 		 (file = dwarf_linesrc(l, NULL, NULL)) != NULL && dwarf_lineno(l, &line) != 0)
 		line = 0;
-	fr->file = file;
+	fr->file = symbolize_abs_path(f, cu, file);
 	fr->line = file && line > 0 ? line : 0;
 }
 
@@ -305,7 +376,7 @@ static int symbolize_chain(struct symfile *f, Dwarf_Die *cu, Dwarf_Die *inner,
 		pos = (struct sym_frame){ 0 };
 		if (dwarf_attr(&v[i], DW_AT_call_file, &a) && dwarf_formudata(&a, &w) == 0 &&
 		    (files || dwarf_getsrcfiles(cu, &files, &nfiles) == 0) && w < nfiles)
-			pos.file = dwarf_filesrc(files, w, NULL, NULL);
+			pos.file = symbolize_abs_path(f, cu, dwarf_filesrc(files, w, NULL, NULL));
 		if (dwarf_attr(&v[i], DW_AT_call_line, &a) && dwarf_formudata(&a, &w) == 0 &&
 		    w <= INT_MAX)
 			pos.line = (int)w;

@@ -181,17 +181,53 @@ static int symfile_find_elf(Dwfl_Module *mod, void **userdata, const char *modna
 
 /* ---- Separate debug files ----------------------------------------------------------- */
 
+/*
+ * Where libdwfl looks. The Dwfl of a file searches only places root keeps: its build ID
+ * under /usr/lib/debug/.build-id, its .gnu_debuglink under /usr/lib/debug/DIR, then
+ * debuginfod; libdwfl maps what it finds and parses it, so nothing in them may be hostile
+ * or shrink. The debuglink beside the file and in its .debug/ (places its owner writes) is
+ * looked for by a throwaway Dwfl that sees the file without its build ID, so libdwfl checks
+ * candidates by the link's CRC (mapping each only while it computes it) and opens none of
+ * them; what it finds is checked here before the file's Dwfl gets it (symfile_vet).
+ */
+static char *symfile_system_path = "/usr/lib/debug";
+static char *symfile_beside_path = ":.debug";
+
 static int symfile_find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
 				  Dwarf_Addr base, const char *file_name, const char *debuglink,
 				  GElf_Word crc, char **debug_name);
 
+/* The throwaway Dwfl's find_elf: the file with its GNU build ID notes renamed in our
+ * in-memory copy of the note sections (never written back). */
+static int symfile_find_elf_anonymous(Dwfl_Module *mod, void **userdata, const char *modname,
+				      Dwarf_Addr base, char **file_name, Elf **elfp)
+{
+	int fd = symfile_find_elf(mod, userdata, modname, base, file_name, elfp);
+	Elf_Scn *scn = NULL;
+	while (fd >= 0 && (scn = elf_nextscn(*elfp, scn)) != NULL) {
+		GElf_Shdr sh;
+		Elf_Data *d = gelf_getshdr(scn, &sh) && sh.sh_type == SHT_NOTE
+				      ? elf_getdata(scn, NULL) : NULL;
+		size_t off = 0, next, name_off, desc_off;
+		GElf_Nhdr nh;
+		while (d && (next = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0) {
+			if (nh.n_type == NT_GNU_BUILD_ID)
+				((Elf32_Nhdr *)((char *)d->d_buf + off))->n_type = ~(Elf32_Word)0;
+			off = next;
+		}
+	}
+	return fd;
+}
+
 static const Dwfl_Callbacks symfile_callbacks = {
 	.find_elf = symfile_find_elf,
 	.find_debuginfo = symfile_find_debuginfo,
+	.debuginfo_path = &symfile_system_path,
 };
-static const Dwfl_Callbacks symfile_probe_callbacks = {
-	.find_elf = symfile_find_elf,
+static const Dwfl_Callbacks symfile_beside_callbacks = {
+	.find_elf = symfile_find_elf_anonymous,
 	.find_debuginfo = dwfl_standard_find_debuginfo,
+	.debuginfo_path = &symfile_beside_path,
 };
 
 /* A Dwfl holding f's file as its one module, or NULL. */
@@ -246,55 +282,52 @@ static int symfile_private_copy(int fd)
 	return mfd;
 }
 
-static bool symfile_fd_strings_ok(int fd)
+/* A debug file found beside the file, made safe to map and parse: copied unless nobody else
+ * can change it, refused when its DWARF strings are unterminated. Closes fd on failure. */
+static int symfile_vet(int fd)
 {
-	int dfd;
-	Elf *elf = symfile_elf_begin(fd, &dfd);
+	if (fd >= 0 && !symfile_is_ours(fd))
+		fd = symfile_private_copy(fd);
+	int dfd = -1;
+	Elf *elf = fd >= 0 ? symfile_elf_begin(fd, &dfd) : NULL;
 	bool has, ok = elf && symfile_strings_ok(elf, &has);
 	symfile_elf_end(elf, dfd);
-	return ok;
+	if (!ok && fd >= 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
 }
 
 /*
- * libdwfl's find_debuginfo for f's module. The first call looks for the debug file with
- * dwfl_standard_find_debuginfo in a throwaway Dwfl, so the candidates libdwfl maps to check
- * their build IDs are unmapped before we return; the answer is remembered. libdwfl calls
- * again only once the debug file is open, for its DWARF alternate file (dwz), which is
- * looked for in place only when that debug file is one nobody else can change.
+ * libdwfl's find_debuginfo for f's module: the debuglink beside the file (when it has one
+ * with a CRC), else the system's places and debuginfod. libdwfl asks again only once the
+ * debug file is open, for its DWARF alternate file (dwz), looked for in the system's places.
  */
 static int symfile_find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
 				  Dwarf_Addr base, const char *file_name, const char *debuglink,
 				  GElf_Word crc, char **debug_name)
 {
 	struct symfile *f = *userdata;
-	if (f->debug == SYMFILE_DEBUG_FOUND)
-		return f->debug_trusted ? dwfl_standard_find_debuginfo(mod, userdata, modname, base,
-								       file_name, debuglink, crc,
-								       debug_name)
-					: -1;
 	if (f->debug == SYMFILE_DEBUG_NONE)
-		return -1;
-	f->debug = SYMFILE_DEBUG_NONE;
-	Dwfl_Module *pmod;
-	Dwfl *probe = symfile_dwfl(f, &symfile_probe_callbacks, &pmod);
-	Dwarf_Addr bias;
+		return -1; /* looked for already, and nothing was found */
 	int fd = -1;
-	if (probe && dwfl_module_getelf(pmod, &bias))
-		fd = dwfl_standard_find_debuginfo(pmod, userdata, modname, base, file_name,
-						  debuglink, crc, debug_name);
-	if (probe)
-		dwfl_end(probe);
-	if (fd < 0)
-		return -1;
-	f->debug_trusted = symfile_is_ours(fd);
-	if (!f->debug_trusted)
-		fd = symfile_private_copy(fd);
-	if (fd >= 0 && !symfile_fd_strings_ok(fd)) {
-		close(fd);
-		fd = -1;
+	if (f->debug == SYMFILE_DEBUG_UNSEARCHED && debuglink && crc && file_name) {
+		Dwfl_Module *pmod;
+		Dwfl *probe = symfile_dwfl(f, &symfile_beside_callbacks, &pmod);
+		Dwarf_Addr bias;
+		if (probe && dwfl_module_getelf(pmod, &bias))
+			fd = symfile_vet(dwfl_standard_find_debuginfo(pmod, userdata, modname, base,
+								      file_name, debuglink, crc,
+								      debug_name));
+		if (probe)
+			dwfl_end(probe);
 	}
-	if (fd >= 0)
-		f->debug = SYMFILE_DEBUG_FOUND;
+	if (fd < 0)
+		fd = dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name,
+						  debuglink, crc, debug_name);
+	if (f->debug == SYMFILE_DEBUG_UNSEARCHED)
+		f->debug = fd >= 0 ? SYMFILE_DEBUG_FOUND : SYMFILE_DEBUG_NONE;
 	return fd;
 }
 

@@ -56,15 +56,17 @@ struct symfile {
 	Dwfl *dwfl;
 	Dwfl_Module *mod;
 	enum symfile_debug debug;
-	bool debug_trusted; /* the debug file in use is read in place, not copied */
 	bool dwarf_tried;
 	Dwarf *dwarf; /* owned by the Dwfl */
 	Dwarf_Addr bias;
+	bool cu_walk; /* no .debug_aranges: compile units are found by their ranges */
 	struct symfile_memo results; /* by file address */
 	struct symfile_memo chains;  /* inline chains by the innermost scope's DIE offset */
+	struct symfile_memo paths;   /* absolute file names (frames[0].file, owned) by libdw's */
 	bool funcs_built;
 	struct symfile_func *funcs; /* sorted by start, one per range */
 	uint64_t *funcs_maxend;     /* funcs_maxend[i] = max(funcs[0..i].end) */
+	char *funcs_names;          /* names without their symbol version */
 	size_t nfuncs;
 };
 

@@ -5,11 +5,12 @@
  *   symbolize_bench FILE [N]
  *
  * FILE is opened as the daemon opens a mapped file (symfile_get with its build ID) and its
- * first executable PT_LOAD segment is placed at a made-up load address; N addresses (10,000
+ * largest executable PT_LOAD segment is placed at a made-up load address; N addresses (10,000
  * by default) spread over that segment by a fixed pseudo-random sequence are symbolized
  * twice: the first pass pays for the symbol table, the DWARF and every distinct lookup, the
  * second is served by the per-address cache. Prints the time of each pass and how many
- * addresses got a function, a file:line and inlined frames.
+ * addresses got a function, a file:line and inlined frames; with SYMBOLIZE_BENCH_DUMP set, also
+ * every address's frames (file offset | function file:line ...), leaf first.
  */
 #include <elfutils/libdwelf.h>
 #include <fcntl.h>
@@ -43,9 +44,13 @@ static int text_segment(int fd, char *build_id, size_t cap, GElf_Phdr *out)
 	size_t nph = 0;
 	int rc = -1;
 	elf_getphdrnum(elf, &nph);
-	for (size_t i = 0; i < nph && rc != 0; i++) {
-		if (gelf_getphdr(elf, (int)i, out) && out->p_type == PT_LOAD && (out->p_flags & PF_X))
+	for (size_t i = 0; i < nph; i++) { /* the largest executable segment */
+		GElf_Phdr ph;
+		if (gelf_getphdr(elf, (int)i, &ph) && ph.p_type == PT_LOAD && (ph.p_flags & PF_X) &&
+		    (rc != 0 || ph.p_memsz > out->p_memsz)) {
+			*out = ph;
 			rc = 0;
+		}
 	}
 	elf_end(elf);
 	return rc;
@@ -54,10 +59,18 @@ static int text_segment(int fd, char *build_id, size_t cap, GElf_Phdr *out)
 static void pass(const struct mapping *m, const uint64_t *pcs, size_t n, const char *label)
 {
 	size_t named = 0, lines = 0, inlined = 0;
+	bool dump = getenv("SYMBOLIZE_BENCH_DUMP") != NULL;
 	double t0 = now();
 	for (size_t i = 0; i < n; i++) {
 		struct sym_result r;
 		int k = symbolize_pc(m, pcs[i], &r);
+		if (dump && strcmp(label, "cold") == 0) {
+			printf("%#llx", (unsigned long long)(pcs[i] - m->start + m->offset));
+			for (int j = 0; j < k; j++)
+				printf(" | %s %s:%d", r.frames[j].function,
+				       r.frames[j].file ? r.frames[j].file : "?", r.frames[j].line);
+			printf("\n");
+		}
 		if (k <= 0)
 			continue;
 		named++;
@@ -79,7 +92,7 @@ int main(int argc, char **argv)
 	size_t n = argc > 2 ? strtoul(argv[2], NULL, 0) : 10000;
 	int fd = open(argv[1], O_RDONLY | O_CLOEXEC);
 	struct mapping m;
-	GElf_Phdr ph;
+	GElf_Phdr ph = { 0 };
 	memset(&m, 0, sizeof(m));
 	if (fd < 0 || text_segment(fd, m.build_id, sizeof(m.build_id), &ph) != 0) {
 		fprintf(stderr, "%s: no executable segment\n", argv[1]);
