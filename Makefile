@@ -230,6 +230,7 @@ DEB_PKGS := gcc g++ make pkg-config libelf-dev libdw-dev zlib1g-dev libcriterion
 # a Rust program built with Debian's rustc, java -version, git log, perl -e, and jemalloc
 # preloaded before and after the shim.
 DEB_PKGS += rustc default-jre-headless git perl libjemalloc2
+DEB_PKGS += debuginfod curl # tests/test_debuginfod.c: a local debuginfod serving a folder
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
