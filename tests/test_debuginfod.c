@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * test_debuginfod.c: debug information fetched through debuginfod (agent/symfile.c). A
- * program is built with DWARF, its debug information moved into a folder that Debian's
+ * test_debuginfod.c: debug information fetched through debuginfod (agent/symfile.c). A copy
+ * of tests/progs/debuginfod_prog has its debug information moved into a folder that Debian's
  * debuginfod serves (objcopy --only-keep-debug, then strip --strip-all: the program keeps
  * no symbol table, no DWARF and no .gnu_debuglink, only its build ID), and it is profiled
  * with `llgo-heap run` (the shim and a private llgo-heapd). With DEBUGINFOD_URLS pointing
@@ -24,23 +24,31 @@
 
 #include "e2e_util.h"
 
-static const char dbgd_src[] =
-	"#include <stdio.h>\n"                                                      /* 1 */
-	"#include <stdlib.h>\n"                                                     /* 2 */
-	"static __attribute__((noinline)) void *dbgd_leaf(size_t n) {\n"            /* 3 */
-	"  void *p = malloc(n);\n"                                                  /* 4 */
-	"  __asm__ volatile(\"\" : : \"r\"(p) : \"memory\");\n"                     /* 5 */
-	"  return p;\n"                                                             /* 6 */
-	"}\n"                                                                       /* 7 */
-	"static __attribute__((noinline)) void dbgd_caller(void) {\n"               /* 8 */
-	"  for (int i = 0; i < 1000; i++)\n"                                        /* 9 */
-	"    free(dbgd_leaf(4096 + (size_t)i));\n"                                  /* 10 */
-	"}\n"                                                                       /* 11 */
-	"int main(void) {\n"                                                        /* 12 */
-	"  dbgd_caller();\n"                                                        /* 13 */
-	"  puts(\"done\");\n"                                                       /* 14 */
-	"  return 0;\n"                                                             /* 15 */
-	"}\n";
+#define DBGD_SRC E2E_PROGS_SRC "/debuginfod_prog.c"
+
+/* The line of source marked "@marker". */
+static int dbgd_line(const char *marker)
+{
+	char *src = e2e_read_file(DBGD_SRC), tag[64];
+	cr_assert(src, "%s", DBGD_SRC);
+	snprintf(tag, sizeof(tag), "/* @%s */", marker);
+	const char *at = strstr(src, tag);
+	cr_assert(at, "no %s in %s", tag, DBGD_SRC);
+	int line = 1;
+	for (const char *c = src; c < at; c++)
+		line += *c == '\n';
+	free(src);
+	return line;
+}
+
+/* The text profile shows func at debuginfod_prog.c:LINE of marker. */
+static bool dbgd_has(const char *text, const char *func, const char *marker)
+{
+	char frame[128], pos[128];
+	snprintf(frame, sizeof(frame), "\t%s+", func);
+	snprintf(pos, sizeof(pos), "/debuginfod_prog.c:%d\n", dbgd_line(marker));
+	return strstr(text, frame) && strstr(text, pos);
+}
 
 /* A TCP port on 127.0.0.1 free a moment ago. */
 static int dbgd_free_port(void)
@@ -107,16 +115,10 @@ Test(debuginfod, served_debug_info_names_and_lines, .timeout = 300)
 	free(out);
 	cr_assert_eq(have, 0, "debuginfod is missing: install the Debian package debuginfod "
 			      "(make deps)");
-	snprintf(path, sizeof(path), "%s/dbgd_prog.c", dir);
-	FILE *f = fopen(path, "w");
-	cr_assert(f);
-	fputs(dbgd_src, f);
-	fclose(f);
-	int rc = e2e_sh(&out, "cd '%s' && mkdir served cache && "
-			      "cc -g -O1 -fno-omit-frame-pointer -Wl,--build-id -o prog dbgd_prog.c && "
+	int rc = e2e_sh(&out, "cd '%s' && mkdir served cache && cp '%s/debuginfod_prog' prog && "
 			      "objcopy --only-keep-debug prog served/prog.debug && "
 			      "strip --strip-all prog && "
-			      "readelf -n prog | sed -n 's/.*Build ID: *//p'", dir);
+			      "readelf -n prog | sed -n 's/.*Build ID: *//p'", dir, E2E_PROGS);
 	cr_assert_eq(rc, 0, "build: %s", out);
 	char build_id[128] = "";
 	sscanf(out, "%127s", build_id);
@@ -153,17 +155,14 @@ Test(debuginfod, served_debug_info_names_and_lines, .timeout = 300)
 	dbgd_server_stop(server);
 
 	/* text frames: "#\t0xADDR\tfunction+0xOFF\tfile:line" */
-	cr_expect(strstr(with, "\tdbgd_leaf+") && strstr(with, "/dbgd_prog.c:4\n"),
-		  "the served debug info names the leaf at its line:\n%s", with);
-	cr_expect(strstr(with, "\tdbgd_caller+") && strstr(with, "/dbgd_prog.c:10\n"),
-		  "and its caller:\n%s", with);
-	cr_expect(strstr(with, "\tmain+") && strstr(with, "/dbgd_prog.c:13\n"), "and main:\n%s",
-		  with);
+	cr_expect(dbgd_has(with, "dbgd_leaf", "leaf") && dbgd_has(with, "dbgd_caller", "caller") &&
+			  dbgd_has(with, "main", "main"),
+		  "the served debug info names the functions at their lines:\n%s", with);
 	rc = e2e_sh(&out, "find '%s/cache' -name debuginfo -size +0 | grep -c %s", dir, build_id);
 	cr_expect_eq(rc, 0, "the debug file is in DEBUGINFOD_CACHE_PATH: %s", out);
 	free(out);
 	cr_expect(!strstr(without, "dbgd_leaf") && !strstr(without, "dbgd_caller") &&
-			  !strstr(without, "dbgd_prog.c"),
+			  !strstr(without, "debuginfod_prog.c"),
 		  "without DEBUGINFOD_URLS the stripped program has no names nor lines:\n%s",
 		  without);
 	free(with);
