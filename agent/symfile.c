@@ -13,13 +13,15 @@
  * pread (ELF_C_READ) through the descriptor procmaps.c opened and checked (map_files, or the
  * process's root with an inode re-check): deleted or replaced files still symbolize and a
  * file truncated under us gives errors, not SIGBUS. The separate debug file is looked for
- * with dwfl_standard_find_debuginfo (/usr/lib/debug/.build-id; .gnu_debuglink beside the
- * file, in its .debug/ and under /usr/lib/debug, checked by build ID or CRC; then
- * debuginfod). libdwfl maps the candidates it checks, so the search runs in a throwaway Dwfl
- * whose mappings end with it, and the file found is used in place only when nobody else can
- * truncate it (owned by root or by us, writable by neither group nor others); any other is
- * copied into a sealed memfd first. DWARF whose string sections do not end with a NUL is
- * refused (libdw reads past them, tests/fuzz).
+ * with dwfl_standard_find_debuginfo, which maps what it finds and lets libdw parse it at
+ * once; so the file's own Dwfl searches only where root keeps files (/usr/lib/debug: by
+ * build ID, or the .gnu_debuglink under /usr/lib/debug/DIR) and debuginfod's cache, and the
+ * .gnu_debuglink beside the file and in its .debug/ is searched by a throwaway Dwfl that
+ * checks candidates by CRC and keeps none open. What that one finds is copied into a sealed
+ * memfd unless nobody else can change it (owned by root or by us, writable by neither group
+ * nor others), and refused when its DWARF string sections do not end with a NUL (libdw 0.188
+ * reads past them: tests/fuzz/regress/elf). A DWARF alternate file (dwz) is looked for in
+ * the system's places only.
  *
  * debuginfod. When DEBUGINFOD_URLS is set in the daemon's environment, debug files found
  * nowhere locally are fetched by build ID from those servers (libdwfl dlopens Debian's

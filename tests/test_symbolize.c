@@ -320,20 +320,55 @@ Test(symbolize, dlopen_then_refresh)
 	e2e_rmdir(dir);
 }
 
+/* The test library loaded and called: its handle, the maps read after the call, the
+ * return addresses symt_dl_caller gave (ret: its own, st: the static function's) and the
+ * mapping holding ret - 1. */
+struct symt_dl {
+	void *h;
+	struct procmaps *pm;
+	uint64_t ret, st;
+	const struct mapping *m;
+};
+
+static void symt_dl_call(const char *dir, const char *lib, struct symt_dl *d)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", dir, lib);
+	d->h = dlopen(path, RTLD_NOW);
+	cr_assert(d->h, "dlopen: %s", dlerror());
+	uint64_t (*fn)(uint64_t *) = (uint64_t(*)(uint64_t *))dlsym(d->h, "symt_dl_caller");
+	d->st = 0;
+	d->ret = fn(&d->st);
+	d->pm = procmaps_new(getpid());
+	cr_assert(d->pm);
+	d->m = procmaps_find(d->pm, d->ret - 1);
+	cr_assert(d->m && d->m->file);
+}
+
+/* build_lib with -g, then its DWARF moved to NAME.debug named by NAME.so's .gnu_debuglink;
+ * then the shell command then (run in dir). */
+static void build_lib_debuglink(const char *dir, const char *name, const char *then)
+{
+	char so[256], *out = NULL;
+	snprintf(so, sizeof(so), "%s.so", name);
+	build_lib(dir, so, "-g");
+	int rc = e2e_sh(&out, "cd %s && objcopy --only-keep-debug %s.so %s.debug && "
+			      "objcopy --strip-debug --add-gnu-debuglink=%s.debug %s.so %s",
+			dir, name, name, name, name, then);
+	cr_assert_eq(rc, 0, "objcopy: %s", out);
+	free(out);
+}
+
 Test(symbolize, stripped_library_uses_dynsym)
 {
 	char *dir = e2e_tmpdir();
 	build_lib(dir, "libsymt_s.so", "-s");
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/libsymt_s.so", dir);
-	void *h = dlopen(path, RTLD_NOW);
-	cr_assert(h, "dlopen: %s", dlerror());
-	uint64_t (*fn)(uint64_t *) = (uint64_t(*)(uint64_t *))dlsym(h, "symt_dl_caller");
-	uint64_t st = 0, ret = fn(&st);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
-	const struct mapping *m = procmaps_find(pm, ret - 1);
-	cr_assert(m && m->file);
+	struct symt_dl d;
+	symt_dl_call(dir, "libsymt_s.so", &d);
+	void *h = d.h;
+	uint64_t ret = d.ret, st = d.st;
+	struct procmaps *pm = d.pm;
+	const struct mapping *m = d.m;
 	struct sym_result r;
 	cr_assert_eq(symbolize_pc(m, ret - 1, &r), 1);
 	cr_expect_str_eq(r.frames[0].function, "symt_dl_caller");
@@ -350,23 +385,14 @@ Test(symbolize, stripped_library_uses_dynsym)
 
 Test(symbolize, separate_debug_file_through_debuglink)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
-	build_lib(dir, "libsymt_d.so", "-g");
-	int rc = e2e_sh(&out, "cd %s && objcopy --only-keep-debug libsymt_d.so libsymt_d.debug && "
-			      "objcopy --strip-debug --add-gnu-debuglink=libsymt_d.debug "
-			      "libsymt_d.so", dir);
-	cr_assert_eq(rc, 0, "objcopy: %s", out);
-	free(out);
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/libsymt_d.so", dir);
-	void *h = dlopen(path, RTLD_NOW);
-	cr_assert(h, "dlopen: %s", dlerror());
-	uint64_t (*fn)(uint64_t *) = (uint64_t(*)(uint64_t *))dlsym(h, "symt_dl_caller");
-	uint64_t st = 0, ret = fn(&st);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
-	const struct mapping *m = procmaps_find(pm, ret - 1);
-	cr_assert(m && m->file);
+	char *dir = e2e_tmpdir();
+	build_lib_debuglink(dir, "libsymt_d", "");
+	struct symt_dl d;
+	symt_dl_call(dir, "libsymt_d.so", &d);
+	void *h = d.h;
+	uint64_t ret = d.ret;
+	struct procmaps *pm = d.pm;
+	const struct mapping *m = d.m;
 	struct sym_result r;
 	cr_assert_eq(symbolize_pc(m, ret - 1, &r), 1);
 	cr_expect_str_eq(r.frames[0].function, "symt_dl_caller");
@@ -375,6 +401,30 @@ Test(symbolize, separate_debug_file_through_debuglink)
 	cr_expect(r.has_lines);
 	procmaps_free(pm);
 	dlclose(h);
+	e2e_rmdir(dir);
+}
+
+/* A debug file others may write to is read from a private copy: shrinking it afterwards
+ * (which would fault a mapping of it) changes nothing. */
+Test(symbolize, debuglink_file_others_can_write_is_copied)
+{
+	char *dir = e2e_tmpdir(), path[4200];
+	build_lib_debuglink(dir, "libsymt_w", "&& chmod 0666 libsymt_w.debug");
+	struct symt_dl d;
+	symt_dl_call(dir, "libsymt_w.so", &d);
+	struct sym_result r;
+	cr_assert_eq(symbolize_pc(d.m, d.ret - 1, &r), 1);
+	cr_expect_str_eq(r.frames[0].function, "symt_dl_caller");
+	cr_expect_eq(r.frames[0].line, 13);
+	snprintf(path, sizeof(path), "%s/libsymt_w.debug", dir);
+	cr_assert_eq(truncate(path, 0), 0, "truncate: %s", strerror(errno));
+	/* an address not looked up yet: read from the copy */
+	cr_assert_eq(symbolize_pc(d.m, d.st - 1, &r), 1);
+	cr_expect_str_eq(r.frames[0].function, "symt_dl_static");
+	cr_expect(ends_with(r.frames[0].file, "/symt_dl.c"), "%s", r.frames[0].file);
+	cr_expect_eq(r.frames[0].line, 8);
+	procmaps_free(d.pm);
+	dlclose(d.h);
 	e2e_rmdir(dir);
 }
 
