@@ -4,26 +4,22 @@
  * libdwfl for the files symfile.c opened.
  *
  * A process address becomes a file address through the file's PT_LOAD segments; then
- *   - the function: dwfl_module_addrinfo (.symtab, else .dynsym, else the debug file's
- *     .symtab); only a sized STT_FUNC/STT_GNU_IFUNC symbol covering the address names it,
- *     never the nearest one below;
- *   - the leaf's file:line: dwfl_module_getsrc;
- *   - the inline chain: dwarf_getscopes for the innermost function scope holding the
- *     address, dwarf_getscopes_die for the scopes holding that one; each
- *     DW_TAG_inlined_subroutine gives its caller's position (DW_AT_call_file/_line). The
- *     profile's Location carries one Line per function, leaf first, physical last.
- * libdwfl 0.188 finds a compile unit through .debug_aranges only; in files that have none
- * (clang and rustc write none by default) the units' own ranges are asked in turn.
- *
- * Memos, because libdwfl's lookups are searches: dwfl_module_addrinfo reads the whole symbol
- * table at every call and dwarf_getscopes_die walks the whole compile unit. So each
- * symfile remembers (under its mutex, for the life of the file, a bounded number each)
- *   - every address's answer;
- *   - the functions addrinfo named, by range: an address inside one is named without asking
- *     again. This is addrinfo's own answer only while no two symbols overlap, which is
- *     checked once per file (compilers never nest them; when some file does, every new
- *     address asks libdwfl);
- *   - the chain of functions above each innermost scope (a DIE), with their call positions.
+ *   - the function: libdwfl's symbol table (dwfl_module_getsym_info: .symtab, else .dynsym,
+ *     the debug file's .symtab, the .gnu_debugdata one), read once per file into ranges
+ *     sorted by address; only a sized STT_FUNC/STT_GNU_IFUNC symbol covering the address
+ *     names it, never the nearest one below. Not dwfl_module_addrinfo: libdwfl 0.188 reads
+ *     the whole table at each call (2 ms a lookup in libc, bench/symbolize_bench.c);
+ *   - the compile unit: dwfl_module_addrdie (through .debug_aranges), checked to hold the
+ *     address (libdwfl counts the gaps between a unit's ranges as the unit's); in a file
+ *     without .debug_aranges (clang and rustc write none by default) each unit is asked;
+ *   - the leaf's file:line: dwfl_module_getsrc; names relative to the compilation folder
+ *     (DWARF 5, as libdw 0.188 gives them) made absolute;
+ *   - the inline chain: the functions and inlined instances holding the address (a walk down
+ *     the unit, symbolize_descend says why not dwarf_getscopes), each inlined one giving its
+ *     caller's position (DW_AT_call_file/_line). The profile's Location carries one Line per
+ *     function, leaf first, physical last.
+ * Every address's answer is remembered (under the symfile's mutex, for the life of the file,
+ * up to SYMBOLIZE_MEMO_MAX).
  *
  * Ownership: strings handed out point into libdwfl's data, valid while the symfile is
  * referenced. Left to others: opening files, finding debug files, the cache of files
@@ -41,6 +37,8 @@
 
 /* Entries each memo of a symfile may hold; beyond that, lookups are recomputed. */
 #define SYMBOLIZE_MEMO_MAX (1u << 18)
+/* Deepest DIE nesting walked, and longest chain of functions kept, looking for an address. */
+#define SYMBOLIZE_MAX_DEPTH 64
 
 /* ---- Memos -------------------------------------------------------------------------- */
 
@@ -110,7 +108,6 @@ void symbolize_forget(struct symfile *f)
 		free(f->paths.slots[i] ? (char *)f->paths.slots[i]->frames[0].file : NULL);
 	memo_free(&f->paths);
 	memo_free(&f->results);
-	memo_free(&f->chains);
 	free(f->funcs);
 	free(f->funcs_maxend);
 	free(f->funcs_names);
@@ -164,6 +161,30 @@ static void symbolize_funcs_unversion(struct symfile *f, size_t n)
 	}
 }
 
+/* Whether name, which libdwfl handed out from one of elf's string tables, ends inside that
+ * table: libdwfl 0.188 checks only where a name starts, and a hostile file's last string
+ * may run off the end (tests/fuzz/corpus/elf). *last caches the table of the previous name. */
+static bool symbolize_name_ends(Elf *elf, const char *name, Elf_Data **last)
+{
+	for (Elf_Scn *scn = NULL; elf && name;) {
+		Elf_Data *d = *last;
+		if (!d || name < (const char *)d->d_buf ||
+		    name >= (const char *)d->d_buf + d->d_size) {
+			GElf_Shdr sh;
+			if (!(scn = elf_nextscn(elf, scn)))
+				return false;
+			if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_STRTAB ||
+			    !(d = elf_getdata(scn, NULL)) || !d->d_buf ||
+			    name < (const char *)d->d_buf ||
+			    name >= (const char *)d->d_buf + d->d_size)
+				continue;
+			*last = d;
+		}
+		return memchr(name, '\0', (size_t)((const char *)d->d_buf + d->d_size - name));
+	}
+	return false;
+}
+
 /* The module's function symbols as libdwfl reads them (.symtab, else .dynsym, the debug
  * file's .symtab, the .gnu_debugdata one), sorted, one name per range, with maxend[i] the
  * highest end among funcs[0..i] (f->lock held). */
@@ -174,14 +195,17 @@ static void symbolize_funcs_build(struct symfile *f)
 	if (n <= 1 || !(f->funcs = malloc((size_t)n * sizeof(*f->funcs))))
 		return;
 	size_t k = 0;
+	Elf_Data *strtab = NULL;
 	for (int i = 1; i < n; i++) {
 		GElf_Sym s;
 		GElf_Addr value;
 		GElf_Word shndx;
-		const char *name = dwfl_module_getsym_info(f->mod, i, &s, &value, &shndx, NULL, NULL);
+		Elf *elf = NULL;
+		const char *name = dwfl_module_getsym_info(f->mod, i, &s, &value, &shndx, &elf, NULL);
 		int t = GELF_ST_TYPE(s.st_info);
 		if (name && *name && (t == STT_FUNC || t == STT_GNU_IFUNC) && s.st_size &&
-		    shndx != SHN_UNDEF && value + s.st_size > value)
+		    shndx != SHN_UNDEF && value + s.st_size > value &&
+		    symbolize_name_ends(elf, name, &strtab))
 			f->funcs[k++] = (struct symfile_func){ value, value + s.st_size, name,
 							       (uint8_t)GELF_ST_BIND(s.st_info) };
 	}
@@ -339,29 +363,72 @@ static void symbolize_leaf_line(struct symfile *f, Dwarf_Die *cu, Dwarf_Addr vad
 	fr->line = file && line > 0 ? line : 0;
 }
 
-/* The functions from inner (the innermost function scope) out to the physical one, into fr
- * (at most SYM_MAX_INLINE: the leaf-most and always the physical last), each frame but the
- * first at its call position; *entry gets the physical function's low pc. */
-static int symbolize_chain(struct symfile *f, Dwarf_Die *cu, Dwarf_Die *inner,
-			   struct sym_frame *fr, uint64_t *entry)
+/*
+ * The scopes holding pc below parent, outermost first, appended to chain[*n] (functions and
+ * inlined instances only; lexical blocks are gone through). A walk down the concrete tree,
+ * pruned by dwarf_haspc: libdw 0.188's dwarf_getscopes returns nothing, and leaks its array,
+ * when an inlined function's abstract origin is in another unit (gcc -flto, dwz; fixed in
+ * elfutils 0.189), and dwarf_getscopes_die walks the whole unit. Returns whether a scope
+ * below parent holds pc (a type or namespace holding none is gone past, not stopped at).
+ */
+static bool symbolize_descend(Dwarf_Die *parent, Dwarf_Addr pc, Dwarf_Die *chain, int *n,
+			      int depth)
 {
-	Dwarf_Die *chain = NULL;
-	int nc = dwarf_tag(inner) == DW_TAG_inlined_subroutine ? dwarf_getscopes_die(inner, &chain)
-							       : 1;
-	Dwarf_Die *v = chain ? chain : inner;
+	Dwarf_Die child;
+	if (depth > SYMBOLIZE_MAX_DEPTH || dwarf_child(parent, &child) != 0)
+		return false;
+	do {
+		switch (dwarf_tag(&child)) {
+		case DW_TAG_subprogram:
+		case DW_TAG_inlined_subroutine:
+		case DW_TAG_entry_point:
+		case DW_TAG_lexical_block:
+		case DW_TAG_try_block:
+		case DW_TAG_catch_block:
+			if (dwarf_haspc(&child, pc) != 1)
+				break;
+			if (die_is_function(&child) && *n < SYMBOLIZE_MAX_DEPTH)
+				chain[(*n)++] = child;
+			symbolize_descend(&child, pc, chain, n, depth + 1);
+			return true;
+		case DW_TAG_namespace:
+		case DW_TAG_module:
+		case DW_TAG_class_type:
+		case DW_TAG_structure_type:
+		case DW_TAG_union_type:
+			if (dwarf_haschildren(&child) == 1 &&
+			    symbolize_descend(&child, pc, chain, n, depth + 1))
+				return true;
+			break;
+		default:
+			break;
+		}
+	} while (dwarf_siblingof(&child, &child) == 0);
+	return false;
+}
+
+/* DWARF frames for file address vaddr, leaf first, into fr (at most SYM_MAX_INLINE: the
+ * leaf-most and always the physical function last), each frame but the first at its call
+ * position; *entry gets the physical function's low pc. Returns the frame count (0: no
+ * function holds it). */
+static int symbolize_frames(struct symfile *f, uint64_t vaddr, struct sym_frame *fr,
+			    uint64_t *entry)
+{
+	Dwarf_Die cu_mem, *cu = symbolize_cu(f, vaddr, &cu_mem), chain[SYMBOLIZE_MAX_DEPTH];
+	int nc = 0, out = 0;
+	if (!cu || (symbolize_descend(cu, vaddr - f->bias, chain, &nc, 0), nc) == 0)
+		return 0;
 	struct sym_frame pos = { 0 };
+	symbolize_leaf_line(f, cu, vaddr, &pos);
 	Dwarf_Files *files = NULL;
 	size_t nfiles = 0;
-	int out = 0;
-	*entry = 0;
-	for (int i = 0; i < nc; i++) {
-		if (!die_is_function(&v[i]))
-			continue;
-		bool physical = dwarf_tag(&v[i]) != DW_TAG_inlined_subroutine;
+	for (int i = nc - 1; i >= 0; i--) {
+		bool physical = dwarf_tag(&chain[i]) != DW_TAG_inlined_subroutine || i == 0;
 		if (out < SYM_MAX_INLINE - 1 || physical) {
 			fr[out] = pos;
-			fr[out].function = die_name(&v[i]);
-			if (dwarf_decl_line(&v[i], &fr[out].start_line) != 0 || fr[out].start_line < 0)
+			fr[out].function = die_name(&chain[i]);
+			if (dwarf_decl_line(&chain[i], &fr[out].start_line) != 0 ||
+			    fr[out].start_line < 0)
 				fr[out].start_line = 0;
 			out++;
 		}
@@ -369,49 +436,21 @@ static int symbolize_chain(struct symfile *f, Dwarf_Die *cu, Dwarf_Die *inner,
 		Dwarf_Word w;
 		Dwarf_Addr low;
 		if (physical) {
-			*entry = dwarf_entrypc(&v[i], &low) == 0 ? low + f->bias : 0;
+			*entry = dwarf_tag(&chain[i]) != DW_TAG_inlined_subroutine &&
+						 dwarf_entrypc(&chain[i], &low) == 0
+					 ? low + f->bias : 0;
 			break;
 		}
 		/* an inlined instance: where its caller called it */
 		pos = (struct sym_frame){ 0 };
-		if (dwarf_attr(&v[i], DW_AT_call_file, &a) && dwarf_formudata(&a, &w) == 0 &&
+		if (dwarf_attr(&chain[i], DW_AT_call_file, &a) && dwarf_formudata(&a, &w) == 0 &&
 		    (files || dwarf_getsrcfiles(cu, &files, &nfiles) == 0) && w < nfiles)
 			pos.file = symbolize_abs_path(f, cu, dwarf_filesrc(files, w, NULL, NULL));
-		if (dwarf_attr(&v[i], DW_AT_call_line, &a) && dwarf_formudata(&a, &w) == 0 &&
+		if (dwarf_attr(&chain[i], DW_AT_call_line, &a) && dwarf_formudata(&a, &w) == 0 &&
 		    w <= INT_MAX)
 			pos.line = (int)w;
 	}
-	free(chain);
 	return out;
-}
-
-/* DWARF frames for file address vaddr, leaf first, into fr; *entry as above. Returns the
- * frame count (0: no function scope holds it). */
-static int symbolize_frames(struct symfile *f, uint64_t vaddr, struct sym_frame *fr,
-			    uint64_t *entry)
-{
-	Dwarf_Die cu_mem, *cu = symbolize_cu(f, vaddr, &cu_mem), *scopes = NULL;
-	int ns = cu ? dwarf_getscopes(cu, vaddr - f->bias, &scopes) : 0, inner = 0, n = 0;
-	while (inner < ns && !die_is_function(&scopes[inner]))
-		inner++;
-	if (inner < ns) {
-		/* dwarf_getscopes goes on past an inlined instance into its abstract
-		 * definition's scopes; the instance's callers come from dwarf_getscopes_die */
-		uint64_t key = dwarf_dieoffset(&scopes[inner]);
-		const struct symfile_memo_entry *e = memo_find(&f->chains, key);
-		if (e) {
-			n = e->nframes;
-			*entry = e->entry;
-			memcpy(fr, e->frames, (size_t)n * sizeof(*fr));
-		} else {
-			n = symbolize_chain(f, cu, &scopes[inner], fr, entry);
-			memo_insert(&f->chains, key, *entry, n, fr);
-		}
-	}
-	free(scopes);
-	if (n > 0)
-		symbolize_leaf_line(f, cu, vaddr, &fr[0]);
-	return n;
 }
 
 /* ---- Lookups ------------------------------------------------------------------------ */

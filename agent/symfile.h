@@ -61,7 +61,6 @@ struct symfile {
 	Dwarf_Addr bias;
 	bool cu_walk; /* no .debug_aranges: compile units are found by their ranges */
 	struct symfile_memo results; /* by file address */
-	struct symfile_memo chains;  /* inline chains by the innermost scope's DIE offset */
 	struct symfile_memo paths;   /* absolute file names (frames[0].file, owned) by libdw's */
 	bool funcs_built;
 	struct symfile_func *funcs; /* sorted by start, one per range */

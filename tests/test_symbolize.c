@@ -428,6 +428,68 @@ Test(symbolize, debuglink_file_others_can_write_is_copied)
 	e2e_rmdir(dir);
 }
 
+/* gcc -flto inlines across files and puts the inlined function's abstract origin in another
+ * unit (libdw 0.188's dwarf_getscopes finds no scope then): the chain still shows it. */
+static const char lto_a_src[] =
+	"#include <stdint.h>\n"                                                   /* 1 */
+	"uint64_t symt_lto_inner(void);\n"                                        /* 2 */
+	"__attribute__((noinline)) uint64_t symt_lto_leaf(void) {\n"              /* 3 */
+	"  uint64_t r = (uint64_t)(uintptr_t)__builtin_return_address(0);\n"      /* 4 */
+	"  __asm__ volatile(\"\" : : \"r\"(r) : \"memory\");\n"             /* 5 */
+	"  return r;\n"                                                           /* 6 */
+	"}\n"                                                                     /* 7 */
+	"uint64_t symt_lto_outer(void) {\n"                                       /* 8 */
+	"  uint64_t r = symt_lto_inner();\n"                                      /* 9 */
+	"  __asm__ volatile(\"\" : : \"r\"(r) : \"memory\");\n"             /* 10 */
+	"  return r;\n"                                                           /* 11 */
+	"}\n";
+static const char lto_b_src[] =
+	"#include <stdint.h>\n"                                                   /* 1 */
+	"uint64_t symt_lto_leaf(void);\n"                                         /* 2 */
+	"uint64_t symt_lto_inner(void) {\n"                                       /* 3 */
+	"  uint64_t r = symt_lto_leaf();\n"                                       /* 4 */
+	"  __asm__ volatile(\"\" : : \"r\"(r) : \"memory\");\n"             /* 5 */
+	"  return r;\n"                                                           /* 6 */
+	"}\n";
+
+Test(symbolize, inlined_across_units_by_lto)
+{
+	char *dir = e2e_tmpdir(), *out = NULL, path[4200];
+	const char *srcs[2][2] = { { "symt_lto_a.c", lto_a_src }, { "symt_lto_b.c", lto_b_src } };
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, srcs[i][0]);
+		FILE *f = fopen(path, "w");
+		cr_assert(f && fputs(srcs[i][1], f) >= 0 && fclose(f) == 0);
+	}
+	int rc = e2e_sh(&out, "cd %s && cc -shared -fPIC -O2 -flto -fno-semantic-interposition -g "
+			      "-fno-omit-frame-pointer "
+			      "-o libsymt_lto.so symt_lto_a.c symt_lto_b.c", dir);
+	cr_assert_eq(rc, 0, "cc: %s", out);
+	free(out);
+	snprintf(path, sizeof(path), "%s/libsymt_lto.so", dir);
+	void *h = dlopen(path, RTLD_NOW);
+	cr_assert(h, "dlopen: %s", dlerror());
+	uint64_t (*outer)(void) = (uint64_t(*)(void))dlsym(h, "symt_lto_outer");
+	cr_assert(outer);
+	uint64_t ret = outer();
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm);
+	const struct mapping *m = procmaps_find(pm, ret - 1);
+	cr_assert(m && m->file);
+	struct sym_result r;
+	int n = symbolize_pc(m, ret - 1, &r);
+	cr_assert_eq(n, 2, "frames: %d (%s)", n, n > 0 ? r.frames[0].function : "");
+	cr_expect_str_eq(r.frames[0].function, "symt_lto_inner");
+	cr_expect(ends_with(r.frames[0].file, "/symt_lto_b.c"), "%s", r.frames[0].file);
+	cr_expect_eq(r.frames[0].line, 4);
+	cr_expect_str_eq(r.frames[1].function, "symt_lto_outer");
+	cr_expect(ends_with(r.frames[1].file, "/symt_lto_a.c"), "%s", r.frames[1].file);
+	cr_expect_eq(r.frames[1].line, 9);
+	procmaps_free(pm);
+	dlclose(h);
+	e2e_rmdir(dir);
+}
+
 /* ---- A deleted executable ------------------------------------------------------------- */
 
 Test(symbolize, deleted_binary_through_map_files)
