@@ -259,7 +259,7 @@ static Dwarf *symbolize_dwarf(struct symfile *f)
 	if (!f->dwarf_tried) {
 		f->dwarf_tried = true;
 		/* a main file with bad strings is never given to libdw */
-		if (!f->main_has_dwarf || f->main_dwarf_ok)
+		if (!f->main_has_dwarf || symfile_dwarf_ok(f))
 			f->dwarf = dwfl_module_getdwarf(f->mod, &f->bias);
 		Dwarf_Aranges *ar;
 		size_t nar = 0;
@@ -498,7 +498,7 @@ static int symbolize_resolve(struct symfile *f, uint64_t vaddr, struct sym_frame
  * file search (nor a debuginfod download). */
 static void symbolize_flags(struct symfile *f, struct sym_result *out)
 {
-	bool dw = f->dwarf_tried ? f->dwarf != NULL : f->main_has_dwarf && f->main_dwarf_ok;
+	bool dw = f->dwarf_tried ? f->dwarf != NULL : f->main_has_dwarf;
 	out->has_functions = f->main_has_syms || dw || f->nfuncs > 0;
 	out->has_filenames = out->has_lines = out->has_inlines = dw;
 }

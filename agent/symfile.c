@@ -94,12 +94,13 @@ static void symfile_elf_end(Elf *elf, int dfd)
 }
 
 /*
- * Whether the DWARF string sections of elf end with a NUL. libdw (0.188) reads their
- * strings with strlen: an unterminated last string of a hostile file makes it read past the
- * section (found by tests/fuzz/fuzz_elf.c, kept in tests/fuzz/regress/elf). Such a file
- * keeps its ELF symbols and gets no DWARF. *has_dwarf: a .debug_info with contents.
+ * Whether the DWARF string sections of elf end with a NUL (only looked at when check; the
+ * data of a big file's sections is read for it). libdw (0.188) reads their strings with
+ * strlen: an unterminated last string of a hostile file makes it read past the section
+ * (found by tests/fuzz/fuzz_elf.c, kept in tests/fuzz/regress/elf). Such a file keeps its
+ * ELF symbols and gets no DWARF. *has_dwarf: a .debug_info with contents.
  */
-static bool symfile_strings_ok(Elf *elf, bool *has_dwarf)
+static bool symfile_strings_ok(Elf *elf, bool check, bool *has_dwarf)
 {
 	size_t shstrndx;
 	*has_dwarf = false;
@@ -119,7 +120,7 @@ static bool symfile_strings_ok(Elf *elf, bool *has_dwarf)
 		}
 		if (strcmp(name, ".debug_info") == 0 && sh.sh_size)
 			*has_dwarf = true;
-		if (!strstr(name, "str") || strstr(name, "_offsets"))
+		if (!check || !strstr(name, "str") || strstr(name, "_offsets"))
 			continue; /* .debug_str, .debug_line_str (and .dwo forms) */
 		/* a compressed section is checked as libdw will read it: decompressed */
 		if ((sh.sh_flags & SHF_COMPRESSED) && elf_compress(scn, 0, 0) < 0)
@@ -129,6 +130,21 @@ static bool symfile_strings_ok(Elf *elf, bool *has_dwarf)
 			ok = false;
 	}
 	return ok;
+}
+
+/* Whether fd's file is an ELF file whose DWARF strings end inside their sections. */
+static bool symfile_fd_strings_ok(int fd)
+{
+	int dfd = -1;
+	Elf *elf = fd >= 0 ? symfile_elf_begin(fd, &dfd) : NULL;
+	bool has, ok = elf && symfile_strings_ok(elf, true, &has);
+	symfile_elf_end(elf, dfd);
+	return ok;
+}
+
+bool symfile_dwarf_ok(const struct symfile *f)
+{
+	return symfile_fd_strings_ok(f->fd);
 }
 
 /* PT_LOAD segments, the module's address range and what the file itself carries. */
@@ -154,7 +170,7 @@ static int symfile_read_elf(struct symfile *f)
 			f->high = ph.p_vaddr + ph.p_memsz;
 	}
 	err = f->nsegs && f->low < f->high ? 0 : -ENOEXEC;
-	f->main_dwarf_ok = symfile_strings_ok(elf, &f->main_has_dwarf);
+	symfile_strings_ok(elf, false, &f->main_has_dwarf);
 	Elf_Scn *scn = NULL;
 	while ((scn = elf_nextscn(elf, scn)) != NULL) {
 		GElf_Shdr sh;
@@ -290,11 +306,7 @@ static int symfile_vet(int fd)
 {
 	if (fd >= 0 && !symfile_is_ours(fd))
 		fd = symfile_private_copy(fd);
-	int dfd = -1;
-	Elf *elf = fd >= 0 ? symfile_elf_begin(fd, &dfd) : NULL;
-	bool has, ok = elf && symfile_strings_ok(elf, &has);
-	symfile_elf_end(elf, dfd);
-	if (!ok && fd >= 0) {
+	if (fd >= 0 && !symfile_fd_strings_ok(fd)) {
 		close(fd);
 		fd = -1;
 	}

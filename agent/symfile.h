@@ -50,7 +50,7 @@ struct symfile {
 	struct symfile_seg *segs; /* PT_LOAD */
 	size_t nsegs;
 	uint64_t low, high; /* the module's file addresses (libdwfl's bias is 0) */
-	bool main_has_syms, main_has_dwarf, main_dwarf_ok;
+	bool main_has_syms, main_has_dwarf;
 
 	pthread_mutex_t lock; /* everything below: libdwfl is not thread-safe */
 	Dwfl *dwfl;
@@ -69,6 +69,9 @@ struct symfile {
 	size_t nfuncs;
 };
 
+/* Whether f's own DWARF may be given to libdw (its string sections end inside them): reads
+ * those sections, so asked once, at the first lookup that needs DWARF. */
+bool symfile_dwarf_ok(const struct symfile *f);
 /* Free what symbolize.c remembered for f (f is being destroyed). */
 void symbolize_forget(struct symfile *f);
 
