@@ -264,6 +264,7 @@ DEB_PKGS += prometheus curl # tests/test_fleet.c: promtool, a real Prometheus, a
 # systemd-socket-activate (no systemd as PID 1 needed), strace (the daemon's system calls
 # against the unit's filter). binutils: readelf, nm, objcopy, objdump of the tests.
 DEB_PKGS += systemd strace binutils
+DEB_PKGS += debuginfod # tests/test_debuginfod.c: a local debuginfod serving a folder
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \

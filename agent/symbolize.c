@@ -1,688 +1,295 @@
 // SPDX-License-Identifier: MIT
 /*
- * symbolize.c: addresses to function names, files, lines and inline chains.
+ * symbolize.c: addresses to function names, files, lines and inline chains, asked of
+ * libdwfl for the files symfile.c opened.
  *
- * A struct symfile is one ELF file (plus its separate debug file when one is installed),
- * opened once and shared: symfile_get() finds it in a global cache keyed by the file
- * (device, inode, size, mtime; with its GNU build ID, or its path when it has none), so a
- * thousand processes running one binary cost one parse, and a copy carrying someone else's
- * build ID never stands in for the real file. Function names come from the ELF symbol
- * table (.symtab, else .dynsym; STT_FUNC and STT_GNU_IFUNC with a size): an address that
- * no symbol covers gets no name, never the nearest symbol's. Files, lines and inlined
- * frames come from DWARF through libdw: the line table gives the leaf position, and the
- * chain of DW_TAG_inlined_subroutine DIEs holding the address gives each caller's
- * position through DW_AT_call_file/DW_AT_call_line.
+ * A process address becomes a file address through the file's PT_LOAD segments; then
+ *   - the function: libdwfl's symbol table (dwfl_module_getsym_info: .symtab, else .dynsym,
+ *     the debug file's .symtab, the .gnu_debugdata one), read once per file into ranges
+ *     sorted by address; only a sized STT_FUNC/STT_GNU_IFUNC symbol covering the address
+ *     names it, never the nearest one below. Not dwfl_module_addrinfo: libdwfl 0.188 reads
+ *     the whole table at each call (2 ms a lookup in libc, bench/symbolize_bench.c);
+ *   - the compile unit: dwfl_module_addrdie (through .debug_aranges), checked to hold the
+ *     address (libdwfl counts the gaps between a unit's ranges as the unit's); in a file
+ *     without .debug_aranges (clang and rustc write none by default) each unit is asked;
+ *   - the leaf's file:line: dwfl_module_getsrc; names relative to the compilation folder
+ *     (DWARF 5, as libdw 0.188 gives them) made absolute;
+ *   - the inline chain: the functions and inlined instances holding the address (a walk down
+ *     the unit, symbolize_descend says why not dwarf_getscopes), each inlined one giving its
+ *     caller's position (DW_AT_call_file/_line). The profile's Location carries one Line per
+ *     function, leaf first, physical last.
+ * Every address's answer is remembered (under the symfile's mutex, for the life of the file,
+ * up to SYMBOLIZE_MEMO_MAX).
  *
- * Ownership: every string handed out points into data libelf or libdw keeps for the life
- * of the symfile (string tables, the DWARF file tables), so it stays valid while the
- * symfile is referenced. The file descriptor is kept open (duplicated from the caller's),
- * so files deleted or replaced on disk after the mapping still symbolize; files are read
- * with pread (ELF_C_READ), never mapped, so a file truncated under us gives errors, not
- * SIGBUS.
- *
- * Threads: the symbol table and the segment table are built before the symfile is
- * published and never change, so lookups in them need no lock. DWARF lookups and the
- * per-address result cache take the symfile's mutex (libdw is not thread-safe on one
- * handle). The cache of symfiles and the reference counts are under one global mutex.
- *
- * Left to others: reading /proc/PID/maps and turning process mappings into symfiles
- * (procmaps.c); choosing which addresses to symbolize (the writers).
+ * Ownership: strings handed out point into libdwfl's data, valid while the symfile is
+ * referenced. Left to others: opening files, finding debug files, the cache of files
+ * (symfile.c); choosing which addresses to symbolize (the writers).
  */
 #include <dwarf.h>
 #include <elfutils/libdw.h>
-#include <elfutils/libdwelf.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <gelf.h>
-#include <libelf.h>
 #include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
 
-#include "internal.h"
+#include "symfile.h"
 
-/* Results remembered per symfile; beyond this many addresses, lookups are recomputed. */
-#define SYM_CACHE_MAX (1u << 18)
-/* Deepest DIE nesting walked when looking for the scopes holding an address. */
-#define SYM_MAX_DEPTH 64
+/* Entries each memo of a symfile may hold; beyond that, lookups are recomputed. */
+#define SYMBOLIZE_MEMO_MAX (1u << 18)
+/* Deepest DIE nesting walked, and longest chain of functions kept, looking for an address. */
+#define SYMBOLIZE_MAX_DEPTH 64
 
-struct sym {
-	uint64_t start, end; /* ELF virtual addresses, [start, end) */
-	const char *name;
-	uint8_t bind; /* STB_* */
-};
+/* ---- Memos -------------------------------------------------------------------------- */
 
-struct seg {
-	uint64_t offset, vaddr, filesz;
-};
-
-struct cu_range {
-	uint64_t lo, hi;
-	Dwarf_Die cudie;
-};
-
-struct abs_path {
-	const char *dir, *name; /* libdw's strings: the key, by address */
-	char *full;
-};
-
-struct cache_entry {
-	uint64_t vaddr;
-	uint64_t entry; /* ELF vaddr of the physical function, 0 when unknown */
-	int nframes;
-	struct sym_frame frames[];
-};
-
-struct symfile {
-	struct symfile *next; /* global cache chain, under g_lock */
-	unsigned long refs;   /* under g_lock */
-	char *key;
-
-	int fd, dbg_fd;
-	Elf *elf, *dbg_elf;
-	Elf *dwarf_elf; /* elf or dbg_elf when it has .debug_info, else NULL */
-
-	/* Immutable once published. */
-	struct seg *segs;
-	size_t nsegs;
-	struct sym *syms; /* sorted by start */
-	uint64_t *maxend; /* maxend[i] = max(syms[0..i].end) */
-	size_t nsyms;
-
-	pthread_mutex_t lock; /* everything below */
-	/* Opened at the first lookup that needs it: libdw reads (and decompresses) the debug
-	 * sections at dwarf_begin_elf, which costs tens of milliseconds for a libc, and most
-	 * libraries a process maps never appear in its profiles. */
-	bool dwarf_tried;
-	Dwarf *dwarf;
-	bool cus_built;
-	struct cu_range *cus; /* sorted by lo */
-	uint64_t *cu_maxhi;
-	size_t ncus;
-	struct cache_entry **cache; /* open addressing on vaddr */
-	size_t cache_cap, cache_n;
-	struct abs_path *paths; /* absolute file names made from comp_dir + name */
-	size_t paths_cap, paths_n;
-};
-
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct symfile *g_files;
-static pthread_once_t g_elf_once = PTHREAD_ONCE_INIT;
-
-static void symfile_elf_init(void)
+static size_t memo_slot(uint64_t key, size_t cap)
 {
-	elf_version(EV_CURRENT);
+	return (size_t)((key * 0x9e3779b97f4a7c15ULL) >> 20) & (cap - 1);
 }
 
-/* ---- ELF: segments and symbols -------------------------------------------------------- */
-
-static int symfile_read_segs(struct symfile *f)
+static struct symfile_memo_entry *memo_find(const struct symfile_memo *m, uint64_t key)
 {
-	size_t n;
-	if (elf_getphdrnum(f->elf, &n) != 0)
-		return 0;
-	if (n > 65536)
-		return -EINVAL;
-	f->segs = calloc(n ? n : 1, sizeof(*f->segs));
-	if (!f->segs)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		GElf_Phdr ph;
-		if (!gelf_getphdr(f->elf, (int)i, &ph) || ph.p_type != PT_LOAD)
-			continue;
-		f->segs[f->nsegs++] = (struct seg){ ph.p_offset, ph.p_vaddr, ph.p_filesz };
+	for (size_t i = m->cap ? memo_slot(key, m->cap) : 0; m->cap; i = (i + 1) & (m->cap - 1)) {
+		struct symfile_memo_entry *e = m->slots[i];
+		if (!e || e->key == key)
+			return e;
 	}
-	return 0;
+	return NULL;
 }
 
-/* A better name for one address: global before weak before local, then fewer leading
- * underscores (malloc over __libc_malloc). */
-static bool sym_better(const struct sym *a, const struct sym *b)
+/* Remember n frames under key; false when full or out of memory. */
+static bool memo_insert(struct symfile_memo *m, uint64_t key, uint64_t entry, int n,
+			const struct sym_frame *fr)
+{
+	if (m->n >= SYMBOLIZE_MEMO_MAX)
+		return false;
+	if ((m->n + 1) * 2 > m->cap) {
+		size_t nc = m->cap ? m->cap * 2 : 256;
+		struct symfile_memo_entry **t = calloc(nc, sizeof(*t));
+		if (!t)
+			return false;
+		for (size_t i = 0; i < m->cap; i++) {
+			struct symfile_memo_entry *o = m->slots[i];
+			size_t j = o ? memo_slot(o->key, nc) : 0;
+			while (o && t[j])
+				j = (j + 1) & (nc - 1);
+			if (o)
+				t[j] = o;
+		}
+		free(m->slots);
+		m->slots = t;
+		m->cap = nc;
+	}
+	struct symfile_memo_entry *e = malloc(sizeof(*e) + (size_t)n * sizeof(*fr));
+	if (!e)
+		return false;
+	e->key = key;
+	e->entry = entry;
+	e->nframes = n;
+	memcpy(e->frames, fr, (size_t)n * sizeof(*fr));
+	size_t j = memo_slot(key, m->cap);
+	while (m->slots[j])
+		j = (j + 1) & (m->cap - 1);
+	m->slots[j] = e;
+	m->n++;
+	return true;
+}
+
+static void memo_free(struct symfile_memo *m)
+{
+	for (size_t i = 0; i < m->cap; i++)
+		free(m->slots[i]);
+	free(m->slots);
+}
+
+void symbolize_forget(struct symfile *f)
+{
+	for (size_t i = 0; i < f->paths.cap; i++)
+		free(f->paths.slots[i] ? (char *)f->paths.slots[i]->frames[0].file : NULL);
+	memo_free(&f->paths);
+	memo_free(&f->results);
+	free(f->funcs);
+	free(f->funcs_maxend);
+	free(f->funcs_names);
+}
+
+/* ---- Function symbols --------------------------------------------------------------- */
+
+/* A better name for one range: global before weak before local, then not glibc's internal
+ * alias (__GI_name), then fewer leading underscores (malloc over __libc_malloc). */
+static bool func_better(const struct symfile_func *a, const struct symfile_func *b)
 {
 	static const int rank[] = { [STB_LOCAL] = 2, [STB_GLOBAL] = 0, [STB_WEAK] = 1 };
 	int ra = a->bind <= STB_WEAK ? rank[a->bind] : 3;
 	int rb = b->bind <= STB_WEAK ? rank[b->bind] : 3;
 	if (ra != rb)
 		return ra < rb;
-	/* glibc's internal aliases (__GI_name) are never the name users know. */
 	bool ga = strncmp(a->name, "__GI_", 5) == 0, gb = strncmp(b->name, "__GI_", 5) == 0;
 	if (ga != gb)
 		return gb;
-	size_t ua = strspn(a->name, "_"), ub = strspn(b->name, "_");
-	return ua < ub;
+	return strspn(a->name, "_") < strspn(b->name, "_");
 }
 
-static int sym_cmp(const void *x, const void *y)
+static int func_cmp(const void *x, const void *y)
 {
-	const struct sym *a = x, *b = y;
+	const struct symfile_func *a = x, *b = y;
 	if (a->start != b->start)
 		return a->start < b->start ? -1 : 1;
-	if (a->end != b->end)
-		return a->end > b->end ? -1 : 1; /* longer first */
-	return 0;
+	return a->end > b->end ? -1 : a->end < b->end; /* longer first */
 }
 
-/* Append the function symbols of section type (SHT_SYMTAB or SHT_DYNSYM) of elf. */
-static int symfile_read_syms(struct symfile *f, Elf *elf, Elf64_Word type)
+/* Names without their symbol version ("__libc_start_main@@GLIBC_2.34", as glibc's debug
+ * file spells them), copied into one block f owns; a name left as is when out of memory. */
+static void symbolize_funcs_unversion(struct symfile *f, size_t n)
 {
-	Elf_Scn *scn = NULL;
-	size_t cap = f->nsyms;
-	while ((scn = elf_nextscn(elf, scn)) != NULL) {
-		GElf_Shdr sh;
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type != type || sh.sh_entsize == 0)
-			continue;
-		Elf_Data *d = elf_getdata(scn, NULL);
-		if (!d)
-			continue;
-		size_t n = sh.sh_size / sh.sh_entsize;
-		for (size_t i = 0; i < n; i++) {
-			GElf_Sym s;
-			if (!gelf_getsym(d, (int)i, &s))
-				break;
-			int t = GELF_ST_TYPE(s.st_info);
-			if ((t != STT_FUNC && t != STT_GNU_IFUNC) || s.st_size == 0 ||
-			    s.st_shndx == SHN_UNDEF || s.st_value + s.st_size < s.st_value)
-				continue;
-			const char *name = elf_strptr(elf, sh.sh_link, s.st_name);
-			if (!name || !*name)
-				continue;
-			if (f->nsyms == cap) {
-				size_t nc = cap ? cap * 2 : 256;
-				struct sym *p = realloc(f->syms, nc * sizeof(*p));
-				if (!p)
-					return -ENOMEM;
-				f->syms = p;
-				cap = nc;
-			}
-			f->syms[f->nsyms++] = (struct sym){ s.st_value, s.st_value + s.st_size,
-							    name, (uint8_t)GELF_ST_BIND(s.st_info) };
-		}
+	size_t bytes = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *at = strchr(f->funcs[i].name, '@');
+		bytes += at && at > f->funcs[i].name ? (size_t)(at - f->funcs[i].name) + 1 : 0;
 	}
-	return 0;
+	char *p = bytes ? malloc(bytes) : NULL;
+	f->funcs_names = p;
+	for (size_t i = 0; p && i < n; i++) {
+		const char *at = strchr(f->funcs[i].name, '@');
+		if (!at || at == f->funcs[i].name)
+			continue;
+		size_t len = (size_t)(at - f->funcs[i].name);
+		memcpy(p, f->funcs[i].name, len);
+		p[len] = '\0';
+		f->funcs[i].name = p;
+		p += len + 1;
+	}
 }
 
-static bool elf_has_section(Elf *elf, Elf64_Word type)
+/* Whether name, which libdwfl handed out from one of elf's string tables, ends inside that
+ * table: libdwfl 0.188 checks only where a name starts, and a hostile file's last string
+ * may run off the end (tests/fuzz/corpus/elf). *last caches the table of the previous name. */
+static bool symbolize_name_ends(Elf *elf, const char *name, Elf_Data **last)
 {
-	Elf_Scn *scn = NULL;
-	while ((scn = elf_nextscn(elf, scn)) != NULL) {
-		GElf_Shdr sh;
-		if (gelf_getshdr(scn, &sh) && sh.sh_type == type)
-			return true;
+	for (Elf_Scn *scn = NULL; elf && name;) {
+		Elf_Data *d = *last;
+		if (!d || name < (const char *)d->d_buf ||
+		    name >= (const char *)d->d_buf + d->d_size) {
+			GElf_Shdr sh;
+			if (!(scn = elf_nextscn(elf, scn)))
+				return false;
+			if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_STRTAB ||
+			    !(d = elf_getdata(scn, NULL)) || !d->d_buf ||
+			    name < (const char *)d->d_buf ||
+			    name >= (const char *)d->d_buf + d->d_size)
+				continue;
+			*last = d;
+		}
+		return memchr(name, '\0', (size_t)((const char *)d->d_buf + d->d_size - name));
 	}
 	return false;
 }
 
-/* Sort, fold symbols with the same range into the best name, and index the ends. */
-static int symfile_index_syms(struct symfile *f)
+/* The module's function symbols as libdwfl reads them (.symtab, else .dynsym, the debug
+ * file's .symtab, the .gnu_debugdata one), sorted, one name per range, with maxend[i] the
+ * highest end among funcs[0..i] (f->lock held). */
+static void symbolize_funcs_build(struct symfile *f)
 {
-	if (f->nsyms == 0)
-		return 0;
-	if (f->nsyms > 1)
-		qsort(f->syms, f->nsyms, sizeof(*f->syms), sym_cmp);
+	f->funcs_built = true;
+	int n = dwfl_module_getsymtab(f->mod);
+	if (n <= 1 || !(f->funcs = malloc((size_t)n * sizeof(*f->funcs))))
+		return;
+	size_t k = 0;
+	Elf_Data *strtab = NULL;
+	for (int i = 1; i < n; i++) {
+		GElf_Sym s;
+		GElf_Addr value;
+		GElf_Word shndx;
+		Elf *elf = NULL;
+		const char *name = dwfl_module_getsym_info(f->mod, i, &s, &value, &shndx, &elf, NULL);
+		int t = GELF_ST_TYPE(s.st_info);
+		if (name && *name && (t == STT_FUNC || t == STT_GNU_IFUNC) && s.st_size &&
+		    shndx != SHN_UNDEF && value + s.st_size > value &&
+		    symbolize_name_ends(elf, name, &strtab))
+			f->funcs[k++] = (struct symfile_func){ value, value + s.st_size, name,
+							       (uint8_t)GELF_ST_BIND(s.st_info) };
+	}
+	symbolize_funcs_unversion(f, k);
+	if (k > 1)
+		qsort(f->funcs, k, sizeof(*f->funcs), func_cmp);
 	size_t w = 0;
-	for (size_t i = 0; i < f->nsyms; i++) {
-		if (w > 0 && f->syms[w - 1].start == f->syms[i].start &&
-		    f->syms[w - 1].end == f->syms[i].end) {
-			if (sym_better(&f->syms[i], &f->syms[w - 1]))
-				f->syms[w - 1] = f->syms[i];
+	for (size_t i = 0; i < k; i++) {
+		struct symfile_func *last = w ? &f->funcs[w - 1] : NULL;
+		if (last && last->start == f->funcs[i].start && last->end == f->funcs[i].end) {
+			if (func_better(&f->funcs[i], last))
+				*last = f->funcs[i];
 			continue;
 		}
-		f->syms[w++] = f->syms[i];
+		f->funcs[w++] = f->funcs[i];
 	}
-	f->nsyms = w;
-	f->maxend = malloc(w * sizeof(*f->maxend));
-	if (!f->maxend)
-		return -ENOMEM;
-	uint64_t m = 0;
-	for (size_t i = 0; i < w; i++) {
-		if (f->syms[i].end > m)
-			m = f->syms[i].end;
-		f->maxend[i] = m;
-	}
-	return 0;
+	if (!(f->funcs_maxend = malloc((w ? w : 1) * sizeof(*f->funcs_maxend))))
+		return;
+	f->nfuncs = w;
+	for (size_t i = 0; i < w; i++)
+		f->funcs_maxend[i] = i && f->funcs_maxend[i - 1] > f->funcs[i].end
+					     ? f->funcs_maxend[i - 1] : f->funcs[i].end;
 }
 
-/* The innermost symbol covering vaddr, or NULL. Lock-free (immutable table). */
-static const struct sym *symfile_find_sym(const struct symfile *f, uint64_t vaddr)
+/* The innermost function symbol covering vaddr, or NULL (f->lock held). */
+static const struct symfile_func *symbolize_func(struct symfile *f, uint64_t vaddr)
 {
-	size_t lo = 0, hi = f->nsyms;
-	while (lo < hi) { /* first index with start > vaddr */
+	if (!f->funcs_built)
+		symbolize_funcs_build(f);
+	size_t lo = 0, hi = f->nfuncs;
+	while (lo < hi) { /* the first function starting above vaddr */
 		size_t mid = lo + (hi - lo) / 2;
-		if (f->syms[mid].start <= vaddr)
+		if (f->funcs[mid].start <= vaddr)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	/* Walk back over symbols starting at or before vaddr while one of them may still
-	 * reach past it; the first that covers it is the innermost (latest start). */
-	for (size_t i = lo; i-- > 0;) {
-		if (f->maxend[i] <= vaddr)
-			break;
-		if (vaddr < f->syms[i].end)
-			return &f->syms[i];
-	}
+	/* back over functions starting at or before vaddr while one may still reach past it;
+	 * the first covering it is the innermost (latest start) */
+	for (size_t i = lo; i-- > 0 && f->funcs_maxend[i] > vaddr;)
+		if (vaddr < f->funcs[i].end)
+			return &f->funcs[i];
 	return NULL;
 }
 
-/* ---- Separate debug files ------------------------------------------------------------- */
+/* ---- DWARF -------------------------------------------------------------------------- */
 
-static int open_elf(const char *path, int *fd_out, Elf **elf_out)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	Elf *elf = elf_begin(fd, ELF_C_READ, NULL);
-	if (!elf || elf_kind(elf) != ELF_K_ELF) {
-		if (elf)
-			elf_end(elf);
-		close(fd);
-		return -ENOEXEC;
-	}
-	*fd_out = fd;
-	*elf_out = elf;
-	return 0;
-}
-
-/* Whether elf carries DWARF (a .debug_info with contents). */
-static bool elf_has_debug_info(Elf *elf)
-{
-	size_t shstrndx;
-	if (elf_getshdrstrndx(elf, &shstrndx) != 0)
-		return false;
-	Elf_Scn *scn = NULL;
-	while ((scn = elf_nextscn(elf, scn)) != NULL) {
-		GElf_Shdr sh;
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS || sh.sh_size == 0)
-			continue;
-		const char *name = elf_strptr(elf, shstrndx, sh.sh_name);
-		if (name && (strcmp(name, ".debug_info") == 0 || strcmp(name, ".zdebug_info") == 0))
-			return true;
-	}
-	return false;
-}
-
-/* The CRC-32 .gnu_debuglink records: zlib's crc32 of the whole file. */
-static bool file_crc_is(int fd, uint32_t want)
-{
-	unsigned char chunk[65536];
-	uLong crc = crc32(0L, Z_NULL, 0);
-	off_t off = 0;
-	ssize_t n;
-	while ((n = pread(fd, chunk, sizeof(chunk), off)) > 0) {
-		crc = crc32(crc, chunk, (uInt)n);
-		off += n;
-	}
-	return n == 0 && (uint32_t)crc == want;
-}
-
-/* Try one candidate debug file; keep it if it has DWARF and belongs to f's file: same
- * build ID when f has one, else the debuglink CRC (when check_crc). */
-static bool symfile_try_debug(struct symfile *f, const char *path, bool check_crc,
-			      uint32_t crc)
-{
-	int fd = -1;
-	Elf *elf = NULL;
-	if (open_elf(path, &fd, &elf) != 0)
-		return false;
-	const void *id, *did;
-	ssize_t idlen = dwelf_elf_gnu_build_id(f->elf, &id);
-	bool ok;
-	if (idlen > 0) {
-		ssize_t dlen = dwelf_elf_gnu_build_id(elf, &did);
-		ok = dlen == idlen && memcmp(id, did, (size_t)idlen) == 0;
-	} else {
-		ok = !check_crc || file_crc_is(fd, crc);
-	}
-	if (!ok || !elf_has_debug_info(elf)) {
-		elf_end(elf);
-		close(fd);
-		return false;
-	}
-	f->dbg_fd = fd;
-	f->dbg_elf = elf;
-	f->dwarf_elf = elf;
-	return true;
-}
-
-/* Look for DWARF elsewhere: /usr/lib/debug/.build-id/xx/rest.debug, then .gnu_debuglink
- * next to the file, in its .debug/ folder, and under /usr/lib/debug. */
-static void symfile_find_debug(struct symfile *f, const char *path)
-{
-	char buf[PATH_MAX];
-	const void *id;
-	ssize_t idlen = dwelf_elf_gnu_build_id(f->elf, &id);
-	if (idlen >= 2) {
-		const unsigned char *b = id;
-		int n = snprintf(buf, sizeof(buf), "/usr/lib/debug/.build-id/%02x/", b[0]);
-		for (ssize_t i = 1; i < idlen && n > 0 && (size_t)n + 3 < sizeof(buf); i++)
-			n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%02x", b[i]);
-		if (n > 0 && (size_t)n + 7 < sizeof(buf)) {
-			memcpy(buf + n, ".debug", 7);
-			if (symfile_try_debug(f, buf, false, 0))
-				return;
-		}
-	}
-	GElf_Word crc;
-	const char *link = dwelf_elf_gnu_debuglink(f->elf, &crc);
-	if (!link || !*link || strchr(link, '/') || !path || path[0] != '/')
-		return;
-	char dir[PATH_MAX];
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	if (!slash)
-		return;
-	slash[slash == dir ? 1 : 0] = '\0';
-	const char *fmts[] = { "%s/%s", "%s/.debug/%s", "/usr/lib/debug%s/%s" };
-	for (size_t i = 0; i < LLGO_ARRAY_SIZE(fmts); i++) {
-		int n = snprintf(buf, sizeof(buf), fmts[i], strcmp(dir, "/") == 0 && i < 2 ? "" : dir,
-				 link);
-		if (n <= 0 || (size_t)n >= sizeof(buf) || strcmp(buf, path) == 0)
-			continue;
-		if (symfile_try_debug(f, buf, true, crc))
-			return;
-	}
-}
-
-/* ---- Construction and the global cache ------------------------------------------------ */
-
-static void symfile_destroy(struct symfile *f)
-{
-	if (!f)
-		return;
-	if (f->dwarf)
-		dwarf_end(f->dwarf);
-	if (f->dbg_elf)
-		elf_end(f->dbg_elf);
-	if (f->dbg_fd >= 0)
-		close(f->dbg_fd);
-	if (f->elf)
-		elf_end(f->elf);
-	if (f->fd >= 0)
-		close(f->fd);
-	for (size_t i = 0; i < f->cache_cap; i++)
-		free(f->cache ? f->cache[i] : NULL);
-	free(f->cache);
-	for (size_t i = 0; i < f->paths_cap; i++)
-		free(f->paths[i].full);
-	free(f->paths);
-	free(f->cus);
-	free(f->cu_maxhi);
-	free(f->segs);
-	free(f->syms);
-	free(f->maxend);
-	free(f->key);
-	pthread_mutex_destroy(&f->lock);
-	free(f);
-}
-
-/* Parse the file behind fd (which we now own). */
-static struct symfile *symfile_open(const char *path, int fd, char *key)
-{
-	struct symfile *f = calloc(1, sizeof(*f));
-	if (!f) {
-		close(fd);
-		free(key);
-		return NULL;
-	}
-	f->fd = fd;
-	f->dbg_fd = -1;
-	f->key = key;
-	f->refs = 1;
-	pthread_mutex_init(&f->lock, NULL);
-	f->elf = elf_begin(fd, ELF_C_READ, NULL);
-	if (!f->elf || elf_kind(f->elf) != ELF_K_ELF)
-		goto fail;
-	if (symfile_read_segs(f) != 0)
-		goto fail;
-	if (elf_has_debug_info(f->elf))
-		f->dwarf_elf = f->elf;
-	else
-		symfile_find_debug(f, path);
-	bool symtab = elf_has_section(f->elf, SHT_SYMTAB);
-	int err = symfile_read_syms(f, f->elf, symtab ? SHT_SYMTAB : SHT_DYNSYM);
-	/* A stripped file keeps only .dynsym; its debug file usually has the .symtab. */
-	if (!err && !symtab && f->dbg_elf && elf_has_section(f->dbg_elf, SHT_SYMTAB))
-		err = symfile_read_syms(f, f->dbg_elf, SHT_SYMTAB);
-	if (err || symfile_index_syms(f) != 0)
-		goto fail;
-	return f;
-fail:
-	symfile_destroy(f);
-	return NULL;
-}
-
-static char *symfile_key(const char *path, int fd, const char *build_id)
-{
-	char *key = NULL;
-	struct stat st;
-	if (fstat(fd, &st) != 0)
-		return NULL;
-	/* Same build ID is not same file: anyone can make a file with a copied build ID and
-	 * renamed symbols. Files are shared only when they are the same file (device, inode,
-	 * size, mtime), so one user's file never names another user's frames. */
-	if (build_id && *build_id) {
-		if (asprintf(&key, "b:%s:%llx:%llx:%llx:%lld.%09ld", build_id,
-			     (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-			     (unsigned long long)st.st_size, (long long)st.st_mtim.tv_sec,
-			     st.st_mtim.tv_nsec) < 0)
-			return NULL;
-		return key;
-	}
-	if (asprintf(&key, "f:%llx:%llx:%llx:%lld.%09ld:%s", (unsigned long long)st.st_dev,
-		     (unsigned long long)st.st_ino, (unsigned long long)st.st_size,
-		     (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, path ? path : "") < 0)
-		return NULL;
-	return key;
-}
-
-static struct symfile *symfile_lookup_locked(const char *key)
-{
-	for (struct symfile *f = g_files; f; f = f->next) {
-		if (strcmp(f->key, key) == 0) {
-			f->refs++;
-			return f;
-		}
-	}
-	return NULL;
-}
-
-struct symfile *symfile_get(const char *path, int fd, const char *build_id)
-{
-	pthread_once(&g_elf_once, symfile_elf_init);
-	struct symfile *f;
-	int own = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : (path ? open(path, O_RDONLY | O_CLOEXEC) : -1);
-	if (own < 0)
-		return NULL;
-	char *key = symfile_key(path, own, build_id);
-	if (!key) {
-		close(own);
-		return NULL;
-	}
-	pthread_mutex_lock(&g_lock);
-	f = symfile_lookup_locked(key);
-	pthread_mutex_unlock(&g_lock);
-	if (f) {
-		close(own);
-		free(key);
-		return f;
-	}
-	/* Parse outside the lock; if another thread published the same file meanwhile, use
-	 * theirs and drop ours. */
-	struct symfile *nf = symfile_open(path, own, key);
-	if (!nf)
-		return NULL;
-	pthread_mutex_lock(&g_lock);
-	f = symfile_lookup_locked(nf->key);
-	if (!f) {
-		nf->next = g_files;
-		g_files = nf;
-		f = nf;
-		nf = NULL;
-	}
-	pthread_mutex_unlock(&g_lock);
-	symfile_destroy(nf);
-	return f;
-}
-
-struct symfile *symfile_ref(struct symfile *f)
-{
-	pthread_mutex_lock(&g_lock);
-	f->refs++;
-	pthread_mutex_unlock(&g_lock);
-	return f;
-}
-
-void symfile_put(struct symfile *f)
-{
-	if (!f)
-		return;
-	pthread_mutex_lock(&g_lock);
-	bool last = --f->refs == 0;
-	if (last) {
-		for (struct symfile **pp = &g_files; *pp; pp = &(*pp)->next) {
-			if (*pp == f) {
-				*pp = f->next;
-				break;
-			}
-		}
-	}
-	pthread_mutex_unlock(&g_lock);
-	if (last)
-		symfile_destroy(f);
-}
-
-/* ---- DWARF ---------------------------------------------------------------------------- */
-
-/* The DWARF handle, opened on first use (f->lock held); NULL when there is none. */
-/*
- * Whether the DWARF string sections of elf end with a NUL. libdw (0.188) reads their strings
- * with strlen: an unterminated last string of a hostile file makes it read past the section
- * (found by tests/fuzz/fuzz_elf.c, kept in tests/fuzz/regress/elf). Such a file keeps its ELF
- * symbols and gets no DWARF.
- */
-static bool symfile_dwarf_strings_ok(Elf *elf)
-{
-	size_t shstrndx;
-	if (elf_getshdrstrndx(elf, &shstrndx) != 0)
-		return false;
-	Elf_Scn *scn = NULL;
-	while ((scn = elf_nextscn(elf, scn)) != NULL) {
-		GElf_Shdr sh;
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS)
-			continue;
-		const char *name = elf_strptr(elf, shstrndx, sh.sh_name);
-		if (!name || strncmp(name, ".debug_", 7) != 0 || !strstr(name, "str") ||
-		    strstr(name, "_offsets"))
-			continue; /* .debug_str, .debug_line_str (and .dwo forms) */
-		/* a compressed section is checked as libdw will read it: decompressed */
-		if ((sh.sh_flags & SHF_COMPRESSED) && elf_compress(scn, 0, 0) < 0)
-			return false;
-		Elf_Data *d = elf_getdata(scn, NULL);
-		if (!d)
-			return false;
-		if (d->d_size && (!d->d_buf || ((const char *)d->d_buf)[d->d_size - 1] != '\0'))
-			return false;
-	}
-	return true;
-}
-
-static Dwarf *symfile_dwarf(struct symfile *f)
+/* The module's DWARF, looked for at the first lookup (f->lock held); NULL when none. */
+static Dwarf *symbolize_dwarf(struct symfile *f)
 {
 	if (!f->dwarf_tried) {
 		f->dwarf_tried = true;
-		if (f->dwarf_elf && symfile_dwarf_strings_ok(f->dwarf_elf))
-			f->dwarf = dwarf_begin_elf(f->dwarf_elf, DWARF_C_READ, NULL);
-		if (!f->dwarf)
-			f->dwarf_elf = NULL;
+		/* a main file with bad strings is never given to libdw */
+		if (!f->main_has_dwarf || symfile_dwarf_ok(f))
+			f->dwarf = dwfl_module_getdwarf(f->mod, &f->bias);
+		Dwarf_Aranges *ar;
+		size_t nar = 0;
+		f->cu_walk = f->dwarf && dwarf_getaranges(f->dwarf, &ar, &nar) == 0 && nar == 0;
 	}
 	return f->dwarf;
 }
 
-static int cu_cmp(const void *x, const void *y)
+/* The compile unit holding file address vaddr: libdwfl's, or in a file without
+ * .debug_aranges the first whose ranges hold it. */
+static Dwarf_Die *symbolize_cu(struct symfile *f, Dwarf_Addr vaddr, Dwarf_Die *mem)
 {
-	const struct cu_range *a = x, *b = y;
-	if (a->lo != b->lo)
-		return a->lo < b->lo ? -1 : 1;
-	return 0;
-}
-
-/* Index the address ranges of every compile unit (not relying on .debug_aranges, which
- * not every producer writes). Called with f->lock held. */
-static void symfile_build_cus(struct symfile *f)
-{
-	f->cus_built = true;
-	if (!f->dwarf)
-		return;
-	size_t cap = 0;
-	Dwarf_CU *cu = NULL;
+	Dwarf_Addr bias;
+	Dwarf_Die *cu = dwfl_module_addrdie(f->mod, vaddr, &bias);
+	/* libdwfl counts the gaps between a unit's ranges as the unit's */
+	if (cu || !f->cu_walk)
+		return cu && bias == f->bias && dwarf_haspc(cu, vaddr - bias) == 1 ? cu : NULL;
+	Dwarf_CU *unit = NULL;
 	Dwarf_Half version;
-	uint8_t unit_type;
-	Dwarf_Die cudie, subdie;
-	while (dwarf_get_units(f->dwarf, cu, &cu, &version, &unit_type, &cudie, &subdie) == 0) {
-		if (dwarf_tag(&cudie) != DW_TAG_compile_unit)
-			continue;
-		Dwarf_Addr base, start, end;
-		ptrdiff_t off = 0;
-		while ((off = dwarf_ranges(&cudie, off, &base, &start, &end)) > 0) {
-			if (end <= start)
-				continue;
-			if (f->ncus == cap) {
-				size_t nc = cap ? cap * 2 : 64;
-				struct cu_range *p = realloc(f->cus, nc * sizeof(*p));
-				if (!p)
-					goto out;
-				f->cus = p;
-				cap = nc;
-			}
-			f->cus[f->ncus++] = (struct cu_range){ start, end, cudie };
-		}
-	}
-out:
-	if (f->ncus == 0)
-		return;
-	if (f->ncus > 1)
-		qsort(f->cus, f->ncus, sizeof(*f->cus), cu_cmp);
-	f->cu_maxhi = malloc(f->ncus * sizeof(*f->cu_maxhi));
-	if (!f->cu_maxhi) {
-		f->ncus = 0;
-		return;
-	}
-	uint64_t m = 0;
-	for (size_t i = 0; i < f->ncus; i++) {
-		if (f->cus[i].hi > m)
-			m = f->cus[i].hi;
-		f->cu_maxhi[i] = m;
-	}
-}
-
-static Dwarf_Die *symfile_find_cu(struct symfile *f, uint64_t vaddr)
-{
-	if (!f->cus_built)
-		symfile_build_cus(f);
-	size_t lo = 0, hi = f->ncus;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (f->cus[mid].lo <= vaddr)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	for (size_t i = lo; i-- > 0;) {
-		if (f->cu_maxhi[i] <= vaddr)
-			break;
-		if (vaddr < f->cus[i].hi)
-			return &f->cus[i].cudie;
+	uint8_t type;
+	Dwarf_Die sub;
+	while (dwarf_get_units(f->dwarf, unit, &unit, &version, &type, mem, &sub) == 0) {
+		if (dwarf_tag(mem) == DW_TAG_compile_unit && dwarf_haspc(mem, vaddr - f->bias) == 1)
+			return mem;
 	}
 	return NULL;
 }
 
-/* The name a DIE (possibly a concrete instance) goes by: the linkage name when there is
- * one (so C++ names match the ELF symbols), else DW_AT_name, following abstract origins
- * and specifications. */
+/* The name a DIE goes by: its linkage name when it has one (C++ names then match the ELF
+ * symbols), else DW_AT_name, following abstract origins and specifications. */
 static const char *die_name(Dwarf_Die *die)
 {
 	Dwarf_Attribute a;
@@ -695,304 +302,204 @@ static const char *die_name(Dwarf_Die *die)
 	return n;
 }
 
-static int die_decl_line(Dwarf_Die *die)
+/* name made absolute with the unit's DW_AT_comp_dir ("./" and doubled slashes dropped),
+ * kept by f and found again by the address of libdw's string (f->lock held). libdw 0.188
+ * leaves DWARF 5 names relative to the compilation directory. */
+static const char *symbolize_abs_path(struct symfile *f, Dwarf_Die *cu, const char *name)
 {
-	int line = 0;
-	if (dwarf_decl_line(die, &line) != 0 || line < 0)
-		return 0;
-	return line;
+	Dwarf_Attribute a;
+	const char *dir = name && name[0] != '/' && dwarf_attr(cu, DW_AT_comp_dir, &a)
+				  ? dwarf_formstring(&a) : NULL;
+	if (!dir || dir[0] != '/')
+		return name;
+	uint64_t key = (uint64_t)(uintptr_t)name;
+	const struct symfile_memo_entry *e = memo_find(&f->paths, key);
+	if (e)
+		return e->frames[0].file;
+	size_t dl = strlen(dir), w = dl;
+	char *full = malloc(dl + strlen(name) + 2);
+	if (!full)
+		return name;
+	memcpy(full, dir, dl);
+	while (w > 1 && full[w - 1] == '/')
+		w--;
+	full[w++] = '/';
+	for (const char *c = name; *c;) {
+		if (full[w - 1] == '/' && (c[0] == '/' || (c[0] == '.' && c[1] == '/')))
+			c += c[0] == '/' ? 1 : 2;
+		else
+			full[w++] = *c++;
+	}
+	full[w] = '\0';
+	struct sym_frame owner = { .file = full };
+	if (!memo_insert(&f->paths, key, 0, 1, &owner)) {
+		free(full);
+		return name;
+	}
+	return full;
 }
 
-/* Find the chain of subprogram / inlined_subroutine DIEs holding vaddr under parent,
- * outermost first, into chain[*n]. Returns true when the address lies in a function. */
-static bool dwarf_find_chain(Dwarf_Die *parent, uint64_t vaddr, Dwarf_Die *chain, int *n,
-			     int depth)
+static bool die_is_function(Dwarf_Die *die)
 {
-	if (depth > SYM_MAX_DEPTH)
-		return false;
+	int tag = dwarf_tag(die);
+	return tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine ||
+	       tag == DW_TAG_entry_point;
+}
+
+/* The leaf's position: libdwfl's line lookup, else the unit's (no .debug_aranges). */
+static void symbolize_leaf_line(struct symfile *f, Dwarf_Die *cu, Dwarf_Addr vaddr,
+				struct sym_frame *fr)
+{
+	int line = 0;
+	const char *file = NULL;
+	Dwfl_Line *dl = dwfl_module_getsrc(f->mod, vaddr);
+	Dwarf_Line *l;
+	if (dl)
+		file = dwfl_lineinfo(dl, NULL, &line, NULL, NULL, NULL);
+	else if ((l = dwarf_getsrc_die(cu, vaddr - f->bias)) != NULL &&
+		 (file = dwarf_linesrc(l, NULL, NULL)) != NULL && dwarf_lineno(l, &line) != 0)
+		line = 0;
+	fr->file = symbolize_abs_path(f, cu, file);
+	fr->line = file && line > 0 ? line : 0;
+}
+
+/*
+ * The scopes holding pc below parent, outermost first, appended to chain[*n] (functions and
+ * inlined instances only; lexical blocks are gone through). A walk down the concrete tree,
+ * pruned by dwarf_haspc: libdw 0.188's dwarf_getscopes returns nothing, and leaks its array,
+ * when an inlined function's abstract origin is in another unit (gcc -flto, dwz; fixed in
+ * elfutils 0.189), and dwarf_getscopes_die walks the whole unit. Returns whether a scope
+ * below parent holds pc (a type or namespace holding none is gone past, not stopped at).
+ */
+static bool symbolize_descend(Dwarf_Die *parent, Dwarf_Addr pc, Dwarf_Die *chain, int *n,
+			      int depth)
+{
 	Dwarf_Die child;
-	if (dwarf_child(parent, &child) != 0)
+	if (depth > SYMBOLIZE_MAX_DEPTH || dwarf_child(parent, &child) != 0)
 		return false;
 	do {
-		int tag = dwarf_tag(&child);
-		switch (tag) {
+		switch (dwarf_tag(&child)) {
 		case DW_TAG_subprogram:
 		case DW_TAG_inlined_subroutine:
 		case DW_TAG_entry_point:
 		case DW_TAG_lexical_block:
 		case DW_TAG_try_block:
 		case DW_TAG_catch_block:
-			if (dwarf_haspc(&child, vaddr) != 1)
+			if (dwarf_haspc(&child, pc) != 1)
 				break;
-			if (tag != DW_TAG_lexical_block && tag != DW_TAG_try_block &&
-			    tag != DW_TAG_catch_block && *n < SYM_MAX_DEPTH)
+			if (die_is_function(&child) && *n < SYMBOLIZE_MAX_DEPTH)
 				chain[(*n)++] = child;
-			dwarf_find_chain(&child, vaddr, chain, n, depth + 1);
-			return *n > 0;
+			symbolize_descend(&child, pc, chain, n, depth + 1);
+			return true;
 		case DW_TAG_namespace:
 		case DW_TAG_module:
 		case DW_TAG_class_type:
 		case DW_TAG_structure_type:
 		case DW_TAG_union_type:
 			if (dwarf_haschildren(&child) == 1 &&
-			    dwarf_find_chain(&child, vaddr, chain, n, depth + 1))
+			    symbolize_descend(&child, pc, chain, n, depth + 1))
 				return true;
 			break;
 		default:
 			break;
 		}
 	} while (dwarf_siblingof(&child, &child) == 0);
-	return *n > 0;
+	return false;
 }
 
-static size_t path_slot(const char *dir, const char *name, size_t cap)
+/* DWARF frames for file address vaddr, leaf first, into fr (at most SYM_MAX_INLINE: the
+ * leaf-most and always the physical function last), each frame but the first at its call
+ * position; *entry gets the physical function's low pc. Returns the frame count (0: no
+ * function holds it). */
+static int symbolize_frames(struct symfile *f, uint64_t vaddr, struct sym_frame *fr,
+			    uint64_t *entry)
 {
-	uint64_t h = ((uint64_t)(uintptr_t)dir * 0x9e3779b97f4a7c15ULL) ^ (uint64_t)(uintptr_t)name;
-	h *= 0xff51afd7ed558ccdULL;
-	return (size_t)(h >> 20) & (cap - 1);
-}
-
-/* "dir/name" with "./" segments dropped, owned by f (f->lock held). */
-static const char *path_join(struct symfile *f, const char *dir, const char *name)
-{
-	if (f->paths_cap) {
-		for (size_t i = path_slot(dir, name, f->paths_cap);; i = (i + 1) & (f->paths_cap - 1)) {
-			struct abs_path *e = &f->paths[i];
-			if (!e->full)
-				break;
-			if (e->dir == dir && e->name == name)
-				return e->full;
-		}
-	}
-	if ((f->paths_n + 1) * 2 > f->paths_cap) {
-		size_t nc = f->paths_cap ? f->paths_cap * 2 : 64;
-		struct abs_path *t = calloc(nc, sizeof(*t));
-		if (!t)
-			return name;
-		for (size_t i = 0; i < f->paths_cap; i++) {
-			if (!f->paths[i].full)
-				continue;
-			size_t j = path_slot(f->paths[i].dir, f->paths[i].name, nc);
-			while (t[j].full)
-				j = (j + 1) & (nc - 1);
-			t[j] = f->paths[i];
-		}
-		free(f->paths);
-		f->paths = t;
-		f->paths_cap = nc;
-	}
-	size_t dl = strlen(dir), nl = strlen(name);
-	char *full = malloc(dl + nl + 2);
-	if (!full)
-		return name;
-	memcpy(full, dir, dl);
-	size_t w = dl;
-	while (w > 1 && full[w - 1] == '/')
-		w--;
-	full[w++] = '/';
-	for (const char *c = name; *c;) {
-		if (c[0] == '.' && c[1] == '/' && full[w - 1] == '/') {
-			c += 2;
-			continue;
-		}
-		if (c[0] == '/' && full[w - 1] == '/') {
-			c++;
-			continue;
-		}
-		full[w++] = *c++;
-	}
-	full[w] = '\0';
-	size_t j = path_slot(dir, name, f->paths_cap);
-	while (f->paths[j].full)
-		j = (j + 1) & (f->paths_cap - 1);
-	f->paths[j] = (struct abs_path){ dir, name, full };
-	f->paths_n++;
-	return full;
-}
-
-/* A file name from the CU's tables made absolute with the CU's DW_AT_comp_dir. */
-static const char *cu_abs(struct symfile *f, Dwarf_Die *cudie, const char *name)
-{
-	if (!name || name[0] == '/')
-		return name;
-	Dwarf_Attribute a;
-	const char *dir = dwarf_attr(cudie, DW_AT_comp_dir, &a) ? dwarf_formstring(&a) : NULL;
-	if (!dir || dir[0] != '/')
-		return name;
-	return path_join(f, dir, name);
-}
-
-static const char *cu_file(struct symfile *f, Dwarf_Die *cudie, Dwarf_Word idx)
-{
-	Dwarf_Files *files;
-	size_t nfiles;
-	if (dwarf_getsrcfiles(cudie, &files, &nfiles) != 0 || idx >= nfiles)
-		return NULL;
-	return cu_abs(f, cudie, dwarf_filesrc(files, idx, NULL, NULL));
-}
-
-/* DWARF frames for vaddr, leaf first, into fr (at most SYM_MAX_INLINE); *entry gets the
- * physical function's low pc. Returns the frame count (0: no function DIE holds it).
- * Called with f->lock held. */
-static int symfile_dwarf_frames(struct symfile *f, uint64_t vaddr, struct sym_frame *fr,
-				uint64_t *entry)
-{
-	Dwarf_Die *cudie = symfile_find_cu(f, vaddr);
-	if (!cudie)
+	Dwarf_Die cu_mem, *cu = symbolize_cu(f, vaddr, &cu_mem), chain[SYMBOLIZE_MAX_DEPTH];
+	int nc = 0, out = 0;
+	if (!cu || (symbolize_descend(cu, vaddr - f->bias, chain, &nc, 0), nc) == 0)
 		return 0;
-	Dwarf_Die chain[SYM_MAX_DEPTH];
-	int n = 0;
-	if (!dwarf_find_chain(cudie, vaddr, chain, &n, 0) || n == 0)
-		return 0;
-	const char *file = NULL;
-	int line = 0;
-	Dwarf_Line *l = dwarf_getsrc_die(cudie, vaddr);
-	if (l) {
-		file = cu_abs(f, cudie, dwarf_linesrc(l, NULL, NULL));
-		if (dwarf_lineno(l, &line) != 0)
-			line = 0;
-	}
-	/* chain is outermost first; walk it from the leaf, each inlined DIE giving the
-	 * position of the call in its parent. Keep the leaf-most frames and always the
-	 * physical function (chain[0]) last. */
-	int out = 0;
-	for (int i = n - 1; i >= 0; i--) {
-		if (out < SYM_MAX_INLINE - 1 || i == 0) {
-			int k = out < SYM_MAX_INLINE ? out : SYM_MAX_INLINE - 1;
-			fr[k].function = die_name(&chain[i]);
-			fr[k].file = file;
-			fr[k].line = line;
-			fr[k].start_line = die_decl_line(&chain[i]);
-			if (out < SYM_MAX_INLINE)
-				out++;
+	struct sym_frame pos = { 0 };
+	symbolize_leaf_line(f, cu, vaddr, &pos);
+	Dwarf_Files *files = NULL;
+	size_t nfiles = 0;
+	for (int i = nc - 1; i >= 0; i--) {
+		bool physical = dwarf_tag(&chain[i]) != DW_TAG_inlined_subroutine || i == 0;
+		if (out < SYM_MAX_INLINE - 1 || physical) {
+			fr[out] = pos;
+			fr[out].function = die_name(&chain[i]);
+			if (dwarf_decl_line(&chain[i], &fr[out].start_line) != 0 ||
+			    fr[out].start_line < 0)
+				fr[out].start_line = 0;
+			out++;
 		}
-		if (dwarf_tag(&chain[i]) == DW_TAG_inlined_subroutine) {
-			Dwarf_Attribute a;
-			Dwarf_Word w;
-			file = NULL;
-			line = 0;
-			if (dwarf_attr(&chain[i], DW_AT_call_file, &a) && dwarf_formudata(&a, &w) == 0)
-				file = cu_file(f, cudie, w);
-			if (dwarf_attr(&chain[i], DW_AT_call_line, &a) && dwarf_formudata(&a, &w) == 0 &&
-			    w <= INT_MAX)
-				line = (int)w;
+		Dwarf_Attribute a;
+		Dwarf_Word w;
+		Dwarf_Addr low;
+		if (physical) {
+			*entry = dwarf_tag(&chain[i]) != DW_TAG_inlined_subroutine &&
+						 dwarf_entrypc(&chain[i], &low) == 0
+					 ? low + f->bias : 0;
+			break;
 		}
+		/* an inlined instance: where its caller called it */
+		pos = (struct sym_frame){ 0 };
+		if (dwarf_attr(&chain[i], DW_AT_call_file, &a) && dwarf_formudata(&a, &w) == 0 &&
+		    (files || dwarf_getsrcfiles(cu, &files, &nfiles) == 0) && w < nfiles)
+			pos.file = symbolize_abs_path(f, cu, dwarf_filesrc(files, w, NULL, NULL));
+		if (dwarf_attr(&chain[i], DW_AT_call_line, &a) && dwarf_formudata(&a, &w) == 0 &&
+		    w <= INT_MAX)
+			pos.line = (int)w;
 	}
-	Dwarf_Addr lowpc;
-	*entry = 0;
-	if (dwarf_tag(&chain[0]) != DW_TAG_inlined_subroutine &&
-	    (dwarf_entrypc(&chain[0], &lowpc) == 0 || dwarf_lowpc(&chain[0], &lowpc) == 0))
-		*entry = lowpc;
 	return out;
 }
 
-/* ---- Lookups -------------------------------------------------------------------------- */
+/* ---- Lookups ------------------------------------------------------------------------ */
 
-/* File offset to ELF virtual address through the PT_LOAD segment holding it. */
-static uint64_t symfile_vaddr(const struct symfile *f, uint64_t off)
+/* File offset to file address through the PT_LOAD segment holding it. */
+static uint64_t symbolize_vaddr(const struct symfile *f, uint64_t off)
 {
 	for (size_t i = 0; i < f->nsegs; i++) {
-		const struct seg *s = &f->segs[i];
+		const struct symfile_seg *s = &f->segs[i];
 		if (off >= s->offset && off - s->offset < s->filesz)
 			return off - s->offset + s->vaddr;
 	}
 	return off;
 }
 
-static size_t cache_slot(uint64_t vaddr, size_t cap)
+/* Resolve file address vaddr (f->lock held): the ELF symbol names the physical function
+ * and gives its entry; DWARF gives the inline chain and lines. */
+static int symbolize_resolve(struct symfile *f, uint64_t vaddr, struct sym_frame *fr,
+			     uint64_t *entry)
 {
-	return (size_t)((vaddr * 0x9e3779b97f4a7c15ULL) >> 17) & (cap - 1);
-}
-
-static struct cache_entry *cache_find(struct symfile *f, uint64_t vaddr)
-{
-	if (!f->cache_cap)
-		return NULL;
-	for (size_t i = cache_slot(vaddr, f->cache_cap);; i = (i + 1) & (f->cache_cap - 1)) {
-		struct cache_entry *e = f->cache[i];
-		if (!e || e->vaddr == vaddr)
-			return e;
-	}
-}
-
-static void cache_insert(struct symfile *f, struct cache_entry *e)
-{
-	if (f->cache_n >= SYM_CACHE_MAX) {
-		free(e);
-		return;
-	}
-	if ((f->cache_n + 1) * 2 > f->cache_cap) {
-		size_t nc = f->cache_cap ? f->cache_cap * 2 : 256;
-		struct cache_entry **t = calloc(nc, sizeof(*t));
-		if (!t) {
-			free(e);
-			return;
-		}
-		for (size_t i = 0; i < f->cache_cap; i++) {
-			struct cache_entry *o = f->cache[i];
-			if (!o)
-				continue;
-			size_t j = cache_slot(o->vaddr, nc);
-			while (t[j])
-				j = (j + 1) & (nc - 1);
-			t[j] = o;
-		}
-		free(f->cache);
-		f->cache = t;
-		f->cache_cap = nc;
-	}
-	size_t j = cache_slot(e->vaddr, f->cache_cap);
-	while (f->cache[j])
-		j = (j + 1) & (f->cache_cap - 1);
-	f->cache[j] = e;
-	f->cache_n++;
-}
-
-/* Resolve vaddr (f->lock held): DWARF for the inline chain and lines, the ELF symbol
- * for the physical function's name and entry. */
-static int symfile_resolve(struct symfile *f, uint64_t vaddr, struct sym_frame *fr,
-			   uint64_t *entry)
-{
-	const struct sym *s = symfile_find_sym(f, vaddr);
-	uint64_t dw_entry = 0;
-	int n = symfile_dwarf(f) ? symfile_dwarf_frames(f, vaddr, fr, &dw_entry) : 0;
+	const struct symfile_func *sym = symbolize_func(f, vaddr);
+	const char *name = sym ? sym->name : NULL;
 	*entry = 0;
-	if (n > 0) {
-		if (s) {
-			fr[n - 1].function = s->name;
-			*entry = s->start;
-		} else {
-			*entry = dw_entry;
-		}
-		if (!fr[n - 1].function)
-			fr[n - 1].function = "??";
-		for (int i = 0; i < n - 1; i++)
-			if (!fr[i].function)
-				fr[i].function = "??";
-		return n;
+	int n = symbolize_dwarf(f) ? symbolize_frames(f, vaddr, fr, entry) : 0;
+	if (n == 0 && name) {
+		/* No function scope, but the line table may still know the position. */
+		Dwarf_Die cu_mem, *cu = f->dwarf ? symbolize_cu(f, vaddr, &cu_mem) : NULL;
+		memset(fr, 0, sizeof(*fr));
+		if (cu)
+			symbolize_leaf_line(f, cu, vaddr, fr);
+		n = 1;
 	}
-	if (!s)
-		return 0;
-	memset(fr, 0, sizeof(*fr));
-	fr[0].function = s->name;
-	*entry = s->start;
-	/* No function DIE, but the line table may still know the position. */
-	Dwarf_Die *cudie = f->dwarf ? symfile_find_cu(f, vaddr) : NULL;
-	Dwarf_Line *l = cudie ? dwarf_getsrc_die(cudie, vaddr) : NULL;
-	if (l) {
-		fr[0].file = cu_abs(f, cudie, dwarf_linesrc(l, NULL, NULL));
-		if (dwarf_lineno(l, &fr[0].line) != 0)
-			fr[0].line = 0;
+	if (n > 0 && name) {
+		fr[n - 1].function = name;
+		*entry = sym->start;
 	}
-	return 1;
+	for (int i = 0; i < n; i++)
+		if (!fr[i].function)
+			fr[i].function = "??";
+	return n;
 }
 
-/* What the file can tell, for pprof's Mapping.has_* (f->lock held; DWARF counts once it
- * is known to open, or while it has not been tried). */
-static void symfile_flags(struct symfile *f, struct sym_result *out)
+/* What the file can tell, for pprof's Mapping.has_* (f->lock held). Before the first
+ * lookup only the file itself is asked, so a mapping without samples never starts a debug
+ * file search (nor a debuginfod download). */
+static void symbolize_flags(struct symfile *f, struct sym_result *out)
 {
-	bool dw = f->dwarf_elf != NULL;
-	out->has_functions = f->nsyms > 0 || dw;
+	bool dw = f->dwarf_tried ? f->dwarf != NULL : f->main_has_dwarf;
+	out->has_functions = f->main_has_syms || dw || f->nfuncs > 0;
 	out->has_filenames = out->has_lines = out->has_inlines = dw;
 }
 
@@ -1006,41 +513,25 @@ int symbolize_pc(const struct mapping *m, uint64_t pc, struct sym_result *out)
 	 * tell (the pprof writer asks this way for mappings without samples). */
 	if (pc < m->start || pc >= m->end) {
 		pthread_mutex_lock(&f->lock);
-		symfile_flags(f, out);
+		symbolize_flags(f, out);
 		pthread_mutex_unlock(&f->lock);
 		return 0;
 	}
-	uint64_t vaddr = symfile_vaddr(f, pc - m->start + m->offset);
+	uint64_t vaddr = symbolize_vaddr(f, pc - m->start + m->offset), entry;
 
 	pthread_mutex_lock(&f->lock);
-	struct cache_entry *e = cache_find(f, vaddr);
-	if (!e) {
-		struct sym_frame fr[SYM_MAX_INLINE];
-		uint64_t entry;
-		int n = symfile_resolve(f, vaddr, fr, &entry);
-		e = malloc(sizeof(*e) + (size_t)n * sizeof(fr[0]));
-		if (!e) {
-			pthread_mutex_unlock(&f->lock);
-			return -ENOMEM;
-		}
-		e->vaddr = vaddr;
-		e->entry = entry;
-		e->nframes = n;
-		memcpy(e->frames, fr, (size_t)n * sizeof(fr[0]));
-		out->nframes = n;
-		memcpy(out->frames, fr, (size_t)n * sizeof(fr[0]));
-		if (entry && entry <= vaddr)
-			out->entry = pc - (vaddr - entry);
-		cache_insert(f, e); /* may free e */
-		symfile_flags(f, out);
-		pthread_mutex_unlock(&f->lock);
-		return n;
+	const struct symfile_memo_entry *e = memo_find(&f->results, vaddr);
+	if (e) {
+		out->nframes = e->nframes;
+		memcpy(out->frames, e->frames, (size_t)e->nframes * sizeof(e->frames[0]));
+		entry = e->entry;
+	} else {
+		out->nframes = symbolize_resolve(f, vaddr, out->frames, &entry);
+		memo_insert(&f->results, vaddr, entry, out->nframes, out->frames);
 	}
-	out->nframes = e->nframes;
-	memcpy(out->frames, e->frames, (size_t)e->nframes * sizeof(e->frames[0]));
-	if (e->entry && e->entry <= vaddr)
-		out->entry = pc - (vaddr - e->entry);
-	symfile_flags(f, out);
+	if (entry && entry <= vaddr)
+		out->entry = pc - (vaddr - entry);
+	symbolize_flags(f, out);
 	pthread_mutex_unlock(&f->lock);
 	return out->nframes;
 }

@@ -320,20 +320,55 @@ Test(symbolize, dlopen_then_refresh)
 	e2e_rmdir(dir);
 }
 
+/* The test library loaded and called: its handle, the maps read after the call, the
+ * return addresses symt_dl_caller gave (ret: its own, st: the static function's) and the
+ * mapping holding ret - 1. */
+struct symt_dl {
+	void *h;
+	struct procmaps *pm;
+	uint64_t ret, st;
+	const struct mapping *m;
+};
+
+static void symt_dl_call(const char *dir, const char *lib, struct symt_dl *d)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", dir, lib);
+	d->h = dlopen(path, RTLD_NOW);
+	cr_assert(d->h, "dlopen: %s", dlerror());
+	uint64_t (*fn)(uint64_t *) = (uint64_t(*)(uint64_t *))dlsym(d->h, "symt_dl_caller");
+	d->st = 0;
+	d->ret = fn(&d->st);
+	d->pm = procmaps_new(getpid());
+	cr_assert(d->pm);
+	d->m = procmaps_find(d->pm, d->ret - 1);
+	cr_assert(d->m && d->m->file);
+}
+
+/* build_lib with -g, then its DWARF moved to NAME.debug named by NAME.so's .gnu_debuglink;
+ * then the shell command then (run in dir). */
+static void build_lib_debuglink(const char *dir, const char *name, const char *then)
+{
+	char so[256], *out = NULL;
+	snprintf(so, sizeof(so), "%s.so", name);
+	build_lib(dir, so, "-g");
+	int rc = e2e_sh(&out, "cd %s && objcopy --only-keep-debug %s.so %s.debug && "
+			      "objcopy --strip-debug --add-gnu-debuglink=%s.debug %s.so %s",
+			dir, name, name, name, name, then);
+	cr_assert_eq(rc, 0, "objcopy: %s", out);
+	free(out);
+}
+
 Test(symbolize, stripped_library_uses_dynsym)
 {
 	char *dir = e2e_tmpdir();
 	build_lib(dir, "libsymt_s.so", "-s");
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/libsymt_s.so", dir);
-	void *h = dlopen(path, RTLD_NOW);
-	cr_assert(h, "dlopen: %s", dlerror());
-	uint64_t (*fn)(uint64_t *) = (uint64_t(*)(uint64_t *))dlsym(h, "symt_dl_caller");
-	uint64_t st = 0, ret = fn(&st);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
-	const struct mapping *m = procmaps_find(pm, ret - 1);
-	cr_assert(m && m->file);
+	struct symt_dl d;
+	symt_dl_call(dir, "libsymt_s.so", &d);
+	void *h = d.h;
+	uint64_t ret = d.ret, st = d.st;
+	struct procmaps *pm = d.pm;
+	const struct mapping *m = d.m;
 	struct sym_result r;
 	cr_assert_eq(symbolize_pc(m, ret - 1, &r), 1);
 	cr_expect_str_eq(r.frames[0].function, "symt_dl_caller");
@@ -350,29 +385,106 @@ Test(symbolize, stripped_library_uses_dynsym)
 
 Test(symbolize, separate_debug_file_through_debuglink)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
-	build_lib(dir, "libsymt_d.so", "-g");
-	int rc = e2e_sh(&out, "cd %s && objcopy --only-keep-debug libsymt_d.so libsymt_d.debug && "
-			      "objcopy --strip-debug --add-gnu-debuglink=libsymt_d.debug "
-			      "libsymt_d.so", dir);
-	cr_assert_eq(rc, 0, "objcopy: %s", out);
-	free(out);
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/libsymt_d.so", dir);
-	void *h = dlopen(path, RTLD_NOW);
-	cr_assert(h, "dlopen: %s", dlerror());
-	uint64_t (*fn)(uint64_t *) = (uint64_t(*)(uint64_t *))dlsym(h, "symt_dl_caller");
-	uint64_t st = 0, ret = fn(&st);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
-	const struct mapping *m = procmaps_find(pm, ret - 1);
-	cr_assert(m && m->file);
+	char *dir = e2e_tmpdir();
+	build_lib_debuglink(dir, "libsymt_d", "");
+	struct symt_dl d;
+	symt_dl_call(dir, "libsymt_d.so", &d);
+	void *h = d.h;
+	uint64_t ret = d.ret;
+	struct procmaps *pm = d.pm;
+	const struct mapping *m = d.m;
 	struct sym_result r;
 	cr_assert_eq(symbolize_pc(m, ret - 1, &r), 1);
 	cr_expect_str_eq(r.frames[0].function, "symt_dl_caller");
 	cr_expect(ends_with(r.frames[0].file, "/symt_dl.c"), "%s", r.frames[0].file);
 	cr_expect_eq(r.frames[0].line, 13);
 	cr_expect(r.has_lines);
+	procmaps_free(pm);
+	dlclose(h);
+	e2e_rmdir(dir);
+}
+
+/* A debug file others may write to is read from a private copy: shrinking it afterwards
+ * (which would fault a mapping of it) changes nothing. */
+Test(symbolize, debuglink_file_others_can_write_is_copied)
+{
+	char *dir = e2e_tmpdir(), path[4200];
+	build_lib_debuglink(dir, "libsymt_w", "&& chmod 0666 libsymt_w.debug");
+	struct symt_dl d;
+	symt_dl_call(dir, "libsymt_w.so", &d);
+	struct sym_result r;
+	cr_assert_eq(symbolize_pc(d.m, d.ret - 1, &r), 1);
+	cr_expect_str_eq(r.frames[0].function, "symt_dl_caller");
+	cr_expect_eq(r.frames[0].line, 13);
+	snprintf(path, sizeof(path), "%s/libsymt_w.debug", dir);
+	cr_assert_eq(truncate(path, 0), 0, "truncate: %s", strerror(errno));
+	/* an address not looked up yet: read from the copy */
+	cr_assert_eq(symbolize_pc(d.m, d.st - 1, &r), 1);
+	cr_expect_str_eq(r.frames[0].function, "symt_dl_static");
+	cr_expect(ends_with(r.frames[0].file, "/symt_dl.c"), "%s", r.frames[0].file);
+	cr_expect_eq(r.frames[0].line, 8);
+	procmaps_free(d.pm);
+	dlclose(d.h);
+	e2e_rmdir(dir);
+}
+
+/* gcc -flto inlines across files and puts the inlined function's abstract origin in another
+ * unit (libdw 0.188's dwarf_getscopes finds no scope then): the chain still shows it. */
+static const char lto_a_src[] =
+	"#include <stdint.h>\n"                                                   /* 1 */
+	"uint64_t symt_lto_inner(void);\n"                                        /* 2 */
+	"__attribute__((noinline)) uint64_t symt_lto_leaf(void) {\n"              /* 3 */
+	"  uint64_t r = (uint64_t)(uintptr_t)__builtin_return_address(0);\n"      /* 4 */
+	"  __asm__ volatile(\"\" : : \"r\"(r) : \"memory\");\n"             /* 5 */
+	"  return r;\n"                                                           /* 6 */
+	"}\n"                                                                     /* 7 */
+	"uint64_t symt_lto_outer(void) {\n"                                       /* 8 */
+	"  uint64_t r = symt_lto_inner();\n"                                      /* 9 */
+	"  __asm__ volatile(\"\" : : \"r\"(r) : \"memory\");\n"             /* 10 */
+	"  return r;\n"                                                           /* 11 */
+	"}\n";
+static const char lto_b_src[] =
+	"#include <stdint.h>\n"                                                   /* 1 */
+	"uint64_t symt_lto_leaf(void);\n"                                         /* 2 */
+	"uint64_t symt_lto_inner(void) {\n"                                       /* 3 */
+	"  uint64_t r = symt_lto_leaf();\n"                                       /* 4 */
+	"  __asm__ volatile(\"\" : : \"r\"(r) : \"memory\");\n"             /* 5 */
+	"  return r;\n"                                                           /* 6 */
+	"}\n";
+
+Test(symbolize, inlined_across_units_by_lto)
+{
+	char *dir = e2e_tmpdir(), *out = NULL, path[4200];
+	const char *srcs[2][2] = { { "symt_lto_a.c", lto_a_src }, { "symt_lto_b.c", lto_b_src } };
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, srcs[i][0]);
+		FILE *f = fopen(path, "w");
+		cr_assert(f && fputs(srcs[i][1], f) >= 0 && fclose(f) == 0);
+	}
+	int rc = e2e_sh(&out, "cd %s && cc -shared -fPIC -O2 -flto -fno-semantic-interposition -g "
+			      "-fno-omit-frame-pointer "
+			      "-o libsymt_lto.so symt_lto_a.c symt_lto_b.c", dir);
+	cr_assert_eq(rc, 0, "cc: %s", out);
+	free(out);
+	snprintf(path, sizeof(path), "%s/libsymt_lto.so", dir);
+	void *h = dlopen(path, RTLD_NOW);
+	cr_assert(h, "dlopen: %s", dlerror());
+	uint64_t (*outer)(void) = (uint64_t(*)(void))dlsym(h, "symt_lto_outer");
+	cr_assert(outer);
+	uint64_t ret = outer();
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm);
+	const struct mapping *m = procmaps_find(pm, ret - 1);
+	cr_assert(m && m->file);
+	struct sym_result r;
+	int n = symbolize_pc(m, ret - 1, &r);
+	cr_assert_eq(n, 2, "frames: %d (%s)", n, n > 0 ? r.frames[0].function : "");
+	cr_expect_str_eq(r.frames[0].function, "symt_lto_inner");
+	cr_expect(ends_with(r.frames[0].file, "/symt_lto_b.c"), "%s", r.frames[0].file);
+	cr_expect_eq(r.frames[0].line, 4);
+	cr_expect_str_eq(r.frames[1].function, "symt_lto_outer");
+	cr_expect(ends_with(r.frames[1].file, "/symt_lto_a.c"), "%s", r.frames[1].file);
+	cr_expect_eq(r.frames[1].line, 9);
 	procmaps_free(pm);
 	dlclose(h);
 	e2e_rmdir(dir);
