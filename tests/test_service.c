@@ -402,14 +402,15 @@ static char *svc_log_of(const char *dir, const char *const *extra, const char *j
 	struct heapd d;
 	char log[4200];
 	snprintf(log, sizeof(log), "%s/heapd.log", dir);
+	/* this daemon's lines only: the launcher appends to the log of the folder */
+	FILE *f = fopen(log, "w");
+	cr_assert(f);
+	struct stat st;
+	cr_assert_eq(fstat(fileno(f), &st), 0);
+	fclose(f);
 	if (journal) {
 		/* the stream journald would give it: JOURNAL_STREAM names the log file itself
-		 * (lu_daemon_start truncates, the inode stays) */
-		FILE *f = fopen(log, "w");
-		cr_assert(f);
-		struct stat st;
-		cr_assert_eq(fstat(fileno(f), &st), 0);
-		fclose(f);
+		 * (truncated above, the inode stays) */
 		char js[64];
 		snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long)st.st_dev,
 			 (unsigned long long)st.st_ino);
