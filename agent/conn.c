@@ -187,8 +187,8 @@ static void conn_out_wait(struct conn *c, bool progress)
 		}
 		pthread_mutex_unlock(&srv->conns_lock);
 		log_warn("pid %d uid %u: answer dropped, %llu bytes of answers are unread "
-			   "already", (int)c->cred.pid, (unsigned)c->cred.uid,
-			   (unsigned long long)atomic_load(&srv->out_bytes));
+			 "already", (int)c->cred.pid, (unsigned)c->cred.uid,
+			 (unsigned long long)atomic_load(&srv->out_bytes));
 		conn_end(c);
 		return;
 	}
@@ -226,7 +226,7 @@ void conn_answered(struct conn *c, int rc)
 		/* the peer went away (a shim's session still gets its final drain) */
 		if (rc != -EPIPE && rc != -ECONNRESET)
 			log_warn("answer to pid %d uid %u: %s", (int)c->cred.pid,
-				   (unsigned)c->cred.uid, strerror(-rc));
+				 (unsigned)c->cred.uid, strerror(-rc));
 		conn_end(c);
 	}
 }
@@ -267,7 +267,7 @@ void conn_out_expire(struct server *srv)
 	while (expired) {
 		struct conn *n = expired->job_next;
 		log_warn("pid %d uid %u stopped reading its answer: connection dropped",
-			   (int)expired->cred.pid, (unsigned)expired->cred.uid);
+			 (int)expired->cred.pid, (unsigned)expired->cred.uid);
 		conn_end(expired);
 		expired = n;
 	}
@@ -313,7 +313,7 @@ void conn_malformed(struct conn *c, const char *fmt, ...)
 	va_end(ap);
 	atomic_fetch_add(&c->srv->n_malformed, 1);
 	log_warn("dropping connection from pid %d uid %u: %s", (int)c->cred.pid,
-		   (unsigned)c->cred.uid, why);
+		 (unsigned)c->cred.uid, why);
 	conn_end(c);
 }
 
@@ -370,7 +370,7 @@ void conn_accept(struct server *srv)
 			pthread_mutex_unlock(&srv->conns_lock);
 			atomic_fetch_add(&srv->n_refused, 1);
 			log_warn("too many connections (%zu): refusing pid %d", srv->max_conns,
-				   (int)c->cred.pid);
+				 (int)c->cred.pid);
 			budget_give(srv->budget, c->cred.uid, BUDGET_CONNS, 1);
 			free(c);
 			close(fd);

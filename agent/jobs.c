@@ -111,7 +111,7 @@ static void jobs_hello(struct server *srv, struct conn *c)
 		merr = 0;
 	if (merr)
 		log_warn("pid %d: cannot read its mappings (%s); its profiles will show "
-			   "addresses only", (int)s->pid, strerror(-merr));
+			 "addresses only", (int)s->pid, strerror(-merr));
 	/* auto unwinding's tables, before the session drains (its unwinder reads them) */
 	drain_prepare_unwind(s);
 	/* our maps are read: the shim's exit need not wait for us (lifecycle.c) */

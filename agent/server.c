@@ -284,11 +284,11 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	}
 	if (session_attach_maps(s) != 0)
 		log_warn("pid %d: cannot read its mappings; its profiles will show addresses only",
-			   (int)p->pid);
+			 (int)p->pid);
 	drain_prepare_unwind(s);
 	if (p->livefd >= 0 && inuse_map(s, p->livefd) != 0)
 		log_warn("pid %d: its live-object table could not be mapped; in-use values are "
-			   "missing", (int)p->pid);
+			 "missing", (int)p->pid);
 	/* The rate the process wants (it keeps it while it counts samples without a daemon),
 	 * then tell the shim a daemon has it: it reconnects at its next sample. */
 	int64_t want = atomic_load_explicit(&s->ctl->want_rate_word, memory_order_relaxed);
@@ -301,7 +301,7 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	conn_watch_exit(srv, s, p->pidfd); /* watches a duplicate */
 	close(p->pidfd);
 	log_info("pid %d (%s): taken back (its rings, rate %llu)", (int)p->pid, s->comm,
-		   (unsigned long long)session_rate(s));
+		 (unsigned long long)session_rate(s));
 	session_put(s); /* the registry and the watch hold theirs */
 	drain_wake(srv->drain);
 	return 0;
@@ -337,7 +337,7 @@ int server_start(struct server *srv)
 		char why[512];
 		if (verifier_load(srv->verifier, why, sizeof(why)) == 0)
 			log_info("--verify-every %u: checking one sample in %u with eBPF",
-				   srv->opts.verify_every, srv->opts.verify_every);
+				 srv->opts.verify_every, srv->opts.verify_every);
 		else
 			log_warn("--verify-every: %s; profiling without it", why);
 	}

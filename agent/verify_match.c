@@ -7,12 +7,13 @@
  * unwinding mode.
  *
  * Comparison, frame-pointer mode. The kernel's stack starts at the probe site, inside the
- * shim; its leading frames in the shim's own text are dropped (the executable mappings of the file that holds the probe when that file is
- * libllgoheap.so; the shim's function names when the shim is linked into the program), then
- * leading frames in the real C++ operator new/new[] (plumbing the shim never records). The
- * rest must equal the record's frames one by one, and have the same length, except where
- * one side was cut by its depth limit (the record at LLGO_MAX_FRAMES, the kernel at its
- * buffer or kernel.perf_event_max_stack): then the shorter must be a prefix of the longer.
+ * shim; its leading frames in the shim's own text are dropped (the executable mappings of
+ * the file that holds the probe when that file is libllgoheap.so; the shim's function names
+ * when the shim is linked into the program), then leading frames in the real C++ operator
+ * new/new[] (plumbing the shim never records). The rest must equal the record's frames one
+ * by one, and have the same length, except where one side was cut by its depth limit (the
+ * record at LLGO_MAX_FRAMES, the kernel at its buffer or kernel.perf_event_max_stack): then
+ * the shorter must be a prefix of the longer.
  *
  * Dwarf mode. A sample whose record carries a stack copy (ALLOC_RAW) is unwound by the drain
  * from the shim's copy; the kernel sends, instead of its frame-pointer walk, the registers at
