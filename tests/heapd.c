@@ -73,6 +73,8 @@ pid_t heapd_spawn(struct heapd *d, const char *const *extra)
 								   extra[i][6] == '=');
 	}
 	argv[n] = NULL;
+	struct stat lst;
+	d->log_start = stat(d->log, &lst) == 0 ? (long)lst.st_size : 0;
 	pid_t parent = getpid();
 	pid_t pid = fork();
 	cr_assert_geq(pid, 0);
@@ -101,7 +103,9 @@ static int heapd_log_port(const struct heapd *d)
 	char *log = heapd_log(d);
 	int port = 0;
 	const char *at = NULL;
-	for (const char *c = log; (c = strstr(c, "serving http://")) != NULL; c++)
+	size_t len = strlen(log), from = d->log_start > 0 && (size_t)d->log_start <= len
+						? (size_t)d->log_start : 0;
+	for (const char *c = log + from; (c = strstr(c, "serving http://")) != NULL; c++)
 		at = c;
 	if (at) {
 		at += strlen("serving http://");

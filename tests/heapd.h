@@ -29,6 +29,7 @@ struct heapd {
 	char log[300];
 	bool http;    /* heapd_spawn saw --http: heapd_wait also waits for the port */
 	int port;     /* with --http: the port it serves on, read from its log */
+	long log_start; /* bytes the log held when this daemon was spawned (it appends) */
 	bool own_dir; /* heapd_init made dir (0755); heapd_cleanup removes it */
 	bool detach;  /* started without --foreground (the daemon forks away) */
 	/* argv run in front of the daemon (e.g. setpriv ... --), NULL-terminated; NULL: none */

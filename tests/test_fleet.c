@@ -40,8 +40,11 @@ static int fleet_daemon(struct heapd *d, const char *dir, const char *http, cons
 	snprintf(key, sizeof(key), "serving http://%s:", addr);
 	for (int i = 0; i < 2000; i++) {
 		char *log = e2e_read_file(d->log);
-		const char *at = NULL; /* the last: daemons started in dir append to one log */
-		for (const char *c = log; c && (c = strstr(c, key)) != NULL; c++)
+		/* this daemon's line: daemons started in dir append to one log */
+		size_t len = log ? strlen(log) : 0;
+		const char *at = NULL, *c = log && (size_t)d->log_start <= len ? log + d->log_start
+									 : log;
+		for (; c && (c = strstr(c, key)) != NULL; c++)
 			at = c;
 		int port = at ? atoi(at + strlen(key)) : 0;
 		free(log);
