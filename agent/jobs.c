@@ -22,6 +22,14 @@
 #include "snapshot.h"
 #include "verify.h"
 
+/* The session a shim connection feeds: server_settle reads it under conns_lock. */
+static void jobs_set_session(struct server *srv, struct conn *c, struct session *s)
+{
+	pthread_mutex_lock(&srv->conns_lock);
+	c->session = s;
+	pthread_mutex_unlock(&srv->conns_lock);
+}
+
 static void jobs_hello(struct server *srv, struct conn *c)
 {
 	struct llgo_msg_hello m;
@@ -65,7 +73,7 @@ static void jobs_hello(struct server *srv, struct conn *c)
 					 __ATOMIC_RELAXED); /* the drain thread reads it meanwhile */
 		if (locked)
 			pthread_mutex_unlock(&srv->adopt_lock);
-		c->session = s;
+		jobs_set_session(srv, c, s);
 		c->kind = CONN_SHIM;
 		log_debug("pid %d: reconnected to its session", (int)s->pid);
 		drain_wake(srv->drain);
@@ -132,7 +140,7 @@ static void jobs_hello(struct server *srv, struct conn *c)
 	pthread_mutex_unlock(&srv->hello_lock);
 	if (locked)
 		pthread_mutex_unlock(&srv->adopt_lock);
-	c->session = s;
+	jobs_set_session(srv, c, s);
 	c->kind = CONN_SHIM;
 	atomic_fetch_add(&srv->n_sessions, 1);
 	conn_watch_exit(srv, s, s->pidfd);
