@@ -28,6 +28,15 @@
 #include "verify.bpf.skel.h"
 #include "verify_impl.h"
 
+/* libbpf's USDT manager (spec ids, their free list) is shared by every link of the object
+ * and is not thread-safe: attaches and destroys take v->libbpf_lock (a leaf lock). */
+void verify_link_destroy(struct verifier *v, struct bpf_link *link)
+{
+	pthread_mutex_lock(&v->libbpf_lock);
+	bpf_link__destroy(link);
+	pthread_mutex_unlock(&v->libbpf_lock);
+}
+
 uint64_t verify_now(void)
 {
 	return session_now_ns(CLOCK_MONOTONIC);
@@ -297,8 +306,10 @@ int verifier_load(struct verifier *v, char *err, size_t errlen)
 struct verifier *verifier_new(void)
 {
 	struct verifier *v = calloc(1, sizeof(*v));
-	if (v)
+	if (v) {
 		pthread_mutex_init(&v->lock, NULL);
+		pthread_mutex_init(&v->libbpf_lock, NULL);
+	}
 	return v;
 }
 
@@ -377,8 +388,12 @@ static int verify_target_attach(struct verifier *v, struct verify_target *t, uin
 	v->targets = t;
 	pthread_mutex_unlock(&v->lock);
 	LIBBPF_OPTS(bpf_usdt_opts, uo);
+	pthread_mutex_lock(&v->libbpf_lock);
 	t->link = bpf_program__attach_usdt(v->skel->progs.llgo_sample, t->pid, t->binary,
 					   "llgo_heap", "sample", &uo);
+	int aerr = errno;
+	pthread_mutex_unlock(&v->libbpf_lock);
+	errno = aerr;
 	if (!t->link) {
 		rc = -errno ? -errno : -EINVAL;
 		if (rc == -ENOENT || rc == -ESRCH)
@@ -396,7 +411,7 @@ static int verify_target_attach(struct verifier *v, struct verify_target *t, uin
 static void verify_target_detach(struct verifier *v, struct verify_target *t, bool map_entry)
 {
 	if (t->link) {
-		bpf_link__destroy(t->link);
+		verify_link_destroy(v, t->link);
 		t->link = NULL;
 	}
 	pthread_mutex_lock(&v->lock);
@@ -531,6 +546,7 @@ void verifier_free(struct verifier *v)
 	ring_buffer__free(v->rb);
 	verify_bpf__destroy(v->skel);
 	pthread_mutex_destroy(&v->lock);
+	pthread_mutex_destroy(&v->libbpf_lock);
 	free(v);
 }
 

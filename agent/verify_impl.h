@@ -104,6 +104,7 @@ struct verify_target {
 
 struct verifier {
 	pthread_mutex_t lock;
+	pthread_mutex_t libbpf_lock; /* attach and destroy of USDT links (verify_link_destroy) */
 	struct verify_bpf *skel;
 	struct ring_buffer *rb;
 	pthread_t reader;
@@ -121,6 +122,7 @@ struct verifier {
 
 /* verify.c */
 uint64_t verify_now(void);
+void verify_link_destroy(struct verifier *v, struct bpf_link *link);
 /* Wait until the reader completed two passes: everything submitted before the call is read. */
 void verify_reader_sync(struct verifier *v);
 /* A one-line cause for a libbpf/bpf() failure rc at step, in err. */

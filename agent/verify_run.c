@@ -210,7 +210,7 @@ static int verify_run_window(struct verifier *v, struct server *srv, struct sess
 	struct llgo_verify_target after;
 	verify_map_stats(v, t, &after);
 	if (own) {
-		bpf_link__destroy(t->link);
+		verify_link_destroy(v, t->link);
 		t->link = NULL;
 	} else {
 		verify_set_every(v, t, t->cont_every);
