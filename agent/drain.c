@@ -130,11 +130,16 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 				 rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
 	}
 	s->unwound++;
+	/* Only a stack the unwinder took to its end teaches auto mode: a walk that ends at a
+	 * start because the unwinder could not go on (no maps yet, a frame without CFI) would
+	 * teach a root the wrong suffix, and a root with two suffixes is never trusted again. */
+	bool whole = !truncated;
 	if (truncated && n <= 1 && rec->nframes > 1) {
 		/* The unwinder could not even start (the allocating code's object has no unwind
 		 * tables it reads: a static executable without .eh_frame_hdr): the frame-pointer
-		 * walk the shim recorded is the better stack. Still stated as truncated, unless it ends at _start or a
-		 * thread's start as a whole walk does (its last pc is where a walk stops). */
+		 * walk the shim recorded is the better stack. Still stated as truncated, unless it
+		 * ends at _start or a thread's start as a whole walk does (its last pc is where a
+		 * walk stops). */
 		memcpy(ctx->pcs, frames, rec->nframes * sizeof(frames[0]));
 		n = rec->nframes;
 		truncated = !drain_is_start(s, ctx->pcs[n - 1]);
@@ -144,7 +149,7 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 	 * (a thread library without CFI for its start, in a static executable). */
 	if (truncated && n > 1 && drain_is_start(s, ctx->pcs[n - 1]))
 		truncated = false;
-	if (!truncated && drain_unwind_mode(s) == LLGO_UNWIND_AUTO) {
+	if (whole && drain_unwind_mode(s) == LLGO_UNWIND_AUTO) {
 		unwind_learn(s->unwind, ctx->pcs, n);
 		/* a root just became trusted: tell the shim now, not after this whole pass (a
 		 * pass over many threads' copies can be long, and they copy until told); a no-op
