@@ -129,7 +129,7 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 		n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
 				 rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
 	}
-	s->unwound++;
+	atomic_fetch_add_explicit(&s->unwound, 1, memory_order_relaxed);
 	/* Only a stack the unwinder took to its end teaches auto mode: a walk that ends at a
 	 * start because the unwinder could not go on (no maps yet, a frame without CFI) would
 	 * teach a root the wrong suffix, and a root with two suffixes is never trusted again. */
@@ -158,7 +158,7 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 	}
 	if (truncated) {
 		ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
-		s->truncated++;
+		atomic_fetch_add_explicit(&s->truncated, 1, memory_order_relaxed);
 	}
 	return n;
 }
@@ -197,7 +197,7 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 		if (n == npcs && (rec->flags & LLGO_REC_FLAG_NO_COPY) &&
 		    !(n > 1 && drain_is_start(s, ctx->pcs[n - 1]))) {
 			ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
-			s->truncated++;
+			atomic_fetch_add_explicit(&s->truncated, 1, memory_order_relaxed);
 		}
 		npcs = n;
 		frames = ctx->pcs;

@@ -755,11 +755,9 @@ void session_list_entry(struct session *s, struct llgo_list_entry *e)
 	e->verify_samples = atomic_load(&s->verify_samples);
 	e->verify_agree = atomic_load(&s->verify_agree);
 	e->unwind_mode = s->unwind_mode;
-	/* written under drain_lock; a torn read cannot happen on 64-bit, a stale one is fine */
-	pthread_mutex_lock(&s->drain_lock);
-	e->unwound = s->unwound;
-	e->truncated = s->truncated;
-	pthread_mutex_unlock(&s->drain_lock);
+	/* no drain_lock: LIST is answered in the event loop, which a long drain must not stop */
+	e->unwound = atomic_load_explicit(&s->unwound, memory_order_relaxed);
+	e->truncated = atomic_load_explicit(&s->truncated, memory_order_relaxed);
 	e->budget_flags = budget_flags(session_budget(s), s->uid);
 	if (atomic_load(&s->buckets_over))
 		e->budget_flags |= LLGO_BUDGET_BUCKET_BYTES;

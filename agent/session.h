@@ -130,7 +130,9 @@ struct session {
 	_Atomic bool names_known;
 
 	struct unwind *unwind;          /* ALLOC_RAW records' unwinder, made on first use */
-	uint64_t unwound, truncated;    /* ALLOC_RAW stacks unwound; not to the thread's start */
+	/* ALLOC_RAW stacks unwound; not to the thread's start. Written by the drain under
+	 * drain_lock, read anywhere (relaxed): LIST reads them in the event loop. */
+	_Atomic uint64_t unwound, truncated;
 	uint32_t unwind_mode;           /* enum llgo_unwind_mode, from HELLO (set once, see drain.c) */
 	uint32_t fp_seq;                /* last sequence count written to ctl (under lock) */
 

@@ -44,8 +44,8 @@ int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
 	bucket_table_stats(s->buckets, &bs);
 	bool mixed = s->mixed_rates;
 	uint64_t last_rate = s->last_rate;
-	p->meta.unwound = s->unwound;
-	p->meta.truncated = s->truncated;
+	p->meta.unwound = atomic_load_explicit(&s->unwound, memory_order_relaxed);
+	p->meta.truncated = atomic_load_explicit(&s->truncated, memory_order_relaxed);
 	pthread_mutex_unlock(&s->drain_lock);
 
 	if (!rc)
