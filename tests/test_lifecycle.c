@@ -352,6 +352,7 @@ Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 		cr_assert_eq(client_send(s, &m, sizeof(m)), 0);
 		stuck[nstuck++] = s;
 	}
+	long t_silent = lu_now_ms();
 	for (int i = 0; i < NSILENT; i++) {
 		stuck[nstuck] = heapd_connect(d.sock);
 		cr_assert(stuck[nstuck++] >= 0);
@@ -435,6 +436,11 @@ Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 		lu_sleep_ms(50);
 	}
 	long hup_ms = lu_now_ms() - t_hup;
+	/* a connection that sends nothing for 10 s is shut (SERVER_FIRST_PACKET_MS): under a
+	 * sanitizer the measurements above may take that long, and then a closed silent
+	 * connection is right too */
+	bool silent_may_close = lu_now_ms() - t_silent > 9000;
+	int silent_closed = 0;
 	for (int i = 0; i < nstuck; i++) {
 		struct client_answer junk;
 		client_answer_init(&junk);
@@ -448,15 +454,21 @@ Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 		if (i < NHUGE)
 			cr_expect(rc == -ECONNRESET && jl < hugelen,
 				  "stuck client %d: %d, %zu bytes", i, rc, jl);
-		else
-			open += i < nstuck - 1 ? rc == -ETIMEDOUT : rc == 0;
+		else if (i < nstuck - 1) {
+			open += rc == -ETIMEDOUT;
+			silent_closed += rc == -ECONNRESET;
+		} else {
+			open += rc == 0;
+		}
 	}
 	cr_log_info("%d of %d unread huge answers dropped %ld ms after the measurements; the "
 		    "slow reader got all %zu bytes in %lu packets; %d of %d other connections "
 		    "still open", dropped, NHUGE, hup_ms, got->len, slow.answer.packets, open,
 		    nstuck - NHUGE);
 	cr_expect_eq(dropped, NHUGE);
-	cr_expect_eq(open, nstuck - NHUGE);
+	cr_expect_eq(open + (silent_may_close ? silent_closed : 0), nstuck - NHUGE,
+		     "%d open, %d silent closed after %ld ms", open, silent_closed,
+		     lu_now_ms() - t_silent);
 	for (int i = 0; i < nstuck; i++)
 		close(stuck[i]);
 	client_answer_free(&slow.answer);
