@@ -28,7 +28,8 @@
 /* ---- the daemon and the programs --------------------------------------------------------- */
 
 /* Start llgo-heapd --http http (then the options more, NULL-terminated, may be NULL) in dir;
- * return the port of "serving http://ADDR:PORT/" in its log. */
+ * return the port it serves on (the launcher reads it from the log) after checking that it
+ * serves on addr. */
 static int fleet_daemon(struct heapd *d, const char *dir, const char *http, const char *addr,
 			const char *const *more)
 {
@@ -36,25 +37,13 @@ static int fleet_daemon(struct heapd *d, const char *dir, const char *http, cons
 	for (int i = 0; more && more[i] && i < 13; i++)
 		opts[2 + i] = more[i];
 	heapd_start(d, dir, opts);
-	char key[128];
-	snprintf(key, sizeof(key), "serving http://%s:", addr);
-	for (int i = 0; i < 2000; i++) {
-		char *log = e2e_read_file(d->log);
-		/* this daemon's line: daemons started in dir append to one log */
-		size_t len = log ? strlen(log) : 0;
-		const char *at = NULL, *c = log && (size_t)d->log_start <= len ? log + d->log_start
-									 : log;
-		for (; c && (c = strstr(c, key)) != NULL; c++)
-			at = c;
-		int port = at ? atoi(at + strlen(key)) : 0;
-		free(log);
-		if (port > 0)
-			return port;
-		lu_sleep_ms(5);
-	}
-	char *log = e2e_read_file(d->log);
-	cr_assert_fail("no '%s' in the daemon's log:\n%s", key, log ? log : "");
-	return 0;
+	char key[160];
+	snprintf(key, sizeof(key), "serving http://%s:%d/", addr, d->port);
+	char *log = heapd_log(d);
+	const char *mine = strlen(log) >= (size_t)d->log_start ? log + d->log_start : log;
+	cr_assert(d->port > 0 && strstr(mine, key), "no '%s' in the log:\n%s", key, log);
+	free(log);
+	return d->port;
 }
 
 struct fleet_prog {

@@ -70,7 +70,8 @@ static void svc_write_file(const char *path, const char *text)
 
 /* Run argv, which is or ends up running llgo-heapd on dir/sockname (systemd-socket-activate
  * execs it under its own pid), stderr in dir/heapd.log, dying with the test; stopped (SIGSTOP)
- * before the exec when asked. Returns at once. */
+ * before the exec when asked. Returns at once. Not tests/heapd.c's launcher: here the daemon
+ * is started by another program (the activator) or must stop before its exec (strace). */
 static void svc_spawn(struct heapd *d, const char *dir, const char *sockname,
 		      char *const argv[], bool stopped)
 {
