@@ -284,11 +284,14 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)$(MAKE) --no-print-directory unit
 
+# The stress tests saturate the machine on purpose, each on its own (two at once starve each
+# other's daemon): their file runs one test at a time.
 unit: $(TEST_BINS) $(PROG_BINS) $(BINS) $(LIBS)
 	@fail=0; for t in $(TEST_BINS); do \
 		echo "== $$t"; \
+		jobs=2; case $$t in */test_stress) jobs=1;; esac; \
 		LLGO_SAN='$(SAN)' TSAN_OPTIONS=halt_on_error=1 LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
-			$$t --jobs=2 --timeout=600 || fail=1; \
+			$$t --jobs=$$jobs --timeout=600 || fail=1; \
 	done; \
 	echo "== fuzz corpora (tests/fuzz/corpus, tests/fuzz/regress)"; \
 	$(MAKE) --no-print-directory fuzz-replay || fail=1; \
