@@ -351,6 +351,10 @@ static struct verify_entry *verify_match_copy(struct verify_target *t, const voi
 	if (len < sizeof(*c) || c->copy_len > LLGO_VERIFY_COPY_BYTES || c->sp < c->copy_lo ||
 	    c->sp - c->copy_lo >= c->copy_len)
 		return NULL;
+	/* what is read of the process as root is bracketed by its identity checks, as the
+	 * session's own reads are (a pid reused, a setuid exec) */
+	if (!session_may_read(t->s))
+		return NULL;
 	if (!t->copy_maps) {
 		t->copy_maps = procmaps_new(t->pid);
 		t->copy_unwind = t->copy_maps ? unwind_new(t->pid, false) : NULL;
@@ -375,6 +379,8 @@ static struct verify_entry *verify_match_copy(struct verify_target *t, const voi
 	if (unknown && procmaps_refresh(t->copy_maps, t->pid) == 0) /* a library loaded since */
 		n = unwind_stack(t->copy_unwind, t->copy_maps, &regs, stack, NULL, 0, pcs,
 				 UNWIND_MAX_FRAMES, &truncated, &unknown);
+	if (!session_may_have_read(t->s))
+		return NULL;
 	struct verify_entry *e = verify_match_entry(c->h.ring_id, c->h.seq, VERIFY_KERNEL,
 						  VERIFY_MODE_DWARF, c->h.size, pcs, n);
 	if (!e)
