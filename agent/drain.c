@@ -129,15 +129,7 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 		n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
 				 rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
 	}
-<<<<<<< HEAD
 	atomic_fetch_add_explicit(&s->unwound, 1, memory_order_relaxed);
-	/* Only a stack the unwinder took to its end teaches auto mode: a walk that ends at a
-	 * start because the unwinder could not go on (no maps yet, a frame without CFI) would
-	 * teach a root the wrong suffix, and a root with two suffixes is never trusted again. */
-	bool whole = !truncated;
-=======
-	s->unwound++;
->>>>>>> parent of f66c215 (drain: only a stack the unwinder itself took to its end teaches auto mode's roots (a frame-pointer fallback ending at start_thread taught the root an empty suffix, and a root with two suffixes is never trusted again: a plausible cause of auto mode copying stacks for a whole run; not reproduced on demand))
 	if (truncated && n <= 1 && rec->nframes > 1) {
 		/* The unwinder could not even start (the allocating code's object has no unwind
 		 * tables it reads: a static executable without .eh_frame_hdr): the frame-pointer
