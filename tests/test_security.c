@@ -7,6 +7,7 @@
  * names, per-user budgets, exposure. LLGO_TEST_HEAPD=path runs them against another build
  * (an older daemon shows each attack succeed).
  */
+#include "life_util.h"
 #include "sec_util.h"
 
 #include <sys/prctl.h>
@@ -1092,5 +1093,70 @@ Test(budget, exited_sessions_by_age, .timeout = 60)
 	char *log = read_all(d.log);
 	cr_expect(strstr(log, "1 exited processes evicted") != NULL, "%s", log);
 	free(log);
+	heapd_cleanup(&d);
+}
+
+/*
+ * Fairness of the client workers: one user's slow requests never hold them all. nobody asks
+ * for eight snapshots of a 40,000-bucket profile of its own (each takes the time of a huge
+ * text answer, more than the four workers can build at once); root's snapshot of a small
+ * process, asked meanwhile, is answered in a fraction of that time, by a worker nobody may
+ * not take (at most half of them per uid other than root, workq.c).
+ */
+Test(budget, one_users_slow_snapshots_leave_workers_to_others, .timeout = 120)
+{
+	need_root();
+	struct heapd d;
+	heapd_start(&d, NULL, NULL);
+	pid_t big = run_profiled(&d, nobody_uid(), PROGS "/stress_stacks", "40000");
+	pid_t small = run_profiled(&d, 0, PROGS "/stress_stacks", "10");
+	long t0 = lu_now_ms();
+	free(snapshot_text(&d, big, LLGO_FORMAT_TEXT));
+	long huge_ms = lu_now_ms() - t0;
+	t0 = lu_now_ms();
+	free(snapshot_text(&d, small, LLGO_FORMAT_TEXT));
+	long quiet_ms = lu_now_ms() - t0;
+
+	int go[2], ready[2];
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(pipe(ready), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		close(ready[0]);
+		become_nobody();
+		struct llgo_msg_snapshot m;
+		client_snapshot_req(&m, big, LLGO_FORMAT_TEXT, 0, 0);
+		int socks[8];
+		for (int i = 0; i < 8; i++) {
+			socks[i] = heapd_connect(d.sock);
+			if (socks[i] < 0 || client_send(socks[i], &m, sizeof(m)) != 0)
+				_exit(1);
+		}
+		if (write(ready[1], "r", 1) != 1)
+			_exit(2);
+		char c;
+		(void)!read(go[0], &c, 1); /* the answers stay unread until root has its own */
+		_exit(0);
+	}
+	close(go[0]);
+	close(ready[1]);
+	char c;
+	cr_assert_eq(read(ready[0], &c, 1), 1, "nobody's requests were not sent");
+	sleep_ms(20); /* the workers have taken nobody's requests */
+	t0 = lu_now_ms();
+	free(snapshot_text(&d, small, LLGO_FORMAT_TEXT));
+	long busy_ms = lu_now_ms() - t0;
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	int st;
+	waitpid(child, &st, 0);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody's client: status 0x%x", st);
+	cr_log_info("fairness: a huge snapshot takes %ld ms; root's small snapshot %ld ms quiet, "
+		    "%ld ms while nobody's 8 huge ones are built", huge_ms, quiet_ms, busy_ms);
+	/* waiting for one of nobody's jobs would take about huge_ms */
+	cr_expect_lt(busy_ms, huge_ms / 2 + quiet_ms, "root waited %ld ms (a huge snapshot: "
+		     "%ld ms)", busy_ms, huge_ms);
+	cr_expect_eq(heapd_stop(&d), 0);
 	heapd_cleanup(&d);
 }
