@@ -277,7 +277,15 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	if (!s)
 		return -ENOMEM;
 	s->pidfd = fcntl(p->pidfd, F_DUPFD_CLOEXEC, 3);
-	int err = session_attach_memfd(s, p->memfd, true);
+	/* a process taken back counts against its uid's budget as one that said HELLO */
+	int err = session_take_slot(s);
+	if (err) {
+		log_warn("pid %d: not taken back: over its uid's budget of profiled processes",
+			 (int)p->pid);
+		session_put(s);
+		return err;
+	}
+	err = session_attach_memfd(s, p->memfd, true);
 	if (err) {
 		session_put(s);
 		return err;
