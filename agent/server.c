@@ -129,8 +129,11 @@ bool server_hello_in_flight(struct server *srv, pid_t pid)
 	for (struct conn *c = srv->conns; c && !pending; c = c->next) {
 		if ((pid > 0 && c->cred.pid != pid) || c->kind != CONN_NEW)
 			continue;
-		char b;
-		pending = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
+		/* a HELLO waiting to be read (or the start of one); another request, e.g. a
+		 * snapshot on a client's new connection, is no process starting */
+		struct llgo_msg_header h;
+		ssize_t r = recv(c->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+		pending = r > 0 && ((size_t)r < sizeof(h) || h.type == LLGO_MSG_HELLO);
 	}
 	pthread_mutex_unlock(&srv->conns_lock);
 	return pending;
