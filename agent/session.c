@@ -46,8 +46,7 @@ uint64_t session_now_ns(clockid_t clk)
 
 /* ---- /proc ----------------------------------------------------------------------------- */
 
-/* Field 3 (state) and 22 (starttime) of /proc/PID/stat. The command name (field 2) may hold
- * spaces and parentheses, so parsing starts after the last ')'. */
+/* Field 3 (state) and 22 (starttime) of /proc/PID/stat (ident_parse_stat). */
 static int session_proc_stat(pid_t pid, char *state, uint64_t *start)
 {
 	char path[64], buf[1024];
@@ -61,25 +60,7 @@ static int session_proc_stat(pid_t pid, char *state, uint64_t *start)
 	if (err)
 		return err;
 	buf[n] = '\0';
-	char *p = strrchr(buf, ')');
-	if (!p || p[1] != ' ')
-		return -EINVAL;
-	p += 2;
-	*state = *p;
-	/* p is at field 3; starttime is field 22 */
-	for (int field = 3; field < 22; field++) {
-		p = strchr(p, ' ');
-		if (!p)
-			return -EINVAL;
-		p++;
-	}
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(p, &end, 10);
-	if (errno || end == p)
-		return -EINVAL;
-	*start = v;
-	return 0;
+	return ident_parse_stat(buf, state, start);
 }
 
 bool session_process_alive(const struct session *s)
