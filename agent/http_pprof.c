@@ -303,11 +303,13 @@ static void http_pprof_symbolize_list(struct session *s, const char *list, size_
 		}
 		if (pc) {
 			/* pprof sends the Location addresses, already inside the call */
+			unsigned rd = procmaps_read_begin(s->maps);
 			const struct mapping *m = procmaps_find(s->maps, pc);
 			struct sym_result r;
 			if (m && symbolize_pc(m, pc, &r) > 0 && r.frames[r.nframes - 1].function)
 				buf_printf(out, "%#llx %s\n", (unsigned long long)pc,
 					   r.frames[r.nframes - 1].function);
+			procmaps_read_end(s->maps, rd);
 		}
 		i = j + 1;
 	}

@@ -197,10 +197,24 @@ struct procmaps; /* thread-safe: refresh and lookups may run concurrently */
 struct procmaps *procmaps_new(pid_t pid);
 /* Re-read the maps (after dlopen); mappings already known are kept. */
 int procmaps_refresh(struct procmaps *m, pid_t pid);
-/* The mapping holding pc, or NULL. The pointer stays valid until procmaps_free. */
+/* A thread that may look mappings up while another refreshes them (anything outside the
+ * session's drain lock) brackets its lookups and its use of what they return with these;
+ * brackets nest. Without one, pointers stay valid only until the next refresh. */
+unsigned procmaps_read_begin(struct procmaps *m);
+void procmaps_read_end(struct procmaps *m, unsigned token);
+/* The mapping holding pc, or NULL. */
 const struct mapping *procmaps_find(struct procmaps *m, uint64_t pc);
-/* Snapshot of the mapping list, in address order; valid until procmaps_free. */
+/* The mapping list, in address order. */
 size_t procmaps_list(struct procmaps *m, const struct mapping ***out);
+/* Changes whenever the mapping list does (a refresh that found nothing new keeps it). */
+uint64_t procmaps_version(struct procmaps *m);
+struct procmaps_stats {
+	uint64_t mappings;         /* in the table now */
+	uint64_t retired_arrays;   /* replaced tables not yet freed (a reader may hold them) */
+	uint64_t retired_mappings; /* mappings that left the table, not yet freed */
+	uint64_t stale_dropped;    /* unlisted mappings dropped beyond PROCMAPS_STALE_MAX */
+};
+void procmaps_get_stats(struct procmaps *m, struct procmaps_stats *out);
 void procmaps_free(struct procmaps *m);
 
 /* ---- unwind.c: whole stacks from ALLOC_RAW records (libunwind, remote) ---------------- */

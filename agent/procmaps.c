@@ -14,12 +14,19 @@
  *
  * procmaps_refresh() re-reads the maps, e.g. after dlopen: mappings already known are
  * kept (same range, offset, inode and path), new ones are opened, and a known mapping
- * that a new one overlaps leaves the lookup table (its memory stays until procmaps_free).
+ * that a new one overlaps leaves the lookup table. A known mapping that is no longer listed
+ * but that nothing overlaps (a library unloaded since) stays, so that samples taken while it
+ * was mapped still resolve; at most PROCMAPS_STALE_MAX of those are kept, the longest unlisted
+ * leaving first (counted: procmaps_stats).
  *
  * Threads: lookups are lock-free. The table of mappings is an immutable array published
- * with a store-release (refresh) and read with a load-acquire (find, list); replaced
- * arrays and mappings are kept until procmaps_free, so every pointer handed out stays
- * valid until then. Refreshes are serialized by a mutex.
+ * with a store-release (refresh) and read with a load-acquire (find, list). Readers that may
+ * run while another thread refreshes (snapshot writers, verify) bracket their use with
+ * procmaps_read_begin/_end; a replaced array, and the mappings that left with it, are freed
+ * once no reader that could have seen them remains (an epoch scheme with two reader counts,
+ * below), so memory stays proportional to what is mapped however often a process maps and
+ * unmaps code. Code under the session's drain lock needs no bracket: refreshes run only there,
+ * and nothing there keeps a mapping across a refresh. Refreshes are serialized by a mutex.
  *
  * Left to others: symbolization (symbolize.c); deciding when to refresh (the session).
  */
@@ -38,18 +45,45 @@
 
 #include "internal.h"
 
+/* Mappings no longer listed by the kernel but kept for earlier samples, at most. */
+#define PROCMAPS_STALE_MAX 4096
+
+/* A mapping and procmaps.c's bookkeeping of it. */
+struct pmapping {
+	struct mapping pub;     /* what callers see; first, so the two pointers convert */
+	uint64_t listed;        /* the last refresh generation whose maps listed it */
+	struct pmapping *next;  /* on its retired array's leaving list */
+};
+
 struct maparray {
-	struct maparray *retired; /* older arrays, freed by procmaps_free */
+	/* Retired arrays, newest first, each with the mappings that left the table when it
+	 * was replaced; freed once no reader that entered at or before its epoch remains. */
+	struct maparray *retired;
+	uint64_t retired_epoch;
+	struct pmapping *leaving;
+	uint64_t version; /* 1 for the first array, +1 for each that replaced another */
 	size_t n;
 	const struct mapping *v[]; /* sorted by start, non-overlapping */
 };
 
+/*
+ * Reclamation. A reader enters at the current epoch E and counts itself in readers[E & 1];
+ * an array retired while the epoch was X (with its leaving mappings) is reachable only by
+ * readers that entered at X or earlier: later ones load `current` after the array was
+ * replaced. A refresh advances the epoch from E to E + 1 only when readers[(E + 1) & 1] is
+ * zero, that is when every reader that entered at E - 1 or earlier has left; so with the
+ * epoch at E, whatever was retired at E - 2 or earlier is unreachable and is freed. All
+ * epoch and reader-count operations are sequentially consistent: a reader's increment and
+ * its re-read of the epoch pair with the refresh's check of the count and its advance.
+ */
 struct procmaps {
 	pid_t pid;
-	pthread_mutex_t lock;             /* serializes refreshes; guards all */
+	pthread_mutex_t lock;             /* serializes refreshes; guards retired and stats */
 	struct maparray *_Atomic current; /* release in refresh, acquire in lookups */
-	struct mapping **all;             /* every mapping ever created */
-	size_t nall, capall;
+	_Atomic uint64_t epoch;
+	_Atomic unsigned long readers[2];
+	uint64_t generation; /* refreshes done; under lock */
+	struct procmaps_stats stats;
 };
 
 static pthread_once_t elf_once = PTHREAD_ONCE_INIT;
@@ -138,21 +172,39 @@ static bool same_mapping(const struct mapping *m, const struct maps_line *l)
 	       m->dev_minor == l->dev_minor && strcmp(m->path, l->path) == 0;
 }
 
-static void mapping_free(struct mapping *m)
+static void mapping_free(struct pmapping *pmm)
 {
-	if (!m)
+	if (!pmm)
 		return;
-	symfile_put(m->file);
-	free(m->path);
-	free(m);
+	symfile_put(pmm->pub.file);
+	free(pmm->pub.path);
+	free(pmm);
 }
 
-/* A new mapping for l; the file is shared with an earlier mapping of the same inode. */
-static struct mapping *mapping_new(struct procmaps *pm, pid_t pid, const struct maps_line *l)
+/* The same file of the same process in the table (or in the first n of the array being
+ * built), so that its symfile is shared rather than the path opened again: in the daemon's
+ * namespace the path may name another file. */
+static const struct mapping *procmaps_same_file(const struct maparray *a, size_t n,
+						const struct maps_line *l)
 {
-	struct mapping *m = calloc(1, sizeof(*m));
-	if (!m)
+	for (size_t i = 0; a && i < n; i++) {
+		const struct mapping *o = a->v[i];
+		if (o->file && o->build_id[0] && o->inode == l->inode &&
+		    o->dev_major == l->dev_major && o->dev_minor == l->dev_minor &&
+		    strcmp(o->path, l->path) == 0)
+			return o;
+	}
+	return NULL;
+}
+
+/* A new mapping for l; the file is shared with a known mapping of the same inode. */
+static struct pmapping *mapping_new(const struct maparray *old, const struct maparray *na,
+				    pid_t pid, const struct maps_line *l)
+{
+	struct pmapping *pmm = calloc(1, sizeof(*pmm));
+	if (!pmm)
 		return NULL;
+	struct mapping *m = &pmm->pub;
 	m->start = l->start;
 	m->end = l->end;
 	m->offset = l->offset;
@@ -162,30 +214,26 @@ static struct mapping *mapping_new(struct procmaps *pm, pid_t pid, const struct 
 	memcpy(m->perms, l->perms, sizeof(m->perms));
 	m->path = strdup(l->path);
 	if (!m->path) {
-		free(m);
+		free(pmm);
 		return NULL;
 	}
 	if (l->inode == 0)
-		return m; /* [vdso] and friends: no file to read */
-	for (size_t i = pm->nall; i-- > 0;) {
-		const struct mapping *o = pm->all[i];
-		if (o->file && o->build_id[0] && o->inode == l->inode &&
-		    o->dev_major == l->dev_major && o->dev_minor == l->dev_minor &&
-		    strcmp(o->path, l->path) == 0) {
-			/* the same file of the same process: its symfile, not a new open of
-			 * the path (in the daemon's namespace it may name another file) */
-			memcpy(m->build_id, o->build_id, sizeof(m->build_id));
-			m->file = symfile_ref(o->file);
-			return m;
-		}
+		return pmm; /* [vdso] and friends: no file to read */
+	const struct mapping *o = procmaps_same_file(na, na->n, l);
+	if (!o)
+		o = procmaps_same_file(old, old ? old->n : 0, l);
+	if (o) {
+		memcpy(m->build_id, o->build_id, sizeof(m->build_id));
+		m->file = symfile_ref(o->file);
+		return pmm;
 	}
 	int fd = open_mapped_file(pid, l);
 	if (fd < 0)
-		return m;
+		return pmm;
 	read_build_id(fd, m->build_id, sizeof(m->build_id));
 	m->file = symfile_get(m->path, fd, m->build_id);
 	close(fd);
-	return m;
+	return pmm;
 }
 
 static int map_cmp(const void *x, const void *y)
@@ -268,6 +316,105 @@ static size_t procmaps_first_ending_after(const struct maparray *a, uint64_t add
 	return lo;
 }
 
+static void maparray_free(struct maparray *a)
+{
+	while (a->leaving) {
+		struct pmapping *next = a->leaving->next;
+		mapping_free(a->leaving);
+		a->leaving = next;
+	}
+	free(a);
+}
+
+static int pmapping_listed_cmp(const void *x, const void *y)
+{
+	const struct pmapping *a = *(struct pmapping *const *)x;
+	const struct pmapping *b = *(struct pmapping *const *)y;
+	return a->listed > b->listed ? -1 : a->listed < b->listed;
+}
+
+/*
+ * The known mappings of old that stay in na although /proc no longer lists them (nothing
+ * listed overlaps them): appended to na, at most PROCMAPS_STALE_MAX, the most recently
+ * listed first. The rest go on *leaving. na->v[0..fresh) are the listed ones, in /proc's
+ * (address) order.
+ */
+static int procmaps_keep_stale(struct procmaps *pm, const struct maparray *old,
+			       struct maparray *na, size_t fresh, struct pmapping **leaving)
+{
+	struct pmapping **stale = malloc((old->n ? old->n : 1) * sizeof(*stale));
+	struct maparray *frp = malloc(sizeof(*frp) + (fresh ? fresh : 1) * sizeof(frp->v[0]));
+	if (!stale || !frp) {
+		free(stale);
+		free(frp);
+		return -ENOMEM;
+	}
+	frp->n = fresh;
+	memcpy(frp->v, na->v, fresh * sizeof(na->v[0]));
+	qsort(frp->v, fresh, sizeof(frp->v[0]), map_cmp);
+	size_t nstale = 0;
+	for (size_t i = 0; i < old->n; i++) {
+		struct pmapping *o = (struct pmapping *)old->v[i];
+		if (o->listed == pm->generation)
+			continue; /* listed now: already in na */
+		/* the first fresh mapping ending after o starts overlaps o if it starts
+		 * before o ends (fresh mappings are disjoint and sorted) */
+		size_t j = procmaps_first_ending_after(frp, o->pub.start);
+		if (j < fresh && frp->v[j]->start < o->pub.end) {
+			o->next = *leaving;
+			*leaving = o;
+		} else {
+			stale[nstale++] = o;
+		}
+	}
+	free(frp);
+	if (nstale > PROCMAPS_STALE_MAX) {
+		qsort(stale, nstale, sizeof(stale[0]), pmapping_listed_cmp);
+		for (size_t i = PROCMAPS_STALE_MAX; i < nstale; i++) {
+			stale[i]->next = *leaving;
+			*leaving = stale[i];
+		}
+		pm->stats.stale_dropped += nstale - PROCMAPS_STALE_MAX;
+		nstale = PROCMAPS_STALE_MAX;
+	}
+	for (size_t i = 0; i < nstale; i++)
+		na->v[na->n++] = &stale[i]->pub;
+	free(stale);
+	return 0;
+}
+
+/* Free the retired arrays no reader can reach (see "Reclamation"), after advancing the
+ * epoch if the readers of the epoch before the current one have all left. Under pm->lock. */
+static void procmaps_reclaim(struct procmaps *pm, struct maparray *head)
+{
+	uint64_t e = atomic_load(&pm->epoch);
+	if (atomic_load(&pm->readers[(e + 1) & 1]) == 0) {
+		atomic_store(&pm->epoch, e + 1);
+		e++;
+	}
+	struct maparray **link = &head->retired;
+	while (*link && (*link)->retired_epoch + 2 > e)
+		link = &(*link)->retired;
+	struct maparray *dead = *link;
+	*link = NULL;
+	while (dead) {
+		struct maparray *next = dead->retired;
+		maparray_free(dead);
+		dead = next;
+	}
+}
+
+/* Whether a and b hold the same mappings (same order). */
+static bool maparray_same(const struct maparray *a, const struct maparray *b)
+{
+	if (!a || a->n != b->n)
+		return false;
+	for (size_t i = 0; i < a->n; i++)
+		if (a->v[i] != b->v[i])
+			return false;
+	return true;
+}
+
 int procmaps_refresh(struct procmaps *pm, pid_t pid)
 {
 	pthread_once(&elf_once, procmaps_elf_init);
@@ -282,88 +429,69 @@ int procmaps_refresh(struct procmaps *pm, pid_t pid)
 	for (char *c = text; *c; c++)
 		nlines += *c == '\n';
 	size_t cap = nlines + 1 + (old ? old->n : 0);
-	struct maparray *na = malloc(sizeof(*na) + cap * sizeof(na->v[0]));
+	struct maparray *na = calloc(1, sizeof(*na) + cap * sizeof(na->v[0]));
+	struct pmapping *created = NULL; /* freed again if the refresh fails */
+	struct pmapping *leaving = NULL;
 	int err = 0;
 	if (!na) {
 		err = -ENOMEM;
 		goto out;
 	}
-	na->n = 0;
-	na->retired = old;
-	size_t fresh = 0; /* na->v[0..fresh) are the mappings listed now */
+	pm->generation++;
 	for (char *line = text; line && *line;) {
 		char *nl = strchr(line, '\n');
 		if (nl)
 			*nl = '\0';
 		struct maps_line l;
-		if (maps_parse(line, &l) && keep_line(&l, emulated)) {
+		if (maps_parse(line, &l) && keep_line(&l, emulated) && na->n < cap) {
 			/* old is sorted by start, its mappings disjoint: a binary search, so
 			 * that a process with tens of thousands of mappings costs n log n per
 			 * refresh, not n^2 */
-			const struct mapping *m = NULL;
+			struct pmapping *m = NULL;
 			size_t i = procmaps_first_ending_after(old, l.start);
 			if (old && i < old->n && old->v[i]->start == l.start &&
 			    same_mapping(old->v[i], &l))
-				m = old->v[i];
-			if (!m && pm->nall == pm->capall) {
-				size_t nc = pm->capall ? pm->capall * 2 : 32;
-				struct mapping **p = realloc(pm->all, nc * sizeof(*p));
-				if (!p) {
-					err = -ENOMEM;
-					break;
-				}
-				pm->all = p;
-				pm->capall = nc;
-			}
+				m = (struct pmapping *)old->v[i];
 			if (!m) {
-				struct mapping *nm = mapping_new(pm, pid, &l);
-				if (!nm) {
+				if (!(m = mapping_new(old, na, pid, &l))) {
 					err = -ENOMEM;
 					break;
 				}
-				pm->all[pm->nall++] = nm;
-				m = nm;
+				m->next = created;
+				created = m;
 			}
-			if (na->n < cap)
-				na->v[na->n++] = m;
+			m->listed = pm->generation;
+			na->v[na->n++] = &m->pub;
 		}
 		line = nl ? nl + 1 : NULL;
 	}
+	if (!err && old)
+		err = procmaps_keep_stale(pm, old, na, na->n, &leaving);
 	if (err) {
+		while (created) {
+			struct pmapping *next = created->next;
+			mapping_free(created);
+			created = next;
+		}
 		free(na);
 		goto out;
 	}
-	fresh = na->n;
-	/* Keep known mappings that nothing listed now overlaps (e.g. a library unloaded
-	 * since: samples taken while it was mapped still resolve). */
-	struct maparray fr = { .n = fresh };
-	struct maparray *frp = NULL;
-	if (fresh) { /* the fresh ones in address order (as /proc lists them), for the search */
-		frp = malloc(sizeof(*frp) + fresh * sizeof(frp->v[0]));
-		if (!frp) {
-			free(na);
-			err = -ENOMEM;
-			goto out;
-		}
-		*frp = fr;
-		memcpy(frp->v, na->v, fresh * sizeof(na->v[0]));
-		qsort(frp->v, fresh, sizeof(frp->v[0]), map_cmp);
-	}
-	for (size_t i = 0; old && i < old->n; i++) {
-		const struct mapping *o = old->v[i];
-		/* the first fresh mapping ending after o starts overlaps o if it starts
-		 * before o ends (fresh mappings are disjoint and sorted) */
-		size_t j = procmaps_first_ending_after(frp, o->start);
-		bool overlap = frp && j < fresh && frp->v[j]->start < o->end;
-		if (!overlap && na->n < cap)
-			na->v[na->n++] = o;
-	}
-	free(frp);
 	if (na->n > 1)
 		qsort(na->v, na->n, sizeof(na->v[0]), map_cmp);
-	/* Pairs with the load-acquire in procmaps_find/procmaps_list: the array and every
+	if (maparray_same(old, na)) {
+		free(na); /* nothing changed: readers keep the array they have */
+		goto out;
+	}
+	na->version = old ? old->version + 1 : 1;
+	if (old) {
+		old->retired_epoch = atomic_load(&pm->epoch);
+		old->leaving = leaving;
+	}
+	na->retired = old;
+	/* Pairs with the load-acquire in procmaps_find/_list/_version: the array and every
 	 * mapping it points to are complete before it becomes visible. */
 	atomic_store_explicit(&pm->current, na, memory_order_release);
+	procmaps_reclaim(pm, na);
 out:
 	pthread_mutex_unlock(&pm->lock);
 	free(text);
@@ -385,6 +513,27 @@ struct procmaps *procmaps_new(pid_t pid)
 		return NULL;
 	}
 	return pm;
+}
+
+unsigned procmaps_read_begin(struct procmaps *pm)
+{
+	if (!pm)
+		return 0;
+	for (;;) {
+		uint64_t e = atomic_load(&pm->epoch);
+		atomic_fetch_add(&pm->readers[e & 1], 1);
+		if (atomic_load(&pm->epoch) == e)
+			return (unsigned)(e & 1);
+		/* the epoch moved on before we were counted: the refresh that moved it may
+		 * not have seen us; count ourselves under the new one */
+		atomic_fetch_sub(&pm->readers[e & 1], 1);
+	}
+}
+
+void procmaps_read_end(struct procmaps *pm, unsigned token)
+{
+	if (pm)
+		atomic_fetch_sub(&pm->readers[token & 1], 1);
 }
 
 const struct mapping *procmaps_find(struct procmaps *pm, uint64_t pc)
@@ -420,19 +569,42 @@ size_t procmaps_list(struct procmaps *pm, const struct mapping ***out)
 	return a->n;
 }
 
+uint64_t procmaps_version(struct procmaps *pm)
+{
+	const struct maparray *a =
+		pm ? atomic_load_explicit(&pm->current, memory_order_acquire) : NULL;
+	return a ? a->version : 0;
+}
+
+void procmaps_get_stats(struct procmaps *pm, struct procmaps_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!pm)
+		return;
+	pthread_mutex_lock(&pm->lock);
+	*out = pm->stats;
+	const struct maparray *a = atomic_load_explicit(&pm->current, memory_order_relaxed);
+	out->mappings = a ? a->n : 0;
+	for (const struct maparray *r = a ? a->retired : NULL; r; r = r->retired) {
+		out->retired_arrays++;
+		for (const struct pmapping *m = r->leaving; m; m = m->next)
+			out->retired_mappings++;
+	}
+	pthread_mutex_unlock(&pm->lock);
+}
+
 void procmaps_free(struct procmaps *pm)
 {
 	if (!pm)
 		return;
 	struct maparray *a = atomic_load_explicit(&pm->current, memory_order_relaxed);
+	for (size_t i = 0; a && i < a->n; i++)
+		mapping_free((struct pmapping *)a->v[i]);
 	while (a) {
 		struct maparray *next = a->retired;
-		free(a);
+		maparray_free(a);
 		a = next;
 	}
-	for (size_t i = 0; i < pm->nall; i++)
-		mapping_free(pm->all[i]);
-	free(pm->all);
 	pthread_mutex_destroy(&pm->lock);
 	free(pm);
 }

@@ -59,8 +59,11 @@ int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
 	pthread_mutex_unlock(&s->drain_lock);
 	pthread_mutex_unlock(&s->snapshot_lock);
 
-	if (!rc)
+	if (!rc) {
+		unsigned rd = procmaps_read_begin(s->maps);
 		rc = server_trim(srv, p, s->maps);
+		procmaps_read_end(s->maps, rd);
+	}
 	if (rc) {
 		profile_release(p);
 		return rc;
@@ -91,20 +94,27 @@ int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
 int snapshot_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
 		   uint32_t flags, uint32_t top_n)
 {
+	int rc = -EINVAL;
+	unsigned rd = procmaps_read_begin(maps); /* the drain may refresh meanwhile */
 	switch (fmt) {
 	case LLGO_FORMAT_PPROF:
-		return pprof_write(out, p, maps, flags);
+		rc = pprof_write(out, p, maps, flags);
+		break;
 	case LLGO_FORMAT_TEXT:
-		return text_write(out, p, maps);
+		rc = text_write(out, p, maps);
+		break;
 	case LLGO_FORMAT_FOLDED:
-		return folded_write(out, p, maps, flags);
+		rc = folded_write(out, p, maps, flags);
+		break;
 	case LLGO_FORMAT_TOP:
-		return top_write(out, p, maps, flags, top_n ? top_n : 10);
+		rc = top_write(out, p, maps, flags, top_n ? top_n : 10);
+		break;
 	case LLGO_FORMAT_SITES:
-		return sites_write(out, p, maps);
-	default:
-		return -EINVAL;
+		rc = sites_write(out, p, maps);
+		break;
 	}
+	procmaps_read_end(maps, rd);
+	return rc;
 }
 
 int snapshot_take(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,

@@ -122,7 +122,7 @@ struct unwind {
 	pid_t pid;
 	struct uwimage *images; /* sorted by lo, disjoint */
 	size_t nimages;
-	size_t maps_seen; /* procmaps_list size when images were built */
+	uint64_t maps_seen; /* procmaps_version when images were built */
 	struct unwind_stats stats;
 	/* auto mode: frame-pointer code of the images (process addresses, sorted, merged) and
 	 * the roots learned from whole unwound stacks; dirty when the shim's copy is stale */
@@ -422,7 +422,8 @@ static void unwind_build_images(struct unwind *u, struct procmaps *maps)
 {
 	const struct mapping **v;
 	size_t n = procmaps_list(maps, &v);
-	if (n == u->maps_seen && u->images)
+	uint64_t version = procmaps_version(maps);
+	if (version == u->maps_seen && u->images)
 		return;
 	struct uwimage *imgs = calloc(n ? n : 1, sizeof(*imgs));
 	if (!imgs)
@@ -474,7 +475,7 @@ static void unwind_build_images(struct unwind *u, struct procmaps *maps)
 	unwind_drop_images(u);
 	u->images = imgs;
 	u->nimages = w;
-	u->maps_seen = n;
+	u->maps_seen = version;
 	unw_flush_cache(u->as, 0, 0);
 	u->stats.image_builds++;
 	if (u->want_fp)

@@ -95,6 +95,7 @@ static int verify_find_probe(struct verify_target *t)
 	if (!s->maps)
 		return -ENOENT;
 	drain_refresh_maps(s, true);
+	unsigned rd = procmaps_read_begin(s->maps);
 	const struct mapping **v;
 	size_t n = procmaps_list(s->maps, &v);
 	const char *found = NULL;
@@ -119,8 +120,10 @@ static int verify_find_probe(struct verify_target *t)
 			found = m->path;
 		}
 	}
-	if (!found)
+	if (!found) {
+		procmaps_read_end(s->maps, rd);
 		return -ENOENT;
+	}
 	const char *base = strrchr(found, '/');
 	base = base ? base + 1 : found;
 	t->by_name = strncmp(base, "libllgoheap", 11) != 0;
@@ -132,6 +135,7 @@ static int verify_find_probe(struct verify_target *t)
 			t->hi[t->nranges++] = v[i]->end;
 		}
 	}
+	procmaps_read_end(s->maps, rd);
 	return 0;
 }
 

@@ -56,6 +56,7 @@ static uint8_t verify_match_pc_flags(struct verify_target *t, uint64_t at)
 	uint8_t flags = VERIFY_PC_KNOWN;
 	const struct mapping *m;
 	struct sym_result r;
+	unsigned rd = procmaps_read_begin(t->s->maps);
 	if (profile_frame(t->s->maps, at + 1, &m, &r) > 0) { /* profile_frame looks at pc - 1 */
 		const char *f = r.frames[r.nframes - 1].function;
 		if (f && verify_match_shim_name(f))
@@ -64,6 +65,7 @@ static uint8_t verify_match_pc_flags(struct verify_target *t, uint64_t at)
 			  strncmp(f, "operator new", 12) == 0))
 			flags |= VERIFY_PC_CXX_NEW;
 	}
+	procmaps_read_end(t->s->maps, rd);
 	c->at = at;
 	c->flags = flags;
 	return flags;

@@ -255,10 +255,12 @@ static int verify_run_window(struct verifier *v, struct server *srv, struct sess
 		   (unsigned long long)sum->hits, (unsigned long long)sum->lost,
 		   (unsigned long long)sum->kernel_errors,
 		   overflow ? "; some halves were not kept (pending table full)" : "");
+	unsigned rd = procmaps_read_begin(s->maps);
 	for (uint32_t i = 0; i < ndis; i++) {
 		verify_run_disagree(text, s->maps, dis[i], i + 1);
 		free(dis[i]);
 	}
+	procmaps_read_end(s->maps, rd);
 	if (own)
 		verify_session_stop(v, s);
 	else

@@ -13,10 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../agent/internal.h"
+
+/* procmaps.c's cap on unlisted mappings kept (PROCMAPS_STALE_MAX). */
+#define PROCMAPS_TEST_STALE_MAX 4096
 #include "e2e_util.h"
 
 /* ---- Code to symbolize ---------------------------------------------------------------- */
@@ -223,9 +227,11 @@ static void *thr_lookup(void *p)
 	for (int i = 0; i < 2000; i++) {
 		struct sym_result r;
 		uint64_t addr = a->addrs[i % 3];
+		unsigned rd = procmaps_read_begin(a->pm);
 		const struct mapping *m = procmaps_find(a->pm, addr);
 		if (!m || symbolize_pc(m, addr, &r) < 1)
 			a->fails++;
+		procmaps_read_end(a->pm, rd);
 		if (i % 500 == 0)
 			procmaps_refresh(a->pm, getpid());
 	}
@@ -248,6 +254,173 @@ Test(symbolize, concurrent_lookups_and_refreshes)
 		cr_expect_eq(args[i].fails, 0);
 	}
 	procmaps_free(pm);
+}
+
+/* ---- Code mapped and unmapped over and over --------------------------------------------- */
+
+/* A reader that, like a snapshot writer, walks every mapping inside a read bracket while
+ * the maps are refreshed: under ASan a mapping freed too early is a use after free. */
+struct churn_reader {
+	struct procmaps *pm;
+	atomic_bool stop;
+	unsigned long walks, seen;
+};
+
+static void *churn_read(void *p)
+{
+	struct churn_reader *c = p;
+	while (!atomic_load(&c->stop)) {
+		unsigned rd = procmaps_read_begin(c->pm);
+		const struct mapping **v;
+		size_t n = procmaps_list(c->pm, &v);
+		for (size_t i = 0; i < n; i++)
+			c->seen += strlen(v[i]->path) + (v[i]->file != NULL);
+		procmaps_read_end(c->pm, rd);
+		c->walks++;
+	}
+	return NULL;
+}
+
+/* Map our own executable's first `pages` pages PROT_EXEC, n times. The kernel tends to
+ * give the addresses just unmapped again: a size other than last time's makes each a new
+ * mapping over the old one's range. */
+static void churn_map(void **out, int n, int fd, int pages)
+{
+	for (int i = 0; i < n; i++) {
+		out[i] = mmap(NULL, 4096 * pages, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+		cr_assert_neq(out[i], MAP_FAILED);
+	}
+}
+
+static void churn_unmap(void **v, int n, int pages)
+{
+	for (int i = 0; i < n; i++)
+		munmap(v[i], 4096 * pages);
+}
+
+Test(symbolize, churned_mappings_are_freed_while_readers_run)
+{
+	int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	cr_assert_geq(fd, 0);
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm);
+	struct procmaps_stats st0;
+	procmaps_get_stats(pm, &st0);
+	struct churn_reader c = { .pm = pm };
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, churn_read, &c), 0);
+	void *v[64];
+	uint64_t peak_retired = 0, peak_mappings = 0;
+	for (int round = 0; round < 300; round++) {
+		churn_map(v, 64, fd, 1);
+		cr_assert_eq(procmaps_refresh(pm, getpid()), 0);
+		churn_unmap(v, 64, 1);
+		/* New code over the old addresses (the kernel reuses them): the old mappings
+		 * are overlapped and leave the table. */
+		churn_map(v, 64, fd, 2);
+		cr_assert_eq(procmaps_refresh(pm, getpid()), 0);
+		churn_unmap(v, 64, 2);
+		struct procmaps_stats st;
+		procmaps_get_stats(pm, &st);
+		if (st.retired_mappings > peak_retired)
+			peak_retired = st.retired_mappings;
+		if (st.mappings > peak_mappings)
+			peak_mappings = st.mappings;
+	}
+	atomic_store(&c.stop, true);
+	pthread_join(t, NULL);
+	cr_expect_gt(c.walks, 0);
+	/* 38,400 mappings were created; what stays is bounded by what one refresh sees (the
+	 * listed ones, the stale ones kept, and the arrays a reader may still hold). */
+	cr_expect_leq(peak_mappings, st0.mappings + 2 * 64 + PROCMAPS_TEST_STALE_MAX,
+		      "table holds %llu mappings", (unsigned long long)peak_mappings);
+	/* Without reclamation all 38,400 would be retired and kept; a reader preempted
+	 * mid-walk may hold back a few refreshes' worth (2 cores, loaded). */
+	cr_expect_leq(peak_retired, 300 * 2 * 64 / 4, "%llu retired mappings not freed",
+		      (unsigned long long)peak_retired);
+	/* With no reader, two refreshes free everything retired. */
+	procmaps_refresh(pm, getpid());
+	for (int i = 0; i < 3; i++) {
+		churn_map(v, 8, fd, 1 + i % 2);
+		procmaps_refresh(pm, getpid());
+		churn_unmap(v, 8, 1 + i % 2);
+	}
+	struct procmaps_stats st;
+	procmaps_get_stats(pm, &st);
+	cr_expect_leq(st.retired_arrays, 2, "%llu retired arrays", (unsigned long long)st.retired_arrays);
+	procmaps_free(pm);
+	close(fd);
+}
+
+Test(symbolize, a_reader_keeps_what_it_saw_until_it_leaves)
+{
+	int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	cr_assert_geq(fd, 0);
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm);
+	void *v[4];
+	churn_map(v, 4, fd, 1);
+	cr_assert_eq(procmaps_refresh(pm, getpid()), 0);
+	unsigned rd = procmaps_read_begin(pm);
+	const struct mapping *held = procmaps_find(pm, (uint64_t)(uintptr_t)v[0]);
+	cr_assert(held);
+	churn_unmap(v, 4, 1);
+	for (int i = 0; i < 6; i++) { /* replaced again and again while the reader holds it */
+		churn_map(v, 4, fd, 2 + i % 2);
+		cr_assert_eq(procmaps_refresh(pm, getpid()), 0);
+		churn_unmap(v, 4, 2 + i % 2);
+	}
+	struct procmaps_stats st;
+	procmaps_get_stats(pm, &st);
+	cr_expect_geq(st.retired_mappings, 4, "the held mapping was freed under the reader");
+	cr_expect_eq(held->end - held->start, 4096); /* ASan: still allocated */
+	cr_expect_neq(strlen(held->path), 0);
+	procmaps_read_end(pm, rd);
+	for (int i = 0; i < 3; i++) {
+		churn_map(v, 4, fd, 1 + i % 2);
+		cr_assert_eq(procmaps_refresh(pm, getpid()), 0);
+		churn_unmap(v, 4, 1 + i % 2);
+	}
+	procmaps_get_stats(pm, &st);
+	cr_expect_leq(st.retired_mappings, 8, "%llu retired mappings after the reader left",
+		      (unsigned long long)st.retired_mappings);
+	procmaps_free(pm);
+	close(fd);
+}
+
+Test(symbolize, unlisted_mappings_kept_are_capped)
+{
+	/* 5,000 one-page executable mappings at addresses nothing maps again (a reserved
+	 * range), unmapped, then a refresh: they stay for earlier samples, but at most
+	 * PROCMAPS_STALE_MAX of them, and the rest are counted. */
+	enum { N = 5000 };
+	int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	cr_assert_geq(fd, 0);
+	size_t span = (size_t)2 * N * 4096;
+	char *base = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(base, MAP_FAILED);
+	for (int i = 0; i < N; i++)
+		cr_assert_neq(mmap(base + (size_t)2 * i * 4096, 4096, PROT_READ | PROT_EXEC,
+				   MAP_PRIVATE | MAP_FIXED, fd, 0), MAP_FAILED);
+	struct procmaps *pm = procmaps_new(getpid());
+	cr_assert(pm);
+	struct procmaps_stats st;
+	procmaps_get_stats(pm, &st);
+	cr_expect_geq(st.mappings, N);
+	for (int i = 0; i < N; i++) /* back to the reservation, which is not executable */
+		cr_assert_neq(mmap(base + (size_t)2 * i * 4096, 4096, PROT_NONE,
+				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), MAP_FAILED);
+	cr_assert_eq(procmaps_refresh(pm, getpid()), 0);
+	procmaps_get_stats(pm, &st);
+	cr_expect_eq(st.stale_dropped, N - PROCMAPS_TEST_STALE_MAX, "dropped %llu",
+		     (unsigned long long)st.stale_dropped);
+	cr_expect_leq(st.mappings, PROCMAPS_TEST_STALE_MAX + 200);
+	/* the most recently listed are those kept: all 5,000 were listed at the same
+	 * refresh, so any 4,096 of them; the program's own code is listed now and kept */
+	cr_expect_not_null(procmaps_find(pm, (uint64_t)(uintptr_t)symt_leaf));
+	munmap(base, span);
+	procmaps_free(pm);
+	close(fd);
 }
 
 /* ---- A library loaded after the maps were read ---------------------------------------- */
