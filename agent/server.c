@@ -270,6 +270,15 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 		session_put(s);
 		return -EEXIST;
 	}
+	/* The process's start time, read while its pidfd pins it (checked alive after). */
+	uint64_t start;
+	if (ident_start_time(p->pid, &start) != 0 || !ident_pidfd_alive(p->pidfd))
+		return -ESRCH;
+	/* Started after this daemon (same clock tick included): no earlier daemon can have
+	 * served it, and it connects to our socket on its own. Taking it back would race
+	 * its own HELLO, or an exec that replaces the memfd the scan found. */
+	if (srv->self_start && start >= srv->self_start)
+		return -EEXIST;
 	struct llgo_ctl ctl;
 	if (pread(p->memfd, &ctl, sizeof(ctl), 0) != (ssize_t)sizeof(ctl))
 		return -EIO;
@@ -280,6 +289,7 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	if (!s)
 		return -ENOMEM;
 	s->pidfd = fcntl(p->pidfd, F_DUPFD_CLOEXEC, 3);
+	s->proc_start = start; /* read under the pidfd: a later HELLO of it finds this session */
 	/* a process taken back counts against its uid's budget as one that said HELLO */
 	int err = session_take_slot(s);
 	if (err) {
@@ -305,8 +315,23 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 	int64_t want = atomic_load_explicit(&s->ctl->want_rate_word, memory_order_relaxed);
 	if (want == LLGO_RATE_WORD_EVERY || (want > 1 && (uint64_t)want <= LLGO_RATE_MAX))
 		atomic_store_explicit(&s->ctl->rate_word, want, memory_order_relaxed);
+	/* The scan duplicated this memfd a while ago: if the process has said HELLO since
+	 * with another one (it exec'd: the new image's shim made its own), the memfd is an
+	 * earlier image's and that HELLO's session is the process. Checked and registered
+	 * under the HELLO path's lock, so one of the two wins, never both. */
+	pthread_mutex_lock(&srv->hello_lock);
+	struct session *newer = session_find_process(srv->reg, p->pid, start);
+	if (newer) {
+		pthread_mutex_unlock(&srv->hello_lock);
+		session_put(newer);
+		log_debug("pid %d: not taken back: it attached again with another memfd",
+			  (int)p->pid);
+		session_put(s);
+		return -EEXIST;
+	}
 	atomic_fetch_add_explicit(&s->ctl->adopt_gen, 1, memory_order_release);
 	session_register(s);
+	pthread_mutex_unlock(&srv->hello_lock);
 	atomic_fetch_add(&srv->n_sessions, 1);
 	close(p->memfd); /* the session keeps its own */
 	conn_watch_exit(srv, s, p->pidfd); /* watches a duplicate */
@@ -367,6 +392,8 @@ int server_start(struct server *srv)
 		return err;
 	}
 	/* A restart: processes of this socket that a previous daemon served. */
+	if (ident_start_time(getpid(), &srv->self_start) != 0)
+		srv->self_start = 0;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
 	server_own_path(srv, path, sizeof(path));
 	size_t n = adopt_scan(path, server_adopt_one, srv);

@@ -116,6 +116,7 @@ struct server {
 	 * and an adoption each find-or-register under adopt_lock: one session per memfd. */
 	pthread_mutex_t adopt_lock;
 	_Atomic bool adopting;
+	uint64_t self_start; /* the daemon's own start time (/proc/self/stat), 0 if unknown */
 	struct conn *conns;
 	size_t nconns, max_conns;
 	unsigned char *rxbuf; /* the loop's packet buffer */
