@@ -329,7 +329,9 @@ Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
 	struct lu_proc p;
-	char *argv[] = { PROG("stress_sites"), "16", "time", "4000", NULL };
+	/* long enough for three snapshots even when a sanitizer slows the daemon down */
+	char *argv[] = { PROG("stress_sites"), "16", "time", getenv("LLGO_SAN") ? "12000" : "4000",
+			 NULL };
 	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
 	for (int i = 0; i < 400; i++) {
 		struct llgo_list_entry e;

@@ -78,7 +78,15 @@ static void vt_start_named(struct lu_proc *p, struct heapd *d, const char *prog,
 	char line[128];
 	cr_assert(lu_read_line(p, line, sizeof(line), 10000), "verify_fp did not start");
 	cr_assert(strncmp(line, "ready ", 6) == 0, "verify_fp said: %s", line);
-	lu_sleep_ms(300); /* threads running, rings registered */
+	/* threads running, their rings registered with the daemon (a loaded machine may take
+	 * seconds to get there: waiting a fixed time once asked verify about a pid the daemon
+	 * had not heard of yet) */
+	struct llgo_list_entry e;
+	for (int waited = 0; waited < 20000; waited += 50) {
+		if (heapd_list_pid(d->sock, p->pid, &e) && e.rings >= 1 && e.delivered > 0)
+			break;
+		lu_sleep_ms(50);
+	}
 }
 
 /* verify_fp in frame-pointer mode: under the default (auto) a busy start copies stacks
