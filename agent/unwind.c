@@ -105,6 +105,14 @@ struct uwfile {
 	struct uwrange *fp;
 	size_t nfp;
 	uint64_t fp_funcs, funcs; /* functions whose CFA is rbp-based mid-body; all sampled */
+	/* CFI beyond .eh_frame_hdr (cfi.c): built at the first pc that table lacks, or when
+	 * auto mode classifies the file, under cfi_lock; readers check cfi_done (acquire, paired
+	 * with the release that publishes cfi). sym: the symbolizer's file, to find the separate
+	 * debug file by (held until then). */
+	pthread_mutex_t cfi_lock;
+	atomic_bool cfi_done;
+	struct cfi_table cfi;
+	struct symfile *sym;
 };
 
 static pthread_mutex_t uw_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -274,6 +282,9 @@ static void uwfile_destroy(struct uwfile *f)
 {
 	if (!f)
 		return;
+	cfi_table_free(&f->cfi);
+	symfile_put(f->sym);
+	pthread_mutex_destroy(&f->cfi_lock);
 	free(f->fp);
 	if (f->image)
 		munmap((void *)(uintptr_t)f->image, f->size);
@@ -348,6 +359,8 @@ static struct uwfile *uwfile_get(pid_t pid, const struct mapping *m)
 	}
 	f->refs = 1;
 	f->size = (size_t)st.st_size;
+	pthread_mutex_init(&f->cfi_lock, NULL);
+	f->sym = m->file ? symfile_ref(m->file) : NULL;
 	void *img = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (img == MAP_FAILED || uwfile_parse((f->image = img, f)) != 0) {
@@ -389,6 +402,59 @@ static void uwfile_put(struct uwfile *f)
 		uwfile_destroy(f);
 }
 
+/* The CFI f's .eh_frame_hdr does not index, from the first source that has some: the file's
+ * own .debug_frame; its .eh_frame when it has no usable .eh_frame_hdr; the .debug_frame of
+ * its separate debug file (found as the symbolizer finds it). */
+static void uwfile_build_cfi(struct uwfile *f)
+{
+	struct cfi_range code[UNWIND_MAX_SEGS];
+	size_t ncode = 0;
+	for (uint32_t i = 0; i < f->nsegs; i++)
+		if (f->segs[i].exec)
+			code[ncode++] = (struct cfi_range){ f->segs[i].vaddr,
+							    f->segs[i].vaddr + f->segs[i].filesz };
+	const unsigned char *sec;
+	size_t len;
+	uint64_t vaddr;
+	void *owned;
+	bool own = cfi_elf_section(f->image, f->size, ".debug_frame", &sec, &len, &vaddr,
+				   &owned) == 0;
+	if (own)
+		cfi_build(&f->cfi, sec, len, false, 0, code, ncode, f->lo);
+	free(owned);
+	if (!f->cfi.count && !f->has_table &&
+	    cfi_elf_section(f->image, f->size, ".eh_frame", &sec, &len, &vaddr, &owned) == 0) {
+		cfi_build(&f->cfi, sec, len, true, vaddr, code, ncode, f->lo);
+		free(owned);
+	}
+	if (!f->cfi.count && !own && f->sym) {
+		bool compressed;
+		void *raw = symfile_debug_frame(f->sym, &len, &compressed);
+		owned = NULL;
+		sec = raw;
+		if (raw && (!compressed || cfi_inflate(raw, len, &sec, &len, &owned) == 0))
+			cfi_build(&f->cfi, sec, len, false, 0, code, ncode, f->lo);
+		free(owned);
+		free(raw);
+	}
+}
+
+/* f's extra CFI (uwfile_build_cfi), built at the first call; NULL when it has none. */
+static const struct cfi_table *uwfile_cfi(struct uwfile *f)
+{
+	if (!atomic_load_explicit(&f->cfi_done, memory_order_acquire)) {
+		pthread_mutex_lock(&f->cfi_lock);
+		if (!atomic_load_explicit(&f->cfi_done, memory_order_relaxed)) {
+			uwfile_build_cfi(f);
+			symfile_put(f->sym);
+			f->sym = NULL;
+			atomic_store_explicit(&f->cfi_done, true, memory_order_release);
+		}
+		pthread_mutex_unlock(&f->cfi_lock);
+	}
+	return f->cfi.count ? &f->cfi : NULL;
+}
+
 void unwind_cache_stats(uint64_t *files, uint64_t *bytes)
 {
 	*files = *bytes = 0;
@@ -396,6 +462,8 @@ void unwind_cache_stats(uint64_t *files, uint64_t *bytes)
 	for (struct uwfile *f = uw_files; f; f = f->next) {
 		(*files)++;
 		*bytes += sizeof(*f) + strlen(f->key) + 1;
+		if (atomic_load_explicit(&f->cfi_done, memory_order_acquire))
+			*bytes += f->cfi.size + f->cfi.count * sizeof(*f->cfi.entries);
 	}
 	pthread_mutex_unlock(&uw_lock);
 }
@@ -501,30 +569,75 @@ static const struct uwimage *unwind_image(struct uwctx *c, uint64_t addr)
 
 /* ---- libunwind accessors ---------------------------------------------------------------- */
 
+/* The synthetic address at which image i's extra CFI (uwfile_cfi) is served: above every
+ * user-space address, 2^40 bytes per image. */
+#define UW_SYNTH_BASE (UINT64_C(1) << 63)
+#define UW_SYNTH_SHIFT 40
+
 static int uw_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi,
 			     int need_unwind_info, void *arg)
 {
 	struct uwctx *c = arg;
 	const struct uwimage *im = unwind_image(c, ip);
-	if (!im || !im->f->has_table) {
-		c->noinfo = true;
-		c->unknown |= !im;
+	if (!im) {
+		c->noinfo = c->unknown = true;
 		return -UNW_ENOINFO;
 	}
 	unw_dyn_info_t di;
+	int rc = -UNW_ENOINFO;
+	if (im->f->has_table) {
+		memset(&di, 0, sizeof(di));
+		di.start_ip = im->lo;
+		di.end_ip = im->hi;
+		di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
+		di.u.rti.segbase = im->f->hdr_vaddr + im->bias;
+		di.u.rti.table_data = im->f->table_vaddr + im->bias;
+		/* in words: each entry is two 32-bit values */
+		di.u.rti.table_len = im->f->fde_count * 8 / sizeof(unw_word_t);
+		c->u->stats.proc_lookups++;
+		rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
+		if (rc >= 0)
+			return rc;
+	}
+	/* Not in .eh_frame_hdr's table (a program whose own code has only .debug_frame: the
+	 * linker's table holds the crt files' FDEs): the file's extra CFI. Entry starts are
+	 * offsets from the image's start, FDEs at the image's synthetic address, and their
+	 * datarel initial locations ELF addresses, made process addresses by gp = bias. */
+	const struct cfi_table *t = uwfile_cfi(im->f);
+	if (!t) {
+		c->noinfo = true;
+		return rc;
+	}
+	uint64_t synth = UW_SYNTH_BASE + ((uint64_t)(im - c->u->images) << UW_SYNTH_SHIFT);
 	memset(&di, 0, sizeof(di));
 	di.start_ip = im->lo;
 	di.end_ip = im->hi;
-	di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
-	di.u.rti.segbase = im->f->hdr_vaddr + im->bias;
-	di.u.rti.table_data = im->f->table_vaddr + im->bias;
-	/* in words: each entry is two 32-bit values */
-	di.u.rti.table_len = im->f->fde_count * 8 / sizeof(unw_word_t);
+	di.format = UNW_INFO_FORMAT_IP_OFFSET;
+	di.u.rti.segbase = synth;
+	di.u.rti.table_data = synth + t->table_off;
+	di.u.rti.table_len = t->count * 8 / sizeof(unw_word_t);
+	memset(pi, 0, sizeof(*pi));
+	pi->gp = im->bias;
 	c->u->stats.proc_lookups++;
-	int rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
+	rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
 	if (rc < 0)
 		c->noinfo = true;
 	return rc;
+}
+
+/* A read of image i's extra CFI at its synthetic address. */
+static int uw_synth_read(struct uwctx *c, uint64_t addr, unw_word_t *val)
+{
+	uint64_t i = (addr - UW_SYNTH_BASE) >> UW_SYNTH_SHIFT;
+	uint64_t off = addr & ((UINT64_C(1) << UW_SYNTH_SHIFT) - 1);
+	if (i >= c->u->nimages)
+		return -UNW_EINVAL;
+	struct uwfile *f = c->u->images[i].f;
+	if (!atomic_load_explicit(&f->cfi_done, memory_order_acquire) || off >= f->cfi.size)
+		return -UNW_EINVAL;
+	*val = 0;
+	memcpy(val, f->cfi.image + off, f->cfi.size - off < 8 ? f->cfi.size - off : 8);
+	return 0;
 }
 
 static void uw_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
@@ -562,6 +675,8 @@ static int uw_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, 
 		memcpy(val, s2 + off, r->stack2_len - off < 8 ? r->stack2_len - off : 8);
 		return 0;
 	}
+	if (addr >= UW_SYNTH_BASE)
+		return uw_synth_read(c, addr, val);
 	const struct uwimage *im = unwind_image(c, addr);
 	if (im) {
 		const struct uwfile *f = im->f;
