@@ -637,7 +637,8 @@ int cfi_elf_section(const unsigned char *image, size_t size, const char *name,
 	*data = NULL;
 	*len = 0;
 	*vaddr = 0;
-	*owned = NULL;
+	if (owned)
+		*owned = NULL;
 	Elf64_Ehdr eh;
 	if (size < sizeof(eh))
 		return -ENOEXEC;
@@ -669,7 +670,7 @@ int cfi_elf_section(const unsigned char *image, size_t size, const char *name,
 			return -ENOENT;
 		const unsigned char *p = image + sh.sh_offset;
 		*vaddr = sh.sh_addr;
-		if (!(sh.sh_flags & SHF_COMPRESSED)) {
+		if (!(sh.sh_flags & SHF_COMPRESSED) || !owned) {
 			if (sh.sh_size > CFI_MAX_SECTION)
 				return -EFBIG;
 			*data = p;

@@ -285,8 +285,8 @@ int cfi_build(struct cfi_table *t, const unsigned char *sec, size_t len, bool eh
 	      const struct cfi_range *code, size_t ncode, uint64_t ip_base);
 void cfi_table_free(struct cfi_table *t);
 /* The contents of section name of the ELF file image[0..size) (hostile), decompressed when
- * SHF_COMPRESSED (then *owned is the buffer to free), and its ELF address. -ENOENT when the
- * file has no such section with contents. */
+ * SHF_COMPRESSED (then *owned is the buffer to free; with owned NULL, left as they are), and
+ * its ELF address. -ENOENT when the file has no such section with contents. */
 int cfi_elf_section(const unsigned char *image, size_t size, const char *name,
 		    const unsigned char **data, size_t *len, uint64_t *vaddr, void **owned);
 /* An SHF_COMPRESSED section's contents p[0..n) (Elf64_Chdr, zlib), inflated into *owned. */

@@ -919,51 +919,99 @@ static bool uw_cfa_uses_rbp(Dwarf_CFI *cfi, uint64_t lo, uint64_t hi)
 	return false;
 }
 
+/* A function as classification sees it: [lo, hi) ELF addresses, and whether some row of its
+ * CFI computes the CFA from rbp. */
+struct uwfunc {
+	uint64_t lo, hi;
+	bool rbp;
+};
+
+static int uwfunc_cmp(const void *a, const void *b)
+{
+	const struct uwfunc *x = a, *y = b;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Whether f holds CFI beyond its .eh_frame_hdr in itself (a .debug_frame, or an .eh_frame
+ * without the header): classification reads that, never a debug file found elsewhere. */
+static bool uwfile_own_cfi(const struct uwfile *f)
+{
+	const unsigned char *sec;
+	size_t len;
+	uint64_t vaddr;
+	return cfi_elf_section(f->image, f->size, ".debug_frame", &sec, &len, &vaddr, NULL) == 0 ||
+	       (!f->has_table &&
+		cfi_elf_section(f->image, f->size, ".eh_frame", &sec, &len, &vaddr, NULL) == 0);
+}
+
 /*
- * The functions of f (one per .eh_frame_hdr entry, extending to the next entry) that set up a
- * frame pointer (some CFI row computes the CFA from rbp): code whose calls return into a frame
- * a frame-pointer walk reads right. Runs of such functions become ranges. A function put in a
+ * The functions of f (one per FDE: .eh_frame_hdr's entries, extending to the next entry when
+ * an FDE's own end cannot be read, and the file's own extra CFI, cfi.c) that set up a frame
+ * pointer (some CFI row computes the CFA from rbp): code whose calls return into a frame a
+ * frame-pointer walk reads right. Runs of such functions become ranges. A function put in a
  * range wrongly would let a walk skip its caller, so anything unclear (no CFI, rsp-based CFA
- * throughout) stays out.
+ * throughout, an FDE overlapping an earlier one) stays out. For extra CFI "some row" is "some
+ * instruction of the CIE or FDE sets the CFA register to rbp" (cfi.c's scan).
  */
 static void uwfile_classify_locked(struct uwfile *f)
 {
 	f->fp_done = true;
-	if (!f->has_table || f->fde_count < 2)
+	const struct cfi_table *t = uwfile_own_cfi(f) ? uwfile_cfi(f) : NULL;
+	uint64_t nh = f->has_table ? f->fde_count : 0, nt = t ? t->count : 0;
+	if (nh + nt < 2)
 		return;
-	elf_version(EV_CURRENT);
-	Elf *elf = elf_memory((char *)(uintptr_t)f->image, f->size);
-	Dwarf_CFI *cfi = elf ? dwarf_getcfi_elf(elf) : NULL;
-	if (!cfi)
+	Elf *elf = NULL;
+	Dwarf_CFI *cfi = NULL;
+	if (nh) {
+		elf_version(EV_CURRENT);
+		elf = elf_memory((char *)(uintptr_t)f->image, f->size);
+		cfi = elf ? dwarf_getcfi_elf(elf) : NULL;
+	}
+	struct uwfunc *fn = calloc(nh + nt, sizeof(*fn));
+	struct uwrange *v = calloc(nh + nt, sizeof(*v));
+	if (!fn || !v) {
+		free(v);
 		goto out;
-	uint64_t toff = uwfile_offset(f, f->table_vaddr);
-	struct uwrange *v = calloc(f->fde_count, sizeof(*v));
-	if (!v)
-		goto out;
-	size_t n = 0;
-	bool open = false;
-	for (uint64_t i = 0; i < f->fde_count; i++) {
+	}
+	size_t nf = 0;
+	uint64_t toff = nh ? uwfile_offset(f, f->table_vaddr) : 0;
+	for (uint64_t i = 0; i < nh; i++) {
 		const unsigned char *e = f->image + toff + i * 8;
 		uint64_t lo = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e);
 		uint64_t fde = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e + 4);
 		uint64_t hi = uwfile_fde_end(f, fde, lo);
-		if (hi == 0 && i + 1 < f->fde_count) /* unusual encoding: up to the next one */
+		if (hi == 0 && i + 1 < nh) /* unusual encoding: up to the next one */
 			hi = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e + 8);
-		if (hi <= lo)
+		if (hi > lo)
+			fn[nf++] = (struct uwfunc){ lo, hi, cfi && uw_cfa_uses_rbp(cfi, lo, hi) };
+	}
+	for (uint64_t i = 0; i < nt; i++) {
+		uint64_t lo = f->lo + (uint64_t)t->entries[i].start;
+		fn[nf++] = (struct uwfunc){ lo, lo + t->entries[i].len, t->entries[i].rbp };
+	}
+	qsort(fn, nf, sizeof(*fn), uwfunc_cmp);
+	size_t n = 0;
+	bool open = false;
+	uint64_t end = 0;
+	for (size_t i = 0; i < nf; i++) {
+		if (fn[i].lo < end) { /* overlaps an earlier FDE: neither is trusted further */
+			open = false;
 			continue;
+		}
+		end = fn[i].hi;
 		f->funcs++;
-		if (!uw_cfa_uses_rbp(cfi, lo, hi)) {
+		if (!fn[i].rbp) {
 			open = false;
 			continue;
 		}
 		f->fp_funcs++;
 		/* no function without a frame pointer in between, nor a gap longer than
 		 * alignment padding (code without CFI could hide there) */
-		if (open && lo - v[n - 1].hi < 16) {
-			v[n - 1].hi = hi;
+		if (open && fn[i].lo - v[n - 1].hi < 16) {
+			v[n - 1].hi = fn[i].hi;
 		} else {
-			v[n].lo = lo;
-			v[n].hi = hi;
+			v[n].lo = fn[i].lo;
+			v[n].hi = fn[i].hi;
 			n++;
 			open = true;
 		}
@@ -971,6 +1019,7 @@ static void uwfile_classify_locked(struct uwfile *f)
 	f->fp = v;
 	f->nfp = n;
 out:
+	free(fn);
 	if (cfi)
 		dwarf_cfi_end(cfi);
 	if (elf)
