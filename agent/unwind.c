@@ -11,24 +11,28 @@
  *   - unwind info by binary search of the file's .eh_frame_hdr table, through libunwind's
  *     own table search (_Ux86_64_dwarf_search_unwind_table, what its ptrace flavour's
  *     _UPT_find_proc_info calls; the _UPT_* accessors themselves read the live process
- *     with ptrace and re-read /proc/PID/maps, which the target, long moved on, cannot serve).
+ *     with ptrace and re-read /proc/PID/maps, which the target, long moved on, cannot serve),
+ *     and for a pc that table lacks, by the same search of the CFI cfi.c rewrites from the
+ *     file's .debug_frame, its header-less .eh_frame or its separate debug file's
+ *     .debug_frame, served by access_mem at a synthetic address (UW_SYNTH_BASE).
  * The target is never stopped or read.
  *
  * Caches. Files are opened once per build ID (else device, inode, size and mtime) and kept
  * mapped read-only in a global cache shared by every session (uwfile), with their PT_LOAD
- * segments and .eh_frame_hdr table located once. A session keeps its images (file + load
+ * segments and .eh_frame_hdr table located once, and the rewritten extra CFI built at its
+ * first need (uwfile_cfi). A session keeps its images (file + load
  * bias, sorted by address), rebuilt from the session's procmaps only when a pc falls outside
  * them, and one libunwind address space with its global caching policy, so the unwind rules
  * found for a pc are reused by every later sample (flushed when the images change).
  *
- * Limits, stated: only .eh_frame_hdr-indexed CFI is used (every Debian binary and library
- * has it); a frame without CFI ends the stack (libunwind would guess from rbp and call a
- * zero rbp the end: neither is trusted). A stack that stops short of the thread's start for
+ * Limits, stated: a frame without CFI ends the stack (libunwind would guess from rbp and call
+ * a zero rbp the end: neither is trusted). A stack that stops short of the thread's start for
  * any reason (an unwinding error, a frame without CFI, a read outside the copies, the frame
  * limit) is marked truncated; the caller appends a [truncated] frame.
  *
  * Auto mode (the second half of this file): which code keeps frame pointers, found once per
- * file from its CFI with libdw, and the roots learned from whole stacks; both go to the
+ * file from its CFI (libdw for .eh_frame, cfi.c's scan for the file's own extra CFI), and
+ * the roots learned from whole stacks; both go to the
  * shim's control page through session.c (docs/design.md, "Unwinding modes").
  *
  * Threads: a struct unwind belongs to one session and is used under its drain lock; the file

@@ -559,6 +559,20 @@ Test(unwind, debug_frame_in_debug_file_auto, .timeout = 300)
 	uw_check_dbgframe_split("auto");
 }
 
+/* An .eh_frame without .eh_frame_hdr (linked with --no-eh-frame-hdr): its records are
+ * indexed by a scan, as a .debug_frame's are. */
+Test(unwind, eh_frame_without_header_dwarf, .timeout = 300)
+{
+	char *out = NULL;
+	int rc = e2e_sh(&out, "readelf -lW " E2E_PROGS "/noehhdr_chains | grep -c GNU_EH_FRAME");
+	cr_expect_eq(atoi(out), 0, "noehhdr_chains has an .eh_frame_hdr (%d)", rc);
+	free(out);
+	char *dir = e2e_tmpdir();
+	uw_check_chains_of("dwarf", dir, E2E_PROGS "/noehhdr_chains", E2E_PROGS "/libnofp_dl.so",
+			   20, NULL);
+	e2e_rmdir(dir);
+}
+
 /* The frame-pointer ranges auto mode finds in prog's own code (nofp_chains built some way),
  * read from the program stopped before it allocates. */
 static size_t uw_fp_ranges_in(const char *prog)
