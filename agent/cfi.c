@@ -40,9 +40,11 @@
 
 #include "internal.h"
 
-/* The largest section read, and the largest output (its offsets are 32-bit). */
-#define CFI_MAX_SECTION ((uint64_t)1 << 30)
-#define CFI_MAX_OUT ((size_t)1 << 30)
+/* The largest section read or inflated (a hostile compressed section names its own size:
+ * this bounds what it makes us allocate), and the largest output (its offsets are 32-bit).
+ * The largest .eh_frame seen on Debian, python3's, is 401 KiB. */
+#define CFI_MAX_SECTION ((uint64_t)256 << 20)
+#define CFI_MAX_OUT ((size_t)512 << 20)
 
 static uint32_t cfi_le32(const unsigned char *p)
 {
