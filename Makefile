@@ -91,6 +91,10 @@ PROG_BINS := $(patsubst tests/progs/%.c,$(OUT)/progs/%,$(PROG_C_SRCS)) \
 	$(patsubst tests/progs/%.cc,$(OUT)/progs/%.so,$(PROG_CXX_SO_SRCS))
 # A shim without the verify probe, standing in for one older than llgo-heap verify.
 PROG_BINS += $(OUT)/progs/libllgoheap-noprobe.so
+# nofp_chains and libnofp_dl again, with .debug_frame as their only CFI (dbgframe_*, below),
+# and with .eh_frame but no .eh_frame_hdr (noehhdr_chains).
+PROG_BINS += $(OUT)/progs/dbgframe_chains $(OUT)/progs/libdbgframe_dl.so \
+	$(OUT)/progs/dbgframe_fp_chains $(OUT)/progs/noehhdr_chains
 
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
@@ -243,6 +247,30 @@ $(OUT)/progs/libnofp_%.so: tests/progs/libnofp_%.c
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(PROG_NOFP_CFLAGS) -shared -fPIC -o $@ $<
+
+# .debug_frame as the code's only CFI (no .eh_frame but the crt files'), as some programs
+# ship (issue 9): without frame pointers, and with them (auto mode's classification).
+PROG_DBGFRAME_CFLAGS := $(PROG_NOFP_CFLAGS) -fno-asynchronous-unwind-tables -fno-unwind-tables
+$(OUT)/progs/dbgframe_chains: tests/progs/nofp_chains.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_DBGFRAME_CFLAGS) -o $@ $< -ldl -lm
+
+$(OUT)/progs/dbgframe_fp_chains: tests/progs/nofp_chains.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(filter-out -fomit-frame-pointer,$(PROG_DBGFRAME_CFLAGS)) -fno-omit-frame-pointer \
+		-o $@ $< -ldl -lm
+
+$(OUT)/progs/noehhdr_chains: tests/progs/nofp_chains.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_NOFP_CFLAGS) -Wl,--no-eh-frame-hdr -o $@ $< -ldl -lm
+
+$(OUT)/progs/libdbgframe_dl.so: tests/progs/libnofp_dl.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_DBGFRAME_CFLAGS) -shared -fPIC -o $@ $<
 
 $(OUT)/progs/nofp_%: tests/progs/nofp_%.cc
 	$(call msg,CXX,$@)

@@ -267,6 +267,46 @@ void unwind_cache_stats(uint64_t *files, uint64_t *bytes);
 /* "fp", "dwarf", "auto" or "fp" for a shim that did not say. */
 const char *unwind_mode_name(uint32_t mode);
 
+/* ---- cfi.c: CFI libunwind's table search cannot reach, rewritten into a form it can ------ */
+
+/* An ELF address range [lo, hi) of executable code. */
+struct cfi_range {
+	uint64_t lo, hi;
+};
+
+/* One FDE of a table: its start as an offset from the table's ip base, its rewritten FDE's
+ * offset in the image, the length it covers (capped), and whether its CFI puts the CFA on
+ * rbp (auto mode's classification). */
+struct cfi_entry {
+	int32_t start, fde;
+	uint32_t len;
+	bool rbp;
+};
+
+/* .eh_frame records (each FDE's initial location is its ELF address, DW_EH_PE_datarel: the
+ * reader's gp is the load bias), then at table_off count (start, fde) pairs of 32-bit values,
+ * sorted by start, as .eh_frame_hdr's table. */
+struct cfi_table {
+	unsigned char *image;
+	size_t size, table_off, count;
+	struct cfi_entry *entries; /* the table's entries, same order */
+};
+
+/* Rewrite the .debug_frame (eh false) or .eh_frame (eh true, at ELF address vaddr) held in
+ * sec[0..len), keeping the FDEs that lie inside code[0..ncode) at or above ip_base. 0 with
+ * t->count == 0 when nothing usable was found; -errno on failure. Input is hostile. */
+int cfi_build(struct cfi_table *t, const unsigned char *sec, size_t len, bool eh, uint64_t vaddr,
+	      const struct cfi_range *code, size_t ncode, uint64_t ip_base);
+void cfi_table_free(struct cfi_table *t);
+/* The contents of section name of the ELF file image[0..size) (hostile), decompressed when
+ * SHF_COMPRESSED (then *owned is the buffer to free; with owned NULL, left as they are), and
+ * its ELF address. -ENOENT when the file has no such section with contents. */
+int cfi_elf_section(const unsigned char *image, size_t size, const char *name,
+		    const unsigned char **data, size_t *len, uint64_t *vaddr, void **owned);
+/* An SHF_COMPRESSED section's contents p[0..n) (Elf64_Chdr, zlib), inflated into *owned. */
+int cfi_inflate(const unsigned char *p, size_t n, const unsigned char **data, size_t *len,
+		void **owned);
+
 /* ---- symbolize.c: addresses to functions, files and lines ----------------------------- */
 
 #define SYM_MAX_INLINE 16
@@ -291,6 +331,11 @@ struct symfile *symfile_get(const char *path, int fd, const char *build_id);
 void symfile_put(struct symfile *f);
 /* Another reference to f. */
 struct symfile *symfile_ref(struct symfile *f);
+/* The .debug_frame of the separate debug file the symbolizer finds for f (looked for now if
+ * it was not yet: build ID, .gnu_debuglink, debuginfod), as libelf gives it (*compressed when
+ * it is SHF_COMPRESSED), in a malloc'd copy of *size bytes; NULL when f carries its own DWARF,
+ * has no debug file, or that has no .debug_frame. */
+void *symfile_debug_frame(struct symfile *f, size_t *size, bool *compressed);
 /* Resolve pc (an address in the process) inside mapping m; callers pass a return
  * address minus 1. Strings stay valid while the symfile is referenced. Returns the number
  * of frames (0: no symbol covers pc; the has_* flags are filled even then, and for a pc

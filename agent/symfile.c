@@ -473,3 +473,38 @@ void symfile_put(struct symfile *f)
 	if (last)
 		symfile_destroy(f);
 }
+
+/* ---- For the unwinder ----------------------------------------------------------------- */
+
+void *symfile_debug_frame(struct symfile *f, size_t *size, bool *compressed)
+{
+	*size = 0;
+	*compressed = false;
+	if (f->main_has_dwarf)
+		return NULL; /* its CFI is its own, read by the unwinder from the file itself */
+	void *copy = NULL;
+	pthread_mutex_lock(&f->lock);
+	/* the same lookup symbolize.c's first DWARF lookup makes; libdwfl keeps the answer */
+	Dwarf_Addr bias = 0;
+	Dwarf *dw = dwfl_module_getdwarf(f->mod, &bias);
+	Elf *elf = dw && bias == 0 ? dwarf_getelf(dw) : NULL;
+	size_t shstrndx;
+	Elf_Scn *scn = NULL;
+	while (elf && elf_getshdrstrndx(elf, &shstrndx) == 0 &&
+	       (scn = elf_nextscn(elf, scn)) != NULL) {
+		GElf_Shdr sh;
+		const char *name = gelf_getshdr(scn, &sh) ? elf_strptr(elf, shstrndx, sh.sh_name)
+							  : NULL;
+		if (!name || strcmp(name, ".debug_frame") != 0 || sh.sh_type == SHT_NOBITS)
+			continue;
+		Elf_Data *d = elf_rawdata(scn, NULL);
+		if (d && d->d_buf && d->d_size && (copy = malloc(d->d_size))) {
+			memcpy(copy, d->d_buf, d->d_size);
+			*size = d->d_size;
+			*compressed = sh.sh_flags & SHF_COMPRESSED;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return copy;
+}

@@ -11,24 +11,28 @@
  *   - unwind info by binary search of the file's .eh_frame_hdr table, through libunwind's
  *     own table search (_Ux86_64_dwarf_search_unwind_table, what its ptrace flavour's
  *     _UPT_find_proc_info calls; the _UPT_* accessors themselves read the live process
- *     with ptrace and re-read /proc/PID/maps, which the target, long moved on, cannot serve).
+ *     with ptrace and re-read /proc/PID/maps, which the target, long moved on, cannot serve),
+ *     and for a pc that table lacks, by the same search of the CFI cfi.c rewrites from the
+ *     file's .debug_frame, its header-less .eh_frame or its separate debug file's
+ *     .debug_frame, served by access_mem at a synthetic address (UW_SYNTH_BASE).
  * The target is never stopped or read.
  *
  * Caches. Files are opened once per build ID (else device, inode, size and mtime) and kept
  * mapped read-only in a global cache shared by every session (uwfile), with their PT_LOAD
- * segments and .eh_frame_hdr table located once. A session keeps its images (file + load
+ * segments and .eh_frame_hdr table located once, and the rewritten extra CFI built at its
+ * first need (uwfile_cfi). A session keeps its images (file + load
  * bias, sorted by address), rebuilt from the session's procmaps only when a pc falls outside
  * them, and one libunwind address space with its global caching policy, so the unwind rules
  * found for a pc are reused by every later sample (flushed when the images change).
  *
- * Limits, stated: only .eh_frame_hdr-indexed CFI is used (every Debian binary and library
- * has it); a frame without CFI ends the stack (libunwind would guess from rbp and call a
- * zero rbp the end: neither is trusted). A stack that stops short of the thread's start for
+ * Limits, stated: a frame without CFI ends the stack (libunwind would guess from rbp and call
+ * a zero rbp the end: neither is trusted). A stack that stops short of the thread's start for
  * any reason (an unwinding error, a frame without CFI, a read outside the copies, the frame
  * limit) is marked truncated; the caller appends a [truncated] frame.
  *
  * Auto mode (the second half of this file): which code keeps frame pointers, found once per
- * file from its CFI with libdw, and the roots learned from whole stacks; both go to the
+ * file from its CFI (libdw for .eh_frame, cfi.c's scan for the file's own extra CFI), and
+ * the roots learned from whole stacks; both go to the
  * shim's control page through session.c (docs/design.md, "Unwinding modes").
  *
  * Threads: a struct unwind belongs to one session and is used under its drain lock; the file
@@ -105,6 +109,14 @@ struct uwfile {
 	struct uwrange *fp;
 	size_t nfp;
 	uint64_t fp_funcs, funcs; /* functions whose CFA is rbp-based mid-body; all sampled */
+	/* CFI beyond .eh_frame_hdr (cfi.c): built at the first pc that table lacks, or when
+	 * auto mode classifies the file, under cfi_lock; readers check cfi_done (acquire, paired
+	 * with the release that publishes cfi). sym: the symbolizer's file, to find the separate
+	 * debug file by (held until then). */
+	pthread_mutex_t cfi_lock;
+	atomic_bool cfi_done;
+	struct cfi_table cfi;
+	struct symfile *sym;
 };
 
 static pthread_mutex_t uw_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -274,6 +286,9 @@ static void uwfile_destroy(struct uwfile *f)
 {
 	if (!f)
 		return;
+	cfi_table_free(&f->cfi);
+	symfile_put(f->sym);
+	pthread_mutex_destroy(&f->cfi_lock);
 	free(f->fp);
 	if (f->image)
 		munmap((void *)(uintptr_t)f->image, f->size);
@@ -348,6 +363,8 @@ static struct uwfile *uwfile_get(pid_t pid, const struct mapping *m)
 	}
 	f->refs = 1;
 	f->size = (size_t)st.st_size;
+	pthread_mutex_init(&f->cfi_lock, NULL);
+	f->sym = m->file ? symfile_ref(m->file) : NULL;
 	void *img = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (img == MAP_FAILED || uwfile_parse((f->image = img, f)) != 0) {
@@ -389,6 +406,59 @@ static void uwfile_put(struct uwfile *f)
 		uwfile_destroy(f);
 }
 
+/* The CFI f's .eh_frame_hdr does not index, from the first source that has some: the file's
+ * own .debug_frame; its .eh_frame when it has no usable .eh_frame_hdr; the .debug_frame of
+ * its separate debug file (found as the symbolizer finds it). */
+static void uwfile_build_cfi(struct uwfile *f)
+{
+	struct cfi_range code[UNWIND_MAX_SEGS];
+	size_t ncode = 0;
+	for (uint32_t i = 0; i < f->nsegs; i++)
+		if (f->segs[i].exec)
+			code[ncode++] = (struct cfi_range){ f->segs[i].vaddr,
+							    f->segs[i].vaddr + f->segs[i].filesz };
+	const unsigned char *sec;
+	size_t len;
+	uint64_t vaddr;
+	void *owned;
+	bool own = cfi_elf_section(f->image, f->size, ".debug_frame", &sec, &len, &vaddr,
+				   &owned) == 0;
+	if (own)
+		cfi_build(&f->cfi, sec, len, false, 0, code, ncode, f->lo);
+	free(owned);
+	if (!f->cfi.count && !f->has_table &&
+	    cfi_elf_section(f->image, f->size, ".eh_frame", &sec, &len, &vaddr, &owned) == 0) {
+		cfi_build(&f->cfi, sec, len, true, vaddr, code, ncode, f->lo);
+		free(owned);
+	}
+	if (!f->cfi.count && !own && f->sym) {
+		bool compressed;
+		void *raw = symfile_debug_frame(f->sym, &len, &compressed);
+		owned = NULL;
+		sec = raw;
+		if (raw && (!compressed || cfi_inflate(raw, len, &sec, &len, &owned) == 0))
+			cfi_build(&f->cfi, sec, len, false, 0, code, ncode, f->lo);
+		free(owned);
+		free(raw);
+	}
+}
+
+/* f's extra CFI (uwfile_build_cfi), built at the first call; NULL when it has none. */
+static const struct cfi_table *uwfile_cfi(struct uwfile *f)
+{
+	if (!atomic_load_explicit(&f->cfi_done, memory_order_acquire)) {
+		pthread_mutex_lock(&f->cfi_lock);
+		if (!atomic_load_explicit(&f->cfi_done, memory_order_relaxed)) {
+			uwfile_build_cfi(f);
+			symfile_put(f->sym);
+			f->sym = NULL;
+			atomic_store_explicit(&f->cfi_done, true, memory_order_release);
+		}
+		pthread_mutex_unlock(&f->cfi_lock);
+	}
+	return f->cfi.count ? &f->cfi : NULL;
+}
+
 void unwind_cache_stats(uint64_t *files, uint64_t *bytes)
 {
 	*files = *bytes = 0;
@@ -396,6 +466,8 @@ void unwind_cache_stats(uint64_t *files, uint64_t *bytes)
 	for (struct uwfile *f = uw_files; f; f = f->next) {
 		(*files)++;
 		*bytes += sizeof(*f) + strlen(f->key) + 1;
+		if (atomic_load_explicit(&f->cfi_done, memory_order_acquire))
+			*bytes += f->cfi.size + f->cfi.count * sizeof(*f->cfi.entries);
 	}
 	pthread_mutex_unlock(&uw_lock);
 }
@@ -502,30 +574,75 @@ static const struct uwimage *unwind_image(struct uwctx *c, uint64_t addr)
 
 /* ---- libunwind accessors ---------------------------------------------------------------- */
 
+/* The synthetic address at which image i's extra CFI (uwfile_cfi) is served: above every
+ * user-space address, 2^40 bytes per image. */
+#define UW_SYNTH_BASE (UINT64_C(1) << 63)
+#define UW_SYNTH_SHIFT 40
+
 static int uw_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi,
 			     int need_unwind_info, void *arg)
 {
 	struct uwctx *c = arg;
 	const struct uwimage *im = unwind_image(c, ip);
-	if (!im || !im->f->has_table) {
-		c->noinfo = true;
-		c->unknown |= !im;
+	if (!im) {
+		c->noinfo = c->unknown = true;
 		return -UNW_ENOINFO;
 	}
 	unw_dyn_info_t di;
+	int rc = -UNW_ENOINFO;
+	if (im->f->has_table) {
+		memset(&di, 0, sizeof(di));
+		di.start_ip = im->lo;
+		di.end_ip = im->hi;
+		di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
+		di.u.rti.segbase = im->f->hdr_vaddr + im->bias;
+		di.u.rti.table_data = im->f->table_vaddr + im->bias;
+		/* in words: each entry is two 32-bit values */
+		di.u.rti.table_len = im->f->fde_count * 8 / sizeof(unw_word_t);
+		c->u->stats.proc_lookups++;
+		rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
+		if (rc >= 0)
+			return rc;
+	}
+	/* Not in .eh_frame_hdr's table (a program whose own code has only .debug_frame: the
+	 * linker's table holds the crt files' FDEs): the file's extra CFI. Entry starts are
+	 * offsets from the image's start, FDEs at the image's synthetic address, and their
+	 * datarel initial locations ELF addresses, made process addresses by gp = bias. */
+	const struct cfi_table *t = uwfile_cfi(im->f);
+	if (!t) {
+		c->noinfo = true;
+		return rc;
+	}
+	uint64_t synth = UW_SYNTH_BASE + ((uint64_t)(im - c->u->images) << UW_SYNTH_SHIFT);
 	memset(&di, 0, sizeof(di));
 	di.start_ip = im->lo;
 	di.end_ip = im->hi;
-	di.format = UNW_INFO_FORMAT_REMOTE_TABLE;
-	di.u.rti.segbase = im->f->hdr_vaddr + im->bias;
-	di.u.rti.table_data = im->f->table_vaddr + im->bias;
-	/* in words: each entry is two 32-bit values */
-	di.u.rti.table_len = im->f->fde_count * 8 / sizeof(unw_word_t);
+	di.format = UNW_INFO_FORMAT_IP_OFFSET;
+	di.u.rti.segbase = synth;
+	di.u.rti.table_data = synth + t->table_off;
+	di.u.rti.table_len = t->count * 8 / sizeof(unw_word_t);
+	memset(pi, 0, sizeof(*pi));
+	pi->gp = im->bias;
 	c->u->stats.proc_lookups++;
-	int rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
+	rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
 	if (rc < 0)
 		c->noinfo = true;
 	return rc;
+}
+
+/* A read of image i's extra CFI at its synthetic address. */
+static int uw_synth_read(struct uwctx *c, uint64_t addr, unw_word_t *val)
+{
+	uint64_t i = (addr - UW_SYNTH_BASE) >> UW_SYNTH_SHIFT;
+	uint64_t off = addr & ((UINT64_C(1) << UW_SYNTH_SHIFT) - 1);
+	if (i >= c->u->nimages)
+		return -UNW_EINVAL;
+	struct uwfile *f = c->u->images[i].f;
+	if (!atomic_load_explicit(&f->cfi_done, memory_order_acquire) || off >= f->cfi.size)
+		return -UNW_EINVAL;
+	*val = 0;
+	memcpy(val, f->cfi.image + off, f->cfi.size - off < 8 ? f->cfi.size - off : 8);
+	return 0;
 }
 
 static void uw_put_unwind_info(unw_addr_space_t as, unw_proc_info_t *pi, void *arg)
@@ -563,6 +680,8 @@ static int uw_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, 
 		memcpy(val, s2 + off, r->stack2_len - off < 8 ? r->stack2_len - off : 8);
 		return 0;
 	}
+	if (addr >= UW_SYNTH_BASE)
+		return uw_synth_read(c, addr, val);
 	const struct uwimage *im = unwind_image(c, addr);
 	if (im) {
 		const struct uwfile *f = im->f;
@@ -805,51 +924,99 @@ static bool uw_cfa_uses_rbp(Dwarf_CFI *cfi, uint64_t lo, uint64_t hi)
 	return false;
 }
 
+/* A function as classification sees it: [lo, hi) ELF addresses, and whether some row of its
+ * CFI computes the CFA from rbp. */
+struct uwfunc {
+	uint64_t lo, hi;
+	bool rbp;
+};
+
+static int uwfunc_cmp(const void *a, const void *b)
+{
+	const struct uwfunc *x = a, *y = b;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Whether f holds CFI beyond its .eh_frame_hdr in itself (a .debug_frame, or an .eh_frame
+ * without the header): classification reads that, never a debug file found elsewhere. */
+static bool uwfile_own_cfi(const struct uwfile *f)
+{
+	const unsigned char *sec;
+	size_t len;
+	uint64_t vaddr;
+	return cfi_elf_section(f->image, f->size, ".debug_frame", &sec, &len, &vaddr, NULL) == 0 ||
+	       (!f->has_table &&
+		cfi_elf_section(f->image, f->size, ".eh_frame", &sec, &len, &vaddr, NULL) == 0);
+}
+
 /*
- * The functions of f (one per .eh_frame_hdr entry, extending to the next entry) that set up a
- * frame pointer (some CFI row computes the CFA from rbp): code whose calls return into a frame
- * a frame-pointer walk reads right. Runs of such functions become ranges. A function put in a
+ * The functions of f (one per FDE: .eh_frame_hdr's entries, extending to the next entry when
+ * an FDE's own end cannot be read, and the file's own extra CFI, cfi.c) that set up a frame
+ * pointer (some CFI row computes the CFA from rbp): code whose calls return into a frame a
+ * frame-pointer walk reads right. Runs of such functions become ranges. A function put in a
  * range wrongly would let a walk skip its caller, so anything unclear (no CFI, rsp-based CFA
- * throughout) stays out.
+ * throughout, an FDE overlapping an earlier one) stays out. For extra CFI "some row" is "some
+ * instruction of the CIE or FDE sets the CFA register to rbp" (cfi.c's scan).
  */
 static void uwfile_classify_locked(struct uwfile *f)
 {
 	f->fp_done = true;
-	if (!f->has_table || f->fde_count < 2)
+	const struct cfi_table *t = uwfile_own_cfi(f) ? uwfile_cfi(f) : NULL;
+	uint64_t nh = f->has_table ? f->fde_count : 0, nt = t ? t->count : 0;
+	if (nh + nt < 2)
 		return;
-	elf_version(EV_CURRENT);
-	Elf *elf = elf_memory((char *)(uintptr_t)f->image, f->size);
-	Dwarf_CFI *cfi = elf ? dwarf_getcfi_elf(elf) : NULL;
-	if (!cfi)
+	Elf *elf = NULL;
+	Dwarf_CFI *cfi = NULL;
+	if (nh) {
+		elf_version(EV_CURRENT);
+		elf = elf_memory((char *)(uintptr_t)f->image, f->size);
+		cfi = elf ? dwarf_getcfi_elf(elf) : NULL;
+	}
+	struct uwfunc *fn = calloc(nh + nt, sizeof(*fn));
+	struct uwrange *v = calloc(nh + nt, sizeof(*v));
+	if (!fn || !v) {
+		free(v);
 		goto out;
-	uint64_t toff = uwfile_offset(f, f->table_vaddr);
-	struct uwrange *v = calloc(f->fde_count, sizeof(*v));
-	if (!v)
-		goto out;
-	size_t n = 0;
-	bool open = false;
-	for (uint64_t i = 0; i < f->fde_count; i++) {
+	}
+	size_t nf = 0;
+	uint64_t toff = nh ? uwfile_offset(f, f->table_vaddr) : 0;
+	for (uint64_t i = 0; i < nh; i++) {
 		const unsigned char *e = f->image + toff + i * 8;
 		uint64_t lo = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e);
 		uint64_t fde = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e + 4);
 		uint64_t hi = uwfile_fde_end(f, fde, lo);
-		if (hi == 0 && i + 1 < f->fde_count) /* unusual encoding: up to the next one */
+		if (hi == 0 && i + 1 < nh) /* unusual encoding: up to the next one */
 			hi = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e + 8);
-		if (hi <= lo)
+		if (hi > lo)
+			fn[nf++] = (struct uwfunc){ lo, hi, cfi && uw_cfa_uses_rbp(cfi, lo, hi) };
+	}
+	for (uint64_t i = 0; i < nt; i++) {
+		uint64_t lo = f->lo + (uint64_t)t->entries[i].start;
+		fn[nf++] = (struct uwfunc){ lo, lo + t->entries[i].len, t->entries[i].rbp };
+	}
+	qsort(fn, nf, sizeof(*fn), uwfunc_cmp);
+	size_t n = 0;
+	bool open = false;
+	uint64_t end = 0;
+	for (size_t i = 0; i < nf; i++) {
+		if (fn[i].lo < end) { /* overlaps an earlier FDE: neither is trusted further */
+			open = false;
 			continue;
+		}
+		end = fn[i].hi;
 		f->funcs++;
-		if (!uw_cfa_uses_rbp(cfi, lo, hi)) {
+		if (!fn[i].rbp) {
 			open = false;
 			continue;
 		}
 		f->fp_funcs++;
 		/* no function without a frame pointer in between, nor a gap longer than
 		 * alignment padding (code without CFI could hide there) */
-		if (open && lo - v[n - 1].hi < 16) {
-			v[n - 1].hi = hi;
+		if (open && fn[i].lo - v[n - 1].hi < 16) {
+			v[n - 1].hi = fn[i].hi;
 		} else {
-			v[n].lo = lo;
-			v[n].hi = hi;
+			v[n].lo = fn[i].lo;
+			v[n].hi = fn[i].hi;
 			n++;
 			open = true;
 		}
@@ -857,6 +1024,7 @@ static void uwfile_classify_locked(struct uwfile *f)
 	f->fp = v;
 	f->nfp = n;
 out:
+	free(fn);
 	if (cfi)
 		dwarf_cfi_end(cfi);
 	if (elf)

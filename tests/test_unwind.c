@@ -9,8 +9,10 @@
  * DWARF in process) and the two must agree; Debian's own sqlite3 and python3 must reach their
  * threads' starts. The ALLOC_RAW record itself (shim writer, daemon reader) is checked first.
  */
+#include <fcntl.h>
 #include <regex.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "e2e_util.h"
 #include "../agent/internal.h"
@@ -390,12 +392,13 @@ static void uw_expect_whole(const struct uw_prof *p)
 #define CHAINS "nofp_chains.c"
 #define DLSRC "libnofp_dl.c"
 
-static void uw_check_chains(const char *mode)
+/* nofp_chains (or a build of it: prog) with n allocations per chain and the library lib, run
+ * in dir; the profile's unwound and sampled counts in u[0], u[1] (u may be NULL). */
+static void uw_check_chains_of(const char *mode, const char *dir, const char *prog,
+			       const char *lib, int n, unsigned long long *u)
 {
-	char *dir = e2e_tmpdir();
-	const int n = 20;
 	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), E2E_PROGS "/nofp_chains %d " E2E_PROGS "/libnofp_dl.so", n);
+	snprintf(cmd, sizeof(cmd), "%s %d %s", prog, n, lib);
 	struct uw_prof p;
 	uw_run(&p, dir, mode, cmd);
 
@@ -451,7 +454,18 @@ static void uw_check_chains(const char *mode)
 	uw_expect_whole(&p);
 	if (bad || p.truncated)
 		uw_dump(&p);
+	if (u) {
+		u[0] = p.unwound;
+		u[1] = p.sampled;
+	}
 	uw_free(&p);
+}
+
+static void uw_check_chains(const char *mode)
+{
+	char *dir = e2e_tmpdir();
+	uw_check_chains_of(mode, dir, E2E_PROGS "/nofp_chains", E2E_PROGS "/libnofp_dl.so", 20,
+			   NULL);
 	e2e_rmdir(dir);
 }
 
@@ -463,6 +477,260 @@ Test(unwind, nofp_c_dwarf, .timeout = 300)
 Test(unwind, nofp_c_auto, .timeout = 300)
 {
 	uw_check_chains("auto");
+}
+
+/* ---- .debug_frame as the only CFI ---------------------------------------------------------- */
+
+#define DBG_PROG E2E_PROGS "/dbgframe_chains"
+#define DBG_LIB E2E_PROGS "/libdbgframe_dl.so"
+
+/* The FDEs of path's .eh_frame and of its .debug_frame, as readelf counts them. */
+static void uw_fdes(const char *path, int *eh, int *dbg)
+{
+	char *out = NULL;
+	int rc = e2e_sh(&out, "readelf -W -wN --debug-dump=frames %s 2>/dev/null | awk '/^Contents of the/ "
+			"{ eh = index($0, \".eh_frame section\") > 0; "
+			"dbg = index($0, \".debug_frame section\") > 0 } "
+			"/ FDE / { if (eh) e++; if (dbg) d++ } END { print e + 0, d + 0 }'", path);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_assert_eq(sscanf(out, "%d %d", eh, dbg), 2, "%s", out);
+	free(out);
+}
+
+/* The programs are what the tests mean them to be: the code's CFI only in .debug_frame (the
+ * crt files' FDEs, _start's among them, in .eh_frame). */
+static void uw_expect_dbgframe_only(const char *path, int min_dbg)
+{
+	int eh, dbg;
+	uw_fdes(path, &eh, &dbg);
+	cr_expect_leq(eh, 3, "%s: %d FDEs in .eh_frame", path, eh);
+	cr_expect_geq(dbg, min_dbg, "%s: %d FDEs in .debug_frame", path, dbg);
+}
+
+static void uw_check_dbgframe(const char *mode)
+{
+	uw_expect_dbgframe_only(DBG_PROG, 6);
+	uw_expect_dbgframe_only(DBG_LIB, 2);
+	char *dir = e2e_tmpdir();
+	uw_check_chains_of(mode, dir, DBG_PROG, DBG_LIB, 20, NULL);
+	e2e_rmdir(dir);
+}
+
+Test(unwind, debug_frame_only_dwarf, .timeout = 300)
+{
+	uw_check_dbgframe("dwarf");
+}
+
+Test(unwind, debug_frame_only_auto, .timeout = 300)
+{
+	uw_check_dbgframe("auto");
+}
+
+/* The same program and library stripped, their .debug_frame only in debug files beside them
+ * (.gnu_debuglink), found as the symbolizer finds them. */
+static void uw_check_dbgframe_split(const char *mode)
+{
+	char *dir = e2e_tmpdir(), *out = NULL;
+	int rc = e2e_sh(&out, "cd %s && cp " DBG_PROG " " DBG_LIB " . && "
+			"for b in dbgframe_chains libdbgframe_dl.so; do "
+			"objcopy --only-keep-debug $b $b.debug && strip --strip-debug $b && "
+			"objcopy --add-gnu-debuglink=$b.debug $b || exit 1; done", dir);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	char prog[4200], lib[4200], dbg[4300];
+	snprintf(prog, sizeof(prog), "%s/dbgframe_chains", dir);
+	snprintf(lib, sizeof(lib), "%s/libdbgframe_dl.so", dir);
+	int eh, n;
+	uw_fdes(prog, &eh, &n);
+	cr_assert_eq(n, 0, "the stripped program keeps %d .debug_frame FDEs", n);
+	snprintf(dbg, sizeof(dbg), "%s.debug", prog);
+	uw_expect_dbgframe_only(dbg, 6);
+	uw_check_chains_of(mode, dir, prog, lib, 20, NULL);
+	e2e_rmdir(dir);
+}
+
+Test(unwind, debug_frame_in_debug_file_dwarf, .timeout = 300)
+{
+	uw_check_dbgframe_split("dwarf");
+}
+
+Test(unwind, debug_frame_in_debug_file_auto, .timeout = 300)
+{
+	uw_check_dbgframe_split("auto");
+}
+
+/* An .eh_frame without .eh_frame_hdr (linked with --no-eh-frame-hdr): its records are
+ * indexed by a scan, as a .debug_frame's are. */
+Test(unwind, eh_frame_without_header_dwarf, .timeout = 300)
+{
+	char *out = NULL;
+	int rc = e2e_sh(&out, "readelf -lW " E2E_PROGS "/noehhdr_chains | grep -c GNU_EH_FRAME");
+	cr_expect_eq(atoi(out), 0, "noehhdr_chains has an .eh_frame_hdr (%d)", rc);
+	free(out);
+	char *dir = e2e_tmpdir();
+	uw_check_chains_of("dwarf", dir, E2E_PROGS "/noehhdr_chains", E2E_PROGS "/libnofp_dl.so",
+			   20, NULL);
+	e2e_rmdir(dir);
+}
+
+/* The frame-pointer ranges auto mode finds in prog's own code (nofp_chains built some way),
+ * read from the program stopped before it allocates. */
+static size_t uw_fp_ranges_in(const char *prog)
+{
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		execl(prog, prog, "1", "none", "stop", (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, WUNTRACED), pid);
+	cr_assert(WIFSTOPPED(st), "%s did not stop", prog);
+	struct procmaps *maps = procmaps_new(pid);
+	struct unwind *u = unwind_new(pid, true);
+	cr_assert(maps && u);
+	unwind_prepare(u, maps);
+	static uint64_t ranges[LLGO_CTL_FP_RANGES][2], roots[LLGO_CTL_ROOTS];
+	uint32_t nranges = 0, nroots = 0;
+	cr_assert(unwind_tables(u, maps, ranges, LLGO_CTL_FP_RANGES, &nranges, roots,
+				LLGO_CTL_ROOTS, &nroots));
+	const struct mapping **v;
+	size_t nmaps = procmaps_list(maps, &v), in = 0;
+	const char *base = uw_base(prog);
+	for (size_t i = 0; i < nmaps; i++) {
+		if (!v[i]->path || strcmp(uw_base(v[i]->path), base) != 0 || !strchr(v[i]->perms, 'x'))
+			continue;
+		for (uint32_t k = 0; k < nranges; k++)
+			in += ranges[k][0] >= v[i]->start && ranges[k][1] <= v[i]->end;
+	}
+	unwind_free(u);
+	procmaps_free(maps);
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return in;
+}
+
+/* With frame pointers and .debug_frame only, auto mode reads which functions keep them from
+ * the .debug_frame (without, none are found) and trusts their walks: stacks stay whole and
+ * exact, and once tables and roots reach the shim, samples there are not copied. */
+Test(unwind, debug_frame_frame_pointers_auto, .timeout = 300)
+{
+	uw_expect_dbgframe_only(E2E_PROGS "/dbgframe_fp_chains", 6);
+	size_t fp = uw_fp_ranges_in(E2E_PROGS "/dbgframe_fp_chains");
+	size_t nofp = uw_fp_ranges_in(DBG_PROG);
+	cr_expect_geq(fp, 1, "no frame-pointer code found in dbgframe_fp_chains");
+	cr_expect_eq(nofp, 0, "%zu frame-pointer ranges in dbgframe_chains", nofp);
+	char *dir = e2e_tmpdir();
+	unsigned long long u[2];
+	uw_check_chains_of("auto", dir, E2E_PROGS "/dbgframe_fp_chains", DBG_LIB, 2000, u);
+	cr_expect_lt(u[0], u[1], "all %llu samples copied and unwound", u[1]);
+	cr_log_info("dbgframe_fp_chains, auto: %llu of %llu samples unwound", u[0], u[1]);
+	e2e_rmdir(dir);
+}
+
+/* A hostile .debug_frame gives truncated stacks, never a crash or a hang: the program's
+ * FDEs rewritten in place (bad lengths, CIE pointers out of the section or naming an FDE,
+ * themselves included, instructions that put the CFA far beyond the stack). */
+enum uw_corrupt { UW_BAD_LENGTH, UW_CIE_OUT_OF_RANGE, UW_CIE_CYCLE, UW_BAD_CFA };
+
+static void uw_corrupt(const char *path, enum uw_corrupt how)
+{
+	int fd = open(path, O_RDWR);
+	cr_assert(fd >= 0);
+	struct stat st;
+	cr_assert(fstat(fd, &st) == 0);
+	unsigned char *img = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+				  fd, 0);
+	cr_assert(img != MAP_FAILED);
+	const unsigned char *sec;
+	size_t len;
+	uint64_t vaddr;
+	void *owned;
+	cr_assert_eq(cfi_elf_section(img, (size_t)st.st_size, ".debug_frame", &sec, &len, &vaddr,
+				     &owned), 0);
+	cr_assert_null(owned, "a compressed .debug_frame");
+	unsigned char *d = img + (sec - img);
+	int fdes = 0;
+	for (size_t at = 0; at + 8 <= len;) {
+		uint32_t l, id;
+		memcpy(&l, d + at, 4);
+		memcpy(&id, d + at + 4, 4);
+		cr_assert(l >= 4 && l < 0xfffffff0u && l <= len - at - 4, "record at %zu", at);
+		size_t next = at + 4 + l;
+		if (id != 0xffffffffu) { /* an FDE: length, CIE pointer, address, range, program */
+			fdes++;
+			uint32_t v;
+			switch (how) {
+			case UW_BAD_LENGTH:
+				v = 0x7ffffff0u - (uint32_t)at;
+				memcpy(d + at, &v, 4);
+				next = len; /* the rest of the section is now this record */
+				break;
+			case UW_CIE_OUT_OF_RANGE:
+				v = (uint32_t)len + 0x1000;
+				memcpy(d + at + 4, &v, 4);
+				break;
+			case UW_CIE_CYCLE:
+				v = (uint32_t)at;
+				memcpy(d + at + 4, &v, 4);
+				break;
+			case UW_BAD_CFA:
+				if (l >= 20 + 8) { /* DW_CFA_def_cfa rsp, 2^40, then nops */
+					static const unsigned char far[8] = { 0x0c, 7, 0x80, 0x80,
+									      0x80, 0x80, 0x80, 0x20 };
+					memset(d + at + 24, 0, l - 20);
+					memcpy(d + at + 24, far, sizeof(far));
+				}
+				break;
+			}
+		}
+		at = next;
+	}
+	cr_assert_gt(fdes, 0);
+	cr_assert(msync(img, (size_t)st.st_size, MS_SYNC) == 0);
+	munmap(img, (size_t)st.st_size);
+	close(fd);
+}
+
+Test(unwind, debug_frame_hostile, .timeout = 300)
+{
+	const char *names[] = { "bad length", "CIE pointer out of range", "CIE pointer cycle",
+				"CFA beyond the stack" };
+	for (int how = UW_BAD_LENGTH; how <= UW_BAD_CFA; how++) {
+		char *dir = e2e_tmpdir(), *out = NULL;
+		int rc = e2e_sh(&out, "cp " DBG_PROG " %s/prog", dir);
+		cr_assert_eq(rc, 0, "%s", out);
+		free(out);
+		char prog[4200];
+		snprintf(prog, sizeof(prog), "%s/prog", dir);
+		uw_corrupt(prog, (enum uw_corrupt)how);
+		struct uw_prof p;
+		uw_run(&p, dir, "dwarf", "./prog 10 " DBG_LIB);
+		/* chain a's stacks start at a_leaf and never reach main */
+		const struct uw_want leaf[] = { { "a_leaf", CHAINS, "a_leaf" } };
+		const struct uw_want whole[] = { { "a_leaf", CHAINS, "a_leaf" },
+						 { "a_mid", CHAINS, "a_mid" },
+						 { "chain_a", CHAINS, "chain_a" },
+						 { "main", CHAINS, "main_a" } };
+		long leaves = uw_count(&p, leaf, 1, NULL, 0);
+		long truncated_leaves = 0;
+		for (int i = 0; i < p.n; i++) {
+			const struct uw_rec *r = &p.r[i];
+			if (r->nframes >= 2 && uw_frame_is(&r->f[0], &leaf[0]) &&
+			    strcmp(r->f[r->nframes - 1].func, PROFILE_TRUNCATED_NAME) == 0)
+				truncated_leaves += r->count;
+		}
+		cr_expect_eq(truncated_leaves, 20, "%s: %ld of chain a's 20 stacks (main and the "
+			     "thread) end in [truncated] (%ld reach a root)", names[how],
+			     truncated_leaves, leaves);
+		cr_expect_eq(uw_count(&p, whole, 4, uw_main_root, 3), 0, "%s: a whole stack",
+			     names[how]);
+		cr_expect_geq(p.truncated, 20, "%s: %llu truncated", names[how], p.truncated);
+		if (truncated_leaves != 20)
+			uw_dump(&p);
+		uw_free(&p);
+		e2e_rmdir(dir);
+	}
 }
 
 /* ---- an -O2 C++ program without frame pointers, through libstdc++ ---------------------- */

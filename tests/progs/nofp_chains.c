@@ -5,8 +5,9 @@
  * an inlined step, a recursion, stdio's own buffer, a thread, a signal handler, and a dlopen'ed
  * -O2 library without frame pointers. Lines the test checks carry markers ("@NAME").
  *
- * usage: nofp_chains N [LIBPATH [nosignal]]   (N allocations per chain; nosignal skips the
- * signal handler, whose interrupted frame heaptrack looks up one byte early)
+ * usage: nofp_chains N [LIBPATH [nosignal|stop]]   (N allocations per chain; nosignal skips
+ * the signal handler, whose interrupted frame heaptrack looks up one byte early; stop stops
+ * the program (SIGSTOP) before anything else, for a test that reads its mappings)
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -96,6 +97,8 @@ int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 10;
 	const char *lib = argc > 2 ? argv[2] : NULL;
+	if (argc > 3 && strcmp(argv[3], "stop") == 0)
+		raise(SIGSTOP);
 	for (int i = 0; i < n; i++) {
 		free(chain_a(100));         /* @main_a */
 		free(chain_b(10));          /* @main_b */

@@ -1,0 +1,709 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cfi.c: call frame information that libunwind's remote table search cannot reach by itself
+ * (a file's .debug_frame, its own or its separate debug file's; an .eh_frame without an
+ * .eh_frame_hdr), rewritten once per file into the one form that search reads: .eh_frame
+ * records followed by a sorted (initial location, FDE offset) table in .eh_frame_hdr's
+ * format. unwind.c serves the result through its address space's access_mem at a synthetic
+ * address and hands the table to _Ux86_64_dwarf_search_unwind_table (UNW_INFO_FORMAT_IP_OFFSET:
+ * entry starts are offsets from the image's first address, FDE offsets from the synthetic
+ * base).
+ *
+ * The rewrite. Every CIE becomes an .eh_frame CIE (id 0; version 1 kept, 3 and 4 become 3 with
+ * DWARF 4's address and segment sizes dropped; augmentation "zR", plus "S" for a signal frame)
+ * whose FDE pointers are DW_EH_PE_datarel with the width of the input's addresses, so an FDE's
+ * initial location is the ELF address itself and unwind.c sets libunwind's gp to the load bias:
+ * the bytes do not depend on where the file is loaded nor on the synthetic address, and are
+ * built once per file. A .debug_frame FDE keeps its address bytes as they are (a
+ * DW_CFA_set_loc operand, an absolute address of the same width, then reads right too); an
+ * .eh_frame FDE's pointer is decoded (absolute or pc-relative) and written as 8 bytes, and one
+ * using DW_CFA_set_loc is dropped (its operand would need re-encoding; compilers do not emit
+ * it). CIE pointers are rewritten to point back to the rewritten CIE; instructions are copied
+ * after a scan that checks every operand fits (an unknown opcode drops its record). LSDA and
+ * personality are dropped: only unwinding reads this.
+ *
+ * Hostile input: every length, offset and encoding is checked against the section; a record
+ * that fails is skipped, a length that does not fit ends the scan. FDEs must lie inside the
+ * caller's executable ranges and point to a CIE that starts exactly at the offset they name
+ * (so there is nothing to cycle through: the output's pointers are ours). The work is linear
+ * in the section plus a sort.
+ *
+ * Left to others: finding the file and its debug file, the ELF program headers, serving the
+ * bytes and the search (unwind.c, symfile.c).
+ */
+#include <dwarf.h>
+#include <elf.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "internal.h"
+
+/* The largest section read or inflated (a hostile compressed section names its own size:
+ * this bounds what it makes us allocate), and the largest output (its offsets are 32-bit).
+ * The largest .eh_frame seen on Debian, python3's, is 401 KiB. */
+#define CFI_MAX_SECTION ((uint64_t)256 << 20)
+#define CFI_MAX_OUT ((size_t)512 << 20)
+
+static uint32_t cfi_le32(const unsigned char *p)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+static uint64_t cfi_le64(const unsigned char *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+struct cfi_in {
+	const unsigned char *p, *end;
+};
+
+static bool cfi_u8(struct cfi_in *in, uint8_t *v)
+{
+	if (in->p >= in->end)
+		return false;
+	*v = *in->p++;
+	return true;
+}
+
+static bool cfi_skip(struct cfi_in *in, uint64_t n)
+{
+	if (n > (uint64_t)(in->end - in->p))
+		return false;
+	in->p += n;
+	return true;
+}
+
+/* A LEB128 number (value kept only for unsigned ones of up to 64 bits). */
+static bool cfi_leb(struct cfi_in *in, uint64_t *v)
+{
+	uint64_t r = 0;
+	for (unsigned shift = 0; in->p < in->end; shift += 7) {
+		uint8_t b = *in->p++;
+		if (shift < 64)
+			r |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80)) {
+			*v = r;
+			return true;
+		}
+		if (shift > 70)
+			return false;
+	}
+	return false;
+}
+
+static bool cfi_block(struct cfi_in *in)
+{
+	uint64_t n;
+	return cfi_leb(in, &n) && cfi_skip(in, n);
+}
+
+/* Bytes of a DW_EH_PE value's format, 0 for LEB128 forms, -1 for none we read. */
+static int cfi_enc_size(uint8_t enc)
+{
+	switch (enc & 0x0f) {
+	case DW_EH_PE_absptr:
+	case DW_EH_PE_udata8:
+	case DW_EH_PE_sdata8:
+		return 8;
+	case DW_EH_PE_udata4:
+	case DW_EH_PE_sdata4:
+		return 4;
+	case DW_EH_PE_udata2:
+	case DW_EH_PE_sdata2:
+		return 2;
+	case DW_EH_PE_uleb128:
+	case DW_EH_PE_sleb128:
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+/* An encoded pointer at in (skipped; for fixed-size forms also decoded, pc-relative ones
+ * relative to at, the field's ELF address). */
+static bool cfi_pointer(struct cfi_in *in, uint8_t enc, uint64_t at, uint64_t *v)
+{
+	if (enc == DW_EH_PE_omit) {
+		*v = 0;
+		return true;
+	}
+	int n = cfi_enc_size(enc);
+	if (n < 0 || (enc & DW_EH_PE_indirect))
+		return false;
+	if (n == 0)
+		return cfi_leb(in, v);
+	if ((size_t)(in->end - in->p) < (size_t)n)
+		return false;
+	uint64_t x = 0;
+	memcpy(&x, in->p, (size_t)n);
+	if (enc & DW_EH_PE_signed && n < 8 && (x >> (8 * n - 1)) & 1)
+		x |= ~(uint64_t)0 << (8 * n);
+	in->p += n;
+	switch (enc & 0x70) {
+	case DW_EH_PE_absptr:
+		break;
+	case DW_EH_PE_pcrel:
+		x += at;
+		break;
+	default:
+		return false;
+	}
+	*v = x;
+	return true;
+}
+
+/*
+ * Check a CFA instruction stream: every opcode known and its operands inside the record.
+ * addr: bytes of a DW_CFA_set_loc operand, 0 when set_loc is not allowed. *rbp: some
+ * instruction puts the CFA on rbp (DWARF register 6).
+ */
+static bool cfi_scan(struct cfi_in in, unsigned addr, bool *rbp)
+{
+	uint64_t a, b;
+	while (in.p < in.end) {
+		uint8_t op = *in.p++;
+		switch (op & 0xc0) {
+		case DW_CFA_advance_loc:
+		case DW_CFA_restore:
+			continue;
+		case DW_CFA_offset:
+			if (!cfi_leb(&in, &a))
+				return false;
+			continue;
+		}
+		bool ok;
+		switch (op) {
+		case DW_CFA_nop:
+		case DW_CFA_remember_state:
+		case DW_CFA_restore_state:
+		case DW_CFA_GNU_window_save:
+			ok = true;
+			break;
+		case DW_CFA_set_loc:
+			ok = addr && cfi_skip(&in, addr);
+			break;
+		case DW_CFA_advance_loc1:
+			ok = cfi_skip(&in, 1);
+			break;
+		case DW_CFA_advance_loc2:
+			ok = cfi_skip(&in, 2);
+			break;
+		case DW_CFA_advance_loc4:
+			ok = cfi_skip(&in, 4);
+			break;
+		case DW_CFA_MIPS_advance_loc8:
+			ok = cfi_skip(&in, 8);
+			break;
+		case DW_CFA_restore_extended:
+		case DW_CFA_undefined:
+		case DW_CFA_same_value:
+		case DW_CFA_def_cfa_offset:
+		case DW_CFA_def_cfa_offset_sf:
+		case DW_CFA_GNU_args_size:
+			ok = cfi_leb(&in, &a);
+			break;
+		case DW_CFA_def_cfa_register:
+			ok = cfi_leb(&in, &a);
+			*rbp |= ok && a == 6;
+			break;
+		case DW_CFA_def_cfa:
+		case DW_CFA_def_cfa_sf:
+			ok = cfi_leb(&in, &a) && cfi_leb(&in, &b);
+			*rbp |= ok && a == 6;
+			break;
+		case DW_CFA_offset_extended:
+		case DW_CFA_register:
+		case DW_CFA_offset_extended_sf:
+		case DW_CFA_val_offset:
+		case DW_CFA_val_offset_sf:
+		case DW_CFA_GNU_negative_offset_extended:
+			ok = cfi_leb(&in, &a) && cfi_leb(&in, &b);
+			break;
+		case DW_CFA_def_cfa_expression:
+			ok = cfi_block(&in);
+			break;
+		case DW_CFA_expression:
+		case DW_CFA_val_expression:
+			ok = cfi_leb(&in, &a) && cfi_block(&in);
+			break;
+		default:
+			ok = false;
+		}
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+struct cfi_out {
+	unsigned char *p;
+	size_t n, cap;
+	bool failed;
+};
+
+static void cfi_put(struct cfi_out *o, const void *src, size_t n)
+{
+	if (o->failed)
+		return;
+	if (n > o->cap - o->n) {
+		size_t cap = o->cap ? o->cap : 4096;
+		while (cap - o->n < n && cap <= CFI_MAX_OUT)
+			cap *= 2;
+		unsigned char *q = cap - o->n >= n ? realloc(o->p, cap) : NULL;
+		if (!q) {
+			o->failed = true;
+			return;
+		}
+		o->p = q;
+		o->cap = cap;
+	}
+	memcpy(o->p + o->n, src, n);
+	o->n += n;
+}
+
+static void cfi_put8(struct cfi_out *o, uint8_t v)
+{
+	cfi_put(o, &v, 1);
+}
+
+static void cfi_put32(struct cfi_out *o, uint32_t v)
+{
+	cfi_put(o, &v, 4);
+}
+
+/* Set the length field of the record that starts at start (its length excludes itself). */
+static void cfi_close(struct cfi_out *o, size_t start)
+{
+	if (o->failed)
+		return;
+	uint64_t len = o->n - start - 4;
+	if (len >= 0xfffffff0u) {
+		o->failed = true;
+		return;
+	}
+	uint32_t l = (uint32_t)len;
+	memcpy(o->p + start, &l, 4);
+}
+
+/* ---- records ------------------------------------------------------------------------------ */
+
+struct cfi_rec {
+	size_t off;                    /* of its length field in the section */
+	const unsigned char *id, *end; /* its CIE id / CIE pointer field, and its end */
+	bool dwarf64;
+};
+
+/* The record at *at (advanced past it); false at the end or at a length that does not fit. */
+static bool cfi_next(const unsigned char *sec, size_t len, size_t *at, struct cfi_rec *r)
+{
+	size_t off = *at, hdr = 4;
+	if (len - off < 4)
+		return false;
+	uint64_t l = cfi_le32(sec + off);
+	r->dwarf64 = l == 0xffffffffu;
+	if (r->dwarf64) {
+		if (len - off < 12)
+			return false;
+		l = cfi_le64(sec + off + 4);
+		hdr = 12;
+	} else if (l == 0 || l >= 0xfffffff0u) {
+		return false; /* .eh_frame's terminator, or a reserved length */
+	}
+	if (l > len - off - hdr || l < (r->dwarf64 ? 8u : 4u))
+		return false;
+	r->off = off;
+	r->id = sec + off + hdr;
+	r->end = r->id + l;
+	*at = off + hdr + (size_t)l;
+	return true;
+}
+
+/* The record's id field (CIE id or CIE pointer), in points past it. */
+static uint64_t cfi_rec_id(const struct cfi_rec *r, struct cfi_in *in)
+{
+	in->p = r->id + (r->dwarf64 ? 8 : 4);
+	in->end = r->end;
+	return r->dwarf64 ? cfi_le64(r->id) : cfi_le32(r->id);
+}
+
+struct cfi_cie {
+	size_t in_off;     /* the record's offset in the section */
+	size_t out_off;    /* the rewritten CIE's offset in the output */
+	uint8_t addr_size; /* .debug_frame: bytes of an FDE's address and range */
+	uint8_t enc;       /* .eh_frame: its FDEs' pointer encoding */
+	bool z;            /* .eh_frame: its FDEs carry augmentation data */
+	bool rbp;          /* its initial instructions put the CFA on rbp */
+};
+
+struct cfi_ctx {
+	const unsigned char *sec;
+	size_t len;
+	bool eh;          /* .eh_frame (else .debug_frame) */
+	uint64_t vaddr;   /* .eh_frame's ELF address, for pc-relative pointers */
+	const struct cfi_range *code;
+	size_t ncode;
+	uint64_t ip_base;
+	struct cfi_out out;
+	struct cfi_cie *cies;
+	size_t ncies, cap_cies;
+	struct cfi_entry *ents;
+	size_t nents, cap_ents;
+};
+
+/* Parse the CIE r and write its rewritten form; false when it is not one we can use. */
+static bool cfi_cie(struct cfi_ctx *x, const struct cfi_rec *r, struct cfi_cie *c)
+{
+	struct cfi_in in;
+	cfi_rec_id(r, &in);
+	uint8_t version;
+	if (!cfi_u8(&in, &version) || !(version == 1 || version == 3 || (!x->eh && version == 4)))
+		return false;
+	const unsigned char *aug = in.p;
+	const unsigned char *nul = memchr(in.p, 0, (size_t)(in.end - in.p));
+	if (!nul)
+		return false;
+	size_t auglen = (size_t)(nul - aug);
+	in.p = nul + 1;
+	c->addr_size = 8;
+	c->enc = DW_EH_PE_absptr;
+	c->z = false;
+	bool signal = false;
+	if (!x->eh && auglen)
+		return false; /* .debug_frame augmentations are vendor-private */
+	if (x->eh && auglen && aug[0] != 'z')
+		return false; /* without 'z' an unknown augmentation cannot be skipped */
+	if (version == 4) {
+		uint8_t seg;
+		if (!cfi_u8(&in, &c->addr_size) || !cfi_u8(&in, &seg) || seg != 0 ||
+		    (c->addr_size != 4 && c->addr_size != 8))
+			return false;
+	}
+	/* code alignment, data alignment, return address register: copied as they are */
+	const unsigned char *fields = in.p;
+	uint64_t v;
+	uint8_t ra8;
+	if (!cfi_leb(&in, &v) || !cfi_leb(&in, &v) ||
+	    !(version == 1 ? cfi_u8(&in, &ra8) : cfi_leb(&in, &v)))
+		return false;
+	const unsigned char *fields_end = in.p;
+	if (auglen) {
+		uint64_t n;
+		if (!cfi_leb(&in, &n) || n > (uint64_t)(in.end - in.p))
+			return false;
+		struct cfi_in a = { in.p, in.p + n };
+		in.p += n;
+		for (size_t i = 1; i < auglen; i++) {
+			uint8_t e;
+			switch (aug[i]) {
+			case 'L':
+				if (!cfi_u8(&a, &e))
+					return false;
+				break;
+			case 'P':
+				if (!cfi_u8(&a, &e) || cfi_enc_size(e) < 0 || !cfi_pointer(&a, e & 0x0f, 0, &v))
+					return false;
+				break;
+			case 'R':
+				if (!cfi_u8(&a, &c->enc))
+					return false;
+				break;
+			case 'S':
+				signal = true;
+				break;
+			default:
+				return false;
+			}
+		}
+		c->z = true;
+	}
+	if (x->eh && (cfi_enc_size(c->enc) <= 0 || (c->enc & DW_EH_PE_indirect) ||
+		      ((c->enc & 0x70) != DW_EH_PE_absptr && (c->enc & 0x70) != DW_EH_PE_pcrel)))
+		return false;
+	c->rbp = false;
+	if (!cfi_scan(in, x->eh ? 0 : c->addr_size, &c->rbp))
+		return false;
+
+	struct cfi_out *o = &x->out;
+	c->in_off = r->off;
+	c->out_off = o->n;
+	cfi_put32(o, 0);
+	cfi_put32(o, 0); /* CIE id in .eh_frame */
+	cfi_put8(o, version == 1 ? 1 : 3);
+	cfi_put(o, signal ? "zRS" : "zR", signal ? 4 : 3);
+	cfi_put(o, fields, (size_t)(fields_end - fields));
+	cfi_put8(o, 1); /* augmentation data: the FDE pointer encoding */
+	uint8_t size = x->eh ? 8 : c->addr_size;
+	cfi_put8(o, DW_EH_PE_datarel | (size == 8 ? DW_EH_PE_udata8 : DW_EH_PE_udata4));
+	cfi_put(o, in.p, (size_t)(in.end - in.p));
+	cfi_close(o, c->out_off);
+	return !o->failed;
+}
+
+static const struct cfi_cie *cfi_find_cie(const struct cfi_ctx *x, uint64_t off)
+{
+	size_t lo = 0, hi = x->ncies;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (x->cies[mid].in_off < off)
+			lo = mid + 1;
+		else if (x->cies[mid].in_off > off)
+			hi = mid;
+		else
+			return &x->cies[mid];
+	}
+	return NULL;
+}
+
+static bool cfi_in_code(const struct cfi_ctx *x, uint64_t lo, uint64_t len)
+{
+	for (size_t i = 0; i < x->ncode; i++)
+		if (lo >= x->code[i].lo && lo < x->code[i].hi && len <= x->code[i].hi - lo)
+			return true;
+	return false;
+}
+
+/* Parse the FDE r and write its rewritten form and table entry; false to skip it. */
+static bool cfi_fde(struct cfi_ctx *x, const struct cfi_rec *r, uint64_t id)
+{
+	struct cfi_in in;
+	cfi_rec_id(r, &in);
+	/* .eh_frame: distance back from the pointer field; .debug_frame: section offset */
+	uint64_t field = (uint64_t)(r->id - x->sec);
+	if (x->eh && (id > field || id == 0))
+		return false;
+	const struct cfi_cie *c = cfi_find_cie(x, x->eh ? field - id : id);
+	if (!c)
+		return false;
+	const unsigned char *addr = in.p;
+	uint64_t start, range;
+	if (x->eh) {
+		uint64_t at = x->vaddr + (uint64_t)(in.p - x->sec);
+		if (!cfi_pointer(&in, c->enc, at, &start) ||
+		    !cfi_pointer(&in, c->enc & 0x0f, 0, &range))
+			return false;
+		if (c->z && !cfi_block(&in))
+			return false;
+	} else {
+		if ((size_t)(in.end - in.p) < 2u * c->addr_size)
+			return false;
+		start = c->addr_size == 8 ? cfi_le64(in.p) : cfi_le32(in.p);
+		range = c->addr_size == 8 ? cfi_le64(in.p + 8) : cfi_le32(in.p + 4);
+		in.p += 2u * c->addr_size;
+	}
+	/* ranges outside the code: discarded functions (initial location 0 or ~0), or lies */
+	if (range == 0 || !cfi_in_code(x, start, range) || start < x->ip_base ||
+	    start - x->ip_base > INT32_MAX)
+		return false;
+	bool rbp = c->rbp;
+	if (!cfi_scan(in, x->eh ? 0 : c->addr_size, &rbp))
+		return false;
+
+	struct cfi_out *o = &x->out;
+	size_t fde = o->n;
+	cfi_put32(o, 0);
+	cfi_put32(o, (uint32_t)(o->n - c->out_off)); /* back to the CIE from this field */
+	if (x->eh) {
+		cfi_put(o, &start, 8);
+		cfi_put(o, &range, 8);
+	} else {
+		cfi_put(o, addr, 2u * c->addr_size);
+	}
+	cfi_put8(o, 0); /* no augmentation data */
+	cfi_put(o, in.p, (size_t)(in.end - in.p));
+	cfi_close(o, fde);
+	if (o->failed || fde > INT32_MAX)
+		return false;
+	if (x->nents == x->cap_ents) {
+		size_t cap = x->cap_ents ? 2 * x->cap_ents : 256;
+		struct cfi_entry *e = realloc(x->ents, cap * sizeof(*e));
+		if (!e)
+			return false;
+		x->ents = e;
+		x->cap_ents = cap;
+	}
+	x->ents[x->nents++] = (struct cfi_entry){ (int32_t)(start - x->ip_base), (int32_t)fde,
+						  (uint32_t)(range < UINT32_MAX ? range : UINT32_MAX),
+						  rbp };
+	return true;
+}
+
+static int cfi_entry_cmp(const void *a, const void *b)
+{
+	const struct cfi_entry *x = a, *y = b;
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	return x->fde < y->fde ? -1 : x->fde > y->fde;
+}
+
+int cfi_build(struct cfi_table *t, const unsigned char *sec, size_t len, bool eh, uint64_t vaddr,
+	      const struct cfi_range *code, size_t ncode, uint64_t ip_base)
+{
+	memset(t, 0, sizeof(*t));
+	if (len > CFI_MAX_SECTION)
+		return -EFBIG;
+	struct cfi_ctx x = { .sec = sec, .len = len, .eh = eh, .vaddr = vaddr, .code = code,
+			     .ncode = ncode, .ip_base = ip_base };
+	struct cfi_rec r;
+	struct cfi_in in;
+	int err = -ENOMEM;
+	/* CIEs first, so that every FDE (which may name a later CIE in .debug_frame) finds its
+	 * rewritten CIE before it in the output */
+	for (size_t at = 0; cfi_next(sec, len, &at, &r);) {
+		uint64_t id = cfi_rec_id(&r, &in);
+		bool cie = eh ? id == 0 : id == (r.dwarf64 ? UINT64_MAX : 0xffffffffu);
+		if (!cie)
+			continue;
+		if (x.ncies == x.cap_cies) {
+			size_t cap = x.cap_cies ? 2 * x.cap_cies : 16;
+			struct cfi_cie *c = realloc(x.cies, cap * sizeof(*c));
+			if (!c)
+				goto out;
+			x.cies = c;
+			x.cap_cies = cap;
+		}
+		if (cfi_cie(&x, &r, &x.cies[x.ncies]))
+			x.ncies++;
+		if (x.out.failed)
+			goto out;
+	}
+	for (size_t at = 0; x.ncies && cfi_next(sec, len, &at, &r);) {
+		uint64_t id = cfi_rec_id(&r, &in);
+		bool cie = eh ? id == 0 : id == (r.dwarf64 ? UINT64_MAX : 0xffffffffu);
+		if (!cie)
+			cfi_fde(&x, &r, id);
+		if (x.out.failed)
+			goto out;
+	}
+	err = 0;
+	if (!x.nents)
+		goto out;
+	qsort(x.ents, x.nents, sizeof(*x.ents), cfi_entry_cmp);
+	size_t n = 0;
+	for (size_t i = 0; i < x.nents; i++)
+		if (!n || x.ents[i].start != x.ents[n - 1].start)
+			x.ents[n++] = x.ents[i];
+	while (x.out.n % 4)
+		cfi_put8(&x.out, 0);
+	t->table_off = x.out.n;
+	for (size_t i = 0; i < n; i++) {
+		cfi_put32(&x.out, (uint32_t)x.ents[i].start);
+		cfi_put32(&x.out, (uint32_t)x.ents[i].fde);
+	}
+	if (x.out.failed || x.out.n > INT32_MAX) {
+		err = -ENOMEM;
+		goto out;
+	}
+	t->image = x.out.p;
+	t->size = x.out.n;
+	t->count = n;
+	t->entries = x.ents;
+	x.out.p = NULL;
+	x.ents = NULL;
+out:
+	free(x.out.p);
+	free(x.ents);
+	free(x.cies);
+	if (err)
+		memset(t, 0, sizeof(*t));
+	return err;
+}
+
+void cfi_table_free(struct cfi_table *t)
+{
+	free(t->image);
+	free(t->entries);
+	memset(t, 0, sizeof(*t));
+}
+
+/* ---- sections ----------------------------------------------------------------------------- */
+
+static bool cfi_within(uint64_t off, uint64_t len, uint64_t size)
+{
+	return off <= size && len <= size - off;
+}
+
+int cfi_elf_section(const unsigned char *image, size_t size, const char *name,
+		    const unsigned char **data, size_t *len, uint64_t *vaddr, void **owned)
+{
+	*data = NULL;
+	*len = 0;
+	*vaddr = 0;
+	if (owned)
+		*owned = NULL;
+	Elf64_Ehdr eh;
+	if (size < sizeof(eh))
+		return -ENOEXEC;
+	memcpy(&eh, image, sizeof(eh));
+	if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+	    eh.e_ident[EI_DATA] != ELFDATA2LSB || eh.e_shoff == 0 ||
+	    eh.e_shentsize != sizeof(Elf64_Shdr) || !cfi_within(eh.e_shoff, sizeof(Elf64_Shdr), size))
+		return -ENOENT;
+	Elf64_Shdr sh0;
+	memcpy(&sh0, image + eh.e_shoff, sizeof(sh0));
+	uint64_t shnum = eh.e_shnum ? eh.e_shnum : sh0.sh_size;
+	uint64_t strndx = eh.e_shstrndx == SHN_XINDEX ? sh0.sh_link : eh.e_shstrndx;
+	if (shnum > (1u << 20) || strndx >= shnum ||
+	    !cfi_within(eh.e_shoff, shnum * sizeof(Elf64_Shdr), size))
+		return -ENOENT;
+	Elf64_Shdr str;
+	memcpy(&str, image + eh.e_shoff + strndx * sizeof(str), sizeof(str));
+	if (str.sh_type == SHT_NOBITS || !cfi_within(str.sh_offset, str.sh_size, size))
+		return -ENOENT;
+	size_t nlen = strlen(name) + 1;
+	for (uint64_t i = 1; i < shnum; i++) {
+		Elf64_Shdr sh;
+		memcpy(&sh, image + eh.e_shoff + i * sizeof(sh), sizeof(sh));
+		if (sh.sh_name >= str.sh_size || str.sh_size - sh.sh_name < nlen ||
+		    memcmp(image + str.sh_offset + sh.sh_name, name, nlen) != 0)
+			continue;
+		if (sh.sh_type == SHT_NOBITS || sh.sh_size == 0 ||
+		    !cfi_within(sh.sh_offset, sh.sh_size, size))
+			return -ENOENT;
+		const unsigned char *p = image + sh.sh_offset;
+		*vaddr = sh.sh_addr;
+		if (!(sh.sh_flags & SHF_COMPRESSED) || !owned) {
+			if (sh.sh_size > CFI_MAX_SECTION)
+				return -EFBIG;
+			*data = p;
+			*len = (size_t)sh.sh_size;
+			return 0;
+		}
+		return cfi_inflate(p, (size_t)sh.sh_size, data, len, owned);
+	}
+	return -ENOENT;
+}
+
+int cfi_inflate(const unsigned char *p, size_t n, const unsigned char **data, size_t *len,
+		void **owned)
+{
+	Elf64_Chdr ch;
+	if (n < sizeof(ch))
+		return -EINVAL;
+	memcpy(&ch, p, sizeof(ch));
+	if (ch.ch_type != ELFCOMPRESS_ZLIB || ch.ch_size == 0 || ch.ch_size > CFI_MAX_SECTION)
+		return -EINVAL;
+	unsigned char *out = malloc((size_t)ch.ch_size);
+	if (!out)
+		return -ENOMEM;
+	uLongf outlen = (uLongf)ch.ch_size;
+	if (uncompress(out, &outlen, p + sizeof(ch), (uLong)(n - sizeof(ch))) != Z_OK ||
+	    outlen != ch.ch_size) {
+		free(out);
+		return -EINVAL;
+	}
+	*data = out;
+	*len = (size_t)outlen;
+	*owned = out;
+	return 0;
+}
