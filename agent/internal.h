@@ -331,6 +331,12 @@ struct symfile *symfile_get(const char *path, int fd, const char *build_id);
 void symfile_put(struct symfile *f);
 /* Another reference to f. */
 struct symfile *symfile_ref(struct symfile *f);
+/* f's cache key: its build ID and its identity as a file (device, inode, size, mtime), so
+ * that two users' files share nothing unless they are the same file. */
+const char *symfile_key_of(const struct symfile *f);
+/* A new descriptor (close-on-exec) of the very file f was opened from (the inode the process
+ * maps, reached through /proc/PID/map_files), or -1. */
+int symfile_dup_fd(const struct symfile *f);
 /* The .debug_frame of the separate debug file the symbolizer finds for f (looked for now if
  * it was not yet: build ID, .gnu_debuglink, debuginfod), as libelf gives it (*compressed when
  * it is SHF_COMPRESSED), in a malloc'd copy of *size bytes; NULL when f carries its own DWARF,

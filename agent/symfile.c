@@ -508,3 +508,13 @@ void *symfile_debug_frame(struct symfile *f, size_t *size, bool *compressed)
 	pthread_mutex_unlock(&f->lock);
 	return copy;
 }
+
+const char *symfile_key_of(const struct symfile *f)
+{
+	return f->key;
+}
+
+int symfile_dup_fd(const struct symfile *f)
+{
+	return f->fd >= 0 ? fcntl(f->fd, F_DUPFD_CLOEXEC, 3) : -1;
+}

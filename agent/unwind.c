@@ -308,52 +308,31 @@ static struct uwfile *uwfile_lookup_locked(const char *key)
 }
 
 /* The file behind mapping m of process pid, opened as procmaps opens it. */
-static int uwfile_open_fd(pid_t pid, const struct mapping *m)
+/*
+ * The file behind m, as procmaps opened it for the symbolizer (symfile): the inode the
+ * process maps, never a path looked up in the daemon's namespace. Cached under the
+ * symfile's key (build ID and file identity), not the build ID alone: a user's file that
+ * copies another program's build ID must not give that program's processes its CFI.
+ */
+static struct uwfile *uwfile_get(const struct mapping *m)
 {
-	char p[4200];
-	snprintf(p, sizeof(p), "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, (int)pid, m->start,
-		 m->end);
-	int fd = open(p, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0 || !m->path || m->path[0] != '/')
-		return fd;
-	snprintf(p, sizeof(p), "/proc/%d/root%s", (int)pid, m->path);
-	fd = open(p, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		fd = open(m->path, O_RDONLY | O_CLOEXEC);
-	return fd;
-}
-
-static struct uwfile *uwfile_get(pid_t pid, const struct mapping *m)
-{
-	char key[256];
+	if (!m->file)
+		return NULL; /* procmaps could not open it: no CFI to read */
+	char key[512];
 	struct uwfile *f;
-	if (m->build_id[0]) {
-		snprintf(key, sizeof(key), "b:%s", m->build_id);
-		pthread_mutex_lock(&uw_lock);
-		f = uwfile_lookup_locked(key);
-		pthread_mutex_unlock(&uw_lock);
-		if (f)
-			return f;
-	}
-	int fd = uwfile_open_fd(pid, m);
+	snprintf(key, sizeof(key), "s:%s", symfile_key_of(m->file));
+	pthread_mutex_lock(&uw_lock);
+	f = uwfile_lookup_locked(key);
+	pthread_mutex_unlock(&uw_lock);
+	if (f)
+		return f;
+	int fd = symfile_dup_fd(m->file);
 	if (fd < 0)
 		return NULL;
 	struct stat st;
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
 		close(fd);
 		return NULL;
-	}
-	if (!m->build_id[0])
-		snprintf(key, sizeof(key), "f:%llx:%llx:%llx:%lld.%09ld",
-			 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-			 (unsigned long long)st.st_size, (long long)st.st_mtim.tv_sec,
-			 st.st_mtim.tv_nsec);
-	pthread_mutex_lock(&uw_lock);
-	f = uwfile_lookup_locked(key);
-	pthread_mutex_unlock(&uw_lock);
-	if (f) {
-		close(fd);
-		return f;
 	}
 	f = calloc(1, sizeof(*f));
 	if (!f || !(f->key = strdup(key))) {
@@ -511,7 +490,7 @@ static void unwind_build_images(struct unwind *u, struct procmaps *maps)
 			dup = m->start >= imgs[j].lo && m->start < imgs[j].hi;
 		if (dup)
 			continue;
-		struct uwfile *f = uwfile_get(u->pid, m);
+		struct uwfile *f = uwfile_get(m);
 		if (!f)
 			continue;
 		/* bias from the segment whose file range holds the mapping's offset */

@@ -373,6 +373,43 @@ Test(names, symbol_cache_is_per_file, .timeout = 120)
 	heapd_cleanup(&d);
 }
 
+/* The unwinder's cache is per file too: nobody first runs a copy of an -O2 program without
+ * frame pointers whose .eh_frame is zeroed (same build ID: no CFI, so its stacks stop at
+ * once); root's run of the real program still unwinds whole stacks. */
+Test(names, unwind_cache_is_per_file, .timeout = 120)
+{
+	need_root();
+	struct heapd d;
+	heapd_start(&d, NULL, NULL);
+	char fake[160], real[160], cmd[2048];
+	snprintf(fake, sizeof(fake), "%s/fake_chains", d.dir);
+	snprintf(real, sizeof(real), "%s/real_chains", d.dir);
+	snprintf(cmd, sizeof(cmd),
+		 "cp %s/nofp_chains %s && cp %s %s && chmod 755 %s %s && "
+		 "set -- $(readelf -SW %s | sed -n 's/^ *\\[ *[0-9]*\\] *\\.eh_frame  *[A-Z]* *[0-9a-f]* "
+		 "\\([0-9a-f]*\\) \\([0-9a-f]*\\).*/\\1 \\2/p') && test $# = 2 && "
+		 "dd if=/dev/zero of=%s bs=1 seek=$((0x$1)) count=$((0x$2)) conv=notrunc 2>/dev/null",
+		 PROGS, real, real, fake, real, fake, fake, fake);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	snprintf(cmd, sizeof(cmd), "test \"$(readelf -n %s | grep 'Build ID')\" = "
+		 "\"$(readelf -n %s | grep 'Build ID')\" && ! cmp -s %s %s", real, fake, real, fake);
+	cr_assert_eq(system(cmd), 0, "the copy's build ID differs, or nothing was zeroed");
+	pid_t atk = run_profiled(&d, 1, fake, "200");
+	char *t = snapshot_text(&d, atk, LLGO_FORMAT_TEXT);
+	cr_expect(strstr(t, PROFILE_TRUNCATED_NAME) != NULL,
+		  "the copy without CFI unwound whole stacks:\n%.2000s", t);
+	free(t);
+	pid_t mine = run_profiled(&d, 0, real, "200");
+	t = snapshot_text(&d, mine, LLGO_FORMAT_TEXT);
+	cr_expect(strstr(t, PROFILE_TRUNCATED_NAME) == NULL,
+		  "root's stacks were cut by the copy's CFI:\n%.3000s", t);
+	cr_expect(strstr(t, "a_leaf") != NULL && strstr(t, "main") != NULL, "root's profile:\n%.3000s",
+		  t);
+	free(t);
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
+}
+
 /* Records with size or rate 2^64-1 are corrupt; huge sizes and hostile counters never make a
  * value negative or wrap the accounting. */
 Test(values, hostile_records_and_counters, .timeout = 60)
