@@ -10,7 +10,9 @@
  * mapped, even when it was deleted or replaced), else through /proc/PID/root/PATH (the
  * process's own mount namespace) if that is the inode mapped; never through PATH in the
  * daemon's namespace, which may name another file (another container's, another user's). Its GNU build ID is
- * read, and the symfile comes from symfile_get()'s cache.
+ * read (libelf reads the note headers; the one parse of a user's file left in the daemon
+ * besides the unwinder's, docs/design.md), and the symfile comes from symfile_get()'s cache,
+ * for the uid whose helper will parse it.
  *
  * procmaps_refresh() re-reads the maps, e.g. after dlopen: mappings already known are
  * kept (same range, offset, inode and path), new ones are opened, and a known mapping
@@ -46,6 +48,7 @@ struct maparray {
 
 struct procmaps {
 	pid_t pid;
+	uid_t uid; /* whose helper symbolizes its files */
 	pthread_mutex_t lock;             /* serializes refreshes; guards all */
 	struct maparray *_Atomic current; /* release in refresh, acquire in lookups */
 	struct mapping **all;             /* every mapping ever created */
@@ -183,7 +186,7 @@ static struct mapping *mapping_new(struct procmaps *pm, pid_t pid, const struct 
 	if (fd < 0)
 		return m;
 	read_build_id(fd, m->build_id, sizeof(m->build_id));
-	m->file = symfile_get(m->path, fd, m->build_id);
+	m->file = symfile_get(m->path, fd, m->build_id, pm->uid);
 	close(fd);
 	return m;
 }
@@ -372,10 +375,19 @@ out:
 
 struct procmaps *procmaps_new(pid_t pid)
 {
+	char p[64];
+	struct stat st;
+	snprintf(p, sizeof(p), "/proc/%d", (int)pid);
+	return procmaps_new_as(pid, stat(p, &st) == 0 ? st.st_uid : getuid());
+}
+
+struct procmaps *procmaps_new_as(pid_t pid, uid_t uid)
+{
 	struct procmaps *pm = calloc(1, sizeof(*pm));
 	if (!pm)
 		return NULL;
 	pm->pid = pid;
+	pm->uid = uid;
 	pthread_mutex_init(&pm->lock, NULL);
 	atomic_init(&pm->current, NULL);
 	int err = procmaps_refresh(pm, pid);

@@ -208,8 +208,43 @@ int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 	}
 	*m = maps ? procmaps_find(maps, pc - 1) : NULL;
 	r->nframes = 0;
+	r->unavailable = false;
 	int nf = *m ? symbolize_pc(*m, pc - 1, r) : 0;
 	return nf > 0 ? nf : 0;
+}
+
+static int prefetch_cmp(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+	return a < b ? -1 : a > b;
+}
+
+void profile_prefetch(const struct profile *p, struct procmaps *maps)
+{
+	size_t n = 0, k = 0;
+	for (size_t i = 0; maps && i < p->nsamples; i++)
+		n += p->samples[i].stack ? p->samples[i].stack->npcs : 0;
+	uint64_t *pcs = n ? malloc(n * sizeof(*pcs)) : NULL;
+	const struct mapping **ms = pcs ? malloc(n * sizeof(*ms)) : NULL;
+	for (size_t i = 0; ms && i < p->nsamples; i++) {
+		const struct stack *st = p->samples[i].stack;
+		for (uint32_t j = 0; st && j < st->npcs; j++)
+			if (st->pcs[j] && st->pcs[j] != PROFILE_PC_TRUNCATED)
+				pcs[k++] = st->pcs[j] - 1; /* return addresses, as profile_frame */
+	}
+	if (ms && k > 1)
+		qsort(pcs, k, sizeof(*pcs), prefetch_cmp);
+	size_t u = 0;
+	for (size_t i = 0; ms && i < k; i++) {
+		if (u && pcs[u - 1] == pcs[i])
+			continue;
+		pcs[u] = pcs[i];
+		ms[u++] = procmaps_find(maps, pcs[i]);
+	}
+	if (ms)
+		symbolize_many(ms, pcs, u);
+	free(ms);
+	free(pcs);
 }
 
 /* Whether the frame at return address pc lies in a function to trim: any function of its
@@ -230,6 +265,7 @@ int profile_trim(struct profile *p, struct procmaps *maps, char *const *patterns
 {
 	if (n == 0)
 		return 0;
+	profile_prefetch(p, maps);
 	for (size_t i = 0; i < p->nsamples; i++) {
 		const struct stack *st = p->samples[i].stack;
 		if (!st)

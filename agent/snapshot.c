@@ -91,6 +91,8 @@ int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
 int snapshot_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
 		   uint32_t flags, uint32_t top_n)
 {
+	/* every address to the symbolizer in batches, before the writers ask one by one */
+	profile_prefetch(p, maps);
 	switch (fmt) {
 	case LLGO_FORMAT_PPROF:
 		return pprof_write(out, p, maps, flags);
