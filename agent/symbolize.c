@@ -5,7 +5,9 @@
  * (symhelper.c; how they are found: symbolizer/symparse.c) and are remembered here, by file
  * offset, for the life of the file (up to SYMBOLIZE_MEMO_MAX answers), so each address is
  * asked once. An address the helper could not answer (it failed, timed out or is being
- * restarted) is shown unsymbolized this time and asked again the next.
+ * restarted) is shown unsymbolized this time and asked again the next; one whose own
+ * request made the helper fail is never asked again (a hostile file's poison), and a file
+ * whose batch made it fail is asked one address at a time, so the poison is found.
  *
  * symbolize_many() asks for a whole profile's addresses first, in batches per file (one
  * exchange per SYMPROTO_BATCH_MAX addresses), so the writers' symbolize_pc() calls are served
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "symfile.h"
 #include "symproto.h"
 
@@ -75,7 +78,8 @@ static bool memo_insert(struct symfile_memo *m, uint64_t key, uint64_t entry_bac
 	e->key = key;
 	e->entry_back = entry_back;
 	e->nframes = n;
-	memcpy(e->frames, fr, (size_t)n * sizeof(*fr));
+	if (n)
+		memcpy(e->frames, fr, (size_t)n * sizeof(*fr));
 	size_t j = memo_slot(key, m->cap);
 	while (m->slots[j])
 		j = (j + 1) & (m->cap - 1);
@@ -189,7 +193,9 @@ static void symbolize_answer(void *arg, size_t i, int n, const struct symhelper_
 }
 
 /* Ask f's helper about offs[0..n) (b->out, when set, gets the single answer), and keep the
- * file's flags. */
+ * file's flags. An address whose own request made the helper fail is remembered as having
+ * no symbol (logged): it is never asked again. A batch that did is not told apart: its file
+ * is asked one address at a time from then on. */
 static void symbolize_ask(struct symfile *f, const uint64_t *offs, size_t n,
 			  struct symbolize_batch *b)
 {
@@ -198,6 +204,14 @@ static void symbolize_ask(struct symfile *f, const uint64_t *offs, size_t n,
 	b->offs = offs;
 	int rc = symhelper_lookup(f, offs, n, symbolize_answer, b, &flags);
 	pthread_mutex_lock(&f->lock);
+	if (rc == -EIO && n > 1) {
+		f->suspect = true;
+	} else if (rc == -EIO && n == 1 && !memo_find(&f->results, offs[0]) &&
+		   memo_insert(&f->results, offs[0], UINT64_MAX, 0, NULL)) {
+		log_warn("symbolizer: %s at offset %#llx made the helper of uid %u fail: shown "
+			 "unsymbolized from now on", f->path ? f->path : "(a file)",
+			 (unsigned long long)offs[0], (unsigned)f->uid);
+	}
 	if (rc == 0) {
 		f->flags_known = true;
 		f->has_functions = flags & SYMPROTO_HAS_FUNCTIONS;
@@ -295,6 +309,7 @@ void symbolize_many(const struct mapping *const *maps, const uint64_t *pcs, size
 		size_t nq = 0;
 		pthread_mutex_lock(&f->lock);
 		bool skip = f->not_elf;
+		size_t batch = f->suspect ? 1 : SYMPROTO_BATCH_MAX;
 		pthread_mutex_unlock(&f->lock);
 		for (; i < k && w[i].f == f; i++) {
 			if (skip || (nq && offs[nq - 1] == w[i].off))
@@ -304,7 +319,7 @@ void symbolize_many(const struct mapping *const *maps, const uint64_t *pcs, size
 			pthread_mutex_unlock(&f->lock);
 			if (!have)
 				offs[nq++] = w[i].off;
-			if (nq == SYMPROTO_BATCH_MAX) {
+			if (nq == batch) {
 				struct symbolize_batch b = { 0 };
 				symbolize_ask(f, offs, nq, &b);
 				nq = 0;

@@ -54,6 +54,7 @@ struct symfile {
 	pthread_mutex_t lock; /* everything below */
 	bool flags_known;     /* has_* below came from the helper */
 	bool not_elf;         /* the helper found no ELF file: never asked again */
+	bool suspect;         /* a batch of it failed the helper: asked one address at a time */
 	bool has_functions, has_filenames, has_lines, has_inlines;
 	struct symfile_memo results; /* by file offset */
 	struct symfile_strings strings;
@@ -73,8 +74,9 @@ typedef void (*symhelper_answer_fn)(void *arg, size_t i, int nframes,
 /*
  * symhelper.c: ask f's uid's sandboxed helper about n file offsets of f (n may be 0: only the
  * file's flags are wanted). Answers go to fn in order; *flags gets SYMPROTO_HAS_* bits.
- * Returns 0; -ENOEXEC when f is no ELF file; -EAGAIN when the helper is not available (it
- * failed and is being restarted with backoff); another -errno when it failed now (logged).
+ * Returns 0; -ENOEXEC when f is no ELF file; -EIO when the helper crashed, hung or spoke
+ * wrongly serving this request (logged; these addresses may be the cause); -EAGAIN when no
+ * helper could take it (starting failed, backing off, or busy for the drain thread).
  */
 int symhelper_lookup(struct symfile *f, const uint64_t *offs, size_t n, symhelper_answer_fn fn,
 		     void *arg, uint32_t *flags);

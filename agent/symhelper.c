@@ -583,10 +583,12 @@ int symhelper_lookup(struct symfile *f, const uint64_t *offs, size_t n, symhelpe
 		pthread_mutex_lock(&h->lock);
 	}
 	int err = -EAGAIN;
+	bool served = false; /* a helper had the request when err came */
 	/* a second try only when the helper had just stopped idle as the request went out */
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if ((err = symhelper_ready(h)) != 0)
 			break;
+		served = true;
 		pid_t pid = h->pid;
 		err = symhelper_exchange(h, f, offs, n, fn, arg, flags);
 		if (!err || err == -ENOEXEC) {
@@ -611,10 +613,12 @@ int symhelper_lookup(struct symfile *f, const uint64_t *offs, size_t n, symhelpe
 		break;
 	}
 	/* one failure the drain thread waited for is all it waits for, for a while */
-	if (err && err != -EAGAIN && err != -ENOEXEC && g_no_wait)
+	if (err && err != -ENOEXEC && served && g_no_wait)
 		h->no_wait_ban_ms = symhelper_now_ms() + SYMHELPER_NO_WAIT_BAN_MS;
 	pthread_mutex_unlock(&h->lock);
 	symhelper_reap_idle();
+	if (err && err != -ENOEXEC)
+		err = served && !g_no_wait ? -EIO : -EAGAIN;
 	return err;
 }
 

@@ -62,7 +62,7 @@ static const int symjail_allowed[] = {
 	__NR_munmap, __NR_mremap, __NR_brk, __NR_madvise, __NR_futex,
 	__NR_exit, __NR_exit_group, __NR_rt_sigreturn, __NR_rt_sigprocmask, __NR_rt_sigaction,
 	__NR_getpid, __NR_gettid, __NR_clock_gettime, __NR_clock_nanosleep, __NR_nanosleep,
-	__NR_getrandom, __NR_sched_yield, __NR_sysinfo,
+	__NR_getrandom, __NR_sched_yield, __NR_sysinfo, __NR_sigaltstack,
 #ifdef __NR_poll
 	__NR_poll,
 #endif

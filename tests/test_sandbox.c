@@ -4,7 +4,7 @@
  * helper may do (read from /proc/HELPERPID/status, and the filter tried from inside), and
  * what the daemon side does when one crashes, hangs or is killed in the middle of a snapshot,
  * and that each uid has its own. This process plays the daemon: it symbolizes functions of
- * its own binary. The misbehaviour comes from build/tests/llgo-heap-symbolizer-hooks, a helper
+ * its own binary; one test runs llgo-heapd itself. The misbehaviour comes from build/tests/llgo-heap-symbolizer-hooks, a helper
  * built with test hooks: a lookup that lands in sandbox_test_crash aborts it, one in
  * sandbox_test_hang never answers, one in sandbox_test_open tries open(2) and socket(2), one
  * in sandbox_test_lie sends an answer that runs past its message.
@@ -23,7 +23,7 @@
 #include "../agent/buf.h"
 #include "../agent/internal.h"
 #include "../agent/snapshot.h"
-#include "e2e_util.h"
+#include "life_util.h"
 
 #define SBX_HOOKS LLGO_BUILD_DIR "/tests/llgo-heap-symbolizer-hooks"
 #define KEEP(x) __asm__ volatile("" : : "r"(x) : "memory")
@@ -90,7 +90,7 @@ static const char *sbx_name(struct procmaps *pm, uint64_t (*fn)(uint64_t), struc
 	return n > 0 && r->frames[n - 1].function ? r->frames[n - 1].function : "";
 }
 
-/* A line "Key:\t..." of /proc/PID/status, or NULL. */
+/* The value of the line "Key:\t..." of /proc/PID/status (the test fails without one). */
 static char *sbx_status(pid_t pid, const char *key)
 {
 	char path[64], text[16384], *out = NULL;
@@ -108,6 +108,7 @@ static char *sbx_status(pid_t pid, const char *key)
 			break;
 		}
 	}
+	cr_assert(out, "%s: no %s line", path, key);
 	return out;
 }
 
@@ -350,4 +351,45 @@ Test(sandbox, each_uid_has_its_own_helper)
 	cr_expect_eq(symhelper_pid(0), p0, "served by the same helper");
 	procmaps_free(mine);
 	procmaps_free(theirs);
+}
+
+/* ---- The daemon ----------------------------------------------------------------------- */
+
+/* llgo-heapd whose helper crashes on a program's code: every snapshot completes, the daemon
+ * serves on, the crash is logged, and the program's other functions get their names once the
+ * poisonous address is found (its file is then asked one address at a time). */
+Test(sandbox, daemon_serves_on_when_a_file_crashes_its_helper, .timeout = 120)
+{
+	cr_assert_eq(access(SBX_HOOKS, X_OK), 0);
+	setenv("LLGO_HEAP_SYMBOLIZER", SBX_HOOKS, 1); /* the daemon's environment */
+	char *dir = e2e_tmpdir();
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
+	struct lu_proc p;
+	char *argv[] = { E2E_PROGS "/sandbox_crash", "200", NULL };
+	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
+	char line[64];
+	cr_assert(lu_read_line(&p, line, sizeof(line), 20000), "the program did not start");
+	bool named = false;
+	int snapshots = 0;
+	for (long until = lu_now_ms() + 60000; !named && lu_now_ms() < until; snapshots++) {
+		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		cr_assert(text, "snapshot %d failed", snapshots + 1);
+		cr_assert(heapd_alive(&d), "the daemon died");
+		cr_expect_eq(lu_text_count(text, "sandbox_test_crash", 777), 0, "the poison is named");
+		named = lu_text_count(text, "sbx_prog_site", 888) > 0;
+		free(text);
+		lu_sleep_ms(300); /* past the backoff */
+	}
+	cr_expect(named, "sbx_prog_site never named in %d snapshots", snapshots);
+	cr_log_info("sbx_prog_site named at snapshot %d", snapshots);
+	char *log = heapd_log(&d);
+	cr_assert(log);
+	cr_expect(strstr(log, "symbolizer for uid") && strstr(log, "Aborted"),
+		  "the crash is logged:\n%s", log);
+	cr_expect(strstr(log, "shown unsymbolized from now on"), "%s", log);
+	free(log);
+	lu_wait(&p, 10000);
+	cr_expect_eq(heapd_stop(&d), 0);
+	e2e_rmdir(dir);
 }
