@@ -34,6 +34,9 @@
  * hold the drain thread 5 s per 10 min). Helpers that stopped idle are reaped
  * after each request (of any uid).
  *
+ * Just over 600 lines: starting, framing, the exchange and recovery all act on struct
+ * symhelper under its lock; split, each part would reach into the others'.
+ *
  * Left to others: the helper's own code (symbolizer/), what the answers mean and the memo
  * (symbolize.c), the files (symfile.c).
  */

@@ -29,6 +29,9 @@
  *     caller's position (DW_AT_call_file/_line), leaf first, physical last.
  * Answers are not remembered here: the daemon keeps them and asks for each address once.
  *
+ * Over 600 lines: it is one libdwfl session's whole life (the file, its debug files, symbols,
+ * units, lines, inline chains), every part reading the same struct symparse_file.
+ *
  * Single-threaded: one caller at a time per file. Left to others: finding and opening files
  * (the daemon's symfile.c), the protocol and the sandbox (symserver.c, symjail.c).
  */
