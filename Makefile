@@ -45,7 +45,12 @@ SHIM_EXTRA_CFLAGS ?=
 CFLAGS_SHIM := $(SHIM_EXTRA_CFLAGS) $(BASE_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec \
 	-fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free \
 	-fno-stack-protector -pthread
-LIBS_AGENT := -lbpf -lelf -ldw -lz -lmicrohttpd -lunwind-x86_64 -lunwind -lpthread -lm
+LIBS_AGENT := -lbpf -lelf -ldw -ldebuginfod -lz -lmicrohttpd -lunwind-x86_64 -lunwind -lpthread -lm
+# symbolizer/: llgo-heap-symbolizer, the sandboxed process that parses ELF/DWARF files for the
+# daemon (one per profiled uid, agent/symhelper.c). libdw/libelf only, no agent objects.
+SYMBOLIZER_SRCS := $(wildcard symbolizer/*.c)
+SYMBOLIZER_OBJS := $(patsubst symbolizer/%.c,$(OUT)/obj/symbolizer/%.o,$(SYMBOLIZER_SRCS))
+LIBS_SYMBOLIZER := -ldw -lelf -lz
 
 # Criterion 2.4 cannot start under ThreadSanitizer (Snaipe/Criterion#274): with SAN=thread the
 # same test files build against tests/nocriterion/, a stand-in with the subset of its API.
@@ -75,7 +80,7 @@ LIBS_CLI :=
 # end of this file). HEADERS is for the rules that compile several sources in one command
 # (gcc then writes one dependency file for the last source only).
 DEPFLAGS := -MMD -MP
-HEADERS := $(wildcard shared/*.h agent/*.h client/*.h shim/*.h include/*.h tests/*.h)
+HEADERS := $(wildcard shared/*.h agent/*.h client/*.h shim/*.h include/*.h tests/*.h symbolizer/*.h)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRCS))
@@ -96,7 +101,7 @@ PROG_BINS += $(OUT)/progs/libllgoheap-noprobe.so
 PROG_BINS += $(OUT)/progs/dbgframe_chains $(OUT)/progs/libdbgframe_dl.so \
 	$(OUT)/progs/dbgframe_fp_chains $(OUT)/progs/noehhdr_chains
 
-BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap
+BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap $(OUT)/bin/llgo-heap-symbolizer
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
 
 .PHONY: all deps test unit e2e demo bench bench-peers bench-inuse bench-unwind bench-verify clean install check-deps
@@ -116,6 +121,11 @@ $(OUT)/obj/shim/%.o: shim/%.c Makefile
 	$(Q)$(CC) $(CFLAGS_SHIM) $(DEPFLAGS) -c $< -o $@
 
 $(OUT)/obj/agent/%.o: agent/%.c Makefile
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) -c $< -o $@
+
+$(OUT)/obj/symbolizer/%.o: symbolizer/%.c Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) -c $< -o $@
@@ -181,6 +191,18 @@ $(OUT)/bin/llgo-heapd: $(OUT)/obj/agent/daemon.o $(AGENT_COMMON_OBJS)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_AGENT)
 
+$(OUT)/bin/llgo-heap-symbolizer: $(SYMBOLIZER_OBJS)
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_SYMBOLIZER)
+
+# The same with test hooks (symbolizer/symserver.c: a function named sandbox_test_crash
+# aborts it, sandbox_test_hang hangs it): tests/test_sandbox.c only, never installed.
+$(OUT)/tests/llgo-heap-symbolizer-hooks: $(SYMBOLIZER_SRCS) $(HEADERS) Makefile
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_AGENT) -DSYMSERVER_TEST_HOOKS -o $@ $(SYMBOLIZER_SRCS) $(LIBS_SYMBOLIZER)
+
 $(OUT)/bin/llgo-heap: $(CLI_OBJS)
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)
@@ -198,7 +220,7 @@ $(OUT)/obj/tests/heapd.o: tests/heapd.c Makefile
 
 # Unit tests link the agent objects and the shim objects they exercise (never override.o:
 # a criterion binary keeps its own malloc).
-$(OUT)/tests/%: tests/%.c $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) $(TEST_LIB_OBJS) Makefile | $(BINS) $(LIBS) $(PROG_BINS)
+$(OUT)/tests/%: tests/%.c $(AGENT_COMMON_OBJS) $(SHIM_LIB_OBJS) $(TEST_LIB_OBJS) Makefile | $(BINS) $(LIBS) $(PROG_BINS) $(OUT)/tests/llgo-heap-symbolizer-hooks
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) -MF $@.d $(TEST_DEFS) -o $@ $< $(AGENT_COMMON_OBJS) \
@@ -293,6 +315,7 @@ DEB_PKGS += prometheus curl # tests/test_fleet.c: promtool, a real Prometheus, a
 # against the unit's filter). binutils: readelf, nm, objcopy, objdump of the tests.
 DEB_PKGS += systemd strace binutils
 DEB_PKGS += debuginfod # tests/test_debuginfod.c: a local debuginfod serving a folder
+DEB_PKGS += libdebuginfod-dev # agent/symfile.c asks debuginfod itself (debuginfod_find_debuginfo)
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
@@ -367,7 +390,7 @@ DOCDIR ?= $(PREFIX)/share/doc/llgo-heap
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 DOC_FILES := README.md $(wildcard docs/*.md) systemd/llgo-heapd.conf.example
 UNIT_FILES := systemd/llgo-heapd.service systemd/llgo-heapd.socket
-INSTALLED := $(BINDIR)/llgo-heapd $(BINDIR)/llgo-heap $(LIBDIR)/libllgoheap.so \
+INSTALLED := $(BINDIR)/llgo-heapd $(BINDIR)/llgo-heap $(BINDIR)/llgo-heap-symbolizer $(LIBDIR)/libllgoheap.so \
 	$(LIBDIR)/libllgoheap.a $(INCLUDEDIR)/llgo_heap.h $(addprefix $(DOCDIR)/,$(notdir $(DOC_FILES))) \
 	$(addprefix $(UNITDIR)/,$(notdir $(UNIT_FILES)))
 
@@ -375,6 +398,7 @@ INSTALLED := $(BINDIR)/llgo-heapd $(BINDIR)/llgo-heap $(LIBDIR)/libllgoheap.so \
 install: all
 	install -D -m 755 $(OUT)/bin/llgo-heapd $(DESTDIR)$(BINDIR)/llgo-heapd
 	install -D -m 755 $(OUT)/bin/llgo-heap $(DESTDIR)$(BINDIR)/llgo-heap
+	install -D -m 755 $(OUT)/bin/llgo-heap-symbolizer $(DESTDIR)$(BINDIR)/llgo-heap-symbolizer
 	install -D -m 755 $(OUT)/lib/libllgoheap.so $(DESTDIR)$(LIBDIR)/libllgoheap.so
 	install -D -m 644 $(OUT)/lib/libllgoheap.a $(DESTDIR)$(LIBDIR)/libllgoheap.a
 	install -D -m 644 include/llgo_heap.h $(DESTDIR)$(INCLUDEDIR)/llgo_heap.h
@@ -679,7 +703,8 @@ FUZZ_OUT := build-fuzz
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -pthread $(WARN) \
 	-Wno-unknown-warning-option $(FUZZ_SAN) -I$(OUT)/bpf
-FUZZ_AGENT_OBJS := $(patsubst agent/%.c,$(FUZZ_OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS))
+FUZZ_AGENT_OBJS := $(patsubst agent/%.c,$(FUZZ_OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS)) \
+	$(FUZZ_OUT)/obj/symbolizer/symparse.o
 FUZZ_BINS := $(patsubst %,$(FUZZ_OUT)/fuzz_%,$(FUZZ_NAMES))
 FUZZ_REPLAYS := $(patsubst %,$(OUT)/fuzz/replay_%,$(FUZZ_NAMES))
 FUZZ_HEADERS := $(HEADERS) tests/fuzz/fuzz_util.h
@@ -690,6 +715,11 @@ $(FUZZ_OUT)/obj/agent/%.o: agent/%.c Makefile | $(OUT)/bpf/verify.bpf.skel.h
 	$(call msg,FUZZCC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_OUT)/obj/symbolizer/%.o: symbolizer/%.c $(HEADERS) Makefile
+	$(call msg,FUZZCC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(FUZZ_OUT)/obj/client/%.o: client/%.c $(HEADERS) Makefile
 	$(call msg,FUZZCC,$@)
@@ -702,11 +732,11 @@ $(FUZZ_OUT)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_AGENT_OBJS) $(FUZZ_OUT)/obj/clien
 		$(FUZZ_OUT)/obj/client/client.o $(LIBS_AGENT)
 
 # The replay builds: the test build's compiler, flags and sanitizers, no libFuzzer.
-$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(CLIENT_OBJS) $(FUZZ_HEADERS)
+$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(CLIENT_OBJS) $(OUT)/obj/symbolizer/symparse.o $(FUZZ_HEADERS)
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $< tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) \
-		$(CLIENT_OBJS) $(LIBS_AGENT)
+		$(CLIENT_OBJS) $(OUT)/obj/symbolizer/symparse.o $(LIBS_AGENT)
 
 .PHONY: fuzz fuzz-build fuzz-replay
 fuzz-build: $(FUZZ_BINS)

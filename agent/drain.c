@@ -351,6 +351,8 @@ static void *drain_main(void *arg)
 	struct drain *d = arg;
 	uint64_t sleep_ns = DRAIN_POLL_MIN_NS;
 	(void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), DRAIN_NICE);
+	/* the frames drain_is_start names come from the symbolizers: never wait long on one */
+	symhelper_no_wait(true);
 	for (;;) {
 		struct session **v;
 		size_t n = session_list(d->reg, true, &v);

@@ -178,7 +178,7 @@ void bucket_table_stats(struct bucket_table *t, struct bucket_stats *out);
 
 /* ---- procmaps.c: a process's executable mappings -------------------------------------- */
 
-struct symfile; /* symbolize.c: one ELF file's symbols and DWARF, cached by build ID */
+struct symfile; /* symfile.c: one ELF file, per uid, parsed by that uid's sandboxed helper */
 
 struct mapping {
 	uint64_t start, end, offset; /* as in /proc/PID/maps */
@@ -193,8 +193,10 @@ struct mapping {
 struct procmaps; /* thread-safe: refresh and lookups may run concurrently */
 
 /* Read /proc/PID/maps and open every executable file mapping (through
- * /proc/PID/map_files when allowed, so deleted or replaced binaries still symbolize). */
+ * /proc/PID/map_files when allowed, so deleted or replaced binaries still symbolize). Its
+ * files are symbolized by uid's helper: procmaps_new takes the uid that owns /proc/PID. */
 struct procmaps *procmaps_new(pid_t pid);
+struct procmaps *procmaps_new_as(pid_t pid, uid_t uid);
 /* Re-read the maps (after dlopen); mappings already known are kept. */
 int procmaps_refresh(struct procmaps *m, pid_t pid);
 /* A thread that may look mappings up while another refreshes them (anything outside the
@@ -324,10 +326,13 @@ struct sym_result {
 	uint64_t entry; /* process address of the physical function's first byte, 0: unknown */
 	/* What the mapping's file can tell (pprof Mapping.has_*), whatever this address got. */
 	bool has_functions, has_filenames, has_lines, has_inlines;
+	/* The symbolizer could not answer now (failed, backing off, busy for the drain thread):
+	 * nframes is 0 this time only; do not remember it. */
+	bool unavailable;
 };
 
-/* Open (or find in the cache by build ID) the ELF file at path; fd may be -1. */
-struct symfile *symfile_get(const char *path, int fd, const char *build_id);
+/* Open (or find in the cache) the file at path for uid's profiles; fd may be -1. */
+struct symfile *symfile_get(const char *path, int fd, const char *build_id, uid_t uid);
 void symfile_put(struct symfile *f);
 /* Another reference to f. */
 struct symfile *symfile_ref(struct symfile *f);
@@ -347,6 +352,14 @@ void *symfile_debug_frame(struct symfile *f, size_t *size, bool *compressed);
  * of frames (0: no symbol covers pc; the has_* flags are filled even then, and for a pc
  * outside m, which costs no lookup), or -ENOMEM. */
 int symbolize_pc(const struct mapping *m, uint64_t pc, struct sym_result *out);
+/* Ask for pcs[i] in maps[i] (NULL: none) ahead of symbolize_pc, in batches per file. */
+void symbolize_many(const struct mapping *const *maps, const uint64_t *pcs, size_t n);
+/* symhelper.c, for tests: the pid of uid's running helper (0: none); the per-message
+ * timeout and the first restart backoff (0: the defaults, 30 s and 250 ms). */
+pid_t symhelper_pid(uid_t uid);
+void symhelper_set_timing(unsigned timeout_ms, unsigned backoff_ms);
+/* The calling thread never waits long for a helper (the drain thread). */
+void symhelper_no_wait(bool on);
 
 /* ---- profile.c + pprof.c, text.c, folded.c, top.c: the output formats ------------------ */
 
@@ -444,6 +457,8 @@ uint64_t profile_main_rate(const struct profile *p);
  * its mapping (NULL if none) and r its inline chain; returns r's frame count (0: unknown). */
 int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 		  struct sym_result *r);
+/* Symbolize every frame of p's stacks ahead of profile_frame, in batches. */
+void profile_prefetch(const struct profile *p, struct procmaps *maps);
 /* "llgo-heap: sampled=N delivered=N dropped=N corrupt=N" (no newline). */
 int profile_accounting(struct buf *b, const struct profile *p);
 /* "llgo-heap: unwind=MODE unwound=N truncated=N" (no newline) when the shim stated its mode

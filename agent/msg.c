@@ -33,24 +33,26 @@ int msg_header_check(const void *pkt, size_t n, struct llgo_msg_header *out)
 	return 0;
 }
 
+void msg_attach_fd(struct msghdr *mh, union msg_fd_control *ctl, int fd)
+{
+	if (fd < 0)
+		return;
+	memset(ctl, 0, sizeof(*ctl));
+	mh->msg_control = ctl->buf;
+	mh->msg_controllen = sizeof(ctl->buf);
+	struct cmsghdr *c = CMSG_FIRSTHDR(mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+}
+
 int msg_send(int sock, const void *pkt, size_t n, int fd)
 {
 	struct iovec iov = { .iov_base = (void *)(uintptr_t)pkt, .iov_len = n };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
+	union msg_fd_control ctl;
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (fd >= 0) {
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof(ctl.buf);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	}
+	msg_attach_fd(&mh, &ctl, fd);
 	for (;;) {
 		ssize_t r = sendmsg(sock, &mh, MSG_NOSIGNAL);
 		if (r == (ssize_t)n)

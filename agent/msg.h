@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "../shared/proto.h"
@@ -15,6 +16,13 @@
 void msg_header_init(struct llgo_msg_header *h, uint16_t type, uint32_t length);
 /* Check magic, version, and that the header's length equals the packet length n. */
 int msg_header_check(const void *pkt, size_t n, struct llgo_msg_header *out);
+/* Room for one SCM_RIGHTS descriptor. */
+union msg_fd_control {
+	char buf[CMSG_SPACE(sizeof(int))];
+	struct cmsghdr align;
+};
+/* Attach fd to mh (no-op when fd < 0), ctl holding the control message. */
+void msg_attach_fd(struct msghdr *mh, union msg_fd_control *ctl, int fd);
 /* Send one packet, with fd attached when fd >= 0. */
 int msg_send(int sock, const void *pkt, size_t n, int fd);
 /* Receive one packet into buf (cap bytes); *fd gets an attached descriptor or -1. Returns the

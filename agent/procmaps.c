@@ -10,7 +10,9 @@
  * mapped, even when it was deleted or replaced), else through /proc/PID/root/PATH (the
  * process's own mount namespace) if that is the inode mapped; never through PATH in the
  * daemon's namespace, which may name another file (another container's, another user's). Its GNU build ID is
- * read, and the symfile comes from symfile_get()'s cache.
+ * read (libelf reads the note headers; the one parse of a user's file left in the daemon
+ * besides the unwinder's, docs/design.md), and the symfile comes from symfile_get()'s cache,
+ * for the uid whose helper will parse it.
  *
  * procmaps_refresh() re-reads the maps, e.g. after dlopen: mappings already known are
  * kept (same range, offset, inode and path), new ones are opened, and a known mapping
@@ -78,6 +80,7 @@ struct maparray {
  */
 struct procmaps {
 	pid_t pid;
+	uid_t uid; /* whose helper symbolizes its files */
 	pthread_mutex_t lock;             /* serializes refreshes; guards retired and stats */
 	struct maparray *_Atomic current; /* release in refresh, acquire in lookups */
 	_Atomic uint64_t epoch;
@@ -199,7 +202,7 @@ static const struct mapping *procmaps_same_file(const struct maparray *a, size_t
 
 /* A new mapping for l; the file is shared with a known mapping of the same inode. */
 static struct pmapping *mapping_new(const struct maparray *old, const struct maparray *na,
-				    pid_t pid, const struct maps_line *l)
+				    pid_t pid, uid_t uid, const struct maps_line *l)
 {
 	struct pmapping *pmm = calloc(1, sizeof(*pmm));
 	if (!pmm)
@@ -231,7 +234,7 @@ static struct pmapping *mapping_new(const struct maparray *old, const struct map
 	if (fd < 0)
 		return pmm;
 	read_build_id(fd, m->build_id, sizeof(m->build_id));
-	m->file = symfile_get(m->path, fd, m->build_id);
+	m->file = symfile_get(m->path, fd, m->build_id, uid);
 	close(fd);
 	return pmm;
 }
@@ -453,7 +456,7 @@ int procmaps_refresh(struct procmaps *pm, pid_t pid)
 			    same_mapping(old->v[i], &l))
 				m = (struct pmapping *)old->v[i];
 			if (!m) {
-				if (!(m = mapping_new(old, na, pid, &l))) {
+				if (!(m = mapping_new(old, na, pid, pm->uid, &l))) {
 					err = -ENOMEM;
 					break;
 				}
@@ -500,10 +503,19 @@ out:
 
 struct procmaps *procmaps_new(pid_t pid)
 {
+	char p[64];
+	struct stat st;
+	snprintf(p, sizeof(p), "/proc/%d", (int)pid);
+	return procmaps_new_as(pid, stat(p, &st) == 0 ? st.st_uid : getuid());
+}
+
+struct procmaps *procmaps_new_as(pid_t pid, uid_t uid)
+{
 	struct procmaps *pm = calloc(1, sizeof(*pm));
 	if (!pm)
 		return NULL;
 	pm->pid = pid;
+	pm->uid = uid;
 	pthread_mutex_init(&pm->lock, NULL);
 	atomic_init(&pm->current, NULL);
 	int err = procmaps_refresh(pm, pid);

@@ -208,8 +208,67 @@ int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 	}
 	*m = maps ? procmaps_find(maps, pc - 1) : NULL;
 	r->nframes = 0;
+	r->unavailable = false;
 	int nf = *m ? symbolize_pc(*m, pc - 1, r) : 0;
 	return nf > 0 ? nf : 0;
+}
+
+/* The distinct pcs of a profile: open addressing, 0 for empty (no frame is at address 0). */
+struct prefetch_set {
+	uint64_t *slots;
+	size_t cap, n;
+};
+
+static bool prefetch_add(struct prefetch_set *s, uint64_t pc)
+{
+	if ((s->n + 1) * 2 > s->cap) {
+		size_t nc = s->cap ? s->cap * 2 : 4096;
+		uint64_t *t = calloc(nc, sizeof(*t));
+		if (!t)
+			return false;
+		for (size_t i = 0; i < s->cap; i++) {
+			size_t j = s->slots[i] ? (size_t)((s->slots[i] * 0x9e3779b97f4a7c15ULL) >> 20) &
+							 (nc - 1)
+					       : 0;
+			while (s->slots[i] && t[j])
+				j = (j + 1) & (nc - 1);
+			if (s->slots[i])
+				t[j] = s->slots[i];
+		}
+		free(s->slots);
+		s->slots = t;
+		s->cap = nc;
+	}
+	size_t j = (size_t)((pc * 0x9e3779b97f4a7c15ULL) >> 20) & (s->cap - 1);
+	for (; s->slots[j]; j = (j + 1) & (s->cap - 1))
+		if (s->slots[j] == pc)
+			return true;
+	s->slots[j] = pc;
+	s->n++;
+	return true;
+}
+
+void profile_prefetch(const struct profile *p, struct procmaps *maps)
+{
+	struct prefetch_set set = { 0 };
+	bool ok = maps != NULL;
+	for (size_t i = 0; ok && i < p->nsamples; i++) {
+		const struct stack *st = p->samples[i].stack;
+		for (uint32_t j = 0; ok && st && j < st->npcs; j++)
+			if (st->pcs[j] > 1 && st->pcs[j] != PROFILE_PC_TRUNCATED)
+				ok = prefetch_add(&set, st->pcs[j] - 1); /* as profile_frame looks */
+	}
+	const struct mapping **ms = ok && set.n ? malloc(set.n * sizeof(*ms)) : NULL;
+	size_t u = 0;
+	for (size_t i = 0; ms && i < set.cap; i++)
+		if (set.slots[i]) {
+			set.slots[u] = set.slots[i]; /* compacted in place: u <= i */
+			ms[u++] = procmaps_find(maps, set.slots[i]);
+		}
+	if (ms)
+		symbolize_many(ms, set.slots, u);
+	free(ms);
+	free(set.slots);
 }
 
 /* Whether the frame at return address pc lies in a function to trim: any function of its
@@ -230,6 +289,7 @@ int profile_trim(struct profile *p, struct procmaps *maps, char *const *patterns
 {
 	if (n == 0)
 		return 0;
+	profile_prefetch(p, maps);
 	for (size_t i = 0; i < p->nsamples; i++) {
 		const struct stack *st = p->samples[i].stack;
 		if (!st)

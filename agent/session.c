@@ -472,7 +472,7 @@ int session_attach_maps(struct session *s)
 	 * pid in between means the maps belong to someone the peer may not see. */
 	if (!session_may_read(s))
 		return -EACCES;
-	struct procmaps *m = procmaps_new(s->pid);
+	struct procmaps *m = procmaps_new_as(s->pid, s->uid);
 	if (!m)
 		return -ENOENT;
 	if (!session_may_have_read(s)) {
@@ -497,7 +497,7 @@ int session_attach_parent_maps(struct session *s, pid_t ppid)
 			  : ident_verify(&id, NULL, 0);
 	struct procmaps *m = NULL;
 	if (!err) {
-		if (!(m = procmaps_new(ppid)))
+		if (!(m = procmaps_new_as(ppid, s->uid)))
 			err = -ENOENT;
 		else if ((err = ident_verify_ex(&id, true, NULL, 0)) != 0)
 			procmaps_free(m);

@@ -96,6 +96,8 @@ int snapshot_write(struct buf *out, const struct profile *p, struct procmaps *ma
 {
 	int rc = -EINVAL;
 	unsigned rd = procmaps_read_begin(maps); /* the drain may refresh meanwhile */
+	/* every address to the symbolizer in batches, before the writers ask one by one */
+	profile_prefetch(p, maps);
 	switch (fmt) {
 	case LLGO_FORMAT_PPROF:
 		rc = pprof_write(out, p, maps, flags);

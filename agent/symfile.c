@@ -1,50 +1,45 @@
 // SPDX-License-Identifier: MIT
 /*
- * symfile.c: the ELF files the symbolizer reads, each opened once, checked, and handed to
- * elfutils' libdwfl.
+ * symfile.c: the ELF files the symbolizer reads, each opened once per uid, and the separate
+ * debug files found for them. The daemon parses none of them: the symbolizer process of the
+ * file's uid does (symhelper.c starts it, symbolizer/ is its code); what is kept here is what
+ * needs the daemon's privileges, the descriptors and the search.
  *
- * symfile_get() finds a file in a global cache keyed by the file itself (device, inode,
- * size, mtime; with its GNU build ID, or its path when it has none), so a thousand processes
- * running one binary cost one parse, and a copy carrying someone else's build ID never
- * stands in for the real file. Each symfile owns one Dwfl holding one module reported at the
- * file's own virtual addresses (bias 0), so it serves every process that maps the file.
+ * symfile_get() finds a file in a global cache keyed by the uid and the file itself (device,
+ * inode, size, mtime; with its GNU build ID, or its path when it has none), so a thousand
+ * processes of one user running one binary cost one parse, a copy carrying someone else's
+ * build ID never stands in for the real file, and one user's helper never answers for
+ * another user's profiles.
  *
- * Hostile files. The process's file reaches libdwfl as our own libelf handle reading with
- * pread (ELF_C_READ) through the descriptor procmaps.c opened and checked (map_files, or the
- * process's root with an inode re-check): deleted or replaced files still symbolize and a
- * file truncated under us gives errors, not SIGBUS. The separate debug file is looked for
- * with dwfl_standard_find_debuginfo, which maps what it finds and lets libdw parse it at
- * once; so the file's own Dwfl searches only where root keeps files (/usr/lib/debug: by
- * build ID, or the .gnu_debuglink under /usr/lib/debug/DIR) and debuginfod's cache, and the
- * .gnu_debuglink beside the file and in its .debug/ is searched by a throwaway Dwfl that
- * checks candidates by CRC and keeps none open. What that one finds is copied into a sealed
- * memfd unless nobody else can change it (owned by root or by us, writable by neither group
- * nor others), and refused when its DWARF string sections do not end with a NUL (libdw 0.188
- * reads past them: tests/fuzz/regress/elf). A DWARF alternate file (dwz) is looked for in
- * the system's places only.
- *
- * debuginfod. When DEBUGINFOD_URLS is set in the daemon's environment, debug files found
- * nowhere locally are fetched by build ID from those servers (libdwfl dlopens Debian's
- * libdebuginfod.so.1), at the first lookup in the module, within the client's own limits
- * (DEBUGINFOD_TIMEOUT, _MAXTIME, _MAXSIZE). Only debug information is fetched, never an
- * executable, and only for the build IDs of files profiled processes map: any local user can
- * make the daemon ask the listed servers for any build ID, and the answer is used as that
- * file's DWARF, so list only servers you trust. Files are cached in DEBUGINFOD_CACHE_PATH,
- * else $XDG_CACHE_HOME/debuginfod_client, else $HOME/.cache/debuginfod_client (for a root
- * daemon without those set: /root/.cache/debuginfod_client). Unset or empty, nothing is
- * fetched and no cache is read.
+ * Debug files, looked for when the helper asks (libdwfl wants DWARF it lacks), in order:
+ *   - the .gnu_debuglink beside the file and in its .debug/ (places its owner writes),
+ *     accepted only with the link's CRC (computed here over the candidate's bytes);
+ *   - the build ID under /usr/lib/debug/.build-id, then the .gnu_debuglink under
+ *     /usr/lib/debug/DIR (places root keeps; CRC-checked too when the link has one);
+ *   - debuginfod (libdebuginfod, called directly) when DEBUGINFOD_URLS is set in the daemon's
+ *     environment, by build ID, within the client's own limits (DEBUGINFOD_TIMEOUT, _MAXTIME,
+ *     _MAXSIZE). Only debug information is fetched, never an executable, and only for build
+ *     IDs of files profiled processes map: any local user can make the daemon ask the listed
+ *     servers for any build ID, and the answer is used as that file's DWARF, so list only
+ *     servers you trust. Files are cached in DEBUGINFOD_CACHE_PATH, else
+ *     $XDG_CACHE_HOME/debuginfod_client, else $HOME/.cache/debuginfod_client. Unset or
+ *     empty, nothing is fetched and no cache is read.
+ * A DWARF alternate file (dwz) is looked for by its build ID under /usr/lib/debug/.build-id,
+ * or by its absolute name under /usr/lib/debug, then debuginfod.
+ * What is found is handed to the helper as it is when nobody but root and us can change it
+ * (owned by either, writable by neither group nor others), else as a sealed in-memory copy:
+ * the helper maps it, and a file shrunk under a mapping faults. The name the helper asks for
+ * is a path component (no '/'), checked here: it comes from the file.
  *
  * Threads: the cache of files and the reference counts are under one global mutex; a
- * symfile's Dwfl under its own (symfile.h).
+ * symfile's answers under its own (symfile.h); its helper state under the helper's.
  *
  * Left to others: reading /proc/PID/maps and opening the mapped files (procmaps.c); the
- * lookups (symbolize.c).
+ * helper process (symhelper.c); answers (symbolize.c).
  */
-#include <elfutils/libdwfl.h>
+#include <elfutils/debuginfod.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,228 +47,24 @@
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "symfile.h"
 
-/* The largest debug file copied out of a place others can write to. */
+/* The largest debug file copied out of a place others can write to, or checked by CRC. */
 #define SYMFILE_COPY_MAX ((off_t)1 << 30)
+#define SYMFILE_SYSTEM_DIR "/usr/lib/debug"
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct symfile *g_files;
-static pthread_once_t g_elf_once = PTHREAD_ONCE_INIT;
-
-static void symfile_elf_init(void)
-{
-	elf_version(EV_CURRENT);
-}
-
-/* ---- The file as the process maps it ------------------------------------------------ */
-
-/* A pread-based libelf handle on a dup of fd, put in *dfd (-1 when none); NULL when fd
- * holds no ELF file. */
-static Elf *symfile_elf_begin(int fd, int *dfd)
-{
-	*dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	Elf *elf = *dfd >= 0 ? elf_begin(*dfd, ELF_C_READ, NULL) : NULL;
-	if (elf && elf_kind(elf) == ELF_K_ELF)
-		return elf;
-	if (elf)
-		elf_end(elf);
-	if (*dfd >= 0)
-		close(*dfd);
-	*dfd = -1;
-	return NULL;
-}
-
-static void symfile_elf_end(Elf *elf, int dfd)
-{
-	if (elf)
-		elf_end(elf);
-	if (dfd >= 0)
-		close(dfd);
-}
-
-/*
- * Whether the DWARF string sections of elf end with a NUL (only looked at when check; the
- * data of a big file's sections is read for it). libdw (0.188) reads their strings with
- * strlen: an unterminated last string of a hostile file makes it read past the section
- * (found by tests/fuzz/fuzz_elf.c, kept in tests/fuzz/regress/elf). Such a file keeps its
- * ELF symbols and gets no DWARF. *has_dwarf: a .debug_info with contents.
- */
-static bool symfile_strings_ok(Elf *elf, bool check, bool *has_dwarf)
-{
-	size_t shstrndx;
-	*has_dwarf = false;
-	if (elf_getshdrstrndx(elf, &shstrndx) != 0)
-		return false;
-	Elf_Scn *scn = NULL;
-	bool ok = true;
-	while ((scn = elf_nextscn(elf, scn)) != NULL) {
-		GElf_Shdr sh;
-		if (!gelf_getshdr(scn, &sh) || sh.sh_type == SHT_NOBITS)
-			continue;
-		const char *name = elf_strptr(elf, shstrndx, sh.sh_name);
-		if (!name || strncmp(name, ".debug_", 7) != 0) {
-			if (name && strcmp(name, ".zdebug_info") == 0 && sh.sh_size)
-				*has_dwarf = true;
-			continue;
-		}
-		if (strcmp(name, ".debug_info") == 0 && sh.sh_size)
-			*has_dwarf = true;
-		if (!check || !strstr(name, "str") || strstr(name, "_offsets"))
-			continue; /* .debug_str, .debug_line_str (and .dwo forms) */
-		/* a compressed section is checked as libdw will read it: decompressed */
-		if ((sh.sh_flags & SHF_COMPRESSED) && elf_compress(scn, 0, 0) < 0)
-			return false;
-		Elf_Data *d = elf_getdata(scn, NULL);
-		if (!d || (d->d_size && (!d->d_buf || ((const char *)d->d_buf)[d->d_size - 1])))
-			ok = false;
-	}
-	return ok;
-}
-
-/* Whether fd's file is an ELF file whose DWARF strings end inside their sections. */
-static bool symfile_fd_strings_ok(int fd)
-{
-	int dfd = -1;
-	Elf *elf = fd >= 0 ? symfile_elf_begin(fd, &dfd) : NULL;
-	bool has, ok = elf && symfile_strings_ok(elf, true, &has);
-	symfile_elf_end(elf, dfd);
-	return ok;
-}
-
-bool symfile_dwarf_ok(const struct symfile *f)
-{
-	return symfile_fd_strings_ok(f->fd);
-}
-
-/* PT_LOAD segments, the module's address range and what the file itself carries. */
-static int symfile_read_elf(struct symfile *f)
-{
-	int dfd;
-	Elf *elf = symfile_elf_begin(f->fd, &dfd);
-	size_t n = 0;
-	int err = -ENOEXEC;
-	if (!elf || elf_getphdrnum(elf, &n) != 0 || n > 65536)
-		goto out;
-	err = -ENOMEM;
-	if (!(f->segs = calloc(n ? n : 1, sizeof(*f->segs))))
-		goto out;
-	for (size_t i = 0; i < n; i++) {
-		GElf_Phdr ph;
-		if (!gelf_getphdr(elf, (int)i, &ph) || ph.p_type != PT_LOAD)
-			continue;
-		if (f->nsegs == 0) /* exactly as libdwfl finds the file's base: bias 0 */
-			f->low = ph.p_vaddr & -ph.p_align;
-		f->segs[f->nsegs++] = (struct symfile_seg){ ph.p_offset, ph.p_vaddr, ph.p_filesz };
-		if (ph.p_vaddr + ph.p_memsz > f->high && ph.p_vaddr + ph.p_memsz >= ph.p_vaddr)
-			f->high = ph.p_vaddr + ph.p_memsz;
-	}
-	err = f->nsegs && f->low < f->high ? 0 : -ENOEXEC;
-	symfile_strings_ok(elf, false, &f->main_has_dwarf);
-	Elf_Scn *scn = NULL;
-	while ((scn = elf_nextscn(elf, scn)) != NULL) {
-		GElf_Shdr sh;
-		if (gelf_getshdr(scn, &sh) && (sh.sh_type == SHT_SYMTAB || sh.sh_type == SHT_DYNSYM) &&
-		    sh.sh_entsize && sh.sh_size / sh.sh_entsize > 1)
-			f->main_has_syms = true;
-	}
-out:
-	symfile_elf_end(elf, dfd);
-	return err;
-}
-
-/* libdwfl's find_elf: a fresh pread-based handle on our descriptor (libdwfl ends both). */
-static int symfile_find_elf(Dwfl_Module *mod, void **userdata, const char *modname,
-			    Dwarf_Addr base, char **file_name, Elf **elfp)
-{
-	(void)mod, (void)modname, (void)base;
-	struct symfile *f = *userdata;
-	int dfd;
-	if (!(*elfp = symfile_elf_begin(f->fd, &dfd)))
-		return -1;
-	if (f->path && !*file_name)
-		*file_name = strdup(f->path);
-	return dfd;
-}
 
 /* ---- Separate debug files ----------------------------------------------------------- */
 
-/*
- * Where libdwfl looks. The Dwfl of a file searches only places root keeps: its build ID
- * under /usr/lib/debug/.build-id, its .gnu_debuglink under /usr/lib/debug/DIR, then
- * debuginfod; libdwfl maps what it finds and parses it, so nothing in them may be hostile
- * or shrink. The debuglink beside the file and in its .debug/ (places its owner writes) is
- * looked for by a throwaway Dwfl that sees the file without its build ID, so libdwfl checks
- * candidates by the link's CRC (mapping each only while it computes it) and opens none of
- * them; what it finds is checked here before the file's Dwfl gets it (symfile_vet).
- */
-static char *symfile_system_path = "/usr/lib/debug";
-static char *symfile_beside_path = ":.debug";
-
-static int symfile_find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
-				  Dwarf_Addr base, const char *file_name, const char *debuglink,
-				  GElf_Word crc, char **debug_name);
-
-/* The throwaway Dwfl's find_elf: the file with its GNU build ID notes renamed in our
- * in-memory copy of the note sections (never written back). */
-static int symfile_find_elf_anonymous(Dwfl_Module *mod, void **userdata, const char *modname,
-				      Dwarf_Addr base, char **file_name, Elf **elfp)
-{
-	int fd = symfile_find_elf(mod, userdata, modname, base, file_name, elfp);
-	Elf_Scn *scn = NULL;
-	while (fd >= 0 && (scn = elf_nextscn(*elfp, scn)) != NULL) {
-		GElf_Shdr sh;
-		Elf_Data *d = gelf_getshdr(scn, &sh) && sh.sh_type == SHT_NOTE
-				      ? elf_getdata(scn, NULL) : NULL;
-		size_t off = 0, next, name_off, desc_off;
-		GElf_Nhdr nh;
-		while (d && (next = gelf_getnote(d, off, &nh, &name_off, &desc_off)) > 0) {
-			if (nh.n_type == NT_GNU_BUILD_ID)
-				((Elf32_Nhdr *)((char *)d->d_buf + off))->n_type = ~(Elf32_Word)0;
-			off = next;
-		}
-	}
-	return fd;
-}
-
-static const Dwfl_Callbacks symfile_callbacks = {
-	.find_elf = symfile_find_elf,
-	.find_debuginfo = symfile_find_debuginfo,
-	.debuginfo_path = &symfile_system_path,
-};
-static const Dwfl_Callbacks symfile_beside_callbacks = {
-	.find_elf = symfile_find_elf_anonymous,
-	.find_debuginfo = dwfl_standard_find_debuginfo,
-	.debuginfo_path = &symfile_beside_path,
-};
-
-/* A Dwfl holding f's file as its one module, or NULL. */
-static Dwfl *symfile_dwfl(struct symfile *f, const Dwfl_Callbacks *cb, Dwfl_Module **mod)
-{
-	Dwfl *dwfl = dwfl_begin(cb);
-	if (!dwfl)
-		return NULL;
-	const char *base = f->path ? strrchr(f->path, '/') : NULL;
-	dwfl_report_begin(dwfl);
-	*mod = dwfl_report_module(dwfl, base ? base + 1 : f->path ? f->path : "[file]", f->low,
-				  f->high);
-	void **ud;
-	if (!*mod || dwfl_report_end(dwfl, NULL, NULL) != 0 ||
-	    !dwfl_module_info(*mod, &ud, NULL, NULL, NULL, NULL, NULL, NULL)) {
-		dwfl_end(dwfl);
-		return NULL;
-	}
-	*ud = f;
-	return dwfl;
-}
-
 /* Nobody but root and us can change fd's file under a mapping of it. */
-static bool symfile_is_ours(int fd)
+static bool symfile_is_ours(const struct stat *st)
 {
-	struct stat st;
-	return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-	       (st.st_uid == 0 || st.st_uid == geteuid()) && !(st.st_mode & (S_IWGRP | S_IWOTH));
+	return S_ISREG(st->st_mode) && (st->st_uid == 0 || st->st_uid == geteuid()) &&
+	       !(st->st_mode & (S_IWGRP | S_IWOTH));
 }
 
 /* A sealed in-memory copy of fd's file (closes fd), or -1. */
@@ -300,48 +91,129 @@ static int symfile_private_copy(int fd)
 	return mfd;
 }
 
-/* A debug file found beside the file, made safe to map and parse: copied unless nobody else
- * can change it, refused when its DWARF strings are unterminated. Closes fd on failure. */
-static int symfile_vet(int fd)
+/* The CRC-32 of .gnu_debuglink (zlib's polynomial) over fd's whole file. */
+static bool symfile_crc_is(int fd, off_t size, uint32_t want)
 {
-	if (fd >= 0 && !symfile_is_ours(fd))
-		fd = symfile_private_copy(fd);
-	if (fd >= 0 && !symfile_fd_strings_ok(fd)) {
-		close(fd);
-		fd = -1;
+	static const size_t chunk = 1 << 16;
+	unsigned char *buf = size <= SYMFILE_COPY_MAX ? malloc(chunk) : NULL;
+	uLong crc = crc32(0, Z_NULL, 0);
+	off_t off = 0;
+	while (buf && off < size) {
+		ssize_t n = pread(fd, buf, chunk, off);
+		if (n <= 0)
+			break;
+		crc = crc32(crc, buf, (uInt)n);
+		off += n;
 	}
-	return fd;
+	free(buf);
+	return buf && off == size && (uint32_t)crc == want;
 }
 
 /*
- * libdwfl's find_debuginfo for f's module: the debuglink beside the file (when it has one
- * with a CRC), else the system's places and debuginfod. libdwfl asks again only once the
- * debug file is open, for its DWARF alternate file (dwz), looked for in the system's places.
+ * path opened as a candidate debug file of f: a regular file that is not f itself, with the
+ * CRC crc when not 0; handed over as it is when ours, else copied (copy), else refused.
  */
-static int symfile_find_debuginfo(Dwfl_Module *mod, void **userdata, const char *modname,
-				  Dwarf_Addr base, const char *file_name, const char *debuglink,
-				  GElf_Word crc, char **debug_name)
+static int symfile_candidate(const struct symfile *f, const char *path, uint32_t crc, bool copy)
 {
-	struct symfile *f = *userdata;
-	if (f->debug == SYMFILE_DEBUG_NONE)
-		return -1; /* looked for already, and nothing was found */
-	int fd = -1;
-	if (f->debug == SYMFILE_DEBUG_UNSEARCHED && debuglink && crc && file_name) {
-		Dwfl_Module *pmod;
-		Dwfl *probe = symfile_dwfl(f, &symfile_beside_callbacks, &pmod);
-		Dwarf_Addr bias;
-		if (probe && dwfl_module_getelf(pmod, &bias))
-			fd = symfile_vet(dwfl_standard_find_debuginfo(pmod, userdata, modname, base,
-								      file_name, debuglink, crc,
-								      debug_name));
-		if (probe)
-			dwfl_end(probe);
-	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	struct stat st;
 	if (fd < 0)
-		fd = dwfl_standard_find_debuginfo(mod, userdata, modname, base, file_name,
-						  debuglink, crc, debug_name);
-	if (f->debug == SYMFILE_DEBUG_UNSEARCHED)
-		f->debug = fd >= 0 ? SYMFILE_DEBUG_FOUND : SYMFILE_DEBUG_NONE;
+		return -1;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    (st.st_dev == f->dev && st.st_ino == f->ino) || (crc && !symfile_crc_is(fd, st.st_size, crc))) {
+		close(fd);
+		return -1;
+	}
+	if (symfile_is_ours(&st))
+		return fd;
+	if (copy)
+		return symfile_private_copy(fd);
+	close(fd);
+	return -1;
+}
+
+/* A .gnu_debuglink name: one path component. */
+static bool symfile_link_ok(const char *name)
+{
+	size_t n = strnlen(name, 256);
+	return n > 0 && n < 256 && !strchr(name, '/') && strcmp(name, ".") != 0 &&
+	       strcmp(name, "..") != 0;
+}
+
+/* Lowercase hex of even length, 2 to 128 digits. */
+static bool symfile_hex_ok(const char *id)
+{
+	size_t n = strspn(id, "0123456789abcdef");
+	return n >= 2 && n <= 128 && n % 2 == 0 && id[n] == '\0';
+}
+
+static int symfile_by_build_id(const struct symfile *f, const char *id)
+{
+	char path[400];
+	if (!symfile_hex_ok(id))
+		return -1;
+	snprintf(path, sizeof(path), SYMFILE_SYSTEM_DIR "/.build-id/%.2s/%s.debug", id, id + 2);
+	return symfile_candidate(f, path, 0, false);
+}
+
+static int symfile_debuginfod(const char *id)
+{
+	const char *urls = getenv("DEBUGINFOD_URLS");
+	if (!urls || !*urls || !symfile_hex_ok(id))
+		return -1;
+	debuginfod_client *c = debuginfod_begin();
+	if (!c)
+		return -1;
+	int fd = debuginfod_find_debuginfo(c, (const unsigned char *)id, 0, NULL);
+	debuginfod_end(c);
+	if (fd < 0)
+		return -1;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -1;
+	}
+	return symfile_is_ours(&st) ? fd : symfile_private_copy(fd);
+}
+
+/* The DWARF alternate file named in a debug file's .gnu_debugaltlink. */
+static int symfile_find_alt(const struct symfile *f, const char *name, const char *id)
+{
+	int fd = symfile_by_build_id(f, id);
+	if (fd < 0 && strncmp(name, SYMFILE_SYSTEM_DIR "/", sizeof(SYMFILE_SYSTEM_DIR)) == 0 &&
+	    !strstr(name, "/../") && strnlen(name, 4096) < 4096)
+		fd = symfile_candidate(f, name, 0, false);
+	return fd >= 0 ? fd : symfile_debuginfod(id);
+}
+
+int symfile_find_debug(struct symfile *f, const char *name, uint32_t crc,
+		       const char *alt_build_id)
+{
+	if (alt_build_id)
+		return symfile_find_alt(f, name, alt_build_id);
+	char path[8192];
+	int fd = -1;
+	bool link = symfile_link_ok(name);
+	const char *slash = f->path ? strrchr(f->path, '/') : NULL;
+	int dirlen = slash ? (int)(slash - f->path) : -1;
+	if (link && crc && dirlen >= 0) {
+		snprintf(path, sizeof(path), "%.*s/%s", dirlen, f->path, name);
+		fd = symfile_candidate(f, path, crc, true);
+		if (fd < 0) {
+			snprintf(path, sizeof(path), "%.*s/.debug/%s", dirlen, f->path, name);
+			fd = symfile_candidate(f, path, crc, true);
+		}
+	}
+	if (fd < 0 && f->build_id[0])
+		fd = symfile_by_build_id(f, f->build_id);
+	if (fd < 0 && link && dirlen >= 0) {
+		snprintf(path, sizeof(path), SYMFILE_SYSTEM_DIR "%.*s/%s", dirlen, f->path, name);
+		fd = symfile_candidate(f, path, crc, false);
+	}
+	if (fd < 0 && f->build_id[0])
+		fd = symfile_debuginfod(f->build_id);
+	if (fd >= 0 && f->debug_fd < 0)
+		f->debug_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	return fd;
 }
 
@@ -351,53 +223,31 @@ static void symfile_destroy(struct symfile *f)
 {
 	if (!f)
 		return;
-	if (f->dwfl)
-		dwfl_end(f->dwfl);
+	symhelper_forget(f);
 	if (f->fd >= 0)
 		close(f->fd);
+	if (f->debug_fd >= 0)
+		close(f->debug_fd);
 	symbolize_forget(f);
-	free(f->segs);
 	free(f->path);
 	free(f->key);
 	pthread_mutex_destroy(&f->lock);
 	free(f);
 }
 
-/* Parse the file behind fd (which we now own). */
-static struct symfile *symfile_open(const char *path, int fd, char *key)
-{
-	struct symfile *f = calloc(1, sizeof(*f));
-	if (!f) {
-		close(fd);
-		free(key);
-		return NULL;
-	}
-	f->fd = fd;
-	f->key = key;
-	f->refs = 1;
-	pthread_mutex_init(&f->lock, NULL);
-	if ((path && path[0] == '/' && !(f->path = strdup(path))) || symfile_read_elf(f) != 0 ||
-	    !(f->dwfl = symfile_dwfl(f, &symfile_callbacks, &f->mod))) {
-		symfile_destroy(f);
-		return NULL;
-	}
-	return f;
-}
-
-static char *symfile_key(const char *path, int fd, const char *build_id)
+static char *symfile_key(const char *path, const struct stat *st, const char *build_id,
+			 uid_t uid)
 {
 	char *key = NULL;
-	struct stat st;
-	if (fstat(fd, &st) != 0)
-		return NULL;
 	/* Same build ID is not same file: anyone can make a file with a copied build ID and
 	 * renamed symbols. Files are shared only when they are the same file (device, inode,
-	 * size, mtime), so one user's file never names another user's frames. */
-	int n = asprintf(&key, "%c:%s:%llx:%llx:%llx:%lld.%09ld:%s",
+	 * size, mtime) and the same uid's helper reads them, so one user's file (or helper)
+	 * never names another user's frames. */
+	int n = asprintf(&key, "%u:%c:%s:%llx:%llx:%llx:%lld.%09ld:%s", (unsigned)uid,
 			 build_id && *build_id ? 'b' : 'f', build_id ? build_id : "",
-			 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-			 (unsigned long long)st.st_size, (long long)st.st_mtim.tv_sec,
-			 st.st_mtim.tv_nsec, build_id && *build_id ? "" : path ? path : "");
+			 (unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
+			 (unsigned long long)st->st_size, (long long)st->st_mtim.tv_sec,
+			 st->st_mtim.tv_nsec, build_id && *build_id ? "" : path ? path : "");
 	return n < 0 ? NULL : key;
 }
 
@@ -412,40 +262,46 @@ static struct symfile *symfile_lookup_locked(const char *key)
 	return NULL;
 }
 
-struct symfile *symfile_get(const char *path, int fd, const char *build_id)
+struct symfile *symfile_get(const char *path, int fd, const char *build_id, uid_t uid)
 {
-	pthread_once(&g_elf_once, symfile_elf_init);
 	int own = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0)
 			  : (path ? open(path, O_RDONLY | O_CLOEXEC) : -1);
+	struct stat st;
+	char *key = NULL;
+	struct symfile *f = NULL;
 	if (own < 0)
 		return NULL;
-	char *key = symfile_key(path, own, build_id);
-	if (!key) {
-		close(own);
-		return NULL;
-	}
+	if (fstat(own, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    !(key = symfile_key(path, &st, build_id, uid)))
+		goto fail;
 	pthread_mutex_lock(&g_lock);
-	struct symfile *f = symfile_lookup_locked(key);
+	f = symfile_lookup_locked(key);
+	if (!f && (f = calloc(1, sizeof(*f))) != NULL) {
+		f->key = key;
+		f->refs = 1;
+		f->uid = uid;
+		f->fd = own;
+		f->debug_fd = -1;
+		f->dev = st.st_dev;
+		f->ino = st.st_ino;
+		snprintf(f->build_id, sizeof(f->build_id), "%s", build_id ? build_id : "");
+		pthread_mutex_init(&f->lock, NULL);
+		if (path && path[0] == '/' && !(f->path = strdup(path))) {
+			pthread_mutex_destroy(&f->lock);
+			free(f);
+			f = NULL;
+		} else {
+			f->next = g_files;
+			g_files = f;
+			own = -1;
+			key = NULL;
+		}
+	}
 	pthread_mutex_unlock(&g_lock);
-	if (f) {
+fail:
+	if (own >= 0)
 		close(own);
-		free(key);
-		return f;
-	}
-	/* Parse outside the lock; if another thread published the same file meanwhile, use
-	 * theirs and drop ours. */
-	struct symfile *nf = symfile_open(path, own, key);
-	if (!nf)
-		return NULL;
-	pthread_mutex_lock(&g_lock);
-	f = symfile_lookup_locked(nf->key);
-	if (!f) {
-		nf->next = g_files;
-		g_files = f = nf;
-		nf = NULL;
-	}
-	pthread_mutex_unlock(&g_lock);
-	symfile_destroy(nf);
+	free(key);
 	return f;
 }
 
@@ -476,36 +332,66 @@ void symfile_put(struct symfile *f)
 
 /* ---- For the unwinder ----------------------------------------------------------------- */
 
+/* fd's whole file mapped read-only (*size bytes), or NULL. */
+static void *symfile_map(int fd, size_t *size)
+{
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0)
+		return NULL;
+	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	*size = (size_t)st.st_size;
+	return p;
+}
+
+/*
+ * The unwinder's CFI from f's separate debug file. The daemon parses nothing of it with
+ * libelf or libdw: cfi.c's section reader (a few checked header reads, fuzzed) finds the
+ * file's .gnu_debuglink (name and CRC), the debug file is the one the helper was given, or
+ * is looked for now where symfile_find_debug looks (the link beside the file, by build ID,
+ * debuginfod), and the same reader takes its .debug_frame, inflated.
+ */
 void *symfile_debug_frame(struct symfile *f, size_t *size, bool *compressed)
 {
 	*size = 0;
 	*compressed = false;
-	if (f->main_has_dwarf)
-		return NULL; /* its CFI is its own, read by the unwinder from the file itself */
-	void *copy = NULL;
-	pthread_mutex_lock(&f->lock);
-	/* the same lookup symbolize.c's first DWARF lookup makes; libdwfl keeps the answer */
-	Dwarf_Addr bias = 0;
-	Dwarf *dw = dwfl_module_getdwarf(f->mod, &bias);
-	Elf *elf = dw && bias == 0 ? dwarf_getelf(dw) : NULL;
-	size_t shstrndx;
-	Elf_Scn *scn = NULL;
-	while (elf && elf_getshdrstrndx(elf, &shstrndx) == 0 &&
-	       (scn = elf_nextscn(elf, scn)) != NULL) {
-		GElf_Shdr sh;
-		const char *name = gelf_getshdr(scn, &sh) ? elf_strptr(elf, shstrndx, sh.sh_name)
-							  : NULL;
-		if (!name || strcmp(name, ".debug_frame") != 0 || sh.sh_type == SHT_NOBITS)
-			continue;
-		Elf_Data *d = elf_rawdata(scn, NULL);
-		if (d && d->d_buf && d->d_size && (copy = malloc(d->d_size))) {
-			memcpy(copy, d->d_buf, d->d_size);
-			*size = d->d_size;
-			*compressed = sh.sh_flags & SHF_COMPRESSED;
+	char name[256] = "";
+	uint32_t crc = 0;
+	size_t isize = 0;
+	void *image = symfile_map(f->fd, &isize);
+	const unsigned char *sec;
+	size_t len;
+	uint64_t vaddr;
+	void *owned = NULL;
+	if (image && cfi_elf_section(image, isize, ".gnu_debuglink", &sec, &len, &vaddr,
+				     &owned) == 0) {
+		/* the name, NUL-terminated, padded to 4 bytes, then the file's CRC-32 */
+		size_t n = strnlen((const char *)sec, len);
+		size_t at = (n + 4) & ~(size_t)3;
+		if (n > 0 && n < sizeof(name) && at + 4 <= len) {
+			memcpy(name, sec, n);
+			name[n] = '\0';
+			memcpy(&crc, sec + at, 4);
 		}
-		break;
+		free(owned);
 	}
-	pthread_mutex_unlock(&f->lock);
+	if (image)
+		munmap(image, isize);
+	int dfd = symhelper_debug_fd(f, name[0] ? name : NULL, crc);
+	void *dimage = symfile_map(dfd, &isize);
+	if (dfd >= 0)
+		close(dfd);
+	void *copy = NULL;
+	owned = NULL;
+	if (dimage && cfi_elf_section(dimage, isize, ".debug_frame", &sec, &len, &vaddr,
+				      &owned) == 0 && (copy = malloc(len))) {
+		memcpy(copy, sec, len);
+		*size = len;
+	}
+	free(owned);
+	if (dimage)
+		munmap(dimage, isize);
 	return copy;
 }
 

@@ -66,6 +66,8 @@ static uint8_t verify_match_pc_flags(struct verify_target *t, uint64_t at)
 			flags |= VERIFY_PC_CXX_NEW;
 	}
 	procmaps_read_end(t->s->maps, rd);
+	if (r.unavailable)
+		return flags; /* asked again next time */
 	c->at = at;
 	c->flags = flags;
 	return flags;
@@ -358,7 +360,7 @@ static struct verify_entry *verify_match_copy(struct verify_target *t, const voi
 	if (!session_may_read(t->s))
 		return NULL;
 	if (!t->copy_maps) {
-		t->copy_maps = procmaps_new(t->pid);
+		t->copy_maps = procmaps_new_as(t->pid, t->s->uid);
 		t->copy_unwind = t->copy_maps ? unwind_new(t->pid, false) : NULL;
 		if (!t->copy_unwind) {
 			procmaps_free(t->copy_maps);

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
- * symbolize_bench.c: the daemon's symbolizer (agent/symbolize.c) timed on real files.
+ * symbolize_bench.c: the daemon's symbolizer (agent/symbolize.c, answered by the sandboxed
+ * llgo-heap-symbolizer process, found in ../bin/) timed on real files.
  *
- *   symbolize_bench FILE [N]
+ *   symbolize_bench FILE [N] [batch]
  *
  * FILE is opened as the daemon opens a mapped file (symfile_get with its build ID) and its
  * largest executable PT_LOAD segment is placed at a made-up load address; N addresses (10,000
  * by default) spread over that segment by a fixed pseudo-random sequence are symbolized
  * twice: the first pass pays for the symbol table, the DWARF and every distinct lookup, the
- * second is served by the per-address cache. Prints the time of each pass and how many
+ * second is served by the per-address cache. With batch, the cold pass first hands every
+ * address to symbolize_many (as a snapshot does, one exchange per 4096 addresses) and then
+ * reads them one by one; without, each address is one exchange with the helper. Prints the time of each pass and how many
  * addresses got a function, a file:line and inlined frames; with SYMBOLIZE_BENCH_DUMP set, also
  * every address's frames (file offset | function file:line ...), leaf first.
  */
@@ -56,11 +59,20 @@ static int text_segment(int fd, char *build_id, size_t cap, GElf_Phdr *out)
 	return rc;
 }
 
+static bool batch;
+
 static void pass(const struct mapping *m, const uint64_t *pcs, size_t n, const char *label)
 {
 	size_t named = 0, lines = 0, inlined = 0;
 	bool dump = getenv("SYMBOLIZE_BENCH_DUMP") != NULL;
 	double t0 = now();
+	if (batch && strcmp(label, "cold") == 0) {
+		const struct mapping **ms = malloc(n * sizeof(*ms));
+		for (size_t i = 0; i < n; i++)
+			ms[i] = m;
+		symbolize_many(ms, pcs, n);
+		free(ms);
+	}
 	for (size_t i = 0; i < n; i++) {
 		struct sym_result r;
 		int k = symbolize_pc(m, pcs[i], &r);
@@ -86,10 +98,11 @@ static void pass(const struct mapping *m, const uint64_t *pcs, size_t n, const c
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s FILE [N]\n", argv[0]);
+		fprintf(stderr, "usage: %s FILE [N] [batch]\n", argv[0]);
 		return 2;
 	}
 	size_t n = argc > 2 ? strtoul(argv[2], NULL, 0) : 10000;
+	batch = argc > 3 && strcmp(argv[3], "batch") == 0;
 	int fd = open(argv[1], O_RDONLY | O_CLOEXEC);
 	struct mapping m;
 	GElf_Phdr ph = { 0 };
@@ -104,7 +117,7 @@ int main(int argc, char **argv)
 	m.end = base + ph.p_vaddr + ph.p_memsz;
 	m.path = argv[1];
 	double t0 = now();
-	m.file = symfile_get(argv[1], fd, m.build_id);
+	m.file = symfile_get(argv[1], fd, m.build_id, geteuid());
 	close(fd);
 	if (!m.file) {
 		fprintf(stderr, "%s: symfile_get failed\n", argv[1]);

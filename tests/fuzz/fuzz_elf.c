@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: MIT
 /*
- * fuzz_elf.c: libFuzzer harness for the symbolizer (agent/symbolize.c: libelf symbol tables,
- * libdw DWARF lines and inline chains) and the unwinder's CFI rewrite (agent/cfi.c: section
- * headers, compressed sections, .debug_frame and .eh_frame records) given a hostile ELF file,
- * as a profiled process may map one. The input is the file; it is opened through a memfd (as
- * the daemon opens a mapping through /proc/PID/map_files) and a few addresses taken from it
- * are symbolized; its .debug_frame and .eh_frame are rewritten as unwind.c would.
+ * fuzz_elf.c: libFuzzer harness for the parsers of a hostile ELF file, as a profiled process
+ * may map one: the symbolizer's (symbolizer/symparse.c: libelf symbol tables, libdw DWARF
+ * lines and inline chains; it runs in the sandboxed llgo-heap-symbolizer process, called here
+ * directly) and the unwinder's CFI rewrite (agent/cfi.c, in the daemon: section headers,
+ * compressed sections, .debug_frame and .eh_frame records). The input is the file, in a memfd
+ * (as the daemon hands the helper a mapping opened through /proc/PID/map_files); a few file
+ * offsets taken from it are symbolized, with no debug file, and its .debug_frame and
+ * .eh_frame are rewritten as unwind.c would.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../../agent/internal.h"
+#include "../../symbolizer/symparse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -47,25 +49,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		close(fd);
 		return 0;
 	}
-	struct symfile *f = symfile_get(NULL, fd, NULL);
-	close(fd);
+	struct symparse_file *f = symparse_open(fd, NULL, NULL);
 	if (!f)
 		return 0;
-	struct mapping m;
-	memset(&m, 0, sizeof(m));
-	m.start = 0x400000;
-	m.end = m.start + 0x10000000;
-	m.offset = 0;
-	m.path = (char *)"fuzz";
-	m.file = f;
-	/* addresses: from the input's first words, and every 64th word after */
+	/* offsets: from the input's first words, and every 64th word after */
 	for (size_t off = 0; off + 8 <= size && off < 64 * 64; off += 64) {
-		uint64_t a;
+		uint64_t a, back;
 		memcpy(&a, data + off, 8);
-		struct sym_result r;
-		symbolize_pc(&m, m.start + (a % 0x100000), &r);
-		symbolize_pc(&m, a, &r);
+		struct sym_frame fr[SYM_MAX_INLINE];
+		symparse_lookup(f, a % 0x100000, fr, &back);
+		symparse_lookup(f, a, fr, &back);
 	}
-	symfile_put(f);
+	struct symparse_flags fl;
+	symparse_flags(f, &fl);
+	symparse_close(f);
 	return 0;
 }
