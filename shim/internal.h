@@ -287,19 +287,37 @@ bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uin
 
 #define LIVE_PAGE 4096u
 
-/* What free tests: p & live_mask == 0 takes live_free (see live.c). */
+/* Which pointers may be tracked: p & live_mask == 0 (see live.c). */
 extern _Atomic uintptr_t live_mask;
 
 /* Tracked sampled objects are page-aligned (or, once rate 1 was used, anywhere): one test of
- * p against live_mask sends the candidates to live.c; see live.c for the mask's values. Every
- * free of the program (free, realloc, C++ delete) tests it. */
+ * p against live_mask sends the candidates to live.c; see live.c for the mask's values.
+ * realloc and malloc_usable_size test it; free and every C++ delete jump through
+ * override_free_entry, which follows the mask (live_on_mask). */
 static inline __attribute__((always_inline)) bool override_maybe_tracked(const void *p)
 {
+#if defined(__x86_64__)
+	/* one `test %reg, mem` (a relaxed load of the mask folded into the test) */
+	__asm__ goto("testq %[p], live_mask(%%rip)\n\t"
+		     "je %l[maybe]"
+		     :
+		     : [p] "r"(p)
+		     : "cc"
+		     : maybe);
+	return false;
+maybe:
+	return true;
+#else
 	return !((uintptr_t)p & atomic_load_explicit(&live_mask, memory_order_relaxed));
+#endif
 }
 /* override.c hands over the real allocator (never called in the hook library). */
 void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
 			size_t (*usable_fn)(void *), void *(*realloc_fn)(void *, size_t));
+/* Called with live_mask's new value each time it loses bits, before the object that caused
+ * it is inserted (override.c sets it: free's entry follows the mask; NULL in the hook
+ * library). */
+void live_on_mask(void (*fn)(uintptr_t mask));
 /* Whether sampled objects can be placed on a page and tracked (creates the table; under the
  * guard). */
 bool live_can_place(void);
@@ -439,11 +457,40 @@ void lifecycle_thread_adopt(struct llgo_heap_thread *t);
 extern void *(*override_malloc)(size_t);
 extern void *(*override_aligned_alloc)(size_t, size_t);
 extern void (*override_free)(void *);
+/* What free jumps to: override_free itself while no object is tracked, then a function that
+ * first tests the pointer as live_mask says (override.c). Read with relaxed atomic loads. */
+extern void (*override_free_entry)(void *);
 
-/* The fast path's rate load: one RIP-relative load of the control page. */
+/* The rate word, loaded (one RIP-relative load of the control page). */
 static inline __attribute__((always_inline)) int64_t override_rate(void)
 {
 	return atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
+}
+
+/* The sign of the rate word (1: a rate, 0: off, -1: every allocation). On x86-64 one compare
+ * of the word in memory with 0 (a relaxed load: one aligned 8-byte read), whose flags the
+ * callers' two branches both use; gcc would otherwise load it into a register and test it. */
+static inline __attribute__((always_inline)) int override_rate_sign(void)
+{
+#if defined(__x86_64__)
+	/* asm goto (with flag outputs gcc materialises the second condition: setne, test), and
+	 * the symbol named in the template (an "m" operand of asm goto costs a lea) */
+	__asm__ goto("cmpq $0, attach_area+%c[off](%%rip)\n\t"
+		     "jg %l[pos]\n\t"
+		     "jne %l[neg]"
+		     :
+		     : [off] "i"(offsetof(struct llgo_ctl, rate_word))
+		     : "cc"
+		     : pos, neg);
+	return 0;
+pos:
+	return 1;
+neg:
+	return -1;
+#else
+	int64_t w = override_rate();
+	return w > 0 ? 1 : w < 0 ? -1 : 0;
+#endif
 }
 
 /* countdown -= size; true while it stays > 0 (no sample due). */
@@ -465,6 +512,18 @@ static inline __attribute__((always_inline)) bool override_countdown(size_t size
 	t->countdown = left;
 	return left > 0;
 #endif
+}
+
+/* The malloc family's decision for an allocation of size bytes: true to call the real
+ * function (rate 0, or the countdown did not run out), false for the slow path (a sample is
+ * due, or every allocation is recorded). Rate 0: cmp, jg, jne, then the caller's tail jump;
+ * a positive rate: cmp, jg, the TLS offset load, sub, jle, then the tail jump. */
+static inline __attribute__((always_inline)) bool override_pass(size_t size)
+{
+	int s = override_rate_sign();
+	if (s > 0)
+		return llgo_likely(override_countdown(size));
+	return s == 0;
 }
 
 /* ---- owner.c: one sampler per process ------------------------------------------------- */

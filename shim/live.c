@@ -3,9 +3,11 @@
  * live.c: the shim's side of the live-object table (shared/live.h) and the free slow path.
  * (About 640 lines: placement, the table and the free path share one set of invariants.)
  *
- * Which frees are looked at. free(p) tests p against live_mask (override.c: one load, one
- * test, one branch) and comes here only when p & live_mask == 0:
- *   ~0     nothing tracked yet: only free(NULL) comes here;
+ * Which frees are looked at: those of p with p & live_mask == 0. realloc and
+ * malloc_usable_size test the mask (override.c: one test with the mask in memory, one branch);
+ * free jumps through an entry that live_on_mask's hook moves with the mask (the real free
+ * while it is ~0, then a test of the low 12 bits, then this file for every pointer):
+ *   ~0     nothing tracked yet: only NULL matches (realloc and malloc_usable_size);
  *   0xfff  objects sampled at a rate > 1 are tracked: they are placed on a page boundary
  *          (live_place), so only page-aligned pointers come here;
  *   0      rate 1 was used: every allocation is tracked where it lies, every free comes here.
@@ -13,7 +15,7 @@
  * concerns is inserted, in the allocating thread, before the pointer is returned: whatever
  * hands the pointer to a freeing thread orders the store before that thread's free. Rate 1
  * leaves the mask at 0 for the rest of the process (objects tracked at unaligned addresses
- * may be live long after the rate changed). malloc_usable_size and realloc test the same mask.
+ * may be live long after the rate changed).
  *
  * Placement: a placed object lies `off` bytes inside a real block of size + off bytes (the
  * offset is kept in its entry, high bits of size): free, realloc and malloc_usable_size give
@@ -65,6 +67,13 @@ static size_t (*live_real_usable)(void *);
 static void *(*live_real_realloc)(void *, size_t);
 /* The table was made in a fork child and not yet sent to the daemon. */
 static _Atomic bool live_unsent;
+
+static void (*_Atomic live_mask_hook)(uintptr_t mask);
+
+void live_on_mask(void (*fn)(uintptr_t mask))
+{
+	atomic_store_explicit(&live_mask_hook, fn, memory_order_relaxed);
+}
 
 void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
 			size_t (*usable_fn)(void *), void *(*realloc_fn)(void *, size_t))
@@ -440,8 +449,12 @@ bool live_find(uint64_t addr, struct llgo_live_entry *out)
 static inline void live_mask_clear(uintptr_t keep)
 {
 	/* release: pairs with live_filter_on's acquire */
-	if (atomic_load_explicit(&live_mask, memory_order_relaxed) & ~keep)
-		atomic_fetch_and_explicit(&live_mask, keep, memory_order_release);
+	if (!(atomic_load_explicit(&live_mask, memory_order_relaxed) & ~keep))
+		return;
+	uintptr_t now = atomic_fetch_and_explicit(&live_mask, keep, memory_order_release) & keep;
+	void (*hook)(uintptr_t) = atomic_load_explicit(&live_mask_hook, memory_order_relaxed);
+	if (hook)
+		hook(now);
 }
 
 static void live_count_untracked(struct llgo_live_header *h, uint64_t size)
