@@ -55,11 +55,14 @@ struct llgo_heap_thread {
 	uint8_t exiting;     /* the ring was given back at thread exit: samples are lost */
 	uint8_t ring_failed; /* no ring could be had in this generation; do not retry */
 	uint8_t resolving;   /* override.c: this thread is inside dlsym (bootstrap pool) */
-	uint8_t forking;     /* lifecycle.c: this thread is in fork() (prepare ran, parent or
-				child handler not yet): it records nothing meanwhile */
+	uint8_t forking;     /* lifecycle.c: 1: this thread ran fork()'s prepare handler and
+				not yet the parent's or (in the child) the shim's child handler;
+				2: it is a fork child's thread after that handler. In a fork
+				child the state is its parent's until lifecycle_fork_check. */
 	uint8_t bounded;     /* stack_hi was set at thread start (lifecycle.c) or found */
 	uint32_t tid;
 	uint32_t gen; /* emit_generation() the ring, tid and rng belong to */
+	uint32_t fork_pid; /* lifecycle.c: the process that called fork() (with forking) */
 	uint64_t rng;
 	/* The thread's own stack: every frame of the program lies below stack_hi (set at thread
 	 * start without any lock: the start routine's frame, or __libc_stack_end for the main
@@ -344,6 +347,10 @@ bool live_restore(uint64_t addr, const struct llgo_live_entry *e);
 /* Send the table again (ADD_LIVE) on a new daemon connection, e.g. after the daemon
  * restarted: the new daemon then knows every object still live. */
 void live_resend(void);
+/* fork: the child's handler closes the parent's table descriptor (if still ours); the
+ * child's first use of the shim's state then calls live_fork_child (lifecycle.c). */
+void live_fork_drop(void);
+void live_fork_child(void);
 /* The table (NULL before the first tracked sample); for tests and benchmarks. */
 const struct llgo_live_header *live_table(void);
 /* free's slow path: forget p, then fn(p's real block). */
@@ -390,6 +397,9 @@ struct attach_fd {
 int attach_connect(const char *path, struct attach_fd *out);
 /* Whether d still names the file it was opened as (one fstat). */
 bool attach_fd_owned(const struct attach_fd *d);
+/* Close d if it is still ours, without writing d (a fork child's handler: no page of the
+ * shim's data is copied for it). */
+void attach_fd_drop(const struct attach_fd *d);
 /* Close d only if it is still ours; forget it either way. */
 void attach_fd_close(struct attach_fd *d);
 /* Send one packet (with fd when >= 0) without ever waiting; 0 or -errno. -EBADF when d no
@@ -446,6 +456,16 @@ void lifecycle_thread_start(struct llgo_heap_thread *t, uintptr_t frame);
 /* The process's thread state for a thread the shim did not see start (created before the
  * shim, or by clone directly): tid and rng. */
 void lifecycle_thread_adopt(struct llgo_heap_thread *t);
+/* t ran fork()'s prepare handler: if this is the child, make the child's state its own now
+ * (the fork child handler only closes descriptors; see lifecycle.c). */
+void lifecycle_fork_check(struct llgo_heap_thread *t);
+/* Call before anything that reads or writes the process's shim state outside the fast path
+ * (slow paths, the live table, the API, thread creation). */
+static inline __attribute__((always_inline)) void lifecycle_settled(struct llgo_heap_thread *t)
+{
+	if (llgo_unlikely(t->forking))
+		lifecycle_fork_check(t);
+}
 
 /* ---- override.c: the real allocator and the fast path ----------------------------------- */
 

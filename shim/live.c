@@ -31,10 +31,11 @@
  * one wait: threads whose first tracked sample meets the table's creation by another thread
  * yield until it is made (bounded), once in the process's life.
  *
- * After fork the child must not write its parent's table (shared memory): it copies the
- * entries of the parent's placed objects (it needs their offsets to free them) into a table
- * of its own, with no record reference, and sends that table to its own session on its
- * first tracked sample. What is left to others: the sampling decision and the slow paths that
+ * After fork the child must not write its parent's table (shared memory), nor trust it: the
+ * parent goes on freeing and placing objects in it while the child runs. The offsets of
+ * placed objects are therefore also kept in private memory (live_shadow), which fork copies
+ * at the instant of the clone; the child builds a table of its own from that copy, with no
+ * record reference, and sends it to its own session on its first tracked sample. What is left to others: the sampling decision and the slow paths that
  * place (sample.c), the fast paths (override.c), the connection (attach.c).
  */
 #include <fcntl.h>
@@ -46,7 +47,11 @@
 
 #include "internal.h"
 
-static inline void live_settle(void); /* a fork child's deferred table copy (below) */
+/* A fork child's state is settled before the table is used (lifecycle.c, live_fork_child). */
+static inline void live_settle(void)
+{
+	lifecycle_settled(&llgo_heap_tls);
+}
 
 llgo_hidden _Atomic uintptr_t live_mask = ~(uintptr_t)0;
 
@@ -87,6 +92,36 @@ void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
 static struct llgo_live_entry *live_entries(struct llgo_live_header *h)
 {
 	return (struct llgo_live_entry *)(void *)((unsigned char *)h + LLGO_LIVE_HEADER_SIZE);
+}
+
+/*
+ * The shadow: for each slot of the shared table that holds a placed object (offset != 0),
+ * that object's address | offset (an object on a page boundary: the low 12 bits are free), at
+ * the same index, in private anonymous memory (LLGO_LIVE_ENTRIES words, reserved, touched as
+ * the table is). Written only by the thread that holds the slot (a CAS on the shared entry
+ * gives it): set after the entry's fields, cleared on removal, one 8-byte store each, so a
+ * fork child's copy holds every placed object its parent held when the clone happened (an
+ * insert or a removal in flight concerns a block the child's program never sees).
+ */
+#define LIVE_SHADOW_SIZE ((size_t)LLGO_LIVE_ENTRIES * sizeof(uint64_t))
+static _Atomic uint64_t *live_shadow;
+
+/* The inherited shadow of a fork child that could make no table of its own (live_fork_child),
+ * and the parent's top level then. */
+static _Atomic uint64_t *live_fork_shadow;
+static uint32_t live_fork_top;
+
+static inline void live_shadow_set(uint64_t slot, uint64_t addr, uint64_t size)
+{
+	uint32_t off = LLGO_LIVE_OFF(size);
+	if (off && live_shadow)
+		atomic_store_explicit(&live_shadow[slot], addr | off, memory_order_relaxed);
+}
+
+static inline void live_shadow_clear(uint64_t slot, uint64_t size)
+{
+	if (LLGO_LIVE_OFF(size) && live_shadow)
+		atomic_store_explicit(&live_shadow[slot], 0, memory_order_relaxed);
 }
 
 const struct llgo_live_header *live_table(void)
@@ -141,6 +176,13 @@ static struct llgo_live_header *live_make(void)
 		   fd, 0);
 	if (mem == MAP_FAILED)
 		goto out;
+	void *shadow = mmap(NULL, LIVE_SHADOW_SIZE, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (shadow == MAP_FAILED) {
+		munmap(mem, LLGO_LIVE_MAP_SIZE);
+		goto out;
+	}
+	live_shadow = shadow;
 	struct llgo_live_header *h = mem;
 	h->magic = LLGO_LIVE_MAGIC;
 	h->version = LLGO_LIVE_VERSION;
@@ -319,6 +361,7 @@ static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t a
 		s->size = size;
 		/* release: the fields above before the address (daemon's acquire) */
 		atomic_store_explicit(&s->addr, addr, memory_order_release);
+		live_shadow_set(slot, addr, size);
 		return true;
 	}
 	return false;
@@ -392,10 +435,21 @@ static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t
 	return false;
 }
 
+static uint32_t live_shadow_lookup(uint64_t addr, bool remove);
+
 static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 {
 	live_settle();
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
+	if (llgo_unlikely(!h) && live_fork_shadow && addr > LLGO_LIVE_BUSY) {
+		uint32_t off = live_shadow_lookup(addr, remove);
+		if (off && out) {
+			out->key = 0;
+			out->ref = LLGO_LIVE_REF(LLGO_LIVE_RING_NONE, 0);
+			out->size = LLGO_LIVE_SIZE_OFF(0, off);
+		}
+		return off != 0;
+	}
 	if (!h || addr <= LLGO_LIVE_BUSY)
 		return false;
 	bool f = live_filter_on();
@@ -422,6 +476,7 @@ static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 			if (!remove)
 				return true;
 			/* Only the thread freeing addr removes it: a store, not a CAS loop. */
+			live_shadow_clear(slot, s->size);
 			atomic_store_explicit(&s->addr, LLGO_LIVE_TOMB, memory_order_release);
 			if (f)
 				atomic_fetch_sub_explicit(live_filter_at(addr), 1,
@@ -535,121 +590,104 @@ size_t live_usable(size_t (*fn)(void *), void *p)
 
 /* ---- fork ---------------------------------------------------------------------------------- */
 
-/*
- * The child's only thread runs this before fork returns. The parent's table is shared memory:
- * the child must not write it. It gets a copy of its own holding the parent's placed objects
- * (those need their offset to be freed; marked LLGO_LIVE_RING_NONE: no record of the child's),
- * sent to the child's daemon session on its first tracked sample. If no copy can be made, the
- * child keeps using the parent's table for its inherited objects (frees stay correct; the
- * parent's in-use values then miss what the child freed) and tracks nothing new.
- */
-/*
- * fork: the child copies its parent's table lazily, at its first use of the table (a free of
- * a placed object, a tracked sample), not inside fork(): until then the parent's table stays
- * mapped in the child, read by nobody. live_fork_state: 0 nothing pending, 1 a copy is due,
- * 2 a thread is copying (others yield, bounded, as live_get does for creation).
- */
-static _Atomic int live_fork_state;
-static struct llgo_live_header *live_fork_old;
-static int live_fork_old_fd = -1;
-
-static void live_fork_copy(void);
-
-static inline void live_settle(void)
+/* In the child, inside fork() (lifecycle.c's handler): the parent's table descriptor is
+ * closed if still ours; nothing of the shim's memory is written. */
+void live_fork_drop(void)
 {
-	if (llgo_likely(atomic_load_explicit(&live_fork_state, memory_order_acquire) == 0))
-		return;
-	int expect = 1;
-	if (atomic_compare_exchange_strong_explicit(&live_fork_state, &expect, 2,
-						    memory_order_acq_rel, memory_order_acquire)) {
-		live_fork_copy();
-		atomic_store_explicit(&live_fork_state, 0, memory_order_release);
-		return;
-	}
-	for (int i = 0; i < LIVE_CREATE_YIELDS &&
-			atomic_load_explicit(&live_fork_state, memory_order_acquire) != 0;
-	     i++)
-		sched_yield();
+	attach_fd_drop(&live_fdid);
 }
 
-static void live_atfork_child(void)
+/*
+ * The child's first use of the shim's state (lifecycle_fork_check): a table of the child's
+ * own holding the placed objects it inherited (their offsets are needed to free them),
+ * built from its private copy of the shadow, which is exact at the clone (the shared table
+ * is not: the parent changes it). Objects tracked where they lay (rate 1) need nothing to be
+ * freed and are left out. If no table can be made, the inherited shadow stays the child's
+ * table of offsets (live_shadow_lookup) and nothing new is tracked.
+ */
+
+void live_fork_child(void)
 {
-	live_fork_old = atomic_load_explicit(&live_hdr, memory_order_relaxed);
-	live_fork_old_fd = live_fd;
+	struct llgo_live_header *old = atomic_load_explicit(&live_hdr, memory_order_relaxed);
+	_Atomic uint64_t *old_shadow = live_shadow;
+	/* closed by live_fork_drop if still ours (or here, if the child got here first) */
+	attach_fd_close(&live_fdid);
 	live_fd = -1;
-	live_fdid.fd = -1;
+	live_shadow = NULL;
 	atomic_store_explicit(&live_hdr, NULL, memory_order_relaxed);
 	atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
-	if (live_fork_old)
-		atomic_store_explicit(&live_fork_state, 1, memory_order_release);
-	else if (live_fork_old_fd >= 0) {
-		close(live_fork_old_fd);
-		live_fork_old_fd = -1;
-	}
-}
-
-/* The deferred part of fork: a table of the child's own holding the parent's placed objects
- * (their offsets are needed to free them). */
-static void live_fork_copy(void)
-{
-	struct llgo_live_header *old = live_fork_old;
-	int old_fd = live_fork_old_fd;
-	live_fork_old = NULL;
-	live_fork_old_fd = -1;
 	atomic_store_explicit(&live_lost, 0, memory_order_relaxed);
 	atomic_store_explicit(&live_lost_bytes, 0, memory_order_relaxed);
-	if (!old) {
-		if (old_fd >= 0)
-			close(old_fd);
-		atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
+	if (!old)
 		return;
-	}
-	struct llgo_live_header *h = lifecycle_state() == LLGO_SHIM_OFF ? NULL : live_make();
-	if (!h) {
-		atomic_store_explicit(&live_state, LIVE_FAILED, memory_order_relaxed);
-		return; /* old_fd stays open with the table it maps */
-	}
-	memset(live_filter, 0, sizeof(live_filter)); /* live_insert counts the copies again */
-	memset(live_pages, 0, sizeof(live_pages)); /* they describe the new table from here on */
-	const struct llgo_live_entry *e = live_entries(old);
 	uint32_t top = atomic_load_explicit(&old->top, memory_order_relaxed);
 	if (top >= LLGO_LIVE_LEVELS)
 		top = LLGO_LIVE_LEVELS - 1;
-	/* Only the pages the file holds: reading a hole of the shared file through the mapping
-	 * would allocate it (in the parent's table too). */
-	uint64_t end = llgo_live_level_start(top + 1), from = 0;
-	const uint64_t esz = sizeof(struct llgo_live_entry);
-	while (old_fd >= 0 && from < end) {
-		off_t d = lseek(old_fd, (off_t)(LLGO_LIVE_HEADER_SIZE + from * esz), SEEK_DATA);
-		if (d < 0)
-			break;
-		off_t hole = lseek(old_fd, d, SEEK_HOLE);
-		uint64_t lo = ((uint64_t)d - LLGO_LIVE_HEADER_SIZE) / esz;
-		uint64_t hi = hole < 0 ? end
-				       : ((uint64_t)hole - LLGO_LIVE_HEADER_SIZE + esz - 1) / esz;
-		if (lo < from)
-			lo = from;
-		if (hi > end)
-			hi = end;
-		for (uint64_t i = lo; i < hi; i++) {
-			uint64_t a = atomic_load_explicit(&e[i].addr, memory_order_relaxed);
-			if (a > LLGO_LIVE_BUSY && LLGO_LIVE_OFF(e[i].size))
-				live_insert(h, a, 0, LLGO_LIVE_REF(LLGO_LIVE_RING_NONE, 0),
-					    e[i].size);
-		}
-		if (hi <= lo)
-			break;
-		from = hi;
+	munmap(old, LLGO_LIVE_MAP_SIZE); /* the parent's: never read again here */
+	if (!old_shadow)
+		return;
+	/* The pages of the parent's table its entries were written to (live_pages, copied by
+	 * fork too) say which shadow words can be set; kept aside while the new table's pages
+	 * are marked in live_pages. */
+	uint64_t *used = mmap(NULL, sizeof(live_pages), PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct llgo_live_header *h = NULL;
+	if (used != MAP_FAILED && lifecycle_state() != LLGO_SHIM_OFF)
+		h = live_make();
+	if (!h) {
+		if (used != MAP_FAILED)
+			munmap(used, sizeof(live_pages));
+		live_fork_shadow = old_shadow;
+		live_fork_top = top;
+		atomic_store_explicit(&live_state, LIVE_FAILED, memory_order_relaxed);
+		return;
 	}
-	munmap(old, LLGO_LIVE_MAP_SIZE);
-	if (old_fd >= 0)
-		close(old_fd);
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(live_pages); i++)
+		used[i] = atomic_exchange_explicit(&live_pages[i], 0, memory_order_relaxed);
+	memset(live_filter, 0, sizeof(live_filter)); /* live_insert counts the copies again */
+	uint64_t end = llgo_live_level_start(top + 1);
+	for (uint64_t w = 0; w < LLGO_ARRAY_SIZE(live_pages); w++) {
+		for (uint64_t bits = used[w]; bits; bits &= bits - 1) {
+			uint64_t pg = w * 64 + (uint64_t)__builtin_ctzll(bits);
+			uint64_t lo = pg * LIVE_ENTRIES_PER_PAGE, hi = lo + LIVE_ENTRIES_PER_PAGE;
+			for (uint64_t i = lo; i < hi && i < end; i++) {
+				uint64_t v = atomic_load_explicit(&old_shadow[i],
+								  memory_order_relaxed);
+				uint64_t a = v & ~(uint64_t)(LIVE_PAGE - 1);
+				uint32_t off = (uint32_t)(v & (LIVE_PAGE - 1));
+				if (a && off)
+					live_insert(h, a, 0, LLGO_LIVE_REF(LLGO_LIVE_RING_NONE, 0),
+						    LLGO_LIVE_SIZE_OFF(0, off));
+			}
+		}
+	}
+	munmap(used, sizeof(live_pages));
+	munmap((void *)old_shadow, LIVE_SHADOW_SIZE);
 	atomic_store_explicit(&live_hdr, h, memory_order_relaxed);
 	atomic_store_explicit(&live_state, LIVE_READY, memory_order_relaxed);
 	atomic_store_explicit(&live_unsent, true, memory_order_relaxed);
 }
 
-__attribute__((constructor(102))) static void live_init(void)
+/* The offset of addr in the inherited shadow (a fork child that could make no table). */
+static uint32_t live_shadow_lookup(uint64_t addr, bool remove)
 {
-	pthread_atfork(NULL, NULL, live_atfork_child);
+	_Atomic uint64_t *sh = live_fork_shadow;
+	if (!sh || (addr & (LIVE_PAGE - 1)))
+		return 0;
+	for (uint32_t k = live_fork_top + 1; k-- > 0;) {
+		uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
+		uint64_t home = llgo_live_home(addr, k);
+		for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
+			uint64_t slot = base + ((home + i) & mask);
+			if (!live_page_used(slot))
+				continue;
+			uint64_t v = atomic_load_explicit(&sh[slot], memory_order_relaxed);
+			if (v && (v & ~(uint64_t)(LIVE_PAGE - 1)) == addr) {
+				if (remove)
+					atomic_store_explicit(&sh[slot], 0, memory_order_relaxed);
+				return (uint32_t)(v & (LIVE_PAGE - 1));
+			}
+		}
+	}
+	return 0;
 }

@@ -158,10 +158,14 @@ static inline int64_t sample_begin(struct llgo_heap_thread *t, size_t size)
 {
 	if (t->guard)
 		return 0;
+	/* Inside fork() (forking 1: between the handlers, in the parent or the child) nothing
+	 * is recorded; a fork child's first slow path after it makes the control page and the
+	 * rings its own. */
+	if (llgo_unlikely(t->forking == 1))
+		return 0;
+	lifecycle_settled(t);
 	int64_t w = atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
-	/* rate 0, or this thread is forking: until the child handler ran, the control page and
-	 * the rings a child would see are its parent's (other threads record on) */
-	if (w == 0 || t->forking)
+	if (w == 0)
 		return 0;
 	t->guard = 1;
 	if (llgo_unlikely(t->gen != emit_generation()))

@@ -7,6 +7,11 @@
  *   inuse_phases fork N   N x malloc(128) at site_before, kept; forks: the child frees them
  *                         all, makes N x malloc(512) at site_child (kept) and exits; the parent
  *                         waits for it, prints "ready <childpid>" and exits at the next line.
+ *   inuse_phases forkrace N
+ *                         N x malloc(1000) at site_before, kept; forks: the parent frees them
+ *                         all and makes N x malloc(1000) again (placed objects at new offsets,
+ *                         the same addresses) while the child waits, then the child frees its
+ *                         copies and exits 0; the parent prints "ready <child's wait status>".
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,12 +24,50 @@
 __attribute__((noinline)) void *site_before(void) { void *p = malloc(128); KEEP(p); return p; }
 __attribute__((noinline)) void *site_after(void) { void *p = malloc(256); KEEP(p); return p; }
 __attribute__((noinline)) void *site_child(void) { void *p = malloc(512); KEEP(p); return p; }
+__attribute__((noinline)) void *site_race(void) { void *p = malloc(1000); KEEP(p); return p; }
+
+/* The parent changes its table after fork, before the child first touches the shim. */
+static int phases_forkrace(long n)
+{
+	void **v = calloc((size_t)n, sizeof(void *));
+	for (long i = 0; i < n; i++)
+		v[i] = site_race();
+	int go[2];
+	if (!v || pipe(go) != 0)
+		return 1;
+	pid_t c = fork();
+	if (c < 0)
+		return 1;
+	if (c == 0) {
+		char b;
+		close(go[1]);
+		if (read(go[0], &b, 1) != 1)
+			_exit(3);
+		for (long i = 0; i < n; i++)
+			free(v[i]);
+		_exit(0);
+	}
+	close(go[0]);
+	for (long i = 0; i < n; i++)
+		free(v[i]);
+	for (long i = 0; i < n; i++)
+		v[i] = site_race();
+	if (write(go[1], "g", 1) != 1)
+		return 1;
+	int st = 0;
+	waitpid(c, &st, 0);
+	printf("ready %d\n", st);
+	fflush(stdout);
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
 	if (argc < 3)
 		return 2;
 	long n = atol(argv[2]);
+	if (strcmp(argv[1], "forkrace") == 0)
+		return phases_forkrace(n);
 	void **v = calloc((size_t)n, sizeof(void *));
 	char line[64];
 	/* stdin's buffer, not one glibc would allocate at the first fgets after "ready" */
