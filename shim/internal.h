@@ -324,10 +324,18 @@ void live_on_mask(void (*fn)(uintptr_t mask));
 /* Whether sampled objects can be placed on a page and tracked (creates the table; under the
  * guard). */
 bool live_can_place(void);
-/* A block of at least size bytes at a page boundary inside a real block, *off bytes in;
- * NULL (errno from the real malloc, or ENOMEM) when none. live_unplace frees it untracked. */
+/* A block of at least size bytes at a page boundary: in the arena (*off = LIVE_OFF_ARENA),
+ * else inside a real block, *off bytes in; NULL (errno from the real malloc, or ENOMEM) when
+ * none. live_unplace frees it untracked. */
 void *live_place(size_t size, uint32_t *off);
 void live_unplace(void *p, uint32_t off);
+/* The offset of an object placed in the shim's own pages (live.c's arena): no real block. */
+#define LIVE_OFF_ARENA 0xffffu
+/* The bytes the program may use from a placed object p (offset off). */
+size_t live_placed_usable(void *p, uint32_t off);
+/* LIVE_OFF_ARENA when p lies in the arena (an object a fork child inherited may not be in its
+ * table), else 0. */
+uint32_t live_inherited_off(const void *p);
 /* The real allocator's functions (for moving blocks). */
 void *live_malloc_real(size_t size);
 void live_free_real(void *p);

@@ -114,13 +114,15 @@ static uint32_t live_fork_top;
 static inline void live_shadow_set(uint64_t slot, uint64_t addr, uint64_t size)
 {
 	uint32_t off = LLGO_LIVE_OFF(size);
-	if (off && live_shadow)
+	/* (arena objects need no offset: their address says where they are) */
+	if (off && off < LIVE_PAGE && live_shadow)
 		atomic_store_explicit(&live_shadow[slot], addr | off, memory_order_relaxed);
 }
 
 static inline void live_shadow_clear(uint64_t slot, uint64_t size)
 {
-	if (LLGO_LIVE_OFF(size) && live_shadow)
+	uint32_t off = LLGO_LIVE_OFF(size);
+	if (off && off < LIVE_PAGE && live_shadow)
 		atomic_store_explicit(&live_shadow[slot], 0, memory_order_relaxed);
 }
 
@@ -251,6 +253,155 @@ bool live_can_place(void)
 }
 
 /*
+ * The arena: sampled objects of at most LIVE_ARENA_MAXPG pages are placed in whole pages of
+ * memory the shim owns (one reservation, opened as used) instead of inside a real block.
+ * The real allocator never sees them: no arena lock of glibc's is taken on the sampled path
+ * (fork() takes them all, so busy threads that sampled stalled it), and its heap is not
+ * fragmented by odd-sized blocks and tails. Runs of n pages are kept on a free list per n
+ * (Treiber stacks of page indices with a tag against ABA; the next index of each free run and
+ * the length of each object live in a side table), and made by bumping a page cursor when the
+ * list is empty. Freed runs stay resident for reuse (their contents are stale: calloc clears
+ * its object). Everything is private memory: a fork child inherits the arena and its lists as
+ * they were at the clone, and frees its inherited objects by address alone. Objects placed
+ * here carry the offset LIVE_OFF_ARENA.
+ */
+#define LIVE_ARENA_PAGES (1u << 18) /* 1 GiB reserved */
+#define LIVE_ARENA_MAXPG 16u
+#define LIVE_ARENA_SIZE ((size_t)LIVE_ARENA_PAGES * LIVE_PAGE)
+
+struct live_arena_meta {
+	_Atomic uint32_t next; /* a free run: the next run's index + 1 (0: none) */
+	_Atomic uint32_t len;  /* pages of the run that starts here */
+};
+
+static unsigned char *_Atomic live_arena;
+static struct live_arena_meta *live_arena_meta;
+static _Atomic uint32_t live_arena_top;
+/* Pages made writable so far: the reservation is PROT_NONE (no commit charge under strict
+ * overcommit) and opens LIVE_ARENA_STEP pages at a time as the cursor passes. */
+#define LIVE_ARENA_STEP 256u
+static _Atomic uint32_t live_arena_rw;
+static _Atomic uint64_t live_arena_free[LIVE_ARENA_MAXPG + 1]; /* tag << 32 | index + 1 */
+static _Atomic int live_arena_state;
+
+/* The reservation, made once (under the guard; a failure leaves placement to live_place's
+ * real blocks). */
+static unsigned char *live_arena_get(void)
+{
+	unsigned char *a = atomic_load_explicit(&live_arena, memory_order_acquire);
+	if (llgo_likely(a != NULL))
+		return a;
+	int expect = 0;
+	if (!atomic_compare_exchange_strong_explicit(&live_arena_state, &expect, 1,
+						     memory_order_acq_rel, memory_order_relaxed))
+		return NULL; /* made by another thread just now, or failed for good */
+	size_t meta = LIVE_ARENA_PAGES * sizeof(struct live_arena_meta);
+	void *m = mmap(NULL, LIVE_ARENA_SIZE, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	void *md = mmap(NULL, meta, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (md == MAP_FAILED) {
+		munmap(m, LIVE_ARENA_SIZE);
+		return NULL;
+	}
+	live_arena_meta = md;
+	/* release: the meta pointer before the arena (readers load the arena with acquire) */
+	atomic_store_explicit(&live_arena, (unsigned char *)m, memory_order_release);
+	return m;
+}
+
+static inline bool live_in_arena(const void *p)
+{
+	unsigned char *a = atomic_load_explicit(&live_arena, memory_order_acquire);
+	return a && (uintptr_t)p - (uintptr_t)a < LIVE_ARENA_SIZE;
+}
+
+static void *live_arena_alloc(size_t size)
+{
+	size_t n = (size + LIVE_PAGE - 1) / LIVE_PAGE;
+	if (n == 0)
+		n = 1;
+	if (n > LIVE_ARENA_MAXPG)
+		return NULL;
+	unsigned char *a = live_arena_get();
+	if (!a)
+		return NULL;
+	_Atomic uint64_t *head = &live_arena_free[n];
+	uint64_t h = atomic_load_explicit(head, memory_order_acquire);
+	uint32_t idx = UINT32_MAX;
+	while ((uint32_t)h) {
+		uint32_t i = (uint32_t)h - 1;
+		uint32_t nx = atomic_load_explicit(&live_arena_meta[i].next, memory_order_relaxed);
+		uint64_t nh = (((h >> 32) + 1) << 32) | nx;
+		/* acquire: the run's next index and contents, published by its push */
+		if (atomic_compare_exchange_weak_explicit(head, &h, nh, memory_order_acquire,
+							  memory_order_acquire)) {
+			idx = i;
+			break;
+		}
+	}
+	if (idx == UINT32_MAX) {
+		uint32_t top = atomic_fetch_add_explicit(&live_arena_top, (uint32_t)n,
+							 memory_order_relaxed);
+		if (top > LIVE_ARENA_PAGES - n)
+			return NULL; /* full: the cursor stays past the end */
+		uint32_t end = top + (uint32_t)n;
+		if (end > atomic_load_explicit(&live_arena_rw, memory_order_acquire)) {
+			/* Threads that race here open overlapping steps: harmless. */
+			uint32_t lo = top / LIVE_ARENA_STEP * LIVE_ARENA_STEP;
+			uint32_t hi = (end + LIVE_ARENA_STEP - 1) / LIVE_ARENA_STEP * LIVE_ARENA_STEP;
+			if (mprotect(a + (size_t)lo * LIVE_PAGE, (size_t)(hi - lo) * LIVE_PAGE,
+				     PROT_READ | PROT_WRITE) != 0)
+				return NULL; /* these pages are lost to the cursor; harmless */
+			uint32_t rw = atomic_load_explicit(&live_arena_rw, memory_order_relaxed);
+			while (rw < hi && !atomic_compare_exchange_weak_explicit(
+						  &live_arena_rw, &rw, hi, memory_order_release,
+						  memory_order_relaxed))
+				;
+		}
+		idx = top;
+	}
+	atomic_store_explicit(&live_arena_meta[idx].len, (uint32_t)n, memory_order_relaxed);
+	return a + (size_t)idx * LIVE_PAGE;
+}
+
+static size_t live_arena_usable(const void *p)
+{
+	unsigned char *a = atomic_load_explicit(&live_arena, memory_order_acquire);
+	size_t idx = ((uintptr_t)p - (uintptr_t)a) / LIVE_PAGE;
+	return (size_t)atomic_load_explicit(&live_arena_meta[idx].len, memory_order_relaxed) *
+	       LIVE_PAGE;
+}
+
+static void live_arena_release(void *p)
+{
+	unsigned char *a = atomic_load_explicit(&live_arena, memory_order_acquire);
+	uint32_t idx = (uint32_t)(((uintptr_t)p - (uintptr_t)a) / LIVE_PAGE);
+	uint32_t n = atomic_load_explicit(&live_arena_meta[idx].len, memory_order_relaxed);
+	if (n == 0 || n > LIVE_ARENA_MAXPG)
+		return; /* not an object's first page: never given out, left alone */
+	_Atomic uint64_t *head = &live_arena_free[n];
+	uint64_t h = atomic_load_explicit(head, memory_order_relaxed), nh;
+	do {
+		atomic_store_explicit(&live_arena_meta[idx].next, (uint32_t)h, memory_order_relaxed);
+		nh = (((h >> 32) + 1) << 32) | (idx + 1u);
+		/* release: the next index (and the run's last contents) before it is visible */
+	} while (!atomic_compare_exchange_weak_explicit(head, &h, nh, memory_order_release,
+							memory_order_relaxed));
+}
+
+/* The bytes the program may use from p, an object placed at offset off (LIVE_OFF_ARENA: in the
+ * arena), and its release. */
+static size_t live_block_usable(void *p, uint32_t off)
+{
+	if (off == LIVE_OFF_ARENA)
+		return live_arena_usable(p);
+	return live_real_usable((unsigned char *)p - off) - off;
+}
+
+/*
  * A block whose address is on a page boundary: the real allocator's block of size + 4080
  * bytes (its blocks are 16-aligned, so a page boundary lies within the first 4080 bytes),
  * used from that boundary on. The offset is kept in the object's entry, so free, realloc and
@@ -260,6 +411,11 @@ bool live_can_place(void)
  */
 void *live_place(size_t size, uint32_t *off)
 {
+	void *arena = live_arena_alloc(size);
+	if (arena) {
+		*off = LIVE_OFF_ARENA;
+		return arena;
+	}
 	size_t total;
 	if (__builtin_add_overflow(size, (size_t)(LIVE_PAGE - 16), &total)) {
 		errno = ENOMEM;
@@ -292,7 +448,20 @@ void *live_place(size_t size, uint32_t *off)
 
 void live_unplace(void *p, uint32_t off)
 {
-	live_real_free((unsigned char *)p - off);
+	if (off == LIVE_OFF_ARENA)
+		live_arena_release(p);
+	else
+		live_real_free((unsigned char *)p - off);
+}
+
+size_t live_placed_usable(void *p, uint32_t off)
+{
+	return live_block_usable(p, off);
+}
+
+uint32_t live_inherited_off(const void *p)
+{
+	return live_in_arena(p) ? LIVE_OFF_ARENA : 0;
 }
 
 void *live_malloc_real(size_t size)
@@ -568,19 +737,27 @@ bool live_restore(uint64_t addr, const struct llgo_live_entry *e)
 
 /* ---- the free slow path ------------------------------------------------------------------ */
 
+/* An arena object is one whatever the table says (a fork child's inherited objects are not
+ * in its table). */
 void live_free(void (*fn)(void *), void *p)
 {
 	if (!p)
 		return;
 	struct llgo_live_entry e;
+	uint32_t off = 0;
 	if (live_lookup((uint64_t)(uintptr_t)p, &e, true))
-		p = (unsigned char *)p - LLGO_LIVE_OFF(e.size);
-	fn(p);
+		off = LLGO_LIVE_OFF(e.size);
+	if (off == LIVE_OFF_ARENA || live_in_arena(p))
+		live_arena_release(p);
+	else
+		fn((unsigned char *)p - off);
 }
 
 size_t live_usable(size_t (*fn)(void *), void *p)
 {
 	struct llgo_live_entry e;
+	if (p && live_in_arena(p))
+		return live_arena_usable(p);
 	if (p && live_lookup((uint64_t)(uintptr_t)p, &e, false)) {
 		uint32_t off = LLGO_LIVE_OFF(e.size);
 		return fn((unsigned char *)p - off) - off;

@@ -10,10 +10,13 @@
  *   inuse_phases forkrace N
  *                         N x malloc(1000) at site_before, kept; forks: the parent frees them
  *                         all and makes N x malloc(1000) again (placed objects at new offsets,
- *                         the same addresses) while the child waits, then the child frees its
- *                         copies and exits 0; the parent prints "ready <child's wait status>".
+ *                         the same addresses) while the child waits, then the child grows
+ *                         half of its copies with realloc (contents and usable size checked),
+ *                         frees them all and exits 0; the parent prints "ready <child's wait
+ *                         status>" (and exits 6 if a calloc'ed block was not zero).
  */
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -43,13 +46,34 @@ static int phases_forkrace(long n)
 		close(go[1]);
 		if (read(go[0], &b, 1) != 1)
 			_exit(3);
+		/* every other copy grows first: realloc and malloc_usable_size of inherited
+		 * objects, with their contents kept */
+		for (long i = 0; i < n; i += 2) {
+			memset(v[i], (int)(i & 0x7f), 1000);
+			if (malloc_usable_size(v[i]) < 1000)
+				_exit(4);
+			unsigned char *q = realloc(v[i], 3000);
+			if (!q || q[0] != (unsigned char)(i & 0x7f) || q[999] != q[0])
+				_exit(5);
+			v[i] = q;
+		}
 		for (long i = 0; i < n; i++)
 			free(v[i]);
 		_exit(0);
 	}
 	close(go[0]);
-	for (long i = 0; i < n; i++)
+	for (long i = 0; i < n; i++) {
+		memset(v[i], 0xee, 1000);
 		free(v[i]);
+	}
+	/* blocks freed dirty come back zeroed through calloc */
+	for (long i = 0; i < n; i++) {
+		unsigned char *z = calloc(1, 1000);
+		for (int k = 0; z && k < 1000; k++)
+			if (z[k])
+				return 6;
+		free(z);
+	}
 	for (long i = 0; i < n; i++)
 		v[i] = site_race();
 	if (write(go[1], "g", 1) != 1)
