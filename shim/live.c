@@ -17,11 +17,12 @@
  * leaves the mask at 0 for the rest of the process (objects tracked at unaligned addresses
  * may be live long after the rate changed).
  *
- * Placement: a placed object lies `off` bytes inside a real block of size + off bytes (the
- * offset is kept in its entry, high bits of size): free, realloc and malloc_usable_size give
- * the real allocator the real block. A placed object must therefore always be in the table
- * while the program holds it; one that cannot be inserted is moved to a plain block before
- * the program sees it (sample.c).
+ * Placement: a placed object lies in the shim's own arena (below, offset LIVE_OFF_ARENA) or
+ * `off` bytes inside a real block of size + off bytes (the offset is kept in its entry, high
+ * bits of size): free, realloc and malloc_usable_size give the real allocator the real block,
+ * or the arena its run. A placed object must therefore always be in the table while the
+ * program holds it (arena objects are also known by their address); one that cannot be
+ * inserted is moved to a plain block before the program sees it (sample.c).
  *
  * The table is created on the first tracked sample (memfd, sealed, sent to the daemon with
  * LLGO_MSG_ADD_LIVE); entries are inserted after the sample's record was pushed, and removed
