@@ -296,18 +296,19 @@ static unsigned char *live_arena_get(void)
 	if (!atomic_compare_exchange_strong_explicit(&live_arena_state, &expect, 1,
 						     memory_order_acq_rel, memory_order_relaxed))
 		return NULL; /* made by another thread just now, or failed for good */
+	/* The side table first, then the pages: the opened part of the arena and the side
+	 * table are one mapping (each one more is copied by every fork). */
 	size_t meta = LIVE_ARENA_PAGES * sizeof(struct live_arena_meta);
-	void *m = mmap(NULL, LIVE_ARENA_SIZE, PROT_NONE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED)
+	unsigned char *md = mmap(NULL, meta + LIVE_ARENA_SIZE, PROT_NONE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (md == MAP_FAILED)
 		return NULL;
-	void *md = mmap(NULL, meta, PROT_READ | PROT_WRITE,
-			MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (md == MAP_FAILED) {
-		munmap(m, LIVE_ARENA_SIZE);
+	if (mprotect(md, meta, PROT_READ | PROT_WRITE) != 0) {
+		munmap(md, meta + LIVE_ARENA_SIZE);
 		return NULL;
 	}
-	live_arena_meta = md;
+	unsigned char *m = md + meta;
+	live_arena_meta = (struct live_arena_meta *)(void *)md;
 	/* release: the meta pointer before the arena (readers load the arena with acquire) */
 	atomic_store_explicit(&live_arena, (unsigned char *)m, memory_order_release);
 	return m;
