@@ -25,7 +25,9 @@
  * prints pairs done; --rss prints VmRSS and its parts at the end; --pairs N runs one
  * untimed loop of N pairs in bench_loop() (the function callgrind is told to collect);
  * --live L with --pairs N keeps a live heap of L blocks (each step frees the oldest block and
- * allocates a new one, FIFO), for the resident-memory cost of in-use tracking.
+ * allocates a new one, FIFO), for the resident-memory cost of in-use tracking; with --touch
+ * every block is written whole, as a program fills what it allocates (untouched blocks
+ * placed in pages of their own would never become resident).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -58,10 +60,11 @@ struct config {
 	long pairs;
 	long live;
 	int rss;
+	int touch;
 	int verbose;
 };
 
-static struct config cfg = { WL_SMALL, 1, 5, 61, 250000, 0, 0, 0, 0, 0 };
+static struct config cfg = { WL_SMALL, 1, 5, 61, 250000, 0, 0, 0, 0, 0, 0 };
 static uint16_t mixed_sizes[MIXED_TABLE];
 static pthread_barrier_t barrier;
 static volatile int stop_flag;
@@ -148,6 +151,8 @@ static void bench_loop_live(long n)
 		long k = i % cfg.live;
 		free(ring[k]);
 		ring[k] = malloc(sz);
+		if (cfg.touch && ring[k])
+			memset(ring[k], 0x5a, sz);
 		__asm__ volatile("" : : "r"(ring[k]) : "memory");
 	}
 	/* the heap stays live until the RSS is read */
@@ -253,12 +258,21 @@ static void print_rss(void)
 	fclose(f);
 	printf("RSS vmrss_kb=%ld anon_kb=%ld file_kb=%ld shmem_kb=%ld\n", vmrss, anon, file,
 	       shmem);
+	/* ALLOC_BENCH_SMAPS=FILE: the mappings behind those figures (where resident memory is) */
+	const char *dump = getenv("ALLOC_BENCH_SMAPS");
+	FILE *in = dump ? fopen("/proc/self/smaps", "r") : NULL, *out = in ? fopen(dump, "w") : NULL;
+	while (out && fgets(line, sizeof(line), in))
+		fputs(line, out);
+	if (out)
+		fclose(out);
+	if (in)
+		fclose(in);
 }
 
 static void usage(void)
 {
 	fprintf(stderr, "usage: alloc_bench [-w small|mixed|new|new-aligned] [-t THREADS] "
-			"[-W WARMUP] [-n BATCHES] [-b BATCH] [--seconds S] [--pairs N [--live L]] "
+			"[-W WARMUP] [-n BATCHES] [-b BATCH] [--seconds S] [--pairs N [--live L [--touch]]] "
 			"[--rss] [-v]\n");
 	exit(2);
 }
@@ -270,6 +284,10 @@ int main(int argc, char **argv)
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (strcmp(a, "--rss") == 0) {
 			cfg.rss = 1;
+			continue;
+		}
+		if (strcmp(a, "--touch") == 0) {
+			cfg.touch = 1;
 			continue;
 		}
 		if (strcmp(a, "-v") == 0) {

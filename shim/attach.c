@@ -68,6 +68,12 @@ bool attach_fd_owned(const struct attach_fd *d)
 	return (uint64_t)st.st_dev == d->dev && (uint64_t)st.st_ino == d->ino;
 }
 
+void attach_fd_drop(const struct attach_fd *d)
+{
+	if (attach_fd_owned(d))
+		close(d->fd);
+}
+
 void attach_fd_close(struct attach_fd *d)
 {
 	if (attach_fd_owned(d))

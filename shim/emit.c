@@ -67,7 +67,8 @@ static void emit_thread_exit(void *v)
 {
 	struct llgo_heap_thread *t = &llgo_heap_tls;
 	t->exiting = 1;
-	if (t->ring.hdr && (void *)t->ring.hdr == v && t->gen == emit_generation())
+	/* (a fork child that never settled: the ring is its parent's and not mapped here) */
+	if (t->ring.hdr && (void *)t->ring.hdr == v && t->gen == emit_generation() && !t->forking)
 		atomic_store_explicit(&t->ring.hdr->state, LLGO_RING_RETIRED, memory_order_release);
 	t->ring.hdr = NULL;
 }

@@ -55,11 +55,14 @@ struct llgo_heap_thread {
 	uint8_t exiting;     /* the ring was given back at thread exit: samples are lost */
 	uint8_t ring_failed; /* no ring could be had in this generation; do not retry */
 	uint8_t resolving;   /* override.c: this thread is inside dlsym (bootstrap pool) */
-	uint8_t forking;     /* lifecycle.c: this thread is in fork() (prepare ran, parent or
-				child handler not yet): it records nothing meanwhile */
+	uint8_t forking;     /* lifecycle.c: 1: this thread ran fork()'s prepare handler and
+				not yet the parent's or (in the child) the shim's child handler;
+				2: it is a fork child's thread after that handler. In a fork
+				child the state is its parent's until lifecycle_fork_check. */
 	uint8_t bounded;     /* stack_hi was set at thread start (lifecycle.c) or found */
 	uint32_t tid;
 	uint32_t gen; /* emit_generation() the ring, tid and rng belong to */
+	uint32_t fork_pid; /* lifecycle.c: the process that called fork() (with forking) */
 	uint64_t rng;
 	/* The thread's own stack: every frame of the program lies below stack_hi (set at thread
 	 * start without any lock: the start routine's frame, or __libc_stack_end for the main
@@ -287,26 +290,52 @@ bool stackcopy_push(const struct emit_ring *r, uint64_t size, uint64_t rate, uin
 
 #define LIVE_PAGE 4096u
 
-/* What free tests: p & live_mask == 0 takes live_free (see live.c). */
+/* Which pointers may be tracked: p & live_mask == 0 (see live.c). */
 extern _Atomic uintptr_t live_mask;
 
 /* Tracked sampled objects are page-aligned (or, once rate 1 was used, anywhere): one test of
- * p against live_mask sends the candidates to live.c; see live.c for the mask's values. Every
- * free of the program (free, realloc, C++ delete) tests it. */
+ * p against live_mask sends the candidates to live.c; see live.c for the mask's values.
+ * realloc and malloc_usable_size test it; free and every C++ delete jump through
+ * override_free_entry, which follows the mask (live_on_mask). */
 static inline __attribute__((always_inline)) bool override_maybe_tracked(const void *p)
 {
+#if defined(__x86_64__)
+	/* one `test %reg, mem` (a relaxed load of the mask folded into the test) */
+	__asm__ goto("testq %[p], live_mask(%%rip)\n\t"
+		     "je %l[maybe]"
+		     :
+		     : [p] "r"(p)
+		     : "cc"
+		     : maybe);
+	return false;
+maybe:
+	return true;
+#else
 	return !((uintptr_t)p & atomic_load_explicit(&live_mask, memory_order_relaxed));
+#endif
 }
 /* override.c hands over the real allocator (never called in the hook library). */
 void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
 			size_t (*usable_fn)(void *), void *(*realloc_fn)(void *, size_t));
+/* Called with live_mask's new value each time it loses bits, before the object that caused
+ * it is inserted (override.c sets it: free's entry follows the mask; NULL in the hook
+ * library). */
+void live_on_mask(void (*fn)(uintptr_t mask));
 /* Whether sampled objects can be placed on a page and tracked (creates the table; under the
  * guard). */
 bool live_can_place(void);
-/* A block of at least size bytes at a page boundary inside a real block, *off bytes in;
- * NULL (errno from the real malloc, or ENOMEM) when none. live_unplace frees it untracked. */
+/* A block of at least size bytes at a page boundary: in the arena (*off = LIVE_OFF_ARENA),
+ * else inside a real block, *off bytes in; NULL (errno from the real malloc, or ENOMEM) when
+ * none. live_unplace frees it untracked. */
 void *live_place(size_t size, uint32_t *off);
 void live_unplace(void *p, uint32_t off);
+/* The offset of an object placed in the shim's own pages (live.c's arena): no real block. */
+#define LIVE_OFF_ARENA 0xffffu
+/* The bytes the program may use from a placed object p (offset off). */
+size_t live_placed_usable(void *p, uint32_t off);
+/* LIVE_OFF_ARENA when p lies in the arena (an object a fork child inherited may not be in its
+ * table), else 0. */
+uint32_t live_inherited_off(const void *p);
 /* The real allocator's functions (for moving blocks). */
 void *live_malloc_real(size_t size);
 void live_free_real(void *p);
@@ -326,6 +355,10 @@ bool live_restore(uint64_t addr, const struct llgo_live_entry *e);
 /* Send the table again (ADD_LIVE) on a new daemon connection, e.g. after the daemon
  * restarted: the new daemon then knows every object still live. */
 void live_resend(void);
+/* fork: the child's handler closes the parent's table descriptor (if still ours); the
+ * child's first use of the shim's state then calls live_fork_child (lifecycle.c). */
+void live_fork_drop(void);
+void live_fork_child(void);
 /* The table (NULL before the first tracked sample); for tests and benchmarks. */
 const struct llgo_live_header *live_table(void);
 /* free's slow path: forget p, then fn(p's real block). */
@@ -372,6 +405,9 @@ struct attach_fd {
 int attach_connect(const char *path, struct attach_fd *out);
 /* Whether d still names the file it was opened as (one fstat). */
 bool attach_fd_owned(const struct attach_fd *d);
+/* Close d if it is still ours, without writing d (a fork child's handler: no page of the
+ * shim's data is copied for it). */
+void attach_fd_drop(const struct attach_fd *d);
 /* Close d only if it is still ours; forget it either way. */
 void attach_fd_close(struct attach_fd *d);
 /* Send one packet (with fd when >= 0) without ever waiting; 0 or -errno. -EBADF when d no
@@ -428,6 +464,16 @@ void lifecycle_thread_start(struct llgo_heap_thread *t, uintptr_t frame);
 /* The process's thread state for a thread the shim did not see start (created before the
  * shim, or by clone directly): tid and rng. */
 void lifecycle_thread_adopt(struct llgo_heap_thread *t);
+/* t ran fork()'s prepare handler: if this is the child, make the child's state its own now
+ * (the fork child handler only closes descriptors; see lifecycle.c). */
+void lifecycle_fork_check(struct llgo_heap_thread *t);
+/* Call before anything that reads or writes the process's shim state outside the fast path
+ * (slow paths, the live table, the API, thread creation). */
+static inline __attribute__((always_inline)) void lifecycle_settled(struct llgo_heap_thread *t)
+{
+	if (llgo_unlikely(t->forking))
+		lifecycle_fork_check(t);
+}
 
 /* ---- override.c: the real allocator and the fast path ----------------------------------- */
 
@@ -439,11 +485,40 @@ void lifecycle_thread_adopt(struct llgo_heap_thread *t);
 extern void *(*override_malloc)(size_t);
 extern void *(*override_aligned_alloc)(size_t, size_t);
 extern void (*override_free)(void *);
+/* What free jumps to: override_free itself while no object is tracked, then a function that
+ * first tests the pointer as live_mask says (override.c). Read with relaxed atomic loads. */
+extern void (*override_free_entry)(void *);
 
-/* The fast path's rate load: one RIP-relative load of the control page. */
+/* The rate word, loaded (one RIP-relative load of the control page). */
 static inline __attribute__((always_inline)) int64_t override_rate(void)
 {
 	return atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
+}
+
+/* The sign of the rate word (1: a rate, 0: off, -1: every allocation). On x86-64 one compare
+ * of the word in memory with 0 (a relaxed load: one aligned 8-byte read), whose flags the
+ * callers' two branches both use; gcc would otherwise load it into a register and test it. */
+static inline __attribute__((always_inline)) int override_rate_sign(void)
+{
+#if defined(__x86_64__)
+	/* asm goto (with flag outputs gcc materialises the second condition: setne, test), and
+	 * the symbol named in the template (an "m" operand of asm goto costs a lea) */
+	__asm__ goto("cmpq $0, attach_area+%c[off](%%rip)\n\t"
+		     "jg %l[pos]\n\t"
+		     "jne %l[neg]"
+		     :
+		     : [off] "i"(offsetof(struct llgo_ctl, rate_word))
+		     : "cc"
+		     : pos, neg);
+	return 0;
+pos:
+	return 1;
+neg:
+	return -1;
+#else
+	int64_t w = override_rate();
+	return w > 0 ? 1 : w < 0 ? -1 : 0;
+#endif
 }
 
 /* countdown -= size; true while it stays > 0 (no sample due). */
@@ -465,6 +540,18 @@ static inline __attribute__((always_inline)) bool override_countdown(size_t size
 	t->countdown = left;
 	return left > 0;
 #endif
+}
+
+/* The malloc family's decision for an allocation of size bytes: true to call the real
+ * function (rate 0, or the countdown did not run out), false for the slow path (a sample is
+ * due, or every allocation is recorded). Rate 0: cmp, jg, jne, then the caller's tail jump;
+ * a positive rate: cmp, jg, the TLS offset load, sub, jle, then the tail jump. */
+static inline __attribute__((always_inline)) bool override_pass(size_t size)
+{
+	int s = override_rate_sign();
+	if (s > 0)
+		return llgo_likely(override_countdown(size));
+	return s == 0;
 }
 
 /* ---- owner.c: one sampler per process ------------------------------------------------- */

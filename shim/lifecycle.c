@@ -36,11 +36,24 @@
  * the daemon only when it may still need the process (records not yet drained, or pcs outside
  * the mappings it read), and then at most LIFECYCLE_BYE_WAIT_MS.
  *
- * fork: the child never talks to the daemon inside fork(). Its handler replaces the shared
- * control page by a private copy, forgets the parent's rings, drops the parent's socket and
- * memfd (only if they still are ours), and leaves the process LOST with an immediate retry
- * and the FORKED flag: its first sampled allocation attaches it (a new memfd, one session);
- * a child that execs or exits first never attaches. exec'd images attach from their own
+ * fork: the child does almost nothing inside fork(). Its handler only closes the parent's
+ * socket, memfd and live-table descriptors (if they still are ours: a restarted daemon looks
+ * for processes by their descriptors), and writes no memory of the shim: every page the
+ * child writes or executes first costs it a fault and a copy, which the parent's fork() and
+ * the child's exit wait for on a busy machine (measured: the former handler, which did the
+ * rest too, was most of the shim's added cost of fork). The rest waits for the child's first
+ * use of the shim's state (lifecycle_fork_check, reached through lifecycle_settled): the
+ * forking thread's TLS says `forking` 2 in the child after the handler, and 1 with getpid()
+ * other than its fork_pid while fork() runs other libraries' child handlers (their
+ * allocations are not recorded, as in the parent between prepare and parent handlers; a free
+ * of a tracked object there settles the child first). There the child replaces the shared control page by a private copy, forgets
+ * the parent's rings and descriptors, copies the live objects it inherited (live.c), and
+ * becomes LOST with an immediate retry and the FORKED flag: its first sampled allocation
+ * attaches it (a new memfd, one session); a child that execs or exits first never does any
+ * of it. Until then the child's fast path reads its parent's rate (the page is still
+ * shared), which only decides when it first enters the slow path. Threads the child makes
+ * with pthread_create settle it first (override_thread.c); a thread made by a bare clone()
+ * in a child that has not settled yet is not covered. exec'd images attach from their own
  * constructor.
  */
 #include <dirent.h>
@@ -81,6 +94,10 @@ static _Atomic uint64_t lifecycle_retry_ns;
 static _Atomic uint64_t lifecycle_check_ns;
 static _Atomic uint64_t lifecycle_adopt_seen;
 static _Atomic pid_t lifecycle_pid; /* the process that attached (a vfork child is not it) */
+/* The process this state belongs to: set by the constructor, and by a fork child when it
+ * settles (lifecycle_fork_check). */
+static _Atomic pid_t lifecycle_self;
+static _Atomic int lifecycle_settling;
 static pid_t lifecycle_daemon_pid;  /* SO_PEERCRED of our socket: the daemon */
 /* dl_iterate_phdr's count of objects loaded, when the constructor attached (UINT64_MAX:
  * attached later, unknown). The daemon read our maps after that. */
@@ -399,6 +416,7 @@ static void lifecycle_bye(void);
  * profile of bare addresses (it cannot wait for the daemon at exit any more). */
 void lifecycle_sandboxed(void)
 {
+	lifecycle_settled(&llgo_heap_tls);
 	if (lifecycle_state() == LLGO_SHIM_ATTACHED &&
 	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) == getpid())
 		lifecycle_bye();
@@ -469,7 +487,9 @@ static void lifecycle_main_thread(void)
 
 static void lifecycle_atfork_prepare(void)
 {
-	llgo_heap_tls.forking = 1;
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	t->fork_pid = (uint32_t)atomic_load_explicit(&lifecycle_self, memory_order_relaxed);
+	t->forking = 1;
 }
 
 static void lifecycle_atfork_parent(void)
@@ -477,31 +497,70 @@ static void lifecycle_atfork_parent(void)
 	llgo_heap_tls.forking = 0;
 }
 
+/* In the child, inside fork(): close what a daemon could mistake for the child's own, and
+ * write nothing (see the top of this file). */
 static void lifecycle_atfork_child(void)
 {
+	/* forking 2: fork() has returned in this child (TLS: the page is the thread's own,
+	 * written by fork's child path anyway) */
+	llgo_heap_tls.forking = 2;
 	uint32_t st = lifecycle_state();
-	if (st == LLGO_SHIM_DETACHED || st == LLGO_SHIM_OFF) {
-		llgo_heap_tls.forking = 0;
+	if (st == LLGO_SHIM_DETACHED || st == LLGO_SHIM_OFF)
 		return;
+	attach_fd_drop(&lifecycle_sock);
+	attach_fd_drop(&lifecycle_mem);
+	live_fork_drop();
+}
+
+/* The child's deferred part of fork. Order matters: the parent's page goes first (no daemon
+ * write reaches us after), then its rings (never mapped here: MADV_DONTFORK), then its
+ * descriptors (closed by the handler if they were ours, and forgotten here: their
+ * numbers may name the program's files by now: closed here only if still ours, which they
+ * are when the child allocates before fork() ran its handler). */
+static void lifecycle_fork_settle(void)
+{
+	atomic_store_explicit(&lifecycle_self, getpid(), memory_order_relaxed);
+	uint32_t st = lifecycle_state();
+	if (st != LLGO_SHIM_DETACHED && st != LLGO_SHIM_OFF) {
+		lifecycle_private_ctl();
+		atomic_store_explicit(&attach_ctl.ring_count, 0, memory_order_relaxed);
+		atomic_store_explicit(&attach_ctl.lost_no_ring, 0, memory_order_relaxed);
+		atomic_store_explicit(&attach_ctl.lost_detached, 0, memory_order_relaxed);
+		atomic_store_explicit(&attach_ctl.reconnects, 0, memory_order_relaxed);
+		atomic_store_explicit(&attach_ctl.rate_word,
+				      atomic_load_explicit(&attach_ctl.want_rate_word,
+							   memory_order_relaxed),
+				      memory_order_relaxed);
+		emit_forget_all();
+		attach_fd_close(&lifecycle_sock); /* (if the handler has not run yet) */
+		attach_fd_close(&lifecycle_mem);
+		lifecycle_hello_flags = LLGO_HELLO_FORKED;
+		lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
+		atomic_store_explicit(&lifecycle_retry_ns, 0, memory_order_relaxed);
+		lifecycle_set(LLGO_SHIM_LOST);
 	}
-	/* Order matters: the parent's page goes first (no daemon write reaches us after),
-	 * then its rings (never mapped here: MADV_DONTFORK), then its descriptors. */
-	lifecycle_private_ctl();
-	atomic_store_explicit(&attach_ctl.ring_count, 0, memory_order_relaxed);
-	atomic_store_explicit(&attach_ctl.lost_no_ring, 0, memory_order_relaxed);
-	atomic_store_explicit(&attach_ctl.lost_detached, 0, memory_order_relaxed);
-	atomic_store_explicit(&attach_ctl.reconnects, 0, memory_order_relaxed);
-	atomic_store_explicit(&attach_ctl.rate_word,
-			      atomic_load_explicit(&attach_ctl.want_rate_word, memory_order_relaxed),
-			      memory_order_relaxed);
-	emit_forget_all();
-	attach_fd_close(&lifecycle_sock);
-	attach_fd_close(&lifecycle_mem);
-	lifecycle_hello_flags = LLGO_HELLO_FORKED;
-	lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
-	atomic_store_explicit(&lifecycle_retry_ns, 0, memory_order_relaxed);
-	lifecycle_set(LLGO_SHIM_LOST);
-	llgo_heap_tls.forking = 0;
+	live_fork_child();
+}
+
+void lifecycle_fork_check(struct llgo_heap_thread *t)
+{
+	pid_t me = getpid();
+	if (t->forking == 1 && (uint32_t)me == t->fork_pid)
+		return; /* the parent, between fork()'s prepare and parent handlers */
+	/* Once per process: the child's only thread, unless it nests (a signal handler
+	 * allocating inside the settle, which then goes on with what it has). The flag is
+	 * released after, so that this child's own children settle in turn. */
+	if (atomic_load_explicit(&lifecycle_self, memory_order_acquire) != me &&
+	    !atomic_exchange_explicit(&lifecycle_settling, 1, memory_order_acq_rel)) {
+		uint8_t guard = t->guard;
+		t->guard = 1;
+		lifecycle_fork_settle();
+		t->guard = guard;
+		atomic_store_explicit(&lifecycle_settling, 0, memory_order_release);
+	}
+	/* still inside fork() (1): stay so until the child handler, so that nothing is recorded */
+	if (t->forking == 2)
+		t->forking = 0;
 }
 
 /* ---- load and exit ---------------------------------------------------------------------- */
@@ -578,6 +637,7 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 {
 	const char *dbg = getenv("LLGO_HEAP_DEBUG");
 	lifecycle_debug = dbg && dbg[0] == '1';
+	atomic_store_explicit(&lifecycle_self, getpid(), memory_order_relaxed);
 	if (!owner_elect()) { /* another copy of the shim samples this process (owner.c) */
 		lifecycle_say("not attached: ", "another copy of the sampler is active");
 		return;

@@ -3,9 +3,11 @@
  * live.c: the shim's side of the live-object table (shared/live.h) and the free slow path.
  * (About 640 lines: placement, the table and the free path share one set of invariants.)
  *
- * Which frees are looked at. free(p) tests p against live_mask (override.c: one load, one
- * test, one branch) and comes here only when p & live_mask == 0:
- *   ~0     nothing tracked yet: only free(NULL) comes here;
+ * Which frees are looked at: those of p with p & live_mask == 0. realloc and
+ * malloc_usable_size test the mask (override.c: one test with the mask in memory, one branch);
+ * free jumps through an entry that live_on_mask's hook moves with the mask (the real free
+ * while it is ~0, then a test of the low 12 bits, then this file for every pointer):
+ *   ~0     nothing tracked yet: only NULL matches (realloc and malloc_usable_size);
  *   0xfff  objects sampled at a rate > 1 are tracked: they are placed on a page boundary
  *          (live_place), so only page-aligned pointers come here;
  *   0      rate 1 was used: every allocation is tracked where it lies, every free comes here.
@@ -13,13 +15,14 @@
  * concerns is inserted, in the allocating thread, before the pointer is returned: whatever
  * hands the pointer to a freeing thread orders the store before that thread's free. Rate 1
  * leaves the mask at 0 for the rest of the process (objects tracked at unaligned addresses
- * may be live long after the rate changed). malloc_usable_size and realloc test the same mask.
+ * may be live long after the rate changed).
  *
- * Placement: a placed object lies `off` bytes inside a real block of size + off bytes (the
- * offset is kept in its entry, high bits of size): free, realloc and malloc_usable_size give
- * the real allocator the real block. A placed object must therefore always be in the table
- * while the program holds it; one that cannot be inserted is moved to a plain block before
- * the program sees it (sample.c).
+ * Placement: a placed object lies in the shim's own arena (below, offset LIVE_OFF_ARENA) or
+ * `off` bytes inside a real block of size + off bytes (the offset is kept in its entry, high
+ * bits of size): free, realloc and malloc_usable_size give the real allocator the real block,
+ * or the arena its run. A placed object must therefore always be in the table while the
+ * program holds it (arena objects are also known by their address); one that cannot be
+ * inserted is moved to a plain block before the program sees it (sample.c).
  *
  * The table is created on the first tracked sample (memfd, sealed, sent to the daemon with
  * LLGO_MSG_ADD_LIVE); entries are inserted after the sample's record was pushed, and removed
@@ -29,10 +32,11 @@
  * one wait: threads whose first tracked sample meets the table's creation by another thread
  * yield until it is made (bounded), once in the process's life.
  *
- * After fork the child must not write its parent's table (shared memory): it copies the
- * entries of the parent's placed objects (it needs their offsets to free them) into a table
- * of its own, with no record reference, and sends that table to its own session on its
- * first tracked sample. What is left to others: the sampling decision and the slow paths that
+ * After fork the child must not write its parent's table (shared memory), nor trust it: the
+ * parent goes on freeing and placing objects in it while the child runs. The offsets of
+ * placed objects are therefore also kept in private memory (live_shadow), which fork copies
+ * at the instant of the clone; the child builds a table of its own from that copy, with no
+ * record reference, and sends it to its own session on its first tracked sample. What is left to others: the sampling decision and the slow paths that
  * place (sample.c), the fast paths (override.c), the connection (attach.c).
  */
 #include <fcntl.h>
@@ -44,7 +48,11 @@
 
 #include "internal.h"
 
-static inline void live_settle(void); /* a fork child's deferred table copy (below) */
+/* A fork child's state is settled before the table is used (lifecycle.c, live_fork_child). */
+static inline void live_settle(void)
+{
+	lifecycle_settled(&llgo_heap_tls);
+}
 
 llgo_hidden _Atomic uintptr_t live_mask = ~(uintptr_t)0;
 
@@ -66,6 +74,13 @@ static void *(*live_real_realloc)(void *, size_t);
 /* The table was made in a fork child and not yet sent to the daemon. */
 static _Atomic bool live_unsent;
 
+static void (*_Atomic live_mask_hook)(uintptr_t mask);
+
+void live_on_mask(void (*fn)(uintptr_t mask))
+{
+	atomic_store_explicit(&live_mask_hook, fn, memory_order_relaxed);
+}
+
 void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
 			size_t (*usable_fn)(void *), void *(*realloc_fn)(void *, size_t))
 {
@@ -78,6 +93,38 @@ void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
 static struct llgo_live_entry *live_entries(struct llgo_live_header *h)
 {
 	return (struct llgo_live_entry *)(void *)((unsigned char *)h + LLGO_LIVE_HEADER_SIZE);
+}
+
+/*
+ * The shadow: for each slot of the shared table that holds a placed object (offset != 0),
+ * that object's address | offset (an object on a page boundary: the low 12 bits are free), at
+ * the same index, in private anonymous memory (LLGO_LIVE_ENTRIES words, reserved, touched as
+ * the table is). Written only by the thread that holds the slot (a CAS on the shared entry
+ * gives it): set after the entry's fields, cleared on removal, one 8-byte store each, so a
+ * fork child's copy holds every placed object its parent held when the clone happened (an
+ * insert or a removal in flight concerns a block the child's program never sees).
+ */
+#define LIVE_SHADOW_SIZE ((size_t)LLGO_LIVE_ENTRIES * sizeof(uint64_t))
+static _Atomic uint64_t *live_shadow;
+
+/* The inherited shadow of a fork child that could make no table of its own (live_fork_child),
+ * and the parent's top level then. */
+static _Atomic uint64_t *live_fork_shadow;
+static uint32_t live_fork_top;
+
+static inline void live_shadow_set(uint64_t slot, uint64_t addr, uint64_t size)
+{
+	uint32_t off = LLGO_LIVE_OFF(size);
+	/* (arena objects need no offset: their address says where they are) */
+	if (off && off < LIVE_PAGE && live_shadow)
+		atomic_store_explicit(&live_shadow[slot], addr | off, memory_order_relaxed);
+}
+
+static inline void live_shadow_clear(uint64_t slot, uint64_t size)
+{
+	uint32_t off = LLGO_LIVE_OFF(size);
+	if (off && off < LIVE_PAGE && live_shadow)
+		atomic_store_explicit(&live_shadow[slot], 0, memory_order_relaxed);
 }
 
 const struct llgo_live_header *live_table(void)
@@ -132,6 +179,13 @@ static struct llgo_live_header *live_make(void)
 		   fd, 0);
 	if (mem == MAP_FAILED)
 		goto out;
+	void *shadow = mmap(NULL, LIVE_SHADOW_SIZE, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (shadow == MAP_FAILED) {
+		munmap(mem, LLGO_LIVE_MAP_SIZE);
+		goto out;
+	}
+	live_shadow = shadow;
 	struct llgo_live_header *h = mem;
 	h->magic = LLGO_LIVE_MAGIC;
 	h->version = LLGO_LIVE_VERSION;
@@ -200,6 +254,156 @@ bool live_can_place(void)
 }
 
 /*
+ * The arena: sampled objects of at most LIVE_ARENA_MAXPG pages are placed in whole pages of
+ * memory the shim owns (one reservation, opened as used) instead of inside a real block.
+ * The real allocator never sees them: no arena lock of glibc's is taken on the sampled path
+ * (fork() takes them all, so busy threads that sampled stalled it), and its heap is not
+ * fragmented by odd-sized blocks and tails. Runs of n pages are kept on a free list per n
+ * (Treiber stacks of page indices with a tag against ABA; the next index of each free run and
+ * the length of each object live in a side table), and made by bumping a page cursor when the
+ * list is empty. Freed runs stay resident for reuse (their contents are stale: calloc clears
+ * its object). Everything is private memory: a fork child inherits the arena and its lists as
+ * they were at the clone, and frees its inherited objects by address alone. Objects placed
+ * here carry the offset LIVE_OFF_ARENA.
+ */
+#define LIVE_ARENA_PAGES (1u << 18) /* 1 GiB reserved */
+#define LIVE_ARENA_MAXPG 16u
+#define LIVE_ARENA_SIZE ((size_t)LIVE_ARENA_PAGES * LIVE_PAGE)
+
+struct live_arena_meta {
+	_Atomic uint32_t next; /* a free run: the next run's index + 1 (0: none) */
+	_Atomic uint32_t len;  /* pages of the run that starts here */
+};
+
+static unsigned char *_Atomic live_arena;
+static struct live_arena_meta *live_arena_meta;
+static _Atomic uint32_t live_arena_top;
+/* Pages made writable so far: the reservation is PROT_NONE (no commit charge under strict
+ * overcommit) and opens LIVE_ARENA_STEP pages at a time as the cursor passes. */
+#define LIVE_ARENA_STEP 256u
+static _Atomic uint32_t live_arena_rw;
+static _Atomic uint64_t live_arena_free[LIVE_ARENA_MAXPG + 1]; /* tag << 32 | index + 1 */
+static _Atomic int live_arena_state;
+
+/* The reservation, made once (under the guard; a failure leaves placement to live_place's
+ * real blocks). */
+static unsigned char *live_arena_get(void)
+{
+	unsigned char *a = atomic_load_explicit(&live_arena, memory_order_acquire);
+	if (llgo_likely(a != NULL))
+		return a;
+	int expect = 0;
+	if (!atomic_compare_exchange_strong_explicit(&live_arena_state, &expect, 1,
+						     memory_order_acq_rel, memory_order_relaxed))
+		return NULL; /* made by another thread just now, or failed for good */
+	/* The side table first, then the pages: the opened part of the arena and the side
+	 * table are one mapping (each one more is copied by every fork). */
+	size_t meta = LIVE_ARENA_PAGES * sizeof(struct live_arena_meta);
+	unsigned char *md = mmap(NULL, meta + LIVE_ARENA_SIZE, PROT_NONE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (md == MAP_FAILED)
+		return NULL;
+	if (mprotect(md, meta, PROT_READ | PROT_WRITE) != 0) {
+		munmap(md, meta + LIVE_ARENA_SIZE);
+		return NULL;
+	}
+	unsigned char *m = md + meta;
+	live_arena_meta = (struct live_arena_meta *)(void *)md;
+	/* release: the meta pointer before the arena (readers load the arena with acquire) */
+	atomic_store_explicit(&live_arena, (unsigned char *)m, memory_order_release);
+	return m;
+}
+
+static inline bool live_in_arena(const void *p)
+{
+	unsigned char *a = atomic_load_explicit(&live_arena, memory_order_acquire);
+	return a && (uintptr_t)p - (uintptr_t)a < LIVE_ARENA_SIZE;
+}
+
+static void *live_arena_alloc(size_t size)
+{
+	size_t n = (size + LIVE_PAGE - 1) / LIVE_PAGE;
+	if (n == 0)
+		n = 1;
+	if (n > LIVE_ARENA_MAXPG)
+		return NULL;
+	unsigned char *a = live_arena_get();
+	if (!a)
+		return NULL;
+	_Atomic uint64_t *head = &live_arena_free[n];
+	uint64_t h = atomic_load_explicit(head, memory_order_acquire);
+	uint32_t idx = UINT32_MAX;
+	while ((uint32_t)h) {
+		uint32_t i = (uint32_t)h - 1;
+		uint32_t nx = atomic_load_explicit(&live_arena_meta[i].next, memory_order_relaxed);
+		uint64_t nh = (((h >> 32) + 1) << 32) | nx;
+		/* acquire: the run's next index and contents, published by its push */
+		if (atomic_compare_exchange_weak_explicit(head, &h, nh, memory_order_acquire,
+							  memory_order_acquire)) {
+			idx = i;
+			break;
+		}
+	}
+	if (idx == UINT32_MAX) {
+		uint32_t top = atomic_fetch_add_explicit(&live_arena_top, (uint32_t)n,
+							 memory_order_relaxed);
+		if (top > LIVE_ARENA_PAGES - n)
+			return NULL; /* full: the cursor stays past the end */
+		uint32_t end = top + (uint32_t)n;
+		if (end > atomic_load_explicit(&live_arena_rw, memory_order_acquire)) {
+			/* Threads that race here open overlapping steps: harmless. */
+			uint32_t lo = top / LIVE_ARENA_STEP * LIVE_ARENA_STEP;
+			uint32_t hi = (end + LIVE_ARENA_STEP - 1) / LIVE_ARENA_STEP * LIVE_ARENA_STEP;
+			if (mprotect(a + (size_t)lo * LIVE_PAGE, (size_t)(hi - lo) * LIVE_PAGE,
+				     PROT_READ | PROT_WRITE) != 0)
+				return NULL; /* these pages are lost to the cursor; harmless */
+			uint32_t rw = atomic_load_explicit(&live_arena_rw, memory_order_relaxed);
+			while (rw < hi && !atomic_compare_exchange_weak_explicit(
+						  &live_arena_rw, &rw, hi, memory_order_release,
+						  memory_order_relaxed))
+				;
+		}
+		idx = top;
+	}
+	atomic_store_explicit(&live_arena_meta[idx].len, (uint32_t)n, memory_order_relaxed);
+	return a + (size_t)idx * LIVE_PAGE;
+}
+
+static size_t live_arena_usable(const void *p)
+{
+	unsigned char *a = atomic_load_explicit(&live_arena, memory_order_acquire);
+	size_t idx = ((uintptr_t)p - (uintptr_t)a) / LIVE_PAGE;
+	return (size_t)atomic_load_explicit(&live_arena_meta[idx].len, memory_order_relaxed) *
+	       LIVE_PAGE;
+}
+
+static void live_arena_release(void *p)
+{
+	unsigned char *a = atomic_load_explicit(&live_arena, memory_order_acquire);
+	uint32_t idx = (uint32_t)(((uintptr_t)p - (uintptr_t)a) / LIVE_PAGE);
+	uint32_t n = atomic_load_explicit(&live_arena_meta[idx].len, memory_order_relaxed);
+	if (n == 0 || n > LIVE_ARENA_MAXPG)
+		return; /* not an object's first page: never given out, left alone */
+	_Atomic uint64_t *head = &live_arena_free[n];
+	uint64_t h = atomic_load_explicit(head, memory_order_relaxed), nh;
+	do {
+		atomic_store_explicit(&live_arena_meta[idx].next, (uint32_t)h, memory_order_relaxed);
+		nh = (((h >> 32) + 1) << 32) | (idx + 1u);
+		/* release: the next index (and the run's last contents) before it is visible */
+	} while (!atomic_compare_exchange_weak_explicit(head, &h, nh, memory_order_release,
+							memory_order_relaxed));
+}
+
+/* The bytes the program may use from p, an object placed at offset off (LIVE_OFF_ARENA: in the
+ * arena), and its release. */
+static size_t live_block_usable(void *p, uint32_t off)
+{
+	if (off == LIVE_OFF_ARENA)
+		return live_arena_usable(p);
+	return live_real_usable((unsigned char *)p - off) - off;
+}
+
+/*
  * A block whose address is on a page boundary: the real allocator's block of size + 4080
  * bytes (its blocks are 16-aligned, so a page boundary lies within the first 4080 bytes),
  * used from that boundary on. The offset is kept in the object's entry, so free, realloc and
@@ -209,6 +413,11 @@ bool live_can_place(void)
  */
 void *live_place(size_t size, uint32_t *off)
 {
+	void *arena = live_arena_alloc(size);
+	if (arena) {
+		*off = LIVE_OFF_ARENA;
+		return arena;
+	}
 	size_t total;
 	if (__builtin_add_overflow(size, (size_t)(LIVE_PAGE - 16), &total)) {
 		errno = ENOMEM;
@@ -241,7 +450,20 @@ void *live_place(size_t size, uint32_t *off)
 
 void live_unplace(void *p, uint32_t off)
 {
-	live_real_free((unsigned char *)p - off);
+	if (off == LIVE_OFF_ARENA)
+		live_arena_release(p);
+	else
+		live_real_free((unsigned char *)p - off);
+}
+
+size_t live_placed_usable(void *p, uint32_t off)
+{
+	return live_block_usable(p, off);
+}
+
+uint32_t live_inherited_off(const void *p)
+{
+	return live_in_arena(p) ? LIVE_OFF_ARENA : 0;
 }
 
 void *live_malloc_real(size_t size)
@@ -310,6 +532,7 @@ static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t a
 		s->size = size;
 		/* release: the fields above before the address (daemon's acquire) */
 		atomic_store_explicit(&s->addr, addr, memory_order_release);
+		live_shadow_set(slot, addr, size);
 		return true;
 	}
 	return false;
@@ -383,10 +606,21 @@ static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t
 	return false;
 }
 
+static uint32_t live_shadow_lookup(uint64_t addr, bool remove);
+
 static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 {
 	live_settle();
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
+	if (llgo_unlikely(!h) && live_fork_shadow && addr > LLGO_LIVE_BUSY) {
+		uint32_t off = live_shadow_lookup(addr, remove);
+		if (off && out) {
+			out->key = 0;
+			out->ref = LLGO_LIVE_REF(LLGO_LIVE_RING_NONE, 0);
+			out->size = LLGO_LIVE_SIZE_OFF(0, off);
+		}
+		return off != 0;
+	}
 	if (!h || addr <= LLGO_LIVE_BUSY)
 		return false;
 	bool f = live_filter_on();
@@ -413,6 +647,7 @@ static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 			if (!remove)
 				return true;
 			/* Only the thread freeing addr removes it: a store, not a CAS loop. */
+			live_shadow_clear(slot, s->size);
 			atomic_store_explicit(&s->addr, LLGO_LIVE_TOMB, memory_order_release);
 			if (f)
 				atomic_fetch_sub_explicit(live_filter_at(addr), 1,
@@ -440,8 +675,12 @@ bool live_find(uint64_t addr, struct llgo_live_entry *out)
 static inline void live_mask_clear(uintptr_t keep)
 {
 	/* release: pairs with live_filter_on's acquire */
-	if (atomic_load_explicit(&live_mask, memory_order_relaxed) & ~keep)
-		atomic_fetch_and_explicit(&live_mask, keep, memory_order_release);
+	if (!(atomic_load_explicit(&live_mask, memory_order_relaxed) & ~keep))
+		return;
+	uintptr_t now = atomic_fetch_and_explicit(&live_mask, keep, memory_order_release) & keep;
+	void (*hook)(uintptr_t) = atomic_load_explicit(&live_mask_hook, memory_order_relaxed);
+	if (hook)
+		hook(now);
 }
 
 static void live_count_untracked(struct llgo_live_header *h, uint64_t size)
@@ -500,19 +739,27 @@ bool live_restore(uint64_t addr, const struct llgo_live_entry *e)
 
 /* ---- the free slow path ------------------------------------------------------------------ */
 
+/* An arena object is one whatever the table says (a fork child's inherited objects are not
+ * in its table). */
 void live_free(void (*fn)(void *), void *p)
 {
 	if (!p)
 		return;
 	struct llgo_live_entry e;
+	uint32_t off = 0;
 	if (live_lookup((uint64_t)(uintptr_t)p, &e, true))
-		p = (unsigned char *)p - LLGO_LIVE_OFF(e.size);
-	fn(p);
+		off = LLGO_LIVE_OFF(e.size);
+	if (off == LIVE_OFF_ARENA || live_in_arena(p))
+		live_arena_release(p);
+	else
+		fn((unsigned char *)p - off);
 }
 
 size_t live_usable(size_t (*fn)(void *), void *p)
 {
 	struct llgo_live_entry e;
+	if (p && live_in_arena(p))
+		return live_arena_usable(p);
 	if (p && live_lookup((uint64_t)(uintptr_t)p, &e, false)) {
 		uint32_t off = LLGO_LIVE_OFF(e.size);
 		return fn((unsigned char *)p - off) - off;
@@ -522,121 +769,104 @@ size_t live_usable(size_t (*fn)(void *), void *p)
 
 /* ---- fork ---------------------------------------------------------------------------------- */
 
-/*
- * The child's only thread runs this before fork returns. The parent's table is shared memory:
- * the child must not write it. It gets a copy of its own holding the parent's placed objects
- * (those need their offset to be freed; marked LLGO_LIVE_RING_NONE: no record of the child's),
- * sent to the child's daemon session on its first tracked sample. If no copy can be made, the
- * child keeps using the parent's table for its inherited objects (frees stay correct; the
- * parent's in-use values then miss what the child freed) and tracks nothing new.
- */
-/*
- * fork: the child copies its parent's table lazily, at its first use of the table (a free of
- * a placed object, a tracked sample), not inside fork(): until then the parent's table stays
- * mapped in the child, read by nobody. live_fork_state: 0 nothing pending, 1 a copy is due,
- * 2 a thread is copying (others yield, bounded, as live_get does for creation).
- */
-static _Atomic int live_fork_state;
-static struct llgo_live_header *live_fork_old;
-static int live_fork_old_fd = -1;
-
-static void live_fork_copy(void);
-
-static inline void live_settle(void)
+/* In the child, inside fork() (lifecycle.c's handler): the parent's table descriptor is
+ * closed if still ours; nothing of the shim's memory is written. */
+void live_fork_drop(void)
 {
-	if (llgo_likely(atomic_load_explicit(&live_fork_state, memory_order_acquire) == 0))
-		return;
-	int expect = 1;
-	if (atomic_compare_exchange_strong_explicit(&live_fork_state, &expect, 2,
-						    memory_order_acq_rel, memory_order_acquire)) {
-		live_fork_copy();
-		atomic_store_explicit(&live_fork_state, 0, memory_order_release);
-		return;
-	}
-	for (int i = 0; i < LIVE_CREATE_YIELDS &&
-			atomic_load_explicit(&live_fork_state, memory_order_acquire) != 0;
-	     i++)
-		sched_yield();
+	attach_fd_drop(&live_fdid);
 }
 
-static void live_atfork_child(void)
+/*
+ * The child's first use of the shim's state (lifecycle_fork_check): a table of the child's
+ * own holding the placed objects it inherited (their offsets are needed to free them),
+ * built from its private copy of the shadow, which is exact at the clone (the shared table
+ * is not: the parent changes it). Objects tracked where they lay (rate 1) need nothing to be
+ * freed and are left out. If no table can be made, the inherited shadow stays the child's
+ * table of offsets (live_shadow_lookup) and nothing new is tracked.
+ */
+
+void live_fork_child(void)
 {
-	live_fork_old = atomic_load_explicit(&live_hdr, memory_order_relaxed);
-	live_fork_old_fd = live_fd;
+	struct llgo_live_header *old = atomic_load_explicit(&live_hdr, memory_order_relaxed);
+	_Atomic uint64_t *old_shadow = live_shadow;
+	/* closed by live_fork_drop if still ours (or here, if the child got here first) */
+	attach_fd_close(&live_fdid);
 	live_fd = -1;
-	live_fdid.fd = -1;
+	live_shadow = NULL;
 	atomic_store_explicit(&live_hdr, NULL, memory_order_relaxed);
 	atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
-	if (live_fork_old)
-		atomic_store_explicit(&live_fork_state, 1, memory_order_release);
-	else if (live_fork_old_fd >= 0) {
-		close(live_fork_old_fd);
-		live_fork_old_fd = -1;
-	}
-}
-
-/* The deferred part of fork: a table of the child's own holding the parent's placed objects
- * (their offsets are needed to free them). */
-static void live_fork_copy(void)
-{
-	struct llgo_live_header *old = live_fork_old;
-	int old_fd = live_fork_old_fd;
-	live_fork_old = NULL;
-	live_fork_old_fd = -1;
 	atomic_store_explicit(&live_lost, 0, memory_order_relaxed);
 	atomic_store_explicit(&live_lost_bytes, 0, memory_order_relaxed);
-	if (!old) {
-		if (old_fd >= 0)
-			close(old_fd);
-		atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
+	if (!old)
 		return;
-	}
-	struct llgo_live_header *h = lifecycle_state() == LLGO_SHIM_OFF ? NULL : live_make();
-	if (!h) {
-		atomic_store_explicit(&live_state, LIVE_FAILED, memory_order_relaxed);
-		return; /* old_fd stays open with the table it maps */
-	}
-	memset(live_filter, 0, sizeof(live_filter)); /* live_insert counts the copies again */
-	memset(live_pages, 0, sizeof(live_pages)); /* they describe the new table from here on */
-	const struct llgo_live_entry *e = live_entries(old);
 	uint32_t top = atomic_load_explicit(&old->top, memory_order_relaxed);
 	if (top >= LLGO_LIVE_LEVELS)
 		top = LLGO_LIVE_LEVELS - 1;
-	/* Only the pages the file holds: reading a hole of the shared file through the mapping
-	 * would allocate it (in the parent's table too). */
-	uint64_t end = llgo_live_level_start(top + 1), from = 0;
-	const uint64_t esz = sizeof(struct llgo_live_entry);
-	while (old_fd >= 0 && from < end) {
-		off_t d = lseek(old_fd, (off_t)(LLGO_LIVE_HEADER_SIZE + from * esz), SEEK_DATA);
-		if (d < 0)
-			break;
-		off_t hole = lseek(old_fd, d, SEEK_HOLE);
-		uint64_t lo = ((uint64_t)d - LLGO_LIVE_HEADER_SIZE) / esz;
-		uint64_t hi = hole < 0 ? end
-				       : ((uint64_t)hole - LLGO_LIVE_HEADER_SIZE + esz - 1) / esz;
-		if (lo < from)
-			lo = from;
-		if (hi > end)
-			hi = end;
-		for (uint64_t i = lo; i < hi; i++) {
-			uint64_t a = atomic_load_explicit(&e[i].addr, memory_order_relaxed);
-			if (a > LLGO_LIVE_BUSY && LLGO_LIVE_OFF(e[i].size))
-				live_insert(h, a, 0, LLGO_LIVE_REF(LLGO_LIVE_RING_NONE, 0),
-					    e[i].size);
-		}
-		if (hi <= lo)
-			break;
-		from = hi;
+	munmap(old, LLGO_LIVE_MAP_SIZE); /* the parent's: never read again here */
+	if (!old_shadow)
+		return;
+	/* The pages of the parent's table its entries were written to (live_pages, copied by
+	 * fork too) say which shadow words can be set; kept aside while the new table's pages
+	 * are marked in live_pages. */
+	uint64_t *used = mmap(NULL, sizeof(live_pages), PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct llgo_live_header *h = NULL;
+	if (used != MAP_FAILED && lifecycle_state() != LLGO_SHIM_OFF)
+		h = live_make();
+	if (!h) {
+		if (used != MAP_FAILED)
+			munmap(used, sizeof(live_pages));
+		live_fork_shadow = old_shadow;
+		live_fork_top = top;
+		atomic_store_explicit(&live_state, LIVE_FAILED, memory_order_relaxed);
+		return;
 	}
-	munmap(old, LLGO_LIVE_MAP_SIZE);
-	if (old_fd >= 0)
-		close(old_fd);
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(live_pages); i++)
+		used[i] = atomic_exchange_explicit(&live_pages[i], 0, memory_order_relaxed);
+	memset(live_filter, 0, sizeof(live_filter)); /* live_insert counts the copies again */
+	uint64_t end = llgo_live_level_start(top + 1);
+	for (uint64_t w = 0; w < LLGO_ARRAY_SIZE(live_pages); w++) {
+		for (uint64_t bits = used[w]; bits; bits &= bits - 1) {
+			uint64_t pg = w * 64 + (uint64_t)__builtin_ctzll(bits);
+			uint64_t lo = pg * LIVE_ENTRIES_PER_PAGE, hi = lo + LIVE_ENTRIES_PER_PAGE;
+			for (uint64_t i = lo; i < hi && i < end; i++) {
+				uint64_t v = atomic_load_explicit(&old_shadow[i],
+								  memory_order_relaxed);
+				uint64_t a = v & ~(uint64_t)(LIVE_PAGE - 1);
+				uint32_t off = (uint32_t)(v & (LIVE_PAGE - 1));
+				if (a && off)
+					live_insert(h, a, 0, LLGO_LIVE_REF(LLGO_LIVE_RING_NONE, 0),
+						    LLGO_LIVE_SIZE_OFF(0, off));
+			}
+		}
+	}
+	munmap(used, sizeof(live_pages));
+	munmap((void *)old_shadow, LIVE_SHADOW_SIZE);
 	atomic_store_explicit(&live_hdr, h, memory_order_relaxed);
 	atomic_store_explicit(&live_state, LIVE_READY, memory_order_relaxed);
 	atomic_store_explicit(&live_unsent, true, memory_order_relaxed);
 }
 
-__attribute__((constructor(102))) static void live_init(void)
+/* The offset of addr in the inherited shadow (a fork child that could make no table). */
+static uint32_t live_shadow_lookup(uint64_t addr, bool remove)
 {
-	pthread_atfork(NULL, NULL, live_atfork_child);
+	_Atomic uint64_t *sh = live_fork_shadow;
+	if (!sh || (addr & (LIVE_PAGE - 1)))
+		return 0;
+	for (uint32_t k = live_fork_top + 1; k-- > 0;) {
+		uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
+		uint64_t home = llgo_live_home(addr, k);
+		for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
+			uint64_t slot = base + ((home + i) & mask);
+			if (!live_page_used(slot))
+				continue;
+			uint64_t v = atomic_load_explicit(&sh[slot], memory_order_relaxed);
+			if (v && (v & ~(uint64_t)(LIVE_PAGE - 1)) == addr) {
+				if (remove)
+					atomic_store_explicit(&sh[slot], 0, memory_order_relaxed);
+				return (uint32_t)(v & (LIVE_PAGE - 1));
+			}
+		}
+	}
+	return 0;
 }

@@ -5,18 +5,22 @@
  * paths of sample.c. This file is not part of libllgoheap.a (the hook library).
  *
  * Fast path (the product: its cost is paid by every allocation of a profiled program):
- *   w = ctl.rate_word (relaxed, one RIP-relative load of the shim's control page)
- *   w == 0  -> tail-call the real function             (rate 0: 3 instructions + the jmp)
- *   w <  0  -> slow path (every allocation is recorded)
- *   countdown -= size in the one TLS variable (initial-exec); <= 0 -> slow path
- *   else    -> tail-call the real function              (about 8 instructions + the jmp)
- * free and malloc_usable_size are a load, a test and a branch on live_mask (live.c: only
- * candidates for a tracked sampled object leave) before their indirect jmp. The functions
- * stay frameless (check with objdump -d: gcc shrink-wraps the frame into the slow branch),
- * so the slow path, entered by a
+ *   ctl.rate_word compared with 0 in memory (one `cmpq $0, rate(%rip)`: a relaxed load)
+ *   == 0 -> tail-call the real function             (rate 0: cmp, jg, jne + the jmp)
+ *   <  0 -> slow path (every allocation is recorded)
+ *   >  0 -> countdown -= size in the one TLS variable (initial-exec); <= 0 -> slow path,
+ *           else tail-call the real function        (cmp, jg, the TLS offset load, sub, jle
+ *                                                     + the jmp)
+ * free is one indirect jmp through override_free_entry: the real free while no sampled object
+ * is tracked; then override_free_paged (a test of the low 12 bits, a branch, the jmp: only
+ * page-aligned pointers may be tracked, live.c), or override_free_all once rate 1 tracked
+ * objects anywhere. realloc and malloc_usable_size test p against live_mask (one `test`
+ * with the mask in memory, a branch). The functions stay frameless (check with objdump -d:
+ * gcc shrink-wraps the frame into the slow branch), so the slow path, entered by a
  * tail call, finds the program's frame as its own saved frame pointer and the program's call
- * site as its return address. On x86-64 the countdown update is one `sub %reg, %fs:(..)` whose flags feed the
- * branch (inline asm; gcc otherwise adds a store and a test); other targets use plain C.
+ * site as its return address. On x86-64 the countdown update is one `sub %reg, %fs:(..)` whose
+ * flags feed the branch, and the rate test one compare with memory (inline asm; gcc otherwise
+ * adds a load, a store and a test); other targets use plain C.
  *
  * The real functions come from dlsym(RTLD_NEXT) (the next definition after the shim, usually
  * glibc's, but also a malloc replacement loaded after us). Their pointers start at bootstrap
@@ -135,6 +139,43 @@ static override_malloc_fn override_valloc = override_boot_valloc;
 static override_malloc_fn override_pvalloc = override_boot_pvalloc;
 static override_usable_fn override_usable = override_boot_usable;
 
+/* free's entry (see the top of this file): override_free's value (the bootstrap function, the
+ * real free, or the pool-aware free) while nothing is tracked, then override_free_paged,
+ * then override_free_all. It only moves up that order (override_free_raise), except that
+ * the untracked level follows override_free. */
+static void override_free_paged(void *p);
+static void override_free_all(void *p);
+override_free_fn override_free_entry = override_boot_free;
+
+static int override_free_level(override_free_fn f)
+{
+	return f == override_free_all ? 2 : f == override_free_paged ? 1 : 0;
+}
+
+/* Install f in free's entry unless the entry is at a higher level already (an untracked
+ * entry is replaced by another untracked one only if from is its current value, or any
+ * when from is NULL). */
+static void override_free_raise(override_free_fn from, override_free_fn f)
+{
+	override_free_fn cur = __atomic_load_n(&override_free_entry, __ATOMIC_RELAXED);
+	for (;;) {
+		int lc = override_free_level(cur), lf = override_free_level(f);
+		if (lc > lf || cur == f || (lc == 0 && lf == 0 && from && cur != from))
+			return;
+		if (__atomic_compare_exchange_n(&override_free_entry, &cur, f, false,
+						__ATOMIC_RELEASE, __ATOMIC_RELAXED))
+			return;
+	}
+}
+
+/* live.c's mask lost bits (a sampled object is about to be tracked): free must look. The
+ * entry is stored before that object is handed to the program, so whatever hands the
+ * pointer to a freeing thread orders this store before that thread's free. */
+static void override_free_on_mask(uintptr_t mask)
+{
+	override_free_raise(NULL, mask == 0 ? override_free_all : override_free_paged);
+}
+
 /* The real free, realloc and malloc_usable_size, behind the pool-aware variants. */
 static override_free_fn override_libc_free;
 static override_realloc_fn override_libc_realloc;
@@ -181,6 +222,7 @@ static void override_pool_used(void)
 	__atomic_store_n(&override_free, override_pool_free, __ATOMIC_RELEASE);
 	__atomic_store_n(&override_realloc, override_pool_realloc, __ATOMIC_RELEASE);
 	__atomic_store_n(&override_usable, override_pool_usable, __ATOMIC_RELEASE);
+	override_free_raise(NULL, override_pool_free);
 }
 
 /* Fallbacks for functions a libc may lack; built from the others, same contracts. */
@@ -244,6 +286,7 @@ static llgo_noinline void override_resolve(void)
 	__atomic_store_n(&override_libc_usable, us, __ATOMIC_RELEASE);
 	OVERRIDE_INSTALL(override_malloc, override_boot_malloc, m);
 	OVERRIDE_INSTALL(override_free, override_boot_free, f);
+	override_free_raise(override_boot_free, f);
 	OVERRIDE_INSTALL(override_calloc, override_boot_calloc, c);
 	OVERRIDE_INSTALL(override_realloc, override_boot_realloc, r);
 	OVERRIDE_INSTALL(override_posix_memalign, override_boot_posix_memalign, pm);
@@ -355,22 +398,22 @@ static size_t override_boot_usable(void *p)
  * pool blocks stay recognised). */
 static void *override_place_malloc(size_t size)
 {
-	return override_malloc(size);
+	return OVERRIDE_LOAD(override_malloc)(size);
 }
 
 static void override_place_free(void *p)
 {
-	override_free(p);
+	OVERRIDE_LOAD(override_free)(p);
 }
 
 static size_t override_place_usable(void *p)
 {
-	return override_usable(p);
+	return OVERRIDE_LOAD(override_usable)(p);
 }
 
 static void *override_place_realloc(void *p, size_t size)
 {
-	return override_realloc(p, size);
+	return OVERRIDE_LOAD(override_realloc)(p, size);
 }
 
 __attribute__((constructor(101))) static void override_init(void)
@@ -378,48 +421,63 @@ __attribute__((constructor(101))) static void override_init(void)
 	override_resolve();
 	live_set_allocator(override_place_malloc, override_place_free, override_place_usable,
 			   override_place_realloc);
+	live_on_mask(override_free_on_mask);
+	/* (no object can be tracked before this constructor: the rate is still 0) */
+	uintptr_t m = atomic_load_explicit(&live_mask, memory_order_relaxed);
+	if (m != ~(uintptr_t)0)
+		override_free_on_mask(m);
 }
 
 /* ---- fast path ------------------------------------------------------------------------- */
 
 llgo_export void *malloc(size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return OVERRIDE_LOAD(override_malloc)(size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return OVERRIDE_LOAD(override_malloc)(size);
 	return sample_malloc(OVERRIDE_LOAD(override_malloc), size, __builtin_return_address(0));
 }
 
 llgo_export void free(void *p)
 {
-	if (llgo_unlikely(override_maybe_tracked(p)))
-		return live_free(OVERRIDE_LOAD(override_free), p);
+	OVERRIDE_LOAD(override_free_entry)(p);
+}
+
+/* free's slow path, out of line so that the fast one keeps its single jump to the real free. */
+static llgo_noinline llgo_cold void override_free_tracked(void *p)
+{
+	live_free(OVERRIDE_LOAD(override_free), p);
+}
+
+static void override_free_paged(void *p)
+{
+	if (llgo_unlikely(!((uintptr_t)p & (LIVE_PAGE - 1))))
+		return override_free_tracked(p);
 	OVERRIDE_LOAD(override_free)(p);
+}
+
+static void override_free_all(void *p)
+{
+	override_free_tracked(p);
 }
 
 llgo_export void *calloc(size_t n, size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
+	int s = override_rate_sign();
+	if (llgo_likely(s == 0))
 		return OVERRIDE_LOAD(override_calloc)(n, size);
 	size_t total;
 	if (__builtin_mul_overflow(n, size, &total))
 		return OVERRIDE_LOAD(override_calloc)(n, size); /* fails as the real calloc fails: ENOMEM */
-	if (w > 0 && llgo_likely(override_countdown(total)))
+	if (s > 0 && llgo_likely(override_countdown(total)))
 		return OVERRIDE_LOAD(override_calloc)(n, size);
 	return sample_calloc(OVERRIDE_LOAD(override_calloc), n, size, __builtin_return_address(0));
 }
 
 llgo_export void *realloc(void *p, size_t size)
 {
-	if (llgo_unlikely(override_maybe_tracked(p)) && p)
+	if (p && llgo_unlikely(override_maybe_tracked(p)))
 		return sample_realloc_tracked(OVERRIDE_LOAD(override_realloc), p, size);
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return OVERRIDE_LOAD(override_realloc)(p, size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return OVERRIDE_LOAD(override_realloc)(p, size);
 	return sample_realloc(OVERRIDE_LOAD(override_realloc), p, size, __builtin_return_address(0));
 }
@@ -455,10 +513,7 @@ llgo_export void *reallocarray(void *p, size_t n, size_t size)
 
 llgo_export int posix_memalign(void **pp, size_t align, size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return OVERRIDE_LOAD(override_posix_memalign)(pp, align, size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return OVERRIDE_LOAD(override_posix_memalign)(pp, align, size);
 	return sample_posix_memalign(OVERRIDE_LOAD(override_posix_memalign), pp, align, size,
 				     __builtin_return_address(0));
@@ -466,20 +521,14 @@ llgo_export int posix_memalign(void **pp, size_t align, size_t size)
 
 llgo_export void *aligned_alloc(size_t align, size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return OVERRIDE_LOAD(override_aligned_alloc)(align, size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return OVERRIDE_LOAD(override_aligned_alloc)(align, size);
 	return sample_memalign(OVERRIDE_LOAD(override_aligned_alloc), align, size, __builtin_return_address(0));
 }
 
 llgo_export void *memalign(size_t align, size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return OVERRIDE_LOAD(override_memalign)(align, size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return OVERRIDE_LOAD(override_memalign)(align, size);
 	return sample_memalign(OVERRIDE_LOAD(override_memalign), align, size, __builtin_return_address(0));
 }
@@ -489,21 +538,18 @@ llgo_export void *memalign(size_t align, size_t size)
 static void *override_valloc_fn(size_t align, size_t size)
 {
 	(void)align;
-	return override_valloc(size);
+	return OVERRIDE_LOAD(override_valloc)(size);
 }
 
 static void *override_pvalloc_fn(size_t align, size_t size)
 {
 	(void)align;
-	return override_pvalloc(size);
+	return OVERRIDE_LOAD(override_pvalloc)(size);
 }
 
 llgo_export void *valloc(size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return OVERRIDE_LOAD(override_valloc)(size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return OVERRIDE_LOAD(override_valloc)(size);
 	return sample_memalign(override_valloc_fn, LIVE_PAGE, size, __builtin_return_address(0));
 }
@@ -511,10 +557,7 @@ llgo_export void *valloc(size_t size)
 /* The recorded size is the size asked, not pvalloc's page-rounded one. */
 llgo_export void *pvalloc(size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return OVERRIDE_LOAD(override_pvalloc)(size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return OVERRIDE_LOAD(override_pvalloc)(size);
 	return sample_memalign(override_pvalloc_fn, LIVE_PAGE, size, __builtin_return_address(0));
 }

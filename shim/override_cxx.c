@@ -16,16 +16,16 @@
  *   operators (every one still resolves to the shim), and malloc, free and aligned_alloc
  *   resolve to the shim's (so that the real ones are those libstdc++'s operators would reach
  *   through the shim). Each operator new then does what libstdc++'s does, with the malloc
- *   fast path inline: the rate load, at a positive rate the countdown update (override_rate
- *   and override_countdown, internal.h), then one call of the real malloc (size 0 -> 1), or
+ *   fast path inline: the rate test, at a positive rate the countdown update (override_pass,
+ *   internal.h), then one call of the real malloc (size 0 -> 1), or
  *   of the real aligned_alloc with the size rounded up to the alignment (libstdc++ 12's rule,
  *   wrap-around included, so the result is the same block libstdc++ would return). A NULL
  *   result runs the new_handler loop here (std::get_new_handler(), call it, allocate again);
  *   with no handler installed the real operator is called, which tries once more and throws
  *   std::bad_alloc itself. A nothrow operator whose allocation failed calls the real nothrow
  *   operator (libstdc++'s catches the bad_alloc of the throwing one, which is ours again, and
- *   returns nullptr). Every delete variant is the real free, through override_cxx_free (one
- *   jump). This is also the mode when no C++ runtime can be found at all; stand-ins then
+ *   returns nullptr). Every delete variant jumps through free's own entry (override_cxx_free:
+ *   the real free while no sampled object is tracked, override.c). This is also the mode when no C++ runtime can be found at all; stand-ins then
  *   replace the real operators (abort where libstdc++ would throw, nullptr for nothrow).
  * - forward: another definition follows the shim (a preloaded tcmalloc or jemalloc, libc++),
  *   the program replaced some operator (libstdc++'s array, nothrow and sized forms call the
@@ -139,13 +139,11 @@ static inline void override_cxx_ready(void)
 
 /* ---- the allocation itself ------------------------------------------------------------ */
 
-/* The one place every operator delete of the inline mode frees through. */
+/* The one place every operator delete of the inline mode frees through: free's own entry
+ * (override.c), which looks for a tracked sampled object exactly as free does. */
 static inline __attribute__((always_inline)) void override_cxx_free(void *p)
 {
-	/* a sampled object the shim tracks (placed on a page, live.c): as free does */
-	if (llgo_unlikely(override_maybe_tracked(p)))
-		return live_free(__atomic_load_n(&override_free, __ATOMIC_RELAXED), p);
-	__atomic_load_n(&override_free, __ATOMIC_RELAXED)(p);
+	__atomic_load_n(&override_free_entry, __ATOMIC_RELAXED)(p);
 }
 
 /* std::align_val_t values libstdc++ accepts: powers of two (zero is not one). */
@@ -284,8 +282,7 @@ override_cxx_new(size_t n, size_t al, const void *nt, int op, bool nothrow)
 	bool aligned = op == OVERRIDE_CXX_NW_AL || op == OVERRIDE_CXX_NA_AL;
 	if (aligned && llgo_unlikely(!override_cxx_pow2(al)))
 		return override_cxx_real(n, al, nt, op, nothrow);
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0) || (w > 0 && llgo_likely(override_countdown(n)))) {
+	if (llgo_likely(override_pass(n))) {
 		void *p = override_cxx_alloc(n, al, aligned);
 		if (llgo_likely(p != NULL))
 			return p;

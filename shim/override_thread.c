@@ -81,6 +81,8 @@ llgo_export int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *
 	if (!real)
 		return ENOSYS;
 	struct llgo_heap_thread *t = &llgo_heap_tls;
+	/* a fork child's new threads must find its state its own (lifecycle.c) */
+	lifecycle_settled(t);
 	uint8_t guard = t->guard;
 	t->guard = 1;
 	struct override_thread_box *box = malloc(sizeof(*box));

@@ -158,10 +158,14 @@ static inline int64_t sample_begin(struct llgo_heap_thread *t, size_t size)
 {
 	if (t->guard)
 		return 0;
+	/* Inside fork() (forking 1: between the handlers, in the parent or the child) nothing
+	 * is recorded; a fork child's first slow path after it makes the control page and the
+	 * rings its own. */
+	if (llgo_unlikely(t->forking == 1))
+		return 0;
+	lifecycle_settled(t);
 	int64_t w = atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
-	/* rate 0, or this thread is forking: until the child handler ran, the control page and
-	 * the rings a child would see are its parent's (other threads record on) */
-	if (w == 0 || t->forking)
+	if (w == 0)
 		return 0;
 	t->guard = 1;
 	if (llgo_unlikely(t->gen != emit_generation()))
@@ -298,12 +302,16 @@ static void *sample_realloc_common(struct llgo_heap_thread *t, int64_t w,
 				   void *(*fn)(void *, size_t), void *p, uint32_t old_off,
 				   size_t size, void *ra, void *frame)
 {
-	unsigned char *base = p ? (unsigned char *)p - old_off : NULL;
+	unsigned char *base = p && old_off != LIVE_OFF_ARENA ? (unsigned char *)p - old_off : NULL;
 	if (p && size == 0) {
 		if (w)
 			t->guard = 0;
 		if (old_off)
 			live_remove((uint64_t)(uintptr_t)p, NULL);
+		if (old_off == LIVE_OFF_ARENA) {
+			live_unplace(p, old_off); /* as glibc's realloc(p, 0): freed, NULL */
+			return NULL;
+		}
 		return fn(base, 0);
 	}
 	bool place = w && sample_placing(w);
@@ -320,16 +328,19 @@ static void *sample_realloc_common(struct llgo_heap_thread *t, int64_t w,
 	uint32_t off = 0;
 	void *q = place ? live_place(size, &off) : live_malloc_real(size);
 	if (q && p) {
-		size_t old = live_usable_real(base) - old_off;
+		size_t old = old_off ? live_placed_usable(p, old_off) : live_usable_real(p);
 		memcpy(q, p, old < size ? old : size);
 	}
 	e = errno;
 	if (w)
 		q = sample_record(t, w, size, size, q, off, ra, frame, true, &e);
 	if (q && p) {
-		if (old_off)
+		if (old_off) {
 			live_remove((uint64_t)(uintptr_t)p, NULL);
-		live_free_real(base);
+			live_unplace(p, old_off);
+		} else {
+			live_free_real(p);
+		}
 	}
 	errno = e;
 	return q;
@@ -360,6 +371,8 @@ SAMPLE_SLOW void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, s
 		old_off = LLGO_LIVE_OFF(old.size);
 		if (!old_off)
 			live_remove((uint64_t)(uintptr_t)p, NULL);
+	} else {
+		old_off = live_inherited_off(p); /* an arena object a fork child inherited */
 	}
 	int64_t w = atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
 	bool due = w < 0;

@@ -256,6 +256,28 @@ Test(inuse, freed_after_change_from_sampled_rate_to_0, .timeout = 120)
 	inuse_rate_change("4096");
 }
 
+/* A fork child whose parent freed and placed objects before the child first used the shim
+ * frees its copies with the offsets they had at the fork (an earlier lazy copy of the shared
+ * table gave them the parent's later offsets: free() aborted on a pointer inside a block). */
+Test(inuse, fork_child_frees_objects_its_parent_freed_since, .timeout = 120)
+{
+	char *dir = e2e_tmpdir();
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
+	struct lu_proc p;
+	char *argv[] = { PROG("inuse_phases"), "forkrace", "20000", NULL };
+	lu_start(&p, &d, "4096", 0, NULL, argv, NULL);
+	char line[256];
+	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+	int st = atoi(line + 6);
+	cr_expect(strncmp(line, "ready ", 6) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "the child ended with wait status %d (%s)", st, line);
+	int pst = lu_wait(&p, 30000);
+	cr_expect(WIFEXITED(pst) && WEXITSTATUS(pst) == 0, "parent status %d", pst);
+	heapd_stop(&d);
+	e2e_rmdir(dir);
+}
+
 /* The child frees its copies of the parent's objects: the parent's stay live. */
 Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 {

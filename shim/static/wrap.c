@@ -10,7 +10,7 @@
  * (realloc growing through its own malloc) are not wrapped, as inside libc.so they do not go
  * through the PLT either.
  *
- * The fast path is override.c's, instruction for instruction (rate load, TLS countdown,
+ * The fast path is override.c's, instruction for instruction (rate test, TLS countdown,
  * tail call), and the slow paths are sample.c's; sampling, attach, rings and profiles are
  * the preloaded shim's. free and malloc_usable_size need no wrapper (nothing to record).
  * reallocarray is wrapped with glibc's definition over __real_realloc, so that it is
@@ -40,37 +40,31 @@ void *__wrap_memalign(size_t align, size_t size);
 void *__wrap_valloc(size_t size);
 void *__wrap_pvalloc(size_t size);
 
-/* ---- fast path: override.c's, from internal.h (override_rate, override_countdown) -------- */
+/* ---- fast path: override.c's, from internal.h (override_pass) ---------------------------- */
 
 llgo_export void *__wrap_malloc(size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return __real_malloc(size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return __real_malloc(size);
 	return sample_malloc(__real_malloc, size, __builtin_return_address(0));
 }
 
 llgo_export void *__wrap_calloc(size_t n, size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
+	int s = override_rate_sign();
+	if (llgo_likely(s == 0))
 		return __real_calloc(n, size);
 	size_t total;
 	if (__builtin_mul_overflow(n, size, &total))
 		return __real_calloc(n, size); /* fails as the real calloc fails: ENOMEM */
-	if (w > 0 && llgo_likely(override_countdown(total)))
+	if (s > 0 && llgo_likely(override_countdown(total)))
 		return __real_calloc(n, size);
 	return sample_calloc(__real_calloc, n, size, __builtin_return_address(0));
 }
 
 llgo_export void *__wrap_realloc(void *p, size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return __real_realloc(p, size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return __real_realloc(p, size);
 	return sample_realloc(__real_realloc, p, size, __builtin_return_address(0));
 }
@@ -82,20 +76,14 @@ llgo_export void *__wrap_reallocarray(void *p, size_t n, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return __real_realloc(p, total);
-	if (w > 0 && llgo_likely(override_countdown(total)))
+	if (llgo_likely(override_pass(total)))
 		return __real_realloc(p, total);
 	return sample_realloc(__real_realloc, p, total, __builtin_return_address(0));
 }
 
 llgo_export int __wrap_posix_memalign(void **pp, size_t align, size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return __real_posix_memalign(pp, align, size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return __real_posix_memalign(pp, align, size);
 	return sample_posix_memalign(__real_posix_memalign, pp, align, size,
 				     __builtin_return_address(0));
@@ -103,30 +91,21 @@ llgo_export int __wrap_posix_memalign(void **pp, size_t align, size_t size)
 
 llgo_export void *__wrap_aligned_alloc(size_t align, size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return __real_aligned_alloc(align, size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return __real_aligned_alloc(align, size);
 	return sample_memalign(__real_aligned_alloc, align, size, __builtin_return_address(0));
 }
 
 llgo_export void *__wrap_memalign(size_t align, size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return __real_memalign(align, size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return __real_memalign(align, size);
 	return sample_memalign(__real_memalign, align, size, __builtin_return_address(0));
 }
 
 llgo_export void *__wrap_valloc(size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return __real_valloc(size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return __real_valloc(size);
 	return sample_malloc(__real_valloc, size, __builtin_return_address(0));
 }
@@ -134,10 +113,7 @@ llgo_export void *__wrap_valloc(size_t size)
 /* The recorded size is the size asked, not pvalloc's page-rounded one. */
 llgo_export void *__wrap_pvalloc(size_t size)
 {
-	int64_t w = override_rate();
-	if (llgo_likely(w == 0))
-		return __real_pvalloc(size);
-	if (w > 0 && llgo_likely(override_countdown(size)))
+	if (llgo_likely(override_pass(size)))
 		return __real_pvalloc(size);
 	return sample_malloc(__real_pvalloc, size, __builtin_return_address(0));
 }

@@ -7,8 +7,16 @@
  *   inuse_phases fork N   N x malloc(128) at site_before, kept; forks: the child frees them
  *                         all, makes N x malloc(512) at site_child (kept) and exits; the parent
  *                         waits for it, prints "ready <childpid>" and exits at the next line.
+ *   inuse_phases forkrace N
+ *                         N x malloc(1000) at site_before, kept; forks: the parent frees them
+ *                         all and makes N x malloc(1000) again (placed objects at new offsets,
+ *                         the same addresses) while the child waits, then the child grows
+ *                         half of its copies with realloc (contents and usable size checked),
+ *                         frees them all and exits 0; the parent prints "ready <child's wait
+ *                         status>" (and exits 6 if a calloc'ed block was not zero).
  */
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -19,12 +27,71 @@
 __attribute__((noinline)) void *site_before(void) { void *p = malloc(128); KEEP(p); return p; }
 __attribute__((noinline)) void *site_after(void) { void *p = malloc(256); KEEP(p); return p; }
 __attribute__((noinline)) void *site_child(void) { void *p = malloc(512); KEEP(p); return p; }
+__attribute__((noinline)) void *site_race(void) { void *p = malloc(1000); KEEP(p); return p; }
+
+/* The parent changes its table after fork, before the child first touches the shim. */
+static int phases_forkrace(long n)
+{
+	void **v = calloc((size_t)n, sizeof(void *));
+	for (long i = 0; i < n; i++)
+		v[i] = site_race();
+	int go[2];
+	if (!v || pipe(go) != 0)
+		return 1;
+	pid_t c = fork();
+	if (c < 0)
+		return 1;
+	if (c == 0) {
+		char b;
+		close(go[1]);
+		if (read(go[0], &b, 1) != 1)
+			_exit(3);
+		/* every other copy grows first: realloc and malloc_usable_size of inherited
+		 * objects, with their contents kept */
+		for (long i = 0; i < n; i += 2) {
+			memset(v[i], (int)(i & 0x7f), 1000);
+			if (malloc_usable_size(v[i]) < 1000)
+				_exit(4);
+			unsigned char *q = realloc(v[i], 3000);
+			if (!q || q[0] != (unsigned char)(i & 0x7f) || q[999] != q[0])
+				_exit(5);
+			v[i] = q;
+		}
+		for (long i = 0; i < n; i++)
+			free(v[i]);
+		_exit(0);
+	}
+	close(go[0]);
+	for (long i = 0; i < n; i++) {
+		memset(v[i], 0xee, 1000);
+		free(v[i]);
+	}
+	/* blocks freed dirty come back zeroed through calloc */
+	for (long i = 0; i < n; i++) {
+		unsigned char *z = calloc(1, 1000);
+		for (int k = 0; z && k < 1000; k++)
+			if (z[k])
+				return 6;
+		free(z);
+	}
+	for (long i = 0; i < n; i++)
+		v[i] = site_race();
+	if (write(go[1], "g", 1) != 1)
+		return 1;
+	int st = 0;
+	waitpid(c, &st, 0);
+	printf("ready %d\n", st);
+	fflush(stdout);
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
 	if (argc < 3)
 		return 2;
 	long n = atol(argv[2]);
+	if (strcmp(argv[1], "forkrace") == 0)
+		return phases_forkrace(n);
 	void **v = calloc((size_t)n, sizeof(void *));
 	char line[64];
 	/* stdin's buffer, not one glibc would allocate at the first fgets after "ready" */
