@@ -341,7 +341,7 @@ unit: $(TEST_BINS) $(PROG_BINS) $(BINS) $(LIBS)
 	@fail=0; for t in $(TEST_BINS); do \
 		echo "== $$t"; \
 		jobs=2; case $$t in */test_stress) jobs=1;; esac; \
-		LLGO_SAN='$(SAN)' TSAN_OPTIONS=halt_on_error=1 LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
+		LLGO_SAN='$(SAN)' TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
 			$$t --jobs=$$jobs --timeout=600 || fail=1; \
 	done; \
 	echo "== fuzz corpora (tests/fuzz/corpus, tests/fuzz/regress)"; \

@@ -405,10 +405,117 @@ int server_start(struct server *srv)
 	return 0;
 }
 
+/* Remove the socket at path only if it is still the one we bound (dev, ino: a newer daemon
+ * may have replaced it). */
+static void server_unlink_ours(const char *path, dev_t dev, ino_t ino)
+{
+	struct stat st;
+	if (path && lstat(path, &st) == 0 && st.st_dev == dev && st.st_ino == ino)
+		unlink(path);
+}
+
+/*
+ * Stopping waits for the workers to finish what they are doing, but not for long: one in the
+ * middle of a huge answer (a snapshot of millions of buckets takes seconds, more under a
+ * sanitizer) would hold up `systemctl stop` and a restart. If server_stop has not finished
+ * SERVER_STOP_GRACE_MS after it began, the process ends without the workers. Nothing of ours
+ * outlives it but the socket, removed first; the profiled processes keep their rings for the
+ * next daemon. The watchdog owns a copy of what it needs (the server may be freed meanwhile).
+ */
+#define SERVER_STOP_GRACE_MS 3000
+
+struct server_watchdog {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done; /* server_stop finished: do nothing */
+	int refs;  /* the watchdog's and server_stop's */
+	char *path;
+	dev_t dev;
+	ino_t ino;
+};
+
+static void server_watchdog_put(struct server_watchdog *w)
+{
+	pthread_mutex_lock(&w->lock);
+	bool last = --w->refs == 0;
+	pthread_mutex_unlock(&w->lock);
+	if (last) {
+		pthread_cond_destroy(&w->cond);
+		pthread_mutex_destroy(&w->lock);
+		free(w->path);
+		free(w);
+	}
+}
+
+static void *server_watchdog_main(void *arg)
+{
+	struct server_watchdog *w = arg;
+	struct timespec dl;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += SERVER_STOP_GRACE_MS / 1000;
+	pthread_mutex_lock(&w->lock);
+	while (!w->done && pthread_cond_timedwait(&w->cond, &w->lock, &dl) != ETIMEDOUT)
+		;
+	if (!w->done) {
+		server_unlink_ours(w->path, w->dev, w->ino);
+		log_warn("stopping: workers still busy after %d ms (a long answer); exiting "
+			 "without them", SERVER_STOP_GRACE_MS);
+		_exit(0);
+	}
+	pthread_mutex_unlock(&w->lock);
+	server_watchdog_put(w);
+	return NULL;
+}
+
+static struct server_watchdog *server_watchdog_start(struct server *srv)
+{
+	struct server_watchdog *w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	w->refs = 2;
+	if (srv->own_socket && srv->socket_path) {
+		w->path = strdup(srv->socket_path);
+		w->dev = srv->sock_dev;
+		w->ino = srv->sock_ino;
+	}
+	pthread_t t;
+	pthread_attr_t attr;
+	int err = pthread_attr_init(&attr);
+	if (!err) {
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		err = pthread_create(&t, &attr, server_watchdog_main, w);
+		pthread_attr_destroy(&attr);
+	}
+	if (err) {
+		w->refs = 1;
+		server_watchdog_put(w);
+		return NULL;
+	}
+	return w;
+}
+
+static void server_watchdog_done(struct server_watchdog *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	server_watchdog_put(w);
+}
+
 void server_stop(struct server *srv)
 {
 	if (!srv || atomic_exchange(&srv->stopping, true))
 		return;
+	struct server_watchdog *watchdog = server_watchdog_start(srv);
 	if (srv->wake_fd >= 0) {
 		uint64_t one = 1;
 		if (write(srv->wake_fd, &one, sizeof(one)) < 0)
@@ -441,13 +548,10 @@ void server_stop(struct server *srv)
 		close(srv->listen_fd);
 		srv->listen_fd = -1;
 	}
-	/* Remove the socket only if it is still the one we bound (a newer daemon may have
-	 * replaced it). */
-	struct stat st;
-	if (srv->own_socket && srv->socket_path && lstat(srv->socket_path, &st) == 0 &&
-	    st.st_dev == srv->sock_dev && st.st_ino == srv->sock_ino)
-		unlink(srv->socket_path);
+	if (srv->own_socket && srv->socket_path)
+		server_unlink_ours(srv->socket_path, srv->sock_dev, srv->sock_ino);
 	srv->own_socket = false;
+	server_watchdog_done(watchdog);
 }
 
 void server_free(struct server *srv)

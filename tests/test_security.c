@@ -1194,6 +1194,7 @@ Test(budget, one_users_slow_snapshots_leave_workers_to_others, .timeout = 120)
 	/* waiting for one of nobody's jobs would take about huge_ms */
 	cr_expect_lt(busy_ms, huge_ms / 2 + quiet_ms, "root waited %ld ms (a huge snapshot: "
 		     "%ld ms)", busy_ms, huge_ms);
-	cr_expect_eq(heapd_stop(&d), 0);
+	int stop = heapd_stop(&d);
+	cr_expect_eq(stop, 0, "llgo-heapd stop status %d:\n%s", stop, heapd_log(&d));
 	heapd_cleanup(&d);
 }
