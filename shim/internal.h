@@ -63,6 +63,7 @@ struct llgo_heap_thread {
 	uint32_t tid;
 	uint32_t gen; /* emit_generation() the ring, tid and rng belong to */
 	uint32_t fork_pid; /* lifecycle.c: the process that called fork() (with forking) */
+	uint32_t ready_calls; /* lifecycle.c: samples since this thread last read the clock */
 	uint64_t rng;
 	/* The thread's own stack: every frame of the program lies below stack_hi (set at thread
 	 * start without any lock: the start routine's frame, or __libc_stack_end for the main
