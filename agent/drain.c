@@ -207,7 +207,8 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	if (frames != shim_frames)
 		inuse_note_record_locked(s, ctx->ring_id, rec->seq,
 					 llgo_live_key(shim_frames, rec->nframes, rec->size, rate),
-					 llgo_live_key(frames, npcs, rec->size, rate));
+					 llgo_live_key(frames, npcs, rec->size, rate),
+					 rec->kind != LLGO_REC_ALLOC_RAW);
 	ctx->records++;
 	s->records++;
 	if (s->first_rate == 0)

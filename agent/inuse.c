@@ -229,10 +229,32 @@ static bool inuse_rekey_get(const struct inuse_rekey *r, uint64_t ref, uint64_t 
 	}
 }
 
+/*
+ * By stack. A record whose bucket stack the daemon derived from the shim's own walk (the
+ * walk stopped at a learned root and the known tail was added, or it was marked truncated)
+ * goes to the same bucket as every other record of that walk, as long as what the daemon
+ * knows does not change (a root learned later completes later records differently). So
+ * the map from shim key to bucket key is kept once per stack; a record whose stack already
+ * maps to another bucket key is noted by reference instead, which the scan consults first.
+ * Without this, an FP program at rate 1 noted every record, and after INUSE_REKEY_MAX of
+ * them without a snapshot the objects allocated next were shown as not in use.
+ */
+static bool inuse_stacks_note(struct session *s, uint64_t shim_key, uint64_t bucket_key)
+{
+	uint64_t k;
+	if (shim_key == 0)
+		return false; /* 0 marks an empty slot */
+	if (inuse_rekey_get(s->stacks_base, shim_key, &k) || inuse_rekey_get(s->stacks, shim_key, &k))
+		return k == bucket_key;
+	return inuse_rekey_put(&s->stacks, shim_key, bucket_key);
+}
+
 void inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
-			      uint64_t shim_key, uint64_t bucket_key)
+			      uint64_t shim_key, uint64_t bucket_key, bool derived)
 {
 	if (shim_key == bucket_key)
+		return;
+	if (derived && inuse_stacks_note(s, shim_key, bucket_key))
 		return;
 	/* Before the table arrives (ADD_LIVE follows the first tracked sample) notes are kept
 	 * for it; a process that never sends one keeps at most INUSE_REKEY_NOTABLE of them. */
@@ -279,7 +301,8 @@ static bool inuse_next_data(int fd, uint64_t from, uint64_t end, uint64_t *lo, u
 
 static int inuse_scan(const struct llgo_live_header *h, int fd, const uint64_t *keys, size_t n,
 		      const uint64_t *next_seq, size_t nrings, uint64_t *live,
-		      struct inuse_counts *c, struct inuse_rekey **rekey)
+		      struct inuse_counts *c, struct inuse_rekey **rekey,
+		      const struct inuse_rekey *stacks)
 {
 	struct inuse_rekey *kept = NULL; /* the notes of objects still live */
 	struct inuse_map m;
@@ -322,6 +345,8 @@ static int inuse_scan(const struct llgo_live_header *h, int fd, const uint64_t *
 			if (b >= 0)
 				inuse_rekey_put(&kept, ref, k2);
 		}
+		if (b < 0 && inuse_rekey_get(stacks, key, &k2))
+			b = inuse_map_get(&m, k2);
 		if (b < 0) {
 			c->unmatched++;
 			continue;
@@ -360,6 +385,28 @@ static uint64_t inuse_sample_key(const struct psample *ps)
 	return llgo_live_key(st ? st->pcs : NULL, st ? st->npcs : 0, ps->size, ps->rate);
 }
 
+/* The drain's new stack entries into the base the scans read (drain_lock held, no scan
+ * running). An entry that cannot be moved (out of memory) stays in s->stacks. */
+static void inuse_stacks_merge(struct session *s)
+{
+	struct inuse_rekey *n = s->stacks;
+	if (!n)
+		return;
+	if (!s->stacks_base) {
+		s->stacks_base = n;
+		s->stacks = NULL;
+		return;
+	}
+	bool all = true;
+	for (size_t i = 0; i < n->cap; i++)
+		if (n->refs[i] && !inuse_rekey_put(&s->stacks_base, n->refs[i], n->keys[i]))
+			all = false;
+	if (all) {
+		inuse_rekey_free(n);
+		s->stacks = NULL;
+	}
+}
+
 int inuse_cut_locked(struct session *s, struct inuse_cut *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -374,6 +421,8 @@ int inuse_cut_locked(struct session *s, struct inuse_cut *c)
 	/* The notes of records drained so far go with the cut; the drain starts new ones. */
 	c->rekey = s->rekey;
 	s->rekey = NULL;
+	inuse_stacks_merge(s);
+	c->stacks = s->stacks_base;
 	return inuse_ring_seqs(s, &c->seqs, &c->nrings);
 }
 
@@ -399,7 +448,7 @@ int inuse_apply_cut(struct session *s, struct inuse_cut *cut, struct profile *p)
 		keys[i] = inuse_sample_key(&p->samples[i]);
 	struct inuse_counts c = { 0 };
 	err = inuse_scan(cut->h, cut->fd, keys, p->nsamples, cut->seqs, cut->nrings, live, &c,
-			 &cut->rekey);
+			 &cut->rekey, cut->stacks);
 	if (err)
 		goto out;
 	for (size_t i = 0; i < p->nsamples; i++) {
@@ -503,8 +552,10 @@ void inuse_freeze_locked(struct session *s)
 		err = inuse_ring_seqs(s, &seqs, &nrings);
 	if (!err && !(live = calloc(c.n + 1, sizeof(*live))))
 		err = -ENOMEM;
+	inuse_stacks_merge(s);
 	if (!err)
-		err = inuse_scan(h, fd, c.keys, c.n, seqs, nrings, live, &cnt, &s->rekey);
+		err = inuse_scan(h, fd, c.keys, c.n, seqs, nrings, live, &cnt, &s->rekey,
+				 s->stacks_base);
 	inuse_rekey_free(s->rekey);
 	s->rekey = NULL;
 	if (!err) {
@@ -536,6 +587,9 @@ void inuse_release(struct session *s)
 {
 	inuse_rekey_free(s->rekey);
 	s->rekey = NULL;
+	inuse_rekey_free(s->stacks);
+	inuse_rekey_free(s->stacks_base);
+	s->stacks = s->stacks_base = NULL;
 	if (s->live) {
 		munmap(s->live, LLGO_LIVE_MAP_SIZE);
 		s->live = NULL;

@@ -120,8 +120,15 @@ struct session {
 	int live_state;                /* enum session_live */
 	struct inuse_counts live_frozen; /* as of the freeze at exit */
 	/* inuse.c: references of records bucketed under another stack than the shim walked
-	 * (unwound, completed): under drain_lock */
+	 * (unwound from a stack copy, or completed when the stack-derived map below could not
+	 * say it): under drain_lock */
 	struct inuse_rekey *rekey;
+	/* inuse.c: shim key -> bucket key, for records whose bucket stack the daemon derived
+	 * from the shim's own walk (completed with a known tail, or marked truncated): one
+	 * entry per stack, not per record. `stacks_base` is read by a snapshot's scan while
+	 * the drain reads it too; it changes only at a cut, under drain_lock, with no scan
+	 * running (snapshot_lock); `stacks` gets the drain's new entries (drain_lock). */
+	struct inuse_rekey *stacks, *stacks_base;
 
 	/* http_targets.c: LLGO_HEAP_SERVICE from /proc/PID/environ (NULL: none, the command
 	 * name is used) and /proc/PID/exe (NULL: unreadable), read once with the identity
@@ -284,6 +291,7 @@ struct inuse_cut {
 	uint64_t *seqs; /* each ring's next sequence number at the cut */
 	size_t nrings;
 	struct inuse_rekey *rekey;
+	const struct inuse_rekey *stacks; /* the session's stacks_base, read-only during the scan */
 };
 int inuse_cut_locked(struct session *s, struct inuse_cut *c);
 int inuse_apply_cut(struct session *s, struct inuse_cut *c, struct profile *p);
@@ -292,9 +300,11 @@ void inuse_cut_end_locked(struct session *s, struct inuse_cut *c);
  * store the final in-use values in the buckets' free counters and unmap the table. */
 void inuse_freeze_locked(struct session *s);
 /* A record (ring_id, seq) the shim keyed by shim_key went to the bucket with bucket_key
- * (caller holds drain_lock); remembered when they differ. */
+ * (caller holds drain_lock); remembered when they differ: by stack when `derived` (the
+ * bucket's stack is a function of the shim's walk) and that stack maps to one bucket key,
+ * else by record. */
 void inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
-			      uint64_t shim_key, uint64_t bucket_key);
+			      uint64_t shim_key, uint64_t bucket_key, bool derived);
 /* Unmap the table (session teardown). */
 void inuse_release(struct session *s);
 

@@ -14,6 +14,9 @@
  *                         half of its copies with realloc (contents and usable size checked),
  *                         frees them all and exits 0; the parent prints "ready <child's wait
  *                         status>" (and exits 6 if a calloc'ed block was not zero).
+ *   inuse_phases churn N K  N x malloc(32) at site_churn, each freed at once, then K x
+ *                         malloc(64) at site_kept, kept; prints "ready"; exits at the next
+ *                         line (or EOF).
  */
 #include <stdio.h>
 #include <malloc.h>
@@ -28,6 +31,27 @@ __attribute__((noinline)) void *site_before(void) { void *p = malloc(128); KEEP(
 __attribute__((noinline)) void *site_after(void) { void *p = malloc(256); KEEP(p); return p; }
 __attribute__((noinline)) void *site_child(void) { void *p = malloc(512); KEEP(p); return p; }
 __attribute__((noinline)) void *site_race(void) { void *p = malloc(1000); KEEP(p); return p; }
+__attribute__((noinline)) void *site_churn(void) { void *p = malloc(32); KEEP(p); return p; }
+__attribute__((noinline)) void *site_kept(void) { void *p = malloc(64); KEEP(p); return p; }
+
+static int phases_churn(long n, long k)
+{
+	static char inbuf[4096];
+	setvbuf(stdin, inbuf, _IOFBF, sizeof(inbuf));
+	void **v = calloc((size_t)k + 1, sizeof(void *));
+	if (!v)
+		return 1;
+	for (long i = 0; i < n; i++)
+		free(site_churn());
+	for (long i = 0; i < k; i++)
+		v[i] = site_kept();
+	printf("ready\n");
+	fflush(stdout);
+	char line[64];
+	if (!fgets(line, sizeof(line), stdin))
+		return 0;
+	return 0;
+}
 
 /* The parent changes its table after fork, before the child first touches the shim. */
 static int phases_forkrace(long n)
@@ -92,6 +116,8 @@ int main(int argc, char **argv)
 	long n = atol(argv[2]);
 	if (strcmp(argv[1], "forkrace") == 0)
 		return phases_forkrace(n);
+	if (strcmp(argv[1], "churn") == 0)
+		return phases_churn(n, argc > 3 ? atol(argv[3]) : 0);
 	void **v = calloc((size_t)n, sizeof(void *));
 	char line[64];
 	/* stdin's buffer, not one glibc would allocate at the first fgets after "ready" */
