@@ -690,13 +690,14 @@ clean-arm64:
 # libFuzzer harnesses for every parser of input a profiled process or a local user controls:
 # ring records (fuzz_ring), socket messages with their memfds (fuzz_socket, an in-process
 # daemon), HTTP request targets and symbol bodies (fuzz_http), ELF/DWARF files given to the
-# symbolizer (fuzz_elf). `make fuzz` runs each for FUZZ_SECONDS under ASan+UBSan (clang's
+# symbolizer and the CFI rewrite (fuzz_elf), and files plus stack copies given to the unwinder
+# (fuzz_unwind). `make fuzz` runs each for FUZZ_SECONDS under ASan+UBSan (clang's
 # libFuzzer, Debian's libclang-rt-14-dev), growing tests/fuzz/corpus/NAME; a crash is left in
 # build-fuzz/crashes/ and belongs in tests/fuzz/regress/NAME once fixed. `make test` replays
 # every corpus and regression input through the same harnesses built with the test build's
 # compiler and sanitizers (tests/fuzz/replay_main.c, seconds).
 
-FUZZ_NAMES := ring socket http elf
+FUZZ_NAMES := ring socket http elf unwind
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_OUT := build-fuzz

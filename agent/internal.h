@@ -253,6 +253,12 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 void unwind_get_stats(const struct unwind *u, struct unwind_stats *out);
 /* Build the images (and, in auto mode, the frame-pointer ranges) from maps now. */
 void unwind_prepare(struct unwind *u, struct procmaps *maps);
+/* unwind_stack against one ELF file given as bytes (hostile), loaded at bias, without a
+ * process: the parse of its headers and CFI (.eh_frame_hdr, and cfi.c's fallbacks) and
+ * libunwind's walk over the stack copy. For tests/fuzz/fuzz_unwind.c. */
+uint32_t unwind_image_stack(const unsigned char *file, size_t size, uint64_t bias,
+			    const struct llgo_raw_regs *regs, const unsigned char *stack,
+			    uint64_t *out, uint32_t max, bool *truncated);
 /* auto mode (docs/design.md, "Unwinding"). unwind_learn: a whole unwound stack teaches where
  * frame-pointer walks end and what follows there (a root and its suffix). unwind_complete:
  * append a trusted root's suffix to a frame-pointer stack ending at that root (returns the

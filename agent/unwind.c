@@ -777,10 +777,10 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		return 0;
 	out[0] = regs->ip;
 	uint32_t n = 1;
-	if (!u || !maps)
+	if (!u)
 		return n;
 	struct uwctx c = { .u = u, .regs = regs, .stack = stack };
-	if (!unwind_image(&c, regs->ip) && procmaps_find(maps, regs->ip - 1))
+	if (!unwind_image(&c, regs->ip) && maps && procmaps_find(maps, regs->ip - 1))
 		unwind_build_images(u, maps);
 	unw_cursor_t cur;
 	int rc = unw_init_remote(&cur, u->as, &c);
@@ -809,7 +809,7 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		}
 		/* A frame outside every known image may be a library loaded after the images
 		 * were built: rebuild once and go on. */
-		if (!unwind_image(&c, ip) && procmaps_find(maps, ip - 1)) {
+		if (!unwind_image(&c, ip) && maps && procmaps_find(maps, ip - 1)) {
 			unwind_build_images(u, maps);
 			c.last = NULL;
 		}
@@ -845,6 +845,39 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 	*unknown_pc = c.unknown;
 	if (*truncated)
 		u->stats.truncated++;
+	return n;
+}
+
+uint32_t unwind_image_stack(const unsigned char *file, size_t size, uint64_t bias,
+			    const struct llgo_raw_regs *regs, const unsigned char *stack,
+			    uint64_t *out, uint32_t max, bool *truncated)
+{
+	bool unknown;
+	*truncated = true;
+	struct uwfile *f = calloc(1, sizeof(*f));
+	void *img = size ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				-1, 0)
+			 : MAP_FAILED;
+	if (!f || img == MAP_FAILED) {
+		free(f);
+		return 0;
+	}
+	memcpy(img, file, size);
+	f->refs = 1;
+	f->size = size;
+	f->image = img;
+	pthread_mutex_init(&f->cfi_lock, NULL);
+	uint32_t n = 0;
+	struct unwind *u = NULL;
+	if (uwfile_parse(f) == 0 && (u = unwind_new(0, false)) &&
+	    (u->images = calloc(1, sizeof(*u->images))) != NULL) {
+		u->images[0] = (struct uwimage){ f->lo + bias, f->hi + bias, bias, f };
+		u->nimages = 1;
+		f->refs++; /* the image's */
+		n = unwind_stack(u, NULL, regs, stack, NULL, 0, out, max, truncated, &unknown);
+	}
+	unwind_free(u);
+	uwfile_put(f);
 	return n;
 }
 
