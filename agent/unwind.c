@@ -31,8 +31,8 @@
  * limit) is marked truncated; the caller appends a [truncated] frame.
  *
  * Auto mode (the second half of this file): which code keeps frame pointers, found once per
- * file from its CFI (libdw for .eh_frame, cfi.c's scan for the file's own extra CFI), and
- * the roots learned from whole stacks; both go to the
+ * file from its CFI (cfi.c's scan of .eh_frame and of the file's own extra CFI: the daemon
+ * runs no libdw on users' files), and the roots learned from whole stacks; both go to the
  * shim's control page through session.c (docs/design.md, "Unwinding modes").
  *
  * Threads: a struct unwind belongs to one session and is used under its drain lock; the file
@@ -45,11 +45,9 @@
  */
 #include <elf.h>
 #include <dwarf.h>
-#include <elfutils/libdw.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <libelf.h>
 #include <libunwind.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -883,59 +881,6 @@ uint32_t unwind_image_stack(const unsigned char *file, size_t size, uint64_t bia
 
 /* ---- auto mode: which code keeps frame pointers, and where stacks end ------------------- */
 
-static uint32_t uw_le32(const unsigned char *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
-/* End of the code an FDE at vaddr fde covers, when it uses the encoding linkers emit on
- * x86-64 (pc_begin pc-relative sdata4, pc_range sdata4) and agrees with the table's start;
- * else 0. */
-static uint64_t uwfile_fde_end(const struct uwfile *f, uint64_t fde, uint64_t start)
-{
-	uint64_t off = uwfile_offset(f, fde);
-	if (off == UINT64_MAX || !uw_within(off, 16, f->size))
-		return 0;
-	const unsigned char *p = f->image + off;
-	if (uw_le32(p) == 0 || uw_le32(p) == 0xffffffffu)
-		return 0;
-	uint64_t begin = fde + 8 + (uint64_t)(int64_t)(int32_t)uw_le32(p + 8);
-	uint64_t range = uw_le32(p + 12);
-	if (begin != start || range == 0 || range > (1u << 30))
-		return 0;
-	return start + range;
-}
-
-/* Whether some row of the CFI in [lo, hi) computes the CFA from rbp (DWARF register 6):
- * the function sets up a frame pointer, and (the prologue coming first, the epilogue last)
- * every call it makes returns into such a row. */
-static bool uw_cfa_uses_rbp(Dwarf_CFI *cfi, uint64_t lo, uint64_t hi)
-{
-	uint64_t at = lo;
-	for (int rows = 0; at < hi && rows < 64; rows++) {
-		Dwarf_Frame *fr = NULL;
-		if (dwarf_cfi_addrframe(cfi, at, &fr) != 0 || !fr)
-			return false;
-		Dwarf_Op *ops = NULL;
-		size_t nops = 0;
-		Dwarf_Addr start = 0, end = 0;
-		bool sig = false, rbp = false;
-		if (dwarf_frame_cfa(fr, &ops, &nops) == 0 && nops >= 1)
-			rbp = ops[0].atom == DW_OP_breg6 ||
-			      (ops[0].atom == DW_OP_bregx && ops[0].number == 6);
-		bool ok = dwarf_frame_info(fr, &start, &end, &sig) >= 0;
-		free(fr);
-		if (rbp)
-			return true;
-		if (!ok || end <= at)
-			return false;
-		at = end;
-	}
-	return false;
-}
-
 /* A function as classification sees it: [lo, hi) ELF addresses, and whether some row of its
  * CFI computes the CFA from rbp. */
 struct uwfunc {
@@ -962,50 +907,57 @@ static bool uwfile_own_cfi(const struct uwfile *f)
 }
 
 /*
- * The functions of f (one per FDE: .eh_frame_hdr's entries, extending to the next entry when
- * an FDE's own end cannot be read, and the file's own extra CFI, cfi.c) that set up a frame
- * pointer (some CFI row computes the CFA from rbp): code whose calls return into a frame a
- * frame-pointer walk reads right. Runs of such functions become ranges. A function put in a
- * range wrongly would let a walk skip its caller, so anything unclear (no CFI, rsp-based CFA
- * throughout, an FDE overlapping an earlier one) stays out. For extra CFI "some row" is "some
- * instruction of the CIE or FDE sets the CFA register to rbp" (cfi.c's scan).
+ * The functions of f (one per FDE of its .eh_frame, and of the file's own extra CFI) that set
+ * up a frame pointer: some instruction of the CIE or FDE sets the CFA register to rbp (cfi.c's
+ * scan; a CFA given by an expression, as gcc writes for a realigned stack, does not count):
+ * code whose calls return into a frame a frame-pointer walk reads right. Runs of such
+ * functions become ranges. A function put in a range wrongly would let a walk skip its
+ * caller, so anything unclear (no CFI, rsp-based CFA throughout, an FDE cfi.c rejects, an FDE
+ * overlapping an earlier one) stays out.
  */
 static void uwfile_classify_locked(struct uwfile *f)
 {
 	f->fp_done = true;
 	const struct cfi_table *t = uwfile_own_cfi(f) ? uwfile_cfi(f) : NULL;
-	uint64_t nh = f->has_table ? f->fde_count : 0, nt = t ? t->count : 0;
-	if (nh + nt < 2)
-		return;
-	Elf *elf = NULL;
-	Dwarf_CFI *cfi = NULL;
-	if (nh) {
-		elf_version(EV_CURRENT);
-		elf = elf_memory((char *)(uintptr_t)f->image, f->size);
-		cfi = elf ? dwarf_getcfi_elf(elf) : NULL;
+	/* The .eh_frame the header indexes, scanned by cfi.c (never libdw: the daemon parses
+	 * users' CFI with its own checked reader only). */
+	struct cfi_table eh;
+	memset(&eh, 0, sizeof(eh));
+	if (f->has_table && f->fde_count) {
+		struct cfi_range code[UNWIND_MAX_SEGS];
+		size_t ncode = 0;
+		for (uint32_t i = 0; i < f->nsegs; i++)
+			if (f->segs[i].exec)
+				code[ncode++] = (struct cfi_range){
+					f->segs[i].vaddr, f->segs[i].vaddr + f->segs[i].filesz
+				};
+		const unsigned char *sec;
+		size_t len;
+		uint64_t vaddr;
+		void *owned = NULL;
+		if (cfi_elf_section(f->image, f->size, ".eh_frame", &sec, &len, &vaddr, &owned) == 0)
+			cfi_build(&eh, sec, len, true, vaddr, code, ncode, f->lo);
+		free(owned);
 	}
-	struct uwfunc *fn = calloc(nh + nt, sizeof(*fn));
-	struct uwrange *v = calloc(nh + nt, sizeof(*v));
+	const struct cfi_table *tabs[2] = { &eh, t };
+	size_t nt = eh.count + (t ? t->count : 0);
+	if (nt < 2) {
+		cfi_table_free(&eh);
+		return;
+	}
+	struct uwfunc *fn = calloc(nt, sizeof(*fn));
+	struct uwrange *v = calloc(nt, sizeof(*v));
 	if (!fn || !v) {
 		free(v);
 		goto out;
 	}
 	size_t nf = 0;
-	uint64_t toff = nh ? uwfile_offset(f, f->table_vaddr) : 0;
-	for (uint64_t i = 0; i < nh; i++) {
-		const unsigned char *e = f->image + toff + i * 8;
-		uint64_t lo = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e);
-		uint64_t fde = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e + 4);
-		uint64_t hi = uwfile_fde_end(f, fde, lo);
-		if (hi == 0 && i + 1 < nh) /* unusual encoding: up to the next one */
-			hi = f->hdr_vaddr + (uint64_t)(int64_t)(int32_t)uw_le32(e + 8);
-		if (hi > lo)
-			fn[nf++] = (struct uwfunc){ lo, hi, cfi && uw_cfa_uses_rbp(cfi, lo, hi) };
-	}
-	for (uint64_t i = 0; i < nt; i++) {
-		uint64_t lo = f->lo + (uint64_t)t->entries[i].start;
-		fn[nf++] = (struct uwfunc){ lo, lo + t->entries[i].len, t->entries[i].rbp };
-	}
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; tabs[k] && i < tabs[k]->count; i++) {
+			uint64_t lo = f->lo + (uint64_t)tabs[k]->entries[i].start;
+			fn[nf++] = (struct uwfunc){ lo, lo + tabs[k]->entries[i].len,
+						    tabs[k]->entries[i].rbp };
+		}
 	qsort(fn, nf, sizeof(*fn), uwfunc_cmp);
 	size_t n = 0;
 	bool open = false;
@@ -1037,10 +989,7 @@ static void uwfile_classify_locked(struct uwfile *f)
 	f->nfp = n;
 out:
 	free(fn);
-	if (cfi)
-		dwarf_cfi_end(cfi);
-	if (elf)
-		elf_end(elf);
+	cfi_table_free(&eh);
 }
 
 static int uwrange_cmp(const void *a, const void *b)
