@@ -720,8 +720,28 @@ static unw_accessors_t uw_accessors = {
 
 /* ---- sessions --------------------------------------------------------------------------- */
 
+/* libunwind initializes itself at the first cursor (unw_init_remote), writing a global (its
+ * signal mask) before it takes its lock, at every call until the first is done: two
+ * sessions drained at once for the first time raced there (ThreadSanitizer). Its first
+ * cursor is made here, once, over an empty unwind and a zero register set. */
+static pthread_once_t uw_once = PTHREAD_ONCE_INIT;
+
+static void uw_init_once(void)
+{
+	static struct unwind none;
+	static const struct llgo_raw_regs zero;
+	unw_addr_space_t as = unw_create_addr_space(&uw_accessors, 0);
+	if (!as)
+		return;
+	struct uwctx c = { .u = &none, .regs = &zero, .stack = NULL };
+	unw_cursor_t cur;
+	(void)unw_init_remote(&cur, as, &c);
+	unw_destroy_addr_space(as);
+}
+
 struct unwind *unwind_new(pid_t pid, bool auto_mode)
 {
+	pthread_once(&uw_once, uw_init_once);
 	struct unwind *u = calloc(1, sizeof(*u));
 	if (!u)
 		return NULL;
