@@ -383,17 +383,24 @@ static void uwfile_put(struct uwfile *f)
 		uwfile_destroy(f);
 }
 
+/* f's executable segments as ELF address ranges (where cfi.c accepts FDEs); their count. */
+static size_t uwfile_code_ranges(const struct uwfile *f, struct cfi_range code[UNWIND_MAX_SEGS])
+{
+	size_t n = 0;
+	for (uint32_t i = 0; i < f->nsegs; i++)
+		if (f->segs[i].exec)
+			code[n++] = (struct cfi_range){ f->segs[i].vaddr,
+							 f->segs[i].vaddr + f->segs[i].filesz };
+	return n;
+}
+
 /* The CFI f's .eh_frame_hdr does not index, from the first source that has some: the file's
  * own .debug_frame; its .eh_frame when it has no usable .eh_frame_hdr; the .debug_frame of
  * its separate debug file (found as the symbolizer finds it). */
 static void uwfile_build_cfi(struct uwfile *f)
 {
 	struct cfi_range code[UNWIND_MAX_SEGS];
-	size_t ncode = 0;
-	for (uint32_t i = 0; i < f->nsegs; i++)
-		if (f->segs[i].exec)
-			code[ncode++] = (struct cfi_range){ f->segs[i].vaddr,
-							    f->segs[i].vaddr + f->segs[i].filesz };
+	size_t ncode = uwfile_code_ranges(f, code);
 	const unsigned char *sec;
 	size_t len;
 	uint64_t vaddr;
@@ -945,12 +952,7 @@ static void uwfile_classify_locked(struct uwfile *f)
 	memset(&eh, 0, sizeof(eh));
 	if (f->has_table && f->fde_count) {
 		struct cfi_range code[UNWIND_MAX_SEGS];
-		size_t ncode = 0;
-		for (uint32_t i = 0; i < f->nsegs; i++)
-			if (f->segs[i].exec)
-				code[ncode++] = (struct cfi_range){
-					f->segs[i].vaddr, f->segs[i].vaddr + f->segs[i].filesz
-				};
+		size_t ncode = uwfile_code_ranges(f, code);
 		const unsigned char *sec;
 		size_t len;
 		uint64_t vaddr;
