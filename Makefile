@@ -168,7 +168,7 @@ $(OUT)/lib/libllgoheap.so: $(SHIM_OBJS) shim/libllgoheap.map
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) -shared -o $@ $(SHIM_OBJS) -Wl,--version-script=shim/libllgoheap.map \
-		-Wl,-z,now -Wl,-z,relro -Wl,-z,max-page-size=0x10000 -ldl -pthread
+		-Wl,-z,now -Wl,-z,relro -Wl,--sort-section=alignment -ldl -pthread
 
 # The shim's code in the archives goes to its own section, llgo_heap_text: the linker then
 # defines __start_/__stop_llgo_heap_text, the exact range stack.c trims, whichever program or
@@ -237,7 +237,7 @@ $(OUT)/progs/libllgoheap-noprobe.so: $(SHIM_SRCS) $(HEADERS) shim/libllgoheap.ma
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_SHIM) -DLLGO_HEAP_TEST_NO_PROBE -shared -o $@ $(SHIM_SRCS) \
-		-Wl,--version-script=shim/libllgoheap.map -Wl,-z,now -Wl,-z,relro -ldl -pthread
+		-Wl,--version-script=shim/libllgoheap.map -Wl,-z,now -Wl,-z,relro -Wl,--sort-section=alignment -ldl -pthread
 
 $(OUT)/progs/%.so: tests/progs/%.c
 	$(call msg,CC,$@)

@@ -28,10 +28,10 @@
 
 /* The reservation the control page is mapped over; see internal.h. Zero (rate 0) until a
  * daemon is attached. */
-llgo_hidden union attach_area attach_area llgo_aligned(LLGO_PAGE_MAX);
+llgo_hidden union attach_area attach_area llgo_aligned(ATTACH_AREA_SIZE);
 llgo_hidden uint32_t attach_page_size = LLGO_PAGE_MIN;
 
-_Static_assert(sizeof(union attach_area) == LLGO_PAGE_MAX, "the reservation is a max page");
+_Static_assert(sizeof(union attach_area) == ATTACH_AREA_SIZE, "the reservation is one page");
 
 uint64_t attach_now_ns(void)
 {

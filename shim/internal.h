@@ -380,12 +380,25 @@ bool full_daemon_serving(void);
 
 /* ---- attach.c: the transport to llgo-heapd (a leaf: no state machine) ----------------- */
 
-/* The control page: the first page of a LLGO_PAGE_MAX-aligned reservation in the shim's .bss,
- * replaced (MAP_FIXED) by the first page of the process memfd at attach, so that the fast
- * path reads rate_word with one RIP-relative load whatever the kernel's page size. */
+/* The largest page the architecture's kernels use: x86-64 has 4 KiB base pages only; others
+ * (arm64, ppc64) may run 16 or 64 KiB pages. A process whose page is larger stays detached. */
+#if defined(__x86_64__) || defined(__i386__)
+#define ATTACH_AREA_SIZE 4096u
+#else
+#define ATTACH_AREA_SIZE LLGO_PAGE_MAX
+#endif
+_Static_assert(ATTACH_AREA_SIZE >= LLGO_PAGE_MIN && ATTACH_AREA_SIZE <= LLGO_PAGE_MAX,
+	       "the reservation is one page the layout allows");
+
+/* The control page: the first page of an ATTACH_AREA_SIZE-aligned reservation in the shim's
+ * .bss, replaced (MAP_FIXED) by the first page of the process memfd at attach, so that the
+ * fast path reads rate_word with one RIP-relative load whatever the kernel's page size. The
+ * reservation is no larger than the architecture's largest page: a 64 KiB alignment on x86-64
+ * made the linker add a segment, or, linked with a 64 KiB max page size, three PROT_NONE gaps
+ * between the library's segments; every mapping more is work for each fork(). */
 union attach_area {
 	struct llgo_ctl ctl;
-	unsigned char bytes[LLGO_PAGE_MAX];
+	unsigned char bytes[ATTACH_AREA_SIZE];
 };
 extern union attach_area attach_area;
 #define attach_ctl (attach_area.ctl)

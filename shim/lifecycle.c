@@ -658,7 +658,7 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 	lifecycle_main_thread();
 	pthread_atfork(lifecycle_atfork_prepare, lifecycle_atfork_parent, lifecycle_atfork_child);
 	lifecycle_socket_path();
-	if (!lifecycle_path[0] || attach_page_size > LLGO_PAGE_MAX)
+	if (!lifecycle_path[0] || attach_page_size > ATTACH_AREA_SIZE)
 		return;
 	if (lifecycle_filtered_at_start()) {
 		lifecycle_say("not attached: ", "the process runs under a seccomp filter");
