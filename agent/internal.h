@@ -57,6 +57,13 @@ struct ring_reader {
 	 * that ended before the process did): counted as sampled and dropped. */
 	uint64_t prior;
 	unsigned char *scratch; /* LLGO_RECORD_RAW_MAX_LEN bytes for RAW records, on demand */
+	/* Giving drained pages back (ring_reader_release): bytes drained in the current window
+	 * of about a second, its start (CLOCK_MONOTONIC_COARSE, ns), and whether the last whole
+	 * window was light (less than a quarter of the ring drained). */
+	uint64_t win_bytes;
+	uint64_t win_start_ns;
+	bool light;
+	uint64_t release_from; /* drained positions from here on may still be resident */
 };
 
 /* A valid record copied out of the ring; frames points into the reader's scratch copy and

@@ -36,6 +36,17 @@
  *     flight) were delivered: sampled is reported as delivered + dropped + corrupt.
  * ring_reader_account() applies both rules to one ring, ring_account_add() sums rings and
  * ring_account_lost() adds the control page's lost_no_ring (sampled and dropped).
+ *
+ * Resident memory: a ring's pages, once written, stay resident in both processes (shared
+ * memory counts in the program's RSS) although a ring that cycles slowly holds only a few
+ * records at a time. So when a ring is light (less than a quarter of it drained in the last
+ * second and so far in this one), the whole pages of what was drained since the last release
+ * are given back (MADV_REMOVE: a hole in the memfd, zero when next touched). The producer
+ * writes only in [head, tail + size) and never reads ring data: a drained page starting at
+ * position a is written again only once head passes a + size. Pages are released only while
+ * head - a < size / 2, so the producer would have to write half a ring during the madvise to
+ * reach one; if a hostile or bursting producer does, its records there read back as corrupt
+ * and are counted so. A busy ring keeps its pages: the producer would fault each one in again.
  */
 #include <limits.h>
 #include <linux/futex.h>
@@ -45,6 +56,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -83,6 +95,7 @@ int ring_reader_init(struct ring_reader *r, void *mem, size_t map_len, uint32_t 
 	uint64_t head = atomic_load_explicit(&r->hdr->head, memory_order_acquire);
 	uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_relaxed);
 	r->tail = head - tail <= r->data_size ? tail : head;
+	r->release_from = r->tail;
 	return 0;
 }
 
@@ -157,6 +170,57 @@ void ring_reader_unmap(struct ring_reader *r)
 	if (r->hdr)
 		munmap(r->hdr, r->map_len);
 	memset(r, 0, sizeof(*r));
+}
+
+/* Give back the whole pages of drained ring positions [from, to) (see the top); head is the
+ * producer's published end. Returns the position from which pages may still be resident. */
+static uint64_t ring_reader_release(struct ring_reader *r, uint64_t from, uint64_t to,
+				    uint64_t head)
+{
+	static long page;
+	if (!page)
+		page = sysconf(_SC_PAGESIZE);
+	if (to - from > r->data_size)
+		from = to - r->data_size;
+	if (page <= 0 || head - from >= r->data_size / 2)
+		return to; /* (also head behind from: a forged head) */
+	uint64_t done = from;
+	while (done != to) {
+		uint64_t off = done & r->mask;
+		uint64_t seg = r->data_size - off < to - done ? r->data_size - off : to - done;
+		uintptr_t a = (uintptr_t)(r->data + off), b = a + seg;
+		uintptr_t pa = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+		uintptr_t pb = b & ~((uintptr_t)page - 1);
+		if (pb > pa)
+			(void)madvise((void *)pa, pb - pa, MADV_REMOVE);
+		if (pb < b) { /* a partial page at the end waits for the next drain */
+			if (pb > a)
+				done += pb - a;
+			break;
+		}
+		done += seg;
+	}
+	return done;
+}
+
+/* Whether this drain's emptied pages go back: the ring is light in the current window of
+ * about a second so far, and was in the last whole one (a new ring counts as light). */
+static bool ring_reader_light(struct ring_reader *r, uint64_t drained)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (!r->win_start_ns) {
+		r->win_start_ns = now;
+		r->light = true;
+	}
+	if (now - r->win_start_ns >= 1000000000ull) {
+		r->light = r->win_bytes < r->data_size / 4;
+		r->win_bytes = 0;
+		r->win_start_ns = now;
+	}
+	r->win_bytes += drained;
+	return r->light && r->win_bytes < r->data_size / 4;
 }
 
 size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
@@ -248,6 +312,10 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 			fn(arg, rec, (const uint64_t *)(const void *)(bytes + sizeof(*rec)));
 		delivered++;
 	}
+	if (pos - r->tail <= r->data_size && ring_reader_light(r, pos - r->tail))
+		r->release_from = ring_reader_release(r, r->release_from, pos, head);
+	else
+		r->release_from = pos;
 	r->tail = pos;
 	/* Pairs with the producer's acquire load of tail: the bytes before pos were copied. */
 	atomic_store_explicit(&h->tail, pos, memory_order_release);

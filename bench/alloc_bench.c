@@ -27,10 +27,13 @@
  * --live L with --pairs N keeps a live heap of L blocks (each step frees the oldest block and
  * allocates a new one, FIFO), for the resident-memory cost of in-use tracking; with --touch
  * every block is written whole, as a program fills what it allocates (untouched blocks
- * placed in pages of their own would never become resident).
+ * placed in pages of their own would never become resident); --seed K draws another table of
+ * mixed sizes (glibc's heap ends at sizes that differ by a megabyte from one sequence to the
+ * next: compare configurations over the same seeds).
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,9 +65,10 @@ struct config {
 	int rss;
 	int touch;
 	int verbose;
+	unsigned long seed;
 };
 
-static struct config cfg = { WL_SMALL, 1, 5, 61, 250000, 0, 0, 0, 0, 0, 0 };
+static struct config cfg = { WL_SMALL, 1, 5, 61, 250000, 0, 0, 0, 0, 0, 0, 0 };
 static uint16_t mixed_sizes[MIXED_TABLE];
 static pthread_barrier_t barrier;
 static volatile int stop_flag;
@@ -76,10 +80,13 @@ static double now_ns(void)
 	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* Log-uniform sizes 16 .. 4096 from a fixed xorshift sequence: the same table every run. */
-static void mixed_init(void)
+/* Log-uniform sizes 16 .. 4096 from a fixed xorshift sequence: the same table every run with
+ * the same --seed (0 unless given). */
+static void mixed_init(uint64_t seed)
 {
-	uint64_t x = 0x9e3779b97f4a7c15ULL;
+	uint64_t x = 0x9e3779b97f4a7c15ULL ^ (seed * 0xbf58476d1ce4e5b9ULL);
+	if (!x)
+		x = 1;
 	for (unsigned i = 0; i < MIXED_TABLE; i++) {
 		x ^= x << 13;
 		x ^= x >> 7;
@@ -256,8 +263,21 @@ static void print_rss(void)
 		sscanf(line, "RssShmem: %ld", &shmem);
 	}
 	fclose(f);
-	printf("RSS vmrss_kb=%ld anon_kb=%ld file_kb=%ld shmem_kb=%ld\n", vmrss, anon, file,
-	       shmem);
+	/* the [heap] mapping's resident part: glibc's main heap, whose size moves by a megabyte
+	 * with the exact sequence of sizes (--seed); the rest is what libraries and the shim add */
+	long heap = 0;
+	bool in_heap = false;
+	if ((f = fopen("/proc/self/smaps", "r"))) {
+		while (fgets(line, sizeof(line), f)) {
+			if (strchr(line, '-') && strstr(line, " rw") && strchr(line, ':'))
+				in_heap = strstr(line, "[heap]") != NULL;
+			if (in_heap && sscanf(line, "Rss: %ld", &heap) == 1)
+				in_heap = false;
+		}
+		fclose(f);
+	}
+	printf("RSS vmrss_kb=%ld anon_kb=%ld file_kb=%ld shmem_kb=%ld heap_kb=%ld\n", vmrss, anon,
+	       file, shmem, heap);
 	/* ALLOC_BENCH_SMAPS=FILE: the mappings behind those figures (where resident memory is) */
 	const char *dump = getenv("ALLOC_BENCH_SMAPS");
 	FILE *in = dump ? fopen("/proc/self/smaps", "r") : NULL, *out = in ? fopen(dump, "w") : NULL;
@@ -273,7 +293,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: alloc_bench [-w small|mixed|new|new-aligned] [-t THREADS] "
 			"[-W WARMUP] [-n BATCHES] [-b BATCH] [--seconds S] [--pairs N [--live L [--touch]]] "
-			"[--rss] [-v]\n");
+			"[--seed K] [--rss] [-v]\n");
 	exit(2);
 }
 
@@ -322,6 +342,8 @@ int main(int argc, char **argv)
 			cfg.pairs = atol(v);
 		} else if (strcmp(a, "--live") == 0) {
 			cfg.live = atol(v);
+		} else if (strcmp(a, "--seed") == 0) {
+			cfg.seed = strtoul(v, NULL, 10);
 		} else {
 			usage();
 		}
@@ -329,7 +351,7 @@ int main(int argc, char **argv)
 	if (cfg.threads < 1 || cfg.threads > 64 || cfg.batches < 1 || cfg.warmup < 0 ||
 	    cfg.batch < 1)
 		usage();
-	mixed_init();
+	mixed_init(cfg.seed);
 
 	if (cfg.pairs > 0) {
 		bench_loop(cfg.pairs);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../agent/internal.h"
@@ -609,4 +610,86 @@ Test(ring, baseline_counts_unread_stack_copies)
 	cr_expect_eq(t.r.prior, 0, "%llu of 3 unread records taken as an earlier daemon's",
 		     (unsigned long long)t.r.prior);
 	tring_free(&t);
+}
+
+/* ---- resident pages: a light ring gives drained pages back ------------------------------- */
+
+static long memfd_pages(int fd)
+{
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	return (long)(st.st_blocks * 512 / 4096);
+}
+
+/* A memfd ring of data_size bytes mapped for both ends (the reader as the daemon maps it). */
+static int resident_ring(uint32_t data_size, struct emit_ring *w, struct ring_reader *r)
+{
+	int fd = make_memfd(data_size, true, 9, LLGO_RING_MAGIC);
+	size_t len = LLGO_RING_HEADER_SIZE + data_size;
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	cr_assert(m != MAP_FAILED);
+	w->hdr = m;
+	w->data = (unsigned char *)m + LLGO_RING_HEADER_SIZE;
+	w->mask = data_size - 1;
+	cr_assert_eq(ring_reader_map(r, fd, 9, data_size), 0);
+	return fd;
+}
+
+static void resident_ring_free(int fd, uint32_t data_size, struct emit_ring *w,
+			       struct ring_reader *r)
+{
+	ring_reader_unmap(r);
+	munmap(w->hdr, LLGO_RING_HEADER_SIZE + data_size);
+	close(fd);
+}
+
+Test(ring, drained_pages_of_a_light_ring_are_given_back)
+{
+	enum { DATA = 256u << 10 };
+	struct emit_ring w;
+	struct ring_reader r;
+	int fd = resident_ring(DATA, &w, &r);
+	uint64_t seen[2] = { 0, 0 }, pushed = 0;
+	long before = memfd_pages(fd), most = 0;
+	/* 6 bursts of 10 KiB, each drained: 60 KiB in all, under a quarter of the ring */
+	for (int burst = 0; burst < 6; burst++) {
+		uint64_t start = atomic_load(&w.hdr->head);
+		while (atomic_load(&w.hdr->head) - start < 10u << 10)
+			cr_assert(push_seq(&w, ++pushed));
+		long p = memfd_pages(fd);
+		if (p > most)
+			most = p;
+		ring_reader_drain(&r, count_cb, seen);
+	}
+	long after = memfd_pages(fd);
+	cr_expect_eq(seen[0], pushed, "delivered %llu of %llu", (unsigned long long)seen[0],
+		     (unsigned long long)pushed);
+	cr_expect_eq(r.counts.corrupt, 0);
+	cr_expect_geq(most, before + 3, "the bursts were resident (%ld pages)", most);
+	cr_expect_leq(after, before + 1, "drained pages kept: %ld before, %ld after", before,
+		      after);
+	/* written again after the release: read back intact */
+	for (int i = 0; i < 100; i++)
+		cr_assert(push_seq(&w, ++pushed));
+	ring_reader_drain(&r, count_cb, seen);
+	cr_expect_eq(seen[0], pushed);
+	cr_expect_eq(r.counts.corrupt, 0);
+	resident_ring_free(fd, DATA, &w, &r);
+}
+
+Test(ring, busy_ring_keeps_its_pages)
+{
+	enum { DATA = 256u << 10 };
+	struct emit_ring w;
+	struct ring_reader r;
+	int fd = resident_ring(DATA, &w, &r);
+	uint64_t seen[2] = { 0, 0 }, pushed = 0;
+	/* 128 KiB at once: half the ring in this second, more than a light ring drains */
+	while (atomic_load(&w.hdr->head) < 128u << 10)
+		cr_assert(push_seq(&w, ++pushed));
+	long full = memfd_pages(fd);
+	ring_reader_drain(&r, count_cb, seen);
+	cr_expect_eq(seen[0], pushed);
+	cr_expect_geq(memfd_pages(fd), full - 1, "a busy ring's pages were given back");
+	resident_ring_free(fd, DATA, &w, &r);
 }
