@@ -109,7 +109,9 @@ ssize_t msg_recv(int sock, void *buf, size_t cap, int *fd)
 			if (fd)
 				*fd = -1;
 		}
-		return -EMSGSIZE;
+		/* MSG_CTRUNC alone: the packet fit but a descriptor it carried could not be
+		 * installed here (this process is out of descriptors, or more were sent) */
+		return (mh.msg_flags & MSG_TRUNC) ? -EMSGSIZE : -EMFILE;
 	}
 	return r;
 }

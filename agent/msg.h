@@ -26,7 +26,8 @@ void msg_attach_fd(struct msghdr *mh, union msg_fd_control *ctl, int fd);
 /* Send one packet, with fd attached when fd >= 0. */
 int msg_send(int sock, const void *pkt, size_t n, int fd);
 /* Receive one packet into buf (cap bytes); *fd gets an attached descriptor or -1. Returns the
- * packet length, 0 at EOF, or a negative errno. Truncated packets are an error (-EMSGSIZE). */
+ * packet length, 0 at EOF, or a negative errno. Truncated packets are an error (-EMSGSIZE), and
+ * so is a packet whose descriptors could not all be received (-EMFILE). */
 ssize_t msg_recv(int sock, void *buf, size_t cap, int *fd);
 
 #endif

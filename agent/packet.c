@@ -76,6 +76,11 @@ void packet_event(struct server *srv, struct conn *c)
 		conn_malformed(c, "packet larger than %u bytes", LLGO_MSG_MAX);
 		return;
 	}
+	if (r == -EMFILE) {
+		conn_malformed(c, "a descriptor it sent was lost (this daemon is out of "
+				  "descriptors, or it sent more than one)");
+		return;
+	}
 	if (r <= 0) { /* EOF, or the peer reset the connection */
 		if (fd >= 0)
 			close(fd);

@@ -48,7 +48,11 @@ static void *server_loop(void *arg)
 		int timeout = atomic_load(&srv->out_waiting) ? SERVER_OUT_SCAN_MS
 			      : atomic_load(&srv->unseen) ? SERVER_IDLE_SCAN_MS
 							  : -1;
+		if (srv->accept_paused_until && (timeout < 0 || timeout > (int)SERVER_ACCEPT_PAUSE_MS))
+			timeout = SERVER_ACCEPT_PAUSE_MS;
 		int n = epoll_wait(srv->epfd, ev, 64, timeout);
+		if (srv->accept_paused_until)
+			conn_accept_resume(srv);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -208,8 +212,9 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	struct rlimit rl;
 	srv->max_conns = SERVER_MAX_CONNS;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-	    rl.rlim_cur < SERVER_MAX_CONNS + 64)
-		srv->max_conns = rl.rlim_cur > 128 ? (size_t)rl.rlim_cur - 64 : 64;
+	    rl.rlim_cur < (SERVER_MAX_CONNS + 64) * SERVER_FDS_PER_CONN)
+		srv->max_conns = rl.rlim_cur > 256 ? (size_t)(rl.rlim_cur - 64) / SERVER_FDS_PER_CONN
+						   : 64;
 
 	int fd = listen_systemd_fd(err, errlen);
 	if (fd >= 0) {

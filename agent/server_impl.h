@@ -30,6 +30,12 @@
 #define SERVER_SEND_TIMEOUT_S 5
 #define SERVER_SETTLE_MS 200u
 #define SERVER_MAX_CONNS 65536u
+/* Descriptors a profiled process's connection holds in all: the socket, its pidfd and its
+ * memfd (ring mappings, the live table's and symbol files' are closed or shared). */
+#define SERVER_FDS_PER_CONN 3u
+/* How long accepting pauses when the daemon is out of descriptors and has no spare left:
+ * a pending connection would otherwise wake the loop without end. */
+#define SERVER_ACCEPT_PAUSE_MS 100u
 #define SERVER_JOB_EXIT 0xffffu /* not a message type: the peer is gone */
 #define SERVER_MAX_OUT_BYTES (512ull << 20) /* unsent answers, all connections together */
 #define SERVER_OUT_SCAN_MS 250
@@ -101,6 +107,9 @@ struct server {
 	dev_t sock_dev;
 	ino_t sock_ino;
 	int spare_fd; /* closed to accept-and-drop when out of descriptors */
+	/* CLOCK_MONOTONIC ns until which the listening socket is out of the epoll set (0: in
+	 * it); the loop's thread only */
+	uint64_t accept_paused_until;
 	int epfd;
 	int wake_fd;
 	struct session_registry *reg;
@@ -141,6 +150,8 @@ struct server {
 int64_t conn_now_ms(void);
 /* Accept every pending connection (the loop): peer credentials, identity pinned, budgets. */
 void conn_accept(struct server *srv);
+/* Put the listening socket back in the epoll set once an accept pause is over. */
+void conn_accept_resume(struct server *srv);
 /* Unlink, close and free c (its session reference and budgets given back). */
 void conn_close(struct conn *c);
 /* Hand c back to the loop for its next packet (closes it when the server stops). */

@@ -13,6 +13,12 @@
  * LLGO_MSG_WAKE, without waiting, so bursts are drained before the ring fills. A sample that
  * finds no ring is counted in ctl.lost_no_ring.
  *
+ * The first rings share one mapping of the memfd (emit_window: as many rings as fit in
+ * EMIT_WINDOW_BYTES, mapped at the first ring's creation), since every mapping a process has
+ * is work for each fork() it makes; rings past the window, or made while another thread maps
+ * it, get mappings of their own. The window reaches past the memfd's end: a ring in it is
+ * touched only once the memfd was grown to hold it.
+ *
  * After fork() the child forgets every ring (emit_forget_all): they are unmapped, the table is
  * cleared, and the generation counter changes so that no thread state refers to them.
  * What is left to others: the daemon connection (attach.c), the decision and stack (sample.c,
@@ -154,6 +160,47 @@ static void emit_count_ring(uint32_t slot)
 		;
 }
 
+#define EMIT_WINDOW_BYTES (64u << 20)
+enum { EMIT_WINDOW_NONE, EMIT_WINDOW_MAKING, EMIT_WINDOW_READY, EMIT_WINDOW_FAILED };
+static unsigned char *_Atomic emit_window;
+static _Atomic int emit_window_state;
+
+/* Rings in the window: at least one. */
+static uint32_t emit_window_rings(void)
+{
+	uint64_t n = EMIT_WINDOW_BYTES / emit_map_len();
+	return n ? (uint32_t)n : 1u;
+}
+
+/* Where ring `slot` lies in the window, mapping the window first if no thread has; NULL: the
+ * ring gets a mapping of its own. */
+static void *emit_window_slot(int fd, uint32_t slot)
+{
+	if (slot >= emit_window_rings())
+		return NULL;
+	int st = atomic_load_explicit(&emit_window_state, memory_order_acquire);
+	if (st == EMIT_WINDOW_NONE &&
+	    atomic_compare_exchange_strong_explicit(&emit_window_state, &st, EMIT_WINDOW_MAKING,
+						    memory_order_acquire, memory_order_acquire)) {
+		size_t len = (size_t)emit_window_rings() * emit_map_len();
+		void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+			       (off_t)llgo_ring_offset(0, emit_size, attach_page_size));
+		if (m != MAP_FAILED)
+			madvise(m, len, MADV_DONTFORK);
+		atomic_store_explicit(&emit_window, m == MAP_FAILED ? NULL : (unsigned char *)m,
+				      memory_order_relaxed);
+		/* release: the window's address before READY */
+		atomic_store_explicit(&emit_window_state,
+				      m == MAP_FAILED ? EMIT_WINDOW_FAILED : EMIT_WINDOW_READY,
+				      memory_order_release);
+		st = m == MAP_FAILED ? EMIT_WINDOW_FAILED : EMIT_WINDOW_READY;
+	}
+	if (st != EMIT_WINDOW_READY)
+		return NULL;
+	unsigned char *w = atomic_load_explicit(&emit_window, memory_order_relaxed);
+	return w + (size_t)slot * emit_map_len();
+}
+
 static bool emit_create(struct llgo_heap_thread *t)
 {
 	const struct attach_fd *mem = lifecycle_memfd();
@@ -166,14 +213,19 @@ static bool emit_create(struct llgo_heap_thread *t)
 	uint64_t off = llgo_ring_offset(slot, emit_size, attach_page_size);
 	if (!emit_grow(mem->fd, off + len))
 		return false;
-	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mem->fd, (off_t)off);
-	if (m == MAP_FAILED)
-		return false;
 	/* A fork child must never write its parent's rings: it does not even map them. */
-	madvise(m, len, MADV_DONTFORK);
+	void *m = emit_window_slot(mem->fd, slot);
+	bool own = !m;
+	if (own) {
+		m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mem->fd, (off_t)off);
+		if (m == MAP_FAILED)
+			return false;
+		madvise(m, len, MADV_DONTFORK);
+	}
 	struct emit_ring r;
 	if (emit_ring_format(&r, m, len, emit_size, slot, t->tid) != 0) {
-		munmap(m, len);
+		if (own)
+			munmap(m, len);
 		return false;
 	}
 	atomic_store_explicit(&emit_table[slot], r.hdr, memory_order_release);
@@ -268,6 +320,9 @@ void emit_forget_all(void)
 	for (uint32_t i = 0; i < n; i++)
 		atomic_store_explicit(&emit_table[i], NULL, memory_order_relaxed);
 	atomic_store_explicit(&emit_nslots, 0, memory_order_relaxed);
+	/* (the window, like the rings, stays mapped where it was mapped: see above) */
+	atomic_store_explicit(&emit_window, NULL, memory_order_relaxed);
+	atomic_store_explicit(&emit_window_state, EMIT_WINDOW_NONE, memory_order_relaxed);
 	uint32_t g = atomic_load_explicit(&emit_gen, memory_order_relaxed) + 1;
 	atomic_store_explicit(&emit_gen, g ? g : 1, memory_order_relaxed);
 	struct llgo_heap_thread *t = &llgo_heap_tls;

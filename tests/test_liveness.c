@@ -11,10 +11,14 @@
  *   - the daemon SIGKILLed and restarted on the same socket while a program allocates at rate
  *     1 (tests/progs/life_restart.c): the program runs on and exits 0, its allocations after
  *     it is back are in the new daemon's profile exactly, and the accounting line states what
- *     was lost (detached, earlier_daemon) and reconnects=1.
+ *     was lost (detached, earlier_daemon) and reconnects=1;
+ *   - a daemon out of file descriptors (its limit lowered while it runs, as a storm of
+ *     profiled processes would use them up) refuses connections without spinning, the
+ *     programs run on, and it serves again once they are gone.
  * Timings are logged; their bounds are loose (behaviour, not speed: bench/ measures speed).
  */
 #include <spawn.h>
+#include <sys/resource.h>
 
 #include "life_util.h"
 
@@ -414,4 +418,48 @@ Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 	free(out);
 	cr_expect_eq(heapd_stop(&d2), 0);
 	e2e_rmdir(dir);
+}
+
+/* ---- a daemon out of file descriptors -------------------------------------------------------- */
+
+Test(liveness, out_of_descriptors_refuses_without_spinning, .timeout = 120)
+{
+	struct heapd d;
+	heapd_start(&d, NULL, NULL);
+	/* each profiled process holds three of the daemon's descriptors: 60 need 180 */
+	struct rlimit rl = { 96, 96 };
+	cr_assert_eq(prlimit(d.pid, RLIMIT_NOFILE, &rl, NULL), 0);
+	enum { N = 60 };
+	struct lu_proc p[N];
+	char *argv[] = { "/bin/sleep", "3", NULL };
+	for (int i = 0; i < N; i++)
+		lu_start(&p[i], &d, "524288", 0, NULL, argv, NULL);
+	lu_sleep_ms(1000);
+	long t0 = lu_cpu_ticks(d.pid);
+	lu_sleep_ms(1000);
+	long busy = lu_cpu_ticks(d.pid) - t0, hz = sysconf(_SC_CLK_TCK);
+	cr_log_info("daemon CPU over 1 s with %d processes and 96 descriptors: %ld ticks of %ld",
+		    N, busy, hz);
+	cr_expect_lt(busy, hz / 2, "the daemon spun: %ld ticks in 1 s", busy);
+	for (int i = 0; i < N; i++)
+		cr_expect_eq(lu_wait(&p[i], 30000), 0, "sleep %d did not end well", i);
+	cr_assert(heapd_alive(&d), "llgo-heapd died");
+	/* serving again: a program started now is attached and listed */
+	char *argv2[] = { "/bin/sleep", "2", NULL };
+	struct lu_proc q;
+	lu_start(&q, &d, "524288", 0, NULL, argv2, NULL);
+	struct llgo_list_entry e;
+	bool listed = false;
+	for (int i = 0; i < 100 && !listed; i++) {
+		listed = heapd_list_pid(d.sock, q.pid, &e);
+		if (!listed)
+			lu_sleep_ms(50);
+	}
+	cr_expect(listed, "a process started after the storm was not listed");
+	cr_expect_eq(lu_wait(&q, 30000), 0);
+	char *log = heapd_log(&d);
+	cr_expect(strstr(log, "out of file descriptors"), "log:\n%s", log);
+	free(log);
+	cr_expect_eq(heapd_stop(&d), 0);
+	heapd_cleanup(&d);
 }

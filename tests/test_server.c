@@ -177,7 +177,35 @@ Test(server, set_rate_writes_the_control_page, .timeout = 60)
 
 /* Send one packet (with fd >= 0 attached) on a fresh connection, optionally after a valid
  * HELLO; the daemon must close the connection. */
+/* Send pkt with nfds descriptors in one SCM_RIGHTS message. */
+static int send_fds(int s, const void *pkt, size_t n, const int *fds, size_t nfds)
+{
+	struct iovec iov = { .iov_base = (void *)(uintptr_t)pkt, .iov_len = n };
+	union {
+		char buf[CMSG_SPACE(8 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	memset(&ctl, 0, sizeof(ctl));
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			     .msg_controllen = CMSG_SPACE(nfds * sizeof(int)) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	return sendmsg(s, &mh, MSG_NOSIGNAL) == (ssize_t)n ? 0 : -errno;
+}
+
+static bool dropped_after_fds(const char *sock, bool hello_first, const void *pkt, size_t n,
+			      const int *fds, size_t nfds);
+
 static bool dropped_after(const char *sock, bool hello_first, const void *pkt, size_t n, int fd)
+{
+	return dropped_after_fds(sock, hello_first, pkt, n, &fd, fd >= 0 ? 1 : 0);
+}
+
+static bool dropped_after_fds(const char *sock, bool hello_first, const void *pkt, size_t n,
+			      const int *fds, size_t nfds)
 {
 	struct fshim sh = { .sock = -1, .ctl_fd = -1 };
 	int s;
@@ -190,7 +218,7 @@ static bool dropped_after(const char *sock, bool hello_first, const void *pkt, s
 		if (s < 0)
 			return false;
 	}
-	int err = msg_send(s, pkt, n, fd);
+	int err = nfds > 1 ? send_fds(s, pkt, n, fds, nfds) : msg_send(s, pkt, n, nfds ? fds[0] : -1);
 	bool dropped = false;
 	if (err == 0) {
 		struct pollfd p = { .fd = s, .events = POLLIN };
@@ -257,6 +285,12 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 	int junk = memfd_sized("junk", 4096);
 	msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
 	cr_expect(dropped_after(d.sock, false, &h, sizeof(h), junk), "LIST with an fd");
+	cases++;
+	/* more descriptors than a packet may carry: the kernel truncates the control data */
+	int many[8];
+	for (int i = 0; i < 8; i++)
+		many[i] = junk;
+	cr_expect(dropped_after_fds(d.sock, false, &h, sizeof(h), many, 8), "8 fds");
 	cases++;
 	/* ADD_RING before HELLO */
 	struct fring r;
@@ -326,6 +360,7 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 	/* one log line per dropped connection */
 	char *log = read_all(d.log);
 	cr_expect_eq(count_lines(log, "dropping connection"), cases, "log:\n%s", log);
+	cr_expect_eq(count_lines(log, "a descriptor it sent was lost"), 1, "log:\n%s", log);
 	free(log);
 	close(junk);
 	close(unsealed);
