@@ -461,6 +461,19 @@ void bucket_table_free(struct bucket_table *t)
 int bucket_table_add(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs, uint64_t size,
 		     uint64_t rate)
 {
+	return bucket_table_add_at(t, pcs, npcs, size, rate, NULL);
+}
+
+void bucket_table_count(struct bucket_table *t, struct bucket *b, uint64_t size)
+{
+	bt_count(t, b, size);
+}
+
+int bucket_table_add_at(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs,
+			uint64_t size, uint64_t rate, struct bucket **at)
+{
+	if (at)
+		*at = NULL;
 	if (npcs > LLGO_MAX_FRAMES || (npcs && !pcs))
 		return -EINVAL;
 	uint64_t sh = bt_stack_hash(pcs, npcs);
@@ -476,6 +489,8 @@ int bucket_table_add(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs,
 			atomic_load_explicit(&t->bheads, memory_order_acquire), bh, st, size, rate);
 		if (llgo_likely(b != NULL)) {
 			bt_count(t, b, size);
+			if (at)
+				*at = b;
 			return 0;
 		}
 	}
@@ -492,6 +507,8 @@ int bucket_table_add(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs,
 				bt_bucket_hash(st, size, rate), st, size, rate);
 			if (b) {
 				bt_count(t, b, size);
+				if (at)
+					*at = b;
 				return 0;
 			}
 		}
@@ -571,10 +588,14 @@ full:
 overflow:
 	b = atomic_load_explicit(&t->overflow, memory_order_relaxed);
 	atomic_fetch_add_explicit(&t->cap_hits, 1, memory_order_relaxed);
-	ret = 0;
+	bt_count(t, b, size);
+	pthread_mutex_unlock(&t->lock);
+	return 0; /* (not given to *at: each record there is a cap hit) */
 count:
 	bt_count(t, b, size);
 	pthread_mutex_unlock(&t->lock);
+	if (at)
+		*at = b;
 	return ret;
 }
 

@@ -46,6 +46,7 @@ struct drain {
 
 struct drain_ctx {
 	struct session *s;
+	struct ring_reader *reader; /* the ring being drained */
 	uint32_t ring_id; /* of the ring being drained */
 	size_t records;
 	bool unknown_pc;
@@ -159,6 +160,76 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 	return n;
 }
 
+/* One more record counted from ctx's session, at rate. */
+static inline void drain_counted(struct drain_ctx *ctx, uint64_t rate)
+{
+	struct session *s = ctx->s;
+	ctx->records++;
+	s->records++;
+	if (s->first_rate == 0)
+		s->first_rate = rate;
+	else if (rate != s->first_rate)
+		s->mixed_rates = true;
+	s->last_rate = rate;
+}
+
+/*
+ * The memo: a thread that allocates in a loop sends the same stack, size and rate record after
+ * record (at rate 1, millions of times), and each went through the same steps: the stack
+ * completed from the learned roots, hashed and found in the bucket table, two in-use keys
+ * hashed and the note found. So each ring remembers what its last plain ALLOC record (no
+ * stack copy, no NO_COPY flag, no verify run) became: the bucket it was counted in, whether a
+ * [truncated] frame was added, whether its in-use note was settled per stack. A record equal
+ * to it in flags, frames, size and rate is counted in that bucket directly, as long as
+ * nothing that decided the outcome changed: the maps (procmaps_version), the roots
+ * unwind_complete uses (unwind_roots_gen) and the stack notes (stacks_gen). Buckets live as
+ * long as the table.
+ */
+static bool drain_memo_hit(struct drain_ctx *ctx, const struct llgo_record *rec,
+			   const uint64_t *frames)
+{
+	struct session *s = ctx->s;
+	const struct ring_memo *m = &ctx->reader->memo;
+	if (!m->valid || rec->kind != LLGO_REC_ALLOC || rec->flags != m->flags ||
+	    rec->nframes != m->nframes || rec->size != m->size || rec->rate != m->rate ||
+	    memcmp(frames, m->frames, (size_t)rec->nframes * sizeof(frames[0])) != 0 ||
+	    m->maps_version != (s->maps ? procmaps_version(s->maps) : 0) ||
+	    m->roots_gen != unwind_roots_gen(s->unwind) || m->stacks_gen != s->stacks_gen)
+		return false;
+	bucket_table_count(s->buckets, m->bucket, rec->size);
+	if (m->truncated)
+		atomic_fetch_add_explicit(&s->truncated, 1, memory_order_relaxed);
+	if (!m->noted) {
+		uint64_t shim_key = llgo_live_key(frames, rec->nframes, rec->size, rec->rate);
+		inuse_note_record_locked(s, ctx->ring_id, rec->seq, shim_key, m->bucket_key, true);
+	}
+	return true;
+}
+
+static void drain_memo_set(struct drain_ctx *ctx, const struct llgo_record *rec,
+			   const uint64_t *frames, struct bucket *b, bool truncated, bool noted,
+			   uint64_t bucket_key)
+{
+	struct session *s = ctx->s;
+	struct ring_memo *m = &ctx->reader->memo;
+	m->valid = b && rec->kind == LLGO_REC_ALLOC && !(rec->flags & LLGO_REC_FLAG_NO_COPY) &&
+		   !s->verify && rec->nframes <= LLGO_MAX_FRAMES;
+	if (!m->valid)
+		return;
+	m->truncated = truncated;
+	m->noted = noted;
+	m->bucket_key = bucket_key;
+	m->flags = rec->flags;
+	m->nframes = rec->nframes;
+	m->size = rec->size;
+	m->rate = rec->rate;
+	m->maps_version = s->maps ? procmaps_version(s->maps) : 0;
+	m->roots_gen = unwind_roots_gen(s->unwind);
+	m->stacks_gen = s->stacks_gen;
+	m->bucket = b;
+	memcpy(m->frames, frames, (size_t)rec->nframes * sizeof(frames[0]));
+}
+
 static void drain_record(void *arg, const struct llgo_record *rec, const uint64_t *frames)
 {
 	struct drain_ctx *ctx = arg;
@@ -175,8 +246,13 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 		atomic_fetch_add_explicit(&s->budget_dropped, 1, memory_order_relaxed);
 		return;
 	}
+	if (!s->verify && drain_memo_hit(ctx, rec, frames)) {
+		drain_counted(ctx, rate);
+		return;
+	}
 	uint32_t npcs = rec->nframes;
 	const uint64_t *shim_frames = frames;
+	bool truncated = false;
 	if (rec->kind == LLGO_REC_ALLOC_RAW) {
 		npcs = drain_unwind(ctx, rec, frames);
 		frames = ctx->pcs;
@@ -194,28 +270,29 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 		    !(n > 1 && drain_is_start(s, ctx->pcs[n - 1]))) {
 			ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
 			atomic_fetch_add_explicit(&s->truncated, 1, memory_order_relaxed);
+			truncated = true;
 		}
 		npcs = n;
 		frames = ctx->pcs;
 	}
-	int r = bucket_table_add(s->buckets, frames, npcs, rec->size, rate);
+	struct bucket *b;
+	int r = bucket_table_add_at(s->buckets, frames, npcs, rec->size, rate, &b);
 	if (r < 0) {
 		s->bucket_errors++;
 		return;
 	}
 	/* in-use: the shim keyed its live entry by the stack it walked; this bucket's differs */
-	if (frames != shim_frames)
-		inuse_note_record_locked(s, ctx->ring_id, rec->seq,
-					 llgo_live_key(shim_frames, rec->nframes, rec->size, rate),
-					 llgo_live_key(frames, npcs, rec->size, rate),
-					 rec->kind != LLGO_REC_ALLOC_RAW);
-	ctx->records++;
-	s->records++;
-	if (s->first_rate == 0)
-		s->first_rate = rate;
-	else if (rate != s->first_rate)
-		s->mixed_rates = true;
-	s->last_rate = rate;
+	bool noted = true;
+	uint64_t bucket_key = 0;
+	if (frames != shim_frames) {
+		bucket_key = llgo_live_key(frames, npcs, rec->size, rate);
+		noted = inuse_note_record_locked(
+			s, ctx->ring_id, rec->seq,
+			llgo_live_key(shim_frames, rec->nframes, rec->size, rate), bucket_key,
+			rec->kind != LLGO_REC_ALLOC_RAW);
+	}
+	drain_memo_set(ctx, rec, shim_frames, b, truncated, noted, bucket_key);
+	drain_counted(ctx, rate);
 	/* Only a stack new to the table can hold a pc we have not checked yet. */
 	if (r == 1 && s->maps && !ctx->unknown_pc) {
 		for (uint32_t i = 0; i < npcs; i++) {
@@ -261,6 +338,7 @@ static size_t drain_session_locked(struct session *s)
 	ctx->unknown_pc = false;
 	for (size_t i = 0; i < s->nrings_adopted; i++) {
 		ctx->ring_id = s->rings[i].ring_id;
+		ctx->reader = &s->rings[i];
 		ring_reader_drain(&s->rings[i], drain_record, ctx);
 	}
 	bool unknown = ctx->unknown_pc;

@@ -64,6 +64,19 @@ struct ring_reader {
 	uint64_t win_start_ns;
 	bool light;
 	uint64_t release_from; /* drained positions from here on may still be resident */
+	/* drain.c: what the last plain ALLOC record of this ring became (drain_record) */
+	struct ring_memo {
+		bool valid;
+		bool truncated;  /* a [truncated] frame was added */
+		bool noted;      /* in-use: settled per stack (nothing per record) */
+		uint64_t bucket_key; /* the in-use key of the bucket's stack (when !noted) */
+		uint16_t flags;
+		uint32_t nframes;
+		uint64_t size, rate;
+		uint64_t maps_version, roots_gen, stacks_gen;
+		struct bucket *bucket;
+		uint64_t frames[LLGO_MAX_FRAMES];
+	} memo;
 };
 
 /* A valid record copied out of the ring; frames points into the reader's scratch copy and
@@ -159,6 +172,11 @@ void bucket_table_free(struct bucket_table *t);
  * -errno. */
 int bucket_table_add(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs, uint64_t size,
 		     uint64_t rate);
+/* The same; *at gets the bucket counted (NULL for the overflow bucket or an error), which
+ * stays valid for the table's life: bucket_table_count counts another record in it. */
+int bucket_table_add_at(struct bucket_table *t, const uint64_t *pcs, uint32_t npcs,
+			uint64_t size, uint64_t rate, struct bucket **at);
+void bucket_table_count(struct bucket_table *t, struct bucket *b, uint64_t size);
 /* Visit every published bucket; concurrent adds may or may not be seen. Stops and returns
  * fn's value when it is non-zero. Never blocks writers. */
 typedef int (*bucket_visit_fn)(void *arg, const struct bucket *b);
@@ -273,6 +291,9 @@ uint32_t unwind_image_stack(const unsigned char *file, size_t size, uint64_t bia
  * frame-pointer code and the trusted roots for the shim's control page (returns true). */
 void unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n);
 uint32_t unwind_complete(struct unwind *u, uint64_t *pcs, uint32_t n, uint32_t max);
+/* Changes whenever unwind_complete may complete a stack differently (a root learned, made
+ * usable or found ambiguous). */
+uint64_t unwind_roots_gen(const struct unwind *u);
 bool unwind_tables(struct unwind *u, struct procmaps *maps, uint64_t (*ranges)[2],
 		   uint32_t max_ranges, uint32_t *nranges, uint64_t *roots, uint32_t max_roots,
 		   uint32_t *nroots);

@@ -249,13 +249,13 @@ static bool inuse_stacks_note(struct session *s, uint64_t shim_key, uint64_t buc
 	return inuse_rekey_put(&s->stacks, shim_key, bucket_key);
 }
 
-void inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
+bool inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
 			      uint64_t shim_key, uint64_t bucket_key, bool derived)
 {
 	if (shim_key == bucket_key)
-		return;
+		return true;
 	if (derived && inuse_stacks_note(s, shim_key, bucket_key))
-		return;
+		return true;
 	/* Before the table arrives (ADD_LIVE follows the first tracked sample) notes are kept
 	 * for it; a process that never sends one keeps at most INUSE_REKEY_NOTABLE of them. */
 	if (!__atomic_load_n(&s->live, __ATOMIC_ACQUIRE) && s->rekey &&
@@ -264,6 +264,7 @@ void inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
 		s->rekey = NULL;
 	}
 	inuse_rekey_put(&s->rekey, LLGO_LIVE_REF(ring_id, seq), bucket_key);
+	return false;
 }
 
 /* ---- the scan ---------------------------------------------------------------------------- */
@@ -590,6 +591,7 @@ void inuse_release(struct session *s)
 	inuse_rekey_free(s->stacks);
 	inuse_rekey_free(s->stacks_base);
 	s->stacks = s->stacks_base = NULL;
+	s->stacks_gen++;
 	if (s->live) {
 		munmap(s->live, LLGO_LIVE_MAP_SIZE);
 		s->live = NULL;

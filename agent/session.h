@@ -129,6 +129,7 @@ struct session {
 	 * the drain reads it too; it changes only at a cut, under drain_lock, with no scan
 	 * running (snapshot_lock); `stacks` gets the drain's new entries (drain_lock). */
 	struct inuse_rekey *stacks, *stacks_base;
+	uint64_t stacks_gen; /* changes when stack notes are dropped (inuse_release) */
 
 	/* http_targets.c: LLGO_HEAP_SERVICE from /proc/PID/environ (NULL: none, the command
 	 * name is used) and /proc/PID/exe (NULL: unreadable), read once with the identity
@@ -302,8 +303,10 @@ void inuse_freeze_locked(struct session *s);
 /* A record (ring_id, seq) the shim keyed by shim_key went to the bucket with bucket_key
  * (caller holds drain_lock); remembered when they differ: by stack when `derived` (the
  * bucket's stack is a function of the shim's walk) and that stack maps to one bucket key,
- * else by record. */
-void inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
+ * else by record. Returns true when nothing was kept for this record alone (the keys are
+ * equal, or the stack's note holds), so that the same stack needs no note again while
+ * s->stacks_gen stays. */
+bool inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
 			      uint64_t shim_key, uint64_t bucket_key, bool derived);
 /* Unmap the table (session teardown). */
 void inuse_release(struct session *s);

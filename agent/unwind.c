@@ -140,6 +140,7 @@ struct unwind {
 	size_t nfp;
 	struct uwroot roots[UNWIND_MAX_ROOTS];
 	size_t nroots;
+	uint64_t roots_gen; /* unwind_roots_gen */
 	bool tables_dirty;
 	bool want_fp; /* auto mode: classify images as they are built */
 };
@@ -1118,20 +1119,29 @@ void unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n)
 		if (r->nsuffix != ns || memcmp(r->suffix, suffix, ns * sizeof(*suffix)) != 0) {
 			r->ambiguous = true;
 			u->tables_dirty = true;
+			u->roots_gen++;
 			return;
 		}
-		if (++r->seen == UNWIND_ROOT_MIN_SEEN)
+		if (++r->seen == UNWIND_ROOT_MIN_SEEN) {
 			u->tables_dirty = true;
+			u->roots_gen++;
+		}
 		return;
 	}
 	if (u->nroots >= UNWIND_MAX_ROOTS)
 		return;
+	u->roots_gen++;
 	struct uwroot *r = &u->roots[u->nroots++];
 	memset(r, 0, sizeof(*r));
 	r->pc = pcs[j];
 	r->seen = 1;
 	r->nsuffix = ns;
 	memcpy(r->suffix, suffix, ns * sizeof(*suffix));
+}
+
+uint64_t unwind_roots_gen(const struct unwind *u)
+{
+	return u ? u->roots_gen : 0;
 }
 
 uint32_t unwind_complete(struct unwind *u, uint64_t *pcs, uint32_t n, uint32_t max)

@@ -163,6 +163,87 @@ Test(drain, records_become_buckets)
 	session_registry_free(reg);
 }
 
+/* One bucket's objects, found by its size and first frame. */
+struct find_bucket {
+	uint64_t size, pc0, objects;
+};
+
+static int find_visit(void *arg, const struct bucket *b)
+{
+	struct find_bucket *f = arg;
+	if (b->size == f->size && b->stack && b->stack->npcs && b->stack->pcs[0] == f->pc0)
+		f->objects += atomic_load(&b->alloc_objects);
+	return 0;
+}
+
+/* The objects of the bucket with exactly these frames, size and rate. */
+struct count_key {
+	const uint64_t *pcs;
+	uint32_t n;
+	uint64_t size, rate, objects;
+};
+
+static int count_visit(void *arg, const struct bucket *b)
+{
+	struct count_key *k = arg;
+	if (b->size == k->size && b->rate == k->rate && b->stack && b->stack->npcs == k->n &&
+	    memcmp(b->stack->pcs, k->pcs, k->n * sizeof(uint64_t)) == 0)
+		k->objects += atomic_load(&b->alloc_objects);
+	return 0;
+}
+
+static uint64_t bucket_objects(struct session *s, uint64_t pc0, uint64_t size)
+{
+	struct find_bucket f = { size, pc0, 0 };
+	bucket_table_foreach(s->buckets, find_visit, &f);
+	return f.objects;
+}
+
+/* The drain's per-ring memo counts a record equal to the last one straight into its bucket: a
+ * record that differs in any part of the key (a frame, the size, the rate) must not land there. */
+Test(drain, repeated_records_stay_in_their_own_buckets)
+{
+	struct session_registry *reg = session_registry_new(4, 0, 0);
+	struct session *s = attach(reg, LLGO_RING_MIN_DATA);
+	struct pring r;
+	pring_new(&r, 0, LLGO_RING_MIN_DATA);
+	cr_assert_eq(session_add_ring(s, 0, r.fd, LLGO_RING_MIN_DATA), 0);
+	uint64_t fa[3] = { 0x1000, 0x2000, 0x3000 }, fb[3] = { 0x1000, 0x2000, 0x3008 };
+	uint64_t fc[2] = { 0x1000, 0x2000 }, fd[3] = { 0x1010, 0x2000, 0x3000 };
+	/* each record that differs follows one of fa, 16 B, rate 1 */
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < 4; i++)
+			cr_assert(pring_push(&r, fa, 3, 16, 1));
+		cr_assert(pring_push(&r, fb, 3, 16, 1)); /* last frame */
+		cr_assert(pring_push(&r, fa, 3, 16, 1));
+		cr_assert(pring_push(&r, fc, 2, 16, 1)); /* depth */
+		cr_assert(pring_push(&r, fa, 3, 16, 1));
+		cr_assert(pring_push(&r, fd, 3, 16, 1)); /* first frame */
+		cr_assert(pring_push(&r, fa, 3, 16, 1));
+		cr_assert(pring_push(&r, fa, 3, 32, 1)); /* size */
+		cr_assert(pring_push(&r, fa, 3, 16, 1));
+		cr_assert(pring_push(&r, fa, 3, 16, 2)); /* rate */
+		/* drained in the middle too: the memo lives across drains */
+		if (round == 1)
+			cr_expect_eq(drain_session(s), 26);
+	}
+	cr_expect_eq(drain_session(s), 13);
+	cr_expect_eq(totals(s).objects, 39);
+	cr_expect_eq(totals(s).buckets, 6, "one bucket per key");
+	cr_expect_eq(bucket_objects(s, 0x1000, 32), 3);
+	cr_expect_eq(bucket_objects(s, 0x1010, 16), 3);
+	/* fa/16 at rate 1 (24), fb (3), fc (3) and fa/16 at rate 2 (3) share the first frame */
+	cr_expect_eq(bucket_objects(s, 0x1000, 16), 33);
+	struct count_key k = { fb, 3, 16, 1, 0 };
+	bucket_table_foreach(s->buckets, count_visit, &k);
+	cr_expect_eq(k.objects, 3, "fb's bucket");
+	struct count_key ka = { fa, 3, 16, 1, 0 };
+	bucket_table_foreach(s->buckets, count_visit, &ka);
+	cr_expect_eq(ka.objects, 24, "fa's bucket");
+	session_put(s);
+	session_registry_free(reg);
+}
+
 Test(drain, exit_keeps_everything_but_the_rings)
 {
 	struct session_registry *reg = session_registry_new(4, 0, 0);
