@@ -586,6 +586,13 @@ static bool override_cxx_setup(bool always)
 	struct llgo_heap_thread *t = &llgo_heap_tls;
 	uint8_t guard = t->guard;
 	t->guard = 1; /* dlsym, dladdr and dlopen may allocate: never sample that */
+	/* At load, a program with no C++ runtime in its global scope (most C programs, every
+	 * shell) pays one lookup, not one per operator and a dlopen that searches the library
+	 * path: a runtime dlopened later is found at its first new (always). */
+	if (!always && !dlsym(RTLD_NEXT, "_Znwm")) {
+		t->guard = guard;
+		return false;
+	}
 	struct override_cxx_ops raw;
 	bool any = false;
 #define OVERRIDE_CXX_NEXT(sym, field, params, args) \
