@@ -373,6 +373,11 @@ void conn_accept(struct server *srv)
 				if (fd >= 0)
 					close(fd);
 				srv->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+				/* accept fails with EMFILE before it looks for a connection: with
+				 * the spare, a failure (EAGAIN) says none is pending, and looping
+				 * on would spin */
+				if (fd < 0)
+					return;
 				atomic_fetch_add(&srv->n_refused, 1);
 				log_error("out of file descriptors: connection refused");
 				continue;

@@ -30,9 +30,10 @@
 #define SERVER_SEND_TIMEOUT_S 5
 #define SERVER_SETTLE_MS 200u
 #define SERVER_MAX_CONNS 65536u
-/* Descriptors a profiled process's connection holds in all: the socket, its pidfd and its
- * memfd (ring mappings, the live table's and symbol files' are closed or shared). */
-#define SERVER_FDS_PER_CONN 3u
+/* Descriptors a live profiled process holds in all: its socket, its memfd, its session's
+ * pidfd and the exit watch's copy (ring mappings and the live table's are closed; an exited
+ * session holds none). */
+#define SERVER_FDS_PER_CONN 4u
 /* How long accepting pauses when the daemon is out of descriptors and has no spare left:
  * a pending connection would otherwise wake the loop without end. */
 #define SERVER_ACCEPT_PAUSE_MS 100u

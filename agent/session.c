@@ -433,10 +433,15 @@ static bool session_may_read_ex(struct session *s, bool after)
 		return false;
 	int err;
 	char why[256] = "";
-	if (s->pidfd >= 0) {
+	/* a copy: session_retire_locked closes the session's own (under s->lock) */
+	pthread_mutex_lock(&s->lock);
+	int pidfd = s->pidfd >= 0 ? fcntl(s->pidfd, F_DUPFD_CLOEXEC, 3) : -1;
+	pthread_mutex_unlock(&s->lock);
+	if (pidfd >= 0) {
 		struct ident id = { .pid = s->pid, .uid = s->uid, .gid = s->gid,
-				    .pidfd = s->pidfd, .start = s->proc_start };
+				    .pidfd = pidfd, .start = s->proc_start };
 		err = ident_verify_ex(&id, after, why, sizeof(why));
+		close(pidfd);
 	} else {
 		char state;
 		uint64_t start;
@@ -659,6 +664,13 @@ void session_retire_locked(struct session *s)
 	session_unmap_all(s);
 	free(s->ring_ids); /* add_ring checks the state first */
 	s->ring_ids = NULL;
+	/* An exited process's pidfd is of no more use (a read now checks the pid's start time
+	 * and finds it gone or reused): exited sessions kept for their profiles hold no
+	 * descriptor. */
+	if (s->pidfd >= 0) {
+		close(s->pidfd);
+		s->pidfd = -1;
+	}
 	session_give_slot(s);
 	s->exit_ns = session_now_ns(CLOCK_MONOTONIC);
 	atomic_store_explicit(&s->state, LLGO_PROC_EXITED, memory_order_release);

@@ -17,6 +17,7 @@
  *     programs run on, and it serves again once they are gone.
  * Timings are logged; their bounds are loose (behaviour, not speed: bench/ measures speed).
  */
+#include <dirent.h>
 #include <spawn.h>
 #include <sys/resource.h>
 
@@ -422,6 +423,21 @@ Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 
 /* ---- a daemon out of file descriptors -------------------------------------------------------- */
 
+static long lv_count_fds(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	long n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
 Test(liveness, out_of_descriptors_refuses_without_spinning, .timeout = 120)
 {
 	struct heapd d;
@@ -444,6 +460,15 @@ Test(liveness, out_of_descriptors_refuses_without_spinning, .timeout = 120)
 	for (int i = 0; i < N; i++)
 		cr_expect_eq(lu_wait(&p[i], 30000), 0, "sleep %d did not end well", i);
 	cr_assert(heapd_alive(&d), "llgo-heapd died");
+	/* the exited processes' descriptors are given back (an exited session keeps none) */
+	long fds = -1;
+	for (int i = 0; i < 200; i++) {
+		fds = lv_count_fds(d.pid);
+		if (fds >= 0 && fds < 64)
+			break;
+		lu_sleep_ms(50);
+	}
+	cr_expect_lt(fds, 64, "llgo-heapd still holds %ld descriptors", fds);
 	/* serving again: a program started now is attached and listed */
 	char *argv2[] = { "/bin/sleep", "2", NULL };
 	struct lu_proc q;

@@ -71,6 +71,8 @@ struct fake_conn {
 	bool hello, bye, closed;
 	struct llgo_ctl *ctl;
 	int memfd;             /* the process memfd (LLGO_HELLO_MEMFD), else -1 */
+	uint64_t memfd_ino;
+	int joined;            /* a reconnect: the earlier connection whose rings these are */
 	uint32_t rings_known;  /* ring ids below this were mapped from memfd */
 	struct ring_account acct;
 	uint32_t nrings;
@@ -235,8 +237,20 @@ static void fake_packet(struct fake *f, int c)
 		k->comm[sizeof(k->comm) - 1] = '\0';
 		void *ctl = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 		k->ctl = ctl == MAP_FAILED ? NULL : ctl;
-		if (m.flags & LLGO_HELLO_MEMFD)
-			k->memfd = dup(fd);
+		/* One reader per ring, as in llgo-heapd: a reconnect with a memfd an earlier
+		 * connection holds joins it (the daemon gives drained ring pages back, which a
+		 * second reader of the same ring would find empty). */
+		struct stat st;
+		k->joined = -1;
+		if ((m.flags & LLGO_HELLO_MEMFD) && fstat(fd, &st) == 0) {
+			for (int e = 0; e < c && k->joined < 0; e++)
+				if (f->conns[e].memfd >= 0 && f->conns[e].memfd_ino == st.st_ino)
+					k->joined = e;
+			if (k->joined < 0) {
+				k->memfd = dup(fd);
+				k->memfd_ino = st.st_ino;
+			}
+		}
 		if (f->ack == FAKE_ACK_REFUSE && (m.flags & LLGO_HELLO_NO_ACK)) {
 			/* a daemon refuses a shim that awaits no answer by closing */
 			close(k->fd);
@@ -247,8 +261,8 @@ static void fake_packet(struct fake *f, int c)
 			fake_send(k->fd, LLGO_MSG_HELLO_ACK, body, sizeof(body));
 		}
 	} else if (h.type == LLGO_MSG_ADD_RING && n == sizeof(struct llgo_msg_add_ring) &&
-		   fd < 0 && k->memfd >= 0) {
-		fake_sync_rings(f, c);
+		   fd < 0 && (k->memfd >= 0 || k->joined >= 0)) {
+		fake_sync_rings(f, k->joined >= 0 ? k->joined : c);
 	} else if (h.type == LLGO_MSG_ADD_RING && n == sizeof(struct llgo_msg_add_ring) &&
 		   fd >= 0 && f->nrings < FAKE_MAX_RINGS) {
 		struct llgo_msg_add_ring m;
@@ -316,6 +330,7 @@ static void *fake_main(void *arg)
 				memset(k, 0, sizeof(*k));
 				k->fd = fd;
 				k->memfd = -1;
+				k->joined = -1;
 				struct ucred cred;
 				socklen_t len = sizeof(cred);
 				if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
