@@ -204,6 +204,20 @@ static inline int emit_ring_format(struct emit_ring *r, void *mem, size_t len, u
 	return 0;
 }
 
+/* emit_push_alloc's record when it wraps around the ring's end: assembled on the stack. */
+static llgo_noinline __attribute__((unused)) void
+emit_push_wrapped(const struct emit_ring *r, uint64_t head, uint64_t w0, uint64_t seq,
+		  uint64_t size, uint64_t rate, uint64_t addr, uint64_t w5, const uint64_t *frames,
+		  uint32_t n)
+{
+	uint64_t u[LLGO_RECORD_MAX_LEN / 8] = { w0, seq, size, rate, addr, w5, 0 };
+	uint32_t len = llgo_record_alloc_len(n);
+	if (n)
+		memcpy(u + LLGO_REC_CHECKSUM_WORD + 1, frames, 8u * n);
+	u[LLGO_REC_CHECKSUM_WORD] = llgo_record_checksum(u, len);
+	llgo_ring_copy_in(r->data, r->mask, head, u, len);
+}
+
 /*
  * Push one ALLOC record; returns false when it was dropped (ring full). Single producer: only
  * the owning thread calls this for r, so head, sampled and dropped are read relaxed (they are
@@ -215,6 +229,11 @@ static inline int emit_ring_format(struct emit_ring *r, void *mem, size_t len, u
  * bytes out, so this thread never overwrites bytes the daemon is still reading. A tail that
  * makes no sense (ahead of head, or more than a ring behind) makes the ring look full: the
  * sample is dropped, never written out of place.
+ *
+ * A record that does not wrap (and starts 8-aligned: head is the shim's own, but the daemon
+ * could write it) is stored straight into the ring a word at a time, its checksum summed as
+ * the words go; one that wraps is assembled on the stack first. Bytes past head are the
+ * producer's alone (the daemon reads [tail, head)), so storing them in place is safe.
  */
 static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uint64_t rate,
 				   uint64_t addr, uint32_t tid, const uint64_t *frames, uint32_t n)
@@ -233,24 +252,34 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 		atomic_store_explicit(&h->sampled, sampled + 1, memory_order_release);
 		return false;
 	}
-	union {
-		struct llgo_record rec;
-		unsigned char bytes[LLGO_RECORD_MAX_LEN];
-	} u;
-	memset(&u.rec, 0, sizeof(u.rec));
-	u.rec.kind = LLGO_REC_ALLOC;
-	u.rec.version = LLGO_REC_VERSION;
-	u.rec.nframes = (uint16_t)n;
-	u.rec.length = len;
-	u.rec.seq = sampled + 1;
-	u.rec.size = size;
-	u.rec.rate = rate;
-	u.rec.addr = addr;
-	u.rec.tid = tid;
-	if (n)
-		memcpy(u.bytes + sizeof(struct llgo_record), frames, 8u * n);
-	u.rec.checksum = llgo_record_checksum(u.bytes, len);
-	llgo_ring_copy_in(r->data, r->mask, head, u.bytes, len);
+	uint64_t off = head & r->mask;
+	uint64_t w0 = llgo_record_word0(LLGO_REC_ALLOC, (uint16_t)n, len);
+	uint64_t w5 = llgo_record_word5(tid, 0);
+	if (llgo_likely(off + len <= cap && !(off & 7))) {
+		uint64_t *d = (uint64_t *)(void *)(r->data + off);
+		struct llgo_sum sum = LLGO_SUM_INIT;
+		d[0] = w0;
+		llgo_sum_word(&sum, w0);
+		d[1] = sampled + 1;
+		llgo_sum_word(&sum, sampled + 1);
+		d[2] = size;
+		llgo_sum_word(&sum, size);
+		d[3] = rate;
+		llgo_sum_word(&sum, rate);
+		d[4] = addr;
+		llgo_sum_word(&sum, addr);
+		d[5] = w5;
+		llgo_sum_word(&sum, w5);
+		llgo_sum_word(&sum, 0); /* the checksum word */
+		uint64_t *fd = d + LLGO_REC_CHECKSUM_WORD + 1;
+		for (uint32_t i = 0; i < n; i++) {
+			fd[i] = frames[i];
+			llgo_sum_word(&sum, frames[i]);
+		}
+		d[LLGO_REC_CHECKSUM_WORD] = llgo_sum_final(&sum, len);
+	} else {
+		emit_push_wrapped(r, head, w0, sampled + 1, size, rate, addr, w5, frames, n);
+	}
 	atomic_store_explicit(&h->head, head + len, memory_order_release);
 	atomic_store_explicit(&h->sampled, sampled + 1, memory_order_release);
 	return true;
