@@ -41,6 +41,23 @@ struct emit_ring {
 /* ---- sample.c: the per-thread sampler state -------------------------------------------- */
 
 /*
+ * stack.c: a thread's last sampled stack and what was derived from it, so that a loop that
+ * allocates at one site pays for the frame walk only. raw[0..n) is the walk (frame 0 the
+ * allocating call site, plumbing not yet trimmed); it is compared with the previous walk as it
+ * is written. When they are equal and the plumbing ranges have not changed (nranges), skip
+ * and key still hold; the auto rule's verdict (stackcopy.c) holds while fp_seq is unchanged.
+ */
+struct stack_memo {
+	uint32_t n;       /* frames in raw (0: none yet) */
+	uint32_t skip;    /* leading plumbing frames: the sample's stack is raw + skip */
+	uint32_t nranges; /* plumbing ranges published when skip was found */
+	uint32_t fp_seq;  /* ctl.fp_seq of the verdict `trusted`; 0: no verdict */
+	bool trusted;
+	uint64_t key; /* llgo_live_key_frames of the sample's stack */
+	uint64_t raw[LLGO_MAX_FRAMES + 8]; /* room for plumbing frames that trimming removes */
+};
+
+/*
  * The one TLS variable of the shim (initial-exec). countdown is its first field: the malloc
  * fast path (override.c) and the public hook (include/llgo_heap.h) subtract the size from it
  * and enter the slow path when it reaches <= 0. It is 0 in a new thread, so a thread's first
@@ -79,6 +96,7 @@ struct llgo_heap_thread {
 	uint64_t wake_head; /* ring head when this thread last sent LLGO_MSG_WAKE (emit.c) */
 	uint64_t full_stall; /* full.c: 1 + the tail a wait gave up at; 0 when none */
 	struct emit_ring ring;
+	struct stack_memo memo;
 };
 
 _Static_assert(offsetof(struct llgo_heap_thread, countdown) == 0,
@@ -143,6 +161,10 @@ uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintp
 		       uintptr_t hi, uintptr_t lo2, uintptr_t hi2);
 /* Drop the leading frames that are allocator plumbing; returns how many remain at out[0]. */
 uint32_t stack_trim(uint64_t *frames, uint32_t n);
+/* The sampled path's capture (stack_bounds_for, then stack_capture's walk and trimming) into
+ * t->memo: returns the number of frames of the sample's stack, which starts at
+ * t->memo.raw + t->memo.skip (at most LLGO_MAX_FRAMES); t->memo.key is its key's frame part. */
+uint32_t stack_sample(struct llgo_heap_thread *t, void *ra, void *frame);
 /* pc is a return address: the calling instruction is at pc - 1. */
 bool stack_is_plumbing(uint64_t pc);
 /* Register [lo, hi) as plumbing; returns 0 or -ENOSPC. Lock-free, callable any time. */
@@ -306,7 +328,14 @@ uint64_t stackcopy_hello_flags(void);
 /* Smallest ring data size for the mode and cap (0: no requirement). */
 uint32_t stackcopy_ring_min(void);
 /* auto mode: whether the frame-pointer walk frames[0..n) can be trusted (ctl tables). */
-bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n);
+/* m: the memo of the walk these frames come from (its verdict is reused and kept), or NULL. */
+bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n, struct stack_memo *m);
+/* Whether this sample wants its stack copied (the mode, and in auto mode the rule above). */
+bool stackcopy_wanted(const uint64_t *frames, uint32_t n, struct stack_memo *m);
+/* stackcopy_take once the copy is wanted: fill sc (sc->copy false when none can be made);
+ * false when the sample stays a plain ALLOC record. */
+bool stackcopy_fill(struct stackcopy *sc, const struct llgo_heap_thread *t, void *ra,
+		    void *frame, uintptr_t cxx);
 /* Decide whether this sample (frames from stack_capture; ra, frame and cxx as given to it)
  * wants its stack copied, and fill sc; false: a plain ALLOC record (emit_push_alloc). */
 bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,

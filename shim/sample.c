@@ -196,22 +196,18 @@ static void *sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, s
 			atomic_fetch_add_explicit(&attach_ctl.lost_detached, 1,
 						  memory_order_relaxed);
 		} else {
-			uint64_t frames[LLGO_MAX_FRAMES];
-			uintptr_t lo, hi, lo2, hi2;
-			stack_bounds_for(t, (uintptr_t)frame, &lo, &hi, &lo2, &hi2);
-			uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, ra, frame, lo, hi, lo2,
-						   hi2);
-			if (n > LLGO_MAX_FRAMES)
-				n = LLGO_MAX_FRAMES;
+			uint32_t n = stack_sample(t, ra, frame);
+			const uint64_t *frames = t->memo.raw + t->memo.skip;
 			uint64_t rate = llgo_rate_from_word(w), ref = 0;
 			struct stackcopy sc;
-			bool raw = stackcopy_take(&sc, t, frames, n, ra, frame, 0);
+			bool raw = stackcopy_wanted(frames, n, &t->memo) &&
+				   stackcopy_fill(&sc, t, ra, frame, 0);
 			if (emit_sample(t, size, rate, (uint64_t)(uintptr_t)p, frames, n,
 					raw ? &sc : NULL, &ref) &&
 			    track)
 				tracked = live_track(w, (uint64_t)(uintptr_t)p,
-						     llgo_live_key(frames, n, size, rate), ref, size,
-						     off);
+						     llgo_live_key_finish(t->memo.key, size, rate),
+						     ref, size, off);
 		}
 		t->countdown = keep;
 	}
