@@ -34,7 +34,7 @@
 static struct llgo_ring_header *_Atomic emit_table[LLGO_MAX_RINGS];
 static _Atomic uint32_t emit_nslots;
 /* Starts at 1: a new thread's gen (0) never matches, which initialises its state. */
-static _Atomic uint32_t emit_gen = 1;
+_Atomic uint32_t emit_gen = 1;
 static uint32_t emit_size = LLGO_RING_DEFAULT_DATA;
 static pthread_key_t emit_key;
 static bool emit_key_ok;
@@ -42,11 +42,6 @@ static bool emit_key_ok;
 uint32_t emit_data_size(void)
 {
 	return emit_size;
-}
-
-uint32_t emit_generation(void)
-{
-	return atomic_load_explicit(&emit_gen, memory_order_relaxed);
 }
 
 static size_t emit_map_len(void)

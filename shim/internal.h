@@ -194,7 +194,11 @@ void emit_init(uint64_t rate);
 void emit_forget_all(void);
 /* Whether every ring's records were consumed by the daemon (tail == head). */
 bool emit_all_drained(void);
-uint32_t emit_generation(void);
+extern _Atomic uint32_t emit_gen; /* emit.c's; read through emit_generation() */
+static inline uint32_t emit_generation(void)
+{
+	return atomic_load_explicit(&emit_gen, memory_order_relaxed);
+}
 /* Ask the daemon to drain now (LLGO_MSG_WAKE), without waiting. */
 void emit_wake(void);
 /* Record one sample into the calling thread's ring (claimed or created on first use); counts
@@ -331,7 +335,9 @@ uint32_t stackcopy_ring_min(void);
 /* m: the memo of the walk these frames come from (its verdict is reused and kept), or NULL. */
 bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n, struct stack_memo *m);
 /* Whether this sample wants its stack copied (the mode, and in auto mode the rule above). */
-bool stackcopy_wanted(const uint64_t *frames, uint32_t n, struct stack_memo *m);
+bool stackcopy_wanted_slow(const uint64_t *frames, uint32_t n, struct stack_memo *m);
+extern uint32_t stackcopy_mode; /* enum llgo_unwind_mode, set once by stackcopy_init */
+/* stackcopy_wanted: inline, at the end of this file (it reads the control page) */
 /* stackcopy_take once the copy is wanted: fill sc (sc->copy false when none can be made);
  * false when the sample stays a plain ALLOC record. */
 bool stackcopy_fill(struct stackcopy *sc, const struct llgo_heap_thread *t, void *ra,
@@ -427,10 +433,25 @@ size_t live_usable(size_t (*fn)(void *), void *p);
 
 /* ---- full.c: what a full ring does ---------------------------------------------------- */
 
+static inline bool full_has_room(const struct emit_ring *r, uint64_t tail, uint32_t len)
+{
+	uint64_t head = atomic_load_explicit(&r->hdr->head, memory_order_relaxed);
+	uint64_t used = head - tail, cap = r->mask + 1;
+	return used <= cap && cap - used >= len;
+}
+/* full_wait when the ring has no room at tail. */
+void full_block(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
+		uint64_t rate, uint64_t tail);
 /* Wait (bounded) until r has room for len bytes, if the policy says so (LLGO_HEAP_FULL, else
  * wait at rate 1 and drop otherwise). Called by the owner before a push. */
-void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
-	       uint64_t rate);
+static inline void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
+			     uint64_t rate)
+{
+	/* acquire: pairs with the daemon's release of tail (as in emit_push_alloc) */
+	uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
+	if (llgo_unlikely(!full_has_room(r, tail, len)))
+		full_block(t, r, len, rate, tail);
+}
 /* Whether records of this rate wait for room rather than drop (LLGO_HEAP_FULL). */
 bool full_waits(uint64_t rate);
 /* Whether the daemon serves this process fully yet (maps read; auto unwinding's tables). */
@@ -511,10 +532,23 @@ static inline void attach_count_lost(void)
  * sandboxes itself (seccomp) or the memfd cannot be had.
  */
 uint32_t lifecycle_state(void);
+extern _Atomic uint32_t lifecycle_st; /* read it through lifecycle_state() or below */
+/* The clock is read at one sample in LIFECYCLE_CHECK_EVERY of a thread (at rate 1 a read at
+ * every sample was a sixth of the sampled path's time): a dead daemon is noticed within
+ * 100 ms or that many samples, whichever comes later. */
+#define LIFECYCLE_CHECK_EVERY 32u
+bool lifecycle_ready_slow(struct llgo_heap_thread *t);
 /* Called by the slow path for a sampled allocation while not ATTACHED (and, rate-limited, while
  * ATTACHED, to notice a dead daemon). Returns true when the sample may be recorded: the
  * process is ATTACHED (perhaps just now: lazy fork attach, reconnect). Never blocks. */
-bool lifecycle_ready(struct llgo_heap_thread *t);
+static inline bool lifecycle_ready(struct llgo_heap_thread *t)
+{
+	if (llgo_likely(atomic_load_explicit(&lifecycle_st, memory_order_acquire) ==
+				LLGO_SHIM_ATTACHED &&
+			++t->ready_calls < LIFECYCLE_CHECK_EVERY))
+		return true;
+	return lifecycle_ready_slow(t);
+}
 /* The process memfd (rings live in it) and whether sends may be made. */
 const struct attach_fd *lifecycle_memfd(void);
 /* Send a packet to the daemon if attached; a failure other than a full socket makes the
@@ -640,6 +674,18 @@ extern struct owner_winner owner_winner;
 /* True when this copy of the shim is the process's sampler (the one the public symbols bind
  * to); a copy that is not must not attach, and forwards to the winner (owner_winner). */
 bool owner_elect(void);
+
+/* ---- stackcopy.c, inline (after the control page's definition) ----------------------- */
+
+static inline bool stackcopy_wanted(const uint64_t *frames, uint32_t n, struct stack_memo *m)
+{
+	/* auto, and a verdict on this walk under the tables as they are (stackcopy_fp_trusted) */
+	if (llgo_likely(stackcopy_mode == LLGO_UNWIND_AUTO && m && m->fp_seq &&
+			m->fp_seq == atomic_load_explicit(&attach_ctl.fp_seq,
+							  memory_order_acquire)))
+		return !m->trusted;
+	return stackcopy_wanted_slow(frames, n, m);
+}
 
 #pragma GCC visibility pop
 

@@ -215,14 +215,22 @@ static struct llgo_live_header *live_create(void)
 	return h;
 }
 
+static struct llgo_live_header *live_get_first(void);
+
 /* The table, created on first use; NULL while another thread creates it or after a failure. */
-static struct llgo_live_header *live_get(void)
+static inline struct llgo_live_header *live_get(void)
 {
 	live_settle();
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
 	if (llgo_likely(h != NULL))
 		return atomic_load_explicit(&live_state, memory_order_relaxed) == LIVE_READY ? h
 											: NULL;
+	return live_get_first();
+}
+
+static llgo_noinline struct llgo_live_header *live_get_first(void)
+{
+	struct llgo_live_header *h;
 	/* no table (memfd_create, mmap) once the program forbade syscalls (lifecycle.c) */
 	if (lifecycle_state() == LLGO_SHIM_OFF)
 		return NULL;
@@ -508,8 +516,9 @@ static inline void live_page_mark(uint64_t slot)
 		atomic_fetch_or_explicit(&live_pages[pg / 64], bit, memory_order_relaxed);
 }
 
-static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t addr,
-			      uint64_t key, uint64_t ref, uint64_t size)
+static inline __attribute__((always_inline)) bool
+live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t addr, uint64_t key,
+		  uint64_t ref, uint64_t size)
 {
 	struct llgo_live_entry *e = live_entries(h);
 	uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
@@ -550,8 +559,8 @@ static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t a
  * tracked object's counter is never zero while the object is live (the free of an object
  * happens after its insert).
  */
-static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
-			     uint64_t ref, uint64_t size);
+static inline bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
+				    uint64_t ref, uint64_t size);
 
 #define LIVE_FILTER_BITS 13u
 static _Atomic uint32_t live_filter[1u << LIVE_FILTER_BITS];
@@ -571,8 +580,8 @@ static inline bool live_filter_on(void)
 	return atomic_load_explicit(&live_mask, memory_order_acquire) != 0;
 }
 
-static bool live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref,
-			uint64_t size)
+static inline bool live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key,
+			       uint64_t ref, uint64_t size)
 {
 	bool f = live_filter_on();
 	if (f)
@@ -584,8 +593,8 @@ static bool live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key,
 	return false;
 }
 
-static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
-			     uint64_t ref, uint64_t size)
+static inline bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
+				    uint64_t ref, uint64_t size)
 {
 	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
 	if (top >= LLGO_LIVE_LEVELS)
@@ -608,7 +617,9 @@ static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t
 
 static uint32_t live_shadow_lookup(uint64_t addr, bool remove);
 
-static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
+static inline __attribute__((always_inline)) bool live_lookup(uint64_t addr,
+							      struct llgo_live_entry *out,
+							      bool remove)
 {
 	live_settle();
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);

@@ -154,7 +154,8 @@ static llgo_noinline void sample_thread_init(struct llgo_heap_thread *t)
  * free will look for it (live.c). Returns the rate word when this allocation is sampled, with
  * the guard held (sample_record releases it); 0 when it is not (guard untouched).
  */
-static inline int64_t sample_begin(struct llgo_heap_thread *t, size_t size)
+static inline __attribute__((always_inline)) int64_t sample_begin(struct llgo_heap_thread *t,
+								 size_t size)
 {
 	if (t->guard)
 		return 0;
@@ -170,7 +171,7 @@ static inline int64_t sample_begin(struct llgo_heap_thread *t, size_t size)
 	t->guard = 1;
 	if (llgo_unlikely(t->gen != emit_generation()))
 		sample_thread_init(t);
-	if (sample_decide(t, w, size))
+	if (w < 0 || sample_decide(t, w, size)) /* (sample_decide's first case, inline) */
 		return w;
 	t->guard = 0;
 	return 0;

@@ -46,7 +46,7 @@ static inline uintptr_t stackcopy_end(const struct llgo_heap_thread *t)
 	return t->stack_end ? t->stack_end : t->stack_hi;
 }
 
-static uint32_t stackcopy_mode = LLGO_UNWIND_AUTO;
+uint32_t stackcopy_mode = LLGO_UNWIND_AUTO;
 static uint32_t stackcopy_cap = LLGO_RAW_DEFAULT_STACK;
 
 /* ---- settings -------------------------------------------------------------------------- */
@@ -228,7 +228,7 @@ static void stackcopy_interrupted(struct stackcopy *sc, const struct llgo_heap_t
 	}
 }
 
-bool stackcopy_wanted(const uint64_t *frames, uint32_t n, struct stack_memo *m)
+bool stackcopy_wanted_slow(const uint64_t *frames, uint32_t n, struct stack_memo *m)
 {
 	if (stackcopy_mode == LLGO_UNWIND_DWARF)
 		return true;
@@ -240,7 +240,7 @@ bool stackcopy_wanted(const uint64_t *frames, uint32_t n, struct stack_memo *m)
 bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 		    const uint64_t *frames, uint32_t n, void *ra, void *frame, uintptr_t cxx)
 {
-	return stackcopy_wanted(frames, n, NULL) && stackcopy_fill(sc, t, ra, frame, cxx);
+	return stackcopy_wanted_slow(frames, n, NULL) && stackcopy_fill(sc, t, ra, frame, cxx);
 }
 
 bool stackcopy_fill(struct stackcopy *sc, const struct llgo_heap_thread *t, void *ra,
