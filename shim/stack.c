@@ -182,18 +182,21 @@ stack_walk_from(uint64_t *out, uint32_t max, uintptr_t fp, uintptr_t prev, uintp
 {
 	uint32_t n = 0;
 	uint64_t diff = 0;
+	if (hi < lo + 16)
+		return 0;
+	/* fp must lie in [floor, top]: above the previous frame, in the range, 16 bytes readable */
+	uintptr_t floor = prev >= lo ? prev + 1 : lo, top = hi - 16;
 	while (n < max) {
-		if ((fp & 7) || hi < lo + 16)
+		if (fp & 7)
 			break;
-		if (fp <= prev || fp < lo || fp > hi - 16) {
+		if (fp < floor || fp > top) {
 			/* One crossing to the second range (from an alternate stack to the
 			 * thread's own), where the order of addresses starts again. */
 			if (hi2 <= lo2 || fp < lo2 || hi2 < lo2 + 16 || fp > hi2 - 16)
 				break;
-			lo = lo2;
-			hi = hi2;
+			floor = lo2;
+			top = hi2 - 16;
 			lo2 = hi2 = 0;
-			prev = 0;
 			continue;
 		}
 		const uintptr_t *f = (const uintptr_t *)fp;
@@ -203,7 +206,7 @@ stack_walk_from(uint64_t *out, uint32_t max, uintptr_t fp, uintptr_t prev, uintp
 		if (memo)
 			diff |= out[n] ^ ret;
 		out[n++] = ret;
-		prev = fp;
+		floor = fp + 1;
 		fp = f[0];
 	}
 	if (memo)
