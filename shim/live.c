@@ -557,8 +557,9 @@ live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t addr, uint64_
  * tracked object's counter is never zero while the object is live (the free of an object
  * happens after its insert).
  */
-static inline bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
-				    uint64_t ref, uint64_t size);
+static inline __attribute__((always_inline)) bool
+live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref,
+		 uint64_t size);
 
 #define LIVE_FILTER_BITS 13u
 static _Atomic uint32_t live_filter[1u << LIVE_FILTER_BITS];
@@ -578,8 +579,8 @@ static inline bool live_filter_on(void)
 	return atomic_load_explicit(&live_mask, memory_order_acquire) != 0;
 }
 
-static inline bool live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key,
-			       uint64_t ref, uint64_t size)
+static inline __attribute__((always_inline)) bool
+live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref, uint64_t size)
 {
 	bool f = live_filter_on();
 	if (f)
@@ -616,8 +617,9 @@ static llgo_noinline bool live_insert_search(struct llgo_live_header *h, uint32_
 
 /* addr's home slot in the top level first, inline: free at rate 1 leaves its tombstone where
  * the next object of the same address (the allocator's favourite) lands. */
-static inline bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
-				    uint64_t ref, uint64_t size)
+static inline __attribute__((always_inline)) bool
+live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref,
+		 uint64_t size)
 {
 	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
 	if (top >= LLGO_LIVE_LEVELS)
