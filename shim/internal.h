@@ -201,12 +201,11 @@ static inline uint32_t emit_generation(void)
 }
 /* Ask the daemon to drain now (LLGO_MSG_WAKE), without waiting. */
 void emit_wake(void);
-/* Record one sample into the calling thread's ring (claimed or created on first use); counts
- * it in ctl.lost_no_ring when no ring can be had. raw != NULL: an ALLOC_RAW record. Returns
- * whether the record was published, and then its LLGO_LIVE_REF (ring id, seq) in *ref. A full
- * ring waits for the daemon first when full.c says so. */
-bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
-		 const uint64_t *frames, uint32_t n, const struct stackcopy *raw, uint64_t *ref);
+/* emit_sample for whatever its inline part does not do (below: first ring, stack copies, an
+ * attached probe). */
+bool emit_sample_slow(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
+		      const uint64_t *frames, uint32_t n, const struct stackcopy *raw,
+		      uint64_t *ref);
 
 /* Format a ring in mem (len >= LLGO_RING_HEADER_SIZE + data_size) and bind r to it. */
 static inline int emit_ring_format(struct emit_ring *r, void *mem, size_t len, uint64_t data_size,
@@ -685,6 +684,61 @@ static inline bool stackcopy_wanted(const uint64_t *frames, uint32_t n, struct s
 							  memory_order_acquire)))
 		return !m->trusted;
 	return stackcopy_wanted_slow(frames, n, m);
+}
+
+/* ---- emit.c, inline (after the ring writer and full.c's wait) ------------------------- */
+
+/* probe.c: written by the kernel (uprobe reference counter), read here. The name is fixed by
+ * <sys/sdt.h>: PROVIDER_NAME_semaphore. */
+extern volatile unsigned short llgo_heap_sample_semaphore;
+
+static inline bool probe_enabled(void)
+{
+	return llgo_unlikely(llgo_heap_sample_semaphore != 0);
+}
+
+/*
+ * After a push that started at head `before`: the record's LLGO_LIVE_REF in *ref when it was
+ * pushed, and LLGO_MSG_WAKE when this push took the ring past half full, or when it was
+ * dropped (once per stall: head does not move while the ring is full), so a burst is drained
+ * before the ring fills instead of at the daemon's next idle poll. tail is only a hint here
+ * (relaxed); a wrong one costs a spurious wake or a poll's delay.
+ */
+static inline bool emit_pushed(struct llgo_heap_thread *t, uint64_t before, bool pushed,
+			       uint64_t *ref)
+{
+	struct llgo_ring_header *h = t->ring.hdr;
+	if (pushed)
+		*ref = LLGO_LIVE_REF(h->ring_id,
+				     atomic_load_explicit(&h->sampled, memory_order_relaxed));
+	uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
+	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
+	uint64_t half = (t->ring.mask + 1) / 2;
+	bool crossed = pushed && before - tail < half && head - tail >= half;
+	if (llgo_unlikely((crossed || !pushed) && t->wake_head != head)) {
+		t->wake_head = head;
+		emit_wake();
+	}
+	return pushed;
+}
+
+/* Record one sample into the calling thread's ring (claimed or created on first use); counts
+ * it in ctl.lost_no_ring when no ring can be had. raw != NULL: an ALLOC_RAW record. Returns
+ * whether the record was published, and then its LLGO_LIVE_REF (ring id, seq) in *ref. A full
+ * ring waits for the daemon first when full.c says so. Inline: a plain record into a ring the
+ * thread has, nobody verifying. */
+static inline bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate,
+			       uint64_t addr, const uint64_t *frames, uint32_t n,
+			       const struct stackcopy *raw, uint64_t *ref)
+{
+	if (llgo_unlikely(!t->ring.hdr || raw || probe_enabled()))
+		return emit_sample_slow(t, size, rate, addr, frames, n, raw, ref);
+	if (n > LLGO_MAX_FRAMES)
+		n = LLGO_MAX_FRAMES;
+	full_wait(t, &t->ring, llgo_record_alloc_len(n), rate);
+	uint64_t before = atomic_load_explicit(&t->ring.hdr->head, memory_order_relaxed);
+	bool pushed = emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
+	return emit_pushed(t, before, pushed, ref);
 }
 
 #pragma GCC visibility pop
