@@ -537,9 +537,10 @@ extern _Atomic uint32_t lifecycle_st; /* read it through lifecycle_state() or be
  * 100 ms or that many samples, whichever comes later. */
 #define LIFECYCLE_CHECK_EVERY 32u
 bool lifecycle_ready_slow(struct llgo_heap_thread *t);
-/* Called by the slow path for a sampled allocation while not ATTACHED (and, rate-limited, while
- * ATTACHED, to notice a dead daemon). Returns true when the sample may be recorded: the
- * process is ATTACHED (perhaps just now: lazy fork attach, reconnect). Never blocks. */
+/* Called by the slow path for each sampled allocation. Returns true when the sample may be
+ * recorded: the process is ATTACHED (perhaps just now: lazy fork attach, reconnect). Inline
+ * while ATTACHED; lifecycle_ready_slow handles the other states and, once in
+ * LIFECYCLE_CHECK_EVERY calls, looks for a dead daemon. Never blocks. */
 static inline bool lifecycle_ready(struct llgo_heap_thread *t)
 {
 	if (llgo_likely(atomic_load_explicit(&lifecycle_st, memory_order_acquire) ==

@@ -18,7 +18,9 @@
  * operator new functions (registered by override_cxx.c from their symbol sizes), and the
  * functions registered through llgo_heap_trim_add (name prefixes looked up once in the
  * loaded objects' symbol tables). Range tables are append-only and lock-free for readers.
- * Symbolization is left to the daemon; this file only compares addresses.
+ * Symbolization is left to the daemon; this file only compares addresses. The sampled path's
+ * capture (stack_sample) keeps the thread's last walk and what was derived from it (struct
+ * stack_memo, internal.h): a walk equal to the previous one reuses its trimming and key.
  */
 #include <dlfcn.h>
 #include <elf.h>
