@@ -108,21 +108,32 @@ static inline uint64_t llgo_live_home(uint64_t addr, uint32_t k)
 _Static_assert(LLGO_LIVE_LEVEL0 == 1024u, "llgo_live_home assumes 2^10 entries in level 0");
 
 /* The identity of an ALLOC record's bucket: its frames, size and rate (FNV-1a over words with
- * a final mix). Both sides must compute it over the same frames: those in the record. */
-static inline uint64_t llgo_live_key(const uint64_t *frames, uint32_t n, uint64_t size,
-				     uint64_t rate)
+ * a final mix). Both sides must compute it over the same frames: those in the record. The
+ * shim keeps the frames' part for a stack it sees again (llgo_live_key_frames). */
+static inline uint64_t llgo_live_key_frames(const uint64_t *frames, uint32_t n)
 {
 	uint64_t h = 0xcbf29ce484222325ULL ^ n;
 	for (uint32_t i = 0; i < n; i++) {
 		h ^= frames[i];
 		h *= 0x100000001b3ULL;
 	}
+	return h;
+}
+
+static inline uint64_t llgo_live_key_finish(uint64_t h, uint64_t size, uint64_t rate)
+{
 	h ^= size;
 	h *= 0x100000001b3ULL;
 	h ^= rate;
 	h *= 0x9e3779b97f4a7c15ULL;
 	h ^= h >> 29;
 	return h;
+}
+
+static inline uint64_t llgo_live_key(const uint64_t *frames, uint32_t n, uint64_t size,
+				     uint64_t rate)
+{
+	return llgo_live_key_finish(llgo_live_key_frames(frames, n), size, rate);
 }
 
 #endif

@@ -266,7 +266,9 @@ enum llgo_record_kind {
 	LLGO_REC_ALLOC_RAW = 3,
 };
 
-#define LLGO_REC_VERSION 1u
+/* 2: the Fletcher-style checksum (llgo_record_checksum); version 1 records were summed with a
+ * serial multiply chain, and fail the version 2 checksum. */
+#define LLGO_REC_VERSION 2u
 #define LLGO_MAX_FRAMES 64u
 
 struct llgo_record {
@@ -348,25 +350,74 @@ static inline uint32_t llgo_record_alloc_len(uint32_t nframes)
 }
 
 /*
- * A checksum over the record's words, with the checksum field counted as zero. It is not a
- * defence against a malicious writer (who can compute it); it catches torn and stray writes
+ * The record checksum: a Fletcher-style pair of running sums over the record's 64-bit words,
+ * the checksum field counted as a zero word, mixed once at the end. Each word is first folded
+ * (w ^ w >> 32, a bijection, so that its high bits reach the low ones: with plain sums modulo
+ * 2^64, two flips of bit 63 an even number of words apart cancel in both), then a += w and
+ * b += a: a sees every word, b weighs each by its distance from the end, so a changed word,
+ * or two changed words, or a swapped or shifted one, change the result. Two short add chains,
+ * cheap enough for the writer to compute as it stores each word (emit_push_alloc). It is not
+ * a defence against a malicious writer (who can compute it); it catches torn and stray writes
  * from a buggy one. Every field is still range-checked by the reader.
  */
+struct llgo_sum {
+	uint64_t a, b;
+};
+
+#define LLGO_SUM_INIT { 0x6c6c676f68656170ULL, 0 }
+#define LLGO_REC_CHECKSUM_WORD (offsetof(struct llgo_record, checksum) / 8)
+
+static inline void llgo_sum_word(struct llgo_sum *s, uint64_t w)
+{
+	s->a += w ^ (w >> 32);
+	s->b += s->a;
+}
+
+static inline uint64_t llgo_sum_final(const struct llgo_sum *s, uint32_t length)
+{
+	uint64_t h = (s->a ^ length) * 0x9e3779b97f4a7c15ULL ^ s->b;
+	h ^= h >> 32;
+	h *= 0xd6e8feb86659fd93ULL;
+	return h ^ (h >> 29);
+}
+
 static inline uint64_t llgo_record_checksum(const void *rec, uint32_t length)
 {
 	const unsigned char *p = (const unsigned char *)rec;
-	uint64_t h = 0x6c6c676f68656170ULL ^ length;
+	struct llgo_sum s = LLGO_SUM_INIT;
 	for (uint32_t off = 0; off + 8 <= length; off += 8) {
 		uint64_t w;
 		memcpy(&w, p + off, 8);
 		if (off == offsetof(struct llgo_record, checksum))
 			w = 0;
-		h ^= w;
-		h *= 0x9e3779b97f4a7c15ULL;
-		h ^= h >> 31;
+		llgo_sum_word(&s, w);
 	}
-	return h;
+	return llgo_sum_final(&s, length);
 }
+
+/* The first and sixth words of a record header as stored (byte order independent). */
+static inline uint64_t llgo_record_word0(uint8_t kind, uint16_t nframes, uint32_t length)
+{
+	struct {
+		uint8_t kind, version;
+		uint16_t nframes;
+		uint32_t length;
+	} x = { kind, LLGO_REC_VERSION, nframes, length };
+	uint64_t w;
+	memcpy(&w, &x, 8);
+	return w;
+}
+
+static inline uint64_t llgo_record_word5(uint32_t tid, uint32_t flags)
+{
+	uint32_t x[2] = { tid, flags };
+	uint64_t w;
+	memcpy(&w, x, 8);
+	return w;
+}
+
+_Static_assert(offsetof(struct llgo_record, tid) == 40 && offsetof(struct llgo_record, addr) == 32,
+	       "header words: kind..length, seq, size, rate, addr, tid|flags, checksum");
 
 /* Copy len bytes into the ring at free-running position pos (mask = data_size - 1). */
 static inline void llgo_ring_copy_in(unsigned char *data, uint64_t mask, uint64_t pos,

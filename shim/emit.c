@@ -40,7 +40,7 @@
 static struct llgo_ring_header *_Atomic emit_table[LLGO_MAX_RINGS];
 static _Atomic uint32_t emit_nslots;
 /* Starts at 1: a new thread's gen (0) never matches, which initialises its state. */
-static _Atomic uint32_t emit_gen = 1;
+_Atomic uint32_t emit_gen = 1;
 static uint32_t emit_size = LLGO_RING_DEFAULT_DATA;
 static pthread_key_t emit_key;
 static bool emit_key_ok;
@@ -48,11 +48,6 @@ static bool emit_key_ok;
 uint32_t emit_data_size(void)
 {
 	return emit_size;
-}
-
-uint32_t emit_generation(void)
-{
-	return atomic_load_explicit(&emit_gen, memory_order_relaxed);
 }
 
 static size_t emit_map_len(void)
@@ -263,8 +258,9 @@ llgo_noinline void emit_wake(void)
 	lifecycle_send(&m, sizeof(m));
 }
 
-bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
-		 const uint64_t *frames, uint32_t n, const struct stackcopy *raw, uint64_t *ref)
+bool emit_sample_slow(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
+		      const uint64_t *frames, uint32_t n, const struct stackcopy *raw,
+		      uint64_t *ref)
 {
 	if (llgo_unlikely(!t->ring.hdr) && !emit_claim(t)) {
 		attach_count_lost();
@@ -290,24 +286,7 @@ bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint6
 	else
 		pushed = raw ? stackcopy_push(&t->ring, size, rate, addr, t->tid, frames, n, raw)
 			     : emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
-	if (pushed)
-		*ref = LLGO_LIVE_REF(h->ring_id,
-				     atomic_load_explicit(&h->sampled, memory_order_relaxed));
-	/*
-	 * Wake the daemon when this push took the ring past half full, or when it was dropped
-	 * (once per stall: head does not move while the ring is full), so a burst is drained
-	 * before the ring fills instead of at the daemon's next idle poll. tail is only a hint
-	 * here (relaxed); a wrong one costs a spurious wake or a poll's delay.
-	 */
-	uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
-	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
-	uint64_t half = (t->ring.mask + 1) / 2;
-	bool crossed = pushed && before - tail < half && head - tail >= half;
-	if ((crossed || !pushed) && t->wake_head != head) {
-		t->wake_head = head;
-		emit_wake();
-	}
-	return pushed;
+	return emit_pushed(t, before, pushed, ref);
 }
 
 void emit_forget_all(void)

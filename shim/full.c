@@ -51,12 +51,6 @@ static int full_get_policy(void)
 	return p;
 }
 
-static bool full_has_room(const struct emit_ring *r, uint64_t tail, uint32_t len)
-{
-	uint64_t head = atomic_load_explicit(&r->hdr->head, memory_order_relaxed);
-	uint64_t used = head - tail, cap = r->mask + 1;
-	return used <= cap && cap - used >= len;
-}
 
 static int64_t full_now_ms(void)
 {
@@ -82,14 +76,10 @@ bool full_daemon_serving(void)
 	       atomic_load_explicit(&attach_ctl.fp_seq, memory_order_relaxed) != 0;
 }
 
-void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
-	       uint64_t rate)
+void full_block(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
+		uint64_t rate, uint64_t tail)
 {
 	struct llgo_ring_header *h = r->hdr;
-	/* acquire: pairs with the daemon's release of tail (as in emit_push_alloc) */
-	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
-	if (llgo_likely(full_has_room(r, tail, len)))
-		return;
 	int p = full_get_policy();
 	/* Sampled rates drop by default, except before the daemon has started serving this
 	 * process (it reads our maps before it drains us; the process does not wait for that at

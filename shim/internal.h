@@ -41,6 +41,23 @@ struct emit_ring {
 /* ---- sample.c: the per-thread sampler state -------------------------------------------- */
 
 /*
+ * stack.c: a thread's last sampled stack and what was derived from it, so that a loop that
+ * allocates at one site pays for the frame walk only. raw[0..n) is the walk (frame 0 the
+ * allocating call site, plumbing not yet trimmed); it is compared with the previous walk as it
+ * is written. When they are equal and the plumbing ranges have not changed (nranges), skip
+ * and key still hold; the auto rule's verdict (stackcopy.c) holds while fp_seq is unchanged.
+ */
+struct stack_memo {
+	uint32_t n;       /* frames in raw (0: none yet) */
+	uint32_t skip;    /* leading plumbing frames: the sample's stack is raw + skip */
+	uint32_t nranges; /* plumbing ranges published when skip was found */
+	uint32_t fp_seq;  /* ctl.fp_seq of the verdict `trusted`; 0: no verdict */
+	bool trusted;
+	uint64_t key; /* llgo_live_key_frames of the sample's stack */
+	uint64_t raw[LLGO_MAX_FRAMES + 8]; /* room for plumbing frames that trimming removes */
+};
+
+/*
  * The one TLS variable of the shim (initial-exec). countdown is its first field: the malloc
  * fast path (override.c) and the public hook (include/llgo_heap.h) subtract the size from it
  * and enter the slow path when it reaches <= 0. It is 0 in a new thread, so a thread's first
@@ -79,6 +96,7 @@ struct llgo_heap_thread {
 	uint64_t wake_head; /* ring head when this thread last sent LLGO_MSG_WAKE (emit.c) */
 	uint64_t full_stall; /* full.c: 1 + the tail a wait gave up at; 0 when none */
 	struct emit_ring ring;
+	struct stack_memo memo;
 };
 
 _Static_assert(offsetof(struct llgo_heap_thread, countdown) == 0,
@@ -143,6 +161,10 @@ uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintp
 		       uintptr_t hi, uintptr_t lo2, uintptr_t hi2);
 /* Drop the leading frames that are allocator plumbing; returns how many remain at out[0]. */
 uint32_t stack_trim(uint64_t *frames, uint32_t n);
+/* The sampled path's capture (stack_bounds_for, then stack_capture's walk and trimming) into
+ * t->memo: returns the number of frames of the sample's stack, which starts at
+ * t->memo.raw + t->memo.skip (at most LLGO_MAX_FRAMES); t->memo.key is its key's frame part. */
+uint32_t stack_sample(struct llgo_heap_thread *t, void *ra, void *frame);
 /* pc is a return address: the calling instruction is at pc - 1. */
 bool stack_is_plumbing(uint64_t pc);
 /* Register [lo, hi) as plumbing; returns 0 or -ENOSPC. Lock-free, callable any time. */
@@ -172,15 +194,18 @@ void emit_init(uint64_t rate);
 void emit_forget_all(void);
 /* Whether every ring's records were consumed by the daemon (tail == head). */
 bool emit_all_drained(void);
-uint32_t emit_generation(void);
+extern _Atomic uint32_t emit_gen; /* emit.c's; read through emit_generation() */
+static inline uint32_t emit_generation(void)
+{
+	return atomic_load_explicit(&emit_gen, memory_order_relaxed);
+}
 /* Ask the daemon to drain now (LLGO_MSG_WAKE), without waiting. */
 void emit_wake(void);
-/* Record one sample into the calling thread's ring (claimed or created on first use); counts
- * it in ctl.lost_no_ring when no ring can be had. raw != NULL: an ALLOC_RAW record. Returns
- * whether the record was published, and then its LLGO_LIVE_REF (ring id, seq) in *ref. A full
- * ring waits for the daemon first when full.c says so. */
-bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
-		 const uint64_t *frames, uint32_t n, const struct stackcopy *raw, uint64_t *ref);
+/* emit_sample for whatever its inline part does not do (below: first ring, stack copies, an
+ * attached probe). */
+bool emit_sample_slow(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
+		      const uint64_t *frames, uint32_t n, const struct stackcopy *raw,
+		      uint64_t *ref);
 
 /* Format a ring in mem (len >= LLGO_RING_HEADER_SIZE + data_size) and bind r to it. */
 static inline int emit_ring_format(struct emit_ring *r, void *mem, size_t len, uint64_t data_size,
@@ -204,6 +229,20 @@ static inline int emit_ring_format(struct emit_ring *r, void *mem, size_t len, u
 	return 0;
 }
 
+/* emit_push_alloc's record when it wraps around the ring's end: assembled on the stack. */
+static llgo_noinline __attribute__((unused)) void
+emit_push_wrapped(const struct emit_ring *r, uint64_t head, uint64_t w0, uint64_t seq,
+		  uint64_t size, uint64_t rate, uint64_t addr, uint64_t w5, const uint64_t *frames,
+		  uint32_t n)
+{
+	uint64_t u[LLGO_RECORD_MAX_LEN / 8] = { w0, seq, size, rate, addr, w5, 0 };
+	uint32_t len = llgo_record_alloc_len(n);
+	if (n)
+		memcpy(u + LLGO_REC_CHECKSUM_WORD + 1, frames, 8u * n);
+	u[LLGO_REC_CHECKSUM_WORD] = llgo_record_checksum(u, len);
+	llgo_ring_copy_in(r->data, r->mask, head, u, len);
+}
+
 /*
  * Push one ALLOC record; returns false when it was dropped (ring full). Single producer: only
  * the owning thread calls this for r, so head, sampled and dropped are read relaxed (they are
@@ -215,6 +254,11 @@ static inline int emit_ring_format(struct emit_ring *r, void *mem, size_t len, u
  * bytes out, so this thread never overwrites bytes the daemon is still reading. A tail that
  * makes no sense (ahead of head, or more than a ring behind) makes the ring look full: the
  * sample is dropped, never written out of place.
+ *
+ * A record that does not wrap (and starts 8-aligned: head is the shim's own, but the daemon
+ * could write it) is stored straight into the ring a word at a time, its checksum summed as
+ * the words go; one that wraps is assembled on the stack first. Bytes past head are the
+ * producer's alone (the daemon reads [tail, head)), so storing them in place is safe.
  */
 static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uint64_t rate,
 				   uint64_t addr, uint32_t tid, const uint64_t *frames, uint32_t n)
@@ -233,24 +277,34 @@ static inline bool emit_push_alloc(const struct emit_ring *r, uint64_t size, uin
 		atomic_store_explicit(&h->sampled, sampled + 1, memory_order_release);
 		return false;
 	}
-	union {
-		struct llgo_record rec;
-		unsigned char bytes[LLGO_RECORD_MAX_LEN];
-	} u;
-	memset(&u.rec, 0, sizeof(u.rec));
-	u.rec.kind = LLGO_REC_ALLOC;
-	u.rec.version = LLGO_REC_VERSION;
-	u.rec.nframes = (uint16_t)n;
-	u.rec.length = len;
-	u.rec.seq = sampled + 1;
-	u.rec.size = size;
-	u.rec.rate = rate;
-	u.rec.addr = addr;
-	u.rec.tid = tid;
-	if (n)
-		memcpy(u.bytes + sizeof(struct llgo_record), frames, 8u * n);
-	u.rec.checksum = llgo_record_checksum(u.bytes, len);
-	llgo_ring_copy_in(r->data, r->mask, head, u.bytes, len);
+	uint64_t off = head & r->mask;
+	uint64_t w0 = llgo_record_word0(LLGO_REC_ALLOC, (uint16_t)n, len);
+	uint64_t w5 = llgo_record_word5(tid, 0);
+	if (llgo_likely(off + len <= cap && !(off & 7))) {
+		uint64_t *d = (uint64_t *)(void *)(r->data + off);
+		struct llgo_sum sum = LLGO_SUM_INIT;
+		d[0] = w0;
+		llgo_sum_word(&sum, w0);
+		d[1] = sampled + 1;
+		llgo_sum_word(&sum, sampled + 1);
+		d[2] = size;
+		llgo_sum_word(&sum, size);
+		d[3] = rate;
+		llgo_sum_word(&sum, rate);
+		d[4] = addr;
+		llgo_sum_word(&sum, addr);
+		d[5] = w5;
+		llgo_sum_word(&sum, w5);
+		llgo_sum_word(&sum, 0); /* the checksum word */
+		uint64_t *fd = d + LLGO_REC_CHECKSUM_WORD + 1;
+		for (uint32_t i = 0; i < n; i++) {
+			fd[i] = frames[i];
+			llgo_sum_word(&sum, frames[i]);
+		}
+		d[LLGO_REC_CHECKSUM_WORD] = llgo_sum_final(&sum, len);
+	} else {
+		emit_push_wrapped(r, head, w0, sampled + 1, size, rate, addr, w5, frames, n);
+	}
 	atomic_store_explicit(&h->head, head + len, memory_order_release);
 	atomic_store_explicit(&h->sampled, sampled + 1, memory_order_release);
 	return true;
@@ -277,7 +331,16 @@ uint64_t stackcopy_hello_flags(void);
 /* Smallest ring data size for the mode and cap (0: no requirement). */
 uint32_t stackcopy_ring_min(void);
 /* auto mode: whether the frame-pointer walk frames[0..n) can be trusted (ctl tables). */
-bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n);
+/* m: the memo of the walk these frames come from (its verdict is reused and kept), or NULL. */
+bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n, struct stack_memo *m);
+/* Whether this sample wants its stack copied (the mode, and in auto mode the rule above). */
+bool stackcopy_wanted_slow(const uint64_t *frames, uint32_t n, struct stack_memo *m);
+extern uint32_t stackcopy_mode; /* enum llgo_unwind_mode, set once by stackcopy_init */
+/* stackcopy_wanted: inline, at the end of this file (it reads the control page) */
+/* stackcopy_take once the copy is wanted: fill sc (sc->copy false when none can be made);
+ * false when the sample stays a plain ALLOC record. */
+bool stackcopy_fill(struct stackcopy *sc, const struct llgo_heap_thread *t, void *ra,
+		    void *frame, uintptr_t cxx);
 /* Decide whether this sample (frames from stack_capture; ra, frame and cxx as given to it)
  * wants its stack copied, and fill sc; false: a plain ALLOC record (emit_push_alloc). */
 bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
@@ -369,10 +432,25 @@ size_t live_usable(size_t (*fn)(void *), void *p);
 
 /* ---- full.c: what a full ring does ---------------------------------------------------- */
 
+static inline bool full_has_room(const struct emit_ring *r, uint64_t tail, uint32_t len)
+{
+	uint64_t head = atomic_load_explicit(&r->hdr->head, memory_order_relaxed);
+	uint64_t used = head - tail, cap = r->mask + 1;
+	return used <= cap && cap - used >= len;
+}
+/* full_wait when the ring has no room at tail. */
+void full_block(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
+		uint64_t rate, uint64_t tail);
 /* Wait (bounded) until r has room for len bytes, if the policy says so (LLGO_HEAP_FULL, else
  * wait at rate 1 and drop otherwise). Called by the owner before a push. */
-void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
-	       uint64_t rate);
+static inline void full_wait(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t len,
+			     uint64_t rate)
+{
+	/* acquire: pairs with the daemon's release of tail (as in emit_push_alloc) */
+	uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
+	if (llgo_unlikely(!full_has_room(r, tail, len)))
+		full_block(t, r, len, rate, tail);
+}
 /* Whether records of this rate wait for room rather than drop (LLGO_HEAP_FULL). */
 bool full_waits(uint64_t rate);
 /* Whether the daemon serves this process fully yet (maps read; auto unwinding's tables). */
@@ -453,10 +531,24 @@ static inline void attach_count_lost(void)
  * sandboxes itself (seccomp) or the memfd cannot be had.
  */
 uint32_t lifecycle_state(void);
-/* Called by the slow path for a sampled allocation while not ATTACHED (and, rate-limited, while
- * ATTACHED, to notice a dead daemon). Returns true when the sample may be recorded: the
- * process is ATTACHED (perhaps just now: lazy fork attach, reconnect). Never blocks. */
-bool lifecycle_ready(struct llgo_heap_thread *t);
+extern _Atomic uint32_t lifecycle_st; /* read it through lifecycle_state() or below */
+/* The clock is read at one sample in LIFECYCLE_CHECK_EVERY of a thread (at rate 1 a read at
+ * every sample was a sixth of the sampled path's time): a dead daemon is noticed within
+ * 100 ms or that many samples, whichever comes later. */
+#define LIFECYCLE_CHECK_EVERY 32u
+bool lifecycle_ready_slow(struct llgo_heap_thread *t);
+/* Called by the slow path for each sampled allocation. Returns true when the sample may be
+ * recorded: the process is ATTACHED (perhaps just now: lazy fork attach, reconnect). Inline
+ * while ATTACHED; lifecycle_ready_slow handles the other states and, once in
+ * LIFECYCLE_CHECK_EVERY calls, looks for a dead daemon. Never blocks. */
+static inline bool lifecycle_ready(struct llgo_heap_thread *t)
+{
+	if (llgo_likely(atomic_load_explicit(&lifecycle_st, memory_order_acquire) ==
+				LLGO_SHIM_ATTACHED &&
+			++t->ready_calls < LIFECYCLE_CHECK_EVERY))
+		return true;
+	return lifecycle_ready_slow(t);
+}
 /* The process memfd (rings live in it) and whether sends may be made. */
 const struct attach_fd *lifecycle_memfd(void);
 /* Send a packet to the daemon if attached; a failure other than a full socket makes the
@@ -582,6 +674,73 @@ extern struct owner_winner owner_winner;
 /* True when this copy of the shim is the process's sampler (the one the public symbols bind
  * to); a copy that is not must not attach, and forwards to the winner (owner_winner). */
 bool owner_elect(void);
+
+/* ---- stackcopy.c, inline (after the control page's definition) ----------------------- */
+
+static inline bool stackcopy_wanted(const uint64_t *frames, uint32_t n, struct stack_memo *m)
+{
+	/* auto, and a verdict on this walk under the tables as they are (stackcopy_fp_trusted) */
+	if (llgo_likely(stackcopy_mode == LLGO_UNWIND_AUTO && m && m->fp_seq &&
+			m->fp_seq == atomic_load_explicit(&attach_ctl.fp_seq,
+							  memory_order_acquire)))
+		return !m->trusted;
+	return stackcopy_wanted_slow(frames, n, m);
+}
+
+/* ---- emit.c, inline (after the ring writer and full.c's wait) ------------------------- */
+
+/* probe.c: written by the kernel (uprobe reference counter), read here. The name is fixed by
+ * <sys/sdt.h>: PROVIDER_NAME_semaphore. */
+extern volatile unsigned short llgo_heap_sample_semaphore;
+
+static inline bool probe_enabled(void)
+{
+	return llgo_unlikely(llgo_heap_sample_semaphore != 0);
+}
+
+/*
+ * After a push that started at head `before`: the record's LLGO_LIVE_REF in *ref when it was
+ * pushed, and LLGO_MSG_WAKE when this push took the ring past half full, or when it was
+ * dropped (once per stall: head does not move while the ring is full), so a burst is drained
+ * before the ring fills instead of at the daemon's next idle poll. tail is only a hint here
+ * (relaxed); a wrong one costs a spurious wake or a poll's delay.
+ */
+static inline bool emit_pushed(struct llgo_heap_thread *t, uint64_t before, bool pushed,
+			       uint64_t *ref)
+{
+	struct llgo_ring_header *h = t->ring.hdr;
+	if (pushed)
+		*ref = LLGO_LIVE_REF(h->ring_id,
+				     atomic_load_explicit(&h->sampled, memory_order_relaxed));
+	uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
+	uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
+	uint64_t half = (t->ring.mask + 1) / 2;
+	bool crossed = pushed && before - tail < half && head - tail >= half;
+	if (llgo_unlikely((crossed || !pushed) && t->wake_head != head)) {
+		t->wake_head = head;
+		emit_wake();
+	}
+	return pushed;
+}
+
+/* Record one sample into the calling thread's ring (claimed or created on first use); counts
+ * it in ctl.lost_no_ring when no ring can be had. raw != NULL: an ALLOC_RAW record. Returns
+ * whether the record was published, and then its LLGO_LIVE_REF (ring id, seq) in *ref. A full
+ * ring waits for the daemon first when full.c says so. Inline: a plain record into a ring the
+ * thread has, nobody verifying. */
+static inline bool emit_sample(struct llgo_heap_thread *t, uint64_t size, uint64_t rate,
+			       uint64_t addr, const uint64_t *frames, uint32_t n,
+			       const struct stackcopy *raw, uint64_t *ref)
+{
+	if (llgo_unlikely(!t->ring.hdr || raw || probe_enabled()))
+		return emit_sample_slow(t, size, rate, addr, frames, n, raw, ref);
+	if (n > LLGO_MAX_FRAMES)
+		n = LLGO_MAX_FRAMES;
+	full_wait(t, &t->ring, llgo_record_alloc_len(n), rate);
+	uint64_t before = atomic_load_explicit(&t->ring.hdr->head, memory_order_relaxed);
+	bool pushed = emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
+	return emit_pushed(t, before, pushed, ref);
+}
 
 #pragma GCC visibility pop
 

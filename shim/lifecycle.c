@@ -81,11 +81,10 @@
 #define LIFECYCLE_BYE_WAIT_MS 15
 #define LIFECYCLE_BYE_WAIT_MAX_MS 1000
 #define LIFECYCLE_CHECK_NS (100ull * 1000000)
-#define LIFECYCLE_CHECK_EVERY 32u
 #define LIFECYCLE_BACKOFF_MIN_NS (10ull * 1000000)
 #define LIFECYCLE_BACKOFF_MAX_NS (2000ull * 1000000)
 
-static _Atomic uint32_t lifecycle_st = LLGO_SHIM_DETACHED;
+_Atomic uint32_t lifecycle_st = LLGO_SHIM_DETACHED;
 static struct attach_fd lifecycle_sock = { .fd = -1 };
 static struct attach_fd lifecycle_mem = { .fd = -1 };
 static char lifecycle_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -374,14 +373,12 @@ static void lifecycle_reconnect(void)
 	lifecycle_set(LLGO_SHIM_LOST);
 }
 
-bool lifecycle_ready(struct llgo_heap_thread *t)
+bool lifecycle_ready_slow(struct llgo_heap_thread *t)
 {
 	uint32_t st = lifecycle_state();
-	if (llgo_likely(st == LLGO_SHIM_ATTACHED)) {
-		/* The clock is read at one sample in LIFECYCLE_CHECK_EVERY of a thread (at rate
-		 * 1 a read at every sample was a sixth of the sampled path's time): a dead daemon
-		 * is noticed within 100 ms or that many samples, whichever comes later. */
-		if (llgo_likely(++t->ready_calls < LIFECYCLE_CHECK_EVERY))
+	if (st == LLGO_SHIM_ATTACHED) {
+		/* (lifecycle_ready counted this call, unless the state changed meanwhile) */
+		if (t->ready_calls < LIFECYCLE_CHECK_EVERY)
 			return true;
 		t->ready_calls = 0;
 		uint64_t now = attach_now_ns();

@@ -215,14 +215,22 @@ static struct llgo_live_header *live_create(void)
 	return h;
 }
 
+static struct llgo_live_header *live_get_first(void);
+
 /* The table, created on first use; NULL while another thread creates it or after a failure. */
-static struct llgo_live_header *live_get(void)
+static inline struct llgo_live_header *live_get(void)
 {
 	live_settle();
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
 	if (llgo_likely(h != NULL))
 		return atomic_load_explicit(&live_state, memory_order_relaxed) == LIVE_READY ? h
 											: NULL;
+	return live_get_first();
+}
+
+static llgo_noinline struct llgo_live_header *live_get_first(void)
+{
+	struct llgo_live_header *h;
 	/* no table (memfd_create, mmap) once the program forbade syscalls (lifecycle.c) */
 	if (lifecycle_state() == LLGO_SHIM_OFF)
 		return NULL;
@@ -522,13 +530,14 @@ static inline void live_page_mark(uint64_t slot)
 		atomic_fetch_or_explicit(&live_pages[pg / 64], bit, memory_order_relaxed);
 }
 
-static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t addr,
-			      uint64_t key, uint64_t ref, uint64_t size)
+static inline __attribute__((always_inline)) bool
+live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t addr, uint64_t key,
+		  uint64_t ref, uint64_t size, uint32_t probes)
 {
 	struct llgo_live_entry *e = live_entries(h);
 	uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
 	uint64_t home = llgo_live_home(addr, k);
-	for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
+	for (uint32_t i = 0; i < probes; i++) {
 		uint64_t slot = base + ((home + i) & mask);
 		struct llgo_live_entry *s = &e[slot];
 		uint64_t a = live_page_used(slot)
@@ -552,8 +561,6 @@ static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t a
 	return false;
 }
 
-/* The top level first (the largest in use), then the lower ones (their tombstones), then
- * new levels: top moves up only when every level in use is full around addr. */
 /*
  * A counting filter in front of the table, in the shim's own memory: how many tracked objects
  * hash to each counter. free's slow path is taken by every page-aligned pointer, tracked or
@@ -564,8 +571,9 @@ static bool live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t a
  * tracked object's counter is never zero while the object is live (the free of an object
  * happens after its insert).
  */
-static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
-			     uint64_t ref, uint64_t size);
+static inline __attribute__((always_inline)) bool
+live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref,
+		 uint64_t size);
 
 #define LIVE_FILTER_BITS 13u
 static _Atomic uint32_t live_filter[1u << LIVE_FILTER_BITS];
@@ -585,8 +593,8 @@ static inline bool live_filter_on(void)
 	return atomic_load_explicit(&live_mask, memory_order_acquire) != 0;
 }
 
-static bool live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref,
-			uint64_t size)
+static inline __attribute__((always_inline)) bool
+live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref, uint64_t size)
 {
 	bool f = live_filter_on();
 	if (f)
@@ -598,14 +606,15 @@ static bool live_insert(struct llgo_live_header *h, uint64_t addr, uint64_t key,
 	return false;
 }
 
-static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key,
-			     uint64_t ref, uint64_t size)
+/* Every level's window: the top level first (the largest in use), then the lower ones (their
+ * tombstones), then new levels: top moves up only when every level in use is full around
+ * addr. */
+static llgo_noinline bool live_insert_search(struct llgo_live_header *h, uint32_t top,
+					     uint64_t addr, uint64_t key, uint64_t ref,
+					     uint64_t size)
 {
-	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
-	if (top >= LLGO_LIVE_LEVELS)
-		top = LLGO_LIVE_LEVELS - 1;
 	for (uint32_t k = top + 1; k-- > 0;)
-		if (live_insert_level(h, k, addr, key, ref, size))
+		if (live_insert_level(h, k, addr, key, ref, size, LLGO_LIVE_PROBE))
 			return true;
 	for (uint32_t k = top + 1; k < LLGO_LIVE_LEVELS; k++) {
 		/* later inserts start here; a lookup searches up to the top it reads */
@@ -614,15 +623,50 @@ static bool live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t
 									 memory_order_acq_rel,
 									 memory_order_relaxed))
 			;
-		if (live_insert_level(h, k, addr, key, ref, size))
+		if (live_insert_level(h, k, addr, key, ref, size, LLGO_LIVE_PROBE))
 			return true;
 	}
 	return false;
 }
 
+/* addr's home slot in the top level first, inline: free at rate 1 leaves its tombstone where
+ * the next object of the same address (the allocator's favourite) lands. */
+static inline __attribute__((always_inline)) bool
+live_insert_slot(struct llgo_live_header *h, uint64_t addr, uint64_t key, uint64_t ref,
+		 uint64_t size)
+{
+	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
+	if (top >= LLGO_LIVE_LEVELS)
+		top = LLGO_LIVE_LEVELS - 1;
+	return live_insert_level(h, top, addr, key, ref, size, 1) ||
+	       live_insert_search(h, top, addr, key, ref, size);
+}
+
 static uint32_t live_shadow_lookup(uint64_t addr, bool remove);
 
-static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
+#define LIVE_NO_SLOT UINT64_MAX
+
+/* The slot holding addr in levels top..0 (each level's window from addr's home), or
+ * LIVE_NO_SLOT. */
+static llgo_noinline uint64_t live_lookup_search(struct llgo_live_entry *e, uint32_t top,
+						 uint64_t addr)
+{
+	for (uint32_t k = top + 1; k-- > 0;) {
+		uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
+		uint64_t home = llgo_live_home(addr, k);
+		for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
+			uint64_t slot = base + ((home + i) & mask);
+			if (live_page_used(slot) &&
+			    atomic_load_explicit(&e[slot].addr, memory_order_acquire) == addr)
+				return slot;
+		}
+	}
+	return LIVE_NO_SLOT;
+}
+
+static inline __attribute__((always_inline)) bool live_lookup(uint64_t addr,
+							      struct llgo_live_entry *out,
+							      bool remove)
 {
 	live_settle();
 	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_acquire);
@@ -644,32 +688,28 @@ static bool live_lookup(uint64_t addr, struct llgo_live_entry *out, bool remove)
 	uint32_t top = atomic_load_explicit(&h->top, memory_order_acquire);
 	if (top >= LLGO_LIVE_LEVELS)
 		top = LLGO_LIVE_LEVELS - 1;
-	for (uint32_t k = top + 1; k-- > 0;) {
-		uint64_t base = llgo_live_level_start(k), mask = ((uint64_t)LLGO_LIVE_LEVEL0 << k) - 1;
-		uint64_t home = llgo_live_home(addr, k);
-		for (uint32_t i = 0; i < LLGO_LIVE_PROBE; i++) {
-			uint64_t slot = base + ((home + i) & mask);
-			struct llgo_live_entry *s = &e[slot];
-			if (!live_page_used(slot) ||
-			    atomic_load_explicit(&s->addr, memory_order_acquire) != addr)
-				continue;
-			if (out) {
-				out->key = s->key;
-				out->ref = s->ref;
-				out->size = s->size;
-			}
-			if (!remove)
-				return true;
-			/* Only the thread freeing addr removes it: a store, not a CAS loop. */
-			live_shadow_clear(slot, s->size);
-			atomic_store_explicit(&s->addr, LLGO_LIVE_TOMB, memory_order_release);
-			if (f)
-				atomic_fetch_sub_explicit(live_filter_at(addr), 1,
-							  memory_order_relaxed);
-			return true;
-		}
+	/* addr's home slot in the top level, inline (where live_insert_slot puts it first) */
+	uint64_t slot = llgo_live_level_start(top) + llgo_live_home(addr, top);
+	if (llgo_unlikely(!live_page_used(slot) ||
+			  atomic_load_explicit(&e[slot].addr, memory_order_acquire) != addr)) {
+		slot = live_lookup_search(e, top, addr);
+		if (slot == LIVE_NO_SLOT)
+			return false;
 	}
-	return false;
+	struct llgo_live_entry *s = &e[slot];
+	if (out) {
+		out->key = s->key;
+		out->ref = s->ref;
+		out->size = s->size;
+	}
+	if (!remove)
+		return true;
+	/* Only the thread freeing addr removes it: a store, not a CAS loop. */
+	live_shadow_clear(slot, s->size);
+	atomic_store_explicit(&s->addr, LLGO_LIVE_TOMB, memory_order_release);
+	if (f)
+		atomic_fetch_sub_explicit(live_filter_at(addr), 1, memory_order_relaxed);
+	return true;
 }
 
 bool live_remove(uint64_t addr, struct llgo_live_entry *out)

@@ -16,15 +16,6 @@
 
 #pragma GCC visibility push(hidden)
 
-/* Written by the kernel (uprobe reference counter), read here. The name is fixed by
- * <sys/sdt.h>: PROVIDER_NAME_semaphore. */
-extern volatile unsigned short llgo_heap_sample_semaphore;
-
-static inline bool probe_enabled(void)
-{
-	return llgo_unlikely(llgo_heap_sample_semaphore != 0);
-}
-
 /* emit_push_alloc (same arguments, so the caller's argument setup is shared and the probe
  * costs it one load and one branch), then the probe when the record was committed. Only
  * called while probe_enabled(). */

@@ -154,23 +154,26 @@ static llgo_noinline void sample_thread_init(struct llgo_heap_thread *t)
  * free will look for it (live.c). Returns the rate word when this allocation is sampled, with
  * the guard held (sample_record releases it); 0 when it is not (guard untouched).
  */
-static inline int64_t sample_begin(struct llgo_heap_thread *t, size_t size)
+static inline __attribute__((always_inline)) int64_t sample_begin(struct llgo_heap_thread *t,
+								 size_t size)
 {
 	if (t->guard)
 		return 0;
 	/* Inside fork() (forking 1: between the handlers, in the parent or the child) nothing
 	 * is recorded; a fork child's first slow path after it makes the control page and the
 	 * rings its own. */
-	if (llgo_unlikely(t->forking == 1))
-		return 0;
-	lifecycle_settled(t);
+	if (llgo_unlikely(t->forking)) {
+		if (t->forking == 1)
+			return 0;
+		lifecycle_fork_check(t); /* (lifecycle_settled) */
+	}
 	int64_t w = atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
 	if (w == 0)
 		return 0;
 	t->guard = 1;
 	if (llgo_unlikely(t->gen != emit_generation()))
 		sample_thread_init(t);
-	if (sample_decide(t, w, size))
+	if (w < 0 || sample_decide(t, w, size)) /* (sample_decide's first case, inline) */
 		return w;
 	t->guard = 0;
 	return 0;
@@ -196,22 +199,18 @@ static void *sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, s
 			atomic_fetch_add_explicit(&attach_ctl.lost_detached, 1,
 						  memory_order_relaxed);
 		} else {
-			uint64_t frames[LLGO_MAX_FRAMES];
-			uintptr_t lo, hi, lo2, hi2;
-			stack_bounds_for(t, (uintptr_t)frame, &lo, &hi, &lo2, &hi2);
-			uint32_t n = stack_capture(frames, LLGO_MAX_FRAMES, ra, frame, lo, hi, lo2,
-						   hi2);
-			if (n > LLGO_MAX_FRAMES)
-				n = LLGO_MAX_FRAMES;
+			uint32_t n = stack_sample(t, ra, frame);
+			const uint64_t *frames = t->memo.raw + t->memo.skip;
 			uint64_t rate = llgo_rate_from_word(w), ref = 0;
 			struct stackcopy sc;
-			bool raw = stackcopy_take(&sc, t, frames, n, ra, frame, 0);
+			bool raw = stackcopy_wanted(frames, n, &t->memo) &&
+				   stackcopy_fill(&sc, t, ra, frame, 0);
 			if (emit_sample(t, size, rate, (uint64_t)(uintptr_t)p, frames, n,
 					raw ? &sc : NULL, &ref) &&
 			    track)
 				tracked = live_track(w, (uint64_t)(uintptr_t)p,
-						     llgo_live_key(frames, n, size, rate), ref, size,
-						     off);
+						     llgo_live_key_finish(t->memo.key, size, rate),
+						     ref, size, off);
 		}
 		t->countdown = keep;
 	}

@@ -18,7 +18,9 @@
  * operator new functions (registered by override_cxx.c from their symbol sizes), and the
  * functions registered through llgo_heap_trim_add (name prefixes looked up once in the
  * loaded objects' symbol tables). Range tables are append-only and lock-free for readers.
- * Symbolization is left to the daemon; this file only compares addresses.
+ * Symbolization is left to the daemon; this file only compares addresses. The sampled path's
+ * capture (stack_sample) keeps the thread's last walk and what was derived from it (struct
+ * stack_memo, internal.h): a walk equal to the previous one reuses its trimming and key.
  */
 #include <dlfcn.h>
 #include <elf.h>
@@ -47,6 +49,9 @@ static uint32_t stack_ntext;
 
 static struct stack_range stack_ranges[STACK_MAX_RANGES];
 static _Atomic uint32_t stack_nranges;
+/* Ranges published (counted after their hi is stored): a stack_memo trimmed under the same
+ * count saw every range published by then. */
+static _Atomic uint32_t stack_published;
 
 /* llgo_heap_trim_add's prefixes, kept so that a prefix is looked up once. */
 static pthread_mutex_t stack_prefix_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -85,7 +90,11 @@ static bool stack_range_find(struct stack_range *tab, _Atomic uint32_t *count, u
 
 int stack_add_range(uintptr_t lo, uintptr_t hi)
 {
-	return stack_range_add(stack_ranges, &stack_nranges, STACK_MAX_RANGES, lo, hi);
+	int rc = stack_range_add(stack_ranges, &stack_nranges, STACK_MAX_RANGES, lo, hi);
+	/* release: pairs with stack_sample's acquire; the range is published before */
+	if (rc == 0)
+		atomic_fetch_add_explicit(&stack_published, 1, memory_order_release);
+	return rc;
 }
 
 bool stack_is_plumbing(uint64_t pc)
@@ -167,49 +176,83 @@ void stack_init(void)
 
 /* ---- walking --------------------------------------------------------------------------- */
 
-static uint32_t stack_walk_from(uint64_t *out, uint32_t max, uintptr_t fp, uintptr_t prev,
-				uintptr_t lo, uintptr_t hi, uintptr_t lo2, uintptr_t hi2)
+/* The walk; with memo, each return address is also compared with the one out[n] held before
+ * it is stored there, and the differences are or-ed into *memo (stack_sample). */
+static inline __attribute__((always_inline)) uint32_t
+stack_walk_from(uint64_t *out, uint32_t max, uintptr_t fp, uintptr_t prev, uintptr_t lo,
+		uintptr_t hi, uintptr_t lo2, uintptr_t hi2, uint64_t *memo)
 {
 	uint32_t n = 0;
+	uint64_t diff = 0;
+	if (hi < lo + 16)
+		return 0;
+	/* fp must lie in [floor, top]: above the previous frame, in the range, 16 bytes readable */
+	uintptr_t floor = prev >= lo ? prev + 1 : lo, top = hi - 16;
 	while (n < max) {
-		if ((fp & 7) || hi < lo + 16)
+		if (fp & 7)
 			break;
-		if (fp <= prev || fp < lo || fp > hi - 16) {
+		if (fp < floor || fp > top) {
 			/* One crossing to the second range (from an alternate stack to the
 			 * thread's own), where the order of addresses starts again. */
 			if (hi2 <= lo2 || fp < lo2 || hi2 < lo2 + 16 || fp > hi2 - 16)
 				break;
-			lo = lo2;
-			hi = hi2;
+			floor = lo2;
+			top = hi2 - 16;
 			lo2 = hi2 = 0;
-			prev = 0;
 			continue;
 		}
 		const uintptr_t *f = (const uintptr_t *)fp;
 		uintptr_t ret = f[1];
 		if (!ret)
 			break;
+		if (memo)
+			diff |= out[n] ^ ret;
 		out[n++] = ret;
-		prev = fp;
+		floor = fp + 1;
 		fp = f[0];
 	}
+	if (memo)
+		*memo |= diff;
 	return n;
 }
 
 uint32_t stack_walk(uint64_t *out, uint32_t max, uintptr_t fp, uintptr_t lo, uintptr_t hi)
 {
-	return stack_walk_from(out, max, fp, 0, lo, hi, 0, 0);
+	return stack_walk_from(out, max, fp, 0, lo, hi, 0, 0, NULL);
 }
 
-uint32_t stack_trim(uint64_t *frames, uint32_t n)
+/* How many leading frames are plumbing; 0 when none are or when nothing else would remain. */
+static uint32_t stack_plumbing(const uint64_t *frames, uint32_t n)
 {
 	uint32_t k = 0;
 	while (k < n && stack_is_plumbing(frames[k]))
 		k++;
-	if (k == 0 || k == n)
+	return k == n ? 0 : k;
+}
+
+uint32_t stack_trim(uint64_t *frames, uint32_t n)
+{
+	uint32_t k = stack_plumbing(frames, n);
+	if (k == 0)
 		return n; /* nothing to trim, or nothing would remain: keep the whole stack */
 	memmove(frames, frames + k, (size_t)(n - k) * sizeof(frames[0]));
 	return n - k;
+}
+
+/* The walk from the slow path's frame (ra is frame 0) into out, up to cap frames. */
+static inline __attribute__((always_inline)) uint32_t
+stack_walk_all(uint64_t *out, uint32_t cap, void *ra, void *frame, uintptr_t lo, uintptr_t hi,
+	       uintptr_t lo2, uintptr_t hi2, uint64_t *memo)
+{
+	uint32_t n = 0;
+	if (memo)
+		*memo |= out[0] ^ (uint64_t)(uintptr_t)ra;
+	out[n++] = (uint64_t)(uintptr_t)ra;
+	uintptr_t f = (uintptr_t)frame;
+	if (!(f & 7) && f >= lo && hi >= lo + 16 && f <= hi - 16)
+		n += stack_walk_from(out + 1, cap - 1, ((const uintptr_t *)f)[0], f, lo, hi, lo2,
+				     hi2, memo);
+	return n;
 }
 
 uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintptr_t lo,
@@ -218,19 +261,39 @@ uint32_t stack_capture(uint64_t *out, uint32_t max, void *ra, void *frame, uintp
 	/* Room for plumbing frames that trimming removes. */
 	uint64_t tmp[LLGO_MAX_FRAMES + 8];
 	uint32_t cap = max + 8 < LLGO_ARRAY_SIZE(tmp) ? max + 8 : (uint32_t)LLGO_ARRAY_SIZE(tmp);
-	uint32_t n = 0;
 	if (max == 0)
 		return 0;
-	tmp[n++] = (uint64_t)(uintptr_t)ra;
-	uintptr_t f = (uintptr_t)frame;
-	if (!(f & 7) && f >= lo && hi >= lo + 16 && f <= hi - 16)
-		n += stack_walk_from(tmp + 1, cap - 1, ((const uintptr_t *)f)[0], f, lo, hi, lo2,
-				     hi2);
+	uint32_t n = stack_walk_all(tmp, cap, ra, frame, lo, hi, lo2, hi2, NULL);
 	n = stack_trim(tmp, n);
 	if (n > max)
 		n = max;
 	memcpy(out, tmp, (size_t)n * sizeof(out[0]));
 	return n;
+}
+
+uint32_t stack_sample(struct llgo_heap_thread *t, void *ra, void *frame)
+{
+	struct stack_memo *m = &t->memo;
+	uintptr_t lo, hi, lo2 = 0, hi2 = 0, f = (uintptr_t)frame;
+	if (llgo_likely(t->bounded && f >= t->stack_lo && f < t->stack_hi)) {
+		lo = f; /* stack_bounds_for's first case */
+		hi = t->stack_hi;
+	} else {
+		stack_bounds_for(t, f, &lo, &hi, &lo2, &hi2);
+	}
+	uint64_t diff = 0;
+	uint32_t n = stack_walk_all(m->raw, LLGO_ARRAY_SIZE(m->raw), ra, frame, lo, hi, lo2, hi2,
+				    &diff);
+	uint32_t nranges = atomic_load_explicit(&stack_published, memory_order_acquire);
+	if (llgo_unlikely(diff || n != m->n || nranges != m->nranges)) {
+		m->n = n;
+		m->nranges = nranges;
+		m->skip = stack_plumbing(m->raw, n);
+		m->fp_seq = 0;
+		uint32_t k = n - m->skip < LLGO_MAX_FRAMES ? n - m->skip : LLGO_MAX_FRAMES;
+		m->key = llgo_live_key_frames(m->raw + m->skip, k);
+	}
+	return n - m->skip < LLGO_MAX_FRAMES ? n - m->skip : LLGO_MAX_FRAMES;
 }
 
 /* ---- stack bounds without locks -------------------------------------------------------- */

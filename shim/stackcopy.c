@@ -46,7 +46,7 @@ static inline uintptr_t stackcopy_end(const struct llgo_heap_thread *t)
 	return t->stack_end ? t->stack_end : t->stack_hi;
 }
 
-static uint32_t stackcopy_mode = LLGO_UNWIND_AUTO;
+uint32_t stackcopy_mode = LLGO_UNWIND_AUTO;
 static uint32_t stackcopy_cap = LLGO_RAW_DEFAULT_STACK;
 
 /* ---- settings -------------------------------------------------------------------------- */
@@ -162,16 +162,7 @@ static bool stackcopy_in_fp_code(uint64_t pc, uint32_t count)
  * whose sequence count was never written comes from a daemon that sends no tables (older,
  * or a test's): it would not unwind a copy either, so the walk is all there is.
  */
-/* The last verdict of this thread, for the same stack under the same tables: a loop that
- * allocates at one site is checked once. Touched only by its thread's slow path. */
-static __thread struct {
-	uint32_t seq; /* fp_seq of the verdict; 0: none */
-	uint32_t n;
-	bool trusted;
-	uint64_t frames[LLGO_MAX_FRAMES];
-} stackcopy_last llgo_tls_ie;
-
-bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n)
+bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n, struct stack_memo *m)
 {
 	uint32_t seq = atomic_load_explicit(&attach_ctl.fp_seq, memory_order_acquire);
 	/* No tables yet (the shim does not wait for the daemon's HELLO handling): copy. */
@@ -179,9 +170,10 @@ bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n)
 		return false;
 	if ((seq & 1) || n == 0 || n > LLGO_MAX_FRAMES)
 		return false;
-	if (stackcopy_last.seq == seq && stackcopy_last.n == n &&
-	    memcmp(stackcopy_last.frames, frames, n * sizeof(frames[0])) == 0)
-		return stackcopy_last.trusted;
+	/* the same walk under the same tables: a loop that allocates at one site is checked
+	 * once (stack_sample clears the verdict when the walk changes) */
+	if (m && m->fp_seq == seq)
+		return m->trusted;
 	uint32_t count = __atomic_load_n(&attach_ctl.fp_count, __ATOMIC_RELAXED);
 	uint32_t roots = __atomic_load_n(&attach_ctl.root_count, __ATOMIC_RELAXED);
 	if (count == 0 || count > LLGO_CTL_FP_RANGES || roots > LLGO_CTL_ROOTS)
@@ -194,10 +186,10 @@ bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n)
 	atomic_thread_fence(memory_order_acquire);
 	if (atomic_load_explicit(&attach_ctl.fp_seq, memory_order_relaxed) != seq)
 		return false; /* rewritten meanwhile: nothing read counts, nothing is kept */
-	stackcopy_last.seq = seq;
-	stackcopy_last.n = n;
-	stackcopy_last.trusted = ok;
-	memcpy(stackcopy_last.frames, frames, n * sizeof(frames[0]));
+	if (m) {
+		m->fp_seq = seq;
+		m->trusted = ok;
+	}
 	return ok;
 }
 
@@ -236,21 +228,24 @@ static void stackcopy_interrupted(struct stackcopy *sc, const struct llgo_heap_t
 	}
 }
 
-/* Whether this sample needs its stack copied. */
-static bool stackcopy_wanted(const uint64_t *frames, uint32_t n)
+bool stackcopy_wanted_slow(const uint64_t *frames, uint32_t n, struct stack_memo *m)
 {
 	if (stackcopy_mode == LLGO_UNWIND_DWARF)
 		return true;
 	if (stackcopy_mode != LLGO_UNWIND_AUTO)
 		return false;
-	return !stackcopy_fp_trusted(frames, n);
+	return !stackcopy_fp_trusted(frames, n, m);
 }
 
 bool stackcopy_take(struct stackcopy *sc, const struct llgo_heap_thread *t,
 		    const uint64_t *frames, uint32_t n, void *ra, void *frame, uintptr_t cxx)
 {
-	if (stackcopy_mode == LLGO_UNWIND_FP || !stackcopy_wanted(frames, n))
-		return false;
+	return stackcopy_wanted_slow(frames, n, NULL) && stackcopy_fill(sc, t, ra, frame, cxx);
+}
+
+bool stackcopy_fill(struct stackcopy *sc, const struct llgo_heap_thread *t, void *ra,
+		    void *frame, uintptr_t cxx)
+{
 	memset(&sc->regs, 0, sizeof(sc->regs));
 	sc->stack = sc->stack2 = NULL;
 	sc->copy = false; /* until the start state is known: a frame-pointer stack, flagged */

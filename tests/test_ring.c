@@ -444,17 +444,17 @@ Test(ring, invalid_fields_are_corrupt)
 	cr_assert(push_seq(&t.w, 0)); /* seq 1 */
 	struct llgo_record bad[] = {
 		/* seq going back */
-		{ .kind = 1, .version = 1, .nframes = 1, .length = 64, .seq = 1, .rate = 1 },
+		{ .kind = 1, .version = LLGO_REC_VERSION, .nframes = 1, .length = 64, .seq = 1, .rate = 1 },
 		/* nframes inconsistent with the length */
-		{ .kind = 1, .version = 1, .nframes = 3, .length = 64, .seq = 5, .rate = 1 },
+		{ .kind = 1, .version = LLGO_REC_VERSION, .nframes = 3, .length = 64, .seq = 5, .rate = 1 },
 		/* rate 0 */
-		{ .kind = 1, .version = 1, .nframes = 1, .length = 64, .seq = 6, .rate = 0 },
+		{ .kind = 1, .version = LLGO_REC_VERSION, .nframes = 1, .length = 64, .seq = 6, .rate = 0 },
 		/* seq 0 */
-		{ .kind = 1, .version = 1, .nframes = 0, .length = 56, .seq = 0, .rate = 1 },
+		{ .kind = 1, .version = LLGO_REC_VERSION, .nframes = 0, .length = 56, .seq = 0, .rate = 1 },
 	};
 	for (size_t k = 0; k < LLGO_ARRAY_SIZE(bad); k++)
 		push_raw(&t, &bad[k], f, true, true);
-	struct llgo_record good = { .kind = 1, .version = 1, .nframes = 2, .length = 72,
+	struct llgo_record good = { .kind = 1, .version = LLGO_REC_VERSION, .nframes = 2, .length = 72,
 				    .seq = 9, .rate = 3 };
 	push_raw(&t, &good, f, true, true);
 	struct seen s = { 0 };
@@ -599,7 +599,7 @@ Test(ring, baseline_counts_unread_stack_copies)
 	struct tring t;
 	tring_new(&t, 65536);
 	cr_assert(push_seq(&t.w, 0));
-	struct llgo_record rec = { .kind = LLGO_REC_ALLOC_RAW, .version = 1,
+	struct llgo_record rec = { .kind = LLGO_REC_ALLOC_RAW, .version = LLGO_REC_VERSION,
 				   .length = LLGO_RECORD_MAX_LEN + 4096 };
 	uint64_t head = atomic_load(&t.w.hdr->head);
 	llgo_ring_copy_in(t.w.data, t.w.mask, head, &rec, sizeof(rec));
