@@ -223,6 +223,24 @@ static bool ring_reader_light(struct ring_reader *r, uint64_t drained)
 	return r->light && r->win_bytes < r->data_size / 4;
 }
 
+/* Tail is published at least every RING_PUBLISH_STEP bytes of a pass (see the loop). */
+#define RING_PUBLISH_STEP (64u << 10)
+
+/* Publish tail = pos (a record boundary, everything before it copied out) and wake a producer
+ * waiting for room. */
+static void ring_reader_publish(struct ring_reader *r, uint64_t pos)
+{
+	struct llgo_ring_header *h = r->hdr;
+	/* Pairs with the producer's acquire load of tail: the bytes before pos were copied. */
+	atomic_store_explicit(&h->tail, pos, memory_order_release);
+	/* A producer waiting for room (shim full.c) sleeps on tail's low word: it stores waiting,
+	 * fences and re-reads tail; we store tail, fence and read waiting, so one of us sees the
+	 * other. The wake is a syscall on shared memory: a forged flag costs one. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&h->waiting, memory_order_relaxed))
+		syscall(SYS_futex, (void *)&h->tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
 size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 {
 	struct llgo_ring_header *h = r->hdr;
@@ -233,14 +251,24 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 	uint64_t sampled = atomic_load_explicit(&h->sampled, memory_order_acquire);
 	uint64_t dropped = atomic_load_explicit(&h->dropped, memory_order_acquire);
 	uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
-	uint64_t pos = r->tail;
+	uint64_t pos = r->tail, published = pos;
 	size_t delivered = 0;
+	bool mid = false; /* tail was published during this pass */
 
 	if (head - pos > r->data_size) { /* also head < pos: the difference wraps */
 		r->counts.corrupt++;
 		pos = head;
 	}
 	while (pos != head) {
+		/* A long pass publishes tail as it goes, so that a producer waiting for room
+		 * resumes before the whole ring is drained; never in a pass that may give pages
+		 * back (they must stay out of the producer's reach until the end, see the top). */
+		if (pos - published >= RING_PUBLISH_STEP &&
+		    !(r->light && r->win_bytes + (pos - r->tail) < r->data_size / 4)) {
+			ring_reader_publish(r, pos);
+			published = pos;
+			mid = true;
+		}
 		uint64_t avail = head - pos;
 		union {
 			struct llgo_record rec;
@@ -312,19 +340,13 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 			fn(arg, rec, (const uint64_t *)(const void *)(bytes + sizeof(*rec)));
 		delivered++;
 	}
-	if (pos - r->tail <= r->data_size && ring_reader_light(r, pos - r->tail))
+	bool light = pos - r->tail <= r->data_size && ring_reader_light(r, pos - r->tail);
+	if (light && !mid)
 		r->release_from = ring_reader_release(r, r->release_from, pos, head);
 	else
 		r->release_from = pos;
 	r->tail = pos;
-	/* Pairs with the producer's acquire load of tail: the bytes before pos were copied. */
-	atomic_store_explicit(&h->tail, pos, memory_order_release);
-	/* A producer waiting for room (shim full.c) sleeps on tail's low word: it stores waiting,
-	 * fences and re-reads tail; we store tail, fence and read waiting, so one of us sees the
-	 * other. The wake is a syscall on shared memory: a forged flag costs one. */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load_explicit(&h->waiting, memory_order_relaxed))
-		syscall(SYS_futex, (void *)&h->tail, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	ring_reader_publish(r, pos);
 	/* Counters only move forward; values that go back or do not add up are not taken. */
 	if (sampled >= r->sampled && dropped >= r->dropped && dropped <= sampled &&
 	    sampled <= LLGO_SANE_COUNT_MAX) {
