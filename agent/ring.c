@@ -41,12 +41,15 @@
  * memory counts in the program's RSS) although a ring that cycles slowly holds only a few
  * records at a time. So when a ring is light (less than a quarter of it drained in the last
  * second and so far in this one), the whole pages of what was drained since the last release
- * are given back (MADV_REMOVE: a hole in the memfd, zero when next touched). The producer
- * writes only in [head, tail + size) and never reads ring data: a drained page starting at
- * position a is written again only once head passes a + size. Pages are released only while
- * head - a < size / 2, so the producer would have to write half a ring during the madvise to
- * reach one; if a hostile or bursting producer does, its records there read back as corrupt
- * and are counted so. A busy ring keeps its pages: the producer would fault each one in again.
+ * are given back (MADV_REMOVE: a hole in the memfd, zero when next touched), before the tail
+ * store. The producer writes only in [head, tail + size) and never reads ring data: what this
+ * pass drained is out of its reach until the tail store; a page an earlier pass drained,
+ * starting at position a, is written again once head passes a + size, so it goes back only
+ * while head, read just before, is less than half a ring past a: the producer would have to
+ * write half a ring during the madvise to reach it (if a hostile one does, its records there
+ * read back as corrupt and are counted so). A busy ring keeps its pages: the producer would
+ * fault each one in again. This assumes one reader per ring, which llgo-heapd keeps (a
+ * reconnect joins its session's readers).
  */
 #include <limits.h>
 #include <linux/futex.h>
@@ -174,16 +177,20 @@ void ring_reader_unmap(struct ring_reader *r)
 
 /* Give back the whole pages of drained ring positions [from, to) (see the top); head is the
  * producer's published end. Returns the position from which pages may still be resident. */
-static uint64_t ring_reader_release(struct ring_reader *r, uint64_t from, uint64_t to,
-				    uint64_t head)
+static uint64_t ring_reader_release(struct ring_reader *r, uint64_t from, uint64_t to)
 {
 	static long page;
 	if (!page)
 		page = sysconf(_SC_PAGESIZE);
-	if (to - from > r->data_size)
-		from = to - r->data_size;
-	if (page <= 0 || head - from >= r->data_size / 2)
-		return to; /* (also head behind from: a forged head) */
+	if (page <= 0)
+		return to;
+	/* [r->tail, to) is this pass's: out of the producer's reach until the tail store. What
+	 * earlier passes drained, [from, r->tail), is within it again once head passes from +
+	 * size: only while head, read now, is less than half a ring past from (a forged head
+	 * behind from counts as past). */
+	uint64_t head = atomic_load_explicit(&r->hdr->head, memory_order_acquire);
+	if (to - from > r->data_size || head - from >= r->data_size / 2)
+		from = r->tail;
 	uint64_t done = from;
 	while (done != to) {
 		uint64_t off = done & r->mask;
@@ -342,7 +349,7 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 	}
 	bool light = pos - r->tail <= r->data_size && ring_reader_light(r, pos - r->tail);
 	if (light && !mid)
-		r->release_from = ring_reader_release(r, r->release_from, pos, head);
+		r->release_from = ring_reader_release(r, r->release_from, pos);
 	else
 		r->release_from = pos;
 	r->tail = pos;
