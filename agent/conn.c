@@ -327,13 +327,6 @@ static void conn_link_locked(struct server *srv, struct conn *c)
 	srv->nconns++;
 }
 
-static uint64_t conn_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Out of descriptors with no spare to accept-and-drop with: the listening socket leaves the
  * epoll set for SERVER_ACCEPT_PAUSE_MS (pending connections wait in the backlog), so that the
  * loop does not spin on it. */
@@ -342,20 +335,20 @@ static void conn_accept_pause(struct server *srv)
 	if (srv->accept_paused_until)
 		return;
 	epoll_ctl(srv->epfd, EPOLL_CTL_DEL, srv->listen_fd, NULL);
-	srv->accept_paused_until = conn_now_ns() + SERVER_ACCEPT_PAUSE_MS * 1000000ull;
+	srv->accept_paused_until = session_now_ns(CLOCK_MONOTONIC) + SERVER_ACCEPT_PAUSE_MS * 1000000ull;
 	log_error("out of file descriptors, no spare: not accepting for %u ms",
 		  SERVER_ACCEPT_PAUSE_MS);
 }
 
 void conn_accept_resume(struct server *srv)
 {
-	if (!srv->accept_paused_until || conn_now_ns() < srv->accept_paused_until)
+	if (!srv->accept_paused_until || session_now_ns(CLOCK_MONOTONIC) < srv->accept_paused_until)
 		return;
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &srv->listen_fd };
 	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->listen_fd, &ev) == 0)
 		srv->accept_paused_until = 0;
 	else
-		srv->accept_paused_until = conn_now_ns() + SERVER_ACCEPT_PAUSE_MS * 1000000ull;
+		srv->accept_paused_until = session_now_ns(CLOCK_MONOTONIC) + SERVER_ACCEPT_PAUSE_MS * 1000000ull;
 }
 
 void conn_accept(struct server *srv)

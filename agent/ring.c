@@ -175,13 +175,16 @@ void ring_reader_unmap(struct ring_reader *r)
 	memset(r, 0, sizeof(*r));
 }
 
-/* Give back the whole pages of drained ring positions [from, to) (see the top); head is the
- * producer's published end. Returns the position from which pages may still be resident. */
+/* Give back the whole pages of drained ring positions [from, to) (see the top), before the
+ * tail store of this pass. Returns the position from which pages may still be resident. */
 static uint64_t ring_reader_release(struct ring_reader *r, uint64_t from, uint64_t to)
 {
-	static long page;
-	if (!page)
+	static _Atomic long page_size; /* drains of different sessions run at once */
+	long page = atomic_load_explicit(&page_size, memory_order_relaxed);
+	if (!page) {
 		page = sysconf(_SC_PAGESIZE);
+		atomic_store_explicit(&page_size, page, memory_order_relaxed);
+	}
 	if (page <= 0)
 		return to;
 	/* [r->tail, to) is this pass's: out of the producer's reach until the tail store. What

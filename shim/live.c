@@ -272,8 +272,9 @@ bool live_can_place(void)
  * list is empty. Freed runs stay resident for reuse (their contents are stale: calloc clears
  * its object), up to an eighth of the pages in objects plus LIVE_ARENA_KEEP: a run freed
  * beyond that is given back first (MADV_DONTNEED: zero when next used), so that the arena's
- * resident pages follow the live sampled objects, not their peak. Everything is private memory: a fork child inherits the arena and its lists as
- * they were at the clone, and frees its inherited objects by address alone. Objects placed
+ * resident pages follow the live sampled objects, not their peak. Everything is private
+ * memory: a fork child inherits the arena and its lists as they were at the clone, and frees
+ * its inherited objects by address alone. Objects placed
  * here carry the offset LIVE_OFF_ARENA.
  */
 #define LIVE_ARENA_PAGES (1u << 18) /* 1 GiB reserved */

@@ -529,7 +529,7 @@ static int make_memfd(uint32_t data_size, bool seal, uint32_t ring_id, uint64_t 
 	cr_assert_eq(ftruncate(fd, (off_t)len), 0);
 	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	cr_assert(m != MAP_FAILED);
-	struct emit_ring w;
+	struct emit_ring w = { 0 };
 	cr_assert_eq(emit_ring_format(&w, m, len, data_size, ring_id, 1), 0);
 	w.hdr->magic = magic;
 	munmap(m, len);
@@ -646,7 +646,7 @@ static void resident_ring_free(int fd, uint32_t data_size, struct emit_ring *w,
 Test(ring, drained_pages_of_a_light_ring_are_given_back)
 {
 	enum { DATA = 256u << 10 };
-	struct emit_ring w;
+	struct emit_ring w = { 0 };
 	struct ring_reader r;
 	int fd = resident_ring(DATA, &w, &r);
 	uint64_t seen[2] = { 0, 0 }, pushed = 0;
@@ -680,7 +680,7 @@ Test(ring, drained_pages_of_a_light_ring_are_given_back)
 Test(ring, busy_ring_keeps_its_pages)
 {
 	enum { DATA = 256u << 10 };
-	struct emit_ring w;
+	struct emit_ring w = { 0 };
 	struct ring_reader r;
 	int fd = resident_ring(DATA, &w, &r);
 	uint64_t seen[2] = { 0, 0 }, pushed = 0;
