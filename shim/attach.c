@@ -15,6 +15,7 @@
  * fails at once: a full backlog is -EAGAIN), and the only wait is attach_recv's, bounded by
  * its caller (the exit handshake, lifecycle.c).
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -33,10 +34,29 @@ llgo_hidden uint32_t attach_page_size = LLGO_PAGE_MIN;
 
 _Static_assert(sizeof(union attach_area) == ATTACH_AREA_SIZE, "the reservation is one page");
 
+/* The vDSO's clock_gettime, called directly: libc's wrapper lies in a part of libc a small
+ * program may never touch otherwise, and its first call made the kernel map 14 more pages of
+ * libc (fault-around) into the program's resident memory. NULL: libc's. */
+static int (*_Atomic attach_vdso_clock)(clockid_t, struct timespec *);
+
+void attach_clock_init(void)
+{
+	/* the vDSO is a loaded object of its own name: no file is searched or opened */
+	void *h = dlopen("linux-vdso.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	if (h)
+		atomic_store_explicit(&attach_vdso_clock,
+				      (int (*)(clockid_t, struct timespec *))dlsym(
+					      h, "__vdso_clock_gettime"),
+				      memory_order_relaxed);
+}
+
 uint64_t attach_now_ns(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	int (*fn)(clockid_t, struct timespec *) =
+		atomic_load_explicit(&attach_vdso_clock, memory_order_relaxed);
+	if (!fn || fn(CLOCK_MONOTONIC, &ts) != 0)
+		clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 

@@ -54,9 +54,7 @@ static int full_get_policy(void)
 
 static int64_t full_now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return (int64_t)(attach_now_ns() / 1000000u);
 }
 
 /* Whether the daemon serves this process fully: it has read our maps (daemon_beat) and, in

@@ -515,6 +515,8 @@ bool attach_peer_gone(const struct attach_fd *d);
 /* A header for a shim -> daemon packet. */
 void attach_header(struct llgo_msg_header *h, uint16_t type, uint32_t length);
 uint64_t attach_now_ns(void);
+/* Find the vDSO's clock for attach_now_ns (the constructor, before threads of ours). */
+void attach_clock_init(void);
 
 static inline void attach_count_lost(void)
 {

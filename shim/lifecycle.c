@@ -660,6 +660,7 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 	unsigned long page = getauxval(AT_PAGESZ);
 	if (llgo_page_size_ok(page))
 		attach_page_size = (uint32_t)page;
+	attach_clock_init();
 	stack_init();
 	uint64_t rate = lifecycle_parse_rate(getenv("LLGO_HEAP_RATE"));
 	emit_init(rate);
