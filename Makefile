@@ -6,6 +6,7 @@
 #   make demo       deps + build + profile a sample program, print top sites, write a pprof
 #   make bench      allocation microbenchmarks (see docs/performance.md)
 #   make bench-inuse  the in-use tracking rows alone (free path, live-heap memory, rate 1)
+#   make bench-services  redis, nginx, memcached, PostgreSQL under load, with and without the shim
 #   make bench-unwind  the DWARF unwinding rows of make bench alone
 #   make bench-verify  the llgo-heap verify rows alone (fp and dwarf, with and without)
 #   make SAN=address,undefined test   sanitized daemon, CLI and unit tests in build-san-*/
@@ -104,7 +105,7 @@ PROG_BINS += $(OUT)/progs/dbgframe_chains $(OUT)/progs/libdbgframe_dl.so \
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap $(OUT)/bin/llgo-heap-symbolizer
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
 
-.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse bench-unwind bench-verify clean install check-deps
+.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse bench-services bench-unwind bench-verify clean install check-deps
 all: $(BINS) $(LIBS)
 
 # ---- build -----------------------------------------------------------------------------
@@ -371,6 +372,9 @@ bench-peers: deps all
 
 bench-inuse: all
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) inuse
+
+bench-services: all
+	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) services
 
 bench-verify: all
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) verify
