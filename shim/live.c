@@ -840,12 +840,15 @@ void live_fork_drop(void)
  * table of offsets (live_shadow_lookup) and nothing new is tracked.
  */
 
-void live_fork_child(void)
+void live_fork_child(bool close_fds)
 {
 	struct llgo_live_header *old = atomic_load_explicit(&live_hdr, memory_order_relaxed);
 	_Atomic uint64_t *old_shadow = live_shadow;
 	/* closed by live_fork_drop if still ours (or here, if the child got here first) */
-	attach_fd_close(&live_fdid);
+	if (close_fds)
+		attach_fd_close(&live_fdid);
+	else
+		attach_fd_forget(&live_fdid);
 	live_fd = -1;
 	live_shadow = NULL;
 	atomic_store_explicit(&live_hdr, NULL, memory_order_relaxed);
