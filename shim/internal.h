@@ -378,7 +378,7 @@ maybe:
 	return !((uintptr_t)p & atomic_load_explicit(&live_mask, memory_order_relaxed));
 #endif
 }
-/* override.c hands over the real allocator (never called in the hook library). */
+/* override.c hands over the real allocator (never called in the fully static archive). */
 void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
 			size_t (*usable_fn)(void *), void *(*realloc_fn)(void *, size_t));
 /* Called with live_mask's new value each time it loses bits, before the object that caused
@@ -694,6 +694,15 @@ extern struct owner_winner owner_winner;
 /* True when this copy of the shim is the process's sampler (the one the public symbols bind
  * to); a copy that is not must not attach, and forwards to the winner (owner_winner). */
 bool owner_elect(void);
+/* This copy forwards to another (owner_winner.hook set): its rate word says "every
+ * allocation" for its hook's sake, and its interposed functions, reached when they come first
+ * in the lookup order (a program that linked libllgoheap.a, run under the preloaded shim),
+ * hand every call to the next definition untouched instead of sampling. Read only on their
+ * slow branches. */
+static inline bool owner_defers(void)
+{
+	return __atomic_load_n(&owner_winner.hook, __ATOMIC_RELAXED) != NULL;
+}
 
 /* ---- stackcopy.c, inline (after the control page's definition) ----------------------- */
 

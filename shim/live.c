@@ -66,7 +66,7 @@ static struct llgo_live_header *_Atomic live_hdr;
  * header's counters by the next insert. */
 static _Atomic uint64_t live_lost, live_lost_bytes;
 
-/* The real allocator, for placement (override.c; NULL in the hook library). */
+/* The real allocator, for placement (override.c; NULL in the fully static archive). */
 static void *(*live_real_malloc)(size_t);
 static void (*live_real_free)(void *);
 static size_t (*live_real_usable)(void *);
