@@ -186,8 +186,10 @@ SHIM_TEXT_RENAME := $(foreach t,.text .text.unlikely .text.hot .text.startup .te
 # llgo_heap_* API and the allocation functions to a program's namespace (no clash with a
 # user's emit_init or stack_init). One object: a program that references any of its symbols
 # (malloc, as every program does, or the hook) gets all of it, constructor included. The
-# allocation functions (the names libllgoheap.map exports, but the API) are weak: a program
-# that defines its own malloc or operator new keeps it, and in a -static link libc.a's win.
+# allocation functions (the names libllgoheap.map exports, but the API, that the object
+# defines: an undefined reference made weak, such as prctl's, would stay unresolved in a
+# -static link) are weak: a program that defines its own malloc or operator new keeps it,
+# and in a -static link libc.a's win.
 $(OUT)/obj/shim/libllgoheap-weak.txt: shim/libllgoheap.map Makefile
 	@mkdir -p $(dir $@)
 	$(Q)sed -n 's/^[[:space:]]*\([A-Za-z_][A-Za-z0-9_]*\);$$/\1/p' $< | grep -v '^llgo_heap_' > $@
@@ -197,8 +199,11 @@ $(OUT)/lib/libllgoheap.a: $(SHIM_ARCHIVE_OBJS) $(OUT)/obj/shim/libllgoheap-weak.
 	@mkdir -p $(dir $@)
 	$(Q)rm -f $@ $(OUT)/obj/shim/libllgoheap-all.o && \
 		$(LD) -r -o $(OUT)/obj/shim/libllgoheap-all.o $(SHIM_ARCHIVE_OBJS) && \
+		{ $(NM) -g --defined-only $(OUT)/obj/shim/libllgoheap-all.o | awk '{print $$3}' | \
+			grep -xF -f $(OUT)/obj/shim/libllgoheap-weak.txt || true; } \
+			> $(OUT)/obj/shim/libllgoheap-all.weak && \
 		$(OBJCOPY) --localize-hidden $(SHIM_TEXT_RENAME) \
-			--weaken-symbols=$(OUT)/obj/shim/libllgoheap-weak.txt \
+			--weaken-symbols=$(OUT)/obj/shim/libllgoheap-all.weak \
 			$(OUT)/obj/shim/libllgoheap-all.o && \
 		ar rcs $@ $(OUT)/obj/shim/libllgoheap-all.o
 
@@ -509,6 +514,7 @@ test-fallback: deps
 
 LLGO_HEAP_VERSION := 0.1.0
 OBJCOPY ?= objcopy
+NM ?= nm
 STATIC_WRAP := malloc calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc \
 	pvalloc
 STATIC_WRAP_FLAGS := -Wl,$(subst $(eval) ,$(comma),$(patsubst %,--wrap=%,$(STATIC_WRAP)))
@@ -698,7 +704,7 @@ arm64-progs:
 		cp /usr/include/x86_64-linux-gnu/sys/sdt.h /usr/include/x86_64-linux-gnu/sys/sdt-config.h \
 			$(ARM64_OUT)/sdt-include/sys/ && \
 		$(MAKE) -s --no-print-directory OUT=$(ARM64_OUT) SAN= CC=$(ARM64_CROSS)gcc \
-			LD=$(ARM64_CROSS)ld OBJCOPY=$(ARM64_CROSS)objcopy \
+			LD=$(ARM64_CROSS)ld OBJCOPY=$(ARM64_CROSS)objcopy NM=$(ARM64_CROSS)nm \
 			SHIM_EXTRA_CFLAGS="-idirafter $(CURDIR)/$(ARM64_OUT)/sdt-include" \
 			$(ARM64_TARGETS) || exit 1; \
 	fi; rm -f $(OUT)/arm64-probe
