@@ -4,7 +4,7 @@
  * malloc path: start-up, the connection state, daemon loss and reconnects, fork, exit,
  * sandboxes, thread start. The slow path (sample.c) only asks lifecycle_ready() whether a
  * sample may be recorded; the transport is attach.c's, the rings emit.c's.
- * (About 800 lines: these paths hand the same connection state to each other: fork's
+ * (About 950 lines: these paths hand the same connection state to each other: fork's
  * handlers, exit and a reconnect race on it, and keeping them in one file keeps its
  * transitions and their memory orderings readable in one place.)
  *
