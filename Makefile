@@ -63,8 +63,14 @@ endif
 
 SHIM_SRCS := $(wildcard shim/*.c)
 SHIM_OBJS := $(patsubst shim/%.c,$(OUT)/obj/shim/%.o,$(SHIM_SRCS))
-# The static archive is the hook API for linked allocators: no malloc interposition.
+# The sampler without interposition: the hook API, for fully static executables (with
+# shim/static/wrap.c) and the unit tests.
 SHIM_LIB_OBJS := $(filter-out $(OUT)/obj/shim/override%.o,$(SHIM_OBJS))
+# libllgoheap.a: the sampler and the malloc family and C++ operators of libllgoheap.so, so that
+# a dynamic executable that links it is profiled as under LD_PRELOAD. Not the lifecycle
+# wrappers (override_thread.c: pthread_create, prctl, syscall, _exit), whose definitions in a
+# -static link would keep libc.a's own out of it with no next definition to call.
+SHIM_ARCHIVE_OBJS := $(filter-out $(OUT)/obj/shim/override_thread.o,$(SHIM_OBJS))
 
 AGENT_COMMON_SRCS := $(filter-out agent/daemon.c agent/%.bpf.c,$(wildcard agent/*.c))
 AGENT_COMMON_OBJS := $(patsubst agent/%.c,$(OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS))
@@ -178,13 +184,28 @@ SHIM_TEXT_RENAME := $(foreach t,.text .text.unlikely .text.hot .text.startup .te
 	--rename-section $(t)=llgo_heap_text,alloc,load,readonly,code,contents)
 
 # One relocatable object with every hidden symbol made local, so the archive adds only the
-# llgo_heap_* API to a program's namespace (no clash with a user's emit_init or stack_init).
-$(OUT)/lib/libllgoheap.a: $(SHIM_LIB_OBJS)
+# llgo_heap_* API and the allocation functions to a program's namespace (no clash with a
+# user's emit_init or stack_init). One object: a program that references any of its symbols
+# (malloc, as every program does, or the hook) gets all of it, constructor included. The
+# allocation functions (the names libllgoheap.map exports, but the API, that the object
+# defines: an undefined reference made weak, such as prctl's, would stay unresolved in a
+# -static link) are weak: a program that defines its own malloc or operator new keeps it,
+# and in a -static link libc.a's win.
+$(OUT)/obj/shim/libllgoheap-weak.txt: shim/libllgoheap.map Makefile
+	@mkdir -p $(dir $@)
+	$(Q)sed -n 's/^[[:space:]]*\([A-Za-z_][A-Za-z0-9_]*\);$$/\1/p' $< | grep -v '^llgo_heap_' > $@
+
+$(OUT)/lib/libllgoheap.a: $(SHIM_ARCHIVE_OBJS) $(OUT)/obj/shim/libllgoheap-weak.txt
 	$(call msg,AR,$@)
 	@mkdir -p $(dir $@)
 	$(Q)rm -f $@ $(OUT)/obj/shim/libllgoheap-all.o && \
-		$(LD) -r -o $(OUT)/obj/shim/libllgoheap-all.o $(SHIM_LIB_OBJS) && \
-		$(OBJCOPY) --localize-hidden $(SHIM_TEXT_RENAME) $(OUT)/obj/shim/libllgoheap-all.o && \
+		$(LD) -r -o $(OUT)/obj/shim/libllgoheap-all.o $(SHIM_ARCHIVE_OBJS) && \
+		{ $(NM) -g --defined-only $(OUT)/obj/shim/libllgoheap-all.o | awk '{print $$3}' | \
+			grep -xF -f $(OUT)/obj/shim/libllgoheap-weak.txt || true; } \
+			> $(OUT)/obj/shim/libllgoheap-all.weak && \
+		$(OBJCOPY) --localize-hidden $(SHIM_TEXT_RENAME) \
+			--weaken-symbols=$(OUT)/obj/shim/libllgoheap-all.weak \
+			$(OUT)/obj/shim/libllgoheap-all.o && \
 		ar rcs $@ $(OUT)/obj/shim/libllgoheap-all.o
 
 $(OUT)/bin/llgo-heapd: $(OUT)/obj/agent/daemon.o $(AGENT_COMMON_OBJS)
@@ -492,11 +513,12 @@ test-fallback: deps
 #   cc prog.c $(pkg-config --cflags --libs llgoheap)                   dynamic
 #   cc -static prog.c $(pkg-config --cflags --libs llgoheap-static)    fully static
 #   cc -DLLGO_HEAP_PROFILING alloc.c $(pkg-config --cflags --libs --static llgoheap)
-#                                                  hook only (libllgoheap.a, no interposition)
+#                                                  the hook (and malloc) from libllgoheap.a
 # build/lib/pkgconfig/ points into this tree; make install writes copies for $(PREFIX).
 
 LLGO_HEAP_VERSION := 0.1.0
 OBJCOPY ?= objcopy
+NM ?= nm
 STATIC_WRAP := malloc calloc realloc reallocarray posix_memalign aligned_alloc memalign valloc \
 	pvalloc
 STATIC_WRAP_FLAGS := -Wl,$(subst $(eval) ,$(comma),$(patsubst %,--wrap=%,$(STATIC_WRAP)))
@@ -594,7 +616,8 @@ $(OUT)/tests/test_select: | select-progs
 # Programs that link the shim instead of preloading it (tests/test_linked.c), built with the
 # documented pkg-config lines.
 LINK_OUT := $(OUT)/linked
-LINK_PROGS := $(addprefix $(LINK_OUT)/,sites-dynamic sites-static stress-static)
+LINK_PROGS := $(addprefix $(LINK_OUT)/,sites-dynamic sites-static stress-static sites-archive \
+	cxx-archive)
 
 .PHONY: linked-progs install-linked
 linked-progs: $(LINK_PROGS)
@@ -617,6 +640,18 @@ $(LINK_OUT)/stress-static: tests/progs/stress_sites.c $(OUT)/lib/libllgoheap-sta
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(PROG_CFLAGS) -static -o $@ $< \
 		$$(PKG_CONFIG_PATH=$(PC_DIR) pkg-config --cflags --libs llgoheap-static)
+
+# Dynamic executables that link the archive itself (as a user may: no pkg-config, no -l).
+$(LINK_OUT)/sites-archive: tests/progs/e2e_sites.c $(OUT)/lib/libllgoheap.a
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_CFLAGS) -o $@ $< $(OUT)/lib/libllgoheap.a -ldl
+
+$(LINK_OUT)/cxx-archive: tests/progs/e2e_cxx.cc $(OUT)/lib/libllgoheap.a
+	$(call msg,CXX,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) -std=c++17 -g -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread \
+		-o $@ $< $(OUT)/lib/libllgoheap.a -ldl
 
 $(OUT)/tests/test_linked: | linked-progs
 
@@ -673,7 +708,7 @@ arm64-progs:
 		cp /usr/include/x86_64-linux-gnu/sys/sdt.h /usr/include/x86_64-linux-gnu/sys/sdt-config.h \
 			$(ARM64_OUT)/sdt-include/sys/ && \
 		$(MAKE) -s --no-print-directory OUT=$(ARM64_OUT) SAN= CC=$(ARM64_CROSS)gcc \
-			LD=$(ARM64_CROSS)ld OBJCOPY=$(ARM64_CROSS)objcopy \
+			LD=$(ARM64_CROSS)ld OBJCOPY=$(ARM64_CROSS)objcopy NM=$(ARM64_CROSS)nm \
 			SHIM_EXTRA_CFLAGS="-idirafter $(CURDIR)/$(ARM64_OUT)/sdt-include" \
 			$(ARM64_TARGETS) || exit 1; \
 	fi; rm -f $(OUT)/arm64-probe

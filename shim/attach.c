@@ -98,6 +98,11 @@ void attach_fd_close(struct attach_fd *d)
 {
 	if (attach_fd_owned(d))
 		close(d->fd);
+	attach_fd_forget(d);
+}
+
+void attach_fd_forget(struct attach_fd *d)
+{
 	d->fd = -1;
 	d->dev = d->ino = 0;
 }

@@ -67,8 +67,10 @@ static void emit_bind(struct emit_ring *r, struct llgo_ring_header *h)
 static void emit_thread_exit(void *v)
 {
 	struct llgo_heap_thread *t = &llgo_heap_tls;
+	/* a child that has not settled yet (fork, raw clone): the ring is its parent's and not
+	 * mapped here; settling changes the generation */
+	lifecycle_settled(t);
 	t->exiting = 1;
-	/* (a fork child that never settled: the ring is its parent's and not mapped here) */
 	if (t->ring.hdr && (void *)t->ring.hdr == v && t->gen == emit_generation() && !t->forking)
 		atomic_store_explicit(&t->ring.hdr->state, LLGO_RING_RETIRED, memory_order_release);
 	t->ring.hdr = NULL;

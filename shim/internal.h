@@ -378,7 +378,7 @@ maybe:
 	return !((uintptr_t)p & atomic_load_explicit(&live_mask, memory_order_relaxed));
 #endif
 }
-/* override.c hands over the real allocator (never called in the hook library). */
+/* override.c hands over the real allocator (never called in the fully static archive). */
 void live_set_allocator(void *(*malloc_fn)(size_t), void (*free_fn)(void *),
 			size_t (*usable_fn)(void *), void *(*realloc_fn)(void *, size_t));
 /* Called with live_mask's new value each time it loses bits, before the object that caused
@@ -422,7 +422,9 @@ void live_resend(void);
 /* fork: the child's handler closes the parent's table descriptor (if still ours); the
  * child's first use of the shim's state then calls live_fork_child (lifecycle.c). */
 void live_fork_drop(void);
-void live_fork_child(void);
+/* close_fds false: the parent's table descriptor is forgotten, not closed (a child sharing
+ * the parent's descriptor table), and no table is made (the child is OFF). */
+void live_fork_child(bool close_fds);
 /* The table (NULL before the first tracked sample); for tests and benchmarks. */
 const struct llgo_live_header *live_table(void);
 /* free's slow path: forget p, then fn(p's real block). */
@@ -502,6 +504,8 @@ bool attach_fd_owned(const struct attach_fd *d);
 void attach_fd_drop(const struct attach_fd *d);
 /* Close d only if it is still ours; forget it either way. */
 void attach_fd_close(struct attach_fd *d);
+/* Forget d without closing it (the descriptor table is not ours alone). */
+void attach_fd_forget(struct attach_fd *d);
 /* Send one packet (with fd when >= 0) without ever waiting; 0 or -errno. -EBADF when d no
  * longer names our socket (nothing is written then). */
 int attach_sendmsg(const struct attach_fd *d, const void *pkt, size_t n, int fd);
@@ -572,14 +576,28 @@ void lifecycle_thread_start(struct llgo_heap_thread *t, uintptr_t frame);
 /* The process's thread state for a thread the shim did not see start (created before the
  * shim, or by clone directly): tid and rng. */
 void lifecycle_thread_adopt(struct llgo_heap_thread *t);
-/* t ran fork()'s prepare handler: if this is the child, make the child's state its own now
- * (the fork child handler only closes descriptors; see lifecycle.c). */
+/* t ran fork()'s prepare handler, or the process mark reads 0: if this is a child, make the
+ * child's state its own now (the fork child handler only closes descriptors; see
+ * lifecycle.c). */
 void lifecycle_fork_check(struct llgo_heap_thread *t);
+/* The process mark (lifecycle.c): a word on a page of its own, MADV_WIPEONFORK, set to 1 by
+ * the process the shared state (control page, rings, live table) belongs to. Any copy of the
+ * address space (fork, clone or clone3 without CLONE_VM, whose children run no fork
+ * handler) reads 0 there; threads and CLONE_VM children share it. Before the first attach it
+ * points at a constant 1 (nothing is shared yet); where the kernel refuses MADV_WIPEONFORK,
+ * at a constant 0 (every check asks getpid()). Relaxed loads: a stale 0 only costs a
+ * getpid(), a stale pointer to the constant 1 dates from before anything was shared. */
+extern _Atomic uint32_t *_Atomic lifecycle_mark;
+static inline __attribute__((always_inline)) bool lifecycle_marked(void)
+{
+	return atomic_load_explicit(atomic_load_explicit(&lifecycle_mark, memory_order_relaxed),
+				    memory_order_relaxed) != 0;
+}
 /* Call before anything that reads or writes the process's shim state outside the fast path
  * (slow paths, the live table, the API, thread creation). */
 static inline __attribute__((always_inline)) void lifecycle_settled(struct llgo_heap_thread *t)
 {
-	if (llgo_unlikely(t->forking))
+	if (llgo_unlikely(t->forking) || llgo_unlikely(!lifecycle_marked()))
 		lifecycle_fork_check(t);
 }
 
@@ -676,6 +694,15 @@ extern struct owner_winner owner_winner;
 /* True when this copy of the shim is the process's sampler (the one the public symbols bind
  * to); a copy that is not must not attach, and forwards to the winner (owner_winner). */
 bool owner_elect(void);
+/* This copy forwards to another (owner_winner.hook set): its rate word says "every
+ * allocation" for its hook's sake, and its interposed functions, reached when they come first
+ * in the lookup order (a program that linked libllgoheap.a, run under the preloaded shim),
+ * hand every call to the next definition untouched instead of sampling. Read only on their
+ * slow branches. */
+static inline bool owner_defers(void)
+{
+	return __atomic_load_n(&owner_winner.hook, __ATOMIC_RELAXED) != NULL;
+}
 
 /* ---- stackcopy.c, inline (after the control page's definition) ----------------------- */
 

@@ -4,7 +4,7 @@
  * malloc path: start-up, the connection state, daemon loss and reconnects, fork, exit,
  * sandboxes, thread start. The slow path (sample.c) only asks lifecycle_ready() whether a
  * sample may be recorded; the transport is attach.c's, the rings emit.c's.
- * (About 800 lines: these paths hand the same connection state to each other: fork's
+ * (About 950 lines: these paths hand the same connection state to each other: fork's
  * handlers, exit and a reconnect race on it, and keeping them in one file keeps its
  * transitions and their memory orderings readable in one place.)
  *
@@ -53,9 +53,25 @@
  * attaches it (a new memfd, one session); a child that execs or exits first never does any
  * of it. Until then the child's fast path reads its parent's rate (the page is still
  * shared), which only decides when it first enters the slow path. Threads the child makes
- * with pthread_create settle it first (override_thread.c); a thread made by a bare clone()
- * in a child that has not settled yet is not covered. exec'd images attach from their own
- * constructor.
+ * with pthread_create settle it first (override_thread.c). exec'd images attach from their
+ * own constructor.
+ *
+ * Raw clone(2) and clone3(2) without CLONE_VM copy the address space as fork() does but run
+ * no fork handler: such a child has its parent's thread state, rings (not mapped in it:
+ * MADV_DONTFORK) and live table (mapped, shared). The process mark tells it: a word on a
+ * page of its own, set to 1 at the first attach and advised MADV_WIPEONFORK, so that every
+ * copy of the address space reads 0 there, while threads and CLONE_VM children read 1. Every
+ * slow path reads it (lifecycle_settled: two loads, no syscall) and a 0 settles the child as
+ * above (the kernel refusing the advice: every slow path asks getpid() instead). A settled
+ * child sets its own mark again. A raw child that also shares the parent's descriptor table
+ * (CLONE_FILES, seen with kcmp) could neither close the parent's descriptors nor open its
+ * own outside the parent's table: it forgets them and stays OFF at rate 0. A CLONE_VM child
+ * (vfork, posix_spawn, clone with CLONE_VM) shares the memory, the thread state and, without
+ * CLONE_SETTLS, the TLS of the thread that made it: it is that thread as far as the shim
+ * can tell, and its samples go to that thread's ring. With CLONE_VFORK the parent is
+ * suspended meanwhile, so the ring keeps one producer; a CLONE_VM child that runs beside its
+ * parent on the same TLS already shares glibc's per-thread allocator state, which malloc
+ * does not survive either. Exit (lifecycle_exit) compares pids and does nothing there.
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -100,6 +116,10 @@ static _Atomic pid_t lifecycle_pid; /* the process that attached (a vfork child 
  * settles (lifecycle_fork_check). */
 static _Atomic pid_t lifecycle_self;
 static _Atomic int lifecycle_settling;
+/* The process mark (internal.h): the constant 1 until the first attach, then a word on a
+ * MADV_WIPEONFORK page of its own (the constant 0 where the kernel has no such advice). */
+static _Atomic uint32_t lifecycle_mark_unarmed = 1, lifecycle_mark_refused = 0;
+_Atomic uint32_t *_Atomic lifecycle_mark = &lifecycle_mark_unarmed;
 static pid_t lifecycle_daemon_pid;  /* SO_PEERCRED of our socket: the daemon */
 /* dl_iterate_phdr's count of objects loaded, when the constructor attached (UINT64_MAX:
  * attached later, unknown). The daemon read our maps after that. */
@@ -231,6 +251,50 @@ static int lifecycle_new_memfd(void)
 	return rc;
 }
 
+/* ---- the process mark ------------------------------------------------------------------- */
+
+#ifndef MADV_WIPEONFORK
+#define MADV_WIPEONFORK 18
+#endif
+
+/* Before anything is shared with the daemon (the memfd): from here on a copy of this
+ * address space that did not come through fork()'s handlers (a raw clone or clone3 without
+ * CLONE_VM) finds the mark 0 at its first slow path and settles as a fork child does. Only
+ * the thread that connects calls this. */
+static void lifecycle_mark_arm(void)
+{
+	if (atomic_load_explicit(&lifecycle_mark, memory_order_relaxed) != &lifecycle_mark_unarmed)
+		return;
+	_Atomic uint32_t *m = mmap(NULL, attach_page_size, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED) {
+		m = &lifecycle_mark_refused;
+	} else if (madvise((void *)m, attach_page_size, MADV_WIPEONFORK) != 0) {
+		munmap((void *)m, attach_page_size);
+		m = &lifecycle_mark_refused;
+	} else {
+		atomic_store_explicit(m, 1, memory_order_relaxed);
+	}
+	atomic_store_explicit(&lifecycle_mark, m, memory_order_relaxed);
+}
+
+/* A settled child's own mark: its page (inherited, wiped) holds 1 again, for its children. */
+static void lifecycle_mark_rearm(void)
+{
+	_Atomic uint32_t *m = atomic_load_explicit(&lifecycle_mark, memory_order_relaxed);
+	if (m != &lifecycle_mark_unarmed && m != &lifecycle_mark_refused)
+		atomic_store_explicit(m, 1, memory_order_relaxed);
+}
+
+/* Whether this process shares its descriptor table with its parent (clone with CLONE_FILES
+ * but not CLONE_VM): then every descriptor the shim holds or opens is the parent's too.
+ * kcmp(2); false when it cannot tell (no such call: a copy, as fork makes). */
+static bool lifecycle_files_shared(void)
+{
+	pid_t parent = getppid();
+	return parent > 0 && syscall(SYS_kcmp, getpid(), parent, 2 /* KCMP_FILES */, 0, 0) == 0;
+}
+
 /* ---- connecting ------------------------------------------------------------------------- */
 
 static void lifecycle_comm(char *out, size_t cap)
@@ -282,6 +346,7 @@ static int lifecycle_connect(uint64_t flags)
 			emit_forget_all();
 			flags &= ~LLGO_HELLO_REATTACH;
 		}
+		lifecycle_mark_arm();
 		rc = lifecycle_new_memfd();
 		if (rc) {
 			attach_fd_close(&sock);
@@ -531,30 +596,44 @@ static void lifecycle_atfork_child(void)
  * write reaches us after), then its rings (never mapped here: MADV_DONTFORK), then its
  * descriptors (closed by the handler if they were ours, and forgotten here: their
  * numbers may name the program's files by now: closed here only if still ours, which they
- * are when the child allocates before fork() ran its handler). */
-static void lifecycle_fork_settle(void)
+ * are when the child allocates before fork() ran its handler). raw: no fork handler ran
+ * (clone or clone3 without CLONE_VM); such a child that shares its parent's descriptor table
+ * (CLONE_FILES) can neither close the parent's descriptors nor open its own without putting
+ * them in the parent's table: it forgets them and stays OFF at rate 0. */
+static void lifecycle_fork_settle(bool raw)
 {
 	atomic_store_explicit(&lifecycle_self, getpid(), memory_order_relaxed);
 	uint32_t st = lifecycle_state();
+	bool shared = false;
 	if (st != LLGO_SHIM_DETACHED && st != LLGO_SHIM_OFF) {
+		shared = raw && lifecycle_files_shared();
 		lifecycle_private_ctl();
 		atomic_store_explicit(&attach_ctl.ring_count, 0, memory_order_relaxed);
 		atomic_store_explicit(&attach_ctl.lost_no_ring, 0, memory_order_relaxed);
 		atomic_store_explicit(&attach_ctl.lost_detached, 0, memory_order_relaxed);
 		atomic_store_explicit(&attach_ctl.reconnects, 0, memory_order_relaxed);
 		atomic_store_explicit(&attach_ctl.rate_word,
-				      atomic_load_explicit(&attach_ctl.want_rate_word,
-							   memory_order_relaxed),
+				      shared ? 0
+					     : atomic_load_explicit(&attach_ctl.want_rate_word,
+								    memory_order_relaxed),
 				      memory_order_relaxed);
 		emit_forget_all();
-		attach_fd_close(&lifecycle_sock); /* (if the handler has not run yet) */
-		attach_fd_close(&lifecycle_mem);
-		lifecycle_hello_flags = LLGO_HELLO_FORKED;
-		lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
-		atomic_store_explicit(&lifecycle_retry_ns, 0, memory_order_relaxed);
-		lifecycle_set(LLGO_SHIM_LOST);
+		if (shared) {
+			attach_fd_forget(&lifecycle_sock);
+			attach_fd_forget(&lifecycle_mem);
+			lifecycle_say("not attached: ", "shares its parent's descriptor table");
+			lifecycle_set(LLGO_SHIM_OFF);
+		} else {
+			attach_fd_close(&lifecycle_sock); /* (if the handler has not run yet) */
+			attach_fd_close(&lifecycle_mem);
+			lifecycle_hello_flags = LLGO_HELLO_FORKED;
+			lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
+			atomic_store_explicit(&lifecycle_retry_ns, 0, memory_order_relaxed);
+			lifecycle_set(LLGO_SHIM_LOST);
+		}
 	}
-	live_fork_child();
+	live_fork_child(!shared);
+	lifecycle_mark_rearm();
 }
 
 void lifecycle_fork_check(struct llgo_heap_thread *t)
@@ -569,7 +648,7 @@ void lifecycle_fork_check(struct llgo_heap_thread *t)
 	    !atomic_exchange_explicit(&lifecycle_settling, 1, memory_order_acq_rel)) {
 		uint8_t guard = t->guard;
 		t->guard = 1;
-		lifecycle_fork_settle();
+		lifecycle_fork_settle(t->forking == 0);
 		t->guard = guard;
 		atomic_store_explicit(&lifecycle_settling, 0, memory_order_release);
 	}

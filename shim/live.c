@@ -66,7 +66,7 @@ static struct llgo_live_header *_Atomic live_hdr;
  * header's counters by the next insert. */
 static _Atomic uint64_t live_lost, live_lost_bytes;
 
-/* The real allocator, for placement (override.c; NULL in the hook library). */
+/* The real allocator, for placement (override.c; NULL in the fully static archive). */
 static void *(*live_real_malloc)(size_t);
 static void (*live_real_free)(void *);
 static size_t (*live_real_usable)(void *);
@@ -840,12 +840,15 @@ void live_fork_drop(void)
  * table of offsets (live_shadow_lookup) and nothing new is tracked.
  */
 
-void live_fork_child(void)
+void live_fork_child(bool close_fds)
 {
 	struct llgo_live_header *old = atomic_load_explicit(&live_hdr, memory_order_relaxed);
 	_Atomic uint64_t *old_shadow = live_shadow;
 	/* closed by live_fork_drop if still ours (or here, if the child got here first) */
-	attach_fd_close(&live_fdid);
+	if (close_fds)
+		attach_fd_close(&live_fdid);
+	else
+		attach_fd_forget(&live_fdid);
 	live_fd = -1;
 	live_shadow = NULL;
 	atomic_store_explicit(&live_hdr, NULL, memory_order_relaxed);

@@ -2,7 +2,11 @@
 /*
  * override.c: the libc allocation functions of libllgoheap.so (LD_PRELOAD) and their fast
  * path. Everything else of the shim is reached from here only through the noinline slow
- * paths of sample.c. This file is not part of libllgoheap.a (the hook library).
+ * paths of sample.c. Also part of libllgoheap.a (weak there, Makefile): a dynamic executable
+ * that links the archive exports these and is profiled as under LD_PRELOAD. A copy that
+ * defers to another sampler (owner.c; e.g. that executable run under the preloaded shim,
+ * whose malloc comes after the program's in the lookup order) passes every call to the next
+ * definition on its slow branch, by the same tail jump as the fast path.
  *
  * Fast path (the product: its cost is paid by every allocation of a profiled program):
  *   ctl.rate_word compared with 0 in memory (one `cmpq $0, rate(%rip)`: a relaxed load)
@@ -432,7 +436,7 @@ __attribute__((constructor(101))) static void override_init(void)
 
 llgo_export void *malloc(size_t size)
 {
-	if (llgo_likely(override_pass(size)))
+	if (llgo_likely(override_pass(size)) || llgo_unlikely(owner_defers()))
 		return OVERRIDE_LOAD(override_malloc)(size);
 	return sample_malloc(OVERRIDE_LOAD(override_malloc), size, __builtin_return_address(0));
 }
@@ -468,7 +472,7 @@ llgo_export void *calloc(size_t n, size_t size)
 	size_t total;
 	if (__builtin_mul_overflow(n, size, &total))
 		return OVERRIDE_LOAD(override_calloc)(n, size); /* fails as the real calloc fails: ENOMEM */
-	if (s > 0 && llgo_likely(override_countdown(total)))
+	if ((s > 0 && llgo_likely(override_countdown(total))) || llgo_unlikely(owner_defers()))
 		return OVERRIDE_LOAD(override_calloc)(n, size);
 	return sample_calloc(OVERRIDE_LOAD(override_calloc), n, size, __builtin_return_address(0));
 }
@@ -477,7 +481,7 @@ llgo_export void *realloc(void *p, size_t size)
 {
 	if (p && llgo_unlikely(override_maybe_tracked(p)))
 		return sample_realloc_tracked(OVERRIDE_LOAD(override_realloc), p, size);
-	if (llgo_likely(override_pass(size)))
+	if (llgo_likely(override_pass(size)) || llgo_unlikely(owner_defers()))
 		return OVERRIDE_LOAD(override_realloc)(p, size);
 	return sample_realloc(OVERRIDE_LOAD(override_realloc), p, size, __builtin_return_address(0));
 }
@@ -513,7 +517,7 @@ llgo_export void *reallocarray(void *p, size_t n, size_t size)
 
 llgo_export int posix_memalign(void **pp, size_t align, size_t size)
 {
-	if (llgo_likely(override_pass(size)))
+	if (llgo_likely(override_pass(size)) || llgo_unlikely(owner_defers()))
 		return OVERRIDE_LOAD(override_posix_memalign)(pp, align, size);
 	return sample_posix_memalign(OVERRIDE_LOAD(override_posix_memalign), pp, align, size,
 				     __builtin_return_address(0));
@@ -521,14 +525,14 @@ llgo_export int posix_memalign(void **pp, size_t align, size_t size)
 
 llgo_export void *aligned_alloc(size_t align, size_t size)
 {
-	if (llgo_likely(override_pass(size)))
+	if (llgo_likely(override_pass(size)) || llgo_unlikely(owner_defers()))
 		return OVERRIDE_LOAD(override_aligned_alloc)(align, size);
 	return sample_memalign(OVERRIDE_LOAD(override_aligned_alloc), align, size, __builtin_return_address(0));
 }
 
 llgo_export void *memalign(size_t align, size_t size)
 {
-	if (llgo_likely(override_pass(size)))
+	if (llgo_likely(override_pass(size)) || llgo_unlikely(owner_defers()))
 		return OVERRIDE_LOAD(override_memalign)(align, size);
 	return sample_memalign(OVERRIDE_LOAD(override_memalign), align, size, __builtin_return_address(0));
 }
@@ -549,7 +553,7 @@ static void *override_pvalloc_fn(size_t align, size_t size)
 
 llgo_export void *valloc(size_t size)
 {
-	if (llgo_likely(override_pass(size)))
+	if (llgo_likely(override_pass(size)) || llgo_unlikely(owner_defers()))
 		return OVERRIDE_LOAD(override_valloc)(size);
 	return sample_memalign(override_valloc_fn, LIVE_PAGE, size, __builtin_return_address(0));
 }
@@ -557,7 +561,7 @@ llgo_export void *valloc(size_t size)
 /* The recorded size is the size asked, not pvalloc's page-rounded one. */
 llgo_export void *pvalloc(size_t size)
 {
-	if (llgo_likely(override_pass(size)))
+	if (llgo_likely(override_pass(size)) || llgo_unlikely(owner_defers()))
 		return OVERRIDE_LOAD(override_pvalloc)(size);
 	return sample_memalign(override_pvalloc_fn, LIVE_PAGE, size, __builtin_return_address(0));
 }

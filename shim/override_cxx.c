@@ -3,7 +3,7 @@
  * override_cxx.c: C++ operator new and delete, every variant (plain, array, nothrow, aligned,
  * aligned nothrow, sized, sized aligned), in plain C under their x86-64 Itanium-ABI mangled
  * names (size_t is `m`, std::align_val_t `St11align_val_t`, std::nothrow_t const&
- * `RKSt9nothrow_t`). Part of libllgoheap.so only.
+ * `RKSt9nothrow_t`). Part of libllgoheap.so and libllgoheap.a.
  * (Over 600 lines: twenty-odd operators that must stay alike, side by side.)
  *
  * Each exported operator is one indirect jump through its entry in override_cxx (a tail jump:
@@ -275,6 +275,26 @@ static llgo_noinline llgo_cold void *override_cxx_sampled(size_t n, size_t al, c
 	return p;
 }
 
+/* A copy that defers to another sampler (owner.c): the next definition of this very operator,
+ * by a tail jump, so that the sampler behind it sees the program's call untouched. */
+static inline __attribute__((always_inline)) void *
+override_cxx_forward(size_t n, size_t al, const void *nt, int op, bool nothrow)
+{
+	override_cxx_ready();
+	switch (op) {
+	case OVERRIDE_CXX_NW:
+		return nothrow ? OVERRIDE_CXX_REAL(nw_nt)(n, nt) : OVERRIDE_CXX_REAL(nw)(n);
+	case OVERRIDE_CXX_NA:
+		return nothrow ? OVERRIDE_CXX_REAL(na_nt)(n, nt) : OVERRIDE_CXX_REAL(na)(n);
+	case OVERRIDE_CXX_NW_AL:
+		return nothrow ? OVERRIDE_CXX_REAL(nw_al_nt)(n, al, nt)
+			       : OVERRIDE_CXX_REAL(nw_al)(n, al);
+	default:
+		return nothrow ? OVERRIDE_CXX_REAL(na_al_nt)(n, al, nt)
+			       : OVERRIDE_CXX_REAL(na_al)(n, al);
+	}
+}
+
 /* The inline mode's operator new; op, aligned and nothrow are constants in each caller. */
 static inline __attribute__((always_inline)) void *
 override_cxx_new(size_t n, size_t al, const void *nt, int op, bool nothrow)
@@ -288,6 +308,8 @@ override_cxx_new(size_t n, size_t al, const void *nt, int op, bool nothrow)
 			return p;
 		return override_cxx_failed(n, al, nt, op, nothrow);
 	}
+	if (llgo_unlikely(owner_defers()))
+		return override_cxx_forward(n, al, nt, op, nothrow);
 	return override_cxx_sampled(n, al, nt, op, nothrow, __builtin_return_address(0));
 }
 

@@ -5,8 +5,9 @@
  * set at its start, before user code and outside any allocation), and prctl and syscall (so
  * that the shim stops making system calls before the program installs a seccomp filter that
  * could kill it for them), and _exit/_Exit (the exit handshake, lifecycle_exit). Part of
- * libllgoheap.so only (like override.c: a program that links
- * libllgoheap.a keeps its own libc functions; threads are then bounded lazily, stack.c).
+ * libllgoheap.so only: libllgoheap.a (Makefile) and the fully static archive leave these to
+ * libc (in a -static link a definition here would keep libc.a's out, with no next one to
+ * call); threads are then bounded lazily (stack.c).
  *
  * Every wrapper forwards to the next definition of its symbol (dlsym RTLD_NEXT), resolved on
  * first use, outside any allocation path. What a thread's start does is lifecycle.c's.

@@ -160,13 +160,11 @@ static inline __attribute__((always_inline)) int64_t sample_begin(struct llgo_he
 	if (t->guard)
 		return 0;
 	/* Inside fork() (forking 1: between the handlers, in the parent or the child) nothing
-	 * is recorded; a fork child's first slow path after it makes the control page and the
-	 * rings its own. */
-	if (llgo_unlikely(t->forking)) {
-		if (t->forking == 1)
-			return 0;
-		lifecycle_fork_check(t); /* (lifecycle_settled) */
-	}
+	 * is recorded; a child's first slow path after it (fork, or a raw clone: the process
+	 * mark reads 0) makes the control page and the rings its own. */
+	if (llgo_unlikely(t->forking == 1))
+		return 0;
+	lifecycle_settled(t);
 	int64_t w = atomic_load_explicit(&attach_ctl.rate_word, memory_order_relaxed);
 	if (w == 0)
 		return 0;

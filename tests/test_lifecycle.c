@@ -190,6 +190,160 @@ Test(lifecycle, fork_vfork_spawn_from_threads, .timeout = 300)
 	e2e_rmdir(dir);
 }
 
+/* ---- raw clone and clone3 ----------------------------------------------------------------- */
+
+/* In-use objects at frame 0 func in a legacy-text profile. */
+static long inuse_at(const char *text, const char *func)
+{
+	static struct e2e_text_rec recs[65536];
+	long period, total = 0;
+	int n = e2e_parse_text(text, &period, recs, 65536);
+	for (int i = 0; i < n; i++)
+		if (strcmp(recs[i].frame0, func) == 0)
+			total += recs[i].inuse_objects;
+	return total;
+}
+
+/*
+ * Children of raw clone(2) and clone3(2) without CLONE_VM (fork()'s handlers never run in
+ * them), made after the parent sampled, at rate 1 and at the default rate: they run to
+ * their own exit status (they had crashed in the ring wait path, the parent's rings not
+ * being mapped in them); they free their copies of objects the parent keeps, which leaves
+ * the parent's in-use values alone; each is a profiled process of its own holding its own
+ * sites only; the parent's profile is intact. A CLONE_FILES child (descriptor table shared)
+ * runs unprofiled and leaves the parent's connection alone. A CLONE_VM | CLONE_VFORK child
+ * (the parent's memory and thread state shared, the parent suspended) counts as the
+ * parent's.
+ */
+Test(lifecycle, raw_clone_children_run_unchanged, .timeout = 300)
+{
+	char *dir = e2e_tmpdir();
+	struct heapd d;
+	heapd_start(&d, dir, NULL);
+	const long k = 1000;
+	const char *rates[] = { "1", "524288" };
+	for (int run = 0; run < 2; run++) {
+		bool exact = run == 0;
+		struct lu_proc p;
+		char *argv[] = { PROG("life_clone"), "1000", NULL };
+		lu_start(&p, &d, rates[run], 1024, NULL, argv, NULL);
+		/* the parent waits for its stdin to close: its snapshot is taken while it lives */
+		/* out starts with a newline: every line of it is found as "\nWORD " */
+		char out[8192] = "\n", line[256];
+		size_t used = 1;
+		while (lu_read_line(&p, line, sizeof(line), 90000) && strcmp(line, "ready") != 0) {
+			size_t n = strlen(line);
+			if (used + n + 2 <= sizeof(out)) {
+				memcpy(out + used, line, n);
+				out[used + n] = '\n';
+				out[used + n + 1] = '\0';
+				used += n + 1;
+			}
+		}
+		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+		int st = lu_wait(&p, 60000);
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rate %s: status 0x%x:%s",
+			  rates[run], st, out);
+		const char *kinds[] = { "clone", "clone3", "vfork", "files" };
+		const int want[] = { 41, 42, 43, 44 };
+		pid_t children[2] = { 0, 0 }, files = 0;
+		int nchild = 0;
+		for (int i = 0; i < 4; i++) {
+			if (i == 1 && strstr(out, "\nclone3 unsupported")) {
+				cr_log_info("clone3 refused here: not tested");
+				continue;
+			}
+			char key[32];
+			snprintf(key, sizeof(key), "\n%s ", kinds[i]);
+			const char *l = strstr(out, key);
+			int pid = 0, status = 0;
+			cr_assert(l && sscanf(l + strlen(key), "%d %d", &pid, &status) == 2,
+				  "rate %s: no %s line:%s", rates[run], kinds[i], out);
+			cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == want[i],
+				  "rate %s: %s child %d: wait status 0x%x (signal %d):%s", rates[run],
+				  kinds[i], pid, status, WIFSIGNALED(status) ? WTERMSIG(status) : 0, out);
+			if (i != 2) {
+				char done[64];
+				snprintf(done, sizeof(done), "\nchild %s %d done\n", kinds[i], pid);
+				cr_expect(strstr(out, done) != NULL, "rate %s: %s child said nothing:%s",
+					  rates[run], kinds[i], out);
+				if (i < 2)
+					children[nchild++] = pid;
+				else
+					files = pid;
+			}
+		}
+
+		struct lu_acct a;
+		cr_assert(lu_text_acct(text, &a), "%s", text);
+		long parent = lu_text_count(text, "parent_site", 100),
+		     big = lu_text_count(text, "big_site", 65536), keep = inuse_at(text, "keep_site"),
+		     vfork = lu_text_count(text, "vfork_site", 400);
+		cr_log_info("raw clone, rate %s: parent %ld at parent_site, %ld at big_site, %ld in "
+			    "use at keep_site, %ld at vfork_site; sampled=%llu delivered=%llu "
+			    "dropped=%llu corrupt=%llu", rates[run], parent, big, keep, vfork,
+			    a.sampled, a.delivered, a.dropped, a.corrupt);
+		cr_expect_eq(a.corrupt, 0, "rate %s: corrupt records in the parent", rates[run]);
+		cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
+		if (exact) {
+			cr_expect_eq(a.sampled, a.delivered);
+			cr_expect_eq(parent, 2 * k);
+			cr_expect_eq(big, 256);
+			cr_expect_eq(keep, k, "the children's frees changed the parent's in-use "
+					      "objects: %ld of %ld", keep, k);
+			cr_expect_eq(vfork, k / 10, "the CLONE_VM child's allocations: %ld", vfork);
+		} else {
+			cr_expect_gt(big, 0, "the parent's sites are missing:\n%.2000s", text);
+		}
+		const char *theirs[] = { "clone_site", "clone3_site", "churn_site", "files_site" };
+		for (int i = 0; i < 4; i++)
+			cr_expect_eq(lu_text_count(text, theirs[i], 0), 0,
+				     "rate %s: the parent's profile has %s", rates[run], theirs[i]);
+		free(text);
+		/* a child sharing the parent's descriptor table could only attach through it (its
+		 * socket and memfd would be the parent's too): it runs unprofiled */
+		struct llgo_list_entry fe;
+		cr_expect(!heapd_list_pid(d.sock, files, &fe),
+			  "rate %s: the CLONE_FILES child %d attached", rates[run], (int)files);
+
+		for (int i = 0; i < nchild; i++) {
+			struct llgo_list_entry e;
+			if (!heapd_list_pid(d.sock, children[i], &e)) {
+				cr_expect(!exact, "rate 1: child %d is not a profiled process",
+					  (int)children[i]);
+				continue;
+			}
+			char *ct = heapd_snapshot(d.sock, children[i], LLGO_FORMAT_TEXT, NULL);
+			struct lu_acct ca;
+			cr_assert(lu_text_acct(ct, &ca));
+			long own = lu_text_count(ct, children[i] == children[0] ? "clone_site"
+										: "clone3_site", 0),
+			     churn = lu_text_count(ct, "churn_site", 0);
+			cr_log_info("raw clone, rate %s: %s child %d: %ld at its site, %ld at "
+				    "churn_site; sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
+				    rates[run], i ? "clone3" : "clone", (int)children[i], own, churn, ca.sampled,
+				    ca.delivered, ca.dropped, ca.corrupt);
+			cr_expect_eq(ca.corrupt, 0);
+			cr_expect_eq(ca.sampled, ca.delivered + ca.dropped + ca.corrupt);
+			if (exact) {
+				cr_expect_eq(own, k);
+				cr_expect_eq(churn, 4 * k);
+			} else {
+				cr_expect_gt(churn, 0);
+			}
+			const char *parents[] = { "parent_site", "big_site", "keep_site",
+						  "vfork_site" };
+			for (int j = 0; j < 4; j++)
+				cr_expect_eq(lu_text_count(ct, parents[j], 0), 0,
+					     "rate %s: child %d has the parent's %s", rates[run],
+					     (int)children[i], parents[j]);
+			free(ct);
+		}
+	}
+	cr_expect_eq(heapd_stop(&d), 0);
+	e2e_rmdir(dir);
+}
+
 /* ---- bucket caps -------------------------------------------------------------------------- */
 
 Test(lifecycle, bucket_cap_reported, .timeout = 120)

@@ -17,29 +17,48 @@ struct lk_site {
 	long size, count;
 };
 
-/* Run `cmd` (its first word the program) with a private daemon at rate 1 and no preload;
- * check every "site NAME SIZE COUNT" line the program prints against the profile. */
-static void lk_expect_exact(const char *cmd)
+/* One run of a linked program under a private daemon at rate 1, and its profile. */
+struct lk_run {
+	char *out;  /* the program's output (stdout and stderr; the shim's LLGO_HEAP_DEBUG lines) */
+	char *prof; /* its text snapshot */
+	int pid;
+};
+
+/* Run `cmd` (its first word the program) with a private daemon at rate 1, preloading preload
+ * (NULL: nothing), and take its snapshot. */
+static void lk_run(struct lk_run *r, const char *preload, const char *cmd)
 {
-	char *dir = e2e_tmpdir(), *out = NULL, *prof = NULL;
+	char *dir = e2e_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
 	const char *sock = d.sock;
+	char env[1200] = "unset LD_PRELOAD &&";
+	if (preload)
+		snprintf(env, sizeof(env), "LD_PRELOAD=%s", preload);
 	/* the shell prints the pid the program will have, then becomes it */
-	int rc = e2e_sh(&out, "cd %s && unset LD_PRELOAD && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 "
-			"LLGO_HEAP_DEBUG=1 sh -c 'echo pid $$; exec \"$0\" \"$@\"' %s", dir, sock, cmd);
-	cr_assert_eq(rc, 0, "%s:\n%s", cmd, out);
-	cr_expect(strstr(out, "llgo-heap: attached to") != NULL, "did not attach:\n%s", out);
-	int pid = 0;
-	const char *p = strstr(out, "pid ");
-	cr_assert(p && sscanf(p, "pid %d", &pid) == 1, "%s", out);
-	rc = e2e_sh(&prof, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", pid, sock);
-	cr_assert_eq(rc, 0, "snapshot: %s", prof);
+	int rc = e2e_sh(&r->out, "cd %s && %s LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 "
+			"LLGO_HEAP_DEBUG=1 sh -c 'echo pid $$; exec \"$0\" \"$@\"' %s", dir, env,
+			sock, cmd);
+	cr_assert_eq(rc, 0, "%s:\n%s", cmd, r->out);
+	cr_expect(strstr(r->out, "llgo-heap: attached to") != NULL, "did not attach:\n%s", r->out);
+	const char *p = strstr(r->out, "pid ");
+	cr_assert(p && sscanf(p, "pid %d", &r->pid) == 1, "%s", r->out);
+	rc = e2e_sh(&r->prof, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", r->pid,
+		    sock);
+	cr_assert_eq(rc, 0, "snapshot: %s", r->prof);
+	heapd_stop(&d);
+	e2e_rmdir(dir);
+}
+
+/* Every "site NAME SIZE COUNT" line the program printed against the profile, and its
+ * accounting. */
+static void lk_check_sites(const struct lk_run *r, const char *cmd)
+{
 	static struct e2e_text_rec recs[4096];
 	long period;
-	int n = e2e_parse_text(prof, &period, recs, 4096), nsites = 0;
+	int n = e2e_parse_text(r->prof, &period, recs, 4096), nsites = 0;
 	cr_expect_eq(period, 2);
-	for (p = strstr(out, "site "); p; p = strstr(p + 1, "\nsite ")) {
+	for (const char *p = strstr(r->out, "site "); p; p = strstr(p + 1, "\nsite ")) {
 		struct lk_site s;
 		if (*p == '\n')
 			p++;
@@ -48,18 +67,29 @@ static void lk_expect_exact(const char *cmd)
 		nsites++;
 		long got = e2e_count(recs, n, s.name, s.size);
 		cr_expect_eq(got, s.count, "%s: %s size %ld: %ld in the profile, %ld made\n%s", cmd,
-			     s.name, s.size, got, s.count, prof);
+			     s.name, s.size, got, s.count, r->prof);
 	}
-	cr_expect_geq(nsites, 5, "%s printed no sites:\n%s", cmd, out);
+	cr_expect_geq(nsites, 5, "%s printed no sites:\n%s", cmd, r->out);
 	unsigned long long sa, de, dr, co;
-	const char *acc = strstr(prof, "# llgo-heap: sampled=");
+	const char *acc = strstr(r->prof, "# llgo-heap: sampled=");
 	cr_assert(acc && sscanf(acc, "# llgo-heap: sampled=%llu delivered=%llu dropped=%llu "
-				"corrupt=%llu", &sa, &de, &dr, &co) == 4, "%s", prof);
+				"corrupt=%llu", &sa, &de, &dr, &co) == 4, "%s", r->prof);
 	cr_expect(sa == de + dr + co && dr == 0 && co == 0, "%.120s", acc);
-	free(out);
-	free(prof);
-	heapd_stop(&d);
-	e2e_rmdir(dir);
+}
+
+static void lk_run_free(struct lk_run *r)
+{
+	free(r->out);
+	free(r->prof);
+}
+
+/* Run `cmd` with a private daemon at rate 1 and no preload; check every site it prints. */
+static void lk_expect_exact(const char *cmd)
+{
+	struct lk_run r;
+	lk_run(&r, NULL, cmd);
+	lk_check_sites(&r, cmd);
+	lk_run_free(&r);
 }
 
 Test(linked, dynamic_lllgoheap, .timeout = 120)
@@ -69,6 +99,59 @@ Test(linked, dynamic_lllgoheap, .timeout = 120)
 	cr_expect_str_eq(out, "1\n", "sites-dynamic is not linked with libllgoheap.so: %s", out);
 	free(out);
 	lk_expect_exact(LINKED "/sites-dynamic 1000");
+}
+
+/* A dynamic executable that linked build/lib/libllgoheap.a (no -lllgoheap, no preload): the
+ * archive's malloc family is the program's, exported, so it is libc's and every library's
+ * malloc too; the archive's constructor attaches. It had produced no snapshot: the archive
+ * held the hook alone, so nothing pulled it into a program that only calls malloc. */
+Test(linked, dynamic_archive, .timeout = 120)
+{
+	char *out = NULL;
+	e2e_sh(&out, "readelf -l " LINKED "/sites-archive | grep -c INTERP; "
+		     "readelf -d " LINKED "/sites-archive | grep -c 'NEEDED.*libllgoheap'; "
+		     "readelf --dyn-syms " LINKED "/sites-archive | grep -c ' malloc$'");
+	cr_expect_str_eq(out, "1\n0\n1\n", "sites-archive is not a dynamic executable that "
+			 "exports the archive's malloc: %s", out);
+	free(out);
+	lk_expect_exact(LINKED "/sites-archive 1000");
+}
+
+/* The same with C++: the archive's operators new and delete are the program's, and frame 0 of
+ * each sample is the function that called new. */
+Test(linked, dynamic_archive_cxx, .timeout = 120)
+{
+	struct lk_run r;
+	lk_run(&r, NULL, LINKED "/cxx-archive 300");
+	static struct e2e_text_rec recs[4096];
+	long period;
+	int n = e2e_parse_text(r.prof, &period, recs, 4096);
+	const char *funcs[] = { "_Z14cxx_new_scalarv",	      "_Z14cxx_new_objectB5cxx11v",
+				"_Z15cxx_new_alignedv",	      "_Z15cxx_new_nothrowv",
+				"_Z23cxx_new_aligned_nothrowv", "_Z21cxx_new_aligned_arrayv",
+				"_Z19cxx_new_aligned_oddv" };
+	for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++)
+		cr_expect_geq(e2e_count(recs, n, funcs[i], 0), 300, "%s:\n%s", funcs[i], r.prof);
+	cr_expect_eq(e2e_count(recs, n, "_Z19cxx_new_aligned_oddv", 100), 300);
+	for (int i = 0; i < n; i++)
+		cr_expect(strncmp(recs[i].frame0, "_Znw", 4) != 0 &&
+			  strncmp(recs[i].frame0, "_Zna", 4) != 0 &&
+			  strcmp(recs[i].frame0, "malloc") != 0,
+			  "frame 0 is allocator plumbing: %s", recs[i].frame0);
+	lk_run_free(&r);
+}
+
+/* That executable run under the preloaded shim: the program's copy stands down (owner.c) and
+ * its malloc, first in the lookup order, hands every call to the preloaded one untouched, so
+ * the one session has the exact counts with the program's call sites as frame 0. */
+Test(linked, dynamic_archive_under_preload, .timeout = 120)
+{
+	struct lk_run r;
+	lk_run(&r, LLGO_PLAIN_SHIM, LINKED "/sites-archive 1000");
+	cr_expect(strstr(r.out, "not attached: another copy of the sampler is active") != NULL,
+		  "the program's copy did not stand down:\n%s", r.out);
+	lk_check_sites(&r, LINKED "/sites-archive under LD_PRELOAD");
+	lk_run_free(&r);
 }
 
 /* A fully static executable: no dynamic section, no interpreter; libc's own internal
@@ -147,7 +230,10 @@ Test(linked, make_install_and_pkg_config, .timeout = 600)
 
 /* A shared library that links libllgoheap.a into its own allocator: only the shim's code
  * (its own section, llgo_heap_text) is trimmed from the top of a stack, never the library
- * that holds it. The library's allocator frame and its callers inside the library stay. */
+ * that holds it. The library's allocator frame and its callers inside the library stay.
+ * Loaded as a dependency (in the global scope, before libc), the library's copy of the
+ * archive's malloc is the process's, as -lllgoheap's would be: the blocks its allocator
+ * takes from malloc are sampled there too, and their free is seen. */
 Test(linked, library_holding_the_archive_keeps_its_frames, .timeout = 120)
 {
 	char *dir = e2e_tmpdir(), *out = NULL, *prof = NULL;
@@ -181,8 +267,11 @@ Test(linked, library_holding_the_archive_keeps_its_frames, .timeout = 120)
 	int pid = atoi(out);
 	rc = e2e_sh(&prof, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", pid, sock);
 	cr_assert_eq(rc, 0, "snapshot: %s", prof);
-	/* one stack: lib_pool_alloc (with the hook inlined), lib_build_index, main */
-	cr_expect(strstr(prof, "\n300: 1296300 [300: 1296300] @ ") != NULL, "%s", prof);
+	/* two stacks, both lib_pool_alloc, lib_build_index, main: at its call of malloc and at
+	 * its hook (inlined); all freed */
+	const char *first = strstr(prof, "\n0: 0 [300: 1296300] @ ");
+	cr_expect(first && strstr(first + 1, "\n0: 0 [300: 1296300] @ "), "%s", prof);
+	cr_expect(strstr(prof, "sampled=600 delivered=600 ") != NULL, "%s", prof);
 	const char *a = strstr(prof, "lib_pool_alloc"), *b = strstr(prof, "lib_build_index"),
 		   *m = strstr(prof, "\tmain+");
 	cr_expect(a && b && m && a < b && b < m, "the library's frames were trimmed:\n%s", prof);
