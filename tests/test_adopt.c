@@ -272,6 +272,19 @@ static int ad_verdict(const struct heapd *d, pid_t pid, char *why, size_t n)
 	return -1;
 }
 
+/* pid was not taken back by d2 (the reason logged) and has no session there. */
+static void ad_expect_refused(const struct heapd *d2, pid_t pid, const char *what)
+{
+	char why[1024];
+	int v = ad_verdict(d2, pid, why, sizeof(why));
+	struct llgo_list_entry e;
+	bool listed = heapd_list_pid(d2->sock, pid, &e);
+	cr_expect_eq(v, 0, "%s (pid %d): %s", what, (int)pid, why);
+	cr_expect(!listed, "%s: taken back as uid %u's session, %llu records delivered", what,
+		  listed ? e.uid : 0, listed ? (unsigned long long)e.delivered : 0ull);
+	cr_log_info("%s: %s", what, why);
+}
+
 /* SIGKILL d, and start another daemon on its socket (the restart that takes processes back). */
 static void ad_restart(struct heapd *d, struct heapd *d2)
 {
@@ -299,6 +312,14 @@ static void ad_kill(pid_t pid)
 	}
 }
 
+/* As root (else the test is skipped): a daemon, and a setuid-root program in its folder. */
+static void ad_start_as_root(struct heapd *d, char *suid, size_t n)
+{
+	need_root();
+	heapd_start(d, NULL, NULL);
+	make_setuid_sleep(d->dir, suid, n);
+}
+
 /* ---- the attack: nobody's memfd in a process of root's -------------------------------------- */
 
 /*
@@ -309,11 +330,9 @@ static void ad_kill(pid_t pid)
  */
 Test(adopt, crafted_memfd_in_a_setuid_process_is_not_taken_back, .timeout = 120)
 {
-	need_root();
 	struct heapd d, d2;
-	heapd_start(&d, NULL, NULL);
 	char suid[128];
-	make_setuid_sleep(d.dir, suid, sizeof(suid));
+	ad_start_as_root(&d, suid, sizeof(suid));
 	int execd[2];
 	cr_assert_eq(pipe2(execd, O_CLOEXEC), 0);
 	pid_t a = fork();
@@ -332,14 +351,7 @@ Test(adopt, crafted_memfd_in_a_setuid_process_is_not_taken_back, .timeout = 120)
 	int st;
 	cr_assert_eq(waitpid(a, &st, WNOHANG), 0, "the attacker exited: status 0x%x", st);
 	ad_restart(&d, &d2);
-	char why[1024];
-	int verdict = ad_verdict(&d2, a, why, sizeof(why));
-	struct llgo_list_entry e;
-	bool listed = heapd_list_pid(d2.sock, a, &e);
-	cr_expect_eq(verdict, 0, "pid %d (setuid root, holding nobody's memfd): %s", (int)a, why);
-	cr_expect(!listed, "taken back as uid %u's session; %llu of nobody's records delivered",
-		  listed ? e.uid : 0, listed ? (unsigned long long)e.delivered : 0ull);
-	cr_log_info("setuid process with nobody's memfd: %s", why);
+	ad_expect_refused(&d2, a, "setuid root, holding nobody's memfd");
 	ad_kill(a);
 	heapd_stop_clean(&d2);
 	heapd_cleanup(&d);
@@ -428,12 +440,7 @@ Test(adopt, memfd_handed_to_a_root_process_is_not_taken_back, .timeout = 120)
 	cr_expect_eq(vn, 1, "nobody's own process %d (its vouched memfd): %s", (int)n, why);
 	cr_expect(heapd_list_pid(d2.sock, n, &e) && e.uid == nobody_uid(),
 		  "nobody's process is not nobody's after the restart");
-	int vc = ad_verdict(&d2, c, why, sizeof(why));
-	bool listed = heapd_list_pid(d2.sock, c, &e);
-	cr_expect_eq(vc, 0, "root's process %d holding nobody's memfds: %s", (int)c, why);
-	cr_expect(!listed, "taken back as uid %u's session; %llu of nobody's records delivered",
-		  listed ? e.uid : 0, listed ? (unsigned long long)e.delivered : 0ull);
-	cr_log_info("root process with nobody's memfds: %s", why);
+	ad_expect_refused(&d2, c, "root's process holding nobody's memfds");
 	ad_kill(n);
 	ad_kill(c);
 	heapd_stop_clean(&d2);
@@ -514,11 +521,9 @@ static pid_t ad_attached_nobody(const struct heapd *d, enum ad_change change, co
  */
 Test(adopt, process_changed_since_its_hello_is_not_taken_back, .timeout = 120)
 {
-	need_root();
 	struct heapd d, d2;
-	heapd_start(&d, NULL, NULL);
 	char suid[128];
-	make_setuid_sleep(d.dir, suid, sizeof(suid));
+	ad_start_as_root(&d, suid, sizeof(suid));
 	static const char *const names[] = { "unchanged", "not dumpable", "saved uid 0",
 					     "setuid exec" };
 	pid_t pids[4];
@@ -533,22 +538,14 @@ Test(adopt, process_changed_since_its_hello_is_not_taken_back, .timeout = 120)
 		cr_assert(heapd_list_pid(d.sock, pids[i], &(struct llgo_list_entry){ 0 }),
 			  "%s: not attached:\n%s", names[i], heapd_log(&d));
 	ad_restart(&d, &d2);
-	for (int i = 0; i < 4; i++) {
-		char why[1024];
-		int v = ad_verdict(&d2, pids[i], why, sizeof(why));
-		struct llgo_list_entry e;
-		bool listed = heapd_list_pid(d2.sock, pids[i], &e);
-		if (i == AD_UNCHANGED) {
-			cr_expect_eq(v, 1, "%s: %s", names[i], why);
-			cr_expect(listed && e.uid == nobody_uid() && e.state == LLGO_PROC_LIVE,
-				  "%s: not listed live as nobody's", names[i]);
-		} else {
-			cr_expect_eq(v, 0, "%s (pid %d): %s", names[i], (int)pids[i], why);
-			cr_expect(!listed, "%s: taken back as uid %u's", names[i],
-				  listed ? e.uid : 0);
-		}
-		cr_log_info("%s: %s", names[i], why);
-	}
+	char why[1024];
+	struct llgo_list_entry e;
+	cr_expect_eq(ad_verdict(&d2, pids[AD_UNCHANGED], why, sizeof(why)), 1, "%s", why);
+	cr_expect(heapd_list_pid(d2.sock, pids[AD_UNCHANGED], &e) && e.uid == nobody_uid() &&
+			  e.state == LLGO_PROC_LIVE,
+		  "the unchanged process is not listed live as nobody's");
+	for (int i = AD_NOT_DUMPABLE; i <= AD_SETUID_EXEC; i++)
+		ad_expect_refused(&d2, pids[i], names[i]);
 	for (int i = 0; i < 4; i++)
 		ad_kill(pids[i]);
 	heapd_stop_clean(&d2);
@@ -578,9 +575,25 @@ static void ad_more(struct lu_proc *p)
 	cr_assert(lu_read_line(p, line, sizeof(line), 10000), "life_idle did not answer");
 }
 
-/* The daemon stopped, the program allocates: records it never read. Then it is killed. */
-static void ad_unread_then_kill(struct heapd *d, struct lu_proc *p)
+/* idle_more_site's allocations in pid's profile, once there are want of them (or 10 s). */
+static long ad_more_records(const struct heapd *d, pid_t pid, long want)
 {
+	long got = 0;
+	for (long deadline = lu_now_ms() + 10000; got < want && lu_now_ms() < deadline;
+	     lu_sleep_ms(50)) {
+		char *text = heapd_snapshot(d->sock, pid, LLGO_FORMAT_TEXT, NULL);
+		got = lu_text_count(text, "idle_more_site", 555);
+		free(text);
+	}
+	return got;
+}
+
+/* A daemon and life_idle attached to it; then the daemon stopped, the program allocates
+ * (records the daemon never reads) and the daemon is killed. */
+static void ad_idle_then_kill(struct heapd *d, struct lu_proc *p)
+{
+	heapd_start(d, NULL, NULL);
+	ad_start_idle(p, d);
 	lu_sleep_ms(300); /* the first allocations drained */
 	heapd_pause(d);
 	ad_more(p);
@@ -589,15 +602,23 @@ static void ad_unread_then_kill(struct heapd *d, struct lu_proc *p)
 	d->pid = 0;
 }
 
+/* life_idle ends at EOF; then the daemon d2 and the folder of d. */
+static void ad_end_idle(struct lu_proc *p, struct heapd *d2, struct heapd *d)
+{
+	fclose(p->in);
+	p->in = NULL;
+	lu_wait(p, 10000);
+	heapd_stop_clean(d2);
+	heapd_cleanup(d);
+}
+
 /* A shimmed program, idle across the restart: taken back with the 20 records the killed
  * daemon never read, as root's (the test's uid). */
 Test(adopt, genuine_process_is_taken_back_with_unread_records, .timeout = 120)
 {
 	struct heapd d, d2;
-	heapd_start(&d, NULL, NULL);
 	struct lu_proc p;
-	ad_start_idle(&p, &d);
-	ad_unread_then_kill(&d, &p);
+	ad_idle_then_kill(&d, &p);
 	heapd_start(&d2, d.dir, NULL);
 	char why[1024];
 	cr_assert_eq(ad_verdict(&d2, p.pid, why, sizeof(why)), 1, "%s", why);
@@ -605,19 +626,9 @@ Test(adopt, genuine_process_is_taken_back_with_unread_records, .timeout = 120)
 	cr_assert(heapd_list_pid(d2.sock, p.pid, &e));
 	cr_expect_eq(e.uid, geteuid());
 	cr_expect_eq(e.state, LLGO_PROC_LIVE);
-	long got = 0;
-	for (long deadline = lu_now_ms() + 10000; got < 20 && lu_now_ms() < deadline;
-	     lu_sleep_ms(50)) {
-		char *text = heapd_snapshot(d2.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-		got = lu_text_count(text, "idle_more_site", 555);
-		free(text);
-	}
+	long got = ad_more_records(&d2, p.pid, 20);
 	cr_expect_eq(got, 20, "records the first daemon never read: %ld of 20", got);
-	fclose(p.in);
-	p.in = NULL;
-	lu_wait(&p, 10000);
-	heapd_stop_clean(&d2);
-	heapd_cleanup(&d);
+	ad_end_idle(&p, &d2, &d);
 }
 
 /* The key is gone at the restart (a new one is made): the program is not taken back, runs on,
@@ -625,10 +636,8 @@ Test(adopt, genuine_process_is_taken_back_with_unread_records, .timeout = 120)
 Test(adopt, process_not_taken_back_attaches_itself_by_hello, .timeout = 120)
 {
 	struct heapd d, d2;
-	heapd_start(&d, NULL, NULL);
 	struct lu_proc p;
-	ad_start_idle(&p, &d);
-	ad_unread_then_kill(&d, &p);
+	ad_idle_then_kill(&d, &p);
 	char key[200];
 	snprintf(key, sizeof(key), "%s.key", d.sock);
 	cr_assert_eq(unlink(key), 0, "no key file %s: %s", key, strerror(errno));
@@ -652,18 +661,8 @@ Test(adopt, process_not_taken_back_attaches_itself_by_hello, .timeout = 120)
 	cr_expect(strstr(log + d2.log_start, want) != NULL, "%s", log + d2.log_start);
 	free(log);
 	/* its rings came along: the 20 records nobody read before are there */
-	long got = 0;
-	for (long deadline = lu_now_ms() + 10000; got < 20 && lu_now_ms() < deadline;
-	     lu_sleep_ms(50)) {
-		char *text = heapd_snapshot(d2.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-		got = lu_text_count(text, "idle_more_site", 555);
-		free(text);
-	}
+	long got = ad_more_records(&d2, p.pid, 20);
 	cr_expect_geq(got, 20, "idle_more_site: %ld", got);
 	cr_log_info("attached again by HELLO after %d rounds of 20 allocations", rounds);
-	fclose(p.in);
-	p.in = NULL;
-	lu_wait(&p, 10000);
-	heapd_stop_clean(&d2);
-	heapd_cleanup(&d);
+	ad_end_idle(&p, &d2, &d);
 }
