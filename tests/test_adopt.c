@@ -63,7 +63,7 @@ Test(vouch, siphash_reference_vectors)
 		uint8_t got[16], exp[16];
 		ad_hex(want[i].hex, exp, 16);
 		vouch_siphash128(key, msg, want[i].len, got);
-		cr_expect_arr_eq(got, exp, 16, "SipHash-2-4-128 of %zu bytes", want[i].len);
+		cr_expect(memcmp(got, exp, 16) == 0, "SipHash-2-4-128 of %zu bytes", want[i].len);
 	}
 }
 
@@ -126,7 +126,7 @@ Test(vouch, tag_binds_every_field_and_the_socket)
 	vouch_write(&key, &ctl, &s);
 	cr_expect_eq(ctl.vouch_uid, 1000);
 	cr_expect_eq(ctl.vouch_gid, 1000);
-	cr_expect_arr_eq(ctl.vouch_tag, tag, VOUCH_TAG_LEN);
+	cr_expect(memcmp(ctl.vouch_tag, tag, VOUCH_TAG_LEN) == 0);
 	ad_rmdir(dir);
 	free(dir);
 }
@@ -146,7 +146,7 @@ Test(vouch, key_file_made_once_and_a_planted_one_is_not_used)
 	cr_expect_eq(st.st_uid, geteuid());
 	/* the next daemon reads the same key */
 	cr_assert_eq(vouch_key_load(&b, sock, why, sizeof(why)), 0, "%s", why);
-	cr_expect_arr_eq(a.k, b.k, VOUCH_KEY_LEN);
+	cr_expect(memcmp(a.k, b.k, VOUCH_KEY_LEN) == 0);
 	/* readable by others: not a secret */
 	cr_assert_eq(chmod(path, 0644), 0);
 	cr_expect_neq(vouch_key_load(&b, sock, why, sizeof(why)), 0);
