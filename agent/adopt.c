@@ -8,11 +8,17 @@
  * counted) and watches the pidfd for the process's exit. The shim notices the new daemon
  * (ctl.adopt_gen) at its next sample and reconnects, joining that session.
  *
- * Everything read here belongs to a process that may be hostile: the memfd must be sealed
- * against shrinking and carry our magic and version, the socket path the shim wrote must be
- * ours, and the process is pinned by its pidfd before anything of it is read; its uid is read
- * from /proc after the pidfd is open. Sessions, mappings and rates are session.c's and
- * server.c's.
+ * Everything read here belongs to a process that may be hostile, and a descriptor does not
+ * say who made it: any user can make a memfd that looks like the shim's and hand it to a
+ * process of root's (a setuid program inherits it). So a memfd is taken only when it proves
+ * that a daemon of this socket accepted it from this very process: the process is pinned by
+ * a pidfd before anything of it is read; the memfd must carry our magic, version and socket
+ * path, and the tag a daemon wrote at HELLO (vouch.c) over the uid and gid it verified, the
+ * pid, the start time and the memfd itself; then the process must pass, against that uid
+ * and gid, every check HELLO makes (ident.c: same start time, all uids and gids equal,
+ * /proc/PID and its maps owned by the uid, i.e. dumpable). A process that fails is not taken
+ * back (logged); its shim attaches again by HELLO at its next sample, as after any loss of
+ * its daemon. Sessions, mappings and rates are session.c's and server.c's.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -24,7 +30,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "ident.h"
 #include "session.h"
+#include "vouch.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -47,47 +55,23 @@ static bool adopt_number(const char *s, long min, long *out)
 	return true;
 }
 
-/* Effective uid and gid of pid from /proc/PID/status (Uid:/Gid: second fields). */
-static bool adopt_ids(pid_t pid, uid_t *uid, gid_t *gid)
-{
-	char path[64], buf[4096];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	const char *u = strstr(buf, "\nUid:"), *g = strstr(buf, "\nGid:");
-	unsigned ru, eu, rg, eg;
-	if (!u || !g || sscanf(u + 5, "%u %u", &ru, &eu) != 2 ||
-	    sscanf(g + 5, "%u %u", &rg, &eg) != 2)
-		return false;
-	*uid = (uid_t)eu;
-	*gid = (gid_t)eg;
-	return true;
-}
-
 /* The memfd behind descriptor fd of the process behind pidfd, if it is a process memfd of a
- * shim attached to socket_path; -1 otherwise. */
-static int adopt_memfd(int pidfd, int fd, const char *socket_path)
+ * shim attached to socket_path (its control page copied into ctl); -1 otherwise. */
+static int adopt_memfd(int pidfd, int fd, const char *socket_path, struct llgo_ctl *ctl)
 {
 	int m = (int)syscall(SYS_pidfd_getfd, pidfd, fd, 0);
 	if (m < 0)
 		return -1;
 	struct stat st;
-	struct llgo_ctl ctl;
-	if (fstat(m, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(ctl) ||
-	    pread(m, &ctl, sizeof(ctl), 0) != (ssize_t)sizeof(ctl) ||
-	    ctl.magic != LLGO_CTL_MAGIC || ctl.version != LLGO_CTL_VERSION) {
+	if (fstat(m, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(*ctl) ||
+	    pread(m, ctl, sizeof(*ctl), 0) != (ssize_t)sizeof(*ctl) ||
+	    ctl->magic != LLGO_CTL_MAGIC || ctl->version != LLGO_CTL_VERSION) {
 		close(m);
 		return -1;
 	}
-	ctl.socket_path[LLGO_CTL_PATH_LEN - 1] = '\0';
-	uint32_t st_shim = atomic_load_explicit(&ctl.shim_state, memory_order_relaxed);
-	if (strcmp(ctl.socket_path, socket_path) != 0 || st_shim == LLGO_SHIM_OFF ||
+	ctl->socket_path[LLGO_CTL_PATH_LEN - 1] = '\0';
+	uint32_t st_shim = atomic_load_explicit(&ctl->shim_state, memory_order_relaxed);
+	if (strcmp(ctl->socket_path, socket_path) != 0 || st_shim == LLGO_SHIM_OFF ||
 	    st_shim == LLGO_SHIM_DETACHED) {
 		close(m);
 		return -1;
@@ -95,9 +79,47 @@ static int adopt_memfd(int pidfd, int fd, const char *socket_path)
 	return m;
 }
 
-size_t adopt_scan(const char *socket_path, adopt_fn fn, void *arg)
+/* 0 when memfd m (control page copied in ctl), found in process pid pinned by pidfd, was
+ * vouched for by a daemon of this socket for this very process (pid, start time) and this
+ * very memfd, and the process is still what was vouched for: the checks HELLO makes
+ * (ident.c: alive, same start time, all uids and gids the vouched ones, /proc/PID and its
+ * maps owned by that uid) against the vouched uid and gid. Fills p's uid, gid and start;
+ * else why says what failed. */
+static int adopt_prove(const struct vouch_key *key, pid_t pid, int pidfd, int m,
+		       const struct llgo_ctl *ctl, struct adopt_proc *p, char *why, size_t n)
 {
-	if (!socket_path || !*socket_path)
+	struct stat st;
+	uint64_t start;
+	if (fstat(m, &st) != 0 || ident_start_time(pid, &start) != 0 ||
+	    !ident_pidfd_alive(pidfd)) {
+		snprintf(why, n, "it exited");
+		return -ESRCH;
+	}
+	struct vouch_subject v = { .pid = (uint32_t)pid,
+				   .uid = ctl->vouch_uid,
+				   .gid = ctl->vouch_gid,
+				   .start = start,
+				   .dev = (uint64_t)st.st_dev,
+				   .ino = (uint64_t)st.st_ino };
+	if (!vouch_check(key, &v, ctl->vouch_tag)) {
+		snprintf(why, n, "its memfd carries no vouch of this socket's daemons for this "
+			 "process (made or attached elsewhere, or by an older daemon)");
+		return -EPERM;
+	}
+	struct ident id = { .pid = pid, .uid = v.uid, .gid = v.gid, .pidfd = pidfd,
+			    .start = start };
+	int err = ident_verify(&id, why, n);
+	if (err)
+		return err;
+	p->uid = v.uid;
+	p->gid = v.gid;
+	p->start = start;
+	return 0;
+}
+
+size_t adopt_scan(const char *socket_path, const struct vouch_key *key, adopt_fn fn, void *arg)
+{
+	if (!socket_path || !*socket_path || !key->ok)
 		return 0;
 	DIR *proc = opendir("/proc");
 	if (!proc)
@@ -115,8 +137,10 @@ size_t adopt_scan(const char *socket_path, adopt_fn fn, void *arg)
 		DIR *fds = opendir(dir);
 		if (!fds)
 			continue; /* not ours to read, or gone */
-		int pidfd = -1, memfd = -1;
+		struct adopt_proc p = { .pid = (pid_t)pid, .pidfd = -1, .memfd = -1, .livefd = -1 };
 		long livefd = -1;
+		bool refused = false;
+		char why[256] = "";
 		struct dirent *fe;
 		while ((fe = readdir(fds)) != NULL) {
 			long fd;
@@ -132,22 +156,32 @@ size_t adopt_scan(const char *socket_path, adopt_fn fn, void *arg)
 				livefd = fd; /* the live-object table (issue 10), taken below */
 				continue;
 			}
-			if (memfd >= 0 || strcmp(target, ADOPT_MEMFD_NAME) != 0)
+			if (p.memfd >= 0 || strcmp(target, ADOPT_MEMFD_NAME) != 0)
 				continue;
 			/* Pin the process first: everything read after this is about it. */
-			if (pidfd < 0)
-				pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-			if (pidfd < 0)
+			if (p.pidfd < 0)
+				p.pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+			if (p.pidfd < 0)
 				break;
-			memfd = adopt_memfd(pidfd, (int)fd, socket_path);
+			struct llgo_ctl ctl;
+			int m = adopt_memfd(p.pidfd, (int)fd, socket_path, &ctl);
+			if (m < 0)
+				continue;
+			/* Another process's memfd may sit here too (inherited, handed over): only
+			 * the one vouched for this process is taken, whichever descriptor holds it. */
+			if (adopt_prove(key, p.pid, p.pidfd, m, &ctl, &p, why, sizeof(why)) == 0) {
+				p.memfd = m;
+			} else {
+				refused = true;
+				close(m);
+			}
 		}
 		closedir(fds);
-		struct adopt_proc p = { .pid = (pid_t)pid, .pidfd = pidfd, .memfd = memfd,
-					.livefd = -1 };
-		if (memfd >= 0 && livefd >= 0)
-			p.livefd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)livefd, 0);
-		if (memfd >= 0 && adopt_ids(p.pid, &p.uid, &p.gid) && (me == 0 || p.uid == me) &&
-		    fn(arg, &p) == 0) {
+		if (p.memfd < 0 && refused)
+			log_info("pid %ld: not taken back: %s", pid, why);
+		if (p.memfd >= 0 && livefd >= 0)
+			p.livefd = (int)syscall(SYS_pidfd_getfd, p.pidfd, (int)livefd, 0);
+		if (p.memfd >= 0 && (me == 0 || p.uid == me) && fn(arg, &p) == 0) {
 			found++; /* fn owns pidfd and memfd now */
 			if (p.livefd >= 0)
 				close(p.livefd);
@@ -155,10 +189,10 @@ size_t adopt_scan(const char *socket_path, adopt_fn fn, void *arg)
 		}
 		if (p.livefd >= 0)
 			close(p.livefd);
-		if (memfd >= 0)
-			close(memfd);
-		if (pidfd >= 0)
-			close(pidfd);
+		if (p.memfd >= 0)
+			close(p.memfd);
+		if (p.pidfd >= 0)
+			close(p.pidfd);
 	}
 	closedir(proc);
 	return found;

@@ -111,6 +111,14 @@ static void jobs_hello(struct server *srv, struct conn *c)
 	s->proc_start = c->id.start;
 	if (c->id.pidfd >= 0)
 		s->pidfd = fcntl(c->id.pidfd, F_DUPFD_CLOEXEC, 3);
+	/* Our word, for a daemon that takes the process back after a restart (adopt.c), that
+	 * this memfd came from this process as this uid: checked above, still ours alone */
+	if (memfd && !gone && c->id.start) {
+		struct vouch_subject v = { .pid = (uint32_t)s->pid, .uid = s->uid, .gid = s->gid,
+					   .start = c->id.start, .dev = s->memfd_dev,
+					   .ino = s->memfd_ino };
+		vouch_write(&srv->vouch, s->ctl, &v);
+	}
 	/* Read while the process runs: a shim that waits for no answer may exit soon, and then
 	 * waits at exit (BYE) only if we have not seen what we need. */
 	int merr = gone ? -ESRCH : session_attach_maps(s);

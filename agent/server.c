@@ -275,9 +275,9 @@ static int server_adopt_locked(struct server *srv, const struct adopt_proc *p)
 		session_put(s);
 		return -EEXIST;
 	}
-	/* The process's start time, read while its pidfd pins it (checked alive after). */
-	uint64_t start;
-	if (ident_start_time(p->pid, &start) != 0 || !ident_pidfd_alive(p->pidfd))
+	/* The start time adopt.c read while the pidfd pinned the process, and proved. */
+	uint64_t start = p->start;
+	if (!ident_pidfd_alive(p->pidfd))
 		return -ESRCH;
 	/* Started after this daemon (same clock tick included): no earlier daemon can have
 	 * served it, and it connects to our socket on its own. Taking it back would race
@@ -369,6 +369,13 @@ static void server_own_path(struct server *srv, char *out, size_t n)
 int server_start(struct server *srv)
 {
 	atomic_store(&srv->adopting, true); /* before any worker can run a HELLO */
+	/* The key HELLO vouches with and a restart's search checks, before any worker runs. */
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
+	server_own_path(srv, path, sizeof(path));
+	char keywhy[512];
+	if (vouch_key_load(&srv->vouch, path, keywhy, sizeof(keywhy)) != 0)
+		log_warn("processes will not be taken back after a restart (%s): they attach "
+			 "again when they next sample", keywhy);
 	/* listen() again after a daemonizing fork: it records the caller's credentials, so
 	 * clients' SO_PEERCRED names the daemon rather than the parent that bound it. */
 	if (srv->own_socket && listen(srv->listen_fd, 256) < 0)
@@ -399,9 +406,7 @@ int server_start(struct server *srv)
 	/* A restart: processes of this socket that a previous daemon served. */
 	if (ident_start_time(getpid(), &srv->self_start) != 0)
 		srv->self_start = 0;
-	char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 1];
-	server_own_path(srv, path, sizeof(path));
-	size_t n = adopt_scan(path, server_adopt_one, srv);
+	size_t n = adopt_scan(path, &srv->vouch, server_adopt_one, srv);
 	pthread_mutex_lock(&srv->adopt_lock); /* a HELLO that saw adopting set is done */
 	atomic_store(&srv->adopting, false);
 	pthread_mutex_unlock(&srv->adopt_lock);

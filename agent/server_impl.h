@@ -22,6 +22,7 @@
 
 #include "ident.h"
 #include "server.h"
+#include "vouch.h"
 
 #define SERVER_SHIM_WORKERS 2u
 #define SERVER_EXIT_WORKERS 2u
@@ -127,6 +128,9 @@ struct server {
 	pthread_mutex_t adopt_lock;
 	_Atomic bool adopting;
 	uint64_t self_start; /* the daemon's own start time (/proc/self/stat), 0 if unknown */
+	/* vouch.c: the key of this socket's daemons, loaded at start before any worker runs,
+	 * read-only after: HELLO vouches for the memfds it accepts, adopt.c checks them */
+	struct vouch_key vouch;
 	struct conn *conns;
 	size_t nconns, max_conns;
 	unsigned char *rxbuf; /* the loop's packet buffer */

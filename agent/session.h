@@ -260,17 +260,20 @@ uint64_t session_now_ns(clockid_t clk);
 
 struct adopt_proc {
 	pid_t pid;
-	uid_t uid; /* effective, read after the pidfd pinned the process */
+	uid_t uid; /* the uid and gid a daemon verified at HELLO, checked again (adopt.c) */
 	gid_t gid;
+	uint64_t start; /* starttime, read while the pidfd pinned the process */
 	int pidfd;
-	int memfd; /* the process memfd (checked: ours, this socket's) */
+	int memfd; /* the process memfd (proved: vouched for this process, this socket's) */
 	int livefd; /* its live-object table's memfd, or -1 (fn does not own it) */
 };
 /* Returns 0 when it took both descriptors, else nonzero (the scan closes them). */
 typedef int (*adopt_fn)(void *arg, const struct adopt_proc *p);
-/* Every running process whose shim was attached to socket_path and can be read by us (root:
- * all; else our own uid); returns how many fn took. */
-size_t adopt_scan(const char *socket_path, adopt_fn fn, void *arg);
+struct vouch_key;
+/* Every running process whose shim was attached to socket_path, whose memfd a daemon of the
+ * socket vouched for (key), that is still what was vouched for, and can be read by us (root:
+ * all; else our own uid); returns how many fn took. None without a key (key->ok false). */
+size_t adopt_scan(const char *socket_path, const struct vouch_key *key, adopt_fn fn, void *arg);
 
 /* ---- inuse.c: in-use values from the live-object table -------------------------------- */
 

@@ -138,7 +138,15 @@ struct llgo_ctl {
 	struct {
 		uint64_t lo, hi;
 	} fp_ranges[LLGO_CTL_FP_RANGES];
-	uint8_t reserved[LLGO_CTL_SIZE - 224 - 8 * LLGO_CTL_ROOTS - 16 * LLGO_CTL_FP_RANGES];
+	/* Daemon-written at HELLO, never read by the shim (agent/vouch.c): the uid and gid the
+	 * daemon verified the process as, and a tag over them, the process (pid, start time) and
+	 * this memfd (device, inode), keyed with a secret only the daemons of this socket hold.
+	 * A daemon that takes the process back after a restart (agent/adopt.c) recomputes the
+	 * tag: a memfd no daemon vouched for, or one now held by another process, is not taken. */
+	uint32_t vouch_uid;
+	uint32_t vouch_gid;
+	uint8_t vouch_tag[16];
+	uint8_t reserved[LLGO_CTL_SIZE - 224 - 8 * LLGO_CTL_ROOTS - 16 * LLGO_CTL_FP_RANGES - 24];
 };
 
 _Static_assert(sizeof(struct llgo_ctl) == LLGO_CTL_SIZE, "control structure is 4 KiB");
@@ -157,6 +165,8 @@ _Static_assert(offsetof(struct llgo_ctl, socket_path) == 96, "socket_path offset
 _Static_assert(offsetof(struct llgo_ctl, fp_seq) == 208, "fp_seq offset");
 _Static_assert(offsetof(struct llgo_ctl, root_pcs) == 224, "root_pcs offset");
 _Static_assert(offsetof(struct llgo_ctl, fp_ranges) == 224 + 8 * LLGO_CTL_ROOTS, "fp_ranges offset");
+_Static_assert(offsetof(struct llgo_ctl, vouch_uid) ==
+		       224 + 8 * LLGO_CTL_ROOTS + 16 * LLGO_CTL_FP_RANGES, "vouch offset");
 
 /* ---- Ring header ---------------------------------------------------------------------- */
 

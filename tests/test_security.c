@@ -15,34 +15,6 @@
 
 #include "../agent/ident.h"
 
-static uid_t nobody_uid(void)
-{
-	struct passwd *pw = getpwnam("nobody");
-	return pw ? pw->pw_uid : 65534;
-}
-
-static gid_t nobody_gid(void)
-{
-	struct passwd *pw = getpwnam("nobody");
-	return pw ? pw->pw_gid : 65534;
-}
-
-/* The child becomes an ordinary process of nobody's: the uid change leaves it not dumpable
- * (its /proc files root's, the daemon refuses to read it), which a program nobody starts is
- * not. */
-static void become_nobody(void)
-{
-	if (setgroups(0, NULL) != 0 || setgid(nobody_gid()) != 0 || setuid(nobody_uid()) != 0)
-		_exit(120);
-	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-}
-
-static void need_root(void)
-{
-	if (geteuid() != 0)
-		cr_skip_test("needs root to switch to another uid");
-}
-
 /* Connect as a shim and send HELLO with a fresh control page, waiting for no answer. */
 static int attack_hello(int sock, int *ctl_fd, struct llgo_ctl **ctl)
 {
@@ -66,16 +38,6 @@ static int attack_hello(int sock, int *ctl_fd, struct llgo_ctl **ctl)
 	hello_init(&m, LLGO_RING_MIN_DATA, 512);
 	m.flags = LLGO_HELLO_NO_ACK;
 	return msg_send(sock, &m, sizeof(m), fd);
-}
-
-/* A setuid-root copy of sleep in dir (root can make one; nobody runs it). */
-static void make_setuid_sleep(const char *dir, char *out, size_t n)
-{
-	snprintf(out, n, "%s/suid-sleep", dir);
-	char cmd[512];
-	snprintf(cmd, sizeof(cmd), "cp /usr/bin/sleep '%s' && chown 0:0 '%s' && chmod 4755 '%s'",
-		 out, out, out);
-	cr_assert_eq(system(cmd), 0, "cannot make a setuid binary");
 }
 
 /*
