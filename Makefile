@@ -69,12 +69,15 @@ AGENT_COMMON_SRCS := $(filter-out agent/daemon.c agent/%.bpf.c,$(wildcard agent/
 AGENT_COMMON_OBJS := $(patsubst agent/%.c,$(OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS))
 
 # client/: the protocol's client side (client.c, also linked into the tests) and the CLI.
-# The CLI links that, the CLI's own files and exactly the agent objects they use (buf, msg):
-# no libdw, libelf, libmicrohttpd, libbpf, libunwind or zlib (tests/test_e2e.c checks).
+# The CLI links that, the CLI's own files and exactly the agent objects they use (buf, msg,
+# escape, gzip) and zlib, for the gzipped pprof files of `llgo-heap diff`: no libdw, libelf,
+# libmicrohttpd, libbpf or libunwind (tests/test_e2e.c checks). The pprof reader and the diff
+# (with what they use) are linked into the tests and the fuzz harnesses too.
 CLIENT_OBJS := $(OUT)/obj/client/client.o
+PPROFREAD_OBJS := $(patsubst %,$(OUT)/obj/client/%.o,pprofread diff human)
 CLI_OBJS := $(patsubst client/%.c,$(OUT)/obj/client/%.o,$(filter-out client/client.c,\
-	$(wildcard client/*.c))) $(CLIENT_OBJS) $(OUT)/obj/agent/buf.o $(OUT)/obj/agent/msg.o
-LIBS_CLI :=
+	$(wildcard client/*.c))) $(CLIENT_OBJS) $(patsubst %,$(OUT)/obj/agent/%.o,buf msg escape gzip)
+LIBS_CLI := -lz
 
 # Objects and tests depend on the headers they include (-MMD -MP: $(OUT)/**/*.d, read at the
 # end of this file). HEADERS is for the rules that compile several sources in one command
@@ -209,7 +212,7 @@ $(OUT)/bin/llgo-heap: $(CLI_OBJS)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_CLI)
 
 # Every test's daemon launcher and client (tests/heapd.c over client/client.c), built once.
-TEST_LIB_OBJS := $(OUT)/obj/tests/heapd.o $(CLIENT_OBJS)
+TEST_LIB_OBJS := $(OUT)/obj/tests/heapd.o $(CLIENT_OBJS) $(PPROFREAD_OBJS)
 TEST_DEFS := -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' -DLLGO_SRC_DIR='"$(CURDIR)"' \
 	-DLLGO_PLAIN_SHIM='"$(abspath $(OUT))/lib/libllgoheap.so"' $(filter -I%,$(TEST_CRITERION))
 
