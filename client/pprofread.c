@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -563,6 +564,11 @@ static int map_cmp(const void *x, const void *y)
 	return cmp_u64(((const struct pprofread_map *)x)->id, ((const struct pprofread_map *)y)->id);
 }
 
+/* The records are sorted and searched by their leading id. */
+_Static_assert(offsetof(struct pprofread_loc, id) == 0, "id leads");
+_Static_assert(offsetof(struct pprofread_func, id) == 0, "id leads");
+_Static_assert(offsetof(struct pprofread_map, id) == 0, "id leads");
+
 /* Binary search of id in n records of size sz sorted by a leading uint64 id. */
 static long id_find(const void *arr, size_t n, size_t sz, uint64_t id)
 {
@@ -663,22 +669,28 @@ static int gunzip(const unsigned char *in, size_t n, struct buf *out, char *err,
 	zs.next_in = (Bytef *)(uintptr_t)in;
 	zs.avail_in = (uInt)n; /* n <= PPROFREAD_MAX_BYTES < UINT_MAX */
 	for (;;) {
-		if (out->len >= PPROFREAD_MAX_BYTES) {
+		/* At the cap, one byte more of output (into spill) is the error: the buffer
+		 * never grows past PPROFREAD_MAX_BYTES (a power of two, as its capacities). */
+		unsigned char spill;
+		size_t left = PPROFREAD_MAX_BYTES - out->len;
+		if (left && buf_reserve(out, left < 65536 ? left : 65536) != 0) {
+			snprintf(err, errlen, "out of memory");
+			break;
+		}
+		size_t room = left ? out->cap - out->len : 1;
+		if (room > left && left)
+			room = left;
+		zs.next_out = left ? out->data + out->len : &spill;
+		zs.avail_out = (uInt)room;
+		int rc = inflate(&zs, Z_NO_FLUSH);
+		size_t got = room - zs.avail_out;
+		if (!left && got) {
 			snprintf(err, errlen, "more than %u MiB once decompressed",
 				 PPROFREAD_MAX_BYTES >> 20);
 			break;
 		}
-		if (buf_reserve(out, 65536) != 0) {
-			snprintf(err, errlen, "out of memory");
-			break;
-		}
-		size_t room = out->cap - out->len;
-		if (room > PPROFREAD_MAX_BYTES - out->len)
-			room = PPROFREAD_MAX_BYTES - out->len + 1; /* one byte over: the cap's test */
-		zs.next_out = out->data + out->len;
-		zs.avail_out = (uInt)room;
-		int rc = inflate(&zs, Z_NO_FLUSH);
-		out->len += room - zs.avail_out;
+		if (left)
+			out->len += got;
 		if (rc == Z_STREAM_END) {
 			if (zs.avail_in == 0) {
 				ret = 0;
@@ -791,7 +803,7 @@ int pprofread_load(struct pprofread *p, const void *data, size_t len, char *err,
 			 "(llgo-heap snapshot -f pprof)");
 		rc = -1;
 	} else {
-		rc = buf_append(&p->raw, d, len);
+		rc = len ? buf_append(&p->raw, d, len) : 0;
 		if (rc)
 			snprintf(err, errlen, "out of memory");
 	}
@@ -818,17 +830,16 @@ int pprofread_file(struct pprofread *p, const char *path, char *err, size_t errl
 	buf_init(&in);
 	int rc = 0;
 	for (;;) {
-		if (in.len > PPROFREAD_MAX_BYTES) {
-			snprintf(err, errlen, "larger than %u MiB", PPROFREAD_MAX_BYTES >> 20);
-			rc = -1;
-			break;
-		}
-		if (buf_reserve(&in, 65536) != 0) {
+		/* as gunzip: at the cap, one byte more is the error */
+		unsigned char spill;
+		size_t left = PPROFREAD_MAX_BYTES - in.len;
+		if (left && buf_reserve(&in, left < 65536 ? left : 65536) != 0) {
 			snprintf(err, errlen, "out of memory");
 			rc = -1;
 			break;
 		}
-		ssize_t n = read(fd, in.data + in.len, in.cap - in.len);
+		size_t room = in.cap - in.len < left ? in.cap - in.len : left;
+		ssize_t n = left ? read(fd, in.data + in.len, room) : read(fd, &spill, 1);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -838,6 +849,11 @@ int pprofread_file(struct pprofread *p, const char *path, char *err, size_t errl
 		}
 		if (n == 0)
 			break;
+		if (!left) {
+			snprintf(err, errlen, "larger than %u MiB", PPROFREAD_MAX_BYTES >> 20);
+			rc = -1;
+			break;
+		}
 		in.len += (size_t)n;
 	}
 	close(fd);
