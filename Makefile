@@ -693,14 +693,15 @@ clean-arm64:
 # libFuzzer harnesses for every parser of input a profiled process or a local user controls:
 # ring records (fuzz_ring), socket messages with their memfds (fuzz_socket, an in-process
 # daemon), HTTP request targets and symbol bodies (fuzz_http), ELF/DWARF files given to the
-# symbolizer and the CFI rewrite (fuzz_elf), and files plus stack copies given to the unwinder
-# (fuzz_unwind). `make fuzz` runs each for FUZZ_SECONDS under ASan+UBSan (clang's
+# symbolizer and the CFI rewrite (fuzz_elf), files plus stack copies given to the unwinder
+# (fuzz_unwind), and pprof files given to `llgo-heap diff` (fuzz_pprof, client/pprofread.c
+# and client/diff.c). `make fuzz` runs each for FUZZ_SECONDS under ASan+UBSan (clang's
 # libFuzzer, Debian's libclang-rt-14-dev), growing tests/fuzz/corpus/NAME; a crash is left in
 # build-fuzz/crashes/ and belongs in tests/fuzz/regress/NAME once fixed. `make test` replays
 # every corpus and regression input through the same harnesses built with the test build's
 # compiler and sanitizers (tests/fuzz/replay_main.c, seconds).
 
-FUZZ_NAMES := ring socket http elf unwind
+FUZZ_NAMES := ring socket http elf unwind pprof
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_OUT := build-fuzz
@@ -709,6 +710,7 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -pthread $(
 	-Wno-unknown-warning-option $(FUZZ_SAN) -I$(OUT)/bpf
 FUZZ_AGENT_OBJS := $(patsubst agent/%.c,$(FUZZ_OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS)) \
 	$(FUZZ_OUT)/obj/symbolizer/symparse.o
+FUZZ_CLIENT_OBJS := $(patsubst %,$(FUZZ_OUT)/obj/client/%.o,client pprofread diff human)
 FUZZ_BINS := $(patsubst %,$(FUZZ_OUT)/fuzz_%,$(FUZZ_NAMES))
 FUZZ_REPLAYS := $(patsubst %,$(OUT)/fuzz/replay_%,$(FUZZ_NAMES))
 FUZZ_HEADERS := $(HEADERS) tests/fuzz/fuzz_util.h
@@ -730,21 +732,21 @@ $(FUZZ_OUT)/obj/client/%.o: client/%.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_OUT)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_AGENT_OBJS) $(FUZZ_OUT)/obj/client/client.o $(FUZZ_HEADERS)
+$(FUZZ_OUT)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_AGENT_OBJS) $(FUZZ_CLIENT_OBJS) $(FUZZ_HEADERS)
 	$(call msg,FUZZLD,$@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_AGENT_OBJS) \
-		$(FUZZ_OUT)/obj/client/client.o $(LIBS_AGENT)
+		$(FUZZ_CLIENT_OBJS) $(LIBS_AGENT)
 
 # The replay builds: the test build's compiler, flags and sanitizers, no libFuzzer.
-$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(CLIENT_OBJS) $(OUT)/obj/symbolizer/symparse.o $(FUZZ_HEADERS)
+$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(CLIENT_OBJS) $(PPROFREAD_OBJS) $(OUT)/obj/symbolizer/symparse.o $(FUZZ_HEADERS)
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $< tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) \
-		$(CLIENT_OBJS) $(OUT)/obj/symbolizer/symparse.o $(LIBS_AGENT)
+		$(CLIENT_OBJS) $(PPROFREAD_OBJS) $(OUT)/obj/symbolizer/symparse.o $(LIBS_AGENT)
 
 .PHONY: fuzz fuzz-build fuzz-replay
 fuzz-build: $(FUZZ_BINS)
-.SECONDARY: $(FUZZ_AGENT_OBJS) $(FUZZ_OUT)/obj/client/client.o
+.SECONDARY: $(FUZZ_AGENT_OBJS) $(FUZZ_CLIENT_OBJS)
 
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory fuzz-build
