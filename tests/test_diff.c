@@ -6,7 +6,8 @@
  *     then those freed and 4096 x 256 B at another), taken by the CLI from a real daemon:
  *     the growth per site is exact, in all four values, in the table and in the totals;
  *   - go tool pprof -base BASE NEW shows the same growth per site, and so does go tool pprof
- *     reading the diff profile `diff -o` wrote;
+ *     reading the diff profile `diff -o` wrote; the same with two heap profiles written by
+ *     Go's runtime/pprof (a Go program built with Debian's go);
  *   - top PID --base FILE: the running process's profile minus FILE, as diff shows it;
  *   - malformed, truncated, hostile and oversized files: exit status 2 and one line naming
  *     the file and the reason; every truncation and thousands of mutations of a real
@@ -24,6 +25,15 @@
 #define PROG(name) E2E_PROGS "/" name
 #define CLI E2E_BIN "/llgo-heap"
 #define DIFF_N 4096L /* objects per phase of inuse_phases */
+#define DIFF_ROWS 256 /* table rows parsed at most */
+
+static void t_write(const char *path, const void *p, size_t n)
+{
+	FILE *fp = fopen(path, "wb");
+	cr_assert(fp != NULL, "%s: %s", path, strerror(errno));
+	cr_assert_eq(fwrite(p, 1, n, fp), n);
+	cr_assert_eq(fclose(fp), 0);
+}
 
 /* ---- two profiles of a real program ------------------------------------------------------- */
 
@@ -82,7 +92,7 @@ struct diff_trow {
 struct diff_tab {
 	size_t shown, changed;           /* "N of M changed sites" */
 	char total[2][256];               /* the two "total ..." lines */
-	struct diff_trow rows[64];
+	struct diff_trow rows[DIFF_ROWS];
 	int n;
 };
 
@@ -116,7 +126,7 @@ static void diff_parse(const char *out, struct diff_tab *t)
 		const char *nl = strchr(site, '\n');
 		snprintf(r->site, sizeof(r->site), "%.*s", (int)(nl ? nl - site : (long)strlen(site)),
 			 site);
-		if (++t->n == 64)
+		if (++t->n == DIFF_ROWS)
 			break;
 	}
 }
@@ -242,6 +252,8 @@ static int diff_pprof(const char *dir, const char *args, struct diff_pprow *rows
 		const char *name = line + 1 + off;
 		const char *nl = strchr(name, '\n');
 		int len = (int)(nl ? nl - name : (long)strlen(name));
+		if (len > 9 && memcmp(name + len - 9, " (inline)", 9) == 0)
+			len -= 9; /* an inlined frame; diff names it without the mark */
 		/* "func /path/file.c:31" -> "func file.c:31" */
 		const char *sp = memrchr(name, ' ', (size_t)len);
 		const char *slash = sp ? memrchr(sp, '/', (size_t)(name + len - sp)) : NULL;
@@ -256,14 +268,14 @@ static int diff_pprof(const char *dir, const char *args, struct diff_pprow *rows
 	return n;
 }
 
-Test(diff, agrees_with_go_tool_pprof_base, .timeout = 600)
+/* diff BASE NEW and its -o profile against go tool pprof -base BASE NEW, in all four views:
+ * the same changed sites with the same changes. */
+static void diff_agree(const char *dir, const char *base, const char *cur)
 {
-	struct diff_fix f;
-	diff_fix_start(&f);
 	char dpath[300];
-	snprintf(dpath, sizeof(dpath), "%s/d.pb.gz", f.dir);
+	snprintf(dpath, sizeof(dpath), "%s/d.pb.gz", dir);
 	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " diff %s %s -o %s >/dev/null", f.a, f.b, dpath);
+	int rc = e2e_sh(&out, CLI " diff %s %s -o %s >/dev/null", base, cur, dpath);
 	cr_assert_eq(rc, 0, "diff -o: %s", out);
 	cr_expect(strstr(out, "wrote ") != NULL, "%s", out);
 	free(out);
@@ -277,18 +289,18 @@ Test(diff, agrees_with_go_tool_pprof_base, .timeout = 600)
 		{ "inuse_objects", "--inuse --objects", "" },
 	};
 	for (size_t v = 0; v < sizeof(views) / sizeof(views[0]); v++) {
-		static struct diff_pprow pb[64], pd[64];
+		static struct diff_pprow pb[DIFF_ROWS], pd[DIFF_ROWS];
 		char args[1024];
 		snprintf(args, sizeof(args), "-sample_index=%s %s -base %s %s", views[v].index,
-			 views[v].unit, f.a, f.b);
-		int nb = diff_pprof(f.dir, args, pb, 64);
+			 views[v].unit, base, cur);
+		int nb = diff_pprof(dir, args, pb, DIFF_ROWS);
 		snprintf(args, sizeof(args), "-sample_index=%s %s %s", views[v].index,
 			 views[v].unit, dpath);
-		int nd = diff_pprof(f.dir, args, pd, 64);
+		int nd = diff_pprof(dir, args, pd, DIFF_ROWS);
 		char opts[128];
 		snprintf(opts, sizeof(opts), "%s --exact -n 1000", views[v].opts);
-		struct diff_tab t;
-		diff_run(&t, f.a, f.b, opts);
+		static struct diff_tab t;
+		diff_run(&t, base, cur, opts);
 
 		cr_expect(nb > 0, "%s: pprof -base shows no change", views[v].index);
 		cr_expect_eq(nd, nb, "%s: pprof shows %d sites in the diff profile, %d with -base",
@@ -310,7 +322,76 @@ Test(diff, agrees_with_go_tool_pprof_base, .timeout = 600)
 					     pb[i].site, r->change, pb[i].flat);
 		}
 	}
+}
+
+Test(diff, agrees_with_go_tool_pprof_base, .timeout = 600)
+{
+	struct diff_fix f;
+	diff_fix_start(&f);
+	diff_agree(f.dir, f.a, f.b);
 	diff_fix_stop(&f);
+}
+
+/* Go's own heap profiles (runtime/pprof's encoder, MemProfileRate 1): a Go program keeps
+ * 1000 then 4000 objects at one line; diff sees 3000 more there, and agrees with pprof (the
+ * encoder's own allocations, inlined frames among them, differ between the two too). */
+Test(diff, reads_go_runtime_heap_profiles, .timeout = 600)
+{
+	static const char prog[] =
+		"package main\n"
+		"\n"
+		"import (\n"
+		"\t\"os\"\n"
+		"\t\"runtime\"\n"
+		"\t\"runtime/pprof\"\n"
+		")\n"
+		"\n"
+		"var keep [][]byte\n"
+		"\n"
+		"//go:noinline\n"
+		"func grow(n int) {\n"
+		"\tfor i := 0; i < n; i++ {\n"
+		"\t\tkeep = append(keep, make([]byte, 1000))\n"
+		"\t}\n"
+		"}\n"
+		"\n"
+		"func write(name string) {\n"
+		"\truntime.GC()\n"
+		"\truntime.GC()\n"
+		"\tf, _ := os.Create(name)\n"
+		"\tpprof.WriteHeapProfile(f)\n"
+		"\tf.Close()\n"
+		"}\n"
+		"\n"
+		"func main() {\n"
+		"\truntime.MemProfileRate = 1\n"
+		"\tgrow(1000)\n"
+		"\twrite(\"g1.pb.gz\")\n"
+		"\tgrow(3000)\n"
+		"\twrite(\"g2.pb.gz\")\n"
+		"}\n";
+	char *dir = e2e_tmpdir();
+	char path[512];
+	snprintf(path, sizeof(path), "%s/main.go", dir);
+	t_write(path, prog, sizeof(prog) - 1);
+	char *out = NULL;
+	int rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache GO111MODULE=off GOFLAGS= "
+			"go build -o gprog main.go && ./gprog", dir, dir, dir);
+	cr_assert_eq(rc, 0, "go build/run: %s", out);
+	free(out);
+	char g1[512], g2[512];
+	snprintf(g1, sizeof(g1), "%s/g1.pb.gz", dir);
+	snprintf(g2, sizeof(g2), "%s/g2.pb.gz", dir);
+	static struct diff_tab t;
+	diff_run(&t, g1, g2, "--inuse --objects --exact");
+	const struct diff_trow *r = diff_row(&t, "main.grow main.go:14");
+	cr_assert(r != NULL, "no main.grow main.go:14 row");
+	/* the objects made, and in both profiles the slice's backing array (append) */
+	cr_expect_str_eq(r->change, "+3000");
+	cr_expect_str_eq(r->base, "1001");
+	cr_expect_str_eq(r->cur, "4001");
+	diff_agree(dir, g1, g2);
+	e2e_rmdir(dir);
 }
 
 /* ---- top --base -------------------------------------------------------------------------- */
@@ -398,14 +479,6 @@ static void t_heap(struct buf *out, const int64_t (*v)[4], size_t n, const char 
 	for (size_t s = 0; s < sizeof(strs) / sizeof(strs[0]); s++)
 		t_bytes(out, 6, strs[s], strlen(strs[s]));
 	buf_free(&m);
-}
-
-static void t_write(const char *path, const void *p, size_t n)
-{
-	FILE *fp = fopen(path, "wb");
-	cr_assert(fp != NULL, "%s: %s", path, strerror(errno));
-	cr_assert_eq(fwrite(p, 1, n, fp), n);
-	cr_assert_eq(fclose(fp), 0);
 }
 
 static void t_read(const char *path, struct buf *b)
