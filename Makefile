@@ -76,12 +76,15 @@ AGENT_COMMON_SRCS := $(filter-out agent/daemon.c agent/%.bpf.c,$(wildcard agent/
 AGENT_COMMON_OBJS := $(patsubst agent/%.c,$(OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS))
 
 # client/: the protocol's client side (client.c, also linked into the tests) and the CLI.
-# The CLI links that, the CLI's own files and exactly the agent objects they use (buf, msg):
-# no libdw, libelf, libmicrohttpd, libbpf, libunwind or zlib (tests/test_e2e.c checks).
+# The CLI links that, the CLI's own files and exactly the agent objects they use (buf, msg,
+# escape, gzip) and zlib, for the gzipped pprof files of `llgo-heap diff`: no libdw, libelf,
+# libmicrohttpd, libbpf or libunwind (tests/test_e2e.c checks). The pprof reader and the diff
+# (with what they use) are linked into the tests and the fuzz harnesses too.
 CLIENT_OBJS := $(OUT)/obj/client/client.o
+PPROFREAD_OBJS := $(patsubst %,$(OUT)/obj/client/%.o,pprofread diff human)
 CLI_OBJS := $(patsubst client/%.c,$(OUT)/obj/client/%.o,$(filter-out client/client.c,\
-	$(wildcard client/*.c))) $(CLIENT_OBJS) $(OUT)/obj/agent/buf.o $(OUT)/obj/agent/msg.o
-LIBS_CLI :=
+	$(wildcard client/*.c))) $(CLIENT_OBJS) $(patsubst %,$(OUT)/obj/agent/%.o,buf msg escape gzip)
+LIBS_CLI := -lz
 
 # Objects and tests depend on the headers they include (-MMD -MP: $(OUT)/**/*.d, read at the
 # end of this file). HEADERS is for the rules that compile several sources in one command
@@ -231,7 +234,7 @@ $(OUT)/bin/llgo-heap: $(CLI_OBJS)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_CLI)
 
 # Every test's daemon launcher and client (tests/heapd.c over client/client.c), built once.
-TEST_LIB_OBJS := $(OUT)/obj/tests/heapd.o $(CLIENT_OBJS)
+TEST_LIB_OBJS := $(OUT)/obj/tests/heapd.o $(CLIENT_OBJS) $(PPROFREAD_OBJS)
 TEST_DEFS := -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' -DLLGO_SRC_DIR='"$(CURDIR)"' \
 	-DLLGO_PLAIN_SHIM='"$(abspath $(OUT))/lib/libllgoheap.so"' $(filter -I%,$(TEST_CRITERION))
 
@@ -729,14 +732,15 @@ clean-arm64:
 # libFuzzer harnesses for every parser of input a profiled process or a local user controls:
 # ring records (fuzz_ring), socket messages with their memfds (fuzz_socket, an in-process
 # daemon), HTTP request targets and symbol bodies (fuzz_http), ELF/DWARF files given to the
-# symbolizer and the CFI rewrite (fuzz_elf), and files plus stack copies given to the unwinder
-# (fuzz_unwind). `make fuzz` runs each for FUZZ_SECONDS under ASan+UBSan (clang's
+# symbolizer and the CFI rewrite (fuzz_elf), files plus stack copies given to the unwinder
+# (fuzz_unwind), and pprof files given to `llgo-heap diff` (fuzz_pprof, client/pprofread.c
+# and client/diff.c). `make fuzz` runs each for FUZZ_SECONDS under ASan+UBSan (clang's
 # libFuzzer, Debian's libclang-rt-14-dev), growing tests/fuzz/corpus/NAME; a crash is left in
 # build-fuzz/crashes/ and belongs in tests/fuzz/regress/NAME once fixed. `make test` replays
 # every corpus and regression input through the same harnesses built with the test build's
 # compiler and sanitizers (tests/fuzz/replay_main.c, seconds).
 
-FUZZ_NAMES := ring socket http elf unwind
+FUZZ_NAMES := ring socket http elf unwind pprof
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_OUT := build-fuzz
@@ -745,6 +749,7 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -pthread $(
 	-Wno-unknown-warning-option $(FUZZ_SAN) -I$(OUT)/bpf
 FUZZ_AGENT_OBJS := $(patsubst agent/%.c,$(FUZZ_OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS)) \
 	$(FUZZ_OUT)/obj/symbolizer/symparse.o
+FUZZ_CLIENT_OBJS := $(patsubst %,$(FUZZ_OUT)/obj/client/%.o,client pprofread diff human)
 FUZZ_BINS := $(patsubst %,$(FUZZ_OUT)/fuzz_%,$(FUZZ_NAMES))
 FUZZ_REPLAYS := $(patsubst %,$(OUT)/fuzz/replay_%,$(FUZZ_NAMES))
 FUZZ_HEADERS := $(HEADERS) tests/fuzz/fuzz_util.h
@@ -766,21 +771,21 @@ $(FUZZ_OUT)/obj/client/%.o: client/%.c $(HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
-$(FUZZ_OUT)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_AGENT_OBJS) $(FUZZ_OUT)/obj/client/client.o $(FUZZ_HEADERS)
+$(FUZZ_OUT)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_AGENT_OBJS) $(FUZZ_CLIENT_OBJS) $(FUZZ_HEADERS)
 	$(call msg,FUZZLD,$@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_AGENT_OBJS) \
-		$(FUZZ_OUT)/obj/client/client.o $(LIBS_AGENT)
+		$(FUZZ_CLIENT_OBJS) $(LIBS_AGENT)
 
 # The replay builds: the test build's compiler, flags and sanitizers, no libFuzzer.
-$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(CLIENT_OBJS) $(OUT)/obj/symbolizer/symparse.o $(FUZZ_HEADERS)
+$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(CLIENT_OBJS) $(PPROFREAD_OBJS) $(OUT)/obj/symbolizer/symparse.o $(FUZZ_HEADERS)
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $< tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) \
-		$(CLIENT_OBJS) $(OUT)/obj/symbolizer/symparse.o $(LIBS_AGENT)
+		$(CLIENT_OBJS) $(PPROFREAD_OBJS) $(OUT)/obj/symbolizer/symparse.o $(LIBS_AGENT)
 
 .PHONY: fuzz fuzz-build fuzz-replay
 fuzz-build: $(FUZZ_BINS)
-.SECONDARY: $(FUZZ_AGENT_OBJS) $(FUZZ_OUT)/obj/client/client.o
+.SECONDARY: $(FUZZ_AGENT_OBJS) $(FUZZ_CLIENT_OBJS)
 
 fuzz: deps
 	$(Q)$(MAKE) --no-print-directory fuzz-build

@@ -5,15 +5,18 @@
  *   llgo-heap run [-r RATE] [-o FILE] [-f pprof|text|folded] [--unwind MODE] -- CMD [ARG...]
  *   llgo-heap list
  *   llgo-heap snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs]
- *   llgo-heap top PID [-n N] [--inuse] [--objects]
+ *   llgo-heap top PID [-n N] [--inuse] [--objects] [--base FILE [--exact]]
+ *   llgo-heap diff BASE NEW [-n N] [--inuse] [--objects] [--exact] [-o FILE]
  *   llgo-heap rate PID N
  *   llgo-heap verify PID [--seconds N] [--min-agree PERCENT]
  *
  * Every subcommand takes --socket PATH; options may come before or after the positional
  * arguments (`--` ends them; for run, what follows is the command). This file parses the
  * command line and prints the answers; the requests are cli_io.c's (over client.c, the
- * protocol), `run` is cli_run.c's, the live view of `top --watch` watch.c's. All profile
- * work happens in llgo-heapd: the CLI links neither libdw, libelf nor libmicrohttpd.
+ * protocol), `run` is cli_run.c's, the live view of `top --watch` watch.c's, the growth
+ * tables of `diff` and `top --base` diff.c's over pprofread.c. All profile work on processes
+ * happens in llgo-heapd: the CLI links neither libdw, libelf nor libmicrohttpd, only zlib
+ * (to read and write the gzipped profiles of `diff`).
  */
 #include <errno.h>
 #include <limits.h>
@@ -28,6 +31,8 @@
 #include "../shared/ring.h"
 #include "cli.h"
 #include "client.h"
+#include "diff.h"
+#include "pprofread.h"
 
 const char *const cli_prog = "llgo-heap";
 unsigned cli_timeout_s = 60, cli_wait_extra_s;
@@ -42,6 +47,10 @@ static void usage(FILE *f)
 		"  snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs]\n"
 		"  top PID [-n N] [--inuse] [--objects]\n"
 		"  top PID --watch [SECONDS]     live view (keys: i a o g sort, q quit)\n"
+		"  top PID --base FILE [--exact] growth per site since FILE (a pprof snapshot)\n"
+		"  diff BASE NEW [-n N] [--inuse] [--objects] [--exact] [-o FILE]\n"
+		"        growth per site from pprof file BASE to NEW (NEW minus BASE, as\n"
+		"        go tool pprof -base BASE NEW); -o writes that difference as a pprof file\n"
 		"  rate PID N                    set the sampling rate of a running process\n"
 		"  verify PID [--seconds N] [--min-agree PERCENT]\n"
 		"        compare recorded stacks with the kernel's (eBPF) for N s (default 5);\n"
@@ -109,7 +118,8 @@ static int opts_parse(const char *sub, int argc, char **argv, struct cli_opts *o
 				return cli_die("%s: bad number of seconds for --timeout: '%s'", sub, t);
 			cli_timeout_s = (unsigned)v;
 		} else if ((strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) &&
-			   (strcmp(sub, "run") == 0 || strcmp(sub, "snapshot") == 0)) {
+			   (strcmp(sub, "run") == 0 || strcmp(sub, "snapshot") == 0 ||
+			    strcmp(sub, "diff") == 0)) {
 			TAKE(o->out);
 		} else if ((strcmp(a, "-f") == 0 || strcmp(a, "--format") == 0) &&
 			   (strcmp(sub, "run") == 0 || strcmp(sub, "snapshot") == 0)) {
@@ -124,7 +134,8 @@ static int opts_parse(const char *sub, int argc, char **argv, struct cli_opts *o
 				return cli_die("%s: --unwind takes auto, fp or dwarf, not '%s'", sub,
 					       o->unwind);
 		} else if ((strcmp(a, "-n") == 0 || strcmp(a, "--top") == 0) &&
-			   (strcmp(sub, "top") == 0 || strcmp(sub, "run") == 0)) {
+			   (strcmp(sub, "top") == 0 || strcmp(sub, "run") == 0 ||
+			    strcmp(sub, "diff") == 0)) {
 			const char *n;
 			TAKE(n);
 			char *end;
@@ -155,11 +166,18 @@ static int opts_parse(const char *sub, int argc, char **argv, struct cli_opts *o
 		} else if (strcmp(a, "--allocs") == 0 && !val && strcmp(sub, "snapshot") == 0) {
 			o->flags |= LLGO_SNAP_ALLOCS;
 		} else if (strcmp(a, "--inuse") == 0 && !val &&
-			   (strcmp(sub, "top") == 0 || strcmp(sub, "snapshot") == 0)) {
+			   (strcmp(sub, "top") == 0 || strcmp(sub, "snapshot") == 0 ||
+			    strcmp(sub, "diff") == 0)) {
 			o->flags |= LLGO_SNAP_INUSE;
 		} else if (strcmp(a, "--objects") == 0 && !val &&
-			   (strcmp(sub, "top") == 0 || strcmp(sub, "snapshot") == 0)) {
+			   (strcmp(sub, "top") == 0 || strcmp(sub, "snapshot") == 0 ||
+			    strcmp(sub, "diff") == 0)) {
 			o->flags |= LLGO_SNAP_OBJECTS;
+		} else if (strcmp(a, "--base") == 0 && strcmp(sub, "top") == 0) {
+			TAKE(o->base);
+		} else if (strcmp(a, "--exact") == 0 && !val &&
+			   (strcmp(sub, "top") == 0 || strcmp(sub, "diff") == 0)) {
+			o->exact = true;
 		} else {
 			if (eq)
 				*eq = '=';
@@ -319,6 +337,93 @@ static int watch_fetch(void *arg, pid_t pid, struct buf *out, bool *exited)
 	return cli_io_snapshot(path, pid, LLGO_FORMAT_SITES, 0, 0, out) ? -EIO : 0;
 }
 
+/* ---- growth: diff, top --base ------------------------------------------------------------ */
+
+static int growth_load(const char *sub, const char *file, struct pprofread *p)
+{
+	char err[256];
+	if (pprofread_file(p, file, err, sizeof(err)) != 0)
+		return cli_die("%s: %s: %s", sub, file, err);
+	return 0;
+}
+
+/* The table of cur minus base on stdout. */
+static int growth_print(const char *sub, const struct pprofread *base, const char *base_name,
+			const struct pprofread *cur, const char *cur_name, const struct cli_opts *o)
+{
+	struct diff_opts d = { .inuse = o->flags & LLGO_SNAP_INUSE,
+			       .objects = o->flags & LLGO_SNAP_OBJECTS,
+			       .exact = o->exact,
+			       .top_n = o->top_n,
+			       .base_name = base_name,
+			       .new_name = cur_name };
+	struct buf t;
+	buf_init(&t);
+	char err[256];
+	int rc = 0;
+	if (diff_table(&t, base, cur, &d, err, sizeof(err)) != 0)
+		rc = cli_die("%s: %s", sub, err);
+	else if (fwrite(t.data, 1, t.len, stdout) != t.len || fflush(stdout) != 0)
+		rc = cli_die("writing to stdout: %s", strerror(errno));
+	buf_free(&t);
+	return rc;
+}
+
+static int cmd_diff(struct cli_opts *o)
+{
+	if (o->npos != 2)
+		return cli_die("diff: expected two pprof files (llgo-heap diff BASE NEW)");
+	struct pprofread base, cur;
+	int rc = growth_load("diff", o->pos[0], &base);
+	if (rc)
+		return rc;
+	if ((rc = growth_load("diff", o->pos[1], &cur))) {
+		pprofread_free(&base);
+		return rc;
+	}
+	rc = growth_print("diff", &base, o->pos[0], &cur, o->pos[1], o);
+	if (!rc && o->out) {
+		struct buf prof;
+		buf_init(&prof);
+		char comment[512], err[256];
+		snprintf(comment, sizeof(comment), "llgo-heap diff: %s minus base %s", o->pos[1],
+			 o->pos[0]);
+		if (diff_profile(&prof, &base, &cur, comment, err, sizeof(err)) != 0)
+			rc = cli_die("diff: -o %s: %s", o->out, err);
+		else
+			rc = cli_io_write_file(o->out, &prof);
+		if (!rc && strcmp(o->out, "-") != 0)
+			fprintf(stderr, "%s: wrote %s (%zu bytes)\n", cli_prog, o->out, prof.len);
+		buf_free(&prof);
+	}
+	pprofread_free(&base);
+	pprofread_free(&cur);
+	return rc;
+}
+
+/* top PID --base FILE: the process's profile now minus FILE. */
+static int top_base(const char *path, pid_t pid, struct cli_opts *o)
+{
+	struct pprofread base, cur;
+	int rc = growth_load("top", o->base, &base);
+	if (rc)
+		return rc;
+	struct buf b;
+	buf_init(&b);
+	rc = cli_io_snapshot(path, pid, LLGO_FORMAT_PPROF, 0, 0, &b);
+	char err[256], name[64];
+	if (!rc && pprofread_load(&cur, b.data, b.len, err, sizeof(err)) != 0)
+		rc = cli_die("top: the profile llgo-heapd sent: %s", err);
+	buf_free(&b);
+	if (!rc) {
+		snprintf(name, sizeof(name), "pid %d now", (int)pid);
+		rc = growth_print("top", &base, o->base, &cur, name, o);
+		pprofread_free(&cur);
+	}
+	pprofread_free(&base);
+	return rc;
+}
+
 static int cmd_top(const char *path, struct cli_opts *o)
 {
 	if (o->npos != 1)
@@ -327,6 +432,12 @@ static int cmd_top(const char *path, struct cli_opts *o)
 	int rc = cli_parse_pid(o->pos[0], &pid);
 	if (rc)
 		return rc;
+	if (o->base && o->watch)
+		return cli_die("top: --base and --watch do not go together");
+	if (o->exact && !o->base)
+		return cli_die("top: --exact goes with --base FILE");
+	if (o->base)
+		return top_base(path, pid, o);
 	if (o->watch)
 		return watch_run(pid, o->interval, watch_fetch, (void *)path) ? 1 : 0;
 	struct buf b;
@@ -455,6 +566,8 @@ int main(int argc, char **argv)
 		rc = cli_die("%s: unexpected '--'", sub);
 	else if (strcmp(sub, "run") == 0)
 		rc = cli_run(&o);
+	else if (strcmp(sub, "diff") == 0)
+		rc = cmd_diff(&o);
 	else if (!path)
 		rc = cli_die("no socket: set --socket PATH, LLGO_HEAP_SOCKET or XDG_RUNTIME_DIR");
 	else if (strcmp(sub, "list") == 0)
@@ -468,7 +581,8 @@ int main(int argc, char **argv)
 	else if (strcmp(sub, "verify") == 0)
 		rc = cmd_verify(path, &o);
 	else
-		rc = cli_die("unknown command '%s' (run, list, snapshot, top, rate, verify)", sub);
+		rc = cli_die("unknown command '%s' (run, list, snapshot, top, diff, rate, verify)",
+			     sub);
 	free(o.pos);
 	return rc;
 }

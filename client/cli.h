@@ -29,6 +29,8 @@ struct cli_opts {
 	const char *seconds;   /* verify */
 	const char *min_agree; /* verify */
 	const char *unwind;    /* run: LLGO_HEAP_UNWIND for the command */
+	const char *base;      /* top --base FILE */
+	bool exact;            /* diff, top --base: bytes as plain numbers */
 	unsigned top_n;
 	uint32_t flags;
 	bool watch;
@@ -64,6 +66,12 @@ int cli_io_write_file(const char *file, const struct buf *b);
 /* ---- cli_run.c: llgo-heap run [options] -- CMD ---------------------------------------------- */
 
 int cli_run(struct cli_opts *o);
+
+/* ---- human.c ------------------------------------------------------------------------------ */
+
+/* v bytes in binary units ("12.5MiB", "512B") then suffix; a suffix starting with '+' also
+ * signs positive values ("+1.0MiB"; the '+' is not printed at the end). */
+void human_bytes(char *out, size_t n, double v, const char *suffix);
 
 /* ---- watch.c: `llgo-heap top --watch` ------------------------------------------------------- */
 

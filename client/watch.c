@@ -155,22 +155,6 @@ static int watch_cmp(const void *x, const void *y)
 	return strcmp(a->name, b->name);
 }
 
-static void watch_human(char *out, size_t n, double v, const char *suffix)
-{
-	static const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	const char *sign = v < 0 ? "-" : (suffix[0] == '+' ? "+" : "");
-	double a = v < 0 ? -v : v;
-	size_t u = 0;
-	while (a >= 1024 && u + 1 < sizeof(units) / sizeof(units[0])) {
-		a /= 1024;
-		u++;
-	}
-	if (u == 0)
-		snprintf(out, n, "%s%.0f%s%s", sign, a, units[u], suffix[0] == '+' ? suffix + 1 : suffix);
-	else
-		snprintf(out, n, "%s%.1f%s%s", sign, a, units[u], suffix[0] == '+' ? suffix + 1 : suffix);
-}
-
 static const char *watch_sort_name(char c)
 {
 	switch (c) {
@@ -205,8 +189,8 @@ static void watch_draw(struct watch *w, struct buf *b, pid_t pid, double interva
 		trate += w->s[i].rate;
 	}
 	char a[32], r[32];
-	watch_human(a, sizeof(a), (double)tin, "");
-	watch_human(r, sizeof(r), trate, "/s");
+	human_bytes(a, sizeof(a), (double)tin, "");
+	human_bytes(r, sizeof(r), trate, "/s");
 	char line[2048];
 	size_t lines = 0;
 #define WATCH_LINE(...)                                                                    \
@@ -233,9 +217,9 @@ static void watch_draw(struct watch *w, struct buf *b, pid_t pid, double interva
 			break;
 		const struct watch_site *s = &w->s[i];
 		char is[32], ar[32], gr[32];
-		watch_human(is, sizeof(is), (double)s->ib, "");
-		watch_human(ar, sizeof(ar), s->rate, "/s");
-		watch_human(gr, sizeof(gr), (double)(s->ib - s->base_ib), "+");
+		human_bytes(is, sizeof(is), (double)s->ib, "");
+		human_bytes(ar, sizeof(ar), s->rate, "/s");
+		human_bytes(gr, sizeof(gr), (double)(s->ib - s->base_ib), "+");
 		WATCH_LINE("%12s %12lld %14s %12s  %s", is, (long long)s->io, ar, gr, s->name);
 	}
 	if (!rows || lines + 1 < rows)
