@@ -14,6 +14,7 @@
 #include <sys/sysmacros.h>
 
 #include "../agent/ident.h"
+#include "../shared/live.h"
 
 static uid_t nobody_uid(void)
 {
@@ -43,6 +44,21 @@ static void need_root(void)
 		cr_skip_test("needs root to switch to another uid");
 }
 
+/* fd's control page, mapped and filled in as a shim does (rate 512); NULL on failure. */
+static struct llgo_ctl *atk_ctl_map(int fd)
+{
+	struct llgo_ctl *c = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (c == MAP_FAILED)
+		return NULL;
+	c->magic = LLGO_CTL_MAGIC;
+	c->version = LLGO_CTL_VERSION;
+	c->size = LLGO_CTL_SIZE;
+	atomic_store(&c->rate_word, 512);
+	atomic_store(&c->want_rate_word, 512);
+	c->ring_data_size = LLGO_RING_MIN_DATA;
+	return c;
+}
+
 /* Connect as a shim and send HELLO with a fresh control page, waiting for no answer. */
 static int attack_hello(int sock, int *ctl_fd, struct llgo_ctl **ctl)
 {
@@ -50,14 +66,9 @@ static int attack_hello(int sock, int *ctl_fd, struct llgo_ctl **ctl)
 	if (fd < 0 || ftruncate(fd, LLGO_CTL_SIZE) != 0 ||
 	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
 		return -1;
-	struct llgo_ctl *c = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (c == MAP_FAILED)
+	struct llgo_ctl *c = atk_ctl_map(fd);
+	if (!c)
 		return -1;
-	c->magic = LLGO_CTL_MAGIC;
-	c->version = LLGO_CTL_VERSION;
-	c->size = LLGO_CTL_SIZE;
-	atomic_store(&c->rate_word, 512);
-	c->ring_data_size = LLGO_RING_MIN_DATA;
 	if (ctl_fd)
 		*ctl_fd = fd;
 	if (ctl)
@@ -1196,5 +1207,192 @@ Test(budget, one_users_slow_snapshots_leave_workers_to_others, .timeout = 120)
 		     "%ld ms)", busy_ms, huge_ms);
 	int stop = heapd_stop(&d);
 	cr_expect_eq(stop, 0, "llgo-heapd stop status %d:\n%s", stop, heapd_log(&d));
+	heapd_cleanup(&d);
+}
+
+/* ---- memfd sessions: the process memfd and the live-object table ------------------------- */
+
+/* A process memfd as the shim makes it: its control page at offset 0, sealed against
+ * shrinking. -1 on failure (callers are forked children). */
+static int atk_proc_memfd(void)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	int fd = memfd_create("atk-proc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, page) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+		return -1;
+	struct llgo_ctl *c = atk_ctl_map(fd);
+	if (!c)
+		return -1;
+	c->page_size = (uint32_t)page;
+	munmap(c, LLGO_CTL_SIZE);
+	return fd;
+}
+
+/* Connect and say HELLO with the process memfd `memfd`, waiting for the answer: the socket
+ * (or -1), the HELLO_ACK status (0: attached) in *status. */
+static int atk_memfd_hello(const char *sock, int memfd, int *status)
+{
+	int s = heapd_connect(sock);
+	*status = -1;
+	if (s < 0)
+		return -1;
+	struct llgo_msg_hello m;
+	hello_init(&m, LLGO_RING_MIN_DATA, 512);
+	m.flags = LLGO_HELLO_MEMFD;
+	if (msg_send(s, &m, sizeof(m), memfd) != 0) {
+		close(s);
+		return -1;
+	}
+	*status = wait_reply(s, LLGO_MSG_HELLO_ACK);
+	return s;
+}
+
+static int atk_add_live(int sock, int live)
+{
+	struct llgo_msg_header h;
+	msg_header_init(&h, LLGO_MSG_ADD_LIVE, sizeof(h));
+	return msg_send(sock, &h, sizeof(h), live);
+}
+
+/* A live-object table (sealed memfd) whose first `slots` slots each hold an object of the
+ * drained record (ring 0, seq 1) under a key no bucket has; top at the last level. */
+static int atk_live_table(uint64_t slots)
+{
+	int fd = memfd_create("atk-live", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, (off_t)LLGO_LIVE_MAP_SIZE) != 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)
+		return -1;
+	struct llgo_live_header *h = mmap(NULL, LLGO_LIVE_MAP_SIZE, PROT_READ | PROT_WRITE,
+					  MAP_SHARED | MAP_NORESERVE, fd, 0);
+	if (h == MAP_FAILED)
+		return -1;
+	h->magic = LLGO_LIVE_MAGIC;
+	h->version = LLGO_LIVE_VERSION;
+	h->header_size = LLGO_LIVE_HEADER_SIZE;
+	h->levels = LLGO_LIVE_LEVELS;
+	h->level0 = LLGO_LIVE_LEVEL0;
+	atomic_store(&h->top, LLGO_LIVE_LEVELS - 1);
+	struct llgo_live_entry *e =
+		(struct llgo_live_entry *)(void *)((unsigned char *)h + LLGO_LIVE_HEADER_SIZE);
+	for (uint64_t i = 0; i < slots && i < LLGO_LIVE_ENTRIES; i++) {
+		e[i].key = 0x5eed0000 + i;
+		e[i].ref = LLGO_LIVE_REF(0, 1);
+		e[i].size = 16;
+		atomic_store_explicit(&e[i].addr, 0x10000000ull + 16 * i, memory_order_relaxed);
+	}
+	munmap(h, LLGO_LIVE_MAP_SIZE);
+	return fd;
+}
+
+/* The time from pid's exit (reaped by the caller just before) until LIST shows it exited,
+ * polled for at most wait_ms; wait_ms + 1 when it never did. */
+static long ms_until_listed_exited(const char *sock, pid_t pid, long wait_ms)
+{
+	long t0 = lu_now_ms();
+	struct llgo_list_entry e;
+	while (lu_now_ms() - t0 <= wait_ms) {
+		if (heapd_list_pid(sock, pid, &e) && e.state == LLGO_PROC_EXITED)
+			return lu_now_ms() - t0;
+		sleep_ms(20);
+	}
+	return wait_ms + 1;
+}
+
+/*
+ * The reported attack on the exit workers: nobody's 100 processes each attach with a
+ * process memfd of their own and all present one live-object table of 512 MiB, every slot
+ * full, then exit together. Each final scan of that table took 0.5 to 0.8 s on one of the
+ * two exit workers, so root's process, exiting just after, was listed as exited half a
+ * minute or more later (the review saw 128 s with 400). Now a table backs one session only
+ * (the others' ADD_LIVE is refused), a scan reads at most what its own samples justify, and
+ * nobody's exits run on at most half of the exit workers: root's is listed in well under
+ * 10 s (0.3 to 0.6 s on an idle machine).
+ */
+Test(budget, one_users_exits_leave_exit_workers_to_others, .timeout = 150)
+{
+	need_root();
+	enum { N = 100 };
+	struct heapd d;
+	heapd_start(&d, NULL, NULL);
+	int go[2], ready[2], rgo[2];
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(pipe(ready), 0);
+	cr_assert_eq(pipe(rgo), 0);
+	pid_t atk = fork();
+	cr_assert_geq(atk, 0);
+	if (atk == 0) {
+		close(go[1]);
+		close(ready[0]);
+		close(rgo[1]);
+		become_nobody();
+		int live = atk_live_table(LLGO_LIVE_ENTRIES);
+		if (live < 0)
+			_exit(1);
+		pid_t kids[N];
+		for (int i = 0; i < N; i++) {
+			kids[i] = fork();
+			if (kids[i] == 0) {
+				int st, memfd = atk_proc_memfd();
+				int s = memfd < 0 ? -1 : atk_memfd_hello(d.sock, memfd, &st);
+				if (s < 0 || st != 0 || atk_add_live(s, live) != 0)
+					_exit(2);
+				if (write(ready[1], "r", 1) != 1)
+					_exit(3);
+				char c;
+				while (read(go[0], &c, 1) > 0)
+					;
+				_exit(0);
+			}
+		}
+		int bad = 0;
+		for (int i = 0; i < N; i++) {
+			int st;
+			bad += kids[i] < 0 || waitpid(kids[i], &st, 0) != kids[i] || !WIFEXITED(st) ||
+			       WEXITSTATUS(st) != 0;
+		}
+		_exit(bad ? 4 : 0);
+	}
+	close(go[0]);
+	close(ready[1]);
+	pid_t mine = fork();
+	cr_assert_geq(mine, 0);
+	if (mine == 0) {
+		close(go[1]);
+		close(rgo[1]);
+		int st, memfd = atk_proc_memfd();
+		int s = memfd < 0 ? -1 : atk_memfd_hello(d.sock, memfd, &st);
+		if (s < 0 || st != 0)
+			_exit(2);
+		char c;
+		while (read(rgo[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	close(rgo[0]);
+	int n = 0;
+	char c;
+	while (n < N && read(ready[0], &c, 1) == 1)
+		n++;
+	cr_assert_eq(n, N, "only %d of nobody's processes attached", n);
+	sleep_ms(500); /* their ADD_LIVE handled */
+	int held = count_state(d.sock, nobody_uid(), LLGO_PROC_LIVE, NULL);
+	close(go[1]); /* nobody's processes exit */
+	sleep_ms(300);
+	close(rgo[1]); /* then root's */
+	int st;
+	cr_assert_eq(waitpid(mine, &st, 0), mine);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "root's process: status 0x%x", st);
+	long delay = ms_until_listed_exited(d.sock, mine, 30000);
+	cr_assert_eq(waitpid(atk, &st, 0), atk);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody's processes: status 0x%x", st);
+	cr_log_info("exit flood: nobody's live sessions with the table %d of %d; root's process "
+		    "listed as exited %ld ms after it ended", held, N, delay);
+	cr_expect_lt(delay, 10000, "root's exited process was listed %ld ms after its exit "
+		     "(nobody's %d sessions holding the table)", delay, held);
+	struct client_answer a;
+	cr_assert_eq(heapd_snapshot_answer(d.sock, mine, LLGO_FORMAT_TEXT, &a), 0);
+	cr_expect_eq(a.status, 0, "root's final profile: %s", a.message);
+	client_answer_free(&a);
+	heapd_stop(&d);
 	heapd_cleanup(&d);
 }
