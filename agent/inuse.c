@@ -70,11 +70,15 @@ int inuse_map(struct session *s, int fd)
 		err = 1; /* the same table again (a reconnect to a session that has it) */
 	else if (s->live || s->live_state != SESSION_LIVE_NONE)
 		err = -EEXIST;
-	else {
+	/* one session per table: another process's session holding it refuses it here */
+	else if ((err = session_registry_claim(s->reg, (uint64_t)st.st_dev, (uint64_t)st.st_ino,
+					       s)) == 0) {
 		/* release: pairs with inuse_note_record_locked's acquire (the drain thread
 		 * looks at s->live under its drain lock, not s->lock) */
 		__atomic_store_n(&s->live, p, __ATOMIC_RELEASE);
 		s->live_fd = keep;
+		s->live_dev = (uint64_t)st.st_dev;
+		s->live_ino = (uint64_t)st.st_ino;
 		s->live_state = SESSION_LIVE_MAPPED;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -578,6 +582,8 @@ void inuse_freeze_locked(struct session *s)
 	pthread_mutex_unlock(&s->lock);
 	munmap(h, LLGO_LIVE_MAP_SIZE);
 	close(fd);
+	if (s->reg)
+		session_registry_unclaim(s->reg, s->live_dev, s->live_ino, s);
 	free(c.b);
 	free(c.keys);
 	free(seqs);
@@ -599,5 +605,7 @@ void inuse_release(struct session *s)
 	if (s->live_fd >= 0) {
 		close(s->live_fd);
 		s->live_fd = -1;
+		if (s->reg)
+			session_registry_unclaim(s->reg, s->live_dev, s->live_ino, s);
 	}
 }

@@ -1228,22 +1228,25 @@ static int atk_proc_memfd(void)
 	return fd;
 }
 
-/* Connect and say HELLO with the process memfd `memfd`, waiting for the answer: the socket
- * (or -1), the HELLO_ACK status (0: attached) in *status. */
+/* Connect and say HELLO with the process memfd `memfd`: the socket (or -1). With status,
+ * wait for the answer and put its status there (0: attached); without, ask for none (as the
+ * shim does: a HELLO that joins a session is not answered). */
 static int atk_memfd_hello(const char *sock, int memfd, int *status)
 {
 	int s = heapd_connect(sock);
-	*status = -1;
+	if (status)
+		*status = -1;
 	if (s < 0)
 		return -1;
 	struct llgo_msg_hello m;
 	hello_init(&m, LLGO_RING_MIN_DATA, 512);
-	m.flags = LLGO_HELLO_MEMFD;
+	m.flags = LLGO_HELLO_MEMFD | (status ? 0 : LLGO_HELLO_NO_ACK);
 	if (msg_send(s, &m, sizeof(m), memfd) != 0) {
 		close(s);
 		return -1;
 	}
-	*status = wait_reply(s, LLGO_MSG_HELLO_ACK);
+	if (status)
+		*status = wait_reply(s, LLGO_MSG_HELLO_ACK);
 	return s;
 }
 
@@ -1394,5 +1397,93 @@ Test(budget, one_users_exits_leave_exit_workers_to_others, .timeout = 150)
 	cr_expect_eq(a.status, 0, "root's final profile: %s", a.message);
 	client_answer_free(&a);
 	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/*
+ * One session per memfd: B, another process of the same user, presents the process memfd
+ * that A's live session holds, then (with a memfd of its own) A's live-object table: the
+ * way nobody's 400 processes had one full table scanned 400 times at exit. Both are
+ * refused (the table's connection is ended); A, reconnecting with its memfd, still joins
+ * its own session.
+ */
+Test(identity, a_memfd_backs_one_session, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL, NULL);
+	int memfd = atk_proc_memfd(), live = atk_live_table(16);
+	cr_assert(memfd >= 0 && live >= 0);
+	int go[2], ares[2], bres[2];
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(pipe(ares), 0);
+	cr_assert_eq(pipe(bres), 0);
+	pid_t a = fork();
+	cr_assert_geq(a, 0);
+	if (a == 0) {
+		close(go[1]);
+		int st, s = atk_memfd_hello(d.sock, memfd, &st);
+		int r[2] = { s >= 0 && st == 0 && atk_add_live(s, live) == 0 ? 0 : -1, -1 };
+		char c;
+		if (read(go[0], &c, 1) != 1) /* B has tried */
+			_exit(1);
+		if (atk_memfd_hello(d.sock, memfd, NULL) >= 0)
+			r[1] = 0;
+		if (write(ares[1], r, sizeof(r)) != (ssize_t)sizeof(r))
+			_exit(2);
+		while (read(go[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	struct llgo_list_entry e;
+	for (int i = 0; i < 500 && !(heapd_list_pid(d.sock, a, &e) && e.state == LLGO_PROC_LIVE); i++)
+		sleep_ms(10);
+	cr_assert_eq(e.state, LLGO_PROC_LIVE, "A did not attach");
+	sleep_ms(300); /* A's ADD_LIVE handled */
+	pid_t b = fork();
+	cr_assert_geq(b, 0);
+	if (b == 0) {
+		close(go[1]);
+		int r[3] = { -1, -1, 0 }, own = atk_proc_memfd();
+		atk_memfd_hello(d.sock, memfd, &r[0]);
+		int s = own < 0 ? -1 : atk_memfd_hello(d.sock, own, &r[1]);
+		if (s >= 0 && r[1] == 0 && atk_add_live(s, live) == 0) {
+			char buf[64]; /* nothing is sent to a shim after HELLO_ACK: EOF, or 10 s */
+			r[2] = recv(s, buf, sizeof(buf), 0) == 0;
+		}
+		if (write(bres[1], r, sizeof(r)) != (ssize_t)sizeof(r))
+			_exit(2);
+		char c;
+		while (read(go[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	int rb[3], ra[2];
+	cr_assert_eq(read(bres[0], rb, sizeof(rb)), (ssize_t)sizeof(rb));
+	cr_expect_neq(rb[0], 0, "B's HELLO with A's process memfd was taken (status %d)", rb[0]);
+	cr_expect_eq(rb[0], EBUSY, "status %d", rb[0]);
+	cr_expect_eq(rb[1], 0, "B's HELLO with its own memfd: status %d", rb[1]);
+	cr_expect_eq(rb[2], 1, "B's ADD_LIVE of A's table was taken (its connection lives)");
+	cr_assert(heapd_list_pid(d.sock, b, &e));
+	cr_expect_eq(e.state, LLGO_PROC_EXITED, "B's session lives on with A's table");
+	cr_assert_eq(write(go[1], "g", 1), 1);
+	cr_assert_eq(read(ares[0], ra, sizeof(ra)), (ssize_t)sizeof(ra));
+	cr_expect_eq(ra[0], 0, "A did not attach with its table");
+	cr_expect_eq(ra[1], 0, "A did not reconnect");
+	sleep_ms(300);
+	cr_assert(heapd_list_pid(d.sock, a, &e));
+	cr_expect_eq(e.state, LLGO_PROC_LIVE, "A's session ended");
+	char *log = read_all(d.log), a_dropped[64], a_replaced[64];
+	snprintf(a_dropped, sizeof(a_dropped), "from pid %d ", (int)a);
+	snprintf(a_replaced, sizeof(a_replaced), "pid %d: a new HELLO replaces", (int)a);
+	cr_expect(!strstr(log, a_dropped) && !strstr(log, a_replaced),
+		  "A's reconnect was refused or made a new session:\n%s", log);
+	free(log);
+	close(go[1]);
+	int st;
+	cr_assert_eq(waitpid(a, &st, 0), a);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "A: status 0x%x", st);
+	cr_assert_eq(waitpid(b, &st, 0), b);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "B: status 0x%x", st);
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
