@@ -309,6 +309,7 @@ struct inuse_cut {
 	size_t nrings;
 	struct inuse_rekey *rekey;
 	const struct inuse_rekey *stacks; /* the session's stacks_base, read-only during the scan */
+	uint64_t budget; /* slots the scan may read (the samples drained at the cut) */
 };
 int inuse_cut_locked(struct session *s, struct inuse_cut *c);
 int inuse_apply_cut(struct session *s, struct inuse_cut *c, struct profile *p);

@@ -1487,3 +1487,50 @@ Test(identity, a_memfd_backs_one_session, .timeout = 60)
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
+
+/* The number after `key` in text (0 when absent). */
+static unsigned long long acct_field(const char *text, const char *key)
+{
+	const char *p = strstr(text, key);
+	return p ? strtoull(p + strlen(key), NULL, 10) : 0;
+}
+
+/*
+ * The exit scan of nobody's process, which sent no sample, over its table of 4 M full
+ * slots (top at the last level): its final profile says what the scan read (every entry it
+ * met is pending: no record of it was drained) and what it left unread. Before, every
+ * slot; now at most the base a process without samples gets (128 Ki slots).
+ */
+Test(budget, exit_scan_reads_what_the_samples_justify, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	heapd_start(&d, NULL, NULL);
+	pid_t atk = fork();
+	cr_assert_geq(atk, 0);
+	if (atk == 0) {
+		become_nobody();
+		int st, live = atk_live_table(4ull << 20), memfd = atk_proc_memfd();
+		int s = live < 0 || memfd < 0 ? -1 : atk_memfd_hello(d.sock, memfd, &st);
+		if (s < 0 || st != 0 || atk_add_live(s, live) != 0)
+			_exit(2);
+		sleep_ms(300); /* ADD_LIVE handled */
+		_exit(0);
+	}
+	int st;
+	cr_assert_eq(waitpid(atk, &st, 0), atk);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody's process: status 0x%x", st);
+	long delay = ms_until_listed_exited(d.sock, atk, 20000);
+	char *text = snapshot_text(&d, atk, LLGO_FORMAT_TEXT);
+	const char *line = strstr(text, "llgo-heap: sampled=");
+	cr_assert(line, "no accounting line:\n%.500s", text);
+	cr_log_info("exit scan: listed %ld ms after the exit; %.*s", delay,
+		    (int)strcspn(line, "\n"), line);
+	cr_expect_leq(acct_field(line, " pending="), 128u << 10, "the exit scan read %llu entries",
+		      acct_field(line, " pending="));
+	cr_expect_gt(acct_field(line, " unscanned="), (4ull << 20) - (128u << 10),
+		     "the slots left unread not said: %.*s", (int)strcspn(line, "\n"), line);
+	free(text);
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
+}
