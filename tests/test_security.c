@@ -1309,6 +1309,40 @@ static long ms_until_listed_exited(const char *sock, pid_t pid, long wait_ms)
 	return wait_ms + 1;
 }
 
+/* A process of root's (fake shim, memfd session) that lives until *release is closed;
+ * processes forked after it must close *release. */
+static pid_t root_memfd_proc(const char *sock, int *release)
+{
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(p[1]);
+		int st, memfd = atk_proc_memfd();
+		int s = memfd < 0 ? -1 : atk_memfd_hello(sock, memfd, &st);
+		if (s < 0 || st != 0)
+			_exit(2);
+		char c;
+		while (read(p[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	close(p[0]);
+	*release = p[1];
+	return pid;
+}
+
+/* End root_memfd_proc's pid: the ms until LIST shows it exited (ms_until_listed_exited). */
+static long root_memfd_proc_end(const char *sock, pid_t pid, int release, long wait_ms)
+{
+	close(release);
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "root's process: status 0x%x", st);
+	return ms_until_listed_exited(sock, pid, wait_ms);
+}
+
 /*
  * The reported attack on the exit workers: nobody's 100 processes each attach with a
  * process memfd of their own and all present one live-object table of 512 MiB, every slot
@@ -1325,16 +1359,16 @@ Test(budget, one_users_exits_leave_exit_workers_to_others, .timeout = 150)
 	enum { N = 100 };
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	int go[2], ready[2], rgo[2];
+	int go[2], ready[2], release;
+	pid_t mine = root_memfd_proc(d.sock, &release);
 	cr_assert_eq(pipe(go), 0);
 	cr_assert_eq(pipe(ready), 0);
-	cr_assert_eq(pipe(rgo), 0);
 	pid_t atk = fork();
 	cr_assert_geq(atk, 0);
 	if (atk == 0) {
 		close(go[1]);
 		close(ready[0]);
-		close(rgo[1]);
+		close(release);
 		become_nobody();
 		int live = atk_live_table(LLGO_LIVE_ENTRIES);
 		if (live < 0)
@@ -1365,21 +1399,6 @@ Test(budget, one_users_exits_leave_exit_workers_to_others, .timeout = 150)
 	}
 	close(go[0]);
 	close(ready[1]);
-	pid_t mine = fork();
-	cr_assert_geq(mine, 0);
-	if (mine == 0) {
-		close(go[1]);
-		close(rgo[1]);
-		int st, memfd = atk_proc_memfd();
-		int s = memfd < 0 ? -1 : atk_memfd_hello(d.sock, memfd, &st);
-		if (s < 0 || st != 0)
-			_exit(2);
-		char c;
-		while (read(rgo[0], &c, 1) > 0)
-			;
-		_exit(0);
-	}
-	close(rgo[0]);
 	int n = 0;
 	char c;
 	while (n < N && read(ready[0], &c, 1) == 1)
@@ -1389,11 +1408,8 @@ Test(budget, one_users_exits_leave_exit_workers_to_others, .timeout = 150)
 	int held = count_state(d.sock, nobody_uid(), LLGO_PROC_LIVE, NULL);
 	close(go[1]); /* nobody's processes exit */
 	sleep_ms(300);
-	close(rgo[1]); /* then root's */
+	long delay = root_memfd_proc_end(d.sock, mine, release, 30000); /* then root's */
 	int st;
-	cr_assert_eq(waitpid(mine, &st, 0), mine);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "root's process: status 0x%x", st);
-	long delay = ms_until_listed_exited(d.sock, mine, 30000);
 	cr_assert_eq(waitpid(atk, &st, 0), atk);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody's processes: status 0x%x", st);
 	cr_log_info("exit flood: nobody's live sessions with the table %d of %d; root's process "
@@ -1557,16 +1573,16 @@ Test(budget, one_users_bye_flood_leaves_exit_workers_to_others, .timeout = 150)
 	enum { K = 300, MAPS = 40000 };
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	int go[2], ready[2], rgo[2];
+	int go[2], ready[2], release;
+	pid_t mine = root_memfd_proc(d.sock, &release);
 	cr_assert_eq(pipe(go), 0);
 	cr_assert_eq(pipe(ready), 0);
-	cr_assert_eq(pipe(rgo), 0);
 	pid_t atk = fork();
 	cr_assert_geq(atk, 0);
 	if (atk == 0) {
 		close(go[1]);
 		close(ready[0]);
-		close(rgo[1]);
+		close(release);
 		become_nobody();
 		struct rlimit rl = { 4096, 4096 };
 		setrlimit(RLIMIT_NOFILE, &rl);
@@ -1613,30 +1629,12 @@ Test(budget, one_users_bye_flood_leaves_exit_workers_to_others, .timeout = 150)
 	}
 	close(go[0]);
 	close(ready[1]);
-	pid_t mine = fork();
-	cr_assert_geq(mine, 0);
-	if (mine == 0) {
-		close(go[1]);
-		close(rgo[1]);
-		int st, memfd = atk_proc_memfd();
-		int s = memfd < 0 ? -1 : atk_memfd_hello(d.sock, memfd, &st);
-		if (s < 0 || st != 0)
-			_exit(2);
-		char c;
-		while (read(rgo[0], &c, 1) > 0)
-			;
-		_exit(0);
-	}
-	close(rgo[0]);
 	char c;
 	cr_assert_eq(read(ready[0], &c, 1), 1, "nobody's BYE flood did not start");
 	sleep_ms(1000); /* the exit queue is full of BYEs */
-	close(rgo[1]); /* root's process exits */
-	int st;
-	cr_assert_eq(waitpid(mine, &st, 0), mine);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "root's process: status 0x%x", st);
-	long delay = ms_until_listed_exited(d.sock, mine, 20000);
+	long delay = root_memfd_proc_end(d.sock, mine, release, 20000);
 	close(go[1]);
+	int st;
 	cr_assert_eq(waitpid(atk, &st, 0), atk);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody's process: status 0x%x", st);
 	cr_log_info("BYE flood: root's process listed as exited %ld ms after it ended", delay);
