@@ -763,7 +763,7 @@ void session_list_entry(struct session *s, struct llgo_list_entry *e)
 	memcpy(e->comm, s->comm, sizeof(e->comm));
 	e->verify_samples = atomic_load(&s->verify_samples);
 	e->verify_agree = atomic_load(&s->verify_agree);
-	e->unwind_mode = s->unwind_mode;
+	e->unwind_mode = __atomic_load_n(&s->unwind_mode, __ATOMIC_RELAXED); /* a join sets it */
 	/* no drain_lock: LIST is answered in the event loop, which a long drain must not stop */
 	e->unwound = atomic_load_explicit(&s->unwound, memory_order_relaxed);
 	e->truncated = atomic_load_explicit(&s->truncated, memory_order_relaxed);
