@@ -410,6 +410,7 @@ struct inuse_counts {
 	uint64_t untracked; /* sampled objects the shim could not track (table full) */
 	uint64_t unmatched; /* live entries whose bucket is unknown (record lost or capped) */
 	uint64_t pending;   /* live entries whose record was not drained yet */
+	uint64_t unscanned; /* slots past the scan's budget (the process's samples), not read */
 };
 
 enum profile_inuse {

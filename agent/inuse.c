@@ -22,8 +22,12 @@
  * torn one, and trusts only this file's constants for the geometry; a forged table can only
  * misstate its own process's in-use values. The scan visits only the pages the file holds
  * (SEEK_DATA/SEEK_HOLE on a duplicate of the memfd): reading a hole through the mapping
- * would allocate it, and a forged `top` would then make every snapshot fill 512 MiB. Left to others: the ring readers' sequence
- * numbers (ring.c), buckets (bucket.c), the writers (profile.c and the formats).
+ * would allocate it, and a forged `top` would then make every snapshot fill 512 MiB. And it
+ * reads at most the slots its process's own samples justify (inuse_scan_budget): a full
+ * table of 16 M slots costs a process with few samples what a small one does. A table backs
+ * one session only (the registry's claims, taken in inuse_map). Left to others: the ring
+ * readers' sequence numbers (ring.c), buckets (bucket.c), the writers (profile.c and the
+ * formats).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -70,11 +74,15 @@ int inuse_map(struct session *s, int fd)
 		err = 1; /* the same table again (a reconnect to a session that has it) */
 	else if (s->live || s->live_state != SESSION_LIVE_NONE)
 		err = -EEXIST;
-	else {
+	/* one session per table: another process's session holding it refuses it here */
+	else if ((err = session_registry_claim(s->reg, (uint64_t)st.st_dev, (uint64_t)st.st_ino,
+					       s)) == 0) {
 		/* release: pairs with inuse_note_record_locked's acquire (the drain thread
 		 * looks at s->live under its drain lock, not s->lock) */
 		__atomic_store_n(&s->live, p, __ATOMIC_RELEASE);
 		s->live_fd = keep;
+		s->live_dev = (uint64_t)st.st_dev;
+		s->live_ino = (uint64_t)st.st_ino;
 		s->live_state = SESSION_LIVE_MAPPED;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -300,9 +308,35 @@ static bool inuse_next_data(int fd, uint64_t from, uint64_t end, uint64_t *lo, u
 	return true;
 }
 
-static int inuse_scan(const struct llgo_live_header *h, int fd, const uint64_t *keys, size_t n,
-		      const uint64_t *next_seq, size_t nrings, uint64_t *live,
-		      struct inuse_counts *c, struct inuse_rekey **rekey,
+/*
+ * The scan's budget, in slots read: a base every table gets, plus INUSE_SCAN_SLOTS_PER_SAMPLE
+ * per record of the process this daemon drained (bucketed or, over the uid's bucket memory,
+ * counted). The shim inserts one entry per record and raises `top` only when every level is
+ * full around an address, so the levels in use hold about 2 to 4.3 slots per entry (measured
+ * from 1,000 to 8 M inserts of sequential, page-strided and random addresses): a real
+ * process's table is read whole, with room to spare. The base (levels 0 to 6, 4 MiB) covers
+ * what no record of this daemon's accounts for: a fork child's copies of its parent's placed
+ * objects, a process taken back after a restart. A forged table (top at the last level, all
+ * 16 M slots full) is read only as far as its process's own samples justify, whatever its
+ * size, and the slots left are counted (`unscanned`).
+ */
+#define INUSE_SCAN_BASE_SLOTS ((uint64_t)LLGO_LIVE_LEVEL0 << 7)
+#define INUSE_SCAN_SLOTS_PER_SAMPLE 16u
+/* A run of data pages costs two lseeks besides its slots: charged as one page more. */
+#define INUSE_SCAN_RUN_SLOTS ((uint64_t)(4096u / sizeof(struct llgo_live_entry)))
+
+static uint64_t inuse_scan_budget(struct session *s)
+{
+	uint64_t samples = s->records +
+			   atomic_load_explicit(&s->budget_dropped, memory_order_relaxed);
+	if (samples > LLGO_LIVE_ENTRIES)
+		samples = LLGO_LIVE_ENTRIES;
+	return INUSE_SCAN_BASE_SLOTS + samples * INUSE_SCAN_SLOTS_PER_SAMPLE;
+}
+
+static int inuse_scan(const struct llgo_live_header *h, int fd, uint64_t budget,
+		      const uint64_t *keys, size_t n, const uint64_t *next_seq, size_t nrings,
+		      uint64_t *live, struct inuse_counts *c, struct inuse_rekey **rekey,
 		      const struct inuse_rekey *stacks)
 {
 	struct inuse_rekey *kept = NULL; /* the notes of objects still live */
@@ -319,43 +353,59 @@ static int inuse_scan(const struct llgo_live_header *h, int fd, const uint64_t *
 					    memory_order_relaxed);
 	if (top >= LLGO_LIVE_LEVELS)
 		top = LLGO_LIVE_LEVELS - 1;
-	uint64_t end = llgo_live_level_start(top + 1), lo, hi = 0;
-	while (inuse_next_data(fd, hi, end, &lo, &hi))
-	for (uint64_t i = lo; i < hi; i++) {
-		_Atomic uint64_t *ap = (_Atomic uint64_t *)&e[i].addr;
-		/* acquire: pairs with the inserter's release store of addr after the fields */
-		uint64_t a = atomic_load_explicit(ap, memory_order_acquire);
-		if (a <= LLGO_LIVE_BUSY)
-			continue;
-		uint64_t key = e[i].key, ref = e[i].ref;
-		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(ap, memory_order_relaxed) != a)
-			continue; /* freed or replaced while we read it */
-		uint32_t ring = LLGO_LIVE_REF_RING(ref);
-		uint64_t seq = LLGO_LIVE_REF_SEQ(ref);
-		if (ring == LLGO_LIVE_RING_NONE)
-			continue; /* a fork child's copy of its parent's object */
-		if (ring >= nrings || seq >= next_seq[ring]) {
-			c->pending++;
-			continue;
+	uint64_t end = llgo_live_level_start(top + 1), lo, hi = 0, spent = 0;
+	while (inuse_next_data(fd, hi, end, &lo, &hi)) {
+		spent += INUSE_SCAN_RUN_SLOTS;
+		if (spent >= budget || hi - lo > budget - spent) {
+			/* over budget: read what is left of it, count the rest of the levels unread */
+			uint64_t stop = spent >= budget ? lo : lo + (budget - spent);
+			c->unscanned = end - stop;
+			hi = stop;
 		}
-		int64_t b = inuse_map_get(&m, key);
-		uint64_t k2;
-		if (b < 0 && inuse_rekey_get(*rekey, ref, &k2)) {
-			b = inuse_map_get(&m, k2);
-			if (b >= 0)
-				inuse_rekey_put(&kept, ref, k2);
+		spent += hi - lo;
+		for (uint64_t i = lo; i < hi; i++) {
+			_Atomic uint64_t *ap = (_Atomic uint64_t *)&e[i].addr;
+			/* acquire: pairs with the inserter's release store of addr after the fields */
+			uint64_t a = atomic_load_explicit(ap, memory_order_acquire);
+			if (a <= LLGO_LIVE_BUSY)
+				continue;
+			uint64_t key = e[i].key, ref = e[i].ref;
+			atomic_thread_fence(memory_order_acquire);
+			if (atomic_load_explicit(ap, memory_order_relaxed) != a)
+				continue; /* freed or replaced while we read it */
+			uint32_t ring = LLGO_LIVE_REF_RING(ref);
+			uint64_t seq = LLGO_LIVE_REF_SEQ(ref);
+			if (ring == LLGO_LIVE_RING_NONE)
+				continue; /* a fork child's copy of its parent's object */
+			if (ring >= nrings || seq >= next_seq[ring]) {
+				c->pending++;
+				continue;
+			}
+			int64_t b = inuse_map_get(&m, key);
+			uint64_t k2;
+			if (b < 0 && inuse_rekey_get(*rekey, ref, &k2)) {
+				b = inuse_map_get(&m, k2);
+				if (b >= 0)
+					inuse_rekey_put(&kept, ref, k2);
+			}
+			if (b < 0 && inuse_rekey_get(stacks, key, &k2))
+				b = inuse_map_get(&m, k2);
+			if (b < 0) {
+				c->unmatched++;
+				continue;
+			}
+			live[b]++;
 		}
-		if (b < 0 && inuse_rekey_get(stacks, key, &k2))
-			b = inuse_map_get(&m, k2);
-		if (b < 0) {
-			c->unmatched++;
-			continue;
-		}
-		live[b]++;
+		if (c->unscanned)
+			break;
 	}
-	inuse_rekey_free(*rekey);
-	*rekey = kept;
+	/* Notes are pruned to the objects seen live; a scan cut short saw not all of them. */
+	if (c->unscanned) {
+		inuse_rekey_free(kept);
+	} else {
+		inuse_rekey_free(*rekey);
+		*rekey = kept;
+	}
 	c->untracked = atomic_load_explicit(&((struct llgo_live_header *)h)->untracked,
 					    memory_order_relaxed);
 	free(m.keys);
@@ -424,6 +474,7 @@ int inuse_cut_locked(struct session *s, struct inuse_cut *c)
 	s->rekey = NULL;
 	inuse_stacks_merge(s);
 	c->stacks = s->stacks_base;
+	c->budget = inuse_scan_budget(s);
 	return inuse_ring_seqs(s, &c->seqs, &c->nrings);
 }
 
@@ -448,8 +499,8 @@ int inuse_apply_cut(struct session *s, struct inuse_cut *cut, struct profile *p)
 	for (size_t i = 0; i < p->nsamples; i++)
 		keys[i] = inuse_sample_key(&p->samples[i]);
 	struct inuse_counts c = { 0 };
-	err = inuse_scan(cut->h, cut->fd, keys, p->nsamples, cut->seqs, cut->nrings, live, &c,
-			 &cut->rekey, cut->stacks);
+	err = inuse_scan(cut->h, cut->fd, cut->budget, keys, p->nsamples, cut->seqs, cut->nrings,
+			 live, &c, &cut->rekey, cut->stacks);
 	if (err)
 		goto out;
 	for (size_t i = 0; i < p->nsamples; i++) {
@@ -555,8 +606,8 @@ void inuse_freeze_locked(struct session *s)
 		err = -ENOMEM;
 	inuse_stacks_merge(s);
 	if (!err)
-		err = inuse_scan(h, fd, c.keys, c.n, seqs, nrings, live, &cnt, &s->rekey,
-				 s->stacks_base);
+		err = inuse_scan(h, fd, inuse_scan_budget(s), c.keys, c.n, seqs, nrings, live,
+				 &cnt, &s->rekey, s->stacks_base);
 	inuse_rekey_free(s->rekey);
 	s->rekey = NULL;
 	if (!err) {
@@ -578,6 +629,8 @@ void inuse_freeze_locked(struct session *s)
 	pthread_mutex_unlock(&s->lock);
 	munmap(h, LLGO_LIVE_MAP_SIZE);
 	close(fd);
+	if (s->reg)
+		session_registry_unclaim(s->reg, s->live_dev, s->live_ino, s);
 	free(c.b);
 	free(c.keys);
 	free(seqs);
@@ -599,5 +652,7 @@ void inuse_release(struct session *s)
 	if (s->live_fd >= 0) {
 		close(s->live_fd);
 		s->live_fd = -1;
+		if (s->reg)
+			session_registry_unclaim(s->reg, s->live_dev, s->live_ino, s);
 	}
 }

@@ -66,7 +66,8 @@ static void jobs_hello(struct server *srv, struct conn *c)
 		 * process this daemon took back on its own, server_adopt_one): the connection
 		 * joins that session. One session per process, never two. */
 		close(fd);
-		if (!s->unwind_mode) /* a session found by adopt.c learns it here */
+		/* a session found by adopt.c learns it here (joins of one process may race) */
+		if (!__atomic_load_n(&s->unwind_mode, __ATOMIC_RELAXED))
 			__atomic_store_n(&s->unwind_mode,
 					 (uint32_t)((m.flags & LLGO_HELLO_UNWIND_MASK) >>
 						    LLGO_HELLO_UNWIND_SHIFT),

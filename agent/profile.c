@@ -539,10 +539,13 @@ int profile_accounting(struct buf *b, const struct profile *p)
 	const struct inuse_counts *c = &p->meta.inuse_counts;
 	if (!rc && p->meta.inuse == PROFILE_INUSE_UNTRACKED)
 		rc = buf_puts(b, " frees=untracked");
-	else if (!rc && p->meta.inuse == PROFILE_INUSE_TRACKED && (c->untracked | c->unmatched | c->pending))
+	else if (!rc && p->meta.inuse == PROFILE_INUSE_TRACKED &&
+		 (c->untracked | c->unmatched | c->pending | c->unscanned))
 		rc = buf_printf(b, " untracked=%llu unmatched=%llu pending=%llu",
 				(unsigned long long)c->untracked, (unsigned long long)c->unmatched,
 				(unsigned long long)c->pending);
+	if (!rc && p->meta.inuse == PROFILE_INUSE_TRACKED && c->unscanned)
+		rc = buf_printf(b, " unscanned=%llu", (unsigned long long)c->unscanned);
 	return rc;
 }
 

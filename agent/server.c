@@ -202,13 +202,12 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	srv->drain = srv->reg ? drain_new(srv->reg) : NULL;
 	srv->verifier = verifier_new();
 	if (!srv->rxbuf || !srv->reg || !srv->budget || !srv->drain || !srv->verifier || (o->socket_path && !srv->socket_path) ||
-	    workq_init(&srv->shimq, srv, SERVER_SHIM_WORKERS) ||
-	    workq_init(&srv->exitq, srv, SERVER_EXIT_WORKERS) ||
-	    workq_init(&srv->clientq, srv, nclient)) {
+	    workq_init(&srv->shimq, srv, SERVER_SHIM_WORKERS, false) ||
+	    workq_init(&srv->exitq, srv, SERVER_EXIT_WORKERS, true) ||
+	    workq_init(&srv->clientq, srv, nclient, true)) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	srv->clientq.per_uid_max = nclient > 1 ? nclient / 2 : 1;
 	struct rlimit rl;
 	srv->max_conns = SERVER_MAX_CONNS;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&

@@ -91,9 +91,10 @@ struct workq {
 	unsigned nthreads, started;
 	bool stop;
 	bool inited;
-	/* Client workers: a uid other than root runs at most per_uid_max jobs at once, so one
-	 * user's slow requests (snapshots of a dead pid, huge profiles) never hold every
-	 * worker; running[] has the uid of each job in progress (nthreads slots). 0: no limit. */
+	/* Exit and client workers: a uid other than root runs at most per_uid_max jobs at
+	 * once, so one user's slow jobs (final drains and scans of a flood of exits, snapshots
+	 * of a dead pid, huge profiles) never hold every worker; running[] has the uid of each
+	 * job in progress (nthreads slots). 0: no limit. */
 	unsigned per_uid_max;
 	uid_t *running;
 	bool *running_used;
@@ -189,7 +190,9 @@ void packet_event(struct server *srv, struct conn *c);
 
 /* ---- workq.c --------------------------------------------------------------------------- */
 
-int workq_init(struct workq *q, struct server *srv, unsigned n);
+/* n workers; per_uid: a uid other than root runs at most half of them at once (one of
+ * one). */
+int workq_init(struct workq *q, struct server *srv, unsigned n, bool per_uid);
 int workq_start(struct workq *q);
 /* Queue c for job (a message type or SERVER_JOB_EXIT); closes c when the pool stopped. */
 void workq_push(struct workq *q, struct conn *c, uint16_t job);

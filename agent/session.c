@@ -198,6 +198,9 @@ static void session_unmap_all(struct session *s)
 		munmap(s->ctl, LLGO_CTL_SIZE);
 		s->ctl = NULL;
 	}
+	if (s->memfd_claimed && s->reg)
+		session_registry_unclaim(s->reg, s->memfd_dev, s->memfd_ino, s);
+	s->memfd_claimed = false;
 }
 
 static void session_free(struct session *s)
@@ -239,6 +242,19 @@ void session_put(struct session *s)
 
 /* ---- control page and mappings ---------------------------------------------------------- */
 
+/* The process memfd or control page s maps (st: its fstat) becomes s's alone (caller holds
+ * s->lock): -EBUSY when another process's session holds the same file. */
+static int session_claim_memfd_locked(struct session *s, const struct stat *st)
+{
+	int err = session_registry_claim(s->reg, (uint64_t)st->st_dev, (uint64_t)st->st_ino, s);
+	if (err)
+		return err;
+	s->memfd_dev = (uint64_t)st->st_dev;
+	s->memfd_ino = (uint64_t)st->st_ino;
+	s->memfd_claimed = true;
+	return 0;
+}
+
 int session_attach_ctl(struct session *s, int fd)
 {
 	struct stat st;
@@ -267,10 +283,11 @@ int session_attach_ctl(struct session *s, int fd)
 		return -EPROTO;
 	}
 	pthread_mutex_lock(&s->lock);
-	if (s->ctl) {
+	int err = s->ctl ? -EEXIST : session_claim_memfd_locked(s, &st);
+	if (err) {
 		pthread_mutex_unlock(&s->lock);
 		munmap(p, LLGO_CTL_SIZE);
-		return -EEXIST;
+		return err;
 	}
 	s->ctl = ctl;
 	s->last_rate_word = atomic_load_explicit(&ctl->rate_word, memory_order_relaxed);
@@ -313,17 +330,16 @@ int session_attach_memfd(struct session *s, int fd, bool reattached)
 		return e;
 	}
 	pthread_mutex_lock(&s->lock);
-	if (s->ctl) {
+	int err = s->ctl ? -EEXIST : session_claim_memfd_locked(s, &st);
+	if (err) {
 		pthread_mutex_unlock(&s->lock);
 		munmap(p, LLGO_CTL_SIZE);
 		close(keep);
-		return -EEXIST;
+		return err;
 	}
 	s->ctl = ctl;
 	s->memfd = keep;
 	s->has_memfd = true;
-	s->memfd_dev = (uint64_t)st.st_dev;
-	s->memfd_ino = (uint64_t)st.st_ino;
 	s->page_size = page;
 	s->last_rate_word = atomic_load_explicit(&ctl->rate_word, memory_order_relaxed);
 	uint32_t n = atomic_load_explicit(&ctl->ring_count, memory_order_acquire);
@@ -747,7 +763,7 @@ void session_list_entry(struct session *s, struct llgo_list_entry *e)
 	memcpy(e->comm, s->comm, sizeof(e->comm));
 	e->verify_samples = atomic_load(&s->verify_samples);
 	e->verify_agree = atomic_load(&s->verify_agree);
-	e->unwind_mode = s->unwind_mode;
+	e->unwind_mode = __atomic_load_n(&s->unwind_mode, __ATOMIC_RELAXED); /* a join sets it */
 	/* no drain_lock: LIST is answered in the event loop, which a long drain must not stop */
 	e->unwound = atomic_load_explicit(&s->unwound, memory_order_relaxed);
 	e->truncated = atomic_load_explicit(&s->truncated, memory_order_relaxed);

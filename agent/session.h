@@ -65,7 +65,10 @@ struct session {
 	 * from it by id up to ctl.ring_count. page_size is the shim's, checked. */
 	int memfd;
 	bool has_memfd; /* set once at attach: a memfd session (memfd is -1 again at exit) */
+	/* The process memfd's identity (or the control page's, without has_memfd), held in
+	 * the registry's claims from attach until unmapped (memfd_claimed) */
 	uint64_t memfd_dev, memfd_ino;
+	bool memfd_claimed;
 	uint32_t page_size;
 	uint32_t rings_known;           /* ring ids below this are mapped (memfd sessions) */
 	uint32_t baseline_below;        /* rings below this id existed before we did: baseline */
@@ -117,6 +120,8 @@ struct session {
 	 * read under drain_lock (the scan needs the readers' sequence numbers). */
 	struct llgo_live_header *live; /* shared, hostile, read-only; NULL when none */
 	int live_fd;                   /* its memfd (holes are found with SEEK_DATA); -1 none */
+	uint64_t live_dev, live_ino;   /* its identity, held in the registry's claims while
+					  live_fd is open */
 	int live_state;                /* enum session_live */
 	struct inuse_counts live_frozen; /* as of the freeze at exit */
 	/* inuse.c: references of records bucketed under another stack than the shim walked
@@ -185,6 +190,16 @@ void session_registry_caps(struct session_registry *reg, uint64_t *max_buckets,
 void session_registry_exited(struct session_registry *reg, struct session *s);
 bool session_registry_wait_exited(struct session_registry *reg, struct session *s,
 				  unsigned timeout_ms);
+
+/* A memfd (the process memfd, a control page, a live-object table: by device and inode)
+ * backs one session only, from its attach until the session unmaps it. Take the file for s:
+ * 0, or -EBUSY when a session of another process holds it (one of the same process, pid and
+ * start time, hands it to s: that HELLO replaces it); -ENOMEM. Unclaim gives it back if s
+ * holds it. */
+int session_registry_claim(struct session_registry *reg, uint64_t dev, uint64_t ino,
+			   const struct session *s);
+void session_registry_unclaim(struct session_registry *reg, uint64_t dev, uint64_t ino,
+			      const struct session *s);
 
 /* A new, unregistered session (one reference, the caller's). */
 struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, gid_t gid,
@@ -277,7 +292,8 @@ size_t adopt_scan(const char *socket_path, const struct vouch_key *key, adopt_fn
 
 /* ---- inuse.c: in-use values from the live-object table -------------------------------- */
 
-/* Map a live-table memfd (LLGO_MSG_ADD_LIVE): size, seal, magic; one per session. */
+/* Map a live-table memfd (LLGO_MSG_ADD_LIVE): size, seal, magic; one per session, and one
+ * session per table (-EBUSY when another process's session holds it). */
 int inuse_map(struct session *s, int fd);
 /* Set p's free counters from the table (caller holds drain_lock, p collected from s's
  * buckets, untrimmed) and state the accounting in p->meta. */
@@ -296,6 +312,7 @@ struct inuse_cut {
 	size_t nrings;
 	struct inuse_rekey *rekey;
 	const struct inuse_rekey *stacks; /* the session's stacks_base, read-only during the scan */
+	uint64_t budget; /* slots the scan may read (the samples drained at the cut) */
 };
 int inuse_cut_locked(struct session *s, struct inuse_cut *c);
 int inuse_apply_cut(struct session *s, struct inuse_cut *c, struct profile *p);

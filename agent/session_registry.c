@@ -2,15 +2,17 @@
 /*
  * session_registry.c: the registry of sessions, one per attached process and the exited ones
  * kept for snapshots. Lookups (session_lookup: the live session of a pid, else its newest
- * exited one), lists (oldest first), the search for a process's live session at HELLO, and
- * eviction: exited sessions are kept within three limits, oldest evicted first: an age, a
- * count per uid, and keep_exited for all (taken from the uid that holds the most). Its
- * functions keep the session_ prefix of the API they belong to (session.h).
+ * exited one), lists (oldest first), the search for a process's live session at HELLO, the
+ * claims that give each memfd to one session only, and eviction: exited sessions are kept
+ * within three limits, oldest evicted first: an age, a count per uid, and keep_exited for
+ * all (taken from the uid that holds the most). Its functions keep the session_ prefix of
+ * the API they belong to (session.h).
  *
  * Left to others: a session itself (session.c), who registers and looks up (jobs.c,
  * server.c, snapshot.c, http.c). The registry lock is innermost: nothing else is locked
  * under it.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -28,6 +30,17 @@ struct session_registry {
 	unsigned keep_exited_per_uid;
 	uint64_t max_age_ns;
 	uint64_t evicted;
+	/* The memfds sessions hold (session_registry_claim): open addressing, linear probing,
+	 * at most half full; owner NULL marks an empty slot. */
+	struct session_claim *claims;
+	size_t claims_cap, nclaims;
+};
+
+struct session_claim {
+	uint64_t dev, ino;
+	const struct session *owner; /* compared, never followed */
+	pid_t pid;                   /* the owner's process, as it was at the claim */
+	uint64_t start;
 };
 
 struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max_buckets,
@@ -109,7 +122,88 @@ void session_registry_free(struct session_registry *reg)
 	}
 	pthread_cond_destroy(&reg->changed);
 	pthread_mutex_destroy(&reg->lock);
+	free(reg->claims);
 	free(reg);
+}
+
+/* ---- one session per memfd -------------------------------------------------------------- */
+
+static size_t session_claim_home(const struct session_registry *reg, uint64_t dev, uint64_t ino)
+{
+	uint64_t h = (ino ^ (dev * 0x9e3779b97f4a7c15ULL)) * 0xff51afd7ed558ccdULL;
+	return (size_t)(h >> 32) & (reg->claims_cap - 1);
+}
+
+/* The slot holding (dev, ino), else the empty slot it would go to (reg->lock held). */
+static size_t session_claim_slot(const struct session_registry *reg, uint64_t dev, uint64_t ino)
+{
+	size_t mask = reg->claims_cap - 1, i = session_claim_home(reg, dev, ino);
+	while (reg->claims[i].owner && (reg->claims[i].dev != dev || reg->claims[i].ino != ino))
+		i = (i + 1) & mask;
+	return i;
+}
+
+static int session_claims_grow_locked(struct session_registry *reg)
+{
+	size_t cap = reg->claims_cap ? reg->claims_cap * 2 : 64;
+	struct session_claim *v = calloc(cap, sizeof(*v)), *old = reg->claims;
+	if (!v)
+		return -ENOMEM;
+	size_t old_cap = reg->claims_cap;
+	reg->claims = v;
+	reg->claims_cap = cap;
+	for (size_t i = 0; i < old_cap; i++)
+		if (old[i].owner)
+			v[session_claim_slot(reg, old[i].dev, old[i].ino)] = old[i];
+	free(old);
+	return 0;
+}
+
+int session_registry_claim(struct session_registry *reg, uint64_t dev, uint64_t ino,
+			   const struct session *s)
+{
+	int err = 0;
+	pthread_mutex_lock(&reg->lock);
+	if ((reg->nclaims + 1) * 2 > reg->claims_cap)
+		err = session_claims_grow_locked(reg);
+	if (!err) {
+		struct session_claim *c = &reg->claims[session_claim_slot(reg, dev, ino)];
+		if (!c->owner) {
+			*c = (struct session_claim){ dev, ino, s, s->pid, s->proc_start };
+			reg->nclaims++;
+		} else if (c->owner != s) {
+			/* the same process (its start time known): a HELLO that replaces its
+			 * session, which ends right after */
+			if (c->start && c->pid == s->pid && c->start == s->proc_start)
+				c->owner = s;
+			else
+				err = -EBUSY;
+		}
+	}
+	pthread_mutex_unlock(&reg->lock);
+	return err;
+}
+
+void session_registry_unclaim(struct session_registry *reg, uint64_t dev, uint64_t ino,
+			      const struct session *s)
+{
+	pthread_mutex_lock(&reg->lock);
+	size_t mask = reg->claims_cap - 1;
+	size_t i = reg->claims_cap ? session_claim_slot(reg, dev, ino) : 0;
+	if (reg->claims_cap && reg->claims[i].owner == s) {
+		/* Backward shift: an entry after the hole moves into it unless its home lies
+		 * between the hole and itself, so that every probe run stays unbroken. */
+		for (size_t j = (i + 1) & mask; reg->claims[j].owner; j = (j + 1) & mask) {
+			size_t h = session_claim_home(reg, reg->claims[j].dev, reg->claims[j].ino);
+			if (((j - h) & mask) >= ((j - i) & mask)) {
+				reg->claims[i] = reg->claims[j];
+				i = j;
+			}
+		}
+		reg->claims[i].owner = NULL;
+		reg->nclaims--;
+	}
+	pthread_mutex_unlock(&reg->lock);
 }
 
 void session_register(struct session *s)

@@ -87,7 +87,7 @@ int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
 	p->meta.cap_hits = bs.cap_hits;
 	p->meta.verify_samples = atomic_load(&s->verify_samples);
 	p->meta.verify_agree = atomic_load(&s->verify_agree);
-	p->meta.unwind_mode = s->unwind_mode;
+	p->meta.unwind_mode = __atomic_load_n(&s->unwind_mode, __ATOMIC_RELAXED); /* a join sets it */
 	return 0;
 }
 

@@ -5,8 +5,9 @@
  * (SERVER_EXIT_WORKERS) run BYE and the final drain of a process that exited, which may take a
  * while with full rings; client workers (opts.client_workers) run SNAPSHOT, SET_RATE and
  * VERIFY, so a slow snapshot delays neither the loop, nor attaching processes, nor (up to the
- * pool size) other clients. In the client pool a uid other than root runs at most half the
- * workers at once, so one user's slow requests never hold them all.
+ * pool size) other clients. In the exit and client pools a uid other than root runs at most
+ * half the workers at once, so one user's slow jobs (a flood of exits, slow requests) never
+ * hold them all: another user's job waits at most for a worker of the other half.
  *
  * Left to others: what a job does (jobs.c), the connections it carries (conn.c).
  */
@@ -87,10 +88,11 @@ static void *workq_worker(void *arg)
 	}
 }
 
-int workq_init(struct workq *q, struct server *srv, unsigned n)
+int workq_init(struct workq *q, struct server *srv, unsigned n, bool per_uid)
 {
 	memset(q, 0, sizeof(*q));
 	q->srv = srv;
+	q->per_uid_max = !per_uid ? 0 : n > 1 ? n / 2 : 1;
 	pthread_mutex_init(&q->lock, NULL);
 	pthread_cond_init(&q->cond, NULL);
 	q->threads = calloc(n, sizeof(*q->threads));

@@ -181,6 +181,19 @@ static void live_put(struct llgo_live_header *h, uint64_t slot, uint64_t addr, u
 	atomic_store(&e[slot].addr, addr);
 }
 
+/* A live-object table for the daemon (magic, version, top) in a new sealed memfd *fd. */
+static struct llgo_live_header *live_new_table(int *fd, uint32_t top)
+{
+	*fd = live_sealed_memfd(LLGO_LIVE_MAP_SIZE, true);
+	struct llgo_live_header *h = mmap(NULL, LLGO_LIVE_MAP_SIZE, PROT_READ | PROT_WRITE,
+					  MAP_SHARED | MAP_NORESERVE, *fd, 0);
+	cr_assert_neq(h, MAP_FAILED);
+	h->magic = LLGO_LIVE_MAGIC;
+	h->version = LLGO_LIVE_VERSION;
+	atomic_store(&h->top, top);
+	return h;
+}
+
 static const struct psample *live_sample(const struct profile *p, uint64_t size)
 {
 	for (size_t i = 0; i < p->nsamples; i++)
@@ -203,13 +216,8 @@ Test(live, daemon_counts_live_entries)
 	cr_assert(emit_push_alloc(&ring, 200, 1, 0x20000, 0, fb, 2));                /* seq 4 */
 	drain_session(s);
 
-	int fd = live_sealed_memfd(LLGO_LIVE_MAP_SIZE, true);
-	struct llgo_live_header *h = mmap(NULL, LLGO_LIVE_MAP_SIZE, PROT_READ | PROT_WRITE,
-					  MAP_SHARED | MAP_NORESERVE, fd, 0);
-	cr_assert_neq(h, MAP_FAILED);
-	h->magic = LLGO_LIVE_MAGIC;
-	h->version = LLGO_LIVE_VERSION;
-	atomic_store(&h->top, 1000); /* hostile: clamped */
+	int fd;
+	struct llgo_live_header *h = live_new_table(&fd, 1000); /* top hostile: clamped */
 	atomic_store(&h->untracked, 7);
 	uint64_t ka = llgo_live_key(fa, 3, 100, 1), kb = llgo_live_key(fb, 2, 200, 1);
 	live_put(h, 0, 0x10000, ka, LLGO_LIVE_REF(0, 1));
@@ -236,12 +244,8 @@ Test(live, daemon_counts_live_entries)
 	/* the same table again (a reconnect, or a daemon that took the process back and then
 	 * hears from it): accepted, nothing changes; another table: refused */
 	cr_expect_eq(inuse_map(s, fd), 0, "the same table again");
-	int other = live_sealed_memfd(LLGO_LIVE_MAP_SIZE, true);
-	struct llgo_live_header *oh = mmap(NULL, LLGO_LIVE_MAP_SIZE, PROT_READ | PROT_WRITE,
-					   MAP_SHARED | MAP_NORESERVE, other, 0);
-	cr_assert_neq(oh, MAP_FAILED);
-	oh->magic = LLGO_LIVE_MAGIC;
-	oh->version = LLGO_LIVE_VERSION;
+	int other;
+	struct llgo_live_header *oh = live_new_table(&other, 0);
 	cr_expect_eq(inuse_map(s, other), -EEXIST, "a second table");
 	munmap(oh, LLGO_LIVE_MAP_SIZE);
 	close(other);
@@ -282,6 +286,83 @@ Test(live, daemon_counts_live_entries)
 	cr_assert(a);
 	cr_expect_eq(a->alloc_objects - a->free_objects, 2, "A at exit");
 	cr_expect_eq(p.meta.inuse, PROFILE_INUSE_TRACKED);
+	profile_release(&p);
+	munmap(h, LLGO_LIVE_MAP_SIZE);
+	close(fd);
+	session_put(s);
+	session_registry_free(reg);
+}
+
+/* The in-use values of s's profile now (its accounting line in acct, NUL-terminated). */
+static void live_profile(struct session *s, struct profile *p, char *acct, size_t n)
+{
+	memset(p, 0, sizeof(*p));
+	pthread_mutex_lock(&s->drain_lock);
+	cr_assert_eq(profile_collect(p, s->buckets), 0);
+	cr_assert_eq(inuse_apply_locked(s, p), 0);
+	pthread_mutex_unlock(&s->drain_lock);
+	struct buf b;
+	buf_init(&b);
+	profile_accounting(&b, p);
+	snprintf(acct, n, "%.*s", (int)b.len, b.data ? (const char *)b.data : "");
+	buf_free(&b);
+}
+
+/*
+ * A process with 3 samples and a table of 2 M full slots (top at the last level: the way
+ * nobody's processes made every exit scan read 512 MiB): the scan, at a snapshot and at the
+ * exit's freeze, reads at most what 3 samples justify (a base of 128 Ki slots and 16 per
+ * sample), counted by the entries it classified (here all unmatched but the two live ones
+ * at its start), and says how many slots it left unread.
+ */
+Test(live, scan_reads_what_the_samples_justify, .timeout = 120)
+{
+	const uint64_t full = 2ull << 20, budget = (128ull << 10) + 16 * 3;
+	struct session_registry *reg = session_registry_new(4, 0, 0);
+	struct emit_ring ring;
+	struct session *s = live_session(reg, &ring);
+	uint64_t fa[3] = { 0x401000, 0x402000, 0x403000 };
+	for (int i = 0; i < 3; i++)
+		cr_assert(emit_push_alloc(&ring, 100, 1, 0x10000 + 16 * i, 0, fa, 3)); /* seq 1..3 */
+	drain_session(s);
+	int fd;
+	struct llgo_live_header *h = live_new_table(&fd, LLGO_LIVE_LEVELS - 1);
+	uint64_t ka = llgo_live_key(fa, 3, 100, 1);
+	live_put(h, 0, 0x10000, ka, LLGO_LIVE_REF(0, 1));
+	live_put(h, 1, 0x10010, ka, LLGO_LIVE_REF(0, 2));
+	for (uint64_t i = 2; i < full; i++)
+		live_put(h, i, 0x20000000 + 16 * i, 0xbad0000 + i, LLGO_LIVE_REF(0, 3));
+	cr_assert_eq(inuse_map(s, fd), 0);
+
+	struct profile p;
+	char acct[512];
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	live_profile(s, &p, acct, sizeof(acct));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	const struct psample *a = live_sample(&p, 100);
+	cr_assert(a);
+	cr_expect_eq(a->alloc_objects - a->free_objects, 2, "the live objects before the cut");
+	cr_log_info("snapshot scan: %.1f ms; %s",
+		    (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+		    acct);
+	cr_expect_leq(p.meta.inuse_counts.unmatched, budget, "the snapshot read %llu entries",
+		      (unsigned long long)p.meta.inuse_counts.unmatched);
+	cr_expect_gt(p.meta.inuse_counts.unmatched, budget - 1024, "read %llu entries",
+		     (unsigned long long)p.meta.inuse_counts.unmatched);
+	cr_expect(strstr(acct, " unscanned=") != NULL, "not said: %s", acct);
+	profile_release(&p);
+
+	drain_session_exit(s); /* the freeze */
+	cr_expect(!session_is_live(s));
+	live_profile(s, &p, acct, sizeof(acct));
+	cr_log_info("frozen: %s", acct);
+	cr_expect_leq(p.meta.inuse_counts.unmatched, budget, "the freeze read %llu entries",
+		      (unsigned long long)p.meta.inuse_counts.unmatched);
+	cr_expect(strstr(acct, " unscanned=") != NULL, "not said: %s", acct);
+	a = live_sample(&p, 100);
+	cr_assert(a);
+	cr_expect_eq(a->alloc_objects - a->free_objects, 2, "at exit");
 	profile_release(&p);
 	munmap(h, LLGO_LIVE_MAP_SIZE);
 	close(fd);
