@@ -281,6 +281,25 @@ static bool sbx_gone(pid_t pid)
 	return !end || end[2] == 'Z' || !strstr(stat, "(llgo-heap-symbo");
 }
 
+/* Wait (5 s at most) until pid is stopped: kill(SIGSTOP) returns before the target takes
+ * the signal, and until then the daemon finds it running. */
+static void sbx_wait_stopped(pid_t pid)
+{
+	char path[64], stat[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	for (int i = 0; i < 500; i++, usleep(10 * 1000)) {
+		FILE *f = fopen(path, "r");
+		cr_assert(f, "%s: %s", path, strerror(errno));
+		size_t len = fread(stat, 1, sizeof(stat) - 1, f);
+		fclose(f);
+		stat[len] = '\0';
+		const char *end = strrchr(stat, ')');
+		if (end && end[2] == 'T')
+			return;
+	}
+	cr_assert_fail("pid %d did not stop", (int)pid);
+}
+
 /* sig to pid if it still is a helper (a pid reaped already may be another process's). */
 static void sbx_signal_helper(pid_t pid, int sig)
 {
@@ -301,6 +320,7 @@ Test(sandbox, stopped_helper_is_replaced)
 	pid_t first = symhelper_pid(sbx_self_uid());
 	cr_assert_gt(first, 0);
 	cr_assert_eq(kill(first, SIGSTOP), 0);
+	sbx_wait_stopped(first);
 	double t0 = sbx_now();
 	cr_expect_str_eq(sbx_name(pm, sbx_plain_two, &r), "sbx_plain_two");
 	double dt = sbx_now() - t0;
@@ -776,6 +796,7 @@ Test(sandbox, users_stopped_helper_is_replaced, .timeout = 120)
 	char *reach = sbx_reach_as(4242, helper);
 	cr_assert(strstr(reach, "SIGSTOP"), "the user could not stop its own helper:%s", reach);
 	free(reach);
+	sbx_wait_stopped(helper);
 	sbx_more_is_named(&p, &d, "uid 4242");
 	cr_expect(sbx_all_gone(&helper, 1, 5000), "the stopped helper %d is still there",
 		  (int)helper);
