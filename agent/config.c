@@ -17,6 +17,7 @@
 
 #include "config.h"
 #include "listen.h"
+#include "symuid.h"
 
 enum config_id {
 	CONFIG_CONFIG,
@@ -33,6 +34,7 @@ enum config_id {
 	CONFIG_VERIFY_EVERY,
 	CONFIG_KEEP_EXITED_PER_UID,
 	CONFIG_KEEP_EXITED_AGE,
+	CONFIG_SYMBOLIZER_UIDS,
 	CONFIG_BUDGET, /* per uid or for all users, of .kind */
 };
 
@@ -57,6 +59,7 @@ static const struct config_option {
 	{ "verify-every", CONFIG_VERIFY_EVERY, false, 0, false },
 	{ "keep-exited-per-uid", CONFIG_KEEP_EXITED_PER_UID, false, 0, false },
 	{ "keep-exited-age", CONFIG_KEEP_EXITED_AGE, false, 0, false },
+	{ "symbolizer-uids", CONFIG_SYMBOLIZER_UIDS, false, 0, false },
 	{ "max-conns-per-uid", CONFIG_BUDGET, false, BUDGET_CONNS, true },
 	{ "max-conns", CONFIG_BUDGET, false, BUDGET_CONNS, false },
 	{ "max-processes-per-uid", CONFIG_BUDGET, false, BUDGET_SESSIONS, true },
@@ -79,6 +82,7 @@ void config_usage(FILE *f)
 		"                  [--log-level LEVEL] [--max-buckets N] [--max-memory BYTES]\n"
 		"                  [--keep-exited N] [--http [ADDR:]PORT [--http-uids UID,...]\n"
 		"                  [--http-token-file FILE]] [--trim NAME,...] [--verify-every N]\n"
+		"                  [--symbolizer-uids FIRST-LAST]\n"
 		"  --config FILE       read options from FILE, one \"name = value\" a line, name\n"
 		"                      the long option without dashes, '#' comments (default:\n"
 		"                      " CONFIG_DEFAULT_PATH " when it exists,\n"
@@ -109,6 +113,9 @@ void config_usage(FILE *f)
 		"  --verify-every N    check one sample in N of every process against the\n"
 		"                      kernel's stack (eBPF; needs CAP_BPF and CAP_PERFMON);\n"
 		"                      results in `llgo-heap list` and profile comments\n"
+		"  --symbolizer-uids FIRST-LAST  uids for the symbolizers of root's, system\n"
+		"                      users' and nobody's processes, one each, free of any\n"
+		"                      account, subuid range or process (default %u-%u)\n"
 		"\n"
 		"Limits for a shared host (per uid, and for all users together; 0 = none).\n"
 		"A user over a limit is refused or degraded alone, logged once, and flagged\n"
@@ -131,9 +138,11 @@ void config_usage(FILE *f)
 		"  --keep-exited-age SECONDS          and for at most this long (default %u)\n"
 		"\n"
 		"SIGHUP reloads the configuration file: limits, --trim, --verify-every (for\n"
-		"processes that attach afterwards), --log-level and the --http options take\n"
-		"effect; --socket and --foreground need a restart. SIGTERM exits cleanly.\n",
-		SESSION_DEFAULT_KEEP_EXITED, (unsigned long long)d.per_uid[BUDGET_CONNS],
+		"processes that attach afterwards), --symbolizer-uids (for symbolizers started\n"
+		"afterwards), --log-level and the --http options take effect; --socket and\n"
+		"--foreground need a restart. SIGTERM exits cleanly.\n",
+		SESSION_DEFAULT_KEEP_EXITED, SYMUID_DEFAULT_FIRST, SYMUID_DEFAULT_LAST,
+		(unsigned long long)d.per_uid[BUDGET_CONNS],
 		(unsigned long long)d.total[BUDGET_CONNS],
 		(unsigned long long)d.per_uid[BUDGET_SESSIONS],
 		(unsigned long long)d.total[BUDGET_SESSIONS],
@@ -299,6 +308,11 @@ static int config_set(struct config *c, const struct config_option *o, const cha
 			return CONFIG_FAIL("--keep-exited-age: not a number of seconds: %s", val);
 		c->server.keep_exited_age_s = (unsigned)v;
 		break;
+	case CONFIG_SYMBOLIZER_UIDS:
+		if (symuid_parse_range(val, &c->symbolizer_uid_first, &c->symbolizer_uid_last))
+			return CONFIG_FAIL("--symbolizer-uids: want FIRST-LAST, 1 <= FIRST <= LAST "
+					   "< 2147483648: %s", val);
+		break;
 	case CONFIG_BUDGET: {
 		bool bytes = o->kind == BUDGET_RING_BYTES || o->kind == BUDGET_BUCKET_BYTES ||
 			     o->kind == BUDGET_OUT_BYTES;
@@ -440,6 +454,8 @@ int config_load(struct config *c, int argc, char **argv, bool use_default, char 
 	memset(c, 0, sizeof(*c));
 	c->server.keep_exited = SESSION_DEFAULT_KEEP_EXITED;
 	c->log_level = LOG_LEVEL_INFO;
+	c->symbolizer_uid_first = SYMUID_DEFAULT_FIRST;
+	c->symbolizer_uid_last = SYMUID_DEFAULT_LAST;
 	budget_defaults(&c->budget);
 	c->server.budget = &c->budget;
 	int rc = config_walk_args(c, argc, argv, true, err, errlen);

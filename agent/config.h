@@ -24,6 +24,8 @@ struct config {
 	enum log_level log_level;
 	const char *http_uids; /* --http-uids, checked by http_parse_uids */
 	const char *http_token_file; /* --http-token-file (http_auth.c) */
+	uid_t symbolizer_uid_first;  /* --symbolizer-uids (symuid.c) */
+	uid_t symbolizer_uid_last;
 	const char *path;      /* the configuration file read, or NULL */
 	char **strings;        /* everything the fields above point to */
 	size_t nstrings;

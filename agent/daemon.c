@@ -23,6 +23,7 @@
 #include "http.h"
 #include "listen.h"
 #include "session.h"
+#include "symuid.h"
 
 struct daemon {
 	int argc;
@@ -122,6 +123,7 @@ static void daemon_reload(struct daemon *d)
 	if (next->foreground != d->first.foreground)
 		log_warn("reload: foreground needs a restart");
 	log_set_level(next->log_level);
+	symuid_set_range(next->symbolizer_uid_first, next->symbolizer_uid_last);
 	server_reconfigure(d->srv, &next->server);
 	if (!daemon_same(next->server.http_addr, d->http_addr) ||
 	    !daemon_same(next->http_uids, d->http_uids) ||
@@ -196,6 +198,7 @@ int main(int argc, char **argv)
 	}
 	d.cur = &d.first;
 	log_set_level(d.first.log_level);
+	symuid_set_range(d.first.symbolizer_uid_first, d.first.symbolizer_uid_last);
 	uid_t *http_uids = NULL;
 	size_t n_http_uids = 0;
 	if (d.first.http_uids &&

@@ -121,19 +121,24 @@ static bool ident_ids_are(const char *status, const char *key, unsigned want)
 	return v[0] == want && v[1] == want && v[2] == want && v[3] == want;
 }
 
-int ident_start_time(pid_t pid, uint64_t *start)
+int ident_proc_stat(pid_t pid, char *state, uint64_t *start)
 {
 	char path[64], buf[1024];
 	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
 	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return -errno;
-	char state;
 	int err = ident_read_at(dfd, "stat", buf, sizeof(buf));
 	if (!err)
-		err = ident_parse_stat(buf, &state, start);
+		err = ident_parse_stat(buf, state, start);
 	close(dfd);
 	return err;
+}
+
+int ident_start_time(pid_t pid, uint64_t *start)
+{
+	char state;
+	return ident_proc_stat(pid, &state, start);
 }
 
 int ident_verify(const struct ident *id, char *why, size_t n)

@@ -35,6 +35,8 @@ int ident_verify_ex(const struct ident *id, bool allow_exited, char *why, size_t
 void ident_close(struct ident *id);
 /* starttime of /proc/PID/stat. */
 int ident_start_time(pid_t pid, uint64_t *start);
+/* State (field 3: R, S, T, Z...) and starttime of /proc/PID/stat: 0, or -errno. */
+int ident_proc_stat(pid_t pid, char *state, uint64_t *start);
 /* Fields 3 (state) and 22 (starttime) of a /proc/PID/stat text (the command may hold
  * spaces and parentheses: parsing starts after the last ')'). */
 int ident_parse_stat(const char *buf, char *state, uint64_t *start);

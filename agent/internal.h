@@ -394,6 +394,9 @@ pid_t symhelper_pid(uid_t uid);
 void symhelper_set_timing(unsigned timeout_ms, unsigned backoff_ms);
 /* The calling thread never waits long for a helper (the drain thread). */
 void symhelper_no_wait(bool on);
+/* Kill and reap every helper, stopped ones too (the server stops; a later request starts a
+ * new one). */
+void symhelper_stop_all(void);
 
 /* ---- profile.c + pprof.c, text.c, folded.c, top.c: the output formats ------------------ */
 

@@ -544,6 +544,8 @@ void server_stop(struct server *srv)
 	workq_stop(&srv->clientq);
 	if (srv->drain)
 		drain_stop(srv->drain);
+	/* no thread asks a symbolizer now; one stopped (SIGSTOP) would never see us go */
+	symhelper_stop_all();
 	/* What is left is owned by nobody now (idle, between packets). */
 	for (;;) {
 		pthread_mutex_lock(&srv->conns_lock);

@@ -46,28 +46,11 @@ uint64_t session_now_ns(clockid_t clk)
 
 /* ---- /proc ----------------------------------------------------------------------------- */
 
-/* Field 3 (state) and 22 (starttime) of /proc/PID/stat (ident_parse_stat). */
-static int session_proc_stat(pid_t pid, char *state, uint64_t *start)
-{
-	char path[64], buf[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	int err = n < 0 ? -errno : 0;
-	close(fd);
-	if (err)
-		return err;
-	buf[n] = '\0';
-	return ident_parse_stat(buf, state, start);
-}
-
 bool session_process_alive(const struct session *s)
 {
 	char state;
 	uint64_t start;
-	if (session_proc_stat(s->pid, &state, &start) != 0)
+	if (ident_proc_stat(s->pid, &state, &start) != 0)
 		return false;
 	if (state == 'Z' || state == 'X')
 		return false;
@@ -162,7 +145,7 @@ struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, 
 	}
 	s->attach_ns = session_now_ns(CLOCK_REALTIME);
 	char state;
-	if (session_proc_stat(pid, &state, &s->proc_start) != 0)
+	if (ident_proc_stat(pid, &state, &s->proc_start) != 0)
 		s->proc_start = 0;
 	s->ring_data_size = ring_data_size;
 	s->memfd = -1;
@@ -461,7 +444,7 @@ static bool session_may_read_ex(struct session *s, bool after)
 	} else {
 		char state;
 		uint64_t start;
-		err = session_proc_stat(s->pid, &state, &start);
+		err = ident_proc_stat(s->pid, &state, &start);
 		if (!err && s->proc_start && start != s->proc_start)
 			err = -ESRCH;
 		snprintf(why, sizeof(why), "pid reused or gone");

@@ -7,11 +7,13 @@
  * (DIR/llgo-heap-symbolizer, then DIR/../bin/llgo-heap-symbolizer, DIR being where
  * /proc/self/exe is; LLGO_HEAP_SYMBOLIZER in the daemon's environment overrides), spawned with
  * posix_spawn (no fork of the threaded daemon) holding one end of a socketpair as descriptor
- * SYMPROTO_FD and nothing else of ours. When the daemon runs as root it runs as the profiled
- * uid, so a file one user crafted can at worst take over a process holding that user's own
- * rights, and one user's helper never answers for another user's profiles; for root's own
- * processes it runs as nobody (65534), as uid 0 even without capabilities owns the system's
- * files. It drops everything and installs its seccomp filter before it says READY
+ * SYMPROTO_FD and nothing else of ours (symspawn.c starts it, from a thread of its own). When
+ * the daemon runs as root it runs as the profiled uid, so a file one user crafted can at worst
+ * take over a process holding that user's own rights, and one user's helper never answers for
+ * another user's profiles; for the processes of root, system users and nobody, uids other
+ * parties share, it runs as a uid of its own that no other process has (symuid.c), so none may
+ * stop, kill, trace or read it. It drops everything, sets its parent-death signal (SIGKILL:
+ * it dies with the daemon) and installs its seccomp filter before it says READY
  * (symbolizer/symjail.c). Files reach it as descriptors (SCM_RIGHTS) the daemon opened; debug
  * files it asks for are found by symfile_find_debug() and sent the same way.
  *
@@ -21,8 +23,13 @@
  * started again only after a backoff (250 ms, doubling to 60 s, reset by an answer); until
  * then lookups fail at once (-EAGAIN) and the addresses show unsymbolized. A helper that
  * stopped because it was idle (SYMHELPER_IDLE_MS without a request; exit status
- * SYMPROTO_EXIT_IDLE) is no failure: the next request starts a new one. Its memory is capped
- * (RLIMIT_AS, SYMHELPER_MEMORY_MB) and so are its descriptors.
+ * SYMPROTO_EXIT_IDLE) is no failure: the next request starts a new one. Nor is one that was
+ * stopped (SIGSTOP: only its own uid's processes may, and root): it is killed and reaped, and
+ * the next request starts a new one at once; found stopped in the middle of a request (it is
+ * looked at every SYMHELPER_STOP_CHECK_MS of waiting) it costs that request's addresses their
+ * names this time only, not the deadline. Its memory is capped (RLIMIT_AS,
+ * SYMHELPER_MEMORY_MB) and so are its descriptors. When the server stops, every helper is
+ * killed and reaped (symhelper_stop_all), stopped or not.
  *
  * Threads: one request at a time per helper, under its lock (held across the exchange, up to
  * the deadline); files to forget are queued under a second lock, so dropping a file never
@@ -34,18 +41,18 @@
  * hold the drain thread 5 s per 10 min). Helpers that stopped idle are reaped
  * after each request (of any uid).
  *
- * Just over 600 lines: starting, framing, the exchange and recovery all act on struct
+ * About 700 lines: starting, framing, the exchange and recovery all act on struct
  * symhelper under its lock; split, each part would reach into the others'.
  *
  * Left to others: the helper's own code (symbolizer/), what the answers mean and the memo
- * (symbolize.c), the files (symfile.c).
+ * (symbolize.c), the files (symfile.c), the uid a helper runs as (symuid.c), starting and
+ * ending its process (symspawn.c).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +65,7 @@
 #include "msg.h"
 #include "symfile.h"
 #include "symproto.h"
+#include "symuid.h"
 
 #define SYMHELPER_TIMEOUT_MS 30000
 #define SYMHELPER_IDLE_MS 60000
@@ -66,13 +74,15 @@
 #define SYMHELPER_BACKOFF_MIN_MS 250
 #define SYMHELPER_BACKOFF_MAX_MS 60000
 #define SYMHELPER_NOBODY 65534
+/* While waiting on a helper, how often it is looked at for having been stopped. */
+#define SYMHELPER_STOP_CHECK_MS 200
+/* What the exchange returns for a helper found stopped (not the file's fault). */
+#define SYMHELPER_STOPPED (-ESRCH)
 /* The drain thread (symhelper_no_wait): how long it waits for a helper another thread uses,
  * its deadline, and how long a helper that failed it is not asked by it again. */
 #define SYMHELPER_NO_WAIT_LOCK_MS 2000
 #define SYMHELPER_NO_WAIT_MS 5000
 #define SYMHELPER_NO_WAIT_BAN_MS (10 * 60 * 1000)
-
-extern char **environ;
 
 /* An id to forget, and the helper generation it belongs to (older ones died with theirs). */
 struct symhelper_close {
@@ -130,30 +140,34 @@ static struct symhelper *symhelper_of(uid_t uid)
 
 /* ---- Messages ------------------------------------------------------------------------- */
 
-/* Wait until fd is ready for events, or the deadline: 0, or -ETIMEDOUT / -errno. */
-static int symhelper_wait(int fd, short events, int64_t deadline)
+/* Wait until h's socket is ready for events, or the deadline: 0, or -ETIMEDOUT,
+ * SYMHELPER_STOPPED, -errno. */
+static int symhelper_wait(const struct symhelper *h, short events, int64_t deadline)
 {
 	for (;;) {
 		int64_t left = deadline - symhelper_now_ms();
 		if (left <= 0)
 			return -ETIMEDOUT;
-		struct pollfd p = { fd, events, 0 };
-		int r = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+		struct pollfd p = { h->sock, events, 0 };
+		int r = poll(&p, 1, left > SYMHELPER_STOP_CHECK_MS ? SYMHELPER_STOP_CHECK_MS
+								   : (int)left);
 		if (r > 0)
 			return 0;
 		if (r < 0 && errno != EINTR)
 			return -errno;
+		if (r == 0 && symspawn_stopped(h->pid))
+			return SYMHELPER_STOPPED;
 	}
 }
 
-static int symhelper_read(int fd, void *buf, size_t n, int64_t deadline)
+static int symhelper_read(const struct symhelper *h, void *buf, size_t n, int64_t deadline)
 {
 	char *p = buf;
 	while (n > 0) {
-		int err = symhelper_wait(fd, POLLIN, deadline);
+		int err = symhelper_wait(h, POLLIN, deadline);
 		if (err)
 			return err;
-		ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+		ssize_t r = recv(h->sock, p, n, MSG_DONTWAIT);
 		if (r == 0)
 			return -EPIPE;
 		if (r < 0) {
@@ -168,17 +182,18 @@ static int symhelper_read(int fd, void *buf, size_t n, int64_t deadline)
 }
 
 /* The next message: header and body (malloc'd, *body), within the deadline. */
-static int symhelper_recv(int fd, struct symproto_hdr *h, void **body, int64_t deadline)
+static int symhelper_recv(const struct symhelper *h, struct symproto_hdr *hd, void **body,
+			  int64_t deadline)
 {
 	*body = NULL;
-	int err = symhelper_read(fd, h, sizeof(*h), deadline);
+	int err = symhelper_read(h, hd, sizeof(*hd), deadline);
 	if (err)
 		return err;
-	if (h->len > SYMPROTO_MSG_MAX)
+	if (hd->len > SYMPROTO_MSG_MAX)
 		return -EPROTO;
-	if (!(*body = malloc(h->len ? h->len : 1)))
+	if (!(*body = malloc(hd->len ? hd->len : 1)))
 		return -ENOMEM;
-	err = symhelper_read(fd, *body, h->len, deadline);
+	err = symhelper_read(h, *body, hd->len, deadline);
 	if (err) {
 		free(*body);
 		*body = NULL;
@@ -187,20 +202,20 @@ static int symhelper_recv(int fd, struct symproto_hdr *h, void **body, int64_t d
 }
 
 /* Send one message (with pass_fd attached when >= 0) within the deadline. */
-static int symhelper_send(int fd, uint32_t type, const void *a, size_t alen, const void *b,
-			  size_t blen, int pass_fd, int64_t deadline)
+static int symhelper_send(const struct symhelper *h, uint32_t type, const void *a, size_t alen,
+			  const void *b, size_t blen, int pass_fd, int64_t deadline)
 {
-	struct symproto_hdr h = { type, (uint32_t)(alen + blen) };
-	struct iovec iov[3] = { { &h, sizeof(h) }, { (void *)a, alen }, { (void *)b, blen } };
+	struct symproto_hdr hd = { type, (uint32_t)(alen + blen) };
+	struct iovec iov[3] = { { &hd, sizeof(hd) }, { (void *)a, alen }, { (void *)b, blen } };
 	union msg_fd_control ctl;
 	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 3 };
 	msg_attach_fd(&msg, &ctl, pass_fd);
-	size_t left = sizeof(h) + alen + blen;
+	size_t left = sizeof(hd) + alen + blen;
 	while (left > 0) {
-		int err = symhelper_wait(fd, POLLOUT, deadline);
+		int err = symhelper_wait(h, POLLOUT, deadline);
 		if (err)
 			return err;
-		ssize_t w = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+		ssize_t w = sendmsg(h->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (w < 0) {
 			if (errno == EINTR || errno == EAGAIN)
 				continue;
@@ -250,20 +265,15 @@ static int symhelper_path(char *path, size_t cap)
 	return access(path, X_OK) == 0 ? 0 : -ENOENT;
 }
 
-/* Kill and reap the helper; returns its wait status (or -1). */
+/* Kill and reap the helper; returns its wait status (or -1). The socket is closed first: a
+ * helper the daemon may not kill (no CAP_KILL) then exits at its next read. */
 static int symhelper_reap(struct symhelper *h, bool kill_it)
 {
-	int st = -1;
-	if (h->pid > 0) {
-		if (kill_it)
-			kill(h->pid, SIGKILL);
-		while (waitpid(h->pid, &st, 0) < 0 && errno == EINTR)
-			;
-	}
 	if (h->sock >= 0)
 		close(h->sock);
-	__atomic_store_n(&h->pid, 0, __ATOMIC_RELAXED);
 	h->sock = -1;
+	int st = h->pid > 0 ? symspawn_end(h->pid, kill_it) : -1;
+	__atomic_store_n(&h->pid, 0, __ATOMIC_RELAXED);
 	return st;
 }
 
@@ -298,7 +308,8 @@ static void symhelper_fail(struct symhelper *h, int why, const char *doing)
 	log_warn("symbolizer for uid %u (pid %d) %s: %s, %s; its addresses are shown "
 		 "unsymbolized, restarting in %u ms",
 		 (unsigned)h->uid, (int)pid, doing,
-		 why == -ETIMEDOUT ? "timed out" : why == -EPIPE ? "hung up" : strerror(-why), how,
+		 why == -ETIMEDOUT ? "timed out" : why == -EPIPE ? "hung up"
+			: why == SYMHELPER_STOPPED ? "was stopped (SIGSTOP)" : strerror(-why), how,
 		 h->backoff_ms);
 }
 
@@ -312,32 +323,38 @@ static int symhelper_spawn(struct symhelper *h)
 			 "LLGO_HEAP_SYMBOLIZER); frames are shown unsymbolized");
 		return -ENOENT;
 	}
-	bool root = geteuid() == 0;
-	unsigned uid = root ? (h->uid ? (unsigned)h->uid : SYMHELPER_NOBODY) : (unsigned)getuid();
-	unsigned gid = root ? SYMHELPER_NOBODY : (unsigned)getgid();
-	char a_uid[16], a_gid[16], a_idle[16], a_mem[16], a_files[16];
+	/* as root: the profiled uid (nobody's group), or a uid (and group) of its own */
+	unsigned uid = (unsigned)getuid(), gid = (unsigned)getgid();
+	if (geteuid() == 0) {
+		uid_t own;
+		uid = (unsigned)h->uid;
+		gid = SYMHELPER_NOBODY;
+		if (symuid_isolated(h->uid)) {
+			if (symuid_pick(h->uid, &own) != 0) {
+				h->backoff_ms = SYMHELPER_BACKOFF_MAX_MS;
+				h->retry_at_ms = symhelper_now_ms() + h->backoff_ms;
+				return -EAGAIN;
+			}
+			uid = gid = (unsigned)own;
+		}
+	}
+	char a_uid[16], a_gid[16], a_idle[16], a_mem[16], a_files[16], a_parent[16];
 	snprintf(a_uid, sizeof(a_uid), "%u", uid);
 	snprintf(a_gid, sizeof(a_gid), "%u", gid);
 	snprintf(a_idle, sizeof(a_idle), "%u", SYMHELPER_IDLE_MS);
 	snprintf(a_mem, sizeof(a_mem), "%u", SYMHELPER_MEMORY_MB);
 	snprintf(a_files, sizeof(a_files), "%u", SYMHELPER_MAX_FILES);
+	snprintf(a_parent, sizeof(a_parent), "%d", (int)getpid());
 	char *argv[] = { path, "--uid", a_uid, "--gid", a_gid, "--idle-ms", a_idle, "--memory-mb",
-			 a_mem, "--max-files", a_files, NULL };
+			 a_mem, "--max-files", a_files, "--parent-pid", a_parent, NULL };
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
 		return -errno;
 	/* the child's end above SYMPROTO_FD, so dup2 onto it clears close-on-exec */
 	int child = fcntl(sv[1], F_DUPFD_CLOEXEC, SYMPROTO_FD + 1);
 	close(sv[1]);
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, child, SYMPROTO_FD);
-	posix_spawn_file_actions_addclosefrom_np(&fa, SYMPROTO_FD + 1);
-	pid_t pid = 0;
-	int err = child < 0 ? errno : posix_spawn(&pid, path, &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
+	pid_t pid = child < 0 ? -errno : symspawn_start(path, argv, child);
+	int err = pid < 0 ? (int)-pid : 0;
 	if (child >= 0)
 		close(child);
 	if (err) {
@@ -353,7 +370,7 @@ static int symhelper_spawn(struct symhelper *h)
 	/* READY: it is sandboxed (a helper that could not be says why on stderr and exits) */
 	struct symproto_hdr hd;
 	void *body;
-	err = symhelper_recv(h->sock, &hd, &body, symhelper_now_ms() + g_timeout_ms);
+	err = symhelper_recv(h, &hd, &body, symhelper_now_ms() + g_timeout_ms);
 	free(body);
 	if (!err && hd.type != SYMPROTO_READY)
 		err = -EPROTO;
@@ -373,9 +390,21 @@ static void symhelper_reap_hung_up(struct symhelper *h)
 	log_warn("symbolizer for uid %u stopped between requests: %s", (unsigned)h->uid, how);
 }
 
+/* A helper found stopped (SIGSTOP) between or during requests: killed and reaped, logged; no
+ * backoff (the next request starts a new one), and no fault of the file it was asked about. */
+static void symhelper_reap_stopped(struct symhelper *h)
+{
+	pid_t pid = h->pid;
+	symhelper_reap(h, true);
+	log_warn("symbolizer for uid %u (pid %d) was stopped (SIGSTOP): killed; the next "
+		 "request starts another", (unsigned)h->uid, (int)pid);
+}
+
 /* A running helper, started if need be; -EAGAIN while backing off. */
 static int symhelper_ready(struct symhelper *h)
 {
+	if (h->pid > 0 && symspawn_stopped(h->pid))
+		symhelper_reap_stopped(h);
 	if (h->pid > 0) {
 		/* readable while idle: it hung up (stopped idle, or died) */
 		struct pollfd p = { h->sock, POLLIN, 0 };
@@ -396,7 +425,7 @@ static int symhelper_flush_closes(struct symhelper *h, int64_t deadline)
 	for (size_t i = 0; i < h->nclose && !err; i++) {
 		struct symproto_close c = { h->closes[i].id };
 		if (h->closes[i].gen == h->gen)
-			err = symhelper_send(h->sock, SYMPROTO_CLOSE, &c, sizeof(c), NULL, 0, -1,
+			err = symhelper_send(h, SYMPROTO_CLOSE, &c, sizeof(c), NULL, 0, -1,
 					     deadline);
 	}
 	h->nclose = 0;
@@ -462,7 +491,7 @@ static int symhelper_find(struct symhelper *h, struct symfile *f, const void *bo
 		return -EPROTO;
 	int fd = symfile_find_debug(f, name, q->crc, q->build_id_len ? id : NULL);
 	struct symproto_found a = { q->id, fd >= 0 };
-	int err = symhelper_send(h->sock, SYMPROTO_FOUND, &a, sizeof(a), NULL, 0, fd, deadline);
+	int err = symhelper_send(h, SYMPROTO_FOUND, &a, sizeof(a), NULL, 0, fd, deadline);
 	if (fd >= 0)
 		close(fd);
 	return err;
@@ -541,12 +570,12 @@ static int symhelper_exchange(struct symhelper *h, struct symfile *f, const uint
 	}
 	struct symproto_lookup q = { f->helper_id, open, (uint32_t)n, 0 };
 	if (!err)
-		err = symhelper_send(h->sock, SYMPROTO_LOOKUP, &q, sizeof(q), offs,
-				     n * sizeof(*offs), open ? f->fd : -1, deadline);
+		err = symhelper_send(h, SYMPROTO_LOOKUP, &q, sizeof(q), offs, n * sizeof(*offs),
+				     open ? f->fd : -1, deadline);
 	while (!err) {
 		struct symproto_hdr hd;
 		void *body;
-		if ((err = symhelper_recv(h->sock, &hd, &body, deadline)) != 0)
+		if ((err = symhelper_recv(h, &hd, &body, deadline)) != 0)
 			break;
 		if (hd.type == SYMPROTO_FIND) {
 			err = symhelper_find(h, f, body, hd.len, deadline);
@@ -617,6 +646,12 @@ int symhelper_lookup(struct symfile *f, const uint64_t *offs, size_t n, symhelpe
 			h->retry_at_ms = 0;
 			break;
 		}
+		if (err == SYMHELPER_STOPPED) {
+			/* someone stopped it: not the file's fault, nor one to back off from */
+			symhelper_reap_stopped(h);
+			served = false;
+			break;
+		}
 		if (err == -EPIPE && attempt == 0) {
 			/* hung up: stopped idle just now (try a new one), or died */
 			int st = symhelper_reap(h, true);
@@ -646,6 +681,19 @@ int symhelper_lookup(struct symfile *f, const uint64_t *offs, size_t n, symhelpe
 void symhelper_no_wait(bool on)
 {
 	g_no_wait = on;
+}
+
+void symhelper_stop_all(void)
+{
+	pthread_mutex_lock(&g_lock);
+	struct symhelper *list = g_helpers;
+	pthread_mutex_unlock(&g_lock);
+	for (struct symhelper *h = list; h; h = h->next) {
+		pthread_mutex_lock(&h->lock);
+		if (h->pid > 0)
+			symhelper_reap(h, true);
+		pthread_mutex_unlock(&h->lock);
+	}
 }
 
 /* ---- For tests ------------------------------------------------------------------------ */

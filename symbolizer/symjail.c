@@ -4,8 +4,10 @@
  * reads a byte of a request.
  *
  * In order: no supplementary groups, the gid and uid it is told (llgo-heapd, as root, passes
- * the profiled uid, or nobody's for root's own processes; without CAP_SETUID/CAP_SETGID it
- * stays uid 0, and says so on stderr), every capability dropped (the
+ * the profiled uid, or a uid of the helper's own for the processes of root, system users and
+ * nobody; without CAP_SETUID/CAP_SETGID it stays uid 0, and says so on stderr), the
+ * parent-death signal SIGKILL (set after the uid changes, which clears it; if the daemon is
+ * already gone we stop here), every capability dropped (the
  * permitted, effective, inheritable and ambient sets, and the bounding set where we may),
  * not dumpable, PR_SET_NO_NEW_PRIVS, resource limits (no core files, at most max_files
  * descriptors, max_bytes of address space), then a seccomp filter. The filter allows what
@@ -19,6 +21,7 @@
  */
 #include <errno.h>
 #include <grp.h>
+#include <signal.h>
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -170,6 +173,10 @@ int symjail_enter(const struct symjail_limits *lim, char *why, size_t whylen)
 					"capabilities\n", (unsigned)lim->uid);
 	}
 	SYMJAIL_STEP("uid", root && getuid() != geteuid() ? -EPERM : 0);
+	/* a stopped helper never reads the daemon's hang-up: SIGKILL reaches it all the same */
+	SYMJAIL_STEP("parent-death signal",
+		     lim->parent && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 ? -errno : 0);
+	SYMJAIL_STEP("parent", lim->parent && getppid() != lim->parent ? -ESRCH : 0);
 	SYMJAIL_STEP("ambient capabilities",
 		     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 &&
 				     errno != EINVAL

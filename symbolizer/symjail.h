@@ -15,6 +15,7 @@ struct symjail_limits {
 	gid_t gid;
 	uint64_t memory_bytes; /* RLIMIT_AS; 0: none */
 	uint64_t max_files;    /* RLIMIT_NOFILE */
+	pid_t parent;          /* the daemon: we die with it (0: no parent-death signal) */
 };
 
 /* Drop privileges and install the system call filter; 0, or -errno with why[] said. */

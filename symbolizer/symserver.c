@@ -6,9 +6,11 @@
  * files come as descriptors and are parsed by symparse.c; a debug file it needs is asked of
  * the daemon (FIND), which answers with a descriptor or none. Single-threaded. It exits when
  * the daemon closes the socket, on any malformed message, or after --idle-ms with no request
- * (status SYMPROTO_EXIT_IDLE, so the daemon knows it is no failure).
+ * (status SYMPROTO_EXIT_IDLE, so the daemon knows it is no failure); it is killed when the
+ * daemon (--parent-pid) dies.
  *
  *   llgo-heap-symbolizer --uid U --gid G [--idle-ms N] [--memory-mb N] [--max-files N]
+ *                        [--parent-pid PID]
  *
  * Built with -DSYMSERVER_TEST_HOOKS (tests only, never installed), a lookup whose function is
  * sandbox_test_crash aborts, one in sandbox_test_hang never answers, one in
@@ -319,6 +321,7 @@ int main(int argc, char **argv)
 		.gid = (gid_t)symserver_arg(argc, argv, "--gid", getgid()),
 		.memory_bytes = symserver_arg(argc, argv, "--memory-mb", 4096) << 20,
 		.max_files = symserver_arg(argc, argv, "--max-files", 4096),
+		.parent = (pid_t)symserver_arg(argc, argv, "--parent-pid", 0),
 	};
 	int idle_ms = (int)symserver_arg(argc, argv, "--idle-ms", 60000);
 	char why[256];

@@ -646,7 +646,8 @@ Test(config, command_line_wins_and_trim_adds_up)
 			       NULL };
 	cr_assert_eq(svc_load(&c, "# comment\n\n  socket = /tmp/file.sock  \nmax-processes = 3\n"
 				  "max-processes-per-uid = 2\ntrim = a,c*\nforeground = yes\n"
-				  "log-level = debug\nmax-ring-memory = 3M\n",
+				  "log-level = debug\nmax-ring-memory = 3M\n"
+				  "symbolizer-uids = 61000-61010\n",
 			      err, sizeof(err), args), 0, "%s", err);
 	cr_expect_str_eq(c.server.socket_path, "/tmp/cli.sock");
 	cr_expect_eq(c.budget.total[BUDGET_SESSIONS], 7);
@@ -655,6 +656,8 @@ Test(config, command_line_wins_and_trim_adds_up)
 	cr_expect_eq(c.server.ntrim, 3);
 	cr_expect(c.foreground);
 	cr_expect_eq(c.log_level, LOG_LEVEL_DEBUG);
+	cr_expect_eq(c.symbolizer_uid_first, 61000);
+	cr_expect_eq(c.symbolizer_uid_last, 61010);
 	cr_expect(c.server.budget == &c.budget);
 	config_free(&c);
 }
@@ -673,6 +676,10 @@ Test(config, refusals_name_the_line)
 		{ "foreground = maybe\n", "c.conf:1: --foreground: want yes or no: maybe" },
 		{ "trim\n", "c.conf:1: trim needs a value" },
 		{ "config = /etc/other.conf\n", "c.conf:1: unknown key 'config'" },
+		{ "symbolizer-uids = 61000\n", "c.conf:1: --symbolizer-uids: want FIRST-LAST" },
+		{ "symbolizer-uids = 61010-61000\n", "c.conf:1: --symbolizer-uids: want FIRST-LAST" },
+		{ "symbolizer-uids = 0-10\n", "c.conf:1: --symbolizer-uids: want FIRST-LAST" },
+		{ "symbolizer-uids = 1-2147483648\n", "c.conf:1: --symbolizer-uids: want" },
 	};
 	for (size_t i = 0; i < LLGO_ARRAY_SIZE(cases); i++) {
 		err[0] = '\0';
