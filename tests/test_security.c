@@ -1198,3 +1198,84 @@ Test(budget, one_users_slow_snapshots_leave_workers_to_others, .timeout = 120)
 	cr_expect_eq(stop, 0, "llgo-heapd stop status %d:\n%s", stop, heapd_log(&d));
 	heapd_cleanup(&d);
 }
+
+/* The bearer token decides who reads profiles over HTTP: a token file others than its owner
+ * may write, or owned by a uid other than root or the daemon's, is refused as the
+ * configuration file is (at start, with the reason; at SIGHUP, keeping the token in force). */
+Test(exposure, token_file_writable_by_others_is_refused, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	heapd_init(&d, NULL);
+	char token[160];
+	snprintf(token, sizeof(token), "%s/token", d.dir);
+	FILE *f = fopen(token, "w");
+	cr_assert(f);
+	fputs("s3cret\n", f);
+	fclose(f);
+	const struct { mode_t mode; uid_t owner; } bad[] = {
+		{ 0666, 0 }, { 0620, 0 }, { 0602, 0 }, { 0600, 65534 },
+	};
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(bad); i++) {
+		cr_assert_eq(chown(token, bad[i].owner, 0), 0);
+		cr_assert_eq(chmod(token, bad[i].mode), 0);
+		const char *extra[] = { "--http", "127.0.0.1:0", "--http-token-file", token, NULL };
+		pid_t pid = heapd_spawn(&d, extra);
+		int st = 0;
+		bool exited = false;
+		for (int k = 0; k < 500 && !exited; k++) {
+			exited = waitpid(pid, &st, WNOHANG) == pid;
+			if (!exited)
+				sleep_ms(10);
+		}
+		if (!exited) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+		}
+		char *log = heapd_log(&d);
+		cr_expect(exited && WIFEXITED(st) && WEXITSTATUS(st) != 0,
+			  "mode %o uid %u: the token file was accepted:\n%s", (unsigned)bad[i].mode,
+			  (unsigned)bad[i].owner, log);
+		cr_expect(strstr(log, "writable by others than its owner"),
+			  "mode %o uid %u: no reason given:\n%s", (unsigned)bad[i].mode,
+			  (unsigned)bad[i].owner, log);
+		free(log);
+	}
+	/* A good file, then made world-writable with another token in it: SIGHUP keeps the
+	 * first token. */
+	cr_assert_eq(chown(token, 0, 0), 0);
+	cr_assert_eq(chmod(token, 0600), 0);
+	const char *extra[] = { "--http", "127.0.0.1:0", "--http-token-file", token, NULL };
+	heapd_run(&d, extra);
+	f = fopen(token, "w");
+	cr_assert(f);
+	fputs("planted\n", f);
+	fclose(f);
+	cr_assert_eq(chmod(token, 0666), 0);
+	kill(d.pid, SIGHUP);
+	char *log = NULL;
+	for (int i = 0; i < 500; i++) {
+		free(log);
+		log = heapd_log(&d);
+		if (strstr(log, "writable by others than its owner"))
+			break;
+		sleep_ms(10);
+	}
+	cr_expect(strstr(log, "writable by others than its owner"), "reload accepted it:\n%s", log);
+	free(log);
+	const char *tokens[] = { "planted", "s3cret" };
+	const int want[] = { 401, 200 };
+	for (int i = 0; i < 2; i++) {
+		int s = http_connect(d.port);
+		cr_assert_geq(s, 0);
+		char req[256];
+		int n = snprintf(req, sizeof(req), "GET /metrics HTTP/1.1\r\nHost: x\r\n"
+			 "Authorization: Bearer %s\r\nConnection: close\r\n\r\n", tokens[i]);
+		cr_assert_eq(write(s, req, (size_t)n), n);
+		int st = http_status(s);
+		cr_expect_eq(st, want[i], "token '%s': status %d, want %d", tokens[i], st, want[i]);
+		close(s);
+	}
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
+}
