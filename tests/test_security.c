@@ -27,14 +27,19 @@ static gid_t nobody_gid(void)
 	return pw ? pw->pw_gid : 65534;
 }
 
-/* The child becomes an ordinary process of nobody's: the uid change leaves it not dumpable
- * (its /proc files root's, the daemon refuses to read it), which a program nobody starts is
- * not. */
-static void become_nobody(void)
+/* The child becomes an ordinary process of uid's: the uid change leaves it not dumpable
+ * (its /proc files root's, the daemon refuses to read it), which a program the user starts
+ * is not. */
+static void become_uid(uid_t uid, gid_t gid)
 {
-	if (setgroups(0, NULL) != 0 || setgid(nobody_gid()) != 0 || setuid(nobody_uid()) != 0)
+	if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
 		_exit(120);
 	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+}
+
+static void become_nobody(void)
+{
+	become_uid(nobody_uid(), nobody_gid());
 }
 
 static void need_root(void)
@@ -576,6 +581,93 @@ Test(budget, rings_per_uid, .timeout = 60)
 	cr_expect_eq(e.budget_flags, 0);
 	close(go[1]);
 	waitpid(child, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
+}
+
+/* A process of uid that attaches and adds nrings rings, then waits until the write end of
+ * the pipe go is closed. */
+static pid_t ring_taker(struct heapd *d, uid_t uid, uint32_t nrings, const int go[2])
+{
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		become_uid(uid, uid);
+		struct fshim sh;
+		if (fshim_attach(&sh, d->sock, LLGO_RING_MIN_DATA, 512) != 0)
+			_exit(1);
+		for (uint32_t i = 0; i < nrings; i++) {
+			struct fring r;
+			fring_new(&r, i, LLGO_RING_MIN_DATA);
+			if (fshim_add_ring(&sh, &r) != 0)
+				_exit(2);
+		}
+		char c;
+		while (read(go[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	return child;
+}
+
+/* The rings pid holds once the daemon took or refused all nrings of them. */
+static uint32_t rings_taken(struct heapd *d, pid_t pid, uint32_t nrings)
+{
+	struct llgo_list_entry e;
+	memset(&e, 0, sizeof(e));
+	for (int i = 0; i < 500; i++) {
+		if (heapd_list_pid(d->sock, pid, &e) &&
+		    (e.rings == nrings || (e.budget_flags & LLGO_BUDGET_RINGS)))
+			break;
+		sleep_ms(10);
+	}
+	sleep_ms(100); /* a refusal refuses the rest too: nothing is freed meanwhile */
+	cr_assert(heapd_list_pid(d->sock, pid, &e), "pid %d is not listed", (int)pid);
+	return e.rings;
+}
+
+/* Five uids take the rings of a global budget in turn, each as many as its per-uid budget
+ * allows: the later ones still get some (none holds more than it leaves to the others), and
+ * root's process gets at least the eighth kept for root. (Per-uid budgets alone: 6, 6 and 4
+ * rings took all 16; the fourth and fifth uids and root got none.) */
+Test(budget, global_rings_keep_shares_for_root_and_each_uid, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-rings", "16", "--max-rings-per-uid", "6", NULL };
+	heapd_start(&d, NULL, extra);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	const uid_t uids[] = { nobody_uid(), 4242, 4243, 4244, 4245 };
+	pid_t kids[5];
+	uint32_t got[5], sum = 0;
+	for (int i = 0; i < 5; i++) {
+		kids[i] = ring_taker(&d, uids[i], 6, go);
+		got[i] = rings_taken(&d, kids[i], 6);
+		sum += got[i];
+	}
+	close(go[0]);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	for (uint32_t i = 0; i < 6; i++) {
+		struct fring r;
+		fring_new(&r, i, LLGO_RING_MIN_DATA);
+		cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+	}
+	uint32_t root = rings_taken(&d, getpid(), 6);
+	cr_log_info("rings of 16: uids %u %u %u %u %u, root %u", got[0], got[1], got[2], got[3],
+		    got[4], root);
+	for (int i = 0; i < 4; i++)
+		cr_expect_geq(got[i], 1, "uid %u got no ring (%u %u %u %u %u)", (unsigned)uids[i],
+			      got[0], got[1], got[2], got[3], got[4]);
+	cr_expect_leq(sum, 14, "the users took %u of 16 rings", sum);
+	cr_expect_geq(root, 2, "root got %u rings after five uids took %u", root, sum);
+	cr_expect_leq(sum + root, 16);
+	close(go[1]);
+	for (int i = 0; i < 5; i++)
+		waitpid(kids[i], NULL, 0);
 	fshim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
