@@ -533,57 +533,16 @@ Test(budget, processes_per_uid, .timeout = 60)
 	heapd_cleanup(&d);
 }
 
-/* nobody's process adds 6 rings with a budget of 2: 2 are read, its connection stays, and
- * root's process gets all of its rings. */
-Test(budget, rings_per_uid, .timeout = 60)
+/* Add n fresh rings (ids 0..n-1) to sh: 0, or -1 when one could not be sent. */
+static int fshim_add_rings(struct fshim *sh, uint32_t n)
 {
-	need_root();
-	struct heapd d;
-	const char *extra[] = { "--max-rings-per-uid", "2", NULL };
-	heapd_start(&d, NULL, extra);
-	int go[2];
-	cr_assert_eq(pipe(go), 0);
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
-	if (child == 0) {
-		close(go[1]);
-		become_nobody();
-		struct fshim sh;
-		if (fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512) != 0)
-			_exit(1);
-		for (uint32_t i = 0; i < 6; i++) {
-			struct fring r;
-			fring_new(&r, i, LLGO_RING_MIN_DATA);
-			if (fshim_add_ring(&sh, &r) != 0)
-				_exit(2);
-		}
-		char c;
-		while (read(go[0], &c, 1) > 0)
-			;
-		_exit(0);
-	}
-	close(go[0]);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
-	for (uint32_t i = 0; i < 6; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		struct fring r;
 		fring_new(&r, i, LLGO_RING_MIN_DATA);
-		cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+		if (fshim_add_ring(sh, &r) != 0)
+			return -1;
 	}
-	sleep_ms(400);
-	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, child, &e), "nobody's session is gone");
-	cr_expect_eq(e.state, LLGO_PROC_LIVE, "nobody's connection was dropped");
-	cr_expect_eq(e.rings, 2, "nobody's rings: %u", e.rings);
-	cr_expect(e.budget_flags & LLGO_BUDGET_RINGS, "flags %#x", e.budget_flags);
-	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
-	cr_expect_eq(e.rings, 6, "root's rings: %u", e.rings);
-	cr_expect_eq(e.budget_flags, 0);
-	close(go[1]);
-	waitpid(child, NULL, 0);
-	fshim_close(&sh);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	return 0;
 }
 
 /* A process of uid that attaches and adds nrings rings, then waits until the write end of
@@ -598,12 +557,8 @@ static pid_t ring_taker(struct heapd *d, uid_t uid, uint32_t nrings, const int g
 		struct fshim sh;
 		if (fshim_attach(&sh, d->sock, LLGO_RING_MIN_DATA, 512) != 0)
 			_exit(1);
-		for (uint32_t i = 0; i < nrings; i++) {
-			struct fring r;
-			fring_new(&r, i, LLGO_RING_MIN_DATA);
-			if (fshim_add_ring(&sh, &r) != 0)
-				_exit(2);
-		}
+		if (fshim_add_rings(&sh, nrings) != 0)
+			_exit(2);
 		char c;
 		while (read(go[0], &c, 1) > 0)
 			;
@@ -626,6 +581,37 @@ static uint32_t rings_taken(struct heapd *d, pid_t pid, uint32_t nrings)
 	sleep_ms(100); /* a refusal refuses the rest too: nothing is freed meanwhile */
 	cr_assert(heapd_list_pid(d->sock, pid, &e), "pid %d is not listed", (int)pid);
 	return e.rings;
+}
+
+/* nobody's process adds 6 rings with a budget of 2: 2 are read, its connection stays, and
+ * root's process gets all of its rings. */
+Test(budget, rings_per_uid, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-rings-per-uid", "2", NULL };
+	heapd_start(&d, NULL, extra);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t child = ring_taker(&d, nobody_uid(), 6, go);
+	close(go[0]);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	cr_assert_eq(fshim_add_rings(&sh, 6), 0);
+	sleep_ms(400);
+	struct llgo_list_entry e;
+	cr_assert(heapd_list_pid(d.sock, child, &e), "nobody's session is gone");
+	cr_expect_eq(e.state, LLGO_PROC_LIVE, "nobody's connection was dropped");
+	cr_expect_eq(e.rings, 2, "nobody's rings: %u", e.rings);
+	cr_expect(e.budget_flags & LLGO_BUDGET_RINGS, "flags %#x", e.budget_flags);
+	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
+	cr_expect_eq(e.rings, 6, "root's rings: %u", e.rings);
+	cr_expect_eq(e.budget_flags, 0);
+	close(go[1]);
+	waitpid(child, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
 }
 
 /* Five uids take the rings of a global budget in turn, each as many as its per-uid budget
@@ -651,11 +637,7 @@ Test(budget, global_rings_keep_shares_for_root_and_each_uid, .timeout = 60)
 	close(go[0]);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
-	for (uint32_t i = 0; i < 6; i++) {
-		struct fring r;
-		fring_new(&r, i, LLGO_RING_MIN_DATA);
-		cr_assert_eq(fshim_add_ring(&sh, &r), 0);
-	}
+	cr_assert_eq(fshim_add_rings(&sh, 6), 0);
 	uint32_t root = rings_taken(&d, getpid(), 6);
 	cr_log_info("rings of 16: uids %u %u %u %u %u, root %u", got[0], got[1], got[2], got[3],
 		    got[4], root);
