@@ -177,6 +177,14 @@ bool http_auth_check(struct http_server *h, struct MHD_Connection *c, bool *pres
 	return ok;
 }
 
+bool http_auth_required(struct http_server *h)
+{
+	pthread_mutex_lock(&h->token_lock);
+	bool required = h->token != NULL;
+	pthread_mutex_unlock(&h->token_lock);
+	return required;
+}
+
 enum MHD_Result http_auth_deny(struct http_server *h, struct MHD_Connection *c,
 					 bool presented)
 {

@@ -1353,3 +1353,160 @@ Test(exposure, token_file_writable_by_others_is_refused, .timeout = 60)
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
+
+/* GET path as uid (a forked child that drops root), with the bearer token when given: the
+ * HTTP status (0: no answer within the socket's 5 s). */
+static int http_status_as(uid_t uid, int port, const char *path, const char *token)
+{
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(p[0]);
+		if (uid)
+			become_uid(uid, uid);
+		int s = http_connect(port);
+		char req[512], auth[300] = "";
+		if (token)
+			snprintf(auth, sizeof(auth), "Authorization: Bearer %s\r\n", token);
+		int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n%s"
+			 "Connection: close\r\n\r\n", path, auth);
+		int st = s >= 0 && write(s, req, (size_t)n) == n ? http_status(s) : -1;
+		_exit(write(p[1], &st, sizeof(st)) == sizeof(st) ? 0 : 1);
+	}
+	close(p[1]);
+	int st = -1;
+	cr_assert_eq(read(p[0], &st, sizeof(st)), (ssize_t)sizeof(st));
+	close(p[0]);
+	waitpid(child, NULL, 0);
+	return st;
+}
+
+/* --http alone (no token, no --http-uids): each local client is served its own processes
+ * (the uid owning its socket), root every process; nobody is answered 404 for root's, as for
+ * an unknown pid. (The daemon's own uid was served to everyone: nobody got root's profile.) */
+Test(exposure, http_default_serves_each_local_uid_its_own, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--http", "127.0.0.1:0", NULL };
+	heapd_start(&d, NULL, extra);
+	int port = http_port_of(&d);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t mine = ring_taker(&d, nobody_uid(), 1, go);
+	close(go[0]);
+	rings_taken(&d, mine, 1);
+	char root_path[128], nobody_path[128];
+	snprintf(root_path, sizeof(root_path), "/debug/pprof/heap?pid=%d&debug=1", (int)getpid());
+	snprintf(nobody_path, sizeof(nobody_path), "/debug/pprof/heap?pid=%d&debug=1", (int)mine);
+	int st = http_status_as(nobody_uid(), port, root_path, NULL);
+	cr_expect_eq(st, 404, "nobody asked for root's profile: %d", st);
+	st = http_status_as(nobody_uid(), port, nobody_path, NULL);
+	cr_expect_eq(st, 200, "nobody asked for its own profile: %d", st);
+	st = http_status_as(4242, port, nobody_path, NULL);
+	cr_expect_eq(st, 404, "uid 4242 asked for nobody's profile: %d", st);
+	st = http_status_as(0, port, root_path, NULL);
+	cr_expect_eq(st, 200, "root asked for its own profile: %d", st);
+	st = http_status_as(0, port, nobody_path, NULL);
+	cr_expect_eq(st, 200, "root asked for nobody's profile: %d", st);
+	close(go[1]);
+	waitpid(mine, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
+}
+
+/* One slow client of uid: nconns connections to port that send a request a byte every
+ * 500 ms, each reopened when the server closes it, until the process is killed. */
+static pid_t http_slowloris(uid_t uid, int port, int nconns)
+{
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child != 0)
+		return child;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	become_uid(uid, uid);
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: "
+				  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+				  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+				  "\r\n\r\n";
+	int socks[256];
+	size_t sent[256];
+	for (int i = 0; i < nconns; i++)
+		socks[i] = -1;
+	for (;;) {
+		for (int i = 0; i < nconns; i++) {
+			if (socks[i] < 0) {
+				socks[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+				struct sockaddr_in sa = { .sin_family = AF_INET,
+							  .sin_port = htons((uint16_t)port),
+							  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+				connect(socks[i], (struct sockaddr *)&sa, sizeof(sa));
+				sent[i] = 0;
+				continue;
+			}
+			char c;
+			ssize_t r = recv(socks[i], &c, 1, MSG_DONTWAIT);
+			bool gone = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+					       errno != ENOTCONN);
+			if (!gone && sent[i] + 1 < sizeof(req)) {
+				ssize_t w = send(socks[i], req + sent[i], 1, MSG_NOSIGNAL);
+				if (w == 1)
+					sent[i]++;
+				else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN)
+					gone = true;
+			}
+			if (gone) {
+				close(socks[i]);
+				socks[i] = -1;
+			}
+		}
+		sleep_ms(500);
+	}
+}
+
+/* 200 connections of five users trickle a byte every 500 ms (each byte restarts the idle
+ * timeout, so without more they held all 64 HTTP connections for good): a request with the
+ * token is still answered within 5 s, thanks to the deadline for a whole request, the
+ * per-peer limit and slow connections closed first when the server is full. */
+Test(exposure, http_slowloris_leaves_room_for_a_token_request, .timeout = 120)
+{
+	need_root();
+	struct heapd d;
+	heapd_init(&d, NULL);
+	char token[160];
+	snprintf(token, sizeof(token), "%s/token", d.dir);
+	FILE *f = fopen(token, "w");
+	cr_assert(f);
+	fputs("s3cret\n", f);
+	fclose(f);
+	cr_assert_eq(chmod(token, 0600), 0);
+	const char *extra[] = { "--http", "127.0.0.1:0", "--http-token-file", token, NULL };
+	heapd_run(&d, extra);
+	int port = http_port_of(&d);
+	const uid_t uids[] = { nobody_uid(), 4242, 4243, 4244, 4245 };
+	pid_t slow[5];
+	for (int i = 0; i < 5; i++)
+		slow[i] = http_slowloris(uids[i], port, 40);
+	sleep_ms(3000); /* every connection opened and trickling */
+	for (int round = 0; round < 3; round++) {
+		long t0 = lu_now_ms();
+		int st = http_status_as(0, port, "/metrics", "s3cret");
+		long ms = lu_now_ms() - t0;
+		cr_log_info("slowloris: /metrics with the token: %d after %ld ms", st, ms);
+		cr_expect_eq(st, 200, "round %d: /metrics with the token: %d after %ld ms", round,
+			     st, ms);
+		cr_expect_lt(ms, 5000, "round %d: answered after %ld ms", round, ms);
+		sleep_ms(1000);
+	}
+	for (int i = 0; i < 5; i++) {
+		kill(slow[i], SIGKILL);
+		waitpid(slow[i], NULL, 0);
+	}
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
+}
