@@ -9,6 +9,14 @@
  * their records to buckets and counts them). Each refusal is logged once per uid and kind
  * until that uid is under the limit again, and the kinds hit are kept for `llgo-heap list`.
  *
+ * Shares of a global budget. Per-uid limits alone let a few users (or one with several
+ * uids) take all of a global budget together, root's processes included. So of every global
+ * limit an eighth (BUDGET_ROOT_SHARE) is kept for root, which alone may use all of it; the
+ * other users share the rest, and none of them may take more than it leaves free to the
+ * others after the take (its holding never above what is left). However many uids take
+ * their turns, something stays for the next one: k users that grow together stop at a
+ * (k+1)th of the pool each, and a newcomer may take half of what they left.
+ *
  * One mutex over a small open hash of uids; nothing here calls out while holding it.
  */
 #include <errno.h>
@@ -18,6 +26,9 @@
 
 #include "budget.h"
 #include "session.h"
+
+/* Of each global limit, this fraction (rounded up) is for root alone. */
+#define BUDGET_ROOT_SHARE 8u
 
 _Static_assert(BUDGET_FLAG(BUDGET_CONNS) == LLGO_BUDGET_CONNS &&
 		       BUDGET_FLAG(BUDGET_SESSIONS) == LLGO_BUDGET_SESSIONS &&
@@ -41,6 +52,7 @@ struct budget {
 	struct budget_user *users;
 	size_t cap, n;
 	uint64_t total[BUDGET_NKINDS];
+	uint64_t others[BUDGET_NKINDS]; /* of total, what uids other than root hold */
 };
 
 static const char *const budget_names[BUDGET_NKINDS] = {
@@ -140,16 +152,48 @@ static struct budget_user *budget_user_locked(struct budget *b, uid_t uid, bool 
 	return &b->users[i];
 }
 
+static uint64_t budget_sub(uint64_t a, uint64_t b)
+{
+	return a > b ? a - b : 0;
+}
+
+/* How much more of kind u may take now (UINT64_MAX: no limit). */
+static uint64_t budget_room(const struct budget *b, const struct budget_user *u,
+			    enum budget_kind k)
+{
+	uint64_t lu = b->lim.per_uid[k], lt = b->lim.total[k];
+	bool root = u->uid == 0;
+	uint64_t room = UINT64_MAX;
+	if (lu && !(root && b->lim.root_exempt))
+		room = budget_sub(lu, u->have[k]);
+	if (!lt)
+		return room;
+	uint64_t free_all = budget_sub(lt, b->total[k]);
+	if (root)
+		return room < free_all ? room : free_all;
+	/* the users' pool: the total without root's share */
+	uint64_t pool = lt - (lt + BUDGET_ROOT_SHARE - 1) / BUDGET_ROOT_SHARE;
+	uint64_t free = budget_sub(pool, b->others[k]);
+	if (free > free_all)
+		free = free_all;
+	/* have + n <= free - n: after the take, no more than it leaves to the others */
+	uint64_t fair = budget_sub(free, u->have[k]) / 2;
+	return room < fair ? room : fair;
+}
+
 static bool budget_fits(const struct budget *b, const struct budget_user *u, enum budget_kind k,
 			uint64_t n)
 {
-	uint64_t lu = b->lim.per_uid[k], lt = b->lim.total[k];
-	bool exempt = b->lim.root_exempt && u->uid == 0;
-	if (!exempt && lu && u->have[k] + n > lu)
-		return false;
-	if (lt && b->total[k] + n > lt)
-		return false;
-	return true;
+	return n <= budget_room(b, u, k);
+}
+
+static void budget_add_locked(struct budget *b, struct budget_user *u, enum budget_kind k,
+			      uint64_t n)
+{
+	u->have[k] += n;
+	b->total[k] += n;
+	if (u->uid != 0)
+		b->others[k] += n;
 }
 
 /* Sets *log when the hit is to be logged, with the limits in force copied to *l (they may
@@ -165,8 +209,9 @@ static void budget_note_hit_locked(struct budget *b, struct budget_user *u, enum
 
 static void budget_log(uid_t uid, enum budget_kind k, const struct budget_limits *l)
 {
-	log_warn("uid %u: %s budget reached (per uid %llu, all users %llu): refusing or "
-		 "degrading this user's processes only (logged once)", (unsigned)uid,
+	log_warn("uid %u: %s budget reached (per uid %llu, all users %llu, an eighth of it "
+		 "root's, no user more than it leaves to the others): refusing or degrading "
+		 "this user's processes only (logged once)", (unsigned)uid,
 		 budget_name(k), (unsigned long long)l->per_uid[k],
 		 (unsigned long long)l->total[k]);
 }
@@ -186,8 +231,7 @@ int budget_take(struct budget *b, uid_t uid, enum budget_kind k, uint64_t n)
 		budget_note_hit_locked(b, u, k, &log, &lim);
 		rc = -EDQUOT;
 	} else {
-		u->have[k] += n;
-		b->total[k] += n;
+		budget_add_locked(b, u, k, n);
 	}
 	pthread_mutex_unlock(&b->lock);
 	if (log)
@@ -207,12 +251,8 @@ bool budget_charge(struct budget *b, uid_t uid, enum budget_kind k, uint64_t n)
 		pthread_mutex_unlock(&b->lock);
 		return true;
 	}
-	u->have[k] += n;
-	b->total[k] += n;
-	over = !budget_fits(b, u, k, 0) ||
-	       (b->lim.per_uid[k] && !(b->lim.root_exempt && uid == 0) &&
-		u->have[k] >= b->lim.per_uid[k]) ||
-	       (b->lim.total[k] && b->total[k] >= b->lim.total[k]);
+	budget_add_locked(b, u, k, n);
+	over = budget_room(b, u, k) == 0;
 	if (over)
 		budget_note_hit_locked(b, u, k, &log, &lim);
 	pthread_mutex_unlock(&b->lock);
@@ -228,8 +268,11 @@ void budget_give(struct budget *b, uid_t uid, enum budget_kind k, uint64_t n)
 	pthread_mutex_lock(&b->lock);
 	struct budget_user *u = budget_user_locked(b, uid, false);
 	if (u) {
-		u->have[k] -= n < u->have[k] ? n : u->have[k];
-		b->total[k] -= n < b->total[k] ? n : b->total[k];
+		uint64_t m = n < u->have[k] ? n : u->have[k];
+		u->have[k] -= m;
+		b->total[k] = budget_sub(b->total[k], m);
+		if (uid != 0)
+			b->others[k] = budget_sub(b->others[k], m);
 		/* under every limit again: the next hit is logged again */
 		bool under = true;
 		for (int i = 0; i < BUDGET_NKINDS && under; i++)
@@ -247,10 +290,7 @@ bool budget_over(struct budget *b, uid_t uid, enum budget_kind k)
 	pthread_mutex_lock(&b->lock);
 	struct budget_user *u = budget_user_locked(b, uid, false);
 	struct budget_user zero = { .uid = uid };
-	bool over = !budget_fits(b, u ? u : &zero, k, 0) ||
-		    (b->lim.per_uid[k] && !(b->lim.root_exempt && uid == 0) && u &&
-		     u->have[k] >= b->lim.per_uid[k]) ||
-		    (b->lim.total[k] && b->total[k] >= b->lim.total[k]);
+	bool over = budget_room(b, u ? u : &zero, k) == 0;
 	pthread_mutex_unlock(&b->lock);
 	return over;
 }

@@ -13,18 +13,25 @@
  * Where. "PORT" and ":PORT" bind 127.0.0.1 (loopback-only unless an address is given);
  * "ADDR:PORT" and "[V6]:PORT" bind ADDR, which may be 0.0.0.0 or [::] for every interface.
  *
- * Access. HTTP carries no peer credentials, so only processes whose uid is in the allowed
- * list (--http-uids, default the daemon's effective uid) are served; any other process is
- * answered exactly as an unknown pid, and no list shows it. With --http-token-file, every
- * request but the index (/) must carry "Authorization: Bearer TOKEN" (RFC 6750); others get
- * 401 with WWW-Authenticate: Bearer, whatever the path, so nothing tells which paths exist.
- * The token is compared in constant time; the file is read at start and when
- * http_reload_token is called (SIGHUP).
+ * Access. HTTP carries no credentials, so what a request may see (struct http_view) is:
+ *   - with --http-uids: the processes of those uids (for every client that passes the
+ *     token, when one is required);
+ *   - else, with --http-token-file: the processes of the daemon's own uid (the token is the
+ *     credential: whoever holds it was given it);
+ *   - else: a client on this host sees its own processes, those of the uid owning its socket
+ *     (http_conns.c asks the kernel), and root's client every process, as on the daemon's
+ *     socket; a remote client, or one whose socket is not found, sees none.
+ * Any other process is answered exactly as an unknown pid, and no list shows it. With
+ * --http-token-file, every request but the index (/) must carry "Authorization: Bearer
+ * TOKEN" (RFC 6750); others get 401 with WWW-Authenticate: Bearer, whatever the path, so
+ * nothing tells which paths exist. The token is compared in constant time; the file is read
+ * at start and when http_reload_token is called (SIGHUP).
  *
  * Threads. libmicrohttpd runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION,
- * poll(2), so descriptors above FD_SETSIZE work), with HTTP_MAX_CONNS connections at most
+ * poll(2), so descriptors above FD_SETSIZE work), with HTTP_CONNS_MAX connections at most
  * and an idle timeout: a delta profile sleeping its N seconds, or a slow client, delays no
- * other request.
+ * other request. Clients that trickle their requests are held by http_conns.c: a deadline
+ * for the whole request, a limit per peer, the slowest closed first when all are taken.
  *
  * Left to others: the endpoints (http_pprof.c, http_targets.c, http_metrics.c), the registry
  * and sessions (session.c), the profile and its formats (profile.c and the writers).
@@ -47,7 +54,6 @@
 #include "escape.h"
 #include "http_internal.h"
 
-#define HTTP_MAX_CONNS 64u
 #define HTTP_IDLE_TIMEOUT_S 10u
 #define HTTP_STOP_WAIT_MS 2000u   /* for answers under way when the daemon stops */
 
@@ -100,20 +106,39 @@ const char *http_arg(struct MHD_Connection *c, const char *key)
 	return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
 }
 
-bool http_uid_allowed(const struct http_server *h, uid_t uid)
+bool http_uid_allowed(const struct http_view *v, uid_t uid)
 {
-	for (size_t i = 0; i < h->nuids; i++)
-		if (h->uids[i] == uid)
+	if (v->all || (v->has_own && v->own == uid))
+		return true;
+	for (size_t i = 0; i < v->n; i++)
+		if (v->uids[i] == uid)
 			return true;
 	return false;
 }
 
 /* A process whose identity changed after it attached (a setuid exec, ident.c) is served as
- * root's: only when root's uid is in the list. */
-bool http_session_allowed(const struct http_server *h, const struct session *s)
+ * root's: only when root's processes may be seen. */
+bool http_session_allowed(const struct http_view *v, const struct session *s)
 {
-	return http_uid_allowed(h, s->uid) &&
-	       (!atomic_load(&s->ident_lost) || http_uid_allowed(h, 0));
+	return http_uid_allowed(v, s->uid) &&
+	       (!atomic_load(&s->ident_lost) || http_uid_allowed(v, 0));
+}
+
+/* What the request on c may see (see Access above). */
+static void http_view_of(struct http_server *h, struct MHD_Connection *c, struct http_view *v)
+{
+	memset(v, 0, sizeof(*v));
+	if (h->listed || http_auth_required(h)) {
+		v->uids = h->uids;
+		v->n = h->nuids;
+		return;
+	}
+	struct http_peer p;
+	if (!http_conns_peer_of(c, &p) || !p.local)
+		return;
+	v->all = p.uid == 0;
+	v->has_own = true;
+	v->own = p.uid;
 }
 
 int64_t http_pid_arg(struct MHD_Connection *c)
@@ -250,7 +275,9 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *c, const ch
 		/* a request without the token keeps no body: it is answered 401 */
 		req->denied = strcmp(url, "/") != 0 && !http_auth_check(h, c, &req->presented);
 		req->keep_body = !req->denied && strcmp(url, HTTP_PREFIX "symbol") == 0;
+		http_view_of(h, c, &req->view);
 		*req_cls = req;
+		http_conns_progress(h, c, HTTP_CONNS_HEADERS_IN);
 		return MHD_YES;
 	}
 	if (*upload_data_size) {
@@ -266,6 +293,7 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *c, const ch
 	if (!req->counted) {
 		req->counted = true;
 		atomic_fetch_add_explicit(&h->inflight, 1, memory_order_relaxed);
+		http_conns_progress(h, c, HTTP_CONNS_REQUEST_IN);
 	}
 	if (atomic_load_explicit(&h->stopping, memory_order_acquire))
 		return http_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "llgo-heapd is shutting down");
@@ -287,9 +315,9 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *c, const ch
 	case HTTP_H_ROOT:
 		return http_root(c);
 	case HTTP_H_TARGETS:
-		return http_targets_handle(h, c);
+		return http_targets_handle(h, c, &req->view);
 	case HTTP_H_METRICS:
-		return http_metrics_handle(h, c);
+		return http_metrics_handle(h, c, &req->view);
 	default:
 		break;
 	}
@@ -324,9 +352,9 @@ static void http_completed(void *cls, struct MHD_Connection *c, void **req_cls,
 			   enum MHD_RequestTerminationCode toe)
 {
 	struct http_server *h = cls;
-	(void)c;
 	(void)toe;
 	struct http_req *req = *req_cls;
+	http_conns_progress(h, c, HTTP_CONNS_ANSWERED);
 	if (req) {
 		/* release: pairs with http_free's acquire load; the answer is sent */
 		if (req->counted)
@@ -469,6 +497,7 @@ struct http_server *http_new(struct server *srv, const char *addr_port, const ui
 	}
 	h->srv = srv;
 	pthread_mutex_init(&h->token_lock, NULL);
+	pthread_mutex_init(&h->conns_lock, NULL);
 	h->listen_fd = -1;
 	h->stop_fd = -1;
 	h->family = ai->ai_family;
@@ -478,10 +507,11 @@ struct http_server *http_new(struct server *srv, const char *addr_port, const ui
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	if (uids && nuids)
+	h->listed = uids && nuids;
+	if (h->listed)
 		memcpy(h->uids, uids, nuids * sizeof(*uids));
 	else
-		h->uids[0] = geteuid();
+		h->uids[0] = geteuid(); /* with a token */
 	h->nuids = nu;
 
 	h->listen_fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -539,9 +569,11 @@ int http_start(struct http_server *h, char *err, size_t errlen)
 	h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, http_handle, h,
 				  MHD_OPTION_EXTERNAL_LOGGER, http_log, (void *)NULL,
 				  MHD_OPTION_LISTEN_SOCKET, (MHD_socket)h->listen_fd,
-				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNS,
+				  MHD_OPTION_CONNECTION_LIMIT,
+				  (unsigned)(HTTP_CONNS_MAX + HTTP_CONNS_SPARE),
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_TIMEOUT_S,
 				  MHD_OPTION_NOTIFY_COMPLETED, http_completed, (void *)h,
+				  MHD_OPTION_NOTIFY_CONNECTION, http_conns_notify, (void *)h,
 				  MHD_OPTION_END);
 	if (!h->mhd) {
 		/* libmicrohttpd may or may not have closed the socket it was given */
@@ -551,6 +583,14 @@ int http_start(struct http_server *h, char *err, size_t errlen)
 		return -EIO;
 	}
 	h->listen_fd = -1; /* MHD_stop_daemon closes it */
+	int rc = http_conns_start(h);
+	if (rc) {
+		snprintf(err, errlen, "--http %s: thread: %s", h->address, strerror(-rc));
+		return rc;
+	}
+	if (!h->listed && !http_auth_required(h))
+		log_info("http: no --http-uids nor --http-token-file: each local client is served "
+			 "its own processes only (root's, every process)");
 	log_info("http: serving http://%s/debug/pprof/", h->address);
 	return 0;
 }
@@ -582,6 +622,7 @@ void http_free(struct http_server *h)
 		if (lfd != MHD_INVALID_SOCKET)
 			close(lfd);
 	}
+	http_conns_stop(h);
 	if (h->listen_fd >= 0)
 		close(h->listen_fd);
 	if (h->stop_fd >= 0)
@@ -589,6 +630,7 @@ void http_free(struct http_server *h)
 	free(h->uids);
 	http_auth_set_file(h, NULL, NULL, 0);
 	pthread_mutex_destroy(&h->token_lock);
+	pthread_mutex_destroy(&h->conns_lock);
 	free(h);
 }
 

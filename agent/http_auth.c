@@ -6,7 +6,8 @@
  * TOKEN" (RFC 6750; the bare token is accepted too, see http_auth_check), compared in
  * constant time, or gets 401 with WWW-Authenticate: Bearer.
  * The file is read at start and again on http_auth_reload (SIGHUP); a reload that fails
- * keeps the token in force.
+ * keeps the token in force. As the configuration file (config.c), a token file that others
+ * than its owner may write, or that a uid other than root or the daemon's owns, is refused.
  *
  * Left to others: which paths need the token and when to reload (http.c, daemon.c).
  */
@@ -44,6 +45,12 @@ static int http_auth_read_file(const char *path, char **out, size_t *len, char *
 	} else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		rc = -EINVAL;
 		snprintf(err, errlen, "--http-token-file %s: not a regular file", path);
+	} else if ((st.st_mode & (S_IWGRP | S_IWOTH)) ||
+		   (st.st_uid != 0 && st.st_uid != geteuid())) {
+		/* config.c's rule: whoever can write the token decides who reads profiles */
+		rc = -EPERM;
+		snprintf(err, errlen, "--http-token-file %s: writable by others than its owner, "
+			 "or owned by uid %u: refused", path, (unsigned)st.st_uid);
 	} else if ((n = read(fd, buf, HTTP_AUTH_MAX + 1)) < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "--http-token-file %s: %s", path, strerror(errno));
@@ -168,6 +175,14 @@ bool http_auth_check(struct http_server *h, struct MHD_Connection *c, bool *pres
 	}
 	pthread_mutex_unlock(&h->token_lock);
 	return ok;
+}
+
+bool http_auth_required(struct http_server *h)
+{
+	pthread_mutex_lock(&h->token_lock);
+	bool required = h->token != NULL;
+	pthread_mutex_unlock(&h->token_lock);
+	return required;
 }
 
 enum MHD_Result http_auth_deny(struct http_server *h, struct MHD_Connection *c,

@@ -8,8 +8,10 @@
  *     llgo_heap_process_{buckets,rings,sample_rate_bytes,live};
  *   the daemon (left out when ?pid=N asks for one process, as a /targets target does):
  *     its memory, the processes it holds, its socket and HTTP connections, the HTTP
- *     requests by endpoint, and its budgets (budget.c): what all users hold and the limits,
- *     and for each allowed uid what it holds, its limits and the ones it hit.
+ *     requests by endpoint and the connections closed by http_conns.c, and its budgets
+ *     (budget.c): what all users hold and the limits, and for each uid whose processes the
+ *     request may see (listed, its own, or those of the processes shown) what it holds, its
+ *     limits and the ones it hit.
  *
  * Budget limits of 0 (none) are written +Inf. Label values are hostile (a command name, an
  * environment variable): escaped by escape.c (valid UTF-8, no control character), then as
@@ -153,8 +155,41 @@ static void http_metrics_counter(struct buf *b, const char *name, const char *he
 	buf_printf(b, "%s %llu\n", name, (unsigned long long)v);
 }
 
+static const char *const http_metrics_closed[HTTP_CLOSED_COUNT] = {
+	"peer_limit", "server_full", "request_deadline",
+};
+
+static size_t http_metrics_add_uid(uid_t *v, size_t k, uid_t u)
+{
+	for (size_t j = 0; j < k; j++)
+		if (v[j] == u)
+			return k;
+	v[k] = u;
+	return k + 1;
+}
+
+/* The uids the request may see that budget lines are written for: the view's list and its
+ * own; with every uid (root's client), those of the processes shown. Returns how many were
+ * put in *out (malloc'ed; NULL when out of memory). */
+static size_t http_metrics_uids(const struct http_view *view,
+				const struct http_metrics_row *rows, size_t n, uid_t **out)
+{
+	*out = calloc(view->n + 1 + (view->all ? n : 0), sizeof(**out));
+	if (!*out)
+		return 0;
+	size_t k = 0;
+	for (size_t i = 0; i < view->n; i++)
+		k = http_metrics_add_uid(*out, k, view->uids[i]);
+	if (view->has_own)
+		k = http_metrics_add_uid(*out, k, view->own);
+	for (size_t i = 0; view->all && i < n; i++)
+		k = http_metrics_add_uid(*out, k, rows[i].e.uid);
+	return k;
+}
+
 static void http_metrics_daemon(struct http_server *h, struct MHD_Connection *c, struct buf *b,
-				const struct http_metrics_row *rows, size_t n)
+				const struct http_view *view, const struct http_metrics_row *rows,
+				size_t n)
 {
 	http_metrics_memory(b);
 	size_t live = 0;
@@ -202,6 +237,15 @@ static void http_metrics_daemon(struct http_server *h, struct MHD_Connection *c,
 	http_metrics_counter(b, "llgo_heap_http_unauthorized_total",
 			     "HTTP requests refused for a missing or wrong bearer token.",
 			     atomic_load_explicit(&h->unauthorized, memory_order_relaxed));
+	http_metrics_family(b, "llgo_heap_http_connections_closed_total", "counter",
+			    "HTTP connections closed before their request was answered: their "
+			    "peer had too many, the oldest still reading when all were taken, or "
+			    "the request did not arrive in time.");
+	for (int i = 0; i < HTTP_CLOSED_COUNT; i++)
+		buf_printf(b, "llgo_heap_http_connections_closed_total{reason=\"%s\"} %llu\n",
+			   http_metrics_closed[i],
+			   (unsigned long long)atomic_load_explicit(&h->closed[i],
+								    memory_order_relaxed));
 
 	struct budget_limits lim;
 	budget_get_limits(bud, &lim);
@@ -225,10 +269,14 @@ static void http_metrics_daemon(struct http_server *h, struct MHD_Connection *c,
 		{ "llgo_heap_budget_uid_hit",
 		  "1 when the uid hit the budget since it was last under all of its limits." },
 	};
+	uid_t *uids;
+	size_t nuids = http_metrics_uids(view, rows, n, &uids);
+	if (!uids)
+		b->failed = true;
 	for (int m = 0; m < 3; m++) {
 		http_metrics_family(b, per_uid[m][0], "gauge", per_uid[m][1]);
-		for (size_t u = 0; u < h->nuids; u++) {
-			uid_t uid = h->uids[u];
+		for (size_t u = 0; u < nuids; u++) {
+			uid_t uid = uids[u];
 			uint32_t hit = budget_flags(bud, uid);
 			for (int k = 0; k < BUDGET_NKINDS; k++) {
 				buf_printf(b, "%s{uid=\"%u\",kind=\"%s\"} ", per_uid[m][0],
@@ -244,9 +292,11 @@ static void http_metrics_daemon(struct http_server *h, struct MHD_Connection *c,
 			}
 		}
 	}
+	free(uids);
 }
 
-enum MHD_Result http_metrics_handle(struct http_server *h, struct MHD_Connection *c)
+enum MHD_Result http_metrics_handle(struct http_server *h, struct MHD_Connection *c,
+				    const struct http_view *view)
 {
 	int64_t pid = http_pid_arg(c);
 	if (pid < 0)
@@ -261,7 +311,7 @@ enum MHD_Result http_metrics_handle(struct http_server *h, struct MHD_Connection
 	}
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!http_session_allowed(h, v[i]) || (pid && v[i]->pid != (pid_t)pid))
+		if (!http_session_allowed(view, v[i]) || (pid && v[i]->pid != (pid_t)pid))
 			continue;
 		rows[k].s = v[i];
 		session_list_entry(v[i], &rows[k].e);
@@ -277,7 +327,7 @@ enum MHD_Result http_metrics_handle(struct http_server *h, struct MHD_Connection
 		http_answer_init(&a, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8");
 		http_metrics_processes(&a.body, rows, k);
 		if (!pid)
-			http_metrics_daemon(h, c, &a.body, rows, k);
+			http_metrics_daemon(h, c, &a.body, view, rows, k);
 		rc = http_send(c, &a);
 	}
 	free(rows); /* the names live in the sessions, released after the answer is written */

@@ -76,14 +76,15 @@ static enum MHD_Result http_pprof_send_profile(struct MHD_Connection *c,
 
 /* The one live process of an allowed uid, referenced, if there is exactly one; *allowed
  * gets how many there are. */
-static struct session *http_pprof_sole_session(struct http_server *h, size_t *allowed)
+static struct session *http_pprof_sole_session(struct http_server *h,
+						const struct http_view *view, size_t *allowed)
 {
 	struct session **v;
 	size_t n = session_list(server_sessions(h->srv), true, &v);
 	struct session *one = NULL;
 	*allowed = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (http_session_allowed(h, v[i])) {
+		if (http_session_allowed(view, v[i])) {
 			++*allowed;
 			one = v[i];
 		}
@@ -96,7 +97,7 @@ static struct session *http_pprof_sole_session(struct http_server *h, size_t *al
 /* The session a request names, referenced; or an answer already sent (*sent). An allowed
  * uid is part of "exists": a process of another uid gets the unknown-pid answer. */
 static struct session *http_pprof_session(struct http_server *h, struct MHD_Connection *c,
-					  enum MHD_Result *sent)
+					  const struct http_view *view, enum MHD_Result *sent)
 {
 	const char *arg = http_arg(c, "pid");
 	if (arg && *arg) {
@@ -107,7 +108,7 @@ static struct session *http_pprof_session(struct http_server *h, struct MHD_Conn
 			return NULL;
 		}
 		struct session *s = server_lookup(h->srv, (pid_t)pid);
-		if (s && !http_session_allowed(h, s)) {
+		if (s && !http_session_allowed(view, s)) {
 			session_put(s);
 			s = NULL;
 		}
@@ -119,7 +120,7 @@ static struct session *http_pprof_session(struct http_server *h, struct MHD_Conn
 	}
 	/* No pid: the one allowed live process, if there is exactly one. */
 	size_t allowed;
-	struct session *one = http_pprof_sole_session(h, &allowed);
+	struct session *one = http_pprof_sole_session(h, view, &allowed);
 	if (one)
 		return one;
 	if (allowed == 0)
@@ -173,7 +174,7 @@ static int http_pprof_wait(struct http_server *h, struct MHD_Connection *c, uint
 /* ---- /debug/pprof/heap, /debug/pprof/allocs ------------------------------------------- */
 
 static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Connection *c,
-					  const char *name)
+					  const struct http_view *view, const char *name)
 {
 	bool allocs = strcmp(name, "allocs") == 0;
 	uint32_t flags = allocs ? LLGO_SNAP_ALLOCS : 0;
@@ -196,7 +197,7 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 	int64_t debug = seconds ? 0 : http_atoi(http_arg(c, "debug"));
 
 	enum MHD_Result sent = MHD_NO;
-	struct session *s = http_pprof_session(h, c, &sent);
+	struct session *s = http_pprof_session(h, c, view, &sent);
 	if (!s)
 		return sent;
 
@@ -352,14 +353,14 @@ static enum MHD_Result http_pprof_symbol(struct http_server *h, struct MHD_Conne
 		int64_t v;
 		if (!http_parse_int(pid, &v) && v > 0 && v <= INT_MAX) {
 			s = session_lookup(server_sessions(h->srv), (pid_t)v);
-			if (s && !http_session_allowed(h, s)) {
+			if (s && !http_session_allowed(&req->view, s)) {
 				session_put(s);
 				s = NULL;
 			}
 		}
 	} else {
 		size_t allowed;
-		s = http_pprof_sole_session(h, &allowed);
+		s = http_pprof_sole_session(h, &req->view, &allowed);
 	}
 	if (strcmp(method, "POST") == 0) {
 		http_pprof_symbolize_list(s, (const char *)req->body.data, req->body.len, &a.body);
@@ -387,7 +388,8 @@ static const struct {
 	{ "symbol", "Function names of the addresses POSTed as 0xA+0xB+..., for go tool pprof" },
 };
 
-static enum MHD_Result http_pprof_index(struct http_server *h, struct MHD_Connection *c)
+static enum MHD_Result http_pprof_index(struct http_server *h, struct MHD_Connection *c,
+					const struct http_view *view)
 {
 	struct http_answer a;
 	http_answer_init(&a, MHD_HTTP_OK, "text/html; charset=utf-8");
@@ -405,7 +407,7 @@ static enum MHD_Result http_pprof_index(struct http_server *h, struct MHD_Connec
 	size_t n = session_list(server_sessions(h->srv), false, &v);
 	size_t shown = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!http_session_allowed(h, v[i]))
+		if (!http_session_allowed(view, v[i]))
 			continue;
 		struct llgo_list_entry e;
 		session_list_entry(v[i], &e);
@@ -461,10 +463,10 @@ enum MHD_Result http_pprof_handle(struct http_server *h, struct MHD_Connection *
 				  const char *name, const char *method, struct http_req *req)
 {
 	if (!*name)
-		return http_pprof_index(h, c);
+		return http_pprof_index(h, c, &req->view);
 	if (strcmp(name, "symbol") == 0)
 		return http_pprof_symbol(h, c, method, req);
 	if (strcmp(name, "heap") == 0 || strcmp(name, "allocs") == 0)
-		return http_pprof_profile(h, c, name);
+		return http_pprof_profile(h, c, &req->view, name);
 	return http_error(c, MHD_HTTP_NOT_FOUND, "Unknown profile");
 }

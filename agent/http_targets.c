@@ -192,7 +192,8 @@ static void http_targets_host(struct http_server *h, struct MHD_Connection *c, c
 		snprintf(out, n, "%s:%u", h->family == AF_INET6 ? "[::1]" : "127.0.0.1", h->port);
 }
 
-enum MHD_Result http_targets_handle(struct http_server *h, struct MHD_Connection *c)
+enum MHD_Result http_targets_handle(struct http_server *h, struct MHD_Connection *c,
+				    const struct http_view *view)
 {
 	char host[300];
 	http_targets_host(h, c, host, sizeof(host));
@@ -204,7 +205,7 @@ enum MHD_Result http_targets_handle(struct http_server *h, struct MHD_Connection
 	size_t n = session_list(server_sessions(h->srv), true, &v);
 	size_t shown = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!http_session_allowed(h, v[i]))
+		if (!http_session_allowed(view, v[i]))
 			continue;
 		struct http_targets_names names;
 		http_targets_names(v[i], &names);

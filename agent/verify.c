@@ -9,7 +9,9 @@
  * buffer and hands each event to verify_match.c, where drain.c hands over every record of a
  * verified process; the one-off verify and its report are verify_run.c's. This file finds
  * the probe, loads the program, explains why BPF cannot work, and keeps the targets (one per
- * verified process) and their lifetime.
+ * verified process) and their lifetime, and each user's share of the ring buffer (the
+ * program charges an event to its user's entry of the shares map, the reader gives the bytes
+ * back as it reads it: shared/verify.h).
  */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -280,6 +283,21 @@ int verifier_load(struct verifier *v, char *err, size_t errlen)
 		}
 	}
 	if (!rc) {
+		long page = sysconf(_SC_PAGESIZE);
+		v->shares_len = (LLGO_VERIFY_SHARES * sizeof(struct llgo_verify_share) +
+				 (size_t)page - 1) & ~((size_t)page - 1);
+		void *m = mmap(NULL, v->shares_len, PROT_READ | PROT_WRITE, MAP_SHARED,
+			       bpf_map__fd(v->skel->maps.shares), 0);
+		if (m == MAP_FAILED) {
+			rc = -errno;
+			v->shares_len = 0;
+			verify_explain(rc, "mapping the BPF shares map", v->load_msg,
+				       sizeof(v->load_msg));
+		} else {
+			v->shares = m;
+		}
+	}
+	if (!rc) {
 		rc = -pthread_create(&v->reader, NULL, verify_reader, v);
 		if (rc)
 			snprintf(v->load_msg, sizeof(v->load_msg), "verify: thread: %s",
@@ -292,6 +310,9 @@ int verifier_load(struct verifier *v, char *err, size_t errlen)
 	    ms < LLGO_VERIFY_MAX_FRAMES)
 		v->max_stack = (uint32_t)ms;
 	if (rc) {
+		if (v->shares)
+			munmap(v->shares, v->shares_len);
+		v->shares = NULL;
 		ring_buffer__free(v->rb);
 		v->rb = NULL;
 		verify_bpf__destroy(v->skel);
@@ -317,12 +338,59 @@ struct verifier *verifier_new(void)
 	return v;
 }
 
+/* ---- shares of the ring buffer ------------------------------------------------------------- */
+
+/* The shares entry of uid's targets (LLGO_VERIFY_SHARE_NONE for root), referenced: the
+ * uid's own while it has one, else a free one, else the last, which the uids beyond share. */
+static uint32_t verify_share_get(struct verifier *v, uid_t uid)
+{
+	if (uid == 0)
+		return LLGO_VERIFY_SHARE_NONE;
+	uint32_t last = LLGO_VERIFY_SHARES - 1, pick = last;
+	pthread_mutex_lock(&v->lock);
+	for (uint32_t i = 1; i < last; i++) {
+		if (v->share_refs[i] && v->share_uid[i] == uid) {
+			pick = i;
+			break;
+		}
+		if (!v->share_refs[i] && pick == last)
+			pick = i;
+	}
+	v->share_uid[pick] = uid;
+	v->share_refs[pick]++;
+	pthread_mutex_unlock(&v->lock);
+	return pick;
+}
+
+/* An entry given back is free for another uid at once: its counts go on (what the earlier
+ * uid has in the buffer is read and given back to it). */
+static void verify_share_put(struct verifier *v, uint32_t share)
+{
+	if (share == LLGO_VERIFY_SHARE_NONE || share >= LLGO_VERIFY_SHARES)
+		return;
+	pthread_mutex_lock(&v->lock);
+	if (v->share_refs[share])
+		v->share_refs[share]--;
+	pthread_mutex_unlock(&v->lock);
+}
+
+void verify_share_read(struct verifier *v, const struct llgo_verify_head *h)
+{
+	if (!v->shares || !h->charge || h->share == LLGO_VERIFY_SHARE_ALL ||
+	    h->share >= LLGO_VERIFY_SHARES)
+		return;
+	/* the program reads these with plain loads: a late update only holds a user back */
+	__atomic_fetch_add(&v->shares[h->share].read, h->charge, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&v->shares[LLGO_VERIFY_SHARE_ALL].read, h->charge, __ATOMIC_RELAXED);
+}
+
 /* ---- targets --------------------------------------------------------------------------------- */
 
 static void verify_target_free(struct verify_target *t)
 {
 	if (!t)
 		return;
+	verify_share_put(t->v, t->share);
 	verify_match_flush(t, 0, false);
 	for (uint32_t i = 0; i < t->ndis; i++)
 		free(t->dis[i]);
@@ -339,6 +407,7 @@ int verify_set_every(struct verifier *v, struct verify_target *t, uint32_t every
 	struct llgo_verify_target val;
 	memset(&val, 0, sizeof(val));
 	val.every = every ? every : 1;
+	val.share = t->share;
 	__u32 key = (__u32)t->pid;
 	int rc = bpf_map_update_elem(bpf_map__fd(v->skel->maps.targets), &key, &val, BPF_ANY);
 	if (rc)
@@ -368,6 +437,7 @@ struct verify_target *verify_target_new(struct verifier *v, struct session *s,
 	t->v = v;
 	t->s = session_get(s);
 	t->pid = s->pid;
+	t->share = verify_share_get(v, s->uid);
 	if (verify_find_probe(t) != 0) {
 		snprintf(err, errlen, "the probe llgo_heap:sample is not in any file pid %d has "
 				      "mapped (its libllgoheap is older than llgo-heap verify, or "
@@ -547,6 +617,8 @@ void verifier_free(struct verifier *v)
 			verify_target_free(t);
 		}
 	}
+	if (v->shares)
+		munmap(v->shares, v->shares_len);
 	ring_buffer__free(v->rb);
 	verify_bpf__destroy(v->skel);
 	pthread_mutex_destroy(&v->lock);

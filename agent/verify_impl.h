@@ -77,6 +77,7 @@ struct verify_target {
 	pid_t pid;
 	struct bpf_link *link;
 	_Atomic uint32_t every; /* in force in the targets map (drain.c reads it) */
+	uint32_t share;      /* its user's entry of the shares map (verify_share_get) */
 	uint32_t cont_every; /* --verify-every's, 0 when only a one-off uses this target */
 	char binary[4200];   /* the file that holds the probe, as attached */
 	bool by_name;        /* the shim is linked into binary: trim by function names */
@@ -114,6 +115,13 @@ struct verifier {
 	_Atomic unsigned running; /* one-off verifies in progress */
 	_Atomic uint64_t polls; /* reader passes completed */
 	struct verify_target *targets;
+	/* The shares map (shared/verify.h), mapped: the reader adds to read (atomically; the
+	 * program adds to sent). share_uid and share_refs (under lock): which uid holds each
+	 * entry, and how many targets use it. */
+	struct llgo_verify_share *shares;
+	size_t shares_len;
+	uid_t share_uid[LLGO_VERIFY_SHARES];
+	uint32_t share_refs[LLGO_VERIFY_SHARES];
 	uint32_t max_stack; /* frames the kernel's walk can return (buffer, sysctl) */
 	int load_err;
 	char load_msg[256];
@@ -135,6 +143,8 @@ struct verify_target *verify_target_new(struct verifier *v, struct session *s, c
 int verify_target_publish(struct verifier *v, struct verify_target *t, uint32_t every,
 			  struct server *srv, char *err, size_t errlen);
 void verify_stop_pending(struct verifier *v, struct verify_target *t);
+/* The reader read an event charged to a share (its head): the bytes go back. */
+void verify_share_read(struct verifier *v, const struct llgo_verify_head *h);
 
 /* verify_match.c. The ring buffer callback: one event (its target looked up under
  * verifier->lock). */

@@ -398,9 +398,12 @@ int verify_match_event(void *ctx, void *data, size_t len)
 {
 	struct verifier *v = ctx;
 	struct llgo_verify_head h;
-	if (len < offsetof(struct llgo_verify_event, frames))
+	if (len < sizeof(h))
 		return 0;
 	memcpy(&h, data, sizeof(h));
+	verify_share_read(v, &h); /* read: its bytes are its user's again */
+	if (len < offsetof(struct llgo_verify_event, frames))
+		return 0;
 	pthread_mutex_lock(&v->lock);
 	struct verify_target *t = v->targets;
 	while (t && t->pid != (pid_t)h.tgid)

@@ -250,7 +250,8 @@ static int verify_run_window(struct verifier *v, struct server *srv, struct sess
 		   alive ? "" : " (the process exited before the end)", t->binary);
 	verify_run_mode(text, "frame-pointer mode", &win.mode[VERIFY_MODE_FP]);
 	verify_run_mode(text, "dwarf mode", &win.mode[VERIFY_MODE_DWARF]);
-	buf_printf(text, "kernel: %llu probe hits, %llu captures lost (BPF ring buffer full), "
+	buf_printf(text, "kernel: %llu probe hits, %llu captures lost (BPF ring buffer full, or "
+			 "this user's share of it), "
 			 "%llu unreadable stacks%s\n",
 		   (unsigned long long)sum->hits, (unsigned long long)sum->lost,
 		   (unsigned long long)sum->kernel_errors,

@@ -31,6 +31,26 @@
 /* Processes verified at the same time (entries of the targets map). */
 #define LLGO_VERIFY_MAX_TARGETS 1024
 
+/* Shares of the ring buffer, so that one user's flood cannot take the room root's captures
+ * need (entries of the shares map, struct llgo_verify_share). Entry LLGO_VERIFY_SHARE_ALL
+ * counts every user but root together, the others one uid each (the daemon assigns them;
+ * the last is shared by the uids beyond). An event is charged to its process's entry and to
+ * LLGO_VERIFY_SHARE_ALL when the program sends it (sent) and when the daemon has read it
+ * (read); root's processes (LLGO_VERIFY_SHARE_NONE) are not charged. A user's event is sent
+ * only when, after it, the users together hold at most LLGO_VERIFY_USERS_BYTES of the
+ * buffer (the rest is root's) and this user no more than it leaves free to the others. */
+#define LLGO_VERIFY_SHARES 64u
+#define LLGO_VERIFY_SHARE_ALL 0u
+#define LLGO_VERIFY_SHARE_NONE 0xffffffffu
+#define LLGO_VERIFY_USERS_BYTES (LLGO_VERIFY_RINGBUF_BYTES / 2)
+/* What an event of len bytes takes of the ring buffer: its 8-byte header, 8-byte aligned. */
+#define LLGO_VERIFY_CHARGE(len) (((len) + 8u + 7u) & ~7u)
+
+struct llgo_verify_share {
+	__u64 sent; /* bytes charged by the program (and given back when the buffer was full) */
+	__u64 read; /* bytes the daemon has read */
+};
+
 /* Probe argument 5 (flags), bit 0: the record carries a stack copy (ALLOC_RAW), which the
  * daemon unwinds with DWARF: the kernel copies the stack too. */
 #define LLGO_VERIFY_PROBE_RAW 1u
@@ -38,10 +58,10 @@
 /* targets map: key = tgid (__u32), value: */
 struct llgo_verify_target {
 	__u32 every;    /* capture samples whose seq is a multiple of this (>= 1) */
-	__u32 reserved;
+	__u32 share;    /* its entry of the shares map, or LLGO_VERIFY_SHARE_NONE (root's) */
 	__u64 hits;     /* probe hits in this process (program-written) */
 	__u64 captured; /* events submitted */
-	__u64 lost;     /* events the ring buffer had no room for */
+	__u64 lost;     /* events the ring buffer (or the user's share of it) had no room for */
 };
 
 enum llgo_verify_kind {
@@ -58,6 +78,8 @@ struct llgo_verify_head {
 	__u64 seq;     /* probe argument 2: the record's seq */
 	__u64 addr;    /* probe argument 3 */
 	__u64 size;    /* probe argument 4 */
+	__u32 share;   /* the shares entry charged, or LLGO_VERIFY_SHARE_NONE */
+	__u32 charge;  /* bytes charged to it (LLGO_VERIFY_CHARGE of the event's length) */
 };
 
 struct llgo_verify_event {
@@ -79,10 +101,11 @@ struct llgo_verify_copy {
 };
 
 _Static_assert(sizeof(struct llgo_verify_target) == 32, "verify target size");
-_Static_assert(sizeof(struct llgo_verify_head) == 40, "verify head size");
-_Static_assert(sizeof(struct llgo_verify_event) == 48 + 8 * LLGO_VERIFY_MAX_FRAMES,
+_Static_assert(sizeof(struct llgo_verify_share) == 16, "verify share size");
+_Static_assert(sizeof(struct llgo_verify_head) == 48, "verify head size");
+_Static_assert(sizeof(struct llgo_verify_event) == 56 + 8 * LLGO_VERIFY_MAX_FRAMES,
 	       "verify event size");
-_Static_assert(sizeof(struct llgo_verify_copy) == 80 + LLGO_VERIFY_COPY_BYTES,
+_Static_assert(sizeof(struct llgo_verify_copy) == 88 + LLGO_VERIFY_COPY_BYTES,
 	       "verify copy size");
 
 #endif

@@ -32,6 +32,16 @@ static struct llgo_ctl *atk_ctl_map(int fd)
 	return c;
 }
 
+/* The child becomes an ordinary process of uid's: the uid change leaves it not dumpable
+ * (its /proc files root's, the daemon refuses to read it), which a program the user starts
+ * is not. */
+static void become_uid(uid_t uid, gid_t gid)
+{
+	if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
+		_exit(120);
+	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+}
+
 /* Connect as a shim and send HELLO with a fresh control page, waiting for no answer. */
 static int attack_hello(int sock, int *ctl_fd, struct llgo_ctl **ctl)
 {
@@ -502,6 +512,56 @@ Test(budget, processes_per_uid, .timeout = 60)
 	heapd_cleanup(&d);
 }
 
+/* Add n fresh rings (ids 0..n-1) to sh: 0, or -1 when one could not be sent. */
+static int fshim_add_rings(struct fshim *sh, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct fring r;
+		fring_new(&r, i, LLGO_RING_MIN_DATA);
+		if (fshim_add_ring(sh, &r) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* A process of uid that attaches and adds nrings rings, then waits until the write end of
+ * the pipe go is closed. */
+static pid_t ring_taker(struct heapd *d, uid_t uid, uint32_t nrings, const int go[2])
+{
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		become_uid(uid, uid);
+		struct fshim sh;
+		if (fshim_attach(&sh, d->sock, LLGO_RING_MIN_DATA, 512) != 0)
+			_exit(1);
+		if (fshim_add_rings(&sh, nrings) != 0)
+			_exit(2);
+		char c;
+		while (read(go[0], &c, 1) > 0)
+			;
+		_exit(0);
+	}
+	return child;
+}
+
+/* The rings pid holds once the daemon took or refused all nrings of them. */
+static uint32_t rings_taken(struct heapd *d, pid_t pid, uint32_t nrings)
+{
+	struct llgo_list_entry e;
+	memset(&e, 0, sizeof(e));
+	for (int i = 0; i < 500; i++) {
+		if (heapd_list_pid(d->sock, pid, &e) &&
+		    (e.rings == nrings || (e.budget_flags & LLGO_BUDGET_RINGS)))
+			break;
+		sleep_ms(10);
+	}
+	sleep_ms(100); /* a refusal refuses the rest too: nothing is freed meanwhile */
+	cr_assert(heapd_list_pid(d->sock, pid, &e), "pid %d is not listed", (int)pid);
+	return e.rings;
+}
+
 /* nobody's process adds 6 rings with a budget of 2: 2 are read, its connection stays, and
  * root's process gets all of its rings. */
 Test(budget, rings_per_uid, .timeout = 60)
@@ -512,33 +572,11 @@ Test(budget, rings_per_uid, .timeout = 60)
 	heapd_start(&d, NULL, extra);
 	int go[2];
 	cr_assert_eq(pipe(go), 0);
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
-	if (child == 0) {
-		close(go[1]);
-		become_nobody();
-		struct fshim sh;
-		if (fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512) != 0)
-			_exit(1);
-		for (uint32_t i = 0; i < 6; i++) {
-			struct fring r;
-			fring_new(&r, i, LLGO_RING_MIN_DATA);
-			if (fshim_add_ring(&sh, &r) != 0)
-				_exit(2);
-		}
-		char c;
-		while (read(go[0], &c, 1) > 0)
-			;
-		_exit(0);
-	}
+	pid_t child = ring_taker(&d, nobody_uid(), 6, go);
 	close(go[0]);
 	struct fshim sh;
 	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
-	for (uint32_t i = 0; i < 6; i++) {
-		struct fring r;
-		fring_new(&r, i, LLGO_RING_MIN_DATA);
-		cr_assert_eq(fshim_add_ring(&sh, &r), 0);
-	}
+	cr_assert_eq(fshim_add_rings(&sh, 6), 0);
 	sleep_ms(400);
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, child, &e), "nobody's session is gone");
@@ -550,6 +588,47 @@ Test(budget, rings_per_uid, .timeout = 60)
 	cr_expect_eq(e.budget_flags, 0);
 	close(go[1]);
 	waitpid(child, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
+}
+
+/* Five uids take the rings of a global budget in turn, each as many as its per-uid budget
+ * allows: the later ones still get some (none holds more than it leaves to the others), and
+ * root's process gets at least the eighth kept for root. (Per-uid budgets alone: 6, 6 and 4
+ * rings took all 16; the fourth and fifth uids and root got none.) */
+Test(budget, global_rings_keep_shares_for_root_and_each_uid, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--max-rings", "16", "--max-rings-per-uid", "6", NULL };
+	heapd_start(&d, NULL, extra);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	const uid_t uids[] = { nobody_uid(), 4242, 4243, 4244, 4245 };
+	pid_t kids[5];
+	uint32_t got[5], sum = 0;
+	for (int i = 0; i < 5; i++) {
+		kids[i] = ring_taker(&d, uids[i], 6, go);
+		got[i] = rings_taken(&d, kids[i], 6);
+		sum += got[i];
+	}
+	close(go[0]);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	cr_assert_eq(fshim_add_rings(&sh, 6), 0);
+	uint32_t root = rings_taken(&d, getpid(), 6);
+	cr_log_info("rings of 16: uids %u %u %u %u %u, root %u", got[0], got[1], got[2], got[3],
+		    got[4], root);
+	for (int i = 0; i < 4; i++)
+		cr_expect_geq(got[i], 1, "uid %u got no ring (%u %u %u %u %u)", (unsigned)uids[i],
+			      got[0], got[1], got[2], got[3], got[4]);
+	cr_expect_leq(sum, 14, "the users took %u of 16 rings", sum);
+	cr_expect_geq(root, 2, "root got %u rings after five uids took %u", root, sum);
+	cr_expect_leq(sum + root, 16);
+	close(go[1]);
+	for (int i = 0; i < 5; i++)
+		waitpid(kids[i], NULL, 0);
 	fshim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
@@ -1474,6 +1553,153 @@ Test(identity, a_memfd_backs_one_session, .timeout = 60)
 	heapd_cleanup(&d);
 }
 
+/* The bearer token decides who reads profiles over HTTP: a token file others than its owner
+ * may write, or owned by a uid other than root or the daemon's, is refused as the
+ * configuration file is (at start, with the reason; at SIGHUP, keeping the token in force). */
+Test(exposure, token_file_writable_by_others_is_refused, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	heapd_init(&d, NULL);
+	char token[160];
+	snprintf(token, sizeof(token), "%s/token", d.dir);
+	FILE *f = fopen(token, "w");
+	cr_assert(f);
+	fputs("s3cret\n", f);
+	fclose(f);
+	const struct { mode_t mode; uid_t owner; } bad[] = {
+		{ 0666, 0 }, { 0620, 0 }, { 0602, 0 }, { 0600, 65534 },
+	};
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(bad); i++) {
+		cr_assert_eq(chown(token, bad[i].owner, 0), 0);
+		cr_assert_eq(chmod(token, bad[i].mode), 0);
+		const char *extra[] = { "--http", "127.0.0.1:0", "--http-token-file", token, NULL };
+		pid_t pid = heapd_spawn(&d, extra);
+		int st = 0;
+		bool exited = false;
+		for (int k = 0; k < 500 && !exited; k++) {
+			exited = waitpid(pid, &st, WNOHANG) == pid;
+			if (!exited)
+				sleep_ms(10);
+		}
+		if (!exited) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+		}
+		char *log = heapd_log(&d);
+		cr_expect(exited && WIFEXITED(st) && WEXITSTATUS(st) != 0,
+			  "mode %o uid %u: the token file was accepted:\n%s", (unsigned)bad[i].mode,
+			  (unsigned)bad[i].owner, log);
+		cr_expect(strstr(log, "writable by others than its owner"),
+			  "mode %o uid %u: no reason given:\n%s", (unsigned)bad[i].mode,
+			  (unsigned)bad[i].owner, log);
+		free(log);
+	}
+	/* A good file, then made world-writable with another token in it: SIGHUP keeps the
+	 * first token. */
+	cr_assert_eq(chown(token, 0, 0), 0);
+	cr_assert_eq(chmod(token, 0600), 0);
+	const char *extra[] = { "--http", "127.0.0.1:0", "--http-token-file", token, NULL };
+	heapd_run(&d, extra);
+	f = fopen(token, "w");
+	cr_assert(f);
+	fputs("planted\n", f);
+	fclose(f);
+	cr_assert_eq(chmod(token, 0666), 0);
+	kill(d.pid, SIGHUP);
+	char *log = NULL;
+	for (int i = 0; i < 500; i++) {
+		free(log);
+		log = heapd_log(&d);
+		if (strstr(log, "writable by others than its owner"))
+			break;
+		sleep_ms(10);
+	}
+	cr_expect(strstr(log, "writable by others than its owner"), "reload accepted it:\n%s", log);
+	free(log);
+	const char *tokens[] = { "planted", "s3cret" };
+	const int want[] = { 401, 200 };
+	for (int i = 0; i < 2; i++) {
+		int s = http_connect(d.port);
+		cr_assert_geq(s, 0);
+		char req[256];
+		int n = snprintf(req, sizeof(req), "GET /metrics HTTP/1.1\r\nHost: x\r\n"
+			 "Authorization: Bearer %s\r\nConnection: close\r\n\r\n", tokens[i]);
+		cr_assert_eq(write(s, req, (size_t)n), n);
+		int st = http_status(s);
+		cr_expect_eq(st, want[i], "token '%s': status %d, want %d", tokens[i], st, want[i]);
+		close(s);
+	}
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
+}
+
+/* GET path as uid (a forked child that drops root), with the bearer token when given: the
+ * HTTP status (0: no answer within the socket's 5 s). */
+static int http_status_as(uid_t uid, int port, const char *path, const char *token)
+{
+	int p[2];
+	cr_assert_eq(pipe(p), 0);
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(p[0]);
+		if (uid)
+			become_uid(uid, uid);
+		int s = http_connect(port);
+		char req[512], auth[300] = "";
+		if (token)
+			snprintf(auth, sizeof(auth), "Authorization: Bearer %s\r\n", token);
+		int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n%s"
+			 "Connection: close\r\n\r\n", path, auth);
+		int st = s >= 0 && write(s, req, (size_t)n) == n ? http_status(s) : -1;
+		_exit(write(p[1], &st, sizeof(st)) == sizeof(st) ? 0 : 1);
+	}
+	close(p[1]);
+	int st = -1;
+	cr_assert_eq(read(p[0], &st, sizeof(st)), (ssize_t)sizeof(st));
+	close(p[0]);
+	waitpid(child, NULL, 0);
+	return st;
+}
+
+/* --http alone (no token, no --http-uids): each local client is served its own processes
+ * (the uid owning its socket), root every process; nobody is answered 404 for root's, as for
+ * an unknown pid. (The daemon's own uid was served to everyone: nobody got root's profile.) */
+Test(exposure, http_default_serves_each_local_uid_its_own, .timeout = 60)
+{
+	need_root();
+	struct heapd d;
+	const char *extra[] = { "--http", "127.0.0.1:0", NULL };
+	heapd_start(&d, NULL, extra);
+	int port = http_port_of(&d);
+	struct fshim sh;
+	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	int go[2];
+	cr_assert_eq(pipe(go), 0);
+	pid_t mine = ring_taker(&d, nobody_uid(), 1, go);
+	close(go[0]);
+	rings_taken(&d, mine, 1);
+	char root_path[128], nobody_path[128];
+	snprintf(root_path, sizeof(root_path), "/debug/pprof/heap?pid=%d&debug=1", (int)getpid());
+	snprintf(nobody_path, sizeof(nobody_path), "/debug/pprof/heap?pid=%d&debug=1", (int)mine);
+	int st = http_status_as(nobody_uid(), port, root_path, NULL);
+	cr_expect_eq(st, 404, "nobody asked for root's profile: %d", st);
+	st = http_status_as(nobody_uid(), port, nobody_path, NULL);
+	cr_expect_eq(st, 200, "nobody asked for its own profile: %d", st);
+	st = http_status_as(4242, port, nobody_path, NULL);
+	cr_expect_eq(st, 404, "uid 4242 asked for nobody's profile: %d", st);
+	st = http_status_as(0, port, root_path, NULL);
+	cr_expect_eq(st, 200, "root asked for its own profile: %d", st);
+	st = http_status_as(0, port, nobody_path, NULL);
+	cr_expect_eq(st, 200, "root asked for nobody's profile: %d", st);
+	close(go[1]);
+	waitpid(mine, NULL, 0);
+	fshim_close(&sh);
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
+}
+
 /* The number after `key` in text (0 when absent). */
 static unsigned long long acct_field(const char *text, const char *key)
 {
@@ -1603,5 +1829,96 @@ Test(budget, one_users_bye_flood_leaves_exit_workers_to_others, .timeout = 150)
 	cr_expect_lt(delay, 10000, "root's exited process was listed %ld ms after its exit",
 		     delay);
 	heapd_stop(&d);
+	heapd_cleanup(&d);
+}
+
+/* One slow client of uid: nconns connections to port that send a request a byte every
+ * 500 ms, each reopened when the server closes it, until the process is killed. */
+static pid_t http_slowloris(uid_t uid, int port, int nconns)
+{
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child != 0)
+		return child;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	become_uid(uid, uid);
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: "
+				  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+				  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+				  "\r\n\r\n";
+	int socks[256];
+	size_t sent[256];
+	for (int i = 0; i < nconns; i++)
+		socks[i] = -1;
+	for (;;) {
+		for (int i = 0; i < nconns; i++) {
+			if (socks[i] < 0) {
+				socks[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+				struct sockaddr_in sa = { .sin_family = AF_INET,
+							  .sin_port = htons((uint16_t)port),
+							  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+				connect(socks[i], (struct sockaddr *)&sa, sizeof(sa));
+				sent[i] = 0;
+				continue;
+			}
+			char c;
+			ssize_t r = recv(socks[i], &c, 1, MSG_DONTWAIT);
+			bool gone = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+					       errno != ENOTCONN);
+			if (!gone && sent[i] + 1 < sizeof(req)) {
+				ssize_t w = send(socks[i], req + sent[i], 1, MSG_NOSIGNAL);
+				if (w == 1)
+					sent[i]++;
+				else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOTCONN)
+					gone = true;
+			}
+			if (gone) {
+				close(socks[i]);
+				socks[i] = -1;
+			}
+		}
+		sleep_ms(500);
+	}
+}
+
+/* 200 connections of five users trickle a byte every 500 ms (each byte restarts the idle
+ * timeout, so without more they held all 64 HTTP connections for good): a request with the
+ * token is still answered within 5 s, thanks to the deadline for a whole request, the
+ * per-peer limit and slow connections closed first when the server is full. */
+Test(exposure, http_slowloris_leaves_room_for_a_token_request, .timeout = 120)
+{
+	need_root();
+	struct heapd d;
+	heapd_init(&d, NULL);
+	char token[160];
+	snprintf(token, sizeof(token), "%s/token", d.dir);
+	FILE *f = fopen(token, "w");
+	cr_assert(f);
+	fputs("s3cret\n", f);
+	fclose(f);
+	cr_assert_eq(chmod(token, 0600), 0);
+	const char *extra[] = { "--http", "127.0.0.1:0", "--http-token-file", token, NULL };
+	heapd_run(&d, extra);
+	int port = http_port_of(&d);
+	const uid_t uids[] = { nobody_uid(), 4242, 4243, 4244, 4245 };
+	pid_t slow[5];
+	for (int i = 0; i < 5; i++)
+		slow[i] = http_slowloris(uids[i], port, 40);
+	sleep_ms(3000); /* every connection opened and trickling */
+	for (int round = 0; round < 3; round++) {
+		long t0 = lu_now_ms();
+		int st = http_status_as(0, port, "/metrics", "s3cret");
+		long ms = lu_now_ms() - t0;
+		cr_log_info("slowloris: /metrics with the token: %d after %ld ms", st, ms);
+		cr_expect_eq(st, 200, "round %d: /metrics with the token: %d after %ld ms", round,
+			     st, ms);
+		cr_expect_lt(ms, 5000, "round %d: answered after %ld ms", round, ms);
+		sleep_ms(1000);
+	}
+	for (int i = 0; i < 5; i++) {
+		kill(slow[i], SIGKILL);
+		waitpid(slow[i], NULL, 0);
+	}
+	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
