@@ -453,8 +453,9 @@ int profile_collect_cut(struct profile *p, struct bucket_table *t, uint64_t cut)
 int profile_subtract(struct profile *p, const struct profile *base);
 void profile_release(struct profile *p);
 /* Drop the leading frames of every sample whose function matches one of the patterns (an
- * exact name, or a prefix when the pattern ends in '*'), as Go hides runtime.* frames; a
- * stack that would lose every frame is kept whole. */
+ * exact name, or a prefix when the pattern ends in '*'), as Go hides runtime.* frames, and
+ * those in a C++ operator new (a replacement, or the next one in the shim's forward mode);
+ * a stack that would lose every frame is kept whole. */
 int profile_trim(struct profile *p, struct procmaps *maps, char *const *patterns, size_t n);
 /* The writers, one per format (snapshot.c's snapshot_write picks one). */
 int pprof_write(struct buf *out, const struct profile *p, struct procmaps *maps,

@@ -271,14 +271,32 @@ void profile_prefetch(const struct profile *p, struct procmaps *maps)
 	free(set.slots);
 }
 
-/* Whether the frame at return address pc lies in a function to trim: any function of its
- * inline chain counts, so an inlined allocator helper is trimmed with its host. */
+/* The C++ operators new, by their Itanium-ABI names (size_t is `m`). A program that
+ * replaces one (or a shim forwarding to libstdc++'s, or to a linked allocator's) calls
+ * malloc from it, so a sample's leading frame is the operator, not the program's call
+ * site; heaptrack and Go's profiles (runtime.newobject) show the caller of new. */
+static const char *const profile_operator_new[] = {
+	"_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
+	"_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t",
+	"_ZnamSt11align_val_tRKSt9nothrow_t",
+};
+
+/*
+ * Whether the frame at return address pc lies in a function to trim: for the patterns, any
+ * function of its inline chain counts, so an inlined allocator helper is trimmed with its
+ * host; an operator new only as the physical function (the ELF symbol holding pc), so that
+ * a function into which a replacement operator new was inlined stays.
+ */
 static bool trim_frame(struct procmaps *maps, uint64_t pc, char *const *patterns, size_t n)
 {
 	const struct mapping *m;
 	struct sym_result r;
 	if (profile_frame(maps, pc, &m, &r) == 0)
 		return false;
+	const char *physical = r.frames[r.nframes - 1].function;
+	for (size_t i = 0; physical && i < sizeof(profile_operator_new) / sizeof(char *); i++)
+		if (strcmp(physical, profile_operator_new[i]) == 0)
+			return true;
 	for (int i = 0; i < r.nframes; i++)
 		if (trim_match(r.frames[i].function, patterns, n))
 			return true;
@@ -287,8 +305,6 @@ static bool trim_frame(struct procmaps *maps, uint64_t pc, char *const *patterns
 
 int profile_trim(struct profile *p, struct procmaps *maps, char *const *patterns, size_t n)
 {
-	if (n == 0)
-		return 0;
 	profile_prefetch(p, maps);
 	for (size_t i = 0; i < p->nsamples; i++) {
 		const struct stack *st = p->samples[i].stack;
