@@ -100,9 +100,10 @@ PROG_BINS += $(OUT)/progs/libllgoheap-noprobe.so
 # and with .eh_frame but no .eh_frame_hdr (noehhdr_chains).
 PROG_BINS += $(OUT)/progs/dbgframe_chains $(OUT)/progs/libdbgframe_dl.so \
 	$(OUT)/progs/dbgframe_fp_chains $(OUT)/progs/noehhdr_chains
-# nofp_stl again with frame pointers (fp_stl) and with the program's own operator new
-# (nofp_stl_newrep), for test_unwind's comparison with heaptrack.
-PROG_BINS += $(OUT)/progs/fp_stl $(OUT)/progs/nofp_stl_newrep
+# nofp_stl again with frame pointers (fp_stl) and with the program's own operator new, out
+# of line (nofp_stl_newrep) and inlined (nofp_stl_newinl), for test_unwind's comparison with
+# heaptrack.
+PROG_BINS += $(OUT)/progs/fp_stl $(OUT)/progs/nofp_stl_newrep $(OUT)/progs/nofp_stl_newinl
 
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap $(OUT)/bin/llgo-heap-symbolizer
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
@@ -308,6 +309,12 @@ $(OUT)/progs/nofp_stl_newrep: tests/progs/nofp_stl.cc
 	@mkdir -p $(dir $@)
 	$(Q)$(CXX) -std=c++17 -g -O2 -fomit-frame-pointer -DSTL_REPLACE_NEW -Wall -Wextra -Werror \
 		-pthread -o $@ $<
+
+$(OUT)/progs/nofp_stl_newinl: tests/progs/nofp_stl.cc
+	$(call msg,CXX,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) -std=c++17 -g -O2 -fomit-frame-pointer -DSTL_REPLACE_NEW -DSTL_NEW_INLINE -Wall \
+		-Wextra -Werror -pthread -o $@ $<
 
 $(OUT)/progs/fp_stl: tests/progs/nofp_stl.cc
 	$(call msg,CXX,$@)

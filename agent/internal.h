@@ -492,6 +492,10 @@ uint64_t profile_main_rate(const struct profile *p);
  * its mapping (NULL if none) and r its inline chain; returns r's frame count (0: unknown). */
 int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 		  struct sym_result *r);
+/* Leave the C++ operators new out of the front of r's inline chain (a replacement inlined
+ * into its caller: the call into malloc is inside it), never its physical function; the
+ * new frame count. profile_frame does it; a writer calling symbolize_pc does it too. */
+int profile_hide_new_inlines(struct sym_result *r);
 /* Symbolize every frame of p's stacks ahead of profile_frame, in batches. */
 void profile_prefetch(const struct profile *p, struct procmaps *maps);
 /* "llgo-heap: sampled=N delivered=N dropped=N corrupt=N" (no newline). */

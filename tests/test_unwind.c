@@ -1151,18 +1151,20 @@ static int uw_names_ours(const char *text, struct uw_key *keys, int max)
 }
 
 /*
- * prog (tests/progs/nofp_stl.cc, built one of three ways) at rate 1 in mode and under
- * heaptrack, compared stack by stack as function names from the allocating frame (inlined
- * frames included) down to main: every stack through the program's stl_level3 must have the
- * same count on both sides (all are the program's sites; at rate 1 nothing is left to
- * chance), and 99% of all allocations that reach main must agree.
+ * prog (tests/progs/nofp_stl.cc, built one of four ways) at rate 1 in mode, and oracle (prog
+ * itself, or the same program built another way) under heaptrack, compared stack by stack
+ * as function names from the allocating frame (inlined frames included) down to main: every
+ * stack through the program's stl_level3 must have the same count on both sides (all are
+ * the program's sites; at rate 1 nothing is left to chance), and 99% of all allocations
+ * that reach main must agree.
  */
-static void uw_compare_heaptrack_names(const char *prog, const char *mode)
+static void uw_compare_heaptrack_names(const char *prog, const char *oracle, const char *mode)
 {
 	enum { ROUNDS = 40, MAXKEYS = 512 };
 	char *dir = e2e_tmpdir(), *out = NULL, *ours_text = NULL;
-	char cmd[4200];
+	char cmd[4200], oracle_cmd[4200];
 	snprintf(cmd, sizeof(cmd), E2E_PROGS "/%s %d", prog, ROUNDS);
+	snprintf(oracle_cmd, sizeof(oracle_cmd), E2E_PROGS "/%s %d", oracle, ROUNDS);
 	struct uw_prof p;
 	uw_run(&p, dir, mode, cmd);
 	cr_expect_eq(p.truncated, 0, "%s %s: %llu stacks truncated", prog, mode, p.truncated);
@@ -1172,15 +1174,15 @@ static void uw_compare_heaptrack_names(const char *prog, const char *mode)
 	rc = e2e_sh(&out, "cd %s && heaptrack -o %s/ht %s >/dev/null 2>&1 && "
 		    "heaptrack_print %s/ht.zst --print-allocators 1 --print-peaks 0 "
 		    "--print-leaks 0 --print-temporary 0 --print-histogram 0 -m 0 -n 100000",
-		    dir, dir, cmd, dir);
+		    dir, dir, oracle_cmd, dir);
 	cr_assert_eq(rc, 0, "heaptrack failed (%d):\n%.2000s", rc, out);
 	static struct uw_key ours[MAXKEYS], theirs[MAXKEYS];
 	int no = uw_names_ours(ours_text, ours, MAXKEYS);
 	int nt = uw_keys_heaptrack(out, theirs, MAXKEYS, true);
 	long to, tt;
 	double agree = uw_agreement(ours, no, theirs, nt, &to, &tt);
-	fprintf(stderr, "heaptrack vs llgo-heap by name (%s, %s): %.2f%% of allocations agree "
-			"(%ld ours, %ld heaptrack's)\n", prog, mode, 100 * agree, to, tt);
+	fprintf(stderr, "heaptrack (%s) vs llgo-heap (%s, %s) by name: %.2f%% of allocations "
+			"agree (%ld ours, %ld heaptrack's)\n", oracle, prog, mode, 100 * agree, to, tt);
 	/* the program's sites: every stack through stl_level3, on either side */
 	int sites = 0;
 	bool bad = agree < 0.99;
@@ -1222,27 +1224,36 @@ static void uw_compare_heaptrack_names(const char *prog, const char *mode)
 /* -O2 without frame pointers (Debian's default): every sample copies its stack. */
 Test(unwind, heaptrack_agrees_stl_by_name_auto, .timeout = 300)
 {
-	uw_compare_heaptrack_names("nofp_stl", "auto");
+	uw_compare_heaptrack_names("nofp_stl", "nofp_stl", "auto");
 }
 
 Test(unwind, heaptrack_agrees_stl_by_name_dwarf, .timeout = 300)
 {
-	uw_compare_heaptrack_names("nofp_stl", "dwarf");
+	uw_compare_heaptrack_names("nofp_stl", "nofp_stl", "dwarf");
 }
 
 /* The program keeps frame pointers, libstdc++ does not: auto mode trusts the walks that stay
  * in the program and copies those that start in libstdc++'s string code. */
 Test(unwind, heaptrack_agrees_stl_fp_program_by_name, .timeout = 300)
 {
-	uw_compare_heaptrack_names("fp_stl", "auto");
+	uw_compare_heaptrack_names("fp_stl", "fp_stl", "auto");
 }
 
 /* The program replaces operator new: libstdc++ and the program call it, it calls malloc.
  * Frame 0 is the caller of new (heaptrack's and Go's), not the operator, in either mode. */
 Test(unwind, heaptrack_agrees_stl_replaced_new, .timeout = 300)
 {
-	uw_compare_heaptrack_names("nofp_stl_newrep", "auto");
-	uw_compare_heaptrack_names("nofp_stl_newrep", "dwarf");
+	uw_compare_heaptrack_names("nofp_stl_newrep", "nofp_stl_newrep", "auto");
+	uw_compare_heaptrack_names("nofp_stl_newrep", "nofp_stl_newrep", "dwarf");
+}
+
+/* The replacement inlined into the program's callers: the call into malloc is inside it, in
+ * its caller's code. The operator is left out of that frame, which then reads as the program
+ * without a replacement does under heaptrack (heaptrack drops the whole frame, caller and
+ * all, so it cannot be the oracle of this build itself). */
+Test(unwind, heaptrack_agrees_stl_replaced_new_inlined, .timeout = 300)
+{
+	uw_compare_heaptrack_names("nofp_stl_newinl", "nofp_stl", "auto");
 }
 
 /* ---- programs as Debian ships them ------------------------------------------------------- */

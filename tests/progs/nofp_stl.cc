@@ -8,10 +8,11 @@
  * operator[] (nodes from inlined _Rb_tree code, keys from libstdc++). test_unwind compares
  * its stacks, function by function, inlined frames included, with heaptrack's.
  *
- * The Makefile builds it three ways: nofp_stl (as above), fp_stl (with frame pointers, so
- * that auto mode trusts frame-pointer walks up to the libstdc++ frames that keep none) and
+ * The Makefile builds it four ways: nofp_stl (as above), fp_stl (with frame pointers, so
+ * that auto mode trusts frame-pointer walks up to the libstdc++ frames that keep none),
  * nofp_stl_newrep (-DSTL_REPLACE_NEW: the program replaces operator new, out of line, so
- * every C++ allocation reaches malloc from the program's own operator).
+ * every C++ allocation reaches malloc from the program's own operator) and nofp_stl_newinl
+ * (the same replacement, also inlined into this file's callers).
  *
  * usage: nofp_stl N   (N rounds; each makes the same allocations)
  */
@@ -29,7 +30,13 @@
 #ifdef STL_REPLACE_NEW
 /* gcc sees the delete below free what new returned, which is this replacement's own pairing */
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-NOINLINE void *operator new(std::size_t n)
+#ifdef STL_NEW_INLINE
+#define STL_NEW_ATTR inline
+#else
+#define STL_NEW_ATTR NOINLINE
+#endif
+/* STL_NEW_INLINE: gcc inlines it into this file's callers (libstdc++ calls it out of line) */
+STL_NEW_ATTR void *operator new(std::size_t n)
 {
 	void *p = std::malloc(n ? n : 1);
 	if (!p)
