@@ -274,6 +274,12 @@ $(OUT)/progs/libnofp_%.so: tests/progs/libnofp_%.c
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(PROG_NOFP_CFLAGS) -shared -fPIC -o $@ $<
 
+$(OUT)/progs/libnofp_%.so: tests/progs/libnofp_%.cc
+	$(call msg,CXX,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) -std=c++17 -g -O2 -fomit-frame-pointer -Wall -Wextra -Werror -shared -fPIC \
+		-o $@ $<
+
 # .debug_frame as the code's only CFI (no .eh_frame but the crt files'), as some programs
 # ship (issue 9): without frame pointers, and with them (auto mode's classification).
 PROG_DBGFRAME_CFLAGS := $(PROG_NOFP_CFLAGS) -fno-asynchronous-unwind-tables -fno-unwind-tables

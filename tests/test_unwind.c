@@ -237,12 +237,14 @@ static void uw_free(struct uw_prof *p)
 	free(p->r);
 }
 
-/* Run prog under llgo-heap run at rate 1 in mode, parse its text profile. */
-static void uw_run(struct uw_prof *p, const char *dir, const char *mode, const char *cmd)
+/* Run prog under llgo-heap run at rate 1 in mode, parse its text profile; env: assignments
+ * for the shell to put before llgo-heap run ("" for none). */
+static void uw_run_env(struct uw_prof *p, const char *dir, const char *env, const char *mode,
+		       const char *cmd)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && " RUN " --unwind %s -r 1 -f text -o prof.heap -- %s",
-			dir, mode, cmd);
+	int rc = e2e_sh(&out, "cd %s && %s " RUN " --unwind %s -r 1 -f text -o prof.heap -- %s",
+			dir, env, mode, cmd);
 	cr_assert_eq(rc, 0, "llgo-heap run --unwind %s -- %s failed (%d):\n%s", mode, cmd, rc,
 		     out);
 	free(out);
@@ -256,6 +258,11 @@ static void uw_run(struct uw_prof *p, const char *dir, const char *mode, const c
 	cr_expect_eq(p->sampled, p->delivered + p->dropped + p->corrupt);
 	cr_expect_eq(p->corrupt, 0);
 	cr_expect_eq(p->dropped, 0, "%llu of %llu samples dropped", p->dropped, p->sampled);
+}
+
+static void uw_run(struct uw_prof *p, const char *dir, const char *mode, const char *cmd)
+{
+	uw_run_env(p, dir, "", mode, cmd);
 }
 
 /* Line of the "@name" marker in a program's source. */
@@ -1158,7 +1165,8 @@ static int uw_names_ours(const char *text, struct uw_key *keys, int max)
  * the program's sites; at rate 1 nothing is left to chance), and 99% of all allocations
  * that reach main must agree.
  */
-static void uw_compare_heaptrack_names(const char *prog, const char *oracle, const char *mode)
+static void uw_compare_heaptrack_names_env(const char *env, const char *prog,
+					   const char *oracle, const char *mode)
 {
 	enum { ROUNDS = 40, MAXKEYS = 512 };
 	char *dir = e2e_tmpdir(), *out = NULL, *ours_text = NULL;
@@ -1166,15 +1174,15 @@ static void uw_compare_heaptrack_names(const char *prog, const char *oracle, con
 	snprintf(cmd, sizeof(cmd), E2E_PROGS "/%s %d", prog, ROUNDS);
 	snprintf(oracle_cmd, sizeof(oracle_cmd), E2E_PROGS "/%s %d", oracle, ROUNDS);
 	struct uw_prof p;
-	uw_run(&p, dir, mode, cmd);
+	uw_run_env(&p, dir, env, mode, cmd);
 	cr_expect_eq(p.truncated, 0, "%s %s: %llu stacks truncated", prog, mode, p.truncated);
 	uw_free(&p);
 	int rc = e2e_sh(&ours_text, "c++filt < %s/prof.heap", dir);
 	cr_assert_eq(rc, 0, "c++filt: %.2000s", ours_text);
-	rc = e2e_sh(&out, "cd %s && heaptrack -o %s/ht %s >/dev/null 2>&1 && "
+	rc = e2e_sh(&out, "cd %s && %s heaptrack -o %s/ht %s >/dev/null 2>&1 && "
 		    "heaptrack_print %s/ht.zst --print-allocators 1 --print-peaks 0 "
 		    "--print-leaks 0 --print-temporary 0 --print-histogram 0 -m 0 -n 100000",
-		    dir, dir, oracle_cmd, dir);
+		    dir, env, dir, oracle_cmd, dir);
 	cr_assert_eq(rc, 0, "heaptrack failed (%d):\n%.2000s", rc, out);
 	static struct uw_key ours[MAXKEYS], theirs[MAXKEYS];
 	int no = uw_names_ours(ours_text, ours, MAXKEYS);
@@ -1221,6 +1229,11 @@ static void uw_compare_heaptrack_names(const char *prog, const char *oracle, con
 	e2e_rmdir(dir);
 }
 
+static void uw_compare_heaptrack_names(const char *prog, const char *oracle, const char *mode)
+{
+	uw_compare_heaptrack_names_env("", prog, oracle, mode);
+}
+
 /* -O2 without frame pointers (Debian's default): every sample copies its stack. */
 Test(unwind, heaptrack_agrees_stl_by_name_auto, .timeout = 300)
 {
@@ -1245,6 +1258,16 @@ Test(unwind, heaptrack_agrees_stl_replaced_new, .timeout = 300)
 {
 	uw_compare_heaptrack_names("nofp_stl_newrep", "nofp_stl_newrep", "auto");
 	uw_compare_heaptrack_names("nofp_stl_newrep", "nofp_stl_newrep", "dwarf");
+}
+
+/* An operator new in a library preloaded after the shim (built without frame pointers): the
+ * shim forwards every operator new to it and registers it as plumbing, which its own walk
+ * trims; a stack the daemon unwinds from a copy is trimmed by the operator's name. */
+Test(unwind, heaptrack_agrees_stl_forwarded_new, .timeout = 300)
+{
+	const char *env = "LD_PRELOAD=" E2E_PROGS "/libnofp_stlnew.so";
+	uw_compare_heaptrack_names_env(env, "nofp_stl", "nofp_stl", "auto");
+	uw_compare_heaptrack_names_env(env, "nofp_stl", "nofp_stl", "dwarf");
 }
 
 /* The replacement inlined into the program's callers: the call into malloc is inside it, in
