@@ -104,6 +104,8 @@ PROG_BINS += $(OUT)/progs/dbgframe_chains $(OUT)/progs/libdbgframe_dl.so \
 # of line (nofp_stl_newrep) and inlined (nofp_stl_newinl), for test_unwind's comparison with
 # heaptrack.
 PROG_BINS += $(OUT)/progs/fp_stl $(OUT)/progs/nofp_stl_newrep $(OUT)/progs/nofp_stl_newinl
+$(OUT)/progs/nofp_stl_newrep $(OUT)/progs/nofp_stl_newinl $(OUT)/progs/libnofp_stlnew.so: \
+	tests/progs/stl_new.h
 
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap $(OUT)/bin/llgo-heap-symbolizer
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a

@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -28,31 +27,13 @@
 #define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
 
 #ifdef STL_REPLACE_NEW
-/* gcc sees the delete below free what new returned, which is this replacement's own pairing */
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+/* STL_NEW_INLINE: gcc inlines it into this file's callers (libstdc++ calls it out of line) */
 #ifdef STL_NEW_INLINE
 #define STL_NEW_ATTR inline
 #else
 #define STL_NEW_ATTR NOINLINE
 #endif
-/* STL_NEW_INLINE: gcc inlines it into this file's callers (libstdc++ calls it out of line) */
-STL_NEW_ATTR void *operator new(std::size_t n)
-{
-	void *p = std::malloc(n ? n : 1);
-	if (!p)
-		throw std::bad_alloc();
-	return p;
-}
-
-void operator delete(void *p) noexcept
-{
-	std::free(p);
-}
-
-void operator delete(void *p, std::size_t) noexcept
-{
-	std::free(p);
-}
+#include "stl_new.h"
 #endif
 
 struct Record {
