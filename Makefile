@@ -110,6 +110,12 @@ PROG_BINS += $(OUT)/progs/libllgoheap-noprobe.so
 # and with .eh_frame but no .eh_frame_hdr (noehhdr_chains).
 PROG_BINS += $(OUT)/progs/dbgframe_chains $(OUT)/progs/libdbgframe_dl.so \
 	$(OUT)/progs/dbgframe_fp_chains $(OUT)/progs/noehhdr_chains
+# nofp_stl again with frame pointers (fp_stl) and with the program's own operator new, out
+# of line (nofp_stl_newrep) and inlined (nofp_stl_newinl), for test_unwind's comparison with
+# heaptrack.
+PROG_BINS += $(OUT)/progs/fp_stl $(OUT)/progs/nofp_stl_newrep $(OUT)/progs/nofp_stl_newinl
+$(OUT)/progs/nofp_stl_newrep $(OUT)/progs/nofp_stl_newinl $(OUT)/progs/libnofp_stlnew.so: \
+	tests/progs/stl_new.h
 
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap $(OUT)/bin/llgo-heap-symbolizer
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
@@ -295,6 +301,12 @@ $(OUT)/progs/libnofp_%.so: tests/progs/libnofp_%.c
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(PROG_NOFP_CFLAGS) -shared -fPIC -o $@ $<
 
+$(OUT)/progs/libnofp_%.so: tests/progs/libnofp_%.cc
+	$(call msg,CXX,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) -std=c++17 -g -O2 -fomit-frame-pointer -Wall -Wextra -Werror -shared -fPIC \
+		-o $@ $<
+
 # .debug_frame as the code's only CFI (no .eh_frame but the crt files'), as some programs
 # ship (issue 9): without frame pointers, and with them (auto mode's classification).
 PROG_DBGFRAME_CFLAGS := $(PROG_NOFP_CFLAGS) -fno-asynchronous-unwind-tables -fno-unwind-tables
@@ -323,6 +335,24 @@ $(OUT)/progs/nofp_%: tests/progs/nofp_%.cc
 	$(call msg,CXX,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CXX) -std=c++17 -g -O2 -fomit-frame-pointer -Wall -Wextra -Werror -pthread \
+		-o $@ $<
+
+$(OUT)/progs/nofp_stl_newrep: tests/progs/nofp_stl.cc
+	$(call msg,CXX,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) -std=c++17 -g -O2 -fomit-frame-pointer -DSTL_REPLACE_NEW -Wall -Wextra -Werror \
+		-pthread -o $@ $<
+
+$(OUT)/progs/nofp_stl_newinl: tests/progs/nofp_stl.cc
+	$(call msg,CXX,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) -std=c++17 -g -O2 -fomit-frame-pointer -DSTL_REPLACE_NEW -DSTL_NEW_INLINE -Wall \
+		-Wextra -Werror -pthread -o $@ $<
+
+$(OUT)/progs/fp_stl: tests/progs/nofp_stl.cc
+	$(call msg,CXX,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CXX) -std=c++17 -g -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread \
 		-o $@ $<
 
 # ---- deps ------------------------------------------------------------------------------

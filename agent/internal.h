@@ -457,8 +457,9 @@ int profile_collect_cut(struct profile *p, struct bucket_table *t, uint64_t cut)
 int profile_subtract(struct profile *p, const struct profile *base);
 void profile_release(struct profile *p);
 /* Drop the leading frames of every sample whose function matches one of the patterns (an
- * exact name, or a prefix when the pattern ends in '*'), as Go hides runtime.* frames; a
- * stack that would lose every frame is kept whole. */
+ * exact name, or a prefix when the pattern ends in '*'), as Go hides runtime.* frames, and
+ * those in a C++ operator new (a replacement, or the next one in the shim's forward mode);
+ * a stack that would lose every frame is kept whole. */
 int profile_trim(struct profile *p, struct procmaps *maps, char *const *patterns, size_t n);
 /* The writers, one per format (snapshot.c's snapshot_write picks one). */
 int pprof_write(struct buf *out, const struct profile *p, struct procmaps *maps,
@@ -495,6 +496,10 @@ uint64_t profile_main_rate(const struct profile *p);
  * its mapping (NULL if none) and r its inline chain; returns r's frame count (0: unknown). */
 int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 		  struct sym_result *r);
+/* Leave the C++ operators new out of the front of r's inline chain (a replacement inlined
+ * into its caller: the call into malloc is inside it), never its physical function; the
+ * new frame count. profile_frame does it; a writer calling symbolize_pc does it too. */
+int profile_hide_new_inlines(struct sym_result *r);
 /* Symbolize every frame of p's stacks ahead of profile_frame, in batches. */
 void profile_prefetch(const struct profile *p, struct procmaps *maps);
 /* "llgo-heap: sampled=N delivered=N dropped=N corrupt=N" (no newline). */

@@ -436,8 +436,7 @@ static void write_locations(struct pprof_ctx *c, struct procmaps *maps)
 		int n = 0;
 		if (mi >= 0) {
 			n = symbolize_pc(c->maps[mi], addr, &r);
-			if (n < 0)
-				n = 0;
+			n = n > 0 ? profile_hide_new_inlines(&r) : 0;
 			struct pmap_flags *mf = &c->mflags[mi];
 			if (!mf->used) {
 				mf->has_functions = r.has_functions;

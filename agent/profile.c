@@ -196,6 +196,38 @@ static bool trim_match(const char *name, char *const *patterns, size_t n)
 	return false;
 }
 
+/* The C++ operators new, by their Itanium-ABI names (size_t is `m`). A program that
+ * replaces one (or a shim forwarding to libstdc++'s, or to a linked allocator's) calls
+ * malloc from it, so a sample's leading frame is the operator, not the program's call
+ * site; heaptrack and Go's profiles (runtime.newobject) show the caller of new. The
+ * operator's frames are trimmed where it is the physical function (profile_trim) and left
+ * out of inline chains (profile_hide_new_inlines). */
+static const char *const profile_operator_new[] = {
+	"_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t", "_ZnwmSt11align_val_t",
+	"_ZnamSt11align_val_t", "_ZnwmSt11align_val_tRKSt9nothrow_t",
+	"_ZnamSt11align_val_tRKSt9nothrow_t",
+};
+
+static bool profile_is_operator_new(const char *name)
+{
+	for (size_t i = 0; name && i < LLGO_ARRAY_SIZE(profile_operator_new); i++)
+		if (strcmp(name, profile_operator_new[i]) == 0)
+			return true;
+	return false;
+}
+
+int profile_hide_new_inlines(struct sym_result *r)
+{
+	int k = 0;
+	while (k < r->nframes - 1 && profile_is_operator_new(r->frames[k].function))
+		k++;
+	if (k) {
+		memmove(r->frames, r->frames + k, (size_t)(r->nframes - k) * sizeof(r->frames[0]));
+		r->nframes -= k;
+	}
+	return r->nframes;
+}
+
 int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 		  struct sym_result *r)
 {
@@ -210,7 +242,7 @@ int profile_frame(struct procmaps *maps, uint64_t pc, const struct mapping **m,
 	r->nframes = 0;
 	r->unavailable = false;
 	int nf = *m ? symbolize_pc(*m, pc - 1, r) : 0;
-	return nf > 0 ? nf : 0;
+	return nf > 0 ? profile_hide_new_inlines(r) : 0;
 }
 
 /* The distinct pcs of a profile: open addressing, 0 for empty (no frame is at address 0). */
@@ -271,14 +303,20 @@ void profile_prefetch(const struct profile *p, struct procmaps *maps)
 	free(set.slots);
 }
 
-/* Whether the frame at return address pc lies in a function to trim: any function of its
- * inline chain counts, so an inlined allocator helper is trimmed with its host. */
+/*
+ * Whether the frame at return address pc lies in a function to trim: for the patterns, any
+ * function of its inline chain counts, so an inlined allocator helper is trimmed with its
+ * host; an operator new only as the physical function (the ELF symbol holding pc), so that
+ * a function into which a replacement operator new was inlined stays.
+ */
 static bool trim_frame(struct procmaps *maps, uint64_t pc, char *const *patterns, size_t n)
 {
 	const struct mapping *m;
 	struct sym_result r;
 	if (profile_frame(maps, pc, &m, &r) == 0)
 		return false;
+	if (profile_is_operator_new(r.frames[r.nframes - 1].function))
+		return true;
 	for (int i = 0; i < r.nframes; i++)
 		if (trim_match(r.frames[i].function, patterns, n))
 			return true;
@@ -287,8 +325,6 @@ static bool trim_frame(struct procmaps *maps, uint64_t pc, char *const *patterns
 
 int profile_trim(struct profile *p, struct procmaps *maps, char *const *patterns, size_t n)
 {
-	if (n == 0)
-		return 0;
 	profile_prefetch(p, maps);
 	for (size_t i = 0; i < p->nsamples; i++) {
 		const struct stack *st = p->samples[i].stack;

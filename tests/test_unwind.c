@@ -159,6 +159,17 @@ static const char *uw_base(const char *p)
 	return s ? s + 1 : p;
 }
 
+/* The line starting at l, without its newline, into line (cut to fit); its length. */
+static size_t uw_line(const char *l, char *line, size_t cap)
+{
+	size_t len = strcspn(l, "\n");
+	if (len >= cap)
+		len = cap - 1;
+	memcpy(line, l, len);
+	line[len] = '\0';
+	return len;
+}
+
 /* Parse Go's legacy heap text as text.c writes it. */
 static void uw_parse(const char *text, struct uw_prof *p)
 {
@@ -178,11 +189,7 @@ static void uw_parse(const char *text, struct uw_prof *p)
 	char prev_addr[32] = "";
 	for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
 		char line[2048];
-		size_t len = strcspn(l, "\n");
-		if (len >= sizeof(line))
-			len = sizeof(line) - 1;
-		memcpy(line, l, len);
-		line[len] = '\0';
+		uw_line(l, line, sizeof(line));
 		long a, b, c, d;
 		if (sscanf(line, "%ld: %ld [%ld: %ld] @", &a, &b, &c, &d) == 4) {
 			cr_assert_lt(p->n, UW_MAX_RECS);
@@ -230,12 +237,14 @@ static void uw_free(struct uw_prof *p)
 	free(p->r);
 }
 
-/* Run prog under llgo-heap run at rate 1 in mode, parse its text profile. */
-static void uw_run(struct uw_prof *p, const char *dir, const char *mode, const char *cmd)
+/* Run prog under llgo-heap run at rate 1 in mode, parse its text profile; env: assignments
+ * for the shell to put before llgo-heap run ("" for none). */
+static void uw_run_env(struct uw_prof *p, const char *dir, const char *env, const char *mode,
+		       const char *cmd)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && " RUN " --unwind %s -r 1 -f text -o prof.heap -- %s",
-			dir, mode, cmd);
+	int rc = e2e_sh(&out, "cd %s && %s " RUN " --unwind %s -r 1 -f text -o prof.heap -- %s",
+			dir, env, mode, cmd);
 	cr_assert_eq(rc, 0, "llgo-heap run --unwind %s -- %s failed (%d):\n%s", mode, cmd, rc,
 		     out);
 	free(out);
@@ -249,6 +258,11 @@ static void uw_run(struct uw_prof *p, const char *dir, const char *mode, const c
 	cr_expect_eq(p->sampled, p->delivered + p->dropped + p->corrupt);
 	cr_expect_eq(p->corrupt, 0);
 	cr_expect_eq(p->dropped, 0, "%llu of %llu samples dropped", p->dropped, p->sampled);
+}
+
+static void uw_run(struct uw_prof *p, const char *dir, const char *mode, const char *cmd)
+{
+	uw_run_env(p, dir, "", mode, cmd);
 }
 
 /* Line of the "@name" marker in a program's source. */
@@ -888,8 +902,12 @@ static int uw_keys_ours(const struct uw_prof *p, struct uw_key *keys, int max)
 	return n;
 }
 
-/* heaptrack_print's "MOST CALLS TO ALLOCATION FUNCTIONS", unmerged. */
-static int uw_keys_heaptrack(const char *text, struct uw_key *keys, int max)
+static void uw_name_norm(const char *in, char *out, size_t cap);
+
+/* heaptrack_print's "MOST CALLS TO ALLOCATION FUNCTIONS", unmerged: frames as file:line
+ * keys (stacks through main or start_thread), or by_name as function names (uw_name_norm;
+ * an unnamed frame "?"; stacks through main). */
+static int uw_keys_heaptrack(const char *text, struct uw_key *keys, int max, bool by_name)
 {
 	int n = 0;
 	const char *sec = strstr(text, "MOST CALLS TO ALLOCATION FUNCTIONS");
@@ -897,14 +915,10 @@ static int uw_keys_heaptrack(const char *text, struct uw_key *keys, int max)
 	char key[4096] = "";
 	long count = -1;
 	bool rooted = false, cut = false;
-	char func[512] = "";
+	char func[1024] = "";
 	for (const char *l = sec; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
-		char line[2048];
-		size_t len = strcspn(l, "\n");
-		if (len >= sizeof(line))
-			len = sizeof(line) - 1;
-		memcpy(line, l, len);
-		line[len] = '\0';
+		char line[8192];
+		size_t len = uw_line(l, line, sizeof(line));
 		long c;
 		bool end = len == 0 || strstr(line, "PEAK MEMORY") || strstr(line, "MOST TEMPORARY");
 		if (end || sscanf(line, "%ld calls to allocation functions", &c) == 1) {
@@ -927,7 +941,10 @@ static int uw_keys_heaptrack(const char *text, struct uw_key *keys, int max)
 		if (strncmp(line, "  ", 2) != 0 || line[2] == ' ')
 			continue;
 		/* a frame: "  func", then optionally "    at file:line", "    in lib" */
-		snprintf(func, sizeof(func), "%.500s", line + 2);
+		if (by_name && strncmp(line + 2, "0x", 2) != 0)
+			uw_name_norm(line + 2, func, sizeof(func));
+		else
+			snprintf(func, sizeof(func), "%.500s", by_name ? "?" : line + 2);
 		const char *next = l + strcspn(l, "\n");
 		char file[1024] = "";
 		int ln = 0;
@@ -950,10 +967,15 @@ static int uw_keys_heaptrack(const char *text, struct uw_key *keys, int max)
 				snprintf(file, sizeof(file), "%s", buf);
 			}
 		}
-		uw_key_frame(key, sizeof(key), file, ln);
+		if (by_name) {
+			size_t kl = strlen(key);
+			snprintf(key + kl, sizeof(key) - kl, "%s;", func);
+		} else {
+			uw_key_frame(key, sizeof(key), file, ln);
+		}
 		if (strcmp(func, "main") == 0) {
 			rooted = cut = true;
-		} else if (strcmp(func, "start_thread") == 0) {
+		} else if (!by_name && strcmp(func, "start_thread") == 0) {
 			rooted = true;
 		}
 	}
@@ -991,7 +1013,7 @@ static void uw_compare_heaptrack(const char *cmd)
 	cr_assert_eq(rc, 0, "heaptrack failed (%d):\n%.2000s", rc, out);
 	static struct uw_key ours[512], theirs[512];
 	int no = uw_keys_ours(&p, ours, 512);
-	int nt = uw_keys_heaptrack(out, theirs, 512);
+	int nt = uw_keys_heaptrack(out, theirs, 512, false);
 	long to, tt;
 	double agree = uw_agreement(ours, no, theirs, nt, &to, &tt);
 	fprintf(stderr, "heaptrack vs llgo-heap (%s): %.2f%% of allocations agree "
@@ -1023,6 +1045,238 @@ Test(unwind, heaptrack_agrees_cxx, .timeout = 300)
 Test(unwind, heaptrack_agrees_fp_program, .timeout = 300)
 {
 	uw_compare_heaptrack(E2E_PROGS "/unwind_fp 50 " E2E_PROGS_SRC "/unwind_fp.c");
+}
+
+/* ---- agreement with heaptrack, function by function: libstdc++ containers ---------------- */
+
+/*
+ * A demangled C++ name as both demanglers print it (c++filt for ours, heaptrack's own,
+ * which shortens template arguments to "<>"): without template arguments, parameters,
+ * return type, ABI tags and clone suffixes. "long& std::vector<long, std::allocator<long>
+ * >::emplace_back<long>(long&&)" and "long& std::vector<>::emplace_back<>(long&&)" are both
+ * "std::vector::emplace_back".
+ */
+static void uw_name_norm(const char *in, char *out, size_t cap)
+{
+	char b[4096];
+	size_t n = 0;
+	int angle = 0;
+	for (const char *c = in; *c && n + 16 < sizeof(b);) {
+		if (angle == 0 && strncmp(c, "operator", 8) == 0) {
+			/* operator<, operator<<, operator->, operator>=: no brackets */
+			memcpy(b + n, c, 8);
+			n += 8;
+			c += 8;
+			while (*c && strchr("<>=-", *c) && n + 1 < sizeof(b))
+				b[n++] = *c++;
+			continue;
+		}
+		if (*c == '<')
+			angle++;
+		else if (*c == '>' && angle > 0)
+			angle--;
+		else if (angle == 0)
+			b[n++] = *c;
+		c++;
+	}
+	b[n] = '\0';
+	char *tag;
+	while ((tag = strstr(b, "[abi:")) != NULL || (tag = strstr(b, " [clone ")) != NULL) {
+		char *end = strchr(tag, ']');
+		if (!end)
+			break;
+		memmove(tag, end + 1, strlen(end + 1) + 1);
+	}
+	/* the parameters: from the first '(' that is not "(anonymous namespace)" nor in
+	 * "operator()" */
+	for (char *c = b; *c; c++) {
+		if (strncmp(c, "(anonymous namespace)", 21) == 0) {
+			c += 20;
+			continue;
+		}
+		if (*c == '(' && !(c - b >= 8 && strncmp(c - 8, "operator", 8) == 0)) {
+			*c = '\0';
+			break;
+		}
+	}
+	/* the return type: what comes before the last space that is not operator's */
+	const char *name = b;
+	for (char *sp = strrchr(b, ' '); sp; sp = sp > b ? memrchr(b, ' ', (size_t)(sp - b)) : NULL) {
+		if (sp - b >= 8 && strncmp(sp - 8, "operator", 8) == 0)
+			continue;
+		name = sp + 1;
+		break;
+	}
+	size_t len = strnlen(name, cap - 1);
+	memcpy(out, name, len);
+	out[len] = '\0';
+}
+
+/* Our stacks by function name, leaf first, down to main (only stacks that reach it), from the
+ * legacy text profile with its names demangled by c++filt; an unsymbolized frame is "?". */
+static int uw_names_ours(const char *text, struct uw_key *keys, int max)
+{
+	int n = 0;
+	char key[4096] = "";
+	long count = -1;
+	bool rooted = false;
+	for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		char line[8192];
+		size_t len = uw_line(l, line, sizeof(line));
+		long a, b, c, d;
+		bool rec = sscanf(line, "%ld: %ld [%ld: %ld] @", &a, &b, &c, &d) == 4;
+		if (rec || len == 0) {
+			if (count >= 0 && rooted)
+				uw_key_add(keys, &n, max, key, count);
+			count = rec ? c : -1;
+			key[0] = '\0';
+			rooted = false;
+			continue;
+		}
+		if (count < 0 || rooted || strncmp(line, "#\t0x", 4) != 0)
+			continue;
+		/* "#\t0xADDR\tfunc+0xOFF\t\t\tfile:line", or "#\t0xADDR" unsymbolized */
+		char *f = strchr(line + 2, '\t'), name[1024] = "?";
+		if (f) {
+			f++;
+			char *tab = strchr(f, '\t');
+			if (tab)
+				*tab = '\0';
+			char *off = strstr(f, "+0x");
+			for (char *o = off; o; o = strstr(o + 1, "+0x"))
+				off = o;
+			if (off)
+				*off = '\0';
+			if (*f && strcmp(f, "??") != 0)
+				uw_name_norm(f, name, sizeof(name));
+		}
+		size_t kl = strlen(key);
+		snprintf(key + kl, sizeof(key) - kl, "%s;", name);
+		rooted = strcmp(name, "main") == 0;
+	}
+	return n;
+}
+
+/*
+ * prog (tests/progs/nofp_stl.cc, built one of four ways) at rate 1 in mode, and oracle (prog
+ * itself, or the same program built another way) under heaptrack, compared stack by stack
+ * as function names from the allocating frame (inlined frames included) down to main: every
+ * stack through the program's stl_level3 must have the same count on both sides (all are
+ * the program's sites; at rate 1 nothing is left to chance), and 99% of all allocations
+ * that reach main must agree.
+ */
+static void uw_compare_heaptrack_names_env(const char *env, const char *prog,
+					   const char *oracle, const char *mode)
+{
+	enum { ROUNDS = 40, MAXKEYS = 512 };
+	char *dir = e2e_tmpdir(), *out = NULL, *ours_text = NULL;
+	char cmd[4200], oracle_cmd[4200];
+	snprintf(cmd, sizeof(cmd), E2E_PROGS "/%s %d", prog, ROUNDS);
+	snprintf(oracle_cmd, sizeof(oracle_cmd), E2E_PROGS "/%s %d", oracle, ROUNDS);
+	struct uw_prof p;
+	uw_run_env(&p, dir, env, mode, cmd);
+	cr_expect_eq(p.truncated, 0, "%s %s: %llu stacks truncated", prog, mode, p.truncated);
+	uw_free(&p);
+	int rc = e2e_sh(&ours_text, "c++filt < %s/prof.heap", dir);
+	cr_assert_eq(rc, 0, "c++filt: %.2000s", ours_text);
+	rc = e2e_sh(&out, "cd %s && %s heaptrack -o %s/ht %s >/dev/null 2>&1 && "
+		    "heaptrack_print %s/ht.zst --print-allocators 1 --print-peaks 0 "
+		    "--print-leaks 0 --print-temporary 0 --print-histogram 0 -m 0 -n 100000",
+		    dir, env, dir, oracle_cmd, dir);
+	cr_assert_eq(rc, 0, "heaptrack failed (%d):\n%.2000s", rc, out);
+	static struct uw_key ours[MAXKEYS], theirs[MAXKEYS];
+	int no = uw_names_ours(ours_text, ours, MAXKEYS);
+	int nt = uw_keys_heaptrack(out, theirs, MAXKEYS, true);
+	long to, tt;
+	double agree = uw_agreement(ours, no, theirs, nt, &to, &tt);
+	fprintf(stderr, "heaptrack (%s) vs llgo-heap (%s, %s) by name: %.2f%% of allocations "
+			"agree (%ld ours, %ld heaptrack's)\n", oracle, prog, mode, 100 * agree, to, tt);
+	/* the program's sites: every stack through stl_level3, on either side */
+	int sites = 0;
+	bool bad = agree < 0.99;
+	for (int pass = 0; pass < 2; pass++) {
+		const struct uw_key *a = pass ? theirs : ours, *b = pass ? ours : theirs;
+		int na = pass ? nt : no, nb = pass ? no : nt;
+		for (int i = 0; i < na; i++) {
+			if (!strstr(a[i].key, "stl_level3;"))
+				continue;
+			long other = 0;
+			for (int j = 0; j < nb; j++)
+				if (strcmp(a[i].key, b[j].key) == 0)
+					other = b[j].count;
+			sites += pass == 0;
+			if (other != a[i].count) {
+				bad = true;
+				cr_expect_eq(other, a[i].count, "%s %s: %s has %ld allocations, %s %ld at %s",
+					     prog, mode, pass ? "heaptrack" : "llgo-heap", a[i].count,
+					     pass ? "llgo-heap" : "heaptrack", other, a[i].key);
+			}
+		}
+	}
+	/* vector (push_back, reserve), string (made, appended, a sum's two), the two locals, the
+	 * map's nodes and the string keys: at least 9 distinct stacks */
+	cr_expect_geq(sites, 9, "%s %s: only %d stacks through stl_level3", prog, mode, sites);
+	cr_expect_geq(agree, 0.99, "%s %s: only %.2f%% of allocations have heaptrack's stack",
+		      prog, mode, 100 * agree);
+	if (bad) {
+		for (int i = 0; i < no; i++)
+			fprintf(stderr, "  ours %ld %s\n", ours[i].count, ours[i].key);
+		for (int j = 0; j < nt; j++)
+			fprintf(stderr, "  heaptrack %ld %s\n", theirs[j].count, theirs[j].key);
+	}
+	free(out);
+	free(ours_text);
+	e2e_rmdir(dir);
+}
+
+static void uw_compare_heaptrack_names(const char *prog, const char *oracle, const char *mode)
+{
+	uw_compare_heaptrack_names_env("", prog, oracle, mode);
+}
+
+/* -O2 without frame pointers (Debian's default): every sample copies its stack. */
+Test(unwind, heaptrack_agrees_stl_by_name_auto, .timeout = 300)
+{
+	uw_compare_heaptrack_names("nofp_stl", "nofp_stl", "auto");
+}
+
+Test(unwind, heaptrack_agrees_stl_by_name_dwarf, .timeout = 300)
+{
+	uw_compare_heaptrack_names("nofp_stl", "nofp_stl", "dwarf");
+}
+
+/* The program keeps frame pointers, libstdc++ does not: auto mode trusts the walks that stay
+ * in the program and copies those that start in libstdc++'s string code. */
+Test(unwind, heaptrack_agrees_stl_fp_program_by_name, .timeout = 300)
+{
+	uw_compare_heaptrack_names("fp_stl", "fp_stl", "auto");
+}
+
+/* The program replaces operator new: libstdc++ and the program call it, it calls malloc.
+ * Frame 0 is the caller of new (heaptrack's and Go's), not the operator, in either mode. */
+Test(unwind, heaptrack_agrees_stl_replaced_new, .timeout = 300)
+{
+	uw_compare_heaptrack_names("nofp_stl_newrep", "nofp_stl_newrep", "auto");
+	uw_compare_heaptrack_names("nofp_stl_newrep", "nofp_stl_newrep", "dwarf");
+}
+
+/* An operator new in a library preloaded after the shim (built without frame pointers): the
+ * shim forwards every operator new to it and registers it as plumbing, which its own walk
+ * trims; a stack the daemon unwinds from a copy is trimmed by the operator's name. */
+Test(unwind, heaptrack_agrees_stl_forwarded_new, .timeout = 300)
+{
+	const char *env = "LD_PRELOAD=" E2E_PROGS "/libnofp_stlnew.so";
+	uw_compare_heaptrack_names_env(env, "nofp_stl", "nofp_stl", "auto");
+	uw_compare_heaptrack_names_env(env, "nofp_stl", "nofp_stl", "dwarf");
+}
+
+/* The replacement inlined into the program's callers: the call into malloc is inside it, in
+ * its caller's code. The operator is left out of that frame, which then reads as the program
+ * without a replacement does under heaptrack (heaptrack drops the whole frame, caller and
+ * all, so it cannot be the oracle of this build itself). */
+Test(unwind, heaptrack_agrees_stl_replaced_new_inlined, .timeout = 300)
+{
+	uw_compare_heaptrack_names("nofp_stl_newinl", "nofp_stl", "auto");
 }
 
 /* ---- programs as Debian ships them ------------------------------------------------------- */
