@@ -18,8 +18,11 @@
 
 #define HTTP_PREFIX "/debug/pprof/"
 #define HTTP_CONNS_MAX 64u      /* connections served at once */
-#define HTTP_CONNS_SPARE 8u     /* libmicrohttpd accepts these more, for http_conns.c to
-				 * close the slowest (its own limit: MAX + SPARE) */
+#define HTTP_CONNS_SPARE 64u    /* libmicrohttpd accepts these more, for http_conns.c to
+				 * close the slowest (its own limit: MAX + SPARE); as many
+				 * as MAX, since a connection http_conns.c shut down counts in
+				 * libmicrohttpd until its thread sees it: reconnecting
+				 * attackers must not fill its limit meanwhile */
 #define HTTP_CONNS_PER_PEER 16u /* connections of one local uid (not root) or address */
 #define HTTP_CONNS_HEADER_S 5u  /* a request's headers arrive within this of the accept */
 #define HTTP_CONNS_BODY_S 30u   /* its body within this of the headers */
