@@ -223,8 +223,7 @@ static bool uwfast_compute(const struct uwfast_file *ff, uint64_t pc, struct cfi
 	return uwfast_fde(ff, pc, &fde) && cfi_eh_row(&ff->cfi, fde, pc, r) == 0;
 }
 
-/* The row at pc (ELF address, the lookup address); false: libunwind's step. */
-static bool uwfast_row(struct uwfast_file *ff, uint64_t pc, struct cfi_row *r)
+bool uwfast_file_row(struct uwfast_file *ff, uint64_t pc, struct cfi_row *r)
 {
 	if (!ff->fde_count || pc < ff->cfi.lo || pc >= ff->cfi.hi)
 		return false;
@@ -267,7 +266,7 @@ bool uwfast_walk(const struct uwfast_ops *ops, void *arg, const struct llgo_raw_
 			break;
 		}
 		struct cfi_row r;
-		if (!im.file || !uwfast_row(im.file, pc - im.bias, &r))
+		if (!im.file || !uwfast_file_row(im.file, pc - im.bias, &r))
 			return false;
 		/* apply_reg_state: the CFA first (rbp's value read from where it is now) */
 		uint64_t base = cfa;

@@ -40,6 +40,9 @@ void uwfast_file_init(struct uwfast_file *ff, const unsigned char *image, size_t
 void uwfast_file_release(struct uwfast_file *ff);
 /* Bytes of ff's row cache. */
 size_t uwfast_file_bytes(const struct uwfast_file *ff);
+/* The row at pc (an ELF address: the lookup address), from the cache or cfi_eh_row (and then
+ * cached); false: libunwind's step. */
+bool uwfast_file_row(struct uwfast_file *ff, uint64_t pc, struct cfi_row *r);
 
 /* An image of the session: its file's fast-path state (NULL: none) and load bias. */
 struct uwfast_image {
