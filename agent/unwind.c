@@ -17,6 +17,12 @@
  *     .debug_frame, served by access_mem at a synthetic address (UW_SYNTH_BASE).
  * The target is never stopped or read.
  *
+ * Most stacks never reach libunwind: unwind_fast.c walks them first with rows of the files'
+ * .eh_frame cached per file, the same walk step for step, and hands a stack to the libunwind
+ * loop below only when some frame needs more (a signal frame, an expression, CFI the table
+ * lacks). LLGO_HEAP_UNWIND_FAST in the daemon's environment: "0" libunwind alone, "check"
+ * both on every stack (differences logged and counted).
+ *
  * Caches. Files are opened once per build ID (else device, inode, size and mtime) and kept
  * mapped read-only in a global cache shared by every session (uwfile), with their PT_LOAD
  * segments and .eh_frame_hdr table located once, and the rewritten extra CFI built at its
