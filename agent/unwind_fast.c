@@ -271,7 +271,10 @@ bool uwfast_walk(const struct uwfast_ops *ops, void *arg, const struct llgo_raw_
 		/* apply_reg_state: the CFA first (rbp's value read from where it is now) */
 		uint64_t base = cfa;
 		if (r.cfa_rbp) {
-			if (bp == UWFAST_BP_MEM && !ops->read(arg, bp_at, &base))
+			/* a lost rbp cannot be read (libunwind: an error); a lost rbp also ended
+			 * the stack a step earlier, so this is for form */
+			if (bp == UWFAST_BP_NULL ||
+			    (bp == UWFAST_BP_MEM && !ops->read(arg, bp_at, &base)))
 				break;
 			if (bp == UWFAST_BP_REG)
 				base = regs->bp;
