@@ -361,20 +361,31 @@ struct cfi_ctx {
 	size_t nents, cap_ents;
 };
 
+/* A CIE's version (1 or 3, or with v4 also 4) and augmentation string, in past them. */
+static bool cfi_cie_head(struct cfi_in *in, bool v4, uint8_t *version, const unsigned char **aug,
+			 size_t *auglen)
+{
+	if (!cfi_u8(in, version) || !(*version == 1 || *version == 3 || (v4 && *version == 4)))
+		return false;
+	const unsigned char *nul = memchr(in->p, 0, (size_t)(in->end - in->p));
+	if (!nul)
+		return false;
+	*aug = in->p;
+	*auglen = (size_t)(nul - in->p);
+	in->p = nul + 1;
+	return true;
+}
+
 /* Parse the CIE r and write its rewritten form; false when it is not one we can use. */
 static bool cfi_cie(struct cfi_ctx *x, const struct cfi_rec *r, struct cfi_cie *c)
 {
 	struct cfi_in in;
 	cfi_rec_id(r, &in);
 	uint8_t version;
-	if (!cfi_u8(&in, &version) || !(version == 1 || version == 3 || (!x->eh && version == 4)))
+	const unsigned char *aug;
+	size_t auglen;
+	if (!cfi_cie_head(&in, !x->eh, &version, &aug, &auglen))
 		return false;
-	const unsigned char *aug = in.p;
-	const unsigned char *nul = memchr(in.p, 0, (size_t)(in.end - in.p));
-	if (!nul)
-		return false;
-	size_t auglen = (size_t)(nul - aug);
-	in.p = nul + 1;
 	c->addr_size = 8;
 	c->enc = DW_EH_PE_absptr;
 	c->z = false;
@@ -705,5 +716,385 @@ int cfi_inflate(const unsigned char *p, size_t n, const unsigned char **data, si
 	*data = out;
 	*len = (size_t)outlen;
 	*owned = out;
+	return 0;
+}
+
+/* ---- rows (unwind_fast.c) ------------------------------------------------------------------ */
+/*
+ * One pc's unwinding rules from an .eh_frame FDE, as libunwind 1.6's dwarf_step finds them
+ * (Gfde.c's parse_cie and dwarf_extract_proc_info_from_fde, Gparser.c's run_cfi_program), for
+ * the subset real x86-64 code uses: CIE version 1 or 3 with code alignment 1, data alignment
+ * -8 and the return address in column 16, augmentations z, L, P, R, pc-relative FDE pointers,
+ * and the opcodes that move the CFA along rsp or rbp and save registers at CFA offsets. Where
+ * libunwind would fail, read other bytes, evaluate an expression or take another register's
+ * value, this refuses (-ENOTSUP) and the caller lets libunwind do the step, so a row given is
+ * the one libunwind would use. Every read stays inside one segment's file part.
+ */
+
+#define CFI_NREGS 17u /* libunwind's x86-64 DWARF_NUM_PRESERVED_REGS */
+#define CFI_REG_RBP 6u
+#define CFI_REG_RSP 7u
+#define CFI_REG_RA 16u
+#define CFI_ROW_DEPTH 8u /* DW_CFA_remember_state nesting followed */
+
+const unsigned char *cfi_file_bytes(const struct cfi_file *f, uint64_t vaddr, uint64_t n)
+{
+	/* libunwind reads the aligned 8-byte word holding each byte; the word's address picks
+	 * the segment (segments do not overlap, so there is one) */
+	uint64_t word = vaddr & ~(uint64_t)7;
+	for (size_t i = 0; i < f->nsegs; i++) {
+		const struct cfi_seg *s = &f->segs[i];
+		if (word < s->vaddr || word - s->vaddr >= s->filesz)
+			continue;
+		if (!cfi_within(s->offset, s->filesz, f->size) || vaddr - s->vaddr > s->filesz ||
+		    n > s->filesz - (vaddr - s->vaddr))
+			return NULL;
+		return f->image + s->offset + (vaddr - s->vaddr);
+	}
+	return NULL;
+}
+
+/* A LEB128 number as libunwind reads it (signed: sign-extended), refused past 9 bytes
+ * (where its shifts would overflow). */
+static bool cfi_row_leb(struct cfi_in *in, uint64_t *v, bool sign)
+{
+	uint64_t r = 0;
+	for (unsigned shift = 0; shift < 63 && in->p < in->end; shift += 7) {
+		uint8_t b = *in->p++;
+		r |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80)) {
+			if (sign && (b & 0x40))
+				r |= ~(uint64_t)0 << (shift + 7);
+			*v = r;
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool cfi_row_uleb(struct cfi_in *in, uint64_t *v)
+{
+	return cfi_row_leb(in, v, false);
+}
+
+/* A register number libunwind accepts (read_regnum: below DWARF_NUM_PRESERVED_REGS). */
+static bool cfi_row_reg(struct cfi_in *in, uint64_t *reg)
+{
+	return cfi_row_uleb(in, reg) && *reg < CFI_NREGS;
+}
+
+/*
+ * An encoded pointer at in, the field's ELF address at (libunwind's
+ * dwarf_read_encoded_pointer: 0 stays 0 whatever the encoding): 4- or 8-byte forms, absolute
+ * or pc-relative, DW_EH_PE_omit. An indirect one (indirect true: a personality routine's GOT
+ * slot) is only checked to be readable: libunwind reads it and fails if it cannot.
+ */
+static bool cfi_row_pointer(const struct cfi_file *f, struct cfi_in *in, uint8_t enc, uint64_t at,
+			    bool indirect, uint64_t *v)
+{
+	*v = 0;
+	if (enc == DW_EH_PE_omit)
+		return true;
+	size_t n;
+	switch (enc & 0x0f) {
+	case DW_EH_PE_absptr:
+	case DW_EH_PE_udata8:
+	case DW_EH_PE_sdata8:
+		n = 8;
+		break;
+	case DW_EH_PE_udata4:
+	case DW_EH_PE_sdata4:
+		n = 4;
+		break;
+	default:
+		return false;
+	}
+	if ((size_t)(in->end - in->p) < n || ((enc & 0x70) != DW_EH_PE_absptr &&
+					      (enc & 0x70) != DW_EH_PE_pcrel) ||
+	    ((enc & DW_EH_PE_indirect) && !indirect))
+		return false;
+	uint64_t x = n == 8 ? cfi_le64(in->p) : cfi_le32(in->p);
+	if ((enc & 0x0f) == DW_EH_PE_sdata4)
+		x = (uint64_t)(int64_t)(int32_t)(uint32_t)x;
+	in->p += n;
+	if (x == 0)
+		return true;
+	if ((enc & 0x70) == DW_EH_PE_pcrel)
+		x += at;
+	if (enc & DW_EH_PE_indirect) {
+		/* an absolute slot address is a process address: not one of this file's */
+		if ((enc & 0x70) != DW_EH_PE_pcrel || !cfi_file_bytes(f, x, 8))
+			return false;
+		x = 0; /* the value read is not needed */
+	}
+	*v = x;
+	return true;
+}
+
+/* The record (CIE or FDE) at ELF address at: its bytes from the length field to its end. */
+static const unsigned char *cfi_row_record(const struct cfi_file *f, uint64_t at, uint32_t *len)
+{
+	const unsigned char *h = cfi_file_bytes(f, at, 4);
+	if (!h)
+		return NULL;
+	*len = cfi_le32(h);
+	/* 0: a terminator (libunwind: no info); 0xffffffff: 64-bit DWARF, not emitted in
+	 * .eh_frame; below 4: no room for the id libunwind reads anyway */
+	if (*len == 0xffffffffu || *len < 4)
+		return NULL;
+	return cfi_file_bytes(f, at, 4 + (uint64_t)*len);
+}
+
+struct cfi_row_cie {
+	uint8_t fde_enc, lsda_enc;
+	bool z;
+	struct cfi_in ins;
+};
+
+static bool cfi_row_cie(const struct cfi_file *f, uint64_t at, struct cfi_row_cie *c)
+{
+	uint32_t len;
+	const unsigned char *r = cfi_row_record(f, at, &len);
+	if (!r || cfi_le32(r + 4) != 0)
+		return false;
+	struct cfi_in in = { r + 8, r + 4 + len };
+	uint8_t version;
+	const unsigned char *aug;
+	size_t auglen;
+	/* libunwind keeps 4 characters of the string; 'z' first makes the rest skippable, and
+	 * without it a string is not one compilers emit */
+	if (!cfi_cie_head(&in, false, &version, &aug, &auglen) || auglen > 4 ||
+	    (auglen && aug[0] != 'z'))
+		return false;
+	uint64_t code_align, data_align, ra;
+	uint8_t ra8;
+	if (!cfi_row_uleb(&in, &code_align) || code_align != 1 || !cfi_row_leb(&in, &data_align, true) ||
+	    data_align != (uint64_t)-8)
+		return false;
+	if (version == 1 ? !cfi_u8(&in, &ra8) : !cfi_row_uleb(&in, &ra))
+		return false;
+	if (version == 1)
+		ra = ra8;
+	if (ra != CFI_REG_RA)
+		return false;
+	c->fde_enc = DW_EH_PE_udata8; /* libunwind's default: absolute, refused below */
+	c->lsda_enc = DW_EH_PE_omit;
+	c->z = auglen > 0;
+	if (c->z) {
+		uint64_t n, v;
+		if (!cfi_row_uleb(&in, &n) || n > (uint64_t)(in.end - in.p))
+			return false;
+		const unsigned char *aug_end = in.p + n;
+		for (size_t i = 1; i < auglen; i++) {
+			uint8_t e;
+			switch (aug[i]) {
+			case 'L':
+				if (!cfi_u8(&in, &c->lsda_enc))
+					return false;
+				break;
+			case 'R':
+				if (!cfi_u8(&in, &c->fde_enc))
+					return false;
+				break;
+			case 'P':
+				if (!cfi_u8(&in, &e) ||
+				    !cfi_row_pointer(f, &in, e, at + (uint64_t)(in.p - r), true, &v))
+					return false;
+				break;
+			default: /* 'S' (a signal frame) and anything unknown */
+				return false;
+			}
+		}
+		/* libunwind starts the instructions where its reads ended, not at the size */
+		if (in.p != aug_end)
+			return false;
+	}
+	c->ins = in;
+	return true;
+}
+
+struct cfi_rules {
+	uint8_t where[CFI_NREGS]; /* enum cfi_where */
+	uint64_t off[CFI_NREGS];
+	bool cfa_defined;
+	uint8_t cfa_reg;
+	uint64_t cfa_off;
+};
+
+/* Run a CFA program over cur (libunwind's run_cfi_program). fde: stop before the first
+ * instruction whose location (loc, advanced by the program) is above pc; a CIE's program
+ * runs whole. init: the rules DW_CFA_restore goes back to. */
+static bool cfi_row_run(struct cfi_in in, bool fde, uint64_t loc, uint64_t pc,
+			struct cfi_rules *cur, const struct cfi_rules *init)
+{
+	struct cfi_rules saved[CFI_ROW_DEPTH];
+	unsigned depth = 0;
+	while (in.p < in.end && (!fde || loc <= pc)) {
+		uint8_t op = *in.p++, b8;
+		uint64_t reg, v, delta = 0;
+		switch (op & 0xc0) {
+		case DW_CFA_advance_loc:
+			delta = op & 0x3f;
+			goto advance;
+		case DW_CFA_offset:
+			reg = op & 0x3f;
+			if (reg >= CFI_NREGS || !cfi_row_uleb(&in, &v))
+				return false;
+			cur->where[reg] = CFI_CFAREL;
+			cur->off[reg] = v * (uint64_t)-8;
+			continue;
+		case DW_CFA_restore:
+			reg = op & 0x3f;
+			if (reg >= CFI_NREGS)
+				return false;
+			cur->where[reg] = init->where[reg];
+			cur->off[reg] = init->off[reg];
+			continue;
+		}
+		switch (op) {
+		case DW_CFA_nop:
+		case DW_CFA_GNU_args_size: /* only unw_resume reads it */
+			if (op == DW_CFA_GNU_args_size && !cfi_row_uleb(&in, &v))
+				return false;
+			continue;
+		case DW_CFA_advance_loc1:
+			if (!cfi_u8(&in, &b8))
+				return false;
+			delta = b8;
+			goto advance;
+		case DW_CFA_advance_loc2:
+			if (in.end - in.p < 2)
+				return false;
+			delta = (uint64_t)in.p[0] | (uint64_t)in.p[1] << 8;
+			in.p += 2;
+			goto advance;
+		case DW_CFA_advance_loc4:
+			if (in.end - in.p < 4)
+				return false;
+			delta = cfi_le32(in.p);
+			in.p += 4;
+			goto advance;
+		case DW_CFA_offset_extended:
+		case DW_CFA_offset_extended_sf:
+			if (!cfi_row_reg(&in, &reg) ||
+			    !cfi_row_leb(&in, &v, op == DW_CFA_offset_extended_sf))
+				return false;
+			cur->where[reg] = CFI_CFAREL;
+			cur->off[reg] = v * (uint64_t)-8;
+			continue;
+		case DW_CFA_restore_extended:
+			if (!cfi_row_reg(&in, &reg))
+				return false;
+			cur->where[reg] = init->where[reg];
+			cur->off[reg] = init->off[reg];
+			continue;
+		case DW_CFA_undefined:
+		case DW_CFA_same_value:
+			if (!cfi_row_reg(&in, &reg))
+				return false;
+			cur->where[reg] = op == DW_CFA_undefined ? CFI_UNDEF : CFI_SAME;
+			cur->off[reg] = 0;
+			continue;
+		case DW_CFA_remember_state:
+			if (depth == CFI_ROW_DEPTH)
+				return false;
+			saved[depth++] = *cur;
+			continue;
+		case DW_CFA_restore_state:
+			if (depth == 0) /* libunwind: an error */
+				return false;
+			*cur = saved[--depth];
+			continue;
+		case DW_CFA_def_cfa:
+		case DW_CFA_def_cfa_sf:
+			if (!cfi_row_reg(&in, &reg) ||
+			    !cfi_row_leb(&in, &v, op == DW_CFA_def_cfa_sf))
+				return false;
+			cur->cfa_defined = true;
+			cur->cfa_reg = (uint8_t)reg;
+			cur->cfa_off = op == DW_CFA_def_cfa ? v : v * (uint64_t)-8;
+			continue;
+		case DW_CFA_def_cfa_register:
+			if (!cfi_row_reg(&in, &reg))
+				return false;
+			cur->cfa_defined = true;
+			cur->cfa_reg = (uint8_t)reg;
+			continue;
+		case DW_CFA_def_cfa_offset:
+		case DW_CFA_def_cfa_offset_sf:
+			if (!cfi_row_leb(&in, &v, op == DW_CFA_def_cfa_offset_sf))
+				return false;
+			cur->cfa_off = op == DW_CFA_def_cfa_offset ? v : v * (uint64_t)-8;
+			continue;
+		default:
+			/* set_loc, register, expressions, val_offset, and what libunwind does not
+			 * know or reads wrongly */
+			return false;
+		}
+	advance:
+		/* FDE locations stay within 2^32 of pc at every test: no wrap (see the caller) */
+		if (fde && delta > UINT64_MAX - loc)
+			return false;
+		loc += delta;
+	}
+	return true;
+}
+
+int cfi_eh_row(const struct cfi_file *f, uint64_t fde, uint64_t pc, struct cfi_row *row)
+{
+	uint32_t len;
+	const unsigned char *r = cfi_row_record(f, fde, &len);
+	if (!r)
+		return -ENOTSUP;
+	int32_t id = (int32_t)cfi_le32(r + 4);
+	if (id == 0) /* a CIE: libunwind returns success with nothing filled in */
+		return -ENOTSUP;
+	struct cfi_row_cie c;
+	if (!cfi_row_cie(f, fde + 4 - (uint64_t)(int64_t)id, &c))
+		return -ENOTSUP;
+	/* Only pc-relative initial locations are the same for every load address. */
+	if ((c.fde_enc & 0x70) != DW_EH_PE_pcrel)
+		return -ENOTSUP;
+	struct cfi_in in = { r + 8, r + 4 + len };
+	uint64_t start, range;
+	if (!cfi_row_pointer(f, &in, c.fde_enc, fde + 8, false, &start) ||
+	    !cfi_row_pointer(f, &in, c.fde_enc & 0x0f, 0, false, &range))
+		return -ENOTSUP;
+	/* start 0 is libunwind's "no pointer"; the range must lie in the file's image */
+	if (start == 0 || start < f->lo || start >= f->hi || range > f->hi - start)
+		return -ENOTSUP;
+	if (pc < start || pc - start >= range)
+		return -ENOENT;
+	if (c.z) {
+		uint64_t n, lsda;
+		if (!cfi_row_uleb(&in, &n) || n > (uint64_t)(in.end - in.p))
+			return -ENOTSUP;
+		struct cfi_in aug = { in.p, in.p + n };
+		if (!cfi_row_pointer(f, &aug, c.lsda_enc, fde + (uint64_t)(aug.p - r), false, &lsda))
+			return -ENOTSUP;
+		in.p += n;
+	}
+	struct cfi_rules init, cur;
+	memset(&init, 0, sizeof(init)); /* libunwind's rs_initial while the CIE runs: undefined */
+	memset(&cur, 0, sizeof(cur));
+	for (unsigned i = 0; i < CFI_NREGS; i++)
+		cur.where[i] = CFI_SAME;
+	if (!cfi_row_run(c.ins, false, 0, 0, &cur, &init))
+		return -ENOTSUP;
+	init = cur;
+	if (!cfi_row_run(in, true, start, pc, &cur, &init))
+		return -ENOTSUP;
+	/* The CFA from rsp (always the frame's CFA in libunwind) or rbp; the return address
+	 * saved or lost; rbp by any rule (the others are not read unless a CFA rule uses them,
+	 * which is refused). */
+	if (!cur.cfa_defined || (cur.cfa_reg != CFI_REG_RSP && cur.cfa_reg != CFI_REG_RBP) ||
+	    cur.where[CFI_REG_RA] == CFI_SAME)
+		return -ENOTSUP;
+	row->cfa_rbp = cur.cfa_reg == CFI_REG_RBP;
+	row->cfa_off = cur.cfa_off;
+	row->ra = cur.where[CFI_REG_RA];
+	row->ra_off = cur.off[CFI_REG_RA];
+	row->rbp = cur.where[CFI_REG_RBP];
+	row->rbp_off = cur.off[CFI_REG_RBP];
 	return 0;
 }

@@ -260,6 +260,18 @@ struct unwind_stats {
 	uint64_t proc_lookups; /* unwind-table searches (libunwind's cache misses) */
 	uint64_t image_builds; /* times the session's images were (re)built */
 	uint64_t images;       /* images known now */
+	uint64_t fast;            /* stacks unwound by unwind_fast.c's walk */
+	uint64_t fast_fallbacks;  /* stacks it left to libunwind */
+	uint64_t fast_checked;    /* check mode: stacks unwound both ways */
+	uint64_t fast_mismatches; /* ... whose results differed */
+};
+
+/* unwind_fast.c's walk: used (the default; LLGO_HEAP_UNWIND_FAST in the daemon's environment
+ * says otherwise), not used (libunwind alone), or both compared on every stack. */
+enum unwind_fast {
+	UNWIND_FAST_ON,
+	UNWIND_FAST_OFF,
+	UNWIND_FAST_CHECK,
 };
 
 struct unwind; /* one per session; used under the session's drain lock */
@@ -276,14 +288,15 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		      const unsigned char *stack, const uint64_t *hint, uint32_t nhint,
 		      uint64_t *out, uint32_t max, bool *truncated, bool *unknown_pc);
 void unwind_get_stats(const struct unwind *u, struct unwind_stats *out);
+void unwind_set_fast(struct unwind *u, enum unwind_fast mode);
 /* Build the images (and, in auto mode, the frame-pointer ranges) from maps now. */
 void unwind_prepare(struct unwind *u, struct procmaps *maps);
 /* unwind_stack against one ELF file given as bytes (hostile), loaded at bias, without a
- * process: the parse of its headers and CFI (.eh_frame_hdr, and cfi.c's fallbacks) and
- * libunwind's walk over the stack copy. For tests/fuzz/fuzz_unwind.c. */
+ * process: the parse of its headers and CFI (.eh_frame_hdr, and cfi.c's fallbacks) and the
+ * walk over the stack copy (fast: unwind_set_fast's). For tests/fuzz/fuzz_unwind.c. */
 uint32_t unwind_image_stack(const unsigned char *file, size_t size, uint64_t bias,
 			    const struct llgo_raw_regs *regs, const unsigned char *stack,
-			    uint64_t *out, uint32_t max, bool *truncated);
+			    enum unwind_fast fast, uint64_t *out, uint32_t max, bool *truncated);
 /* auto mode (docs/design.md, "Unwinding"). unwind_learn: a whole unwound stack teaches where
  * frame-pointer walks end and what follows there (a root and its suffix). unwind_complete:
  * append a trusted root's suffix to a frame-pointer stack ending at that root (returns the
@@ -342,6 +355,47 @@ int cfi_elf_section(const unsigned char *image, size_t size, const char *name,
 /* An SHF_COMPRESSED section's contents p[0..n) (Elf64_Chdr, zlib), inflated into *owned. */
 int cfi_inflate(const unsigned char *p, size_t n, const unsigned char **data, size_t *len,
 		void **owned);
+
+/* unwind_fast.c's rows: the rules one .eh_frame FDE gives at one pc, found and applied the
+ * way libunwind 1.6's dwarf_step does (Gparser.c, Gfde.c), for the subset of CFI that real
+ * x86-64 code uses; anything else is refused and the caller lets libunwind do the step.
+ * A file as unwinding reads it: its bytes and its PT_LOAD segments' file parts (ELF address,
+ * file offset, length), which must not overlap. */
+struct cfi_seg {
+	uint64_t vaddr, offset, filesz;
+};
+
+struct cfi_file {
+	const unsigned char *image;
+	size_t size;
+	const struct cfi_seg *segs;
+	size_t nsegs;
+	uint64_t lo, hi; /* the ELF address range FDEs must lie in */
+};
+
+/* libunwind's dwarf_where_t values */
+enum cfi_where {
+	CFI_UNDEF,  /* lost: for the return address, the outermost frame */
+	CFI_SAME,   /* the caller's value is this frame's */
+	CFI_CFAREL, /* saved at CFA + off */
+};
+
+/* CFA = (cfa_rbp ? rbp : rsp) + cfa_off, modulo 2^64; the return address and rbp by their
+ * rules (the return address is never CFI_SAME). */
+struct cfi_row {
+	uint64_t cfa_off, ra_off, rbp_off;
+	bool cfa_rbp;
+	uint8_t ra, rbp; /* enum cfi_where */
+};
+
+/* The bytes [vaddr, vaddr + n) of f where libunwind's remote reads (8-byte words through the
+ * address space's access_mem) would find them; NULL when some are not in a segment's file
+ * part. */
+const unsigned char *cfi_file_bytes(const struct cfi_file *f, uint64_t vaddr, uint64_t n);
+/* The row at pc (an ELF address: the lookup address, i.e. a return address minus 1) of the
+ * .eh_frame FDE at ELF address fde. 0, -ENOENT when the FDE does not cover pc, -ENOTSUP for
+ * anything outside the subset (also bytes outside the segments, wraps, signal frames). */
+int cfi_eh_row(const struct cfi_file *f, uint64_t fde, uint64_t pc, struct cfi_row *row);
 
 /* ---- symbolize.c: addresses to functions, files and lines ----------------------------- */
 

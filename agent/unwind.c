@@ -17,6 +17,12 @@
  *     .debug_frame, served by access_mem at a synthetic address (UW_SYNTH_BASE).
  * The target is never stopped or read.
  *
+ * Most stacks never reach libunwind: unwind_fast.c walks them first with rows of the files'
+ * .eh_frame cached per file, the same walk step for step, and hands a stack to the libunwind
+ * loop below only when some frame needs more (a signal frame, an expression, CFI the table
+ * lacks). LLGO_HEAP_UNWIND_FAST in the daemon's environment: "0" libunwind alone, "check"
+ * both on every stack (differences logged and counted).
+ *
  * Caches. Files are opened once per build ID (else device, inode, size and mtime) and kept
  * mapped read-only in a global cache shared by every session (uwfile), with their PT_LOAD
  * segments and .eh_frame_hdr table located once, and the rewritten extra CFI built at its
@@ -57,6 +63,8 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "log.h"
+#include "unwind_fast.h"
 
 /* libunwind's table search, exported by libunwind-x86_64 but not declared in its headers
  * (libunwind-ptrace's _UPT_find_proc_info is its documented user). */
@@ -115,6 +123,7 @@ struct uwfile {
 	atomic_bool cfi_done;
 	struct cfi_table cfi;
 	struct symfile *sym;
+	struct uwfast_file fast; /* unwind_fast.c's rows, set up with the segments */
 };
 
 static pthread_mutex_t uw_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -129,6 +138,7 @@ struct uwimage {
 
 struct unwind {
 	unw_addr_space_t as;
+	enum unwind_fast fast;
 	pid_t pid;
 	struct uwimage *images; /* sorted by lo, disjoint */
 	size_t nimages;
@@ -152,6 +162,7 @@ struct uwctx {
 	struct unwind *u;
 	const struct llgo_raw_regs *regs;
 	const unsigned char *stack;
+	struct procmaps *maps;
 	bool outside; /* a stack read fell outside the copy */
 	bool noinfo;  /* unwind info was asked for a pc no image covers or no FDE describes */
 	bool unknown; /* ... and that pc lies in no image at all */
@@ -224,7 +235,7 @@ static bool uwfile_read_enc(const struct uwfile *f, uint8_t enc, uint64_t *at, u
 	return true;
 }
 
-static int uwfile_parse(struct uwfile *f)
+static int uwfile_parse_elf(struct uwfile *f)
 {
 	if (f->size < sizeof(Elf64_Ehdr))
 		return -ENOEXEC;
@@ -281,10 +292,25 @@ static int uwfile_parse(struct uwfile *f)
 	return 0;
 }
 
+/* The ELF headers, then the fast path's view of the same segments and table. */
+static int uwfile_parse(struct uwfile *f)
+{
+	int rc = uwfile_parse_elf(f);
+	if (rc != 0)
+		return rc;
+	struct cfi_seg segs[UNWIND_MAX_SEGS];
+	for (uint32_t i = 0; i < f->nsegs; i++)
+		segs[i] = (struct cfi_seg){ f->segs[i].vaddr, f->segs[i].offset, f->segs[i].filesz };
+	uwfast_file_init(&f->fast, f->image, f->size, segs, f->nsegs, f->lo, f->hi, f->hdr_vaddr,
+			 f->table_vaddr, f->has_table ? f->fde_count : 0);
+	return 0;
+}
+
 static void uwfile_destroy(struct uwfile *f)
 {
 	if (!f)
 		return;
+	uwfast_file_release(&f->fast);
 	cfi_table_free(&f->cfi);
 	symfile_put(f->sym);
 	pthread_mutex_destroy(&f->cfi_lock);
@@ -450,7 +476,7 @@ void unwind_cache_stats(uint64_t *files, uint64_t *bytes)
 	pthread_mutex_lock(&uw_lock);
 	for (struct uwfile *f = uw_files; f; f = f->next) {
 		(*files)++;
-		*bytes += sizeof(*f) + strlen(f->key) + 1;
+		*bytes += sizeof(*f) + strlen(f->key) + 1 + uwfast_file_bytes(&f->fast);
 		if (atomic_load_explicit(&f->cfi_done, memory_order_acquire))
 			*bytes += f->cfi.size + f->cfi.count * sizeof(*f->cfi.entries);
 	}
@@ -733,9 +759,17 @@ static unw_accessors_t uw_accessors = {
  * sessions drained at once for the first time raced there (ThreadSanitizer). Its first
  * cursor is made here, once, over an empty unwind and a zero register set. */
 static pthread_once_t uw_once = PTHREAD_ONCE_INIT;
+/* LLGO_HEAP_UNWIND_FAST in the daemon's environment: "0" libunwind alone, "check" both on
+ * every stack (differences logged and counted, libunwind's result kept), else the fast path. */
+static enum unwind_fast uw_fast_default = UNWIND_FAST_ON;
 
 static void uw_init_once(void)
 {
+	const char *fast = getenv("LLGO_HEAP_UNWIND_FAST");
+	if (fast && strcmp(fast, "0") == 0)
+		uw_fast_default = UNWIND_FAST_OFF;
+	else if (fast && strcmp(fast, "check") == 0)
+		uw_fast_default = UNWIND_FAST_CHECK;
 	static struct unwind none;
 	static const struct llgo_raw_regs zero;
 	unw_addr_space_t as = unw_create_addr_space(&uw_accessors, 0);
@@ -754,6 +788,7 @@ struct unwind *unwind_new(pid_t pid, bool auto_mode)
 	if (!u)
 		return NULL;
 	u->pid = pid;
+	u->fast = uw_fast_default;
 	u->want_fp = auto_mode;
 	u->as = unw_create_addr_space(&uw_accessors, 0);
 	if (!u->as) {
@@ -769,11 +804,23 @@ void unwind_free(struct unwind *u)
 {
 	if (!u)
 		return;
+	if (u->fast == UNWIND_FAST_CHECK && u->stats.unwound)
+		log_info("unwind: pid %d: %" PRIu64 " stacks, %" PRIu64 " by the fast path "
+			 "(%" PRIu64 " checked against libunwind, %" PRIu64 " differ), %" PRIu64
+			 " left to libunwind",
+			 (int)u->pid, u->stats.unwound, u->stats.fast, u->stats.fast_checked,
+			 u->stats.fast_mismatches, u->stats.fast_fallbacks);
 	unwind_drop_images(u);
 	unw_destroy_addr_space(u->as);
 	free(u->fp);
 	free(u->fp_prio);
 	free(u);
+}
+
+void unwind_set_fast(struct unwind *u, enum unwind_fast mode)
+{
+	if (u)
+		u->fast = mode;
 }
 
 void unwind_prepare(struct unwind *u, struct procmaps *maps)
@@ -793,6 +840,76 @@ void unwind_get_stats(const struct unwind *u, struct unwind_stats *out)
 	out->images = u->nimages;
 }
 
+/* ---- the fast path's callbacks (unwind_fast.c) ----------------------------------------- */
+
+static bool uw_fast_image(void *arg, uint64_t addr, struct uwfast_image *out)
+{
+	struct uwctx *c = arg;
+	const struct uwimage *im = unwind_image(c, addr);
+	if (!im)
+		return false;
+	/* the rows are per file, in ELF addresses: only for an image whose process range
+	 * does not wrap (the kernel's addresses never do) */
+	out->file = im->lo < im->hi && im->hi < (UINT64_C(1) << 62) ? &im->f->fast : NULL;
+	out->bias = im->bias;
+	return true;
+}
+
+static bool uw_fast_read(void *arg, uint64_t addr, uint64_t *val)
+{
+	unw_word_t v;
+	if (uw_access_mem(NULL, addr, &v, 0, arg) < 0)
+		return false;
+	*val = v;
+	return true;
+}
+
+static bool uw_fast_stale(void *arg, uint64_t pc)
+{
+	struct uwctx *c = arg;
+	return !unwind_image(c, pc) && c->maps && procmaps_find(c->maps, pc - 1);
+}
+
+static const struct uwfast_ops uw_fast_ops = {
+	.image = uw_fast_image,
+	.read = uw_fast_read,
+	.stale = uw_fast_stale,
+};
+
+/* The fast walk's result, kept in check mode to compare with libunwind's. */
+struct uwfast_result {
+	bool done, truncated, unknown;
+	uint32_t n;
+	uint64_t out[UNWIND_MAX_FRAMES];
+};
+
+/* Check mode: a difference is counted and logged (the first few), with both stacks. */
+static void uw_fast_compare(struct unwind *u, const struct llgo_raw_regs *regs,
+			    const struct uwfast_result *f, const uint64_t *out, uint32_t n,
+			    bool truncated, bool unknown)
+{
+	static atomic_uint logged;
+	u->stats.fast_checked++;
+	if (f->n == n && f->truncated == truncated && f->unknown == unknown &&
+	    memcmp(f->out, out, n * sizeof(*out)) == 0)
+		return;
+	u->stats.fast_mismatches++;
+	if (atomic_fetch_add_explicit(&logged, 1, memory_order_relaxed) >= 20)
+		return;
+	char a[1024], b[1024];
+	size_t la = 0, lb = 0;
+	for (uint32_t i = 0; i < f->n && la < sizeof(a) - 20; i++)
+		la += (size_t)snprintf(a + la, sizeof(a) - la, " %#" PRIx64, f->out[i]);
+	for (uint32_t i = 0; i < n && lb < sizeof(b) - 20; i++)
+		lb += (size_t)snprintf(b + lb, sizeof(b) - lb, " %#" PRIx64, out[i]);
+	a[la] = b[lb] = '\0';
+	log_warn("unwind: pid %d: fast path differs from libunwind (sp %#" PRIx64 " bp %#" PRIx64
+		 "): fast%s%s:%s; libunwind%s%s:%s",
+		 (int)u->pid, regs->sp, regs->bp, f->truncated ? " truncated" : "",
+		 f->unknown ? " unknown" : "", a, truncated ? " truncated" : "",
+		 unknown ? " unknown" : "", b);
+}
+
 uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo_raw_regs *regs,
 		      const unsigned char *stack, const uint64_t *hint, uint32_t nhint,
 		      uint64_t *out, uint32_t max, bool *truncated, bool *unknown_pc)
@@ -805,9 +922,27 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 	uint32_t n = 1;
 	if (!u)
 		return n;
-	struct uwctx c = { .u = u, .regs = regs, .stack = stack };
+	struct uwctx c = { .u = u, .regs = regs, .stack = stack, .maps = maps };
 	if (!unwind_image(&c, regs->ip) && maps && procmaps_find(maps, regs->ip - 1))
 		unwind_build_images(u, maps);
+	/* unwind_fast.c's walk, else (or also, to compare) libunwind's */
+	struct uwfast_result fast = { .n = 1 };
+	if (u->fast != UNWIND_FAST_OFF && max <= UNWIND_MAX_FRAMES &&
+	    uwfast_walk(&uw_fast_ops, &c, regs, out, max, &fast.n, &fast.truncated,
+			&fast.unknown)) {
+		u->stats.fast++;
+		if (u->fast != UNWIND_FAST_CHECK) {
+			n = fast.n;
+			*truncated = fast.truncated;
+			*unknown_pc = fast.unknown;
+			goto unwound;
+		}
+		fast.done = true;
+		memcpy(fast.out, out, fast.n * sizeof(*out));
+		c = (struct uwctx){ .u = u, .regs = regs, .stack = stack, .maps = maps };
+	} else if (u->fast != UNWIND_FAST_OFF && max <= UNWIND_MAX_FRAMES) {
+		u->stats.fast_fallbacks++;
+	}
 	unw_cursor_t cur;
 	int rc = unw_init_remote(&cur, u->as, &c);
 	uint64_t prev_sp = regs->sp;
@@ -855,6 +990,11 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		 * early for this.) */
 		out[n++] = signal ? ip + 1 : ip;
 	}
+	*truncated = rc != 0;
+	*unknown_pc = c.unknown;
+	if (fast.done)
+		uw_fast_compare(u, regs, &fast, out, n, *truncated, *unknown_pc);
+unwound:
 	u->stats.unwound++;
 	u->stats.frames += n;
 	/* Allocator plumbing the frame-pointer walk trimmed (hint[0] is its first kept frame). */
@@ -867,8 +1007,6 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 			}
 		}
 	}
-	*truncated = rc != 0;
-	*unknown_pc = c.unknown;
 	if (*truncated)
 		u->stats.truncated++;
 	return n;
@@ -876,7 +1014,7 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 
 uint32_t unwind_image_stack(const unsigned char *file, size_t size, uint64_t bias,
 			    const struct llgo_raw_regs *regs, const unsigned char *stack,
-			    uint64_t *out, uint32_t max, bool *truncated)
+			    enum unwind_fast fast, uint64_t *out, uint32_t max, bool *truncated)
 {
 	bool unknown;
 	*truncated = true;
@@ -900,6 +1038,7 @@ uint32_t unwind_image_stack(const unsigned char *file, size_t size, uint64_t bia
 		u->images[0] = (struct uwimage){ f->lo + bias, f->hi + bias, bias, f };
 		u->nimages = 1;
 		f->refs++; /* the image's */
+		u->fast = fast;
 		n = unwind_stack(u, NULL, regs, stack, NULL, 0, out, max, truncated, &unknown);
 	}
 	unwind_free(u);

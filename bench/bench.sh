@@ -531,19 +531,25 @@ unwind_section() {
 	out "Median of 3 processes x 50,000 timed calls; 20 us of untimed spinning between calls (the"
 	out "daemon unwinds every copy as it comes). glibc alone: median $bm ns, p99 $bp ns at 50 frames."
 	out ""
-	out "### Daemon DWARF unwinding on one core (unwind_stack, libunwind remote, this process's stack copies)"
+	out "### Daemon DWARF unwinding on one core (unwind_stack, this process's stack copies)"
 	out ""
-	out "| frames | record bytes (stack copy) | cold first unwind us | warm CPU ns/sample | wall ns/sample | samples/s (CPU) | table searches/sample | files cached | cache RSS KiB |"
-	out "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	out "| frames | walk | record bytes (stack copy) | cold first unwind us | warm CPU ns/sample | wall ns/sample | samples/s (CPU) | libunwind table searches/sample | files cached | cache RSS KiB |"
+	out "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for fr in 10 30 50; do
-		"$B/slowpath_bench" unwind --frames $fr --records 200000 |
-			awk '/^UNWIND/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-				printf "| %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s |\n", v["frames"],
-					v["record_bytes"], v["stack_bytes"], v["cold_us"], v["warm_ns"],
-					v["wall_ns"], v["samples_per_sec"], v["table_searches_per_sample"], v["files"],
-					v["cache_rss_kb"] }' |
-			outf
+		# the fast path (agent/unwind_fast.c, the default) and libunwind alone (before issue 21)
+		for opt in "" --libunwind; do
+			"$B/slowpath_bench" unwind --frames $fr --records 200000 $opt |
+				awk '/^UNWIND/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+					printf "| %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s |\n", v["frames"],
+						v["path"], v["record_bytes"], v["stack_bytes"], v["cold_us"], v["warm_ns"],
+						v["wall_ns"], v["samples_per_sec"], v["table_searches_per_sample"],
+						v["files"], v["cache_rss_kb"] }' |
+				outf
+		done
 	done
+	out ""
+	out "walk: fast = agent/unwind_fast.c's rows (the default), libunwind = libunwind's remote"
+	out "unw_step alone (LLGO_HEAP_UNWIND_FAST=0 in the daemon's environment)."
 	out ""
 }
 

@@ -22,14 +22,15 @@
  *       (records, checksums, head and sampled published), then times ring_reader_drain with
  *       bucket_table_add as the callback (records already in known buckets, the steady
  *       state), and with an empty callback. Prints records per second.
- *   unwind --frames N [--records R]
+ *   unwind --frames N [--records R] [--libunwind]
  *       The daemon's DWARF unwinding (agent/unwind.c) on one core: takes one real stack copy
  *       of this process at the bottom of a recursion of N frames, the way the shim does in
  *       dwarf mode (stackcopy_take), then unwinds it R times with unwind_stack against this
  *       process's own maps and files (cold: the first, which opens and indexes the files;
- *       warm: the rest, libunwind's per-pc cache filled). Prints samples per second of the
+ *       warm: the rest, the per-pc caches filled). Prints samples per second of the
  *       thread's CPU time (and the wall time per sample), the frames found, the record's size
- *       in the ring, and the memory the caches added.
+ *       in the ring, the memory the caches added, and how many stacks the fast path
+ *       (agent/unwind_fast.c) unwound; --libunwind: libunwind alone, as before issue 21.
  *   snapshot --buckets N
  *       Builds a bucket table of N (stack, size) buckets whose frames are real addresses in
  *       this program and libc, then times profile_collect + snapshot_write(pprof) (cold: the
@@ -650,11 +651,14 @@ static int mode_unwind(int argc, char **argv)
 {
 	int frames = 30;
 	long records = 200000;
-	for (int i = 0; i + 1 < argc; i += 2) {
-		if (strcmp(argv[i], "--frames") == 0)
-			frames = atoi(argv[i + 1]);
-		else if (strcmp(argv[i], "--records") == 0)
-			records = atol(argv[i + 1]);
+	bool libunwind = false;
+	for (int i = 0; i < argc; i++) {
+		if (strcmp(argv[i], "--libunwind") == 0)
+			libunwind = true;
+		else if (i + 1 < argc && strcmp(argv[i], "--frames") == 0)
+			frames = atoi(argv[++i]);
+		else if (i + 1 < argc && strcmp(argv[i], "--records") == 0)
+			records = atol(argv[++i]);
 	}
 	setenv("LLGO_HEAP_UNWIND", "dwarf", 1);
 	stackcopy_init();
@@ -669,6 +673,7 @@ static int mode_unwind(int argc, char **argv)
 	long rss0 = vmrss_kb();
 	struct procmaps *maps = procmaps_new(getpid());
 	struct unwind *u = unwind_new(getpid(), false);
+	unwind_set_fast(u, libunwind ? UNWIND_FAST_OFF : UNWIND_FAST_ON);
 	uint64_t out[UNWIND_MAX_FRAMES];
 	bool trunc = true, unknown = false;
 	double t0 = now_ns();
@@ -692,13 +697,13 @@ static int mode_unwind(int argc, char **argv)
 	unwind_cache_stats(&files, &bytes);
 	struct unwind_stats st;
 	unwind_get_stats(u, &st);
-	printf("UNWIND frames=%u truncated=%d record_bytes=%u stack_bytes=%u cold_us=%.1f "
+	printf("UNWIND path=%s frames=%u truncated=%d record_bytes=%u stack_bytes=%u cold_us=%.1f "
 	       "warm_ns=%.0f wall_ns=%.0f samples_per_sec=%.0f table_searches_per_sample=%.2f "
-	       "files=%llu cache_rss_kb=%ld\n",
-	       n, trunc, llgo_record_raw_fixed_len(c.nframes) + c.sc.regs.stack_len,
-	       c.sc.regs.stack_len, cold / 1e3, warm, wall, 1e9 / warm,
-	       (double)st.proc_lookups / (double)(records + 1), (unsigned long long)files,
-	       rss1 - rss0);
+	       "files=%llu cache_rss_kb=%ld fast_stacks=%llu\n",
+	       libunwind ? "libunwind" : "fast", n, trunc,
+	       llgo_record_raw_fixed_len(c.nframes) + c.sc.regs.stack_len, c.sc.regs.stack_len,
+	       cold / 1e3, warm, wall, 1e9 / warm, (double)st.proc_lookups / (double)(records + 1),
+	       (unsigned long long)files, rss1 - rss0, (unsigned long long)st.fast);
 	unwind_free(u);
 	procmaps_free(maps);
 	free(c.stack);

@@ -5,12 +5,15 @@
  * byte (CIE ids, augmentation, pointer encodings, CIE pointers, the table's order) and that
  * hostile input (bad lengths, CIE pointers out of range or naming FDEs, unknown opcodes,
  * truncated operands, random mutations) is skipped, never read past; sections are found in
- * real ELF files, compressed ones included. The unwinding that reads the output is in
- * tests/test_unwind.c.
+ * real ELF files, compressed ones included. The rows of .eh_frame that unwind_fast.c's walk
+ * reads (cfi_eh_row, and its cache) are compared with libdw's reading of the same CFI, row by
+ * row, over Debian's libc, libstdc++ and python3 and our own -O2 programs. The unwinding that
+ * reads all this is in tests/test_unwind.c.
  */
 #include <criterion/criterion.h>
 #include <dwarf.h>
 #include <elf.h>
+#include <elfutils/libdw.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -21,6 +24,7 @@
 #include <unistd.h>
 
 #include "../agent/internal.h"
+#include "../agent/unwind_fast.h"
 
 const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void)
@@ -547,4 +551,182 @@ Test(cfi, sections_of_real_files, .timeout = 60)
 	munmap(zimg, zsize);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	cr_assert_eq(system(cmd), 0);
+}
+
+/* ---- rows: cfi_eh_row and unwind_fast.c's cache against libdw -------------------------------- */
+
+struct rows_file {
+	unsigned char *img;
+	size_t size;
+	struct cfi_seg segs[UWFAST_MAX_SEGS];
+	size_t nsegs;
+	uint64_t lo, hi, hdr, table, count;
+};
+
+/* The PT_LOAD segments and the .eh_frame_hdr search table, as unwind.c's uwfile_parse finds
+ * them (these files' headers use the encodings every linker writes). */
+static void rows_open(struct rows_file *f, const char *path)
+{
+	memset(f, 0, sizeof(*f));
+	f->img = map_file(path, &f->size);
+	Elf64_Ehdr eh;
+	memcpy(&eh, f->img, sizeof(eh));
+	f->lo = UINT64_MAX;
+	uint64_t hdr = 0;
+	for (unsigned i = 0; i < eh.e_phnum; i++) {
+		Elf64_Phdr ph;
+		memcpy(&ph, f->img + eh.e_phoff + i * sizeof(ph), sizeof(ph));
+		if (ph.p_type == PT_GNU_EH_FRAME)
+			hdr = ph.p_vaddr;
+		if (ph.p_type != PT_LOAD || f->nsegs == UWFAST_MAX_SEGS)
+			continue;
+		f->segs[f->nsegs++] = (struct cfi_seg){ ph.p_vaddr, ph.p_offset, ph.p_filesz };
+		if (ph.p_vaddr < f->lo)
+			f->lo = ph.p_vaddr;
+		if (ph.p_vaddr + ph.p_memsz > f->hi)
+			f->hi = ph.p_vaddr + ph.p_memsz;
+	}
+	struct cfi_file cf = { f->img, f->size, f->segs, f->nsegs, f->lo, f->hi };
+	const unsigned char *h = cfi_file_bytes(&cf, hdr, 12);
+	cr_assert(hdr && h, "%s: no .eh_frame_hdr", path);
+	cr_assert(h[0] == 1 && h[1] == 0x1b && h[2] == 0x03 && h[3] == 0x3b,
+		  "%s: .eh_frame_hdr encodings %x %x %x", path, h[1], h[2], h[3]);
+	uint32_t count;
+	memcpy(&count, h + 8, 4);
+	f->hdr = hdr;
+	f->table = hdr + 12;
+	f->count = count;
+}
+
+/* ops (n of them) as libdw gives a register's rule: where the fast path's rule says. */
+static bool rows_same_rule(const Dwarf_Op *ops, size_t n, const Dwarf_Op *mem, uint8_t where,
+			   uint64_t off)
+{
+	switch (where) {
+	case CFI_SAME:
+		return n == 0 && ops == NULL;
+	case CFI_UNDEF:
+		return n == 0 && ops == mem;
+	case CFI_CFAREL:
+		if (n == 0 || ops[0].atom != DW_OP_call_frame_cfa)
+			return false;
+		if (off == 0)
+			return n == 1;
+		return n == 2 && ops[1].atom == DW_OP_plus_uconst && ops[1].number == off;
+	}
+	return false;
+}
+
+/*
+ * Every row of every FDE of path's .eh_frame (libdw's rows, from dwarf_cfi_addrframe and
+ * dwarf_frame_info), probed at its first, middle and last byte: where cfi_eh_row gives a row,
+ * the CFA rule, the return address's and rbp's rules must be libdw's, and the fast path's
+ * cache must give back the same row (stored, then read). At least min_share of the rows
+ * must be ones the fast path takes.
+ */
+static void rows_check(const char *path, double min_share)
+{
+	struct rows_file rf;
+	rows_open(&rf, path);
+	struct uwfast_file ff;
+	uwfast_file_init(&ff, rf.img, rf.size, rf.segs, rf.nsegs, rf.lo, rf.hi, rf.hdr, rf.table,
+			 rf.count);
+	cr_assert_eq(ff.fde_count, rf.count, "%s: the fast path refuses the file", path);
+	elf_version(EV_CURRENT);
+	int fd = open(path, O_RDONLY);
+	cr_assert(fd >= 0);
+	Elf *elf = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	Dwarf_CFI *cfi = elf ? dwarf_getcfi_elf(elf) : NULL;
+	cr_assert(cfi, "%s: libdw reads no CFI", path);
+	const unsigned char *tab = cfi_file_bytes(&ff.cfi, rf.table, rf.count * 8);
+	cr_assert(tab);
+	unsigned long rows = 0, ours = 0, probes = 0;
+	for (uint64_t i = 0; i < rf.count; i++) {
+		int32_t s, o, next;
+		memcpy(&s, tab + i * 8, 4);
+		memcpy(&o, tab + i * 8 + 4, 4);
+		uint64_t pc = rf.hdr + (uint64_t)(int64_t)s, fde = rf.hdr + (uint64_t)(int64_t)o;
+		uint64_t limit = rf.hi;
+		if (i + 1 < rf.count) {
+			memcpy(&next, tab + (i + 1) * 8, 4);
+			limit = rf.hdr + (uint64_t)(int64_t)next;
+		}
+		while (pc < limit) {
+			Dwarf_Frame *fr;
+			if (dwarf_cfi_addrframe(cfi, pc, &fr) != 0)
+				break; /* past the FDE's end */
+			Dwarf_Addr rs, re;
+			bool signal;
+			cr_assert_geq(dwarf_frame_info(fr, &rs, &re, &signal), 0);
+			if (re <= pc || re > limit)
+				re = limit;
+			rows++;
+			uint64_t probe[3] = { pc, pc + (re - pc) / 2, re - 1 };
+			bool taken = false;
+			for (int k = 0; k < 3; k++) {
+				struct cfi_row r, c1, c2;
+				int rc = cfi_eh_row(&ff.cfi, fde, probe[k], &r);
+				cr_assert_neq(rc, -ENOENT, "%s: pc %#lx: the FDE at %#lx does not cover it",
+					      path, (unsigned long)probe[k], (unsigned long)fde);
+				/* the cache: the first call computes, the second reads the slot */
+				cr_assert_eq(uwfast_file_row(&ff, probe[k], &c1), rc == 0);
+				cr_assert_eq(uwfast_file_row(&ff, probe[k], &c2), rc == 0);
+				if (rc != 0)
+					continue;
+				taken = true;
+				probes++;
+				Dwarf_Frame *pf;
+				cr_assert_eq(dwarf_cfi_addrframe(cfi, probe[k], &pf), 0);
+				Dwarf_Op *ops, mem[3];
+				size_t n;
+				cr_assert_eq(dwarf_frame_cfa(pf, &ops, &n), 0);
+				cr_assert(n == 1 && ops[0].atom == DW_OP_bregx &&
+					  ops[0].number == (r.cfa_rbp ? 6u : 7u) && ops[0].number2 == r.cfa_off,
+					  "%s: pc %#lx: CFA %s%+ld, libdw's differs", path,
+					  (unsigned long)probe[k], r.cfa_rbp ? "rbp" : "rsp", (long)r.cfa_off);
+				cr_assert_eq(dwarf_frame_register(pf, 16, mem, &ops, &n), 0);
+				cr_assert(rows_same_rule(ops, n, mem, r.ra, r.ra_off),
+					  "%s: pc %#lx: return address rule %d%+ld, libdw's differs", path,
+					  (unsigned long)probe[k], r.ra, (long)r.ra_off);
+				cr_assert_eq(dwarf_frame_register(pf, 6, mem, &ops, &n), 0);
+				cr_assert(rows_same_rule(ops, n, mem, r.rbp, r.rbp_off),
+					  "%s: pc %#lx: rbp rule %d%+ld, libdw's differs", path,
+					  (unsigned long)probe[k], r.rbp, (long)r.rbp_off);
+				free(pf);
+				for (int j = 0; j < 2; j++) {
+					const struct cfi_row *c = j ? &c2 : &c1;
+					cr_assert(c->cfa_rbp == r.cfa_rbp && c->cfa_off == r.cfa_off &&
+						  c->ra == r.ra && c->rbp == r.rbp &&
+						  (r.ra != CFI_CFAREL || c->ra_off == r.ra_off) &&
+						  (r.rbp != CFI_CFAREL || c->rbp_off == r.rbp_off),
+						  "%s: pc %#lx: the cache's row differs", path,
+						  (unsigned long)probe[k]);
+				}
+			}
+			ours += taken;
+			free(fr);
+			pc = re;
+		}
+	}
+	fprintf(stderr, "%s: %lu FDEs, %lu rows, %lu (%.1f%%) taken by the fast path, %lu probes "
+			"agree with libdw\n",
+		path, (unsigned long)rf.count, rows, ours, rows ? 100.0 * (double)ours / (double)rows : 0,
+		probes);
+	cr_expect_gt(rows, rf.count, "%s: %lu rows", path, rows);
+	cr_expect_geq((double)ours, min_share * (double)rows, "%s: only %lu of %lu rows taken",
+		      path, ours, rows);
+	uwfast_file_release(&ff);
+	dwarf_cfi_end(cfi);
+	elf_end(elf);
+	close(fd);
+	munmap(rf.img, rf.size);
+}
+
+Test(cfi, eh_rows_match_libdw, .timeout = 120)
+{
+	rows_check("/lib/x86_64-linux-gnu/libc.so.6", 0.9);
+	rows_check("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", 0.9);
+	rows_check("/usr/bin/python3", 0.9);
+	rows_check(LLGO_BUILD_DIR "/progs/nofp_cxx", 0.9);
+	rows_check(LLGO_BUILD_DIR "/progs/nofp_chains", 0.9);
 }

@@ -1300,15 +1300,22 @@ static double uw_rooted(const struct uw_prof *p, long *total)
 	return *total ? (double)rooted / (double)*total : 0;
 }
 
-static void uw_check_debian(const char *what, const char *prog, const char *script, double want)
+/* dir/script, the input of the programs below */
+static void uw_write_script(const char *dir, const char *script)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/script", dir);
 	FILE *f = fopen(path, "w");
 	cr_assert(f);
 	fputs(script, f);
 	fclose(f);
+}
+
+static void uw_check_debian(const char *what, const char *prog, const char *script, double want)
+{
+	char *dir = e2e_tmpdir(), *out = NULL;
+	char path[4200];
+	uw_write_script(dir, script);
 	/* LLGO_HEAP_FULL=wait: what is measured is how far stacks unwind, not how a burst
 	 * degrades them when the daemon falls behind on a loaded machine */
 	int rc = e2e_sh(&out, "cd %s && LLGO_HEAP_FULL=wait " RUN " --unwind auto -r 16384 -f text "
@@ -1363,4 +1370,109 @@ Test(unwind, debian_sqlite3_reaches_start, .timeout = 300)
 Test(unwind, debian_python3_reaches_start, .timeout = 300)
 {
 	uw_check_debian("python3", "/usr/bin/python3 -", uw_python_script, 0.95);
+}
+
+/* ---- the fast path against libunwind (issue 21) ------------------------------------------ */
+
+/* Sums of a check-mode daemon's per-process lines (unwind.c's unwind_free). */
+struct uw_fast_counts {
+	unsigned long stacks, fast, checked, differ, slow;
+	int procs;
+	unsigned long logged_differ; /* "differs from libunwind" lines */
+};
+
+/*
+ * Run cmd (a shell command line, in a folder of its own holding `script`, its input when
+ * not NULL) under the shim in unwinding mode `mode` at `rate`, against a private daemon with
+ * LLGO_HEAP_UNWIND_FAST=check: every stack copy is unwound by unwind_fast.c's walk and by
+ * libunwind alone and the two compared, frame by frame (pcs, truncation, unknown pc); the
+ * daemon logs the counts of each process when it stops. None may differ; at least
+ * min_stacks stacks, min_share of them by the fast path.
+ */
+static void uw_fast_check(struct uw_fast_counts *k, const char *mode, long rate, const char *cmd,
+			  const char *script, unsigned long min_stacks, double min_share)
+{
+	memset(k, 0, sizeof(*k));
+	char *dir = e2e_tmpdir(), *out = NULL;
+	if (script)
+		uw_write_script(dir, script);
+	struct heapd d;
+	heapd_init(&d, NULL);
+	static const char *const wrap[] = { "/usr/bin/env", "LLGO_HEAP_UNWIND_FAST=check", NULL };
+	d.wrap = wrap;
+	heapd_run(&d, NULL);
+	/* LLGO_HEAP_FULL=wait: every sample reaches the daemon, whatever the machine's load */
+	int rc = e2e_sh(&out, "cd %s && LD_PRELOAD=" LLGO_PLAIN_SHIM " LLGO_HEAP_SOCKET=%s "
+			"LLGO_HEAP_UNWIND=%s LLGO_HEAP_RATE=%ld LLGO_HEAP_FULL=wait %s%s",
+			dir, d.sock, mode, rate, cmd, script ? " < script" : "");
+	cr_assert_eq(rc, 0, "%s failed (%d):\n%.3000s", cmd, rc, out);
+	free(out);
+	heapd_stop_clean(&d);
+	char *log = heapd_log(&d);
+	for (const char *l = log; (l = strstr(l, "unwind: pid ")) != NULL; l++) {
+		unsigned long s, f, c, x, b;
+		if (sscanf(l, "unwind: pid %*d: %lu stacks, %lu by the fast path (%lu checked against "
+			      "libunwind, %lu differ), %lu left to libunwind", &s, &f, &c, &x, &b) != 5)
+			continue;
+		k->procs++;
+		k->stacks += s;
+		k->fast += f;
+		k->checked += c;
+		k->differ += x;
+		k->slow += b;
+	}
+	for (const char *l = log; (l = strstr(l, "differs from libunwind")) != NULL; l++)
+		k->logged_differ++;
+	fprintf(stderr, "fast path vs libunwind (%s, --unwind %s, rate %ld): %d processes, %lu "
+			"stacks, %lu by the fast path, %lu differ, %lu left to libunwind\n",
+		cmd, mode, rate, k->procs, k->stacks, k->fast, k->differ, k->slow);
+	cr_expect_eq(k->differ, 0, "the fast path and libunwind differ on %lu of %lu stacks:\n%.6000s",
+		     k->differ, k->checked, log);
+	cr_expect_eq(k->logged_differ, 0, "%.6000s", log);
+	cr_expect_eq(k->checked, k->fast, "check mode compared %lu of %lu fast stacks", k->checked,
+		     k->fast);
+	cr_expect_eq(k->fast + k->slow, k->stacks);
+	cr_expect_geq(k->stacks, min_stacks, "%s: only %lu stacks", cmd, k->stacks);
+	cr_expect_geq((double)k->fast, min_share * (double)k->stacks,
+		      "%s: %lu of %lu stacks by the fast path", cmd, k->fast, k->stacks);
+	free(log);
+	heapd_cleanup(&d);
+	e2e_rmdir(dir);
+}
+
+/* -O2 C without frame pointers: plain and inlined chains, recursion, a thread, a dlopen'ed
+ * library, stdio's buffer in libc, and signal handlers (on the thread's stack and on a
+ * sigaltstack), whose trampolines the fast path leaves to libunwind. */
+Test(unwind, fast_path_matches_libunwind_c, .timeout = 300)
+{
+	struct uw_fast_counts k;
+	/* the five chains without a signal frame (20 each) and stdio's buffer by the fast
+	 * path; the two signal handlers' stacks (20 each) by libunwind: the trampoline's CFI
+	 * is expressions (and a few of the program's start, which vary) */
+	uw_fast_check(&k, "dwarf", 1, E2E_PROGS "/nofp_chains 20 " E2E_PROGS "/libnofp_dl.so",
+		      NULL, 140, 0.6);
+	cr_expect_geq(k.slow, 40, "%lu stacks left to libunwind", k.slow);
+}
+
+/* -O2 C++ without frame pointers: allocations through Debian's libstdc++ (std::string,
+ * std::vector, std::map, std::make_shared, a thrown exception, a landing pad). */
+Test(unwind, fast_path_matches_libunwind_cxx, .timeout = 300)
+{
+	struct uw_fast_counts k;
+	uw_fast_check(&k, "dwarf", 1, E2E_PROGS "/nofp_cxx 50", NULL, 300, 0.9);
+}
+
+/* Debian's own -O2 binaries: python3 (libpython in the executable, libc, libm, extension
+ * modules, two threads) in both copying modes, and sqlite3 (libsqlite3, libreadline). */
+Test(unwind, fast_path_matches_libunwind_debian_python3, .timeout = 300)
+{
+	struct uw_fast_counts k;
+	uw_fast_check(&k, "dwarf", 64, "/usr/bin/python3 -", uw_python_script, 2000, 0.9);
+	uw_fast_check(&k, "auto", 64, "/usr/bin/python3 -", uw_python_script, 500, 0.9);
+}
+
+Test(unwind, fast_path_matches_libunwind_debian_sqlite3, .timeout = 300)
+{
+	struct uw_fast_counts k;
+	uw_fast_check(&k, "dwarf", 256, "/usr/bin/sqlite3 :memory:", uw_sqlite_script, 2000, 0.9);
 }
