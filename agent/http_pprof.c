@@ -8,6 +8,8 @@
  *   /debug/pprof/heap?pid=N     gzipped profile.proto; debug=N (N != 0): legacy text;
  *   /debug/pprof/allocs?pid=N   the same data with default_sample_type alloc_space;
  *                               seconds=N: delta profile over the next N seconds;
+ *                               peak=1 (ours): the peak view (peak.c), sample types
+ *                               peak_inuse_objects/count, peak_inuse_space/bytes;
  *                               gc=N: accepted and ignored (C has no collector to run);
  *   /debug/pprof/symbol         Go's symbol service (pprof POSTs here for addresses of a
  *                               mapping without has_functions that still lack a name);
@@ -194,6 +196,10 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 	/* gc=N: Go runs a collection first so in-use counts are current. Here frees are
 	 * recorded as they happen, so there is nothing to run; the parameter is ignored. */
 	int64_t debug = seconds ? 0 : http_atoi(http_arg(c, "debug"));
+	/* peak=1 (ours): the in-use values at the highest in-use total (peak.c) */
+	bool peak = http_atoi(http_arg(c, "peak")) != 0;
+	if (peak && seconds)
+		return http_error(c, MHD_HTTP_BAD_REQUEST, "seconds and peak params are incompatible");
 
 	enum MHD_Result sent = MHD_NO;
 	struct session *s = http_pprof_session(h, c, &sent);
@@ -206,15 +212,15 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 	struct http_answer a;
 	enum MHD_Result rc;
 	if (!seconds) {
-		if (snapshot_collect(h->srv, s, &p1)) {
+		if ((peak ? snapshot_collect_peak : snapshot_collect)(h->srv, s, &p1)) {
 			rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "failed to collect profile");
 			goto out;
 		}
 		http_answer_init(&a, MHD_HTTP_OK,
 				 debug ? "text/plain; charset=utf-8" : "application/octet-stream");
 		if (!debug)
-			snprintf(a.disposition, sizeof(a.disposition), "attachment; filename=\"%s\"",
-				 name);
+			snprintf(a.disposition, sizeof(a.disposition), "attachment; filename=\"%s%s\"",
+				 name, peak ? "-peak" : "");
 		rc = http_pprof_send_profile(
 			c, &a,
 			snapshot_write(&a.body, &p1, s->maps,
