@@ -403,7 +403,8 @@ static enum MHD_Result http_pprof_index(struct http_server *h, struct MHD_Connec
 		    "td{\n\tpadding-right:1rem;\n}\n</style>\n</head>\n<body>\n/debug/pprof/\n"
 		    "<br>\n<p>Set debug=1 as a query parameter to export in legacy text format. "
 		    "Every profile takes pid=N, the process to profile (optional while exactly "
-		    "one is attached); seconds=N gives a delta profile.</p>\n<br>\n"
+		    "one is attached); seconds=N gives a delta profile; peak=1 on heap the "
+		    "in-use values at the highest in-use total seen.</p>\n<br>\n"
 		    "Profiled processes:\n<table>\n<thead><td>PID</td><td>Command</td>"
 		    "<td>State</td><td>Rate</td><td>Sampled</td><td>Delivered</td>"
 		    "<td>Dropped</td><td>Corrupt</td><td>Buckets</td><td>Profiles</td></thead>\n");
@@ -430,11 +431,13 @@ static enum MHD_Result http_pprof_index(struct http_server *h, struct MHD_Connec
 			   "</td><td>%llu</td><td>%llu</td><td>%llu</td><td>%llu</td><td>%llu</td>"
 			   "<td><a href='heap?pid=%u&amp;debug=1'>heap</a> "
 			   "<a href='allocs?pid=%u&amp;debug=1'>allocs</a> "
+			   "<a href='heap?pid=%u&amp;peak=1&amp;debug=1'>peak</a> "
 			   "(proto: <a href='heap?pid=%u'>heap</a> "
-			   "<a href='allocs?pid=%u'>allocs</a>)</td></tr>\n",
+			   "<a href='allocs?pid=%u'>allocs</a> "
+			   "<a href='heap?pid=%u&amp;peak=1'>peak</a>)</td></tr>\n",
 			   (unsigned long long)e.sampled, (unsigned long long)e.delivered,
 			   (unsigned long long)e.dropped, (unsigned long long)e.corrupt,
-			   (unsigned long long)e.buckets, e.pid, e.pid, e.pid, e.pid);
+			   (unsigned long long)e.buckets, e.pid, e.pid, e.pid, e.pid, e.pid, e.pid);
 	}
 	session_list_release(v, n);
 	buf_puts(b, "</table>\n");
