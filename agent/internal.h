@@ -508,12 +508,12 @@ int profile_accounting(struct buf *b, const struct profile *p);
 /* The comment lines of the text formats: "# " + the accounting, the unwind line and the
  * peak line (those two when they have something to say), each ending in a newline. */
 void profile_comment_lines(struct buf *b, const struct profile *p);
-/* "llgo-heap: peak inuse_space=N ..." (no newline) for a peak profile (meta.peak.on);
- * returns the bytes written (0: not a peak profile) or -ENOMEM. */
-int profile_peak_line(struct buf *b, const struct profile *p);
 /* "llgo-heap: unwind=MODE unwound=N truncated=N" (no newline) when the shim stated its mode
  * or stacks were unwound; returns the bytes written (0: nothing to state) or -ENOMEM. */
 int profile_unwind_line(struct buf *b, const struct profile *p);
+/* peak.c: "llgo-heap: peak inuse_space=N ..." (no newline) for a peak profile
+ * (meta.peak.on); returns the bytes written (0: not a peak profile) or -ENOMEM. */
+int peak_line(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
  * mapping, else "0x<addr>". */
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr);

@@ -39,6 +39,7 @@
  * session at a time, never waiting for a snapshot (trylock: the drain asks again at its next
  * pass); a user's sessions can delay other users' peak scans, never their drains or snapshots.
  *
+ * The comment line every format carries for a peak profile is worded here (peak_line).
  * Left to others: the cut and scan (snapshot.c, inuse.c), the writers' sample types
  * (pprof.c, top.c, text.c, folded.c), the budget (session.c).
  */
@@ -269,6 +270,28 @@ void peak_release(struct session *s)
 	free(s->peak);
 	s->peak = NULL;
 	atomic_store_explicit(&s->peak_mem, 0, memory_order_relaxed);
+}
+
+int peak_line(struct buf *b, const struct profile *p)
+{
+	const struct profile_peak *k = &p->meta.peak;
+	if (!k->on)
+		return 0;
+	size_t before = b->len;
+	time_t t = (time_t)(p->meta.time_nanos / 1000000000ull);
+	struct tm tm;
+	char when[32] = "?";
+	if (p->meta.time_nanos && gmtime_r(&t, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	buf_printf(b, "llgo-heap: peak inuse_space=%llu inuse_objects=%llu at=%s.%03lluZ "
+		      "after_attach=%llu.%03llus%s at_most=%llu scans=%llu",
+		   (unsigned long long)k->bytes, (unsigned long long)k->objects, when,
+		   (unsigned long long)(p->meta.time_nanos / 1000000ull % 1000),
+		   (unsigned long long)(k->after_ns / 1000000000ull),
+		   (unsigned long long)(k->after_ns / 1000000ull % 1000),
+		   k->at_exit ? " (at exit)" : "", (unsigned long long)k->bound,
+		   (unsigned long long)k->scans);
+	return b->failed ? -ENOMEM : (int)(b->len - before);
 }
 
 /* ---- the peak thread ---------------------------------------------------------------------- */

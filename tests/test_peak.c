@@ -180,7 +180,7 @@ Test(peak, site_a_at_8_mib_after_it_was_freed, .timeout = 300)
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 	peak_wait_exited(d.sock, p.pid);
 	peak_check_a(d.sock, p.pid, n, dir, "exited");
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	e2e_rmdir(dir);
 }
 
@@ -227,7 +227,7 @@ Test(peak, scans_stay_logarithmic_while_every_allocation_is_a_new_maximum, .time
 	fflush(p.in);
 	int st = lu_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-	heapd_stop(&d);
+	heapd_stop_clean(&d);
 	e2e_rmdir(dir);
 }
 
