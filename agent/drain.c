@@ -16,6 +16,8 @@
  * ten times a second and a busy one keeps rings from filling. drain_wake (a new ring) resets
  * the sleep. A snapshot never waits for the thread: it calls drain_session itself; nor does
  * the thread wait for a snapshot, which holds the drain lock only for its cut (snapshot.c).
+ * Each pass also keeps the bound of the peak view (peak.c) and wakes the peak thread when a
+ * session asks for a scan; the thread is started and stopped with this one.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -28,6 +30,7 @@
 #include "../shared/live.h"
 #include "drain.h"
 #include "verify.h"
+#include "wthread.h"
 
 #define DRAIN_POLL_MIN_NS 1000000ull    /* 1 ms */
 #define DRAIN_POLL_MAX_NS 100000000ull  /* 100 ms */
@@ -36,12 +39,8 @@
 
 struct drain {
 	struct session_registry *reg;
-	pthread_t thread;
-	bool started;
-	pthread_mutex_t lock;
-	pthread_cond_t cond; /* CLOCK_MONOTONIC */
-	bool stop;
-	bool woken;
+	struct peak_thread *peak; /* peak.c: the scans a pass asks for */
+	struct wthread w;
 };
 
 struct drain_ctx {
@@ -160,12 +159,13 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 	return n;
 }
 
-/* One more record counted from ctx's session, at rate. */
-static inline void drain_counted(struct drain_ctx *ctx, uint64_t rate)
+/* One more record counted from ctx's session: size bytes at rate. */
+static inline void drain_counted(struct drain_ctx *ctx, uint64_t size, uint64_t rate)
 {
 	struct session *s = ctx->s;
 	ctx->records++;
 	s->records++;
+	peak_note(s, size, rate);
 	if (s->first_rate == 0)
 		s->first_rate = rate;
 	else if (rate != s->first_rate)
@@ -247,7 +247,7 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 		return;
 	}
 	if (!s->verify && drain_memo_hit(ctx, rec, frames)) {
-		drain_counted(ctx, rate);
+		drain_counted(ctx, rec->size, rate);
 		return;
 	}
 	uint32_t npcs = rec->nframes;
@@ -292,7 +292,7 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 			rec->kind != LLGO_REC_ALLOC_RAW);
 	}
 	drain_memo_set(ctx, rec, shim_frames, b, truncated, noted, bucket_key);
-	drain_counted(ctx, rate);
+	drain_counted(ctx, rec->size, rate);
 	/* Only a stack new to the table can hold a pc we have not checked yet. */
 	if (r == 1 && s->maps && !ctx->unknown_pc) {
 		for (uint32_t i = 0; i < npcs; i++) {
@@ -361,6 +361,7 @@ static size_t drain_session_locked(struct session *s)
 	struct session_counts c;
 	session_account_locked(s, &c); /* refreshes the cached counts LIST shows */
 	session_charge_buckets(s);
+	peak_pass_locked(s, records);
 	return records;
 }
 
@@ -380,8 +381,10 @@ void drain_session_exit(struct session *s)
 	drain_session_locked(s);
 	/* The mappings of the rings stay valid after the process is gone: the final drain above
 	 * saw everything it published. What its live table still holds was never freed. */
-	if (session_is_live(s))
+	if (session_is_live(s)) {
 		inuse_freeze_locked(s);
+		peak_exit_locked(s);
+	}
 	session_retire_locked(s);
 	pthread_mutex_unlock(&s->drain_lock);
 	pthread_mutex_unlock(&s->snapshot_lock);
@@ -436,32 +439,26 @@ static void *drain_main(void *arg)
 		struct session **v;
 		size_t n = session_list(d->reg, true, &v);
 		size_t found = 0;
-		for (size_t i = 0; i < n; i++)
+		bool peak = false;
+		for (size_t i = 0; i < n; i++) {
 			found += drain_session(v[i]);
+			/* asked for by this pass, or still waiting for the peak thread */
+			peak |= atomic_load_explicit(&v[i]->peak_want, memory_order_relaxed);
+		}
 		session_list_release(v, n);
+		if (peak)
+			peak_thread_wake(d->peak);
 
 		if (found)
 			sleep_ns = DRAIN_POLL_MIN_NS;
 		else if ((sleep_ns *= 2) > DRAIN_POLL_MAX_NS)
 			sleep_ns = DRAIN_POLL_MAX_NS;
 
-		struct timespec dl;
-		clock_gettime(CLOCK_MONOTONIC, &dl);
-		uint64_t ns = (uint64_t)dl.tv_nsec + sleep_ns;
-		dl.tv_sec += (time_t)(ns / 1000000000ull);
-		dl.tv_nsec = (long)(ns % 1000000000ull);
-		pthread_mutex_lock(&d->lock);
-		while (!d->stop && !d->woken) {
-			if (pthread_cond_timedwait(&d->cond, &d->lock, &dl) == ETIMEDOUT)
-				break;
-		}
-		bool stop = d->stop;
-		if (d->woken)
-			sleep_ns = DRAIN_POLL_MIN_NS;
-		d->woken = false;
-		pthread_mutex_unlock(&d->lock);
-		if (stop)
+		int r = wthread_sleep(&d->w, sleep_ns);
+		if (r < 0)
 			break;
+		if (r > 0)
+			sleep_ns = DRAIN_POLL_MIN_NS;
 	}
 	return NULL;
 }
@@ -472,42 +469,37 @@ struct drain *drain_new(struct session_registry *reg)
 	if (!d)
 		return NULL;
 	d->reg = reg;
-	pthread_mutex_init(&d->lock, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&d->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	d->peak = peak_thread_new(reg);
+	if (!d->peak) {
+		free(d);
+		return NULL;
+	}
+	wthread_init(&d->w);
 	return d;
 }
 
 int drain_start(struct drain *d)
 {
-	int err = pthread_create(&d->thread, NULL, drain_main, d);
+	int err = peak_thread_start(d->peak);
 	if (err)
-		return -err;
-	d->started = true;
-	return 0;
+		return err;
+	err = wthread_start(&d->w, drain_main, d);
+	if (err)
+		peak_thread_stop(d->peak);
+	return err;
 }
 
 void drain_wake(struct drain *d)
 {
-	pthread_mutex_lock(&d->lock);
-	d->woken = true;
-	pthread_cond_signal(&d->cond);
-	pthread_mutex_unlock(&d->lock);
+	wthread_wake(&d->w);
 }
 
 void drain_stop(struct drain *d)
 {
-	if (!d || !d->started)
+	if (!d)
 		return;
-	pthread_mutex_lock(&d->lock);
-	d->stop = true;
-	pthread_cond_signal(&d->cond);
-	pthread_mutex_unlock(&d->lock);
-	pthread_join(d->thread, NULL);
-	d->started = false;
+	wthread_stop(&d->w);
+	peak_thread_stop(d->peak);
 }
 
 void drain_free(struct drain *d)
@@ -515,7 +507,7 @@ void drain_free(struct drain *d)
 	if (!d)
 		return;
 	drain_stop(d);
-	pthread_cond_destroy(&d->cond);
-	pthread_mutex_destroy(&d->lock);
+	peak_thread_free(d->peak);
+	wthread_destroy(&d->w);
 	free(d);
 }

@@ -9,7 +9,7 @@
  * expanded (caller before callee), a space and the value. Addresses no symbol covers
  * read "file+0xoffset" (file offset inside the mapped file) or "0x<addr>" outside every
  * mapping. The value is Go's scaled estimate: allocated bytes by default, in-use with
- * LLGO_SNAP_INUSE, objects instead of bytes with LLGO_SNAP_OBJECTS. Stacks that fold to
+ * LLGO_SNAP_INUSE (a peak profile's: in use at the peak), objects with LLGO_SNAP_OBJECTS. Stacks that fold to
  * the same text are merged; lines are sorted; stacks worth nothing (or less, in a delta)
  * are left out.
  *
@@ -116,7 +116,7 @@ int folded_write(struct buf *out, const struct profile *p, struct procmaps *maps
 		const struct psample *s = &p->samples[i];
 		struct profile_values v;
 		profile_sample_scaled(s, &v);
-		int64_t value = pick(&v, flags);
+		int64_t value = pick(&v, p->meta.peak.on ? flags | LLGO_SNAP_INUSE : flags);
 		if (value <= 0)
 			continue;
 		if (c.n == c.cap) {
@@ -144,15 +144,7 @@ int folded_write(struct buf *out, const struct profile *p, struct procmaps *maps
 
 	struct buf b;
 	buf_init(&b);
-	buf_puts(&b, "# ");
-	profile_accounting(&b, p);
-	buf_putc(&b, '\n');
-	size_t at = b.len;
-	buf_puts(&b, "# ");
-	if (profile_unwind_line(&b, p) > 0)
-		buf_putc(&b, '\n');
-	else
-		b.len = at;
+	profile_comment_lines(&b, p);
 	if (profile_mixed_rates(p))
 		buf_puts(&b, "# llgo-heap: samples were taken at several rates; each sample is "
 			     "scaled with its own rate\n");

@@ -8,6 +8,8 @@
  *   /debug/pprof/heap?pid=N     gzipped profile.proto; debug=N (N != 0): legacy text;
  *   /debug/pprof/allocs?pid=N   the same data with default_sample_type alloc_space;
  *                               seconds=N: delta profile over the next N seconds;
+ *                               peak=1 (ours): the peak view (peak.c), sample types
+ *                               peak_inuse_objects/count, peak_inuse_space/bytes;
  *                               gc=N: accepted and ignored (C has no collector to run);
  *   /debug/pprof/symbol         Go's symbol service (pprof POSTs here for addresses of a
  *                               mapping without has_functions that still lack a name);
@@ -195,6 +197,10 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 	/* gc=N: Go runs a collection first so in-use counts are current. Here frees are
 	 * recorded as they happen, so there is nothing to run; the parameter is ignored. */
 	int64_t debug = seconds ? 0 : http_atoi(http_arg(c, "debug"));
+	/* peak=1 (ours): the in-use values at the highest in-use total (peak.c) */
+	bool peak = http_atoi(http_arg(c, "peak")) != 0;
+	if (peak && seconds)
+		return http_error(c, MHD_HTTP_BAD_REQUEST, "seconds and peak params are incompatible");
 
 	enum MHD_Result sent = MHD_NO;
 	struct session *s = http_pprof_session(h, c, view, &sent);
@@ -207,15 +213,15 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 	struct http_answer a;
 	enum MHD_Result rc;
 	if (!seconds) {
-		if (snapshot_collect(h->srv, s, &p1)) {
+		if ((peak ? snapshot_collect_peak : snapshot_collect)(h->srv, s, &p1)) {
 			rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "failed to collect profile");
 			goto out;
 		}
 		http_answer_init(&a, MHD_HTTP_OK,
 				 debug ? "text/plain; charset=utf-8" : "application/octet-stream");
 		if (!debug)
-			snprintf(a.disposition, sizeof(a.disposition), "attachment; filename=\"%s\"",
-				 name);
+			snprintf(a.disposition, sizeof(a.disposition), "attachment; filename=\"%s%s\"",
+				 name, peak ? "-peak" : "");
 		rc = http_pprof_send_profile(
 			c, &a,
 			snapshot_write(&a.body, &p1, s->maps,
@@ -399,7 +405,8 @@ static enum MHD_Result http_pprof_index(struct http_server *h, struct MHD_Connec
 		    "td{\n\tpadding-right:1rem;\n}\n</style>\n</head>\n<body>\n/debug/pprof/\n"
 		    "<br>\n<p>Set debug=1 as a query parameter to export in legacy text format. "
 		    "Every profile takes pid=N, the process to profile (optional while exactly "
-		    "one is attached); seconds=N gives a delta profile.</p>\n<br>\n"
+		    "one is attached); seconds=N gives a delta profile; peak=1 on heap the "
+		    "in-use values at the highest in-use total seen.</p>\n<br>\n"
 		    "Profiled processes:\n<table>\n<thead><td>PID</td><td>Command</td>"
 		    "<td>State</td><td>Rate</td><td>Sampled</td><td>Delivered</td>"
 		    "<td>Dropped</td><td>Corrupt</td><td>Buckets</td><td>Profiles</td></thead>\n");
@@ -426,11 +433,13 @@ static enum MHD_Result http_pprof_index(struct http_server *h, struct MHD_Connec
 			   "</td><td>%llu</td><td>%llu</td><td>%llu</td><td>%llu</td><td>%llu</td>"
 			   "<td><a href='heap?pid=%u&amp;debug=1'>heap</a> "
 			   "<a href='allocs?pid=%u&amp;debug=1'>allocs</a> "
+			   "<a href='heap?pid=%u&amp;peak=1&amp;debug=1'>peak</a> "
 			   "(proto: <a href='heap?pid=%u'>heap</a> "
-			   "<a href='allocs?pid=%u'>allocs</a>)</td></tr>\n",
+			   "<a href='allocs?pid=%u'>allocs</a> "
+			   "<a href='heap?pid=%u&amp;peak=1'>peak</a>)</td></tr>\n",
 			   (unsigned long long)e.sampled, (unsigned long long)e.delivered,
 			   (unsigned long long)e.dropped, (unsigned long long)e.corrupt,
-			   (unsigned long long)e.buckets, e.pid, e.pid, e.pid, e.pid);
+			   (unsigned long long)e.buckets, e.pid, e.pid, e.pid, e.pid, e.pid, e.pid);
 	}
 	session_list_release(v, n);
 	buf_puts(b, "</table>\n");

@@ -493,6 +493,16 @@ struct profile_meta {
 	struct inuse_counts inuse_counts;
 	uint32_t unwind_mode;              /* enum llgo_unwind_mode */
 	uint64_t unwound, truncated;       /* stacks unwound by the daemon; not to the start */
+	/* A peak profile (peak.c): its samples' in-use values are those of the scan with the
+	 * highest in-use total; time_nanos is that scan's. */
+	struct profile_peak {
+		bool on;
+		bool at_exit;          /* the values frozen at exit were the highest */
+		uint64_t bytes, objects; /* scaled totals of that scan */
+		uint64_t after_ns;     /* its time after the process attached */
+		uint64_t bound;        /* the in-use total was at most this in between scans */
+		uint64_t scans;        /* scans made for the peak so far */
+	} peak;
 };
 
 struct profile {
@@ -558,9 +568,15 @@ int profile_hide_new_inlines(struct sym_result *r);
 void profile_prefetch(const struct profile *p, struct procmaps *maps);
 /* "llgo-heap: sampled=N delivered=N dropped=N corrupt=N" (no newline). */
 int profile_accounting(struct buf *b, const struct profile *p);
+/* The comment lines of the text formats: "# " + the accounting, the unwind line and the
+ * peak line (those two when they have something to say), each ending in a newline. */
+void profile_comment_lines(struct buf *b, const struct profile *p);
 /* "llgo-heap: unwind=MODE unwound=N truncated=N" (no newline) when the shim stated its mode
  * or stacks were unwound; returns the bytes written (0: nothing to state) or -ENOMEM. */
 int profile_unwind_line(struct buf *b, const struct profile *p);
+/* peak.c: "llgo-heap: peak inuse_space=N ..." (no newline) for a peak profile
+ * (meta.peak.on); returns the bytes written (0: not a peak profile) or -ENOMEM. */
+int peak_line(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
  * mapping, else "0x<addr>". */
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr);

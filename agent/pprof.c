@@ -5,7 +5,9 @@
  *
  * Layout, as Go's writeHeapProto: sample types alloc_objects/count, alloc_space/bytes,
  * inuse_objects/count, inuse_space/bytes in that order; period type space/bytes; period
- * the sampling rate; default_sample_type "alloc_space" only for the allocs view. Each
+ * the sampling rate; default_sample_type "alloc_space" only for the allocs view. The peak
+ * view (peak.c, meta.peak) has two sample types instead, peak_inuse_objects/count and
+ * peak_inuse_space/bytes (the in-use pair at the peak; default_sample_type the latter). Each
  * sample carries Go's scaled estimates, the alloc and in-use pairs scaled separately;
  * buckets that differ only by rate are scaled each with its own rate and summed into one
  * Sample, so a rate change mid-run still gives unbiased totals. A Label bytes=<block size>
@@ -395,10 +397,12 @@ static void write_samples(struct pprof_ctx *c, const struct profile *p)
 		if (nids == 0)
 			ids[nids++] = loc_id(c, 0);
 		pb_packed(&c->tmp, &c->tmp2, 1, ids, nids);
+		/* a peak profile has the in-use pair only (its alloc pair is the same) */
+		bool peak = p->meta.peak.on;
 		uint64_t uv[4];
 		for (int i = 0; i < 4; i++)
-			uv[i] = (uint64_t)v[i];
-		pb_packed(&c->tmp, &c->tmp2, 2, uv, 4);
+			uv[i] = (uint64_t)v[peak ? 2 + i % 2 : i];
+		pb_packed(&c->tmp, &c->tmp2, 2, uv, peak ? 2 : 4);
 		uint64_t block = raw_objects ? raw_bytes / raw_objects : 0;
 		if (block) {
 			pb_uint(&c->tmp2, 1, (uint64_t)str_index(c, "bytes"));
@@ -531,6 +535,8 @@ static void write_comments(struct pprof_ctx *c, const struct profile *p)
 	write_comment(c, &line);
 	if (profile_unwind_line(&line, p) > 0)
 		write_comment(c, &line);
+	if (peak_line(&line, p) > 0)
+		write_comment(c, &line);
 	if (profile_mixed_rates(p)) {
 		buf_puts(&line, "llgo-heap: samples were taken at several rates; each sample is "
 				"scaled with its own rate");
@@ -581,7 +587,11 @@ int pprof_write(struct buf *out, const struct profile *p, struct procmaps *maps,
 	if (!c.mflags)
 		c.err = -ENOMEM;
 
-	if (!c.err) {
+	if (!c.err && p->meta.peak.on) {
+		write_value_type(&c, 1, "peak_inuse_objects", "count");
+		write_value_type(&c, 1, "peak_inuse_space", "bytes");
+		write_samples(&c, p);
+	} else if (!c.err) {
 		write_value_type(&c, 1, "alloc_objects", "count");
 		write_value_type(&c, 1, "alloc_space", "bytes");
 		write_value_type(&c, 1, "inuse_objects", "count");
@@ -600,7 +610,9 @@ int pprof_write(struct buf *out, const struct profile *p, struct procmaps *maps,
 		pb_uint(&c.body, 10, p->meta.duration_nanos);
 		write_value_type(&c, 11, "space", "bytes");
 		pb_uint(&c.body, 12, p->meta.rate ? p->meta.rate : profile_main_rate(p));
-		if (flags & LLGO_SNAP_ALLOCS)
+		if (p->meta.peak.on)
+			pb_uint(&c.body, 14, (uint64_t)str_index(&c, "peak_inuse_space"));
+		else if (flags & LLGO_SNAP_ALLOCS)
 			pb_uint(&c.body, 14, (uint64_t)str_index(&c, "alloc_space"));
 		for (size_t i = 0; i < c.nstrs; i++)
 			pb_bytes(&c.body, 6, c.strs[i].s, c.strs[i].len);

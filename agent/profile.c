@@ -585,6 +585,25 @@ int profile_accounting(struct buf *b, const struct profile *p)
 	return rc;
 }
 
+void profile_comment_lines(struct buf *b, const struct profile *p)
+{
+	buf_puts(b, "# ");
+	profile_accounting(b, p);
+	buf_putc(b, '\n');
+	size_t at = b->len;
+	buf_puts(b, "# ");
+	if (profile_unwind_line(b, p) > 0)
+		buf_putc(b, '\n');
+	else
+		b->len = at;
+	at = b->len;
+	buf_puts(b, "# ");
+	if (peak_line(b, p) > 0)
+		buf_putc(b, '\n');
+	else
+		b->len = at;
+}
+
 int profile_unwind_line(struct buf *b, const struct profile *p)
 {
 	if (p->meta.unwind_mode == LLGO_UNWIND_UNKNOWN && !p->meta.unwound)

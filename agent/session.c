@@ -88,11 +88,17 @@ void session_charge_buckets(struct session *s)
 		return;
 	struct bucket_stats bs;
 	bucket_table_stats(s->buckets, &bs);
+	/* the table only grows; the peak's capture (peak.c) is replaced, and may shrink */
+	uint64_t want = bs.bytes + peak_bytes(s);
 	bool over;
-	if (bs.bytes > s->bucket_bytes_held) {
-		over = budget_charge(b, s->uid, BUDGET_BUCKET_BYTES, bs.bytes - s->bucket_bytes_held);
-		s->bucket_bytes_held = bs.bytes;
+	if (want > s->bucket_bytes_held) {
+		over = budget_charge(b, s->uid, BUDGET_BUCKET_BYTES, want - s->bucket_bytes_held);
+		s->bucket_bytes_held = want;
 	} else {
+		if (want < s->bucket_bytes_held) {
+			budget_give(b, s->uid, BUDGET_BUCKET_BYTES, s->bucket_bytes_held - want);
+			s->bucket_bytes_held = want;
+		}
 		over = budget_over(b, s->uid, BUDGET_BUCKET_BYTES);
 	}
 	atomic_store(&s->buckets_over, over);
@@ -190,6 +196,7 @@ static void session_free(struct session *s)
 {
 	session_unmap_all(s);
 	inuse_release(s);
+	peak_release(s);
 	session_give_slot(s);
 	budget_give(session_budget(s), s->uid, BUDGET_BUCKET_BYTES, s->bucket_bytes_held);
 	free(s->rings);

@@ -142,6 +142,21 @@ struct session {
 	char *service_name, *exe;
 	_Atomic bool names_known;
 
+	/* peak.c: the sampled in-use high-water mark. peak_since, peak_base and peak_bound
+	 * change under drain_lock; the capture kept (peak) and peak_scans under snapshot_lock;
+	 * the rest are atomics (relaxed) the drain reads to decide whether to ask for a scan. */
+	struct peak_capture *peak;
+	uint64_t peak_since; /* records drained since the last scan's cut, weighed (peak.c) */
+	uint64_t peak_base;  /* in-use total the last scan found */
+	uint64_t peak_bound; /* the highest base + since seen: the true peak is at most this */
+	uint64_t peak_scans; /* table scans made for the peak (each kept or not) */
+	uint64_t peak_gap_ns; /* wait after a scan that found no new peak (doubles, capped) */
+	uint64_t peak_last_ns; /* CLOCK_MONOTONIC at the end of the last scan */
+	_Atomic uint64_t peak_best;    /* peak->total_bytes (0: none yet) */
+	_Atomic uint64_t peak_mem;     /* bytes peak holds (session_charge_buckets) */
+	_Atomic uint64_t peak_next_ns; /* no background scan before (CLOCK_MONOTONIC) */
+	_Atomic bool peak_want;        /* the drain asks the peak thread for a scan */
+
 	struct unwind *unwind;          /* ALLOC_RAW records' unwinder, made on first use */
 	/* ALLOC_RAW stacks unwound; not to the thread's start. Written by the drain under
 	 * drain_lock, read anywhere (relaxed): LIST reads them in the event loop. */
@@ -330,6 +345,63 @@ bool inuse_note_record_locked(struct session *s, uint32_t ring_id, uint64_t seq,
 			      uint64_t shim_key, uint64_t bucket_key, bool derived);
 /* Unmap the table (session teardown). */
 void inuse_release(struct session *s);
+
+/* ---- peak.c: the sampled in-use high-water mark --------------------------------------- */
+
+/* The in-use values of every bucket with live objects at one scan (peak.c). */
+struct peak_capture {
+	uint64_t total_bytes, total_objects; /* scaled, as inuse_space/inuse_objects sum */
+	uint64_t time_ns;  /* CLOCK_REALTIME of the scan's cut */
+	uint64_t mono_ns;  /* CLOCK_MONOTONIC of the same */
+	bool at_exit;      /* the in-use values frozen at the process's exit */
+	uint64_t inuse_state; /* enum profile_inuse of the scan */
+	struct inuse_counts counts;
+	size_t n;
+	struct psample v[]; /* alloc_* = in use at the scan, free_* = 0 */
+};
+
+/* A record of size bytes at rate was drained into s (caller holds drain_lock): the most it
+ * can add to the scaled in-use total. */
+static inline void peak_note(struct session *s, uint64_t size, uint64_t rate)
+{
+	/* size / (1 - exp(-size/rate)) <= size + rate: Go's scaled bytes of one sample */
+	uint64_t w = rate > 1 ? size + rate : size;
+	uint64_t v = s->peak_since + w;
+	s->peak_since = v < s->peak_since || w < size ? UINT64_MAX : v;
+}
+/* After a drain pass that counted `records` records of s (caller holds drain_lock): whether
+ * a scan is due now (it sets s->peak_want; the peak thread makes it). */
+bool peak_pass_locked(struct session *s, size_t records);
+/* Every cut of s's table with its in-use values is a scan for the peak (snapshot.c's
+ * snapshot_cut): peak_cut_locked at the cut (drain_lock held), then, once p holds the cut's
+ * in-use values (NULL: the scan failed), peak_rebase_locked (drain_lock held again; returns
+ * whether p's total is the highest yet) and, when it is, peak_keep (drain_lock not held).
+ * The caller holds snapshot_lock throughout. */
+struct peak_cut {
+	uint64_t since;        /* s->peak_since at the cut */
+	uint64_t real_ns, mono_ns, cpu_ns; /* cpu: the thread's CPU time */
+	uint64_t bytes, objects; /* p's scaled in-use totals (peak_rebase_locked) */
+};
+void peak_cut_locked(struct session *s, struct peak_cut *c);
+bool peak_rebase_locked(struct session *s, struct peak_cut *c, const struct profile *p);
+void peak_keep(struct session *s, const struct peak_cut *c, const struct profile *p);
+/* The process exited (caller holds snapshot_lock and drain_lock, after inuse_freeze_locked):
+ * its in-use values at exit are a candidate too. */
+void peak_exit_locked(struct session *s);
+/* Replace p's samples by the kept capture's and describe it in p->meta.peak (caller holds
+ * snapshot_lock; p was just cut, so the kept capture is at least as high as p). */
+int peak_copy(struct session *s, struct profile *p);
+/* Memory held by s's capture (charged to its uid's bucket memory). */
+uint64_t peak_bytes(struct session *s);
+void peak_release(struct session *s);
+
+/* The peak thread: makes the scans the drain asks for (peak_want), one session at a time. */
+struct peak_thread;
+struct peak_thread *peak_thread_new(struct session_registry *reg);
+int peak_thread_start(struct peak_thread *t);
+void peak_thread_wake(struct peak_thread *t);
+void peak_thread_stop(struct peak_thread *t);
+void peak_thread_free(struct peak_thread *t);
 
 
 

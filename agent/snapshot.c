@@ -4,7 +4,8 @@
  * (SNAPSHOT, server.c's client workers) or over HTTP (http.c), is made here: look the process
  * up, check who asks, settle the socket (the shim's packets sent before the request are
  * handled first), drain, collect the buckets and the accounting as one cut, apply the in-use
- * table, trim, and write the format asked for through its writer.
+ * table (each such cut is a scan for the peak view, peak.c, which LLGO_SNAP_PEAK answers
+ * with instead), trim, and write the format asked for through its writer.
  *
  * Left to others: the socket and its settling (server.c), the records and the drain lock
  * (drain.c), the table (bucket.c), the in-use table (inuse.c), the model and its helpers
@@ -18,7 +19,48 @@
 
 #define SNAPSHOT_EXIT_WAIT_MS 2000u
 
-int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
+int snapshot_cut(struct session *s, struct profile *p, struct snapshot_cut_info *ci)
+{
+	/* The cut: what the accounting, the rings' sequence numbers and the buckets say at one
+	 * moment, taken under the drain lock (a few loads per ring). The walk of the table and
+	 * the in-use scan then run beside the drain, which goes on adding (bucket.c keeps the
+	 * cut's values of what it touches). Every cut is a scan for the peak view too (peak.c). */
+	struct inuse_cut ic;
+	struct peak_cut pc;
+	memset(p, 0, sizeof(*p));
+	pthread_mutex_lock(&s->drain_lock);
+	uint64_t cut = bucket_table_cut(s->buckets);
+	session_account_locked(s, &ci->cnt);
+	int rc = inuse_cut_locked(s, &ic);
+	peak_cut_locked(s, &pc);
+	bucket_table_stats(s->buckets, &ci->bs);
+	ci->mixed = s->mixed_rates;
+	ci->last_rate = s->last_rate;
+	p->meta.unwound = atomic_load_explicit(&s->unwound, memory_order_relaxed);
+	p->meta.truncated = atomic_load_explicit(&s->truncated, memory_order_relaxed);
+	pthread_mutex_unlock(&s->drain_lock);
+
+	if (!rc)
+		rc = profile_collect_cut(p, s->buckets, cut);
+	bucket_table_cut_end(s->buckets, cut);
+	p->meta.sampled = ci->cnt.sampled;
+	if (!rc)
+		rc = inuse_apply_cut(s, &ic, p);
+	pthread_mutex_lock(&s->drain_lock);
+	inuse_cut_end_locked(s, &ic);
+	bool highest = peak_rebase_locked(s, &pc, rc ? NULL : p);
+	pthread_mutex_unlock(&s->drain_lock);
+	if (highest)
+		peak_keep(s, &pc, p);
+	if (rc)
+		profile_release(p);
+	return rc;
+}
+
+/* Settle, drain, cut (as snapshot_cut; peak: then the highest capture instead of now's
+ * values), trim and describe. */
+static int snapshot_collect_view(struct server *srv, struct session *s, struct profile *p,
+				 bool peak)
 {
 	memset(p, 0, sizeof(*p));
 	server_settle(srv, s);
@@ -29,34 +71,11 @@ int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
 	drain_session(s);
 	drain_refresh_maps(s, false);
 
-	/* The cut: what the accounting, the rings' sequence numbers and the buckets say at one
-	 * moment, taken under the drain lock (a few loads per ring). The walk of the table and
-	 * the in-use scan then run beside the drain, which goes on adding (bucket.c keeps the
-	 * cut's values of what it touches). */
-	struct session_counts cnt;
-	struct inuse_cut ic;
-	struct bucket_stats bs;
+	struct snapshot_cut_info ci;
 	pthread_mutex_lock(&s->snapshot_lock);
-	pthread_mutex_lock(&s->drain_lock);
-	uint64_t cut = bucket_table_cut(s->buckets);
-	session_account_locked(s, &cnt);
-	int rc = inuse_cut_locked(s, &ic);
-	bucket_table_stats(s->buckets, &bs);
-	bool mixed = s->mixed_rates;
-	uint64_t last_rate = s->last_rate;
-	p->meta.unwound = atomic_load_explicit(&s->unwound, memory_order_relaxed);
-	p->meta.truncated = atomic_load_explicit(&s->truncated, memory_order_relaxed);
-	pthread_mutex_unlock(&s->drain_lock);
-
-	if (!rc)
-		rc = profile_collect_cut(p, s->buckets, cut);
-	bucket_table_cut_end(s->buckets, cut);
-	p->meta.sampled = cnt.sampled;
-	if (!rc)
-		rc = inuse_apply_cut(s, &ic, p);
-	pthread_mutex_lock(&s->drain_lock);
-	inuse_cut_end_locked(s, &ic);
-	pthread_mutex_unlock(&s->drain_lock);
+	int rc = snapshot_cut(s, p, &ci);
+	if (!rc && peak)
+		rc = peak_copy(s, p);
 	pthread_mutex_unlock(&s->snapshot_lock);
 
 	if (!rc) {
@@ -70,25 +89,36 @@ int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
 	}
 	p->meta.pid = s->pid;
 	memcpy(p->meta.comm, s->comm, sizeof(p->meta.comm));
-	p->meta.time_nanos = session_now_ns(CLOCK_REALTIME);
+	if (!peak) /* (a peak profile's time is its capture's) */
+		p->meta.time_nanos = session_now_ns(CLOCK_REALTIME);
 	p->meta.rate = session_rate(s);
 	/* Sampling is off now: state the rate the samples were taken at. */
 	if (p->meta.rate == 0)
-		p->meta.rate = last_rate ? last_rate : LLGO_RATE_DEFAULT;
-	p->meta.mixed_rates = mixed || profile_mixed_rates(p);
-	p->meta.sampled = cnt.sampled;
-	p->meta.delivered = cnt.delivered;
-	p->meta.dropped = cnt.dropped;
-	p->meta.corrupt = cnt.corrupt;
-	p->meta.dropped_prior = cnt.prior;
-	p->meta.dropped_no_ring = cnt.no_ring;
-	p->meta.dropped_detached = cnt.detached;
-	p->meta.reconnects = cnt.reconnects;
-	p->meta.cap_hits = bs.cap_hits;
+		p->meta.rate = ci.last_rate ? ci.last_rate : LLGO_RATE_DEFAULT;
+	p->meta.mixed_rates = ci.mixed || profile_mixed_rates(p);
+	p->meta.sampled = ci.cnt.sampled;
+	p->meta.delivered = ci.cnt.delivered;
+	p->meta.dropped = ci.cnt.dropped;
+	p->meta.corrupt = ci.cnt.corrupt;
+	p->meta.dropped_prior = ci.cnt.prior;
+	p->meta.dropped_no_ring = ci.cnt.no_ring;
+	p->meta.dropped_detached = ci.cnt.detached;
+	p->meta.reconnects = ci.cnt.reconnects;
+	p->meta.cap_hits = ci.bs.cap_hits;
 	p->meta.verify_samples = atomic_load(&s->verify_samples);
 	p->meta.verify_agree = atomic_load(&s->verify_agree);
 	p->meta.unwind_mode = __atomic_load_n(&s->unwind_mode, __ATOMIC_RELAXED); /* a join sets it */
 	return 0;
+}
+
+int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
+{
+	return snapshot_collect_view(srv, s, p, false);
+}
+
+int snapshot_collect_peak(struct server *srv, struct session *s, struct profile *p)
+{
+	return snapshot_collect_view(srv, s, p, true);
 }
 
 int snapshot_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
@@ -138,7 +168,7 @@ int snapshot_take(struct server *srv, pid_t pid, uid_t requester, int fmt, uint3
 		return -EACCES;
 	}
 	struct profile p;
-	int rc = snapshot_collect(srv, s, &p);
+	int rc = snapshot_collect_view(srv, s, &p, flags & LLGO_SNAP_PEAK);
 	if (rc) {
 		snprintf(err, errlen, "collecting the profile: %s", strerror(-rc));
 		session_put(s);

@@ -17,6 +17,20 @@
  * SNAPSHOT and the HTTP endpoints (which subtract two for delta profiles). */
 int snapshot_collect(struct server *srv, struct session *s, struct profile *p);
 
+/* The same, but p's samples are the peak's capture (peak.c): the in-use values at the
+ * highest in-use total seen, described in p->meta.peak. */
+int snapshot_collect_peak(struct server *srv, struct session *s, struct profile *p);
+
+/* The cut alone (caller holds s->snapshot_lock; no settle, no drain, no trim): the buckets,
+ * their in-use values and the accounting as of one moment, offered to the peak view. */
+struct snapshot_cut_info {
+	struct session_counts cnt;
+	struct bucket_stats bs;
+	bool mixed;
+	uint64_t last_rate;
+};
+int snapshot_cut(struct session *s, struct profile *p, struct snapshot_cut_info *ci);
+
 /* Write p in format fmt (enum llgo_format) with LLGO_SNAP_* flags to out (top_n: rows of
  * LLGO_FORMAT_TOP, 0 = 10). -EINVAL for an unknown format. */
 int snapshot_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,

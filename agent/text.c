@@ -23,6 +23,9 @@
  * '#' lines; the MAPPED_LIBRARIES section gives it the mappings to symbolize the return
  * addresses from the binaries.
  *
+ * A peak profile (peak.c) has free counters of 0: both pairs are its in-use values at the
+ * peak, and a comment says when that was.
+ *
  * Left to others: the samples (profile.c), symbols (symbolize.c), mappings (procmaps.c).
  */
 #include <errno.h>
@@ -273,15 +276,7 @@ int text_write(struct buf *out, const struct profile *p, struct procmaps *maps)
 		   (long long)total.inuse_objects, (long long)total.inuse_bytes,
 		   (long long)total.alloc_objects, (long long)total.alloc_bytes,
 		   (unsigned long long)(2 * rate));
-	buf_puts(&b, "# ");
-	profile_accounting(&b, p);
-	buf_putc(&b, '\n');
-	size_t at = b.len;
-	buf_puts(&b, "# ");
-	if (profile_unwind_line(&b, p) > 0)
-		buf_putc(&b, '\n');
-	else
-		b.len = at;
+	profile_comment_lines(&b, p);
 	if (profile_mixed_rates(p))
 		buf_printf(&b, "# llgo-heap: samples were taken at several rates; this text states "
 			       "one (%llu) for all, so values scaled from it are approximate "

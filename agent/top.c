@@ -14,7 +14,9 @@
  * ranked by allocated bytes, or in-use bytes with LLGO_SNAP_INUSE, or the matching object
  * counts with LLGO_SNAP_OBJECTS; "%" is the row's share of that total over all sites.
  * Ranked by in-use values the columns lead with in-use space and objects, and sites with
- * nothing in use are left out (the leak report of `llgo-heap run`). sites_write gives every
+ * nothing in use are left out (the leak report of `llgo-heap run`). A peak profile (peak.c)
+ * is ranked by its in-use values at the peak, with a second header line saying how high and
+ * when, and the peak's comment line at the end. sites_write gives every
  * site's four values as tab-separated lines for `llgo-heap top --watch`.
  *
  * Left to others: the samples (profile.c), symbols (symbolize.c).
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "escape.h"
@@ -164,6 +167,27 @@ static void top_sites_free(struct site *sites, size_t n)
 	free(sites);
 }
 
+/* The peak view's second line: how high, when, and how far the scans may have missed it. */
+static void top_peak_header(struct buf *b, const struct profile *p)
+{
+	const struct profile_peak *k = &p->meta.peak;
+	char total[32], bound[32], when[32] = "?";
+	human(total, sizeof(total), sane_i64(k->bytes));
+	human(bound, sizeof(bound), sane_i64(k->bound));
+	time_t t = (time_t)(p->meta.time_nanos / 1000000000ull);
+	struct tm tm;
+	if (p->meta.time_nanos && gmtime_r(&t, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+	buf_printf(b, "llgo-heap: peak %s in use (%llu objects) at %s, %llu.%03llus after attach%s",
+		   total, (unsigned long long)k->objects, when,
+		   (unsigned long long)(k->after_ns / 1000000000ull),
+		   (unsigned long long)(k->after_ns / 1000000ull % 1000),
+		   k->at_exit ? " (at exit)" : "");
+	if (k->bound > k->bytes)
+		buf_printf(b, "; at most %s between scans", bound);
+	buf_putc(b, '\n');
+}
+
 int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, uint32_t flags,
 	      uint32_t top_n)
 {
@@ -174,6 +198,9 @@ int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, u
 		return err;
 	struct buf b;
 	buf_init(&b);
+	bool peak = p->meta.peak.on;
+	if (peak)
+		flags |= LLGO_SNAP_INUSE;
 	bool inuse = flags & LLGO_SNAP_INUSE;
 	int64_t total = 0;
 	size_t nonzero = 0;
@@ -190,6 +217,8 @@ int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, u
 
 	const char *metric = inuse ? ((flags & LLGO_SNAP_OBJECTS) ? "inuse_objects" : "inuse_space")
 				   : ((flags & LLGO_SNAP_OBJECTS) ? "alloc_objects" : "alloc_space");
+	if (peak)
+		metric = (flags & LLGO_SNAP_OBJECTS) ? "peak_inuse_objects" : "peak_inuse_space";
 	size_t rows = shown < top_n ? shown : top_n;
 	char comm[LLGO_COMM_LEN + 1];
 	memcpy(comm, p->meta.comm, LLGO_COMM_LEN);
@@ -197,7 +226,12 @@ int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, u
 	buf_printf(&b, "llgo-heap: pid %d (%s), %zu of %zu sites by %s, rate %llu\n",
 		   (int)p->meta.pid, comm[0] ? comm : "?", rows, shown, metric,
 		   (unsigned long long)profile_main_rate(p));
-	if (inuse)
+	if (peak)
+		top_peak_header(&b, p);
+	if (peak)
+		buf_printf(&b, "%17s %8s %18s  %s\n", "peak_inuse_space", "%", "peak_inuse_objects",
+			   "site");
+	else if (inuse)
 		buf_printf(&b, "%12s %8s %14s %12s  %s\n", "inuse_space", "%", "inuse_objects",
 			   "alloc_space", "site");
 	else
@@ -209,7 +243,10 @@ int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, u
 		human(as, sizeof(as), s->v.alloc_bytes);
 		human(is, sizeof(is), s->v.inuse_bytes);
 		double pct = total ? 100.0 * (double)s->key / (double)total : 0;
-		if (inuse)
+		if (peak)
+			buf_printf(&b, "%17s %7.2f%% %18lld  %s\n", is, pct,
+				   (long long)s->v.inuse_objects, s->name);
+		else if (inuse)
 			buf_printf(&b, "%12s %7.2f%% %14lld %12s  %s\n", is, pct,
 				   (long long)s->v.inuse_objects, as, s->name);
 		else
@@ -225,6 +262,11 @@ int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, u
 	buf_puts(&b, "# ");
 	profile_accounting(&b, p);
 	buf_putc(&b, '\n');
+	if (peak) {
+		buf_puts(&b, "# ");
+		peak_line(&b, p);
+		buf_putc(&b, '\n');
+	}
 	err = b.failed ? -ENOMEM : buf_append(out, b.data, b.len);
 	top_sites_free(sites, n);
 	buf_free(&b);

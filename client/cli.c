@@ -4,8 +4,8 @@
  *
  *   llgo-heap run [-r RATE] [-o FILE] [-f pprof|text|folded] [--unwind MODE] -- CMD [ARG...]
  *   llgo-heap list
- *   llgo-heap snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs]
- *   llgo-heap top PID [-n N] [--inuse] [--objects] [--base FILE [--exact]]
+ *   llgo-heap snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs|--peak]
+ *   llgo-heap top PID [-n N] [--inuse|--peak] [--objects] [--base FILE [--exact]]
  *   llgo-heap diff BASE NEW [-n N] [--inuse] [--objects] [--exact] [-o FILE]
  *   llgo-heap rate PID N
  *   llgo-heap verify PID [--seconds N] [--min-agree PERCENT]
@@ -44,8 +44,9 @@ static void usage(FILE *f)
 		"  run [-r RATE] [-o FILE] [-f pprof|text|folded] [--unwind auto|fp|dwarf] -- CMD...\n"
 		"        profile CMD with a private daemon, write its profile, print top sites\n"
 		"  list                          attached processes and their record counts\n"
-		"  snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs]\n"
-		"  top PID [-n N] [--inuse] [--objects]\n"
+		"  snapshot PID [-o FILE|-] [-f pprof|text|folded] [--allocs|--peak]\n"
+		"  top PID [-n N] [--inuse|--peak] [--objects]\n"
+		"        --peak: the sites in use when the sampled in-use total was highest\n"
 		"  top PID --watch [SECONDS]     live view (keys: i a o g sort, q quit)\n"
 		"  top PID --base FILE [--exact] growth per site since FILE (a pprof snapshot)\n"
 		"  diff BASE NEW [-n N] [--inuse] [--objects] [--exact] [-o FILE]\n"
@@ -169,6 +170,9 @@ static int opts_parse(const char *sub, int argc, char **argv, struct cli_opts *o
 			   (strcmp(sub, "top") == 0 || strcmp(sub, "snapshot") == 0 ||
 			    strcmp(sub, "diff") == 0)) {
 			o->flags |= LLGO_SNAP_INUSE;
+		} else if (strcmp(a, "--peak") == 0 && !val &&
+			   (strcmp(sub, "top") == 0 || strcmp(sub, "snapshot") == 0)) {
+			o->flags |= LLGO_SNAP_PEAK;
 		} else if (strcmp(a, "--objects") == 0 && !val &&
 			   (strcmp(sub, "top") == 0 || strcmp(sub, "snapshot") == 0 ||
 			    strcmp(sub, "diff") == 0)) {
@@ -185,6 +189,10 @@ static int opts_parse(const char *sub, int argc, char **argv, struct cli_opts *o
 		}
 #undef TAKE
 	}
+	if ((o->flags & LLGO_SNAP_PEAK) && (o->flags & (LLGO_SNAP_ALLOCS | LLGO_SNAP_INUSE)))
+		return cli_die("%s: --peak is a view of its own (not with --allocs or --inuse)", sub);
+	if ((o->flags & LLGO_SNAP_PEAK) && o->watch)
+		return cli_die("%s: --peak does not go with --watch", sub);
 	return 0;
 }
 int cli_parse_format(const char *s, int *fmt)
@@ -300,7 +308,8 @@ static int cmd_snapshot(const char *path, struct cli_opts *o)
 	if ((rc = cli_parse_pid(o->pos[0], &pid)) || (rc = cli_parse_format(o->format, &fmt)))
 		return rc;
 	char def[64];
-	snprintf(def, sizeof(def), "llgo-heap.%d.%s", (int)pid, cli_format_suffix(fmt));
+	snprintf(def, sizeof(def), "llgo-heap.%d.%s%s", (int)pid,
+		 (o->flags & LLGO_SNAP_PEAK) ? "peak." : "", cli_format_suffix(fmt));
 	struct buf b;
 	buf_init(&b);
 	rc = cli_io_snapshot(path, pid, fmt, o->flags, 0, &b);
@@ -436,6 +445,8 @@ static int cmd_top(const char *path, struct cli_opts *o)
 		return cli_die("top: --base and --watch do not go together");
 	if (o->exact && !o->base)
 		return cli_die("top: --exact goes with --base FILE");
+	if ((o->flags & LLGO_SNAP_PEAK) && (o->base || o->watch))
+		return cli_die("top: --peak goes with neither --base nor --watch");
 	if (o->base)
 		return top_base(path, pid, o);
 	if (o->watch)

@@ -3,8 +3,8 @@
  * cli_run.c: `llgo-heap run [-r RATE] [-o FILE] [-f FORMAT] [--unwind MODE] -- CMD [ARG...]`:
  * a private llgo-heapd (beside this executable) on a socket in a new temporary folder, CMD
  * started with the shim (../lib/libllgoheap.so) preloaded and pointed at it, then, once CMD
- * exited, a profile per process of the run written and the top sites and the leaks at exit
- * of CMD itself printed. The daemon and the folder are removed on every way out; CMD's exit
+ * exited, a profile per process of the run written and the top sites, the leaks at exit and
+ * the sites in use at the peak (the highest sampled in-use total) of CMD itself printed. The daemon and the folder are removed on every way out; CMD's exit
  * status is the run's. Requests go through cli_io.c.
  */
 #include <errno.h>
@@ -218,10 +218,11 @@ int cli_run(struct cli_opts *o)
 			snprintf(file, sizeof(file), "%s.%u", o->out, e.pid);
 		else
 			snprintf(file, sizeof(file), "llgo-heap.%u.%s", e.pid, cli_format_suffix(fmt));
-		struct buf prof, top, leaks;
+		struct buf prof, top, leaks, peak;
 		buf_init(&prof);
 		buf_init(&top);
 		buf_init(&leaks);
+		buf_init(&peak);
 		rc = cli_io_snapshot(sock, (pid_t)e.pid, fmt, 0, 0, &prof);
 		if (!rc)
 			rc = cli_io_write_file(file, &prof);
@@ -233,18 +234,26 @@ int cli_run(struct cli_opts *o)
 		if (!rc && main_proc)
 			rc = cli_io_snapshot(sock, (pid_t)e.pid, LLGO_FORMAT_TOP, LLGO_SNAP_INUSE,
 					    o->top_n ? o->top_n : 10, &leaks);
+		/* The peak: the sites in use when the sampled in-use total was highest, like
+		 * heaptrack's "PEAK MEMORY CONSUMERS". */
+		if (!rc && main_proc)
+			rc = cli_io_snapshot(sock, (pid_t)e.pid, LLGO_FORMAT_TOP, LLGO_SNAP_PEAK,
+					    o->top_n ? o->top_n : 10, &peak);
 		if (!rc) {
 			fprintf(stderr, "%s: pid %u (%s): wrote %s\n", cli_prog, e.pid, e.comm, file);
 			if (main_proc) {
 				fwrite(top.data, 1, top.len, stderr);
 				fprintf(stderr, "%s: still in use at exit (never freed):\n", cli_prog);
 				fwrite(leaks.data, 1, leaks.len, stderr);
+				fprintf(stderr, "%s: in use at the peak:\n", cli_prog);
+				fwrite(peak.data, 1, peak.len, stderr);
 			}
 		}
 		found |= main_proc;
 		buf_free(&prof);
 		buf_free(&top);
 		buf_free(&leaks);
+		buf_free(&peak);
 		if (rc)
 			break;
 	}

@@ -134,6 +134,10 @@ enum llgo_format {
 #define LLGO_SNAP_ALLOCS 1u     /* pprof: default_sample_type alloc_space (Go's /allocs) */
 #define LLGO_SNAP_INUSE 2u      /* folded/top: rank by in-use instead of allocated bytes */
 #define LLGO_SNAP_OBJECTS 4u    /* folded/top: objects instead of bytes */
+/* The peak view: the in-use values at the highest sampled in-use total seen so far
+ * (docs/usage.md); pprof with sample types peak_inuse_objects/count, peak_inuse_space/bytes;
+ * top and folded rank by those. */
+#define LLGO_SNAP_PEAK 8u
 
 struct llgo_msg_snapshot {
 	struct llgo_msg_header h;

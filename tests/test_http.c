@@ -5,7 +5,7 @@
  * from its log) and a real profiled program (tests/progs/http_sites.c, shim preloaded, rate
  * 1 so counts are exact) that stays alive until its stdin closes. Answers are checked with
  * `go tool pprof` (fetching the URL itself) and with the minimal HTTP/1.0 client below, for
- * the statuses, headers and bodies Go's net/http/pprof gives. Daemons and programs are
+ * the statuses, headers and bodies Go's net/http/pprof gives, and for ours (peak=1). Daemons and programs are
  * stopped by pid (SIGTERM or EOF, then waitpid).
  */
 #include <criterion/criterion.h>
@@ -335,6 +335,37 @@ Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 			      "inuse_space/bytes"),
 		  "allocs sample types:\n%s", out);
 	free(out);
+	prog_stop(&p);
+	http_heapd_stop(&d);
+}
+
+/* peak=1: the peak view (agent/peak.c) as a proto with its own sample types, which go tool
+ * pprof fetches and reads by name; the answer is named heap-peak; not with seconds. */
+Test(http, peak_view, .timeout = 300)
+{
+	struct heapd d;
+	http_heapd_start(&d, NULL);
+	struct prog p;
+	prog_start(&p, &d, true);
+	char *out;
+	int rc = e2e_sh(&out,
+			"cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
+			"-sample_index=peak_inuse_space "
+			"'http://127.0.0.1:%d/debug/pprof/heap?pid=%d&peak=1'",
+			d.dir, d.dir, d.dir, d.port, (int)p.pid);
+	cr_assert_eq(rc, 0, "go tool pprof heap?peak=1 failed:\n%s", out);
+	cr_expect(strstr(out, "Type: peak_inuse_space") && strstr(out, "http_site_keep"),
+		  "heap?peak=1:\n%s", out);
+	free(out);
+	char path[256];
+	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d&peak=1", (int)p.pid);
+	struct resp r;
+	http_get(d.port, path, &r);
+	cr_expect_eq(r.status, 200);
+	expect_hdr(&r, "Content-Disposition", "attachment; filename=\"heap-peak\"");
+	resp_free(&r);
+	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d&peak=1&seconds=1", (int)p.pid);
+	expect_go_error(d.port, path, 400, "seconds and peak params are incompatible");
 	prog_stop(&p);
 	http_heapd_stop(&d);
 }

@@ -17,12 +17,18 @@
  *   inuse_phases churn N K  N x malloc(32) at site_churn, each freed at once, then K x
  *                         malloc(64) at site_kept, kept; prints "ready"; exits at the next
  *                         line (or EOF).
+ *   inuse_phases peak N MS  the peak view (tests/test_peak.c): N x malloc(1024) at
+ *                         site_peak_a, held for MS ms, all freed, then N/4 x malloc(1024) at
+ *                         site_peak_b, kept; prints "ready"; exits at the next line (or EOF).
+ *   inuse_phases climb N    N x malloc(16) at site_climb, kept: every allocation a new
+ *                         highest in-use total; prints "ready"; exits at the next line.
  */
 #include <stdio.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KEEP(p) __asm__ volatile("" : : "r"(p) : "memory")
@@ -33,24 +39,66 @@ __attribute__((noinline)) void *site_child(void) { void *p = malloc(512); KEEP(p
 __attribute__((noinline)) void *site_race(void) { void *p = malloc(1000); KEEP(p); return p; }
 __attribute__((noinline)) void *site_churn(void) { void *p = malloc(32); KEEP(p); return p; }
 __attribute__((noinline)) void *site_kept(void) { void *p = malloc(64); KEEP(p); return p; }
+__attribute__((noinline)) void *site_peak_a(void) { void *p = malloc(1024); KEEP(p); return p; }
+__attribute__((noinline)) void *site_peak_b(void) { void *p = malloc(1024); KEEP(p); return p; }
+__attribute__((noinline)) void *site_climb(void) { void *p = malloc(16); KEEP(p); return p; }
 
-static int phases_churn(long n, long k)
+/* stdin's buffer, not one glibc would allocate at the first fgets after "ready"; and an
+ * array of n + 1 pointers (NULL: out of memory). */
+static void **phases_start(long n)
 {
 	static char inbuf[4096];
 	setvbuf(stdin, inbuf, _IOFBF, sizeof(inbuf));
-	void **v = calloc((size_t)k + 1, sizeof(void *));
+	return calloc((size_t)n + 1, sizeof(void *));
+}
+
+/* Wait for a line of stdin (or EOF) after saying "ready". */
+static int phases_ready_wait(void)
+{
+	char line[64];
+	printf("ready\n");
+	fflush(stdout);
+	(void)!fgets(line, sizeof(line), stdin);
+	return 0;
+}
+
+static int phases_peak(long n, long hold_ms)
+{
+	void **v = phases_start(n);
+	if (!v)
+		return 1;
+	for (long i = 0; i < n; i++)
+		v[i] = site_peak_a();
+	struct timespec ts = { hold_ms / 1000, (hold_ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) != 0)
+		;
+	for (long i = 0; i < n; i++)
+		free(v[i]);
+	for (long i = 0; i < n / 4; i++)
+		v[i] = site_peak_b();
+	return phases_ready_wait();
+}
+
+static int phases_climb(long n)
+{
+	void **v = phases_start(n);
+	if (!v)
+		return 1;
+	for (long i = 0; i < n; i++)
+		v[i] = site_climb();
+	return phases_ready_wait();
+}
+
+static int phases_churn(long n, long k)
+{
+	void **v = phases_start(k);
 	if (!v)
 		return 1;
 	for (long i = 0; i < n; i++)
 		free(site_churn());
 	for (long i = 0; i < k; i++)
 		v[i] = site_kept();
-	printf("ready\n");
-	fflush(stdout);
-	char line[64];
-	if (!fgets(line, sizeof(line), stdin))
-		return 0;
-	return 0;
+	return phases_ready_wait();
 }
 
 /* The parent changes its table after fork, before the child first touches the shim. */
@@ -118,6 +166,10 @@ int main(int argc, char **argv)
 		return phases_forkrace(n);
 	if (strcmp(argv[1], "churn") == 0)
 		return phases_churn(n, argc > 3 ? atol(argv[3]) : 0);
+	if (strcmp(argv[1], "peak") == 0)
+		return phases_peak(n, argc > 3 ? atol(argv[3]) : 0);
+	if (strcmp(argv[1], "climb") == 0)
+		return phases_climb(n);
 	void **v = calloc((size_t)n, sizeof(void *));
 	char line[64];
 	/* stdin's buffer, not one glibc would allocate at the first fgets after "ready" */
