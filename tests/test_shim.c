@@ -858,8 +858,16 @@ Test(shim, threads_get_rings_and_exited_rings_are_reused, .timeout = 120)
 	for (size_t i = 0; i < f->nrecs; i++)
 		n += f->recs[i].size == 72;
 	cr_expect_eq(n, 3 * 16 * 200, "thread_site records: %ld", n);
-	/* 16 threads at a time, 3 rounds: retired rings are claimed again */
-	cr_expect_leq(f->conns[0].nrings, 16 + 1 + 8, "%u rings for 48 threads",
+	/* 16 threads at a time, 3 rounds: retired rings are claimed again once the fake daemon
+	 * has drained them; under ThreadSanitizer that daemon (this binary) drains several times
+	 * slower and fewer are drained when the next round starts (26 to 28 seen), so there only
+	 * reuse itself is required */
+#ifdef __SANITIZE_THREAD__
+	unsigned most_rings = 3 * 16 - 8;
+#else
+	unsigned most_rings = 16 + 1 + 8;
+#endif
+	cr_expect_leq(f->conns[0].nrings, most_rings, "%u rings for 48 threads",
 		      f->conns[0].nrings);
 	cr_expect_eq(atomic_load(&f->conns[0].ctl->ring_count), f->conns[0].nrings);
 	expect_accounting(f, 0);
