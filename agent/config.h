@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "budget.h"
+#include "dump.h"
 #include "log.h"
 #include "server.h"
 #include "session.h"
@@ -24,6 +25,7 @@ struct config {
 	enum log_level log_level;
 	const char *http_uids; /* --http-uids, checked by http_parse_uids */
 	const char *http_token_file; /* --http-token-file (http_auth.c) */
+	struct dump_opts dump;       /* --dump-*, --push (dump.c); strings in strings */
 	const char *path;      /* the configuration file read, or NULL */
 	char **strings;        /* everything the fields above point to */
 	size_t nstrings;
