@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "dump_impl.h"
+#include "escape.h"
 #include "http_internal.h"
 #include "snapshot.h"
 
@@ -165,9 +166,11 @@ static void dump_one(struct dumper *d, struct session *s, enum dump_kind kind)
 			d->write_failing = false;
 			if (kind == DUMP_KIND_OOM) {
 				d->oom_written++;
+				char *comm = escape_dup(s->comm); /* the HELLO's: hostile */
 				log_warn("pid %d (%s, uid %u) was killed by the OOM killer: its "
-					 "profile is %s/%u/%s", (int)s->pid, s->comm, (unsigned)uid,
-					 d->dir, (unsigned)uid, name);
+					 "profile is %s/%u/%s", (int)s->pid, comm ? comm : "?",
+					 (unsigned)uid, d->dir, (unsigned)uid, name);
+				free(comm);
 			} else {
 				log_debug("--dump-dir: %u/%s", (unsigned)uid, name);
 			}

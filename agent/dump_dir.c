@@ -225,6 +225,11 @@ static bool dump_parse_name(const char *name, pid_t *pid, enum dump_kind *kind)
 	if (n >= DUMP_NAME_MAX || n < strlen(ext) || strcmp(name + n - strlen(ext), ext) != 0 ||
 	    name[0] == '.')
 		return false;
+	/* only names we could have made (the user may put anything in its folder) */
+	for (const char *c = name; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '_' || *c == '-' || *c == '.'))
+			return false;
 	char buf[DUMP_NAME_MAX];
 	memcpy(buf, name, n - strlen(ext));
 	buf[n - strlen(ext)] = '\0';
