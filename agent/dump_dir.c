@@ -403,38 +403,38 @@ static void dump_dir_usage(struct dump_dir *dd, uid_t uid, pid_t pid, enum dump_
 	}
 }
 
-/* After adding file `newest` (the last in the index): every budget, oldest first. */
-static void dump_dir_enforce(struct dump_dir *dd)
+/* Before adding nf (not in the index yet): remove the oldest files until every budget holds
+ * with nf counted, so that no reader ever sees the folder over a budget. */
+static void dump_dir_make_room(struct dump_dir *dd, const struct dump_file *nf)
 {
-	struct dump_file nf = dd->files[dd->nfiles - 1];
+	const size_t none = (size_t)-1;
 	for (;;) {
-		size_t newest = dd->nfiles - 1; /* removals swap the last in: find it again */
-		for (size_t i = 0; i < dd->nfiles; i++)
-			if (dd->files[i].uid == nf.uid && strcmp(dd->files[i].name, nf.name) == 0)
-				newest = i;
 		uint64_t bytes;
 		size_t files, same;
-		dump_dir_usage(dd, nf.uid, nf.pid, nf.kind, &bytes, &files, &same);
+		dump_dir_usage(dd, nf->uid, nf->pid, nf->kind, &bytes, &files, &same);
+		bytes += nf->size;
+		files++;
+		same++;
 		ssize_t victim = -1;
-		if (nf.kind == DUMP_KIND_HEAP && dd->keep && same > dd->keep)
-			victim = dump_dir_oldest(dd, nf.uid, nf.pid, nf.kind, newest);
+		if (nf->kind == DUMP_KIND_HEAP && dd->keep && same > dd->keep)
+			victim = dump_dir_oldest(dd, nf->uid, nf->pid, nf->kind, none);
 		else if ((dd->max_per_uid && bytes > dd->max_per_uid) ||
 			 files > DUMP_MAX_FILES_PER_UID)
-			victim = dump_dir_oldest(dd, nf.uid, 0, nf.kind, newest);
-		else if (dd->max_total && dd->total > dd->max_total) {
-			/* the uid holding the most bytes gives up its oldest */
-			uid_t top = nf.uid;
-			uint64_t top_bytes = 0;
+			victim = dump_dir_oldest(dd, nf->uid, 0, nf->kind, none);
+		else if (dd->max_total && dd->total + nf->size > dd->max_total) {
+			/* the uid holding the most bytes (nf counted) gives up its oldest */
+			uid_t top = nf->uid;
+			uint64_t top_bytes = bytes;
 			for (size_t i = 0; i < dd->nfiles; i++) {
 				uint64_t b;
 				size_t fl, sm;
-				dump_dir_usage(dd, dd->files[i].uid, 0, nf.kind, &b, &fl, &sm);
+				dump_dir_usage(dd, dd->files[i].uid, 0, nf->kind, &b, &fl, &sm);
 				if (b > top_bytes) {
 					top_bytes = b;
 					top = dd->files[i].uid;
 				}
 			}
-			victim = dump_dir_oldest(dd, top, 0, nf.kind, newest);
+			victim = dump_dir_oldest(dd, top, 0, nf->kind, none);
 		}
 		if (victim < 0)
 			return;
@@ -459,14 +459,13 @@ static int dump_write_all(int fd, const void *data, size_t len)
 	return 0;
 }
 
-/* As the user, in its folder: data to a new file, renamed to a name not taken. */
-static int dump_dir_write_as(int ufd, const char *base, const char *kind, const void *data,
-			     size_t len, char *name, char *err, size_t errlen)
+/* As the user, in its folder: data to a new file under a temporary name (in tmp). */
+static int dump_dir_write_tmp(int ufd, const void *data, size_t len, char *tmp, size_t tmplen,
+			      char *err, size_t errlen)
 {
-	char tmp[DUMP_NAME_MAX + 16];
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	snprintf(tmp, sizeof(tmp), ".tmp-%ld%09ld", (long)ts.tv_sec, ts.tv_nsec);
+	snprintf(tmp, tmplen, ".tmp-%ld%09ld", (long)ts.tv_sec, ts.tv_nsec);
 	int fd = openat(ufd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		int e = errno;
@@ -481,8 +480,15 @@ static int dump_dir_write_as(int ufd, const char *base, const char *kind, const 
 	if (rc) {
 		snprintf(err, errlen, "writing %zu bytes: %s", len, strerror(-rc));
 		unlinkat(ufd, tmp, 0);
-		return rc;
 	}
+	return rc;
+}
+
+/* As the user: the temporary file renamed to base[-N].kind.pb.gz, a name not taken. */
+static int dump_dir_rename(int ufd, const char *tmp, const char *base, const char *kind,
+			   char *name, char *err, size_t errlen)
+{
+	int rc = -EEXIST;
 	for (unsigned n = 0; n < 100; n++) {
 		if (n)
 			snprintf(name, DUMP_NAME_MAX, "%s-%u.%s.pb.gz", base, n, kind);
@@ -494,7 +500,6 @@ static int dump_dir_write_as(int ufd, const char *base, const char *kind, const 
 			rc = -errno;
 			break;
 		}
-		rc = -EEXIST;
 	}
 	snprintf(err, errlen, "naming the file %s: %s", name, strerror(-rc));
 	unlinkat(ufd, tmp, 0);
@@ -528,16 +533,24 @@ int dump_dir_write(struct dump_dir *dd, uid_t uid, gid_t gid, const char *comm, 
 	strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%SZ", &tm);
 	snprintf(base, sizeof(base), "%s.%d.%s", safe, (int)pid, stamp);
 	const char *ks = kind == DUMP_KIND_OOM ? "oom" : "heap";
-	rc = dump_dir_write_as(ufd, base, ks, data, len, name, err, errlen);
+	char tmp[48];
+	rc = dump_dir_write_tmp(ufd, data, len, tmp, sizeof(tmp), err, errlen);
 	dump_unbecome();
-	close(ufd);
-	if (rc)
-		return rc;
 	struct dump_file f = { .uid = uid, .pid = pid, .kind = kind, .size = len,
 			       .time_ns = (uint64_t)now.tv_sec * 1000000000ull +
 					  (uint64_t)now.tv_nsec };
+	if (!rc) {
+		dump_dir_make_room(dd, &f); /* as the user too, file by file */
+		rc = dump_become(uid, gid);
+		if (!rc) {
+			rc = dump_dir_rename(ufd, tmp, base, ks, name, err, errlen);
+			dump_unbecome();
+		}
+	}
+	close(ufd);
+	if (rc)
+		return rc;
 	snprintf(f.name, sizeof(f.name), "%s", name);
-	if (dump_dir_add(dd, &f) == 0)
-		dump_dir_enforce(dd);
+	dump_dir_add(dd, &f);
 	return 0;
 }

@@ -38,11 +38,12 @@ struct dump_dir;
 struct dump_dir *dump_dir_open(const char *path, unsigned keep, uint64_t max_bytes_per_uid,
 			       uint64_t max_bytes, char *err, size_t errlen);
 void dump_dir_close(struct dump_dir *dd);
-/* Write data as DIR/<uid>/<name> owned by uid:gid (made as that uid: setfsuid), then apply
- * the budgets: periodic snapshots of (uid, pid) beyond keep, then the uid's oldest files
- * beyond its bytes or DUMP_MAX_FILES_PER_UID, then, beyond the total, the oldest of the uid
- * holding the most. Nothing is written over: the file is made with O_EXCL under a temporary
- * name and renamed without replacing (RENAME_NOREPLACE). A failure (a full disk, a quota)
+/* Write data as DIR/<uid>/<name> owned by uid:gid (made as that uid: setfsuid). Before it
+ * gets its name, room is made with it counted, oldest first: periodic snapshots of (uid,
+ * pid) beyond keep, then the uid's files beyond its bytes or DUMP_MAX_FILES_PER_UID, then,
+ * beyond the total, the oldest of the uid holding the most. Nothing is written over: the
+ * file is made with O_EXCL under a temporary name and renamed without replacing
+ * (RENAME_NOREPLACE). A failure (a full disk, a quota)
  * removes the partial file and nothing else. 0 with the name in name (DUMP_NAME_MAX), or
  * -errno with a reason in err. */
 int dump_dir_write(struct dump_dir *dd, uid_t uid, gid_t gid, const char *comm, pid_t pid,
