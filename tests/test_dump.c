@@ -275,6 +275,50 @@ Test(dump, per_uid_bytes_budget_removes_the_oldest, .timeout = 120)
 	dt_stop(&d);
 }
 
+/* SIGHUP: a configuration file that gains --dump-dir and --dump-every starts the dumper, one
+ * that loses them stops it. */
+Test(dump, reload_starts_and_stops_the_dumper, .timeout = 120)
+{
+	struct heapd d;
+	heapd_init(&d, NULL);
+	char dumps[256], conf[256];
+	snprintf(dumps, sizeof(dumps), "%s/dumps", d.dir);
+	snprintf(conf, sizeof(conf), "%s/heapd.conf", d.dir);
+	FILE *f = fopen(conf, "w");
+	cr_assert(f && fputs("log-level = info\n", f) >= 0 && fclose(f) == 0);
+	cr_assert_eq(chmod(conf, 0644), 0);
+	const char *extra[] = { "--config", conf, NULL };
+	heapd_run(&d, extra);
+	struct dt_prog p;
+	dt_prog_start(&p, &d, 0, NULL, NULL, 4, NULL);
+	dt_sleep_ms(1500);
+	cr_expect_eq(dt_files(dumps, 0, p.pid, ".heap.", NULL, 0), 0, "snapshots before the reload");
+	f = fopen(conf, "w");
+	cr_assert(f && fprintf(f, "dump-dir = %s\ndump-every = 1\ndump-oom = off\n", dumps) > 0 &&
+		  fclose(f) == 0);
+	kill(d.pid, SIGHUP);
+	cr_expect_geq(dt_wait_files(dumps, 0, p.pid, ".heap.", 1, 15000), 1,
+		      "no snapshot after the reload");
+	f = fopen(conf, "w");
+	cr_assert(f && fputs("log-level = info\n", f) >= 0 && fclose(f) == 0);
+	kill(d.pid, SIGHUP);
+	char *log = NULL;
+	for (int t = 0; t < 100; t++) {
+		free(log);
+		log = heapd_log(&d);
+		if (strstr(log, "--dump and --push stopped"))
+			break;
+		dt_sleep_ms(50);
+	}
+	cr_expect(strstr(log, "--dump and --push stopped"), "log:\n%s", log);
+	free(log);
+	int n = dt_files(dumps, 0, p.pid, ".heap.", NULL, 0);
+	dt_sleep_ms(2500);
+	cr_expect_eq(dt_files(dumps, 0, p.pid, ".heap.", NULL, 0), n, "snapshots after the stop");
+	dt_prog_end(&p, true);
+	dt_stop(&d);
+}
+
 /* The daemon refuses to start with a folder others could move or write. */
 static void dt_expect_refused(const char *dumps, const char *why)
 {
