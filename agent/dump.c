@@ -200,19 +200,31 @@ static void dump_one(struct dumper *d, struct session *s, enum dump_kind kind)
 	buf_free(&out);
 }
 
+static void dump_oom(struct dumper *d, const struct dump_victim *vt);
+
+/* Dump the victims queued so far; false once the dumper is stopping. */
+static bool dump_victims(struct dumper *d)
+{
+	struct dump_victim v[DUMP_VICTIMS];
+	pthread_mutex_lock(&d->lock);
+	bool stop = d->stop;
+	size_t nv = stop ? 0 : d->nvictims;
+	memcpy(v, d->victims, nv * sizeof(v[0]));
+	d->nvictims = 0;
+	pthread_mutex_unlock(&d->lock);
+	for (size_t i = 0; i < nv; i++)
+		dump_oom(d, &v[i]);
+	return !stop;
+}
+
 static void dump_periodic(struct dumper *d)
 {
 	struct session **v;
 	size_t n = session_list(server_sessions(d->srv), true, &v);
-	for (size_t i = 0; i < n; i++) {
-		pthread_mutex_lock(&d->lock);
-		bool stop = d->stop;
-		pthread_mutex_unlock(&d->lock);
-		if (stop)
-			break;
+	/* a victim is not kept waiting for a whole pass */
+	for (size_t i = 0; i < n && dump_victims(d); i++)
 		if (session_is_live(v[i]))
 			dump_one(d, v[i], DUMP_KIND_HEAP);
-	}
 	session_list_release(v, n);
 }
 
@@ -255,18 +267,9 @@ static void *dump_main(void *arg)
 			ts.tv_nsec = (long)(due % 1000000000ull);
 			pthread_cond_timedwait(&d->cond, &d->lock, &ts);
 		}
-		if (d->stop) {
-			pthread_mutex_unlock(&d->lock);
-			return NULL;
-		}
-		struct dump_victim v[DUMP_VICTIMS];
-		size_t nv = d->nvictims;
-		memcpy(v, d->victims, nv * sizeof(v[0]));
-		d->nvictims = 0;
 		pthread_mutex_unlock(&d->lock);
-
-		for (size_t i = 0; i < nv; i++)
-			dump_oom(d, &v[i]);
+		if (!dump_victims(d))
+			return NULL;
 		now = session_now_ns(CLOCK_MONOTONIC);
 		if (now >= next_poll) {
 			oom_cgroups_poll(d->oom_cg, server_sessions(d->srv), dump_victim, d);
