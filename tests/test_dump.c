@@ -218,7 +218,11 @@ Test(dump, periodic_files_per_uid_owned_by_it_and_bounded, .timeout = 180)
 				snprintf(latest, sizeof(latest), "%s", path);
 		}
 	}
-	/* a user's own snapshot names its own site; another user's folder is closed to it */
+	/* a user's own snapshot names its own site (read with the daemon stopped: it removes
+	 * the oldest as it goes); another user's folder is closed to it */
+	dt_prog_end(&pr, true);
+	dt_prog_end(&pn, true);
+	heapd_stop_clean(&d);
 	char fn[256];
 	dt_top_function(latest, fn, sizeof(fn));
 	cr_expect_eq(strncmp(fn, "dump_grow_site", 14), 0, "top in-use site of %s: %s", latest, fn);
@@ -232,10 +236,7 @@ Test(dump, periodic_files_per_uid_owned_by_it_and_bounded, .timeout = 180)
 	int cst;
 	cr_assert_eq(waitpid(c, &cst, 0), c);
 	cr_expect(WIFEXITED(cst) && WEXITSTATUS(cst) == 0, "nobody could open root's folder");
-
-	dt_prog_end(&pr, true);
-	dt_prog_end(&pn, true);
-	dt_stop(&d);
+	heapd_cleanup(&d);
 }
 
 Test(dump, per_uid_bytes_budget_removes_the_oldest, .timeout = 120)
