@@ -68,6 +68,10 @@ static void dt_prog_start(struct dt_prog *p, const struct heapd *d, uid_t uid, c
 			if (setgroups(0, NULL) != 0 || setresgid(g, g, g) != 0 ||
 			    setresuid(uid, uid, uid) != 0)
 				_exit(126);
+			/* a change of uid clears the death signal: set it again */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() == 1)
+				_exit(126);
 		}
 		setenv("LD_PRELOAD", LLGO_PLAIN_SHIM, 1);
 		setenv("LLGO_HEAP_SOCKET", d->sock, 1);
