@@ -15,6 +15,9 @@
 # without sanitizers (in the SAN build folder) and the end-to-end tests preload that plain shim
 # into real programs while the daemon and CLI that serve them are sanitized.
 
+# `make` alone builds everything (rules for test programs come before `all:` below).
+.DEFAULT_GOAL := all
+
 SAN ?=
 comma := ,
 V ?= 0
@@ -46,7 +49,7 @@ SHIM_EXTRA_CFLAGS ?=
 CFLAGS_SHIM := $(SHIM_EXTRA_CFLAGS) $(BASE_CFLAGS) -fPIC -fvisibility=hidden -ftls-model=initial-exec \
 	-fno-builtin-malloc -fno-builtin-calloc -fno-builtin-realloc -fno-builtin-free \
 	-fno-stack-protector -pthread
-LIBS_AGENT := -lbpf -lelf -ldw -ldebuginfod -lz -lmicrohttpd -lunwind-x86_64 -lunwind -lpthread -lm
+LIBS_AGENT := -lbpf -lelf -ldw -ldebuginfod -lz -lmicrohttpd -lcurl -lunwind-x86_64 -lunwind -lpthread -lm
 # symbolizer/: llgo-heap-symbolizer, the sandboxed process that parses ELF/DWARF files for the
 # daemon (one per profiled uid, agent/symhelper.c). libdw/libelf only, no agent objects.
 SYMBOLIZER_SRCS := $(wildcard symbolizer/*.c)
@@ -179,6 +182,21 @@ $(OUT)/bpf/verify.bpf.skel.h: $(OUT)/bpf/verify.bpf.o
 
 $(OUT)/obj/agent/verify.o: $(OUT)/bpf/verify.bpf.skel.h
 $(OUT)/obj/agent/verify.o: CFLAGS_AGENT += -I$(OUT)/bpf
+
+# The OOM watch (agent/oom.bpf.c, --dump-oom): CO-RE against a local definition of the
+# task_struct fields it reads, so it needs no vmlinux.h; the kernel's BTF is needed at run
+# time (agent/oom.c falls back to the cgroups' counters without it).
+$(OUT)/bpf/oom.bpf.o: agent/oom.bpf.c shared/oom.h Makefile
+	$(call msg,BPF,$@)
+	@mkdir -p $(dir $@)
+	$(Q)clang $(BPF_CFLAGS) -c $< -o $@.tmp && llvm-strip -g $@.tmp -o $@ && rm -f $@.tmp
+
+$(OUT)/bpf/oom.bpf.skel.h: $(OUT)/bpf/oom.bpf.o
+	$(call msg,SKEL,$@)
+	$(Q)bpftool gen skeleton $< name oom_skel > $@.tmp && mv $@.tmp $@
+
+$(OUT)/obj/agent/oom.o: $(OUT)/bpf/oom.bpf.skel.h
+$(OUT)/obj/agent/oom.o: CFLAGS_AGENT += -I$(OUT)/bpf
 
 $(OUT)/lib/libllgoheap.so: $(SHIM_OBJS) shim/libllgoheap.map
 	$(call msg,LD,$@)
@@ -371,6 +389,7 @@ DEB_PKGS += prometheus curl # tests/test_fleet.c: promtool, a real Prometheus, a
 DEB_PKGS += systemd strace binutils
 DEB_PKGS += debuginfod # tests/test_debuginfod.c: a local debuginfod serving a folder
 DEB_PKGS += libdebuginfod-dev # agent/symfile.c asks debuginfod itself (debuginfod_find_debuginfo)
+DEB_PKGS += libcurl4-openssl-dev # agent/push.c: llgo-heapd --push URL (Pyroscope's /ingest)
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
@@ -786,7 +805,7 @@ FUZZ_HEADERS := $(HEADERS) tests/fuzz/fuzz_util.h
 
 DEB_PKGS += libclang-rt-14-dev
 
-$(FUZZ_OUT)/obj/agent/%.o: agent/%.c Makefile | $(OUT)/bpf/verify.bpf.skel.h
+$(FUZZ_OUT)/obj/agent/%.o: agent/%.c Makefile | $(OUT)/bpf/verify.bpf.skel.h $(OUT)/bpf/oom.bpf.skel.h
 	$(call msg,FUZZCC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@

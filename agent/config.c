@@ -36,6 +36,14 @@ enum config_id {
 	CONFIG_KEEP_EXITED_AGE,
 	CONFIG_SYMBOLIZER_UIDS,
 	CONFIG_BUDGET, /* per uid or for all users, of .kind */
+	CONFIG_DUMP_DIR,
+	CONFIG_DUMP_EVERY,
+	CONFIG_DUMP_KEEP,
+	CONFIG_DUMP_MAX_BYTES_PER_UID,
+	CONFIG_DUMP_MAX_BYTES,
+	CONFIG_DUMP_OOM,
+	CONFIG_PUSH,
+	CONFIG_PUSH_TIMEOUT,
 };
 
 static const struct config_option {
@@ -71,6 +79,14 @@ static const struct config_option {
 	{ "max-bucket-memory-per-uid", CONFIG_BUDGET, false, BUDGET_BUCKET_BYTES, true },
 	{ "max-bucket-memory", CONFIG_BUDGET, false, BUDGET_BUCKET_BYTES, false },
 	{ "max-unread-per-uid", CONFIG_BUDGET, false, BUDGET_OUT_BYTES, true },
+	{ "dump-dir", CONFIG_DUMP_DIR, false, 0, false },
+	{ "dump-every", CONFIG_DUMP_EVERY, false, 0, false },
+	{ "dump-keep", CONFIG_DUMP_KEEP, false, 0, false },
+	{ "dump-max-bytes-per-uid", CONFIG_DUMP_MAX_BYTES_PER_UID, false, 0, false },
+	{ "dump-max-bytes", CONFIG_DUMP_MAX_BYTES, false, 0, false },
+	{ "dump-oom", CONFIG_DUMP_OOM, false, 0, false },
+	{ "push", CONFIG_PUSH, false, 0, false },
+	{ "push-timeout", CONFIG_PUSH_TIMEOUT, false, 0, false },
 };
 
 void config_usage(FILE *f)
@@ -83,6 +99,7 @@ void config_usage(FILE *f)
 		"                  [--keep-exited N] [--http [ADDR:]PORT [--http-uids UID,...]\n"
 		"                  [--http-token-file FILE]] [--trim NAME,...] [--verify-every N]\n"
 		"                  [--symbolizer-uids FIRST-LAST]\n"
+		"                  [--dump-dir DIR] [--dump-every SECONDS] [--push URL]\n"
 		"  --config FILE       read options from FILE, one \"name = value\" a line, name\n"
 		"                      the long option without dashes, '#' comments (default:\n"
 		"                      " CONFIG_DEFAULT_PATH " when it exists,\n"
@@ -118,6 +135,26 @@ void config_usage(FILE *f)
 		"                      users' and nobody's processes, one each, free of any\n"
 		"                      account, subuid range or process (default %u-%u)\n"
 		"\n"
+		"Snapshots the daemon takes on its own (off by default):\n"
+		"  --dump-dir DIR      write them to DIR/UID/COMM.PID.TIME.{heap,oom}.pb.gz,\n"
+		"                      each UID folder (0700) and file (0600) owned by that user;\n"
+		"                      DIR and the folders above it must be root's and not\n"
+		"                      writable by others (made 0711 when missing)\n"
+		"  --dump-every SECONDS  a pprof snapshot of every live profiled process each\n"
+		"                      SECONDS, to --dump-dir and/or --push\n"
+		"  --dump-keep N       periodic snapshots kept per process (default %u)\n"
+		"  --dump-max-bytes-per-uid BYTES  kept per user, oldest removed (default %lluM)\n"
+		"  --dump-max-bytes BYTES  kept for all users: the user holding the most loses\n"
+		"                      its oldest first (default %lluM)\n"
+		"  --dump-oom MODE     with --dump-dir, the profile of a process the kernel's\n"
+		"                      OOM killer chose: auto (default: the oom:mark_victim\n"
+		"                      tracepoint with eBPF, else the cgroups' oom_kill\n"
+		"                      counters), bpf, cgroup or off\n"
+		"  --push URL          POST each periodic snapshot to URL/ingest?format=pprof\n"
+		"                      (Pyroscope's ingest API), for processes of the\n"
+		"                      --http-uids only (default: the daemon's own uid)\n"
+		"  --push-timeout SECONDS  give up on one push after this long (default %u)\n"
+		"\n"
 		"Limits for a shared host (per uid, and for all users together; 0 = none).\n"
 		"A user over a limit is refused or degraded alone, logged once, and flagged\n"
 		"in `llgo-heap list`; root is held by the totals only, an eighth of which is\n"
@@ -141,9 +178,11 @@ void config_usage(FILE *f)
 		"\n"
 		"SIGHUP reloads the configuration file: limits, --trim, --verify-every (for\n"
 		"processes that attach afterwards), --symbolizer-uids (for symbolizers started\n"
-		"afterwards), --log-level and the --http options take effect; --socket and\n"
-		"--foreground need a restart. SIGTERM exits cleanly.\n",
+		"afterwards), --log-level, the --http, --dump and --push options take effect;\n"
+		"--socket and --foreground need a restart. SIGTERM exits cleanly.\n",
 		SESSION_DEFAULT_KEEP_EXITED, SYMUID_DEFAULT_FIRST, SYMUID_DEFAULT_LAST,
+		DUMP_DEFAULT_KEEP, (unsigned long long)(DUMP_DEFAULT_MAX_BYTES_PER_UID >> 20),
+		(unsigned long long)(DUMP_DEFAULT_MAX_BYTES >> 20), DUMP_DEFAULT_PUSH_TIMEOUT_S,
 		(unsigned long long)d.per_uid[BUDGET_CONNS],
 		(unsigned long long)d.total[BUDGET_CONNS],
 		(unsigned long long)d.per_uid[BUDGET_SESSIONS],
@@ -315,6 +354,55 @@ static int config_set(struct config *c, const struct config_option *o, const cha
 			return CONFIG_FAIL("--symbolizer-uids: want FIRST-LAST, 1 <= FIRST <= LAST "
 					   "< 2147483648: %s", val);
 		break;
+	case CONFIG_DUMP_DIR:
+		if (val[0] != '/')
+			return CONFIG_FAIL("--dump-dir: not an absolute path: %s", val);
+		if (!(c->dump.dir = config_keep(c, val)))
+			return CONFIG_FAIL("out of memory");
+		break;
+	case CONFIG_DUMP_EVERY:
+		if (config_parse_size(val, &v, false) || v == 0 || v > 7u * 86400)
+			return CONFIG_FAIL("--dump-every: not a number of seconds up to a week: %s",
+					   val);
+		c->dump.every_s = (unsigned)v;
+		break;
+	case CONFIG_DUMP_KEEP:
+		if (config_parse_size(val, &v, false) || v == 0 || v > DUMP_MAX_KEEP)
+			return CONFIG_FAIL("--dump-keep: not a number in 1..%u: %s", DUMP_MAX_KEEP,
+					   val);
+		c->dump.keep = (unsigned)v;
+		break;
+	case CONFIG_DUMP_MAX_BYTES_PER_UID:
+	case CONFIG_DUMP_MAX_BYTES:
+		if (config_parse_size(val, &v, true) || v < 4096)
+			return CONFIG_FAIL("--%s: want a size of at least 4K: %s", o->name, val);
+		if (o->id == CONFIG_DUMP_MAX_BYTES)
+			c->dump.max_bytes = v;
+		else
+			c->dump.max_bytes_per_uid = v;
+		break;
+	case CONFIG_DUMP_OOM: {
+		static const char *const modes[] = { "auto", "bpf", "cgroup", "off" };
+		size_t i = 0;
+		while (i < LLGO_ARRAY_SIZE(modes) && strcmp(val, modes[i]) != 0)
+			i++;
+		if (i == LLGO_ARRAY_SIZE(modes))
+			return CONFIG_FAIL("--dump-oom: want auto, bpf, cgroup or off: %s", val);
+		c->dump.oom = (int)i;
+		break;
+	}
+	case CONFIG_PUSH:
+		if (strncmp(val, "http://", 7) != 0 && strncmp(val, "https://", 8) != 0)
+			return CONFIG_FAIL("--push: want an http:// or https:// URL: %s", val);
+		if (!(c->dump.push_url = config_keep(c, val)))
+			return CONFIG_FAIL("out of memory");
+		break;
+	case CONFIG_PUSH_TIMEOUT:
+		if (config_parse_size(val, &v, false) || v == 0 || v > 600)
+			return CONFIG_FAIL("--push-timeout: not a number of seconds in 1..600: %s",
+					   val);
+		c->dump.push_timeout_s = (unsigned)v;
+		break;
 	case CONFIG_BUDGET: {
 		bool bytes = o->kind == BUDGET_RING_BYTES || o->kind == BUDGET_BUCKET_BYTES ||
 			     o->kind == BUDGET_OUT_BYTES;
@@ -468,6 +556,10 @@ int config_load(struct config *c, int argc, char **argv, bool use_default, char 
 		rc = config_read_file(c, c->path, err, errlen);
 	if (!rc)
 		rc = config_walk_args(c, argc, argv, false, err, errlen);
+	if (!rc && c->dump.every_s && !c->dump.dir && !c->dump.push_url)
+		rc = CONFIG_FAIL("--dump-every needs --dump-dir or --push");
+	if (!rc && c->dump.push_url && !c->dump.every_s)
+		rc = CONFIG_FAIL("--push needs --dump-every");
 	if (!rc && !c->server.socket_path) {
 		const char *env = getenv("LLGO_HEAP_SOCKET");
 		const char *xdg = getenv("XDG_RUNTIME_DIR");

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "budget.h"
+#include "dump.h"
 #include "log.h"
 #include "server.h"
 #include "session.h"
@@ -26,6 +27,7 @@ struct config {
 	const char *http_token_file; /* --http-token-file (http_auth.c) */
 	uid_t symbolizer_uid_first;  /* --symbolizer-uids (symuid.c) */
 	uid_t symbolizer_uid_last;
+	struct dump_opts dump;       /* --dump-*, --push (dump.c); strings in strings */
 	const char *path;      /* the configuration file read, or NULL */
 	char **strings;        /* everything the fields above point to */
 	size_t nstrings;

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "dump.h"
 #include "http.h"
 #include "listen.h"
 #include "session.h"
@@ -36,6 +37,9 @@ struct daemon {
 	struct http_server *http;
 	/* What the HTTP server in force was made with (copies; NULL: none, all uids). */
 	char *http_addr, *http_uids;
+	/* --dump-*, --push (dump.c): NULL when off. Made with cur's options and its
+	 * --http-uids (the processes it pushes); replaced when a reload changes them. */
+	struct dumper *dump;
 };
 
 static bool daemon_same(const char *a, const char *b)
@@ -67,6 +71,40 @@ static int daemon_http_new(struct daemon *d, const char *addr, const char *uids_
 		*out = NULL;
 	}
 	return *out ? 0 : -EINVAL;
+}
+
+/* A dumper for c (NULL when c asks for none), not started. */
+static int daemon_dump_new(struct daemon *d, const struct config *c, struct dumper **out,
+			   char *err, size_t errlen)
+{
+	uid_t *uids = NULL;
+	size_t n = 0;
+	if (c->http_uids && http_parse_uids(c->http_uids, &uids, &n, err, errlen))
+		return -EINVAL;
+	int rc = dumper_new(d->srv, &c->dump, uids, n, out, err, errlen);
+	free(uids);
+	return rc;
+}
+
+/* A reload: a new dumper when its options (or the uids it pushes) changed. The old one
+ * stops first (its snapshot in flight ends, a push is cut short); one that cannot start
+ * leaves none until the next reload. */
+static void daemon_dump_replace(struct daemon *d, const struct config *next)
+{
+	if (dump_opts_same(&next->dump, &d->cur->dump) &&
+	    daemon_same(next->http_uids, d->cur->http_uids))
+		return;
+	dumper_free(d->dump);
+	d->dump = NULL;
+	char err[512] = "";
+	if (daemon_dump_new(d, next, &d->dump, err, sizeof(err)) != 0 ||
+	    dumper_start(d->dump, err, sizeof(err)) != 0) {
+		log_error("reload: %s; no --dump or --push until the next reload", err);
+		dumper_free(d->dump);
+		d->dump = NULL;
+	} else if (!d->dump) {
+		log_info("reload: --dump and --push stopped");
+	}
 }
 
 static int daemon_http_remember(struct daemon *d, const char *addr, const char *uids)
@@ -135,6 +173,7 @@ static void daemon_reload(struct daemon *d)
 		if (http_reload_token(d->http, terr, sizeof(terr)))
 			log_error("reload: %s; the previous token stays", terr);
 	}
+	daemon_dump_replace(d, next);
 	if (d->cur != &d->first) {
 		config_free(d->cur);
 		free(d->cur);
@@ -231,6 +270,12 @@ int main(int argc, char **argv)
 		log_error("%s", err[0] ? err : "out of memory");
 		goto out;
 	}
+	/* The --dump-dir checks, before detaching too */
+	if (daemon_dump_new(&d, &d.first, &d.dump, err, sizeof(err)) != 0) {
+		log_error("%s", err);
+		rc = 2;
+		goto out;
+	}
 	if (!d.first.foreground) {
 		int drc = daemon_detach();
 		if (drc) {
@@ -247,6 +292,10 @@ int main(int argc, char **argv)
 	log_info("listening on %s (pid %d)%s%s", d.first.server.socket_path, (int)getpid(),
 		 d.first.path ? ", configuration " : "", d.first.path ? d.first.path : "");
 	if (d.http && http_start(d.http, err, sizeof(err))) {
+		log_error("%s", err);
+		goto out;
+	}
+	if (dumper_start(d.dump, err, sizeof(err))) {
 		log_error("%s", err);
 		goto out;
 	}
@@ -269,6 +318,7 @@ int main(int argc, char **argv)
 	rc = 0;
 out:
 	http_free(d.http); /* before the server: its requests hold sessions */
+	dumper_free(d.dump); /* so does the dumper */
 	server_free(d.srv);
 	if (d.cur != &d.first) {
 		config_free(d.cur);

@@ -64,6 +64,12 @@ struct ring_reader {
 	uint64_t win_start_ns;
 	bool light;
 	uint64_t release_from; /* drained positions from here on may still be resident */
+	/* Pages go back in batches (each madvise costs a TLB shootdown in the program and a
+	 * fault per page when it writes there again): once release_batch bytes are pending or
+	 * a second after the last release (release_ns); releases counts the madvise calls. */
+	uint64_t release_ns;
+	uint32_t release_batch;
+	uint64_t releases;
 	/* drain.c: what the last plain ALLOC record of this ring became (drain_record) */
 	struct ring_memo {
 		bool valid;

@@ -48,7 +48,10 @@
  * while head, read just before, is less than half a ring past a: the producer would have to
  * write half a ring during the madvise to reach it (if a hostile one does, its records there
  * read back as corrupt and are counted so). A busy ring keeps its pages: the producer would
- * fault each one in again. This assumes one reader per ring, which llgo-heapd keeps (a
+ * fault each one in again. Pages go back in batches, once 64 KiB of drained positions are
+ * pending or a second after the last release: each madvise interrupts the program's CPUs
+ * (TLB shootdown) and costs it a fault per page it writes again, and a drain per few
+ * records (PostgreSQL's backends under load) made madvise 15-25% of the daemon's CPU. This assumes one reader per ring, which llgo-heapd keeps (a
  * reconnect joins its session's readers).
  */
 #include <limits.h>
@@ -61,6 +64,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Drained bytes that wait for their pages to go back together (see release_batch). */
+#define RING_RELEASE_BATCH (64u << 10)
 
 #include "internal.h"
 #include "sane.h"
@@ -99,6 +105,7 @@ int ring_reader_init(struct ring_reader *r, void *mem, size_t map_len, uint32_t 
 	uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_relaxed);
 	r->tail = head - tail <= r->data_size ? tail : head;
 	r->release_from = r->tail;
+	r->release_batch = RING_RELEASE_BATCH;
 	return 0;
 }
 
@@ -201,8 +208,10 @@ static uint64_t ring_reader_release(struct ring_reader *r, uint64_t from, uint64
 		uintptr_t a = (uintptr_t)(r->data + off), b = a + seg;
 		uintptr_t pa = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
 		uintptr_t pb = b & ~((uintptr_t)page - 1);
-		if (pb > pa)
+		if (pb > pa) {
 			(void)madvise((void *)pa, pb - pa, MADV_REMOVE);
+			r->releases++;
+		}
 		if (pb < b) { /* a partial page at the end waits for the next drain */
 			if (pb > a)
 				done += pb - a;
@@ -215,11 +224,12 @@ static uint64_t ring_reader_release(struct ring_reader *r, uint64_t from, uint64
 
 /* Whether this drain's emptied pages go back: the ring is light in the current window of
  * about a second so far, and was in the last whole one (a new ring counts as light). */
-static bool ring_reader_light(struct ring_reader *r, uint64_t drained)
+static bool ring_reader_light(struct ring_reader *r, uint64_t drained, uint64_t *now_out)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	*now_out = now;
 	if (!r->win_start_ns) {
 		r->win_start_ns = now;
 		r->light = true;
@@ -350,11 +360,16 @@ size_t ring_reader_drain(struct ring_reader *r, ring_record_fn fn, void *arg)
 			fn(arg, rec, (const uint64_t *)(const void *)(bytes + sizeof(*rec)));
 		delivered++;
 	}
-	bool light = pos - r->tail <= r->data_size && ring_reader_light(r, pos - r->tail);
-	if (light && !mid)
-		r->release_from = ring_reader_release(r, r->release_from, pos);
-	else
+	uint64_t now = 0;
+	bool light = pos - r->tail <= r->data_size && ring_reader_light(r, pos - r->tail, &now);
+	if (!light || mid) {
 		r->release_from = pos;
+	} else if (pos - r->release_from >= r->release_batch ||
+		   now - r->release_ns >= 1000000000ull) {
+		uint64_t from = r->release_from;
+		r->release_from = ring_reader_release(r, from, pos);
+		r->release_ns = now;
+	}
 	r->tail = pos;
 	ring_reader_publish(r, pos);
 	/* Counters only move forward; values that go back or do not add up are not taken. */

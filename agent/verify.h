@@ -48,4 +48,7 @@ struct server;
 int verify_run(struct verifier *v, struct server *srv, struct session *s, uint32_t seconds,
 	       struct llgo_verify_summary *sum, struct buf *text, char *err, size_t errlen);
 
+/* A one-line cause for a libbpf/bpf() failure rc at step, in err (also oom.c's). */
+void verify_explain(int rc, const char *step, char *err, size_t errlen);
+
 #endif

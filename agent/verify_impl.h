@@ -133,8 +133,6 @@ uint64_t verify_now(void);
 void verify_link_destroy(struct verifier *v, struct bpf_link *link);
 /* Wait until the reader completed two passes: everything submitted before the call is read. */
 void verify_reader_sync(struct verifier *v);
-/* A one-line cause for a libbpf/bpf() failure rc at step, in err. */
-void verify_explain(int rc, const char *step, char *err, size_t errlen);
 int verify_set_every(struct verifier *v, struct verify_target *t, uint32_t every);
 void verify_map_stats(struct verifier *v, struct verify_target *t,
 		      struct llgo_verify_target *out);
