@@ -19,14 +19,20 @@
  * .eh_frame FDE's pointer is decoded (absolute or pc-relative) and written as 8 bytes, and one
  * using DW_CFA_set_loc is dropped (its operand would need re-encoding; compilers do not emit
  * it). CIE pointers are rewritten to point back to the rewritten CIE; instructions are copied
- * after a scan that checks every operand fits (an unknown opcode drops its record). LSDA and
- * personality are dropped: only unwinding reads this.
+ * once the whole program passes the check libunwind's runs get (cfi_check_program, below:
+ * every opcode known, every operand inside the record, nothing libunwind mishandles); a
+ * program that fails, or a return-address column libunwind cannot hold, drops its record.
+ * LSDA and personality are dropped: only unwinding reads this.
  *
  * Hostile input: every length, offset and encoding is checked against the section; a record
  * that fails is skipped, a length that does not fit ends the scan. FDEs must lie inside the
  * caller's executable ranges and point to a CIE that starts exactly at the offset they name
  * (so there is nothing to cycle through: the output's pointers are ours). The work is linear
  * in the section plus a sort.
+ *
+ * Also here: the rows unwind_fast.c's walk reads (cfi_eh_row), and the check of what
+ * libunwind 1.6 may run (cfi_check_program), which unwind.c applies to every FDE a search
+ * finds, in .eh_frame_hdr's table or in the rewrite, before libunwind interprets it.
  *
  * Left to others: finding the file and its debug file, the ELF program headers, serving the
  * bytes and the search (unwind.c, symfile.c).
@@ -106,6 +112,35 @@ static bool cfi_block(struct cfi_in *in)
 	return cfi_leb(in, &n) && cfi_skip(in, n);
 }
 
+/* A LEB128 number as libunwind reads it (signed: sign-extended), refused past 9 bytes
+ * (where its shifts would overflow). */
+static bool cfi_row_leb(struct cfi_in *in, uint64_t *v, bool sign)
+{
+	uint64_t r = 0;
+	for (unsigned shift = 0; shift < 63 && in->p < in->end; shift += 7) {
+		uint8_t b = *in->p++;
+		r |= (uint64_t)(b & 0x7f) << shift;
+		if (!(b & 0x80)) {
+			if (sign && (b & 0x40))
+				r |= ~(uint64_t)0 << (shift + 7);
+			*v = r;
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool cfi_row_uleb(struct cfi_in *in, uint64_t *v)
+{
+	return cfi_row_leb(in, v, false);
+}
+
+/* A register number libunwind accepts (read_regnum: below DWARF_NUM_PRESERVED_REGS). */
+static bool cfi_row_reg(struct cfi_in *in, uint64_t *reg)
+{
+	return cfi_row_uleb(in, reg) && *reg < CFI_NREGS;
+}
+
 /* Bytes of a DW_EH_PE value's format, 0 for LEB128 forms, -1 for none we read. */
 static int cfi_enc_size(uint8_t enc)
 {
@@ -161,87 +196,17 @@ static bool cfi_pointer(struct cfi_in *in, uint8_t enc, uint64_t at, uint64_t *v
 	return true;
 }
 
-/*
- * Check a CFA instruction stream: every opcode known and its operands inside the record.
- * addr: bytes of a DW_CFA_set_loc operand, 0 when set_loc is not allowed. *rbp: some
- * instruction puts the CFA on rbp (DWARF register 6).
- */
+/* A CFA program as libunwind would run it (below, "what libunwind may run"); *rbp: some
+ * instruction checked puts the CFA on rbp (DWARF register 6). */
+static bool cfi_check_run(struct cfi_in in, uint64_t loc, uint64_t end, uint64_t code_align,
+			  uint8_t set_loc_enc, bool *rbp);
+
+/* The rewrite keeps only programs libunwind runs safely whole; DW_CFA_set_loc only in
+ * .debug_frame (addr: its operand's bytes, 0 in .eh_frame). */
 static bool cfi_scan(struct cfi_in in, unsigned addr, bool *rbp)
 {
-	uint64_t a, b;
-	while (in.p < in.end) {
-		uint8_t op = *in.p++;
-		switch (op & 0xc0) {
-		case DW_CFA_advance_loc:
-		case DW_CFA_restore:
-			continue;
-		case DW_CFA_offset:
-			if (!cfi_leb(&in, &a))
-				return false;
-			continue;
-		}
-		bool ok;
-		switch (op) {
-		case DW_CFA_nop:
-		case DW_CFA_remember_state:
-		case DW_CFA_restore_state:
-		case DW_CFA_GNU_window_save:
-			ok = true;
-			break;
-		case DW_CFA_set_loc:
-			ok = addr && cfi_skip(&in, addr);
-			break;
-		case DW_CFA_advance_loc1:
-			ok = cfi_skip(&in, 1);
-			break;
-		case DW_CFA_advance_loc2:
-			ok = cfi_skip(&in, 2);
-			break;
-		case DW_CFA_advance_loc4:
-			ok = cfi_skip(&in, 4);
-			break;
-		case DW_CFA_MIPS_advance_loc8:
-			ok = cfi_skip(&in, 8);
-			break;
-		case DW_CFA_restore_extended:
-		case DW_CFA_undefined:
-		case DW_CFA_same_value:
-		case DW_CFA_def_cfa_offset:
-		case DW_CFA_def_cfa_offset_sf:
-		case DW_CFA_GNU_args_size:
-			ok = cfi_leb(&in, &a);
-			break;
-		case DW_CFA_def_cfa_register:
-			ok = cfi_leb(&in, &a);
-			*rbp |= ok && a == 6;
-			break;
-		case DW_CFA_def_cfa:
-		case DW_CFA_def_cfa_sf:
-			ok = cfi_leb(&in, &a) && cfi_leb(&in, &b);
-			*rbp |= ok && a == 6;
-			break;
-		case DW_CFA_offset_extended:
-		case DW_CFA_register:
-		case DW_CFA_offset_extended_sf:
-		case DW_CFA_val_offset:
-		case DW_CFA_val_offset_sf:
-		case DW_CFA_GNU_negative_offset_extended:
-			ok = cfi_leb(&in, &a) && cfi_leb(&in, &b);
-			break;
-		case DW_CFA_def_cfa_expression:
-			ok = cfi_block(&in);
-			break;
-		case DW_CFA_expression:
-		case DW_CFA_val_expression:
-			ok = cfi_leb(&in, &a) && cfi_block(&in);
-			break;
-		default:
-			ok = false;
-		}
-		if (!ok)
-			return false;
-	}
-	return true;
+	uint8_t enc = addr == 8 ? DW_EH_PE_udata8 : addr == 4 ? DW_EH_PE_udata4 : DW_EH_PE_omit;
+	return cfi_check_run(in, 0, UINT64_MAX, 1, enc, rbp);
 }
 
 /* ---- writing ------------------------------------------------------------------------------ */
@@ -400,12 +365,15 @@ static bool cfi_cie(struct cfi_ctx *x, const struct cfi_rec *r, struct cfi_cie *
 		    (c->addr_size != 4 && c->addr_size != 8))
 			return false;
 	}
-	/* code alignment, data alignment, return address register: copied as they are */
+	/* code alignment, data alignment, return address register: copied as they are (a
+	 * register libunwind cannot hold drops the CIE) */
 	const unsigned char *fields = in.p;
-	uint64_t v;
+	uint64_t v, ra;
 	uint8_t ra8;
 	if (!cfi_leb(&in, &v) || !cfi_leb(&in, &v) ||
-	    !(version == 1 ? cfi_u8(&in, &ra8) : cfi_leb(&in, &v)))
+	    (version == 1 ? !cfi_u8(&in, &ra8) : !cfi_row_uleb(&in, &ra)))
+		return false;
+	if ((version == 1 ? ra8 : ra) >= CFI_NREGS)
 		return false;
 	const unsigned char *fields_end = in.p;
 	if (auglen) {
@@ -731,7 +699,7 @@ int cfi_inflate(const unsigned char *p, size_t n, const unsigned char **data, si
  * the one libunwind would use. Every read stays inside one segment's file part.
  */
 
-#define CFI_NREGS 17u /* libunwind's x86-64 DWARF_NUM_PRESERVED_REGS */
+/* CFI_NREGS (internal.h): libunwind's x86-64 DWARF_NUM_PRESERVED_REGS */
 #define CFI_REG_RBP 6u
 #define CFI_REG_RSP 7u
 #define CFI_REG_RA 16u
@@ -752,35 +720,6 @@ const unsigned char *cfi_file_bytes(const struct cfi_file *f, uint64_t vaddr, ui
 		return f->image + s->offset + (vaddr - s->vaddr);
 	}
 	return NULL;
-}
-
-/* A LEB128 number as libunwind reads it (signed: sign-extended), refused past 9 bytes
- * (where its shifts would overflow). */
-static bool cfi_row_leb(struct cfi_in *in, uint64_t *v, bool sign)
-{
-	uint64_t r = 0;
-	for (unsigned shift = 0; shift < 63 && in->p < in->end; shift += 7) {
-		uint8_t b = *in->p++;
-		r |= (uint64_t)(b & 0x7f) << shift;
-		if (!(b & 0x80)) {
-			if (sign && (b & 0x40))
-				r |= ~(uint64_t)0 << (shift + 7);
-			*v = r;
-			return true;
-		}
-	}
-	return false;
-}
-
-static bool cfi_row_uleb(struct cfi_in *in, uint64_t *v)
-{
-	return cfi_row_leb(in, v, false);
-}
-
-/* A register number libunwind accepts (read_regnum: below DWARF_NUM_PRESERVED_REGS). */
-static bool cfi_row_reg(struct cfi_in *in, uint64_t *reg)
-{
-	return cfi_row_uleb(in, reg) && *reg < CFI_NREGS;
 }
 
 /*
@@ -1097,4 +1036,263 @@ int cfi_eh_row(const struct cfi_file *f, uint64_t fde, uint64_t pc, struct cfi_r
 	row->rbp = cur.where[CFI_REG_RBP];
 	row->rbp_off = cur.off[CFI_REG_RBP];
 	return 0;
+}
+
+/* ---- what libunwind may run (unwind.c) ----------------------------------------------------- */
+/*
+ * libunwind 1.6 runs the CFA program of whatever FDE its table search finds (Gparser.c's
+ * run_cfi_program, then apply_reg_state) and the DWARF expressions it names (Gexpr.c's
+ * dwarf_eval_expr), and trusts some of what it reads (also in 1.8):
+ *   - DW_CFA_register's second register indexes a 17-entry array (new_loc) unchecked: a
+ *     fault for a large number, else a word of the daemon's stack taken as the register's
+ *     location (a return address made of daemon memory);
+ *   - the CIE's return-address column indexes the cursor's 17 locations, likewise;
+ *   - DW_OP_div divides INT64_MIN by -1 (SIGFPE); DW_OP_skip and DW_OP_bra jump anywhere,
+ *     backwards too (an endless loop in a drain thread, or bytes nobody decoded);
+ *   - each DW_CFA_remember_state takes a state from a pool that never shrinks (memory in
+ *     proportion to a hostile FDE's length);
+ *   - DW_CFA_val_offset(_sf) and unknown opcodes are skipped as one byte, their operands then
+ *     run as instructions.
+ * cfi_check_program decodes a program as run_cfi_program does, over the bytes its reads would
+ * find, as far as it would run, and accepts it only when every register number is below 17,
+ * every expression is one libunwind evaluates safely (no div, skip or bra) and lies inside
+ * the program with its operands, remember_state nests at most CFI_CHECK_DEPTH deep, and every
+ * instruction is one libunwind knows, whole inside the program; LEB128 numbers longer than 9
+ * bytes (where libunwind's shifts overflow) and DW_CFA_set_loc operands of unknown size are
+ * refused too. What it accepts is a superset of what cfi_eh_row runs, so a row the fast path
+ * gives is never one the check would refuse.
+ */
+
+#define CFI_CHECK_DEPTH 64u
+
+/* A DWARF expression as dwarf_eval_expr evaluates it: its operations in order (no jumps),
+ * each with the operands its table gives, up to the end or a register location. */
+static bool cfi_check_expr(struct cfi_in in)
+{
+	while (in.p < in.end) {
+		uint8_t op = *in.p++;
+		uint64_t v;
+		if (op >= DW_OP_lit0 && op <= DW_OP_lit31)
+			continue;
+		if (op >= DW_OP_reg0 && op <= DW_OP_reg31)
+			return true; /* the value is a register: evaluation ends */
+		if (op >= DW_OP_breg0 && op <= DW_OP_breg31) {
+			if (!cfi_row_leb(&in, &v, true))
+				return false;
+			continue;
+		}
+		bool ok;
+		switch (op) {
+		case DW_OP_regx:
+			return cfi_row_uleb(&in, &v);
+		case DW_OP_bregx:
+			ok = cfi_row_uleb(&in, &v) && cfi_row_leb(&in, &v, true);
+			break;
+		case DW_OP_const1u:
+		case DW_OP_const1s:
+		case DW_OP_pick:
+		case DW_OP_deref_size:
+			ok = cfi_skip(&in, 1);
+			break;
+		case DW_OP_const2u:
+		case DW_OP_const2s:
+			ok = cfi_skip(&in, 2);
+			break;
+		case DW_OP_const4u:
+		case DW_OP_const4s:
+			ok = cfi_skip(&in, 4);
+			break;
+		case DW_OP_addr:
+		case DW_OP_const8u:
+		case DW_OP_const8s:
+			ok = cfi_skip(&in, 8);
+			break;
+		case DW_OP_constu:
+		case DW_OP_plus_uconst:
+			ok = cfi_row_uleb(&in, &v);
+			break;
+		case DW_OP_consts:
+			ok = cfi_row_leb(&in, &v, true);
+			break;
+		case DW_OP_deref:
+		case DW_OP_dup:
+		case DW_OP_drop:
+		case DW_OP_over:
+		case DW_OP_swap:
+		case DW_OP_rot:
+		case DW_OP_abs:
+		case DW_OP_and:
+		case DW_OP_minus:
+		case DW_OP_mod:
+		case DW_OP_mul:
+		case DW_OP_neg:
+		case DW_OP_not:
+		case DW_OP_or:
+		case DW_OP_plus:
+		case DW_OP_shl:
+		case DW_OP_shr:
+		case DW_OP_shra:
+		case DW_OP_xor:
+		case DW_OP_eq:
+		case DW_OP_ge:
+		case DW_OP_gt:
+		case DW_OP_le:
+		case DW_OP_lt:
+		case DW_OP_ne:
+		case DW_OP_nop:
+			ok = true;
+			break;
+		default: /* div, skip, bra, and what libunwind does not evaluate */
+			ok = false;
+		}
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+/* An expression block (ULEB128 length, then the expression), whole inside the program. */
+static bool cfi_check_block(struct cfi_in *in)
+{
+	uint64_t n;
+	if (!cfi_row_uleb(in, &n) || n > (uint64_t)(in->end - in->p))
+		return false;
+	struct cfi_in e = { in->p, in->p + n };
+	in->p += n;
+	return cfi_check_expr(e);
+}
+
+/* DW_CFA_set_loc's operand in encoding enc (dwarf_read_encoded_pointer's sizes). */
+static bool cfi_check_set_loc(struct cfi_in *in, uint8_t enc)
+{
+	uint64_t v;
+	if (enc == DW_EH_PE_omit || enc == DW_EH_PE_aligned)
+		return false;
+	switch (enc & 0x0f) {
+	case DW_EH_PE_absptr:
+	case DW_EH_PE_udata8:
+	case DW_EH_PE_sdata8:
+		return cfi_skip(in, 8);
+	case DW_EH_PE_udata4:
+	case DW_EH_PE_sdata4:
+		return cfi_skip(in, 4);
+	case DW_EH_PE_udata2:
+	case DW_EH_PE_sdata2:
+		return cfi_skip(in, 2);
+	case DW_EH_PE_uleb128:
+	case DW_EH_PE_sleb128: /* both read as ULEB128 */
+		return cfi_row_uleb(in, &v);
+	default:
+		return false;
+	}
+}
+
+static bool cfi_check_run(struct cfi_in in, uint64_t loc, uint64_t end, uint64_t code_align,
+			  uint8_t set_loc_enc, bool *rbp)
+{
+	unsigned depth = 0;
+	bool tracked = true; /* loc is libunwind's (after a set_loc: unknown, check to the end) */
+	while (in.p < in.end && (!tracked || loc <= end)) {
+		uint8_t op = *in.p++, b8;
+		uint64_t reg, v;
+		switch (op & 0xc0) {
+		case DW_CFA_advance_loc:
+			loc += (uint64_t)(op & 0x3f) * code_align; /* modulo 2^64, as libunwind */
+			continue;
+		case DW_CFA_offset:
+			if ((op & 0x3f) >= CFI_NREGS || !cfi_row_uleb(&in, &v))
+				return false;
+			continue;
+		case DW_CFA_restore:
+			if ((op & 0x3f) >= CFI_NREGS)
+				return false;
+			continue;
+		}
+		bool ok;
+		switch (op) {
+		case DW_CFA_nop:
+			ok = true;
+			break;
+		case DW_CFA_set_loc:
+			ok = cfi_check_set_loc(&in, set_loc_enc);
+			tracked = false;
+			break;
+		case DW_CFA_advance_loc1:
+			ok = cfi_u8(&in, &b8);
+			if (ok)
+				loc += (uint64_t)b8 * code_align;
+			break;
+		case DW_CFA_advance_loc2:
+			ok = in.end - in.p >= 2;
+			if (ok) {
+				loc += ((uint64_t)in.p[0] | (uint64_t)in.p[1] << 8) * code_align;
+				in.p += 2;
+			}
+			break;
+		case DW_CFA_advance_loc4:
+			ok = in.end - in.p >= 4;
+			if (ok) {
+				loc += (uint64_t)cfi_le32(in.p) * code_align;
+				in.p += 4;
+			}
+			break;
+		case DW_CFA_offset_extended:
+		case DW_CFA_def_cfa:
+		case DW_CFA_GNU_negative_offset_extended:
+			ok = cfi_row_reg(&in, &reg) && cfi_row_uleb(&in, &v);
+			*rbp |= ok && op == DW_CFA_def_cfa && reg == 6;
+			break;
+		case DW_CFA_register: /* both registers: libunwind checks only the first */
+			ok = cfi_row_reg(&in, &reg) && cfi_row_reg(&in, &v);
+			break;
+		case DW_CFA_offset_extended_sf:
+		case DW_CFA_def_cfa_sf:
+			ok = cfi_row_reg(&in, &reg) && cfi_row_leb(&in, &v, true);
+			*rbp |= ok && op == DW_CFA_def_cfa_sf && reg == 6;
+			break;
+		case DW_CFA_restore_extended:
+		case DW_CFA_undefined:
+		case DW_CFA_same_value:
+		case DW_CFA_def_cfa_register:
+			ok = cfi_row_reg(&in, &reg);
+			*rbp |= ok && op == DW_CFA_def_cfa_register && reg == 6;
+			break;
+		case DW_CFA_def_cfa_offset:
+		case DW_CFA_GNU_args_size:
+			ok = cfi_row_uleb(&in, &v);
+			break;
+		case DW_CFA_def_cfa_offset_sf:
+			ok = cfi_row_leb(&in, &v, true);
+			break;
+		case DW_CFA_remember_state:
+			ok = ++depth <= CFI_CHECK_DEPTH;
+			break;
+		case DW_CFA_restore_state: /* with nothing remembered, libunwind fails: refused */
+			ok = depth > 0;
+			depth -= ok;
+			break;
+		case DW_CFA_def_cfa_expression:
+			ok = cfi_check_block(&in);
+			break;
+		case DW_CFA_expression:
+		case DW_CFA_val_expression:
+			ok = cfi_row_reg(&in, &reg) && cfi_check_block(&in);
+			break;
+		default:
+			/* val_offset(_sf) and unknown opcodes (libunwind: one byte, the operands run
+			 * as instructions); MIPS_advance_loc8, window_save, lo_user, hi_user
+			 * (libunwind: an error) */
+			ok = false;
+		}
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+bool cfi_check_program(const unsigned char *p, size_t n, uint64_t loc, uint64_t end,
+		       uint64_t code_align, uint8_t set_loc_enc)
+{
+	bool rbp = false;
+	return cfi_check_run((struct cfi_in){ p, p + n }, loc, end, code_align, set_loc_enc, &rbp);
 }

@@ -270,6 +270,7 @@ struct unwind_stats {
 	uint64_t fast_fallbacks;  /* stacks it left to libunwind */
 	uint64_t fast_checked;    /* check mode: stacks unwound both ways */
 	uint64_t fast_mismatches; /* ... whose results differed */
+	uint64_t cfi_refused;     /* FDEs refused before libunwind ran them (cfi_check_program) */
 };
 
 /* unwind_fast.c's walk: used (the default; LLGO_HEAP_UNWIND_FAST in the daemon's environment
@@ -402,6 +403,17 @@ const unsigned char *cfi_file_bytes(const struct cfi_file *f, uint64_t vaddr, ui
  * .eh_frame FDE at ELF address fde. 0, -ENOENT when the FDE does not cover pc, -ENOTSUP for
  * anything outside the subset (also bytes outside the segments, wraps, signal frames). */
 int cfi_eh_row(const struct cfi_file *f, uint64_t fde, uint64_t pc, struct cfi_row *row);
+
+/* Before libunwind runs a CIE's or FDE's CFA program (unwind.c's find_proc_info): whether
+ * libunwind 1.6 runs p[0..n) (the bytes its reads of the program would find) without
+ * indexing past its arrays, faulting, looping or piling up memory (cfi.c says which
+ * constructs do). It runs while loc <= end (an FDE: from its initial location to the pc
+ * looked up; a CIE: 0 to UINT64_MAX), advances scaled by code_align; DW_CFA_set_loc operands
+ * are in set_loc_enc. CFI_NREGS registers (x86-64 DWARF 0..16) are all libunwind holds. */
+#define CFI_NREGS 17u
+#define CFI_CHECK_MAX_PROGRAM ((size_t)1 << 20)
+bool cfi_check_program(const unsigned char *p, size_t n, uint64_t loc, uint64_t end,
+		       uint64_t code_align, uint8_t set_loc_enc);
 
 /* ---- symbolize.c: addresses to functions, files and lines ----------------------------- */
 

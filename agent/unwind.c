@@ -590,6 +590,90 @@ static const struct uwimage *unwind_image(struct uwctx *c, uint64_t addr)
 #define UW_SYNTH_BASE (UINT64_C(1) << 63)
 #define UW_SYNTH_SHIFT 40
 
+static int uw_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
+			 void *arg);
+
+/* libunwind's struct dwarf_cie_info (its include/dwarf.h, the same from 1.3 to 1.8): what its
+ * table search leaves in unw_proc_info_t.unwind_info for dwarf_step to run. Only read; its
+ * size is checked against unwind_info_size. */
+struct uw_cie_info {
+	unw_word_t cie_instr_start, cie_instr_end; /* the CIE's initial instructions */
+	unw_word_t fde_instr_start, fde_instr_end; /* the FDE's instructions */
+	unw_word_t code_align, data_align, ret_addr_column, handler;
+	uint16_t abi, tag;
+	uint8_t fde_encoding, lsda_encoding;
+	unsigned int sized_augmentation : 1;
+	unsigned int have_abi_marker : 1;
+	unsigned int signal_frame : 1;
+};
+
+/* The program [start, end) libunwind will run, read as its dwarf_readu8 reads it (the aligned
+ * word holding each byte, through access_mem), checked by cfi_check_program up to loc_end. */
+static bool uw_program_ok(struct uwctx *c, unw_word_t start, unw_word_t end, uint64_t loc,
+			  uint64_t loc_end, const struct uw_cie_info *d)
+{
+	if (end <= start)
+		return true; /* run_cfi_program runs nothing */
+	if (end - start > CFI_CHECK_MAX_PROGRAM)
+		return false;
+	size_t n = (size_t)(end - start);
+	unsigned char small[4096];
+	unsigned char *p = n <= sizeof(small) ? small : malloc(n);
+	if (!p)
+		return false;
+	unw_word_t word = 0, at = 1; /* at: the word read, 1 (unaligned) before the first */
+	bool ok = true;
+	for (size_t i = 0; i < n && ok; i++) {
+		unw_word_t a = start + i, w = a & ~(unw_word_t)7;
+		if (w != at) {
+			ok = uw_access_mem(NULL, w, &word, 0, c) == 0;
+			at = w;
+		}
+		p[i] = (unsigned char)(word >> (8 * (a - w)));
+	}
+	ok = ok && cfi_check_program(p, n, loc, loc_end, d->code_align, d->fde_encoding);
+	if (p != small)
+		free(p);
+	return ok;
+}
+
+/*
+ * Whether the FDE libunwind's search put in pi is one libunwind can run safely for the pc ip
+ * (cfi.c's cfi_check_program says which are not): its CIE's return-address column and
+ * initial instructions, and its own instructions as far as libunwind runs them for ip (from
+ * the FDE's start up to ip, the address it looks up, which is also where its step stops).
+ * Checked at each search, for the .eh_frame_hdr table and cfi.c's rewritten CFI alike:
+ * libunwind caches only the rules of an FDE found here.
+ */
+static bool uw_fde_ok(struct uwctx *c, const unw_proc_info_t *pi, unw_word_t ip)
+{
+	if (pi->format != UNW_INFO_FORMAT_TABLE || !pi->unwind_info ||
+	    pi->unwind_info_size != (int)sizeof(struct uw_cie_info))
+		return false;
+	struct uw_cie_info d;
+	memcpy(&d, pi->unwind_info, sizeof(d));
+	return d.ret_addr_column < CFI_NREGS &&
+	       uw_program_ok(c, d.cie_instr_start, d.cie_instr_end, 0, UINT64_MAX, &d) &&
+	       uw_program_ok(c, d.fde_instr_start, d.fde_instr_end, pi->start_ip, ip, &d);
+}
+
+/* A search's result, handed to libunwind only when uw_fde_ok: else the frame has no unwind
+ * info (the stack ends there, truncated), and pi's unwind_info is left for libunwind to free
+ * (its put_unwind_info, called after every failed lookup). */
+static int uw_checked(struct uwctx *c, unw_word_t ip, unw_proc_info_t *pi, int need_unwind_info)
+{
+	if (!need_unwind_info || uw_fde_ok(c, pi, ip))
+		return 0;
+	static atomic_uint logged;
+	c->u->stats.cfi_refused++;
+	c->noinfo = true;
+	if (atomic_fetch_add_explicit(&logged, 1, memory_order_relaxed) < 20)
+		log_warn("unwind: pid %d: the CFI of pc %#" PRIx64 " is refused (a register, "
+			 "expression or nesting libunwind would mishandle); its stacks end there",
+			 (int)c->u->pid, (uint64_t)ip);
+	return -UNW_ENOINFO;
+}
+
 static int uw_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t *pi,
 			     int need_unwind_info, void *arg)
 {
@@ -613,7 +697,7 @@ static int uw_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t
 		c->u->stats.proc_lookups++;
 		rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
 		if (rc >= 0)
-			return rc;
+			return uw_checked(c, ip, pi, need_unwind_info);
 	}
 	/* Not in .eh_frame_hdr's table (a program whose own code has only .debug_frame: the
 	 * linker's table holds the crt files' FDEs): the file's extra CFI. Entry starts are
@@ -638,7 +722,7 @@ static int uw_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t
 	rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
 	if (rc < 0)
 		c->noinfo = true;
-	return rc;
+	return rc < 0 ? rc : uw_checked(c, ip, pi, need_unwind_info);
 }
 
 /* A read of image i's extra CFI at its synthetic address. */

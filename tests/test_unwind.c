@@ -8,10 +8,15 @@
  * not depend on line numbers. The same programs run under heaptrack (which unwinds with
  * DWARF in process) and the two must agree; Debian's own sqlite3 and python3 must reach their
  * threads' starts. The ALLOC_RAW record itself (shim writer, daemon reader) is checked first.
+ * Hostile CFI in a local user's file (FDEs that libunwind 1.6 would index past its arrays or
+ * loop on, in .eh_frame or through cfi.c's rewrite) ends those stacks, the daemon lives.
  */
+#include <dwarf.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <regex.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 
 #include "e2e_util.h"
@@ -642,6 +647,38 @@ Test(unwind, debug_frame_frame_pointers_auto, .timeout = 300)
 	e2e_rmdir(dir);
 }
 
+/* Section name of the ELF file path, mapped shared and writable (writes reach the file;
+ * uw_unmap_section syncs them). */
+struct uw_section {
+	unsigned char *img, *d; /* the file; the section in it */
+	size_t size, len;
+	uint64_t vaddr;
+};
+
+static void uw_map_section(struct uw_section *m, const char *path, const char *name)
+{
+	int fd = open(path, O_RDWR);
+	cr_assert(fd >= 0, "%s", path);
+	struct stat st;
+	cr_assert(fstat(fd, &st) == 0);
+	m->size = (size_t)st.st_size;
+	m->img = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	cr_assert(m->img != MAP_FAILED);
+	const unsigned char *sec;
+	void *owned;
+	cr_assert_eq(cfi_elf_section(m->img, m->size, name, &sec, &m->len, &m->vaddr, &owned), 0,
+		     "%s: no %s", path, name);
+	cr_assert_null(owned, "%s: a compressed %s", path, name);
+	m->d = m->img + (sec - m->img);
+}
+
+static void uw_unmap_section(struct uw_section *m)
+{
+	cr_assert(msync(m->img, m->size, MS_SYNC) == 0);
+	munmap(m->img, m->size);
+}
+
 /* A hostile .debug_frame gives truncated stacks, never a crash or a hang: the program's
  * FDEs rewritten in place (bad lengths, CIE pointers out of the section or naming an FDE,
  * themselves included, instructions that put the CFA far beyond the stack). */
@@ -649,21 +686,10 @@ enum uw_corrupt { UW_BAD_LENGTH, UW_CIE_OUT_OF_RANGE, UW_CIE_CYCLE, UW_BAD_CFA }
 
 static void uw_corrupt(const char *path, enum uw_corrupt how)
 {
-	int fd = open(path, O_RDWR);
-	cr_assert(fd >= 0);
-	struct stat st;
-	cr_assert(fstat(fd, &st) == 0);
-	unsigned char *img = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-				  fd, 0);
-	cr_assert(img != MAP_FAILED);
-	const unsigned char *sec;
-	size_t len;
-	uint64_t vaddr;
-	void *owned;
-	cr_assert_eq(cfi_elf_section(img, (size_t)st.st_size, ".debug_frame", &sec, &len, &vaddr,
-				     &owned), 0);
-	cr_assert_null(owned, "a compressed .debug_frame");
-	unsigned char *d = img + (sec - img);
+	struct uw_section m;
+	uw_map_section(&m, path, ".debug_frame");
+	unsigned char *d = m.d;
+	size_t len = m.len;
 	int fdes = 0;
 	for (size_t at = 0; at + 8 <= len;) {
 		uint32_t l, id;
@@ -701,9 +727,7 @@ static void uw_corrupt(const char *path, enum uw_corrupt how)
 		at = next;
 	}
 	cr_assert_gt(fdes, 0);
-	cr_assert(msync(img, (size_t)st.st_size, MS_SYNC) == 0);
-	munmap(img, (size_t)st.st_size);
-	close(fd);
+	uw_unmap_section(&m);
 }
 
 Test(unwind, debug_frame_hostile, .timeout = 300)
@@ -745,6 +769,187 @@ Test(unwind, debug_frame_hostile, .timeout = 300)
 		uw_free(&p);
 		e2e_rmdir(dir);
 	}
+}
+
+/* ---- CFI that libunwind 1.6 mishandles, from a local user's file -------------------------- */
+
+/* The address of function func in path (its symbol table). */
+static uint64_t uw_symbol(const char *path, const char *func)
+{
+	char *out = NULL;
+	int rc = e2e_sh(&out, "nm %s | awk '$3 == \"%s\" { print $1 }'", path, func);
+	cr_assert_eq(rc, 0, "%s", out);
+	unsigned long long a = 0;
+	cr_assert_eq(sscanf(out, "%llx", &a), 1, "no %s in %s: %s", func, path, out);
+	free(out);
+	return a;
+}
+
+/*
+ * Replace the instructions of the FDE of func (path's symbol) in path's section name
+ * (.eh_frame as gcc writes it: pc-relative 4-byte initial locations, no augmentation data in
+ * the FDE; or .debug_frame: 8-byte absolute ones) with prog[0..n), then nops.
+ */
+static void uw_patch_fde(const char *path, const char *name, const char *func,
+			 const unsigned char *prog, size_t n)
+{
+	uint64_t addr = uw_symbol(path, func);
+	bool eh = strcmp(name, ".eh_frame") == 0;
+	struct uw_section m;
+	uw_map_section(&m, path, name);
+	unsigned char *d = m.d;
+	size_t len = m.len;
+	bool found = false;
+	for (size_t at = 0; at + 8 <= len && !found;) {
+		uint32_t l, id;
+		memcpy(&l, d + at, 4);
+		memcpy(&id, d + at + 4, 4);
+		if (l == 0)
+			break;
+		cr_assert(l < 0xfffffff0u && l <= len - at - 4, "%s: record at %zu", path, at);
+		if (eh ? id != 0 : id != 0xffffffffu) {
+			uint64_t start;
+			size_t ins;
+			if (eh) {
+				int32_t rel;
+				memcpy(&rel, d + at + 8, 4);
+				start = m.vaddr + at + 8 + (uint64_t)(int64_t)rel;
+				ins = at + 17;
+				if (start == addr)
+					cr_assert_eq(d[at + 16], 0, "augmentation data in the FDE");
+			} else {
+				memcpy(&start, d + at + 8, 8);
+				ins = at + 24;
+			}
+			if (start == addr) {
+				size_t room = at + 4 + l - ins;
+				cr_assert_geq(room, n, "%s: %s's FDE holds %zu bytes of program", path,
+					      func, room);
+				memset(d + ins, DW_CFA_nop, room);
+				memcpy(d + ins, prog, n);
+				found = true;
+			}
+		}
+		at += 4 + (size_t)l;
+	}
+	cr_assert(found, "%s: no FDE of %s (%#llx) in %s", path, func, (unsigned long long)addr,
+		  name);
+	uw_unmap_section(&m);
+}
+
+/* DW_CFA_register: the return address (16) is in register 2^32-1. libunwind 1.6 checks only
+ * the first register and indexes its 17-entry location array with the second. */
+static const unsigned char uw_cfa_register_oob[] = { DW_CFA_register, 16, 0xff, 0xff, 0xff, 0xff,
+						     0x0f };
+/* The CFA by an expression that jumps back to itself (DW_OP_skip -3): libunwind loops. */
+static const unsigned char uw_cfa_skip_loop[] = { DW_CFA_def_cfa_expression, 3, DW_OP_skip, 0xfd,
+						  0xff };
+
+/*
+ * A local user's program whose a_leaf FDE (in section name of prog, a build of nofp_chains)
+ * holds hostile, run as nobody (when we are root) against a root daemon in dwarf mode: the
+ * daemon must live and answer, a_leaf's stacks end right there in [truncated] (its frame is
+ * the first; no unwind info past it), and chain b's stacks stay whole. table: the FDE is
+ * found by the .eh_frame_hdr search, and refused when found (logged); else cfi.c's rewrite
+ * drops it by the same check.
+ */
+static void uw_hostile_fde(const char *prog, const char *name, const unsigned char *hostile,
+			   size_t n, bool table, const char *what)
+{
+	struct heapd d;
+	heapd_start(&d, NULL, NULL);
+	char copy[200], *out = NULL;
+	snprintf(copy, sizeof(copy), "%s/prog", d.dir);
+	int rc = e2e_sh(&out, "cp %s %s && chmod 755 %s", prog, copy, copy);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	uw_patch_fde(copy, name, "a_leaf", hostile, n);
+	const int allocs = 10;
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		if (geteuid() == 0 &&
+		    (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
+			_exit(120);
+		prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		setenv("LD_PRELOAD", LLGO_PLAIN_SHIM, 1);
+		setenv("LLGO_HEAP_SOCKET", d.sock, 1);
+		setenv("LLGO_HEAP_RATE", "1", 1);
+		setenv("LLGO_HEAP_UNWIND", "dwarf", 1);
+		execl(copy, copy, "10", (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: the program: status %#x", what, st);
+	cr_assert(heapd_alive(&d), "%s: the daemon died:\n%s", what, heapd_log(&d));
+	char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
+	struct uw_prof p;
+	uw_parse(text, &p);
+	free(text);
+	const struct uw_want leaf = { "a_leaf", CHAINS, "a_leaf" };
+	long cut = 0, other_leaf = 0;
+	for (int i = 0; i < p.n; i++) {
+		const struct uw_rec *r = &p.r[i];
+		if (r->nframes < 1 || !uw_frame_is(&r->f[0], &leaf))
+			continue;
+		if (r->nframes == 2 && strcmp(r->f[1].func, PROFILE_TRUNCATED_NAME) == 0)
+			cut += r->count;
+		else
+			other_leaf += r->count;
+	}
+	/* main's and the thread's chain a */
+	cr_expect_eq(cut, 2 * allocs, "%s: %ld of a_leaf's %d stacks are a_leaf, [truncated]",
+		     what, cut, 2 * allocs);
+	cr_expect_eq(other_leaf, 0, "%s: %ld of a_leaf's stacks go on past it", what, other_leaf);
+	const struct uw_want b[] = { { "b_inlined", CHAINS, "b_inlined" },
+				     { "chain_b", CHAINS, "chain_b" },
+				     { "main", CHAINS, "main_b" } };
+	cr_expect_eq(uw_count(&p, b, 3, uw_main_root, 3), allocs, "%s: chain b is whole", what);
+	if (cut != 2 * allocs || other_leaf)
+		uw_dump(&p);
+	uw_free(&p);
+	/* it still answers, and stops cleanly */
+	struct llgo_list_entry *rows = NULL;
+	cr_expect_geq(heapd_list_all(d.sock, &rows), 1, "%s", what);
+	free(rows);
+	char *log = heapd_log(&d);
+	cr_expect(!table || strstr(log, "is refused") != NULL, "%s: no refusal logged:\n%s", what,
+		  log);
+	free(log);
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
+}
+
+/* The FDE found by the .eh_frame_hdr search: crashed the daemon (SIGBUS in
+ * _Ux86_64_step), and hung a drain thread for good. */
+Test(unwind, hostile_fde_register_eh_frame, .timeout = 180)
+{
+	uw_hostile_fde(E2E_PROGS "/nofp_chains", ".eh_frame", uw_cfa_register_oob,
+		       sizeof(uw_cfa_register_oob), true, "DW_CFA_register r16 in r2^32-1, .eh_frame");
+}
+
+Test(unwind, hostile_fde_skip_loop_eh_frame, .timeout = 180)
+{
+	uw_hostile_fde(E2E_PROGS "/nofp_chains", ".eh_frame", uw_cfa_skip_loop,
+		       sizeof(uw_cfa_skip_loop), true, "DW_OP_skip to itself, .eh_frame");
+}
+
+/* The same through cfi.c's rewrite: a .debug_frame, an .eh_frame without its header. */
+Test(unwind, hostile_fde_register_debug_frame, .timeout = 180)
+{
+	uw_hostile_fde(E2E_PROGS "/dbgframe_chains", ".debug_frame", uw_cfa_register_oob,
+		       sizeof(uw_cfa_register_oob), false,
+		       "DW_CFA_register r16 in r2^32-1, .debug_frame");
+}
+
+Test(unwind, hostile_fde_register_eh_frame_without_header, .timeout = 180)
+{
+	uw_hostile_fde(E2E_PROGS "/noehhdr_chains", ".eh_frame", uw_cfa_register_oob,
+		       sizeof(uw_cfa_register_oob), false,
+		       "DW_CFA_register r16 in r2^32-1, .eh_frame without .eh_frame_hdr");
 }
 
 /* ---- an -O2 C++ program without frame pointers, through libstdc++ ---------------------- */
