@@ -97,14 +97,19 @@ __attribute__((unused)) static gid_t nobody_gid(void)
 	return pw ? pw->pw_gid : 65534;
 }
 
-/* The child becomes an ordinary process of nobody's: the uid change leaves it not dumpable
- * (its /proc files root's, the daemon refuses to read it), which a program nobody starts is
- * not. */
-__attribute__((unused)) static void become_nobody(void)
+/* The child becomes an ordinary process of uid's: the uid change leaves it not dumpable
+ * (its /proc files root's, the daemon refuses to read it), which a program the user starts
+ * is not. */
+__attribute__((unused)) static void become_uid(uid_t uid, gid_t gid)
 {
-	if (setgroups(0, NULL) != 0 || setgid(nobody_gid()) != 0 || setuid(nobody_uid()) != 0)
+	if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
 		_exit(120);
 	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+}
+
+__attribute__((unused)) static void become_nobody(void)
+{
+	become_uid(nobody_uid(), nobody_gid());
 }
 
 __attribute__((unused)) static void need_root(void)

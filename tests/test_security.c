@@ -32,16 +32,6 @@ static struct llgo_ctl *atk_ctl_map(int fd)
 	return c;
 }
 
-/* The child becomes an ordinary process of uid's: the uid change leaves it not dumpable
- * (its /proc files root's, the daemon refuses to read it), which a program the user starts
- * is not. */
-static void become_uid(uid_t uid, gid_t gid)
-{
-	if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
-		_exit(120);
-	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-}
-
 /* Connect as a shim and send HELLO with a fresh control page, waiting for no answer. */
 static int attack_hello(int sock, int *ctl_fd, struct llgo_ctl **ctl)
 {
