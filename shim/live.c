@@ -270,9 +270,11 @@ bool live_can_place(void)
  * (Treiber stacks of page indices with a tag against ABA; the next index of each free run and
  * the length of each object live in a side table), and made by bumping a page cursor when the
  * list is empty. Freed runs stay resident for reuse (their contents are stale: calloc clears
- * its object), up to a 32nd of the pages in objects plus LIVE_ARENA_KEEP: a run freed
- * beyond that is given back first (MADV_DONTNEED: zero when next used), so that the arena's
- * resident pages follow the live sampled objects, not their peak. Everything is private
+ * its object), up to a 32nd of the pages in objects plus LIVE_ARENA_KEEP (1 MiB): a run
+ * freed beyond that is given back first (MADV_DONTNEED: zero when next used), so that the
+ * arena's resident pages follow the live sampled objects, not their peak. The floor is what
+ * keeps short-lived samples of mixed sizes (free lists are per page count) from paying a
+ * madvise and a fault per page each. Everything is private
  * memory: a fork child inherits the arena and its lists as they were at the clone, and frees
  * its inherited objects by address alone. Objects placed
  * here carry the offset LIVE_OFF_ARENA.
@@ -297,7 +299,7 @@ static _Atomic uint64_t live_arena_free[LIVE_ARENA_MAXPG + 1]; /* tag << 32 | in
 /* Pages in objects given out, and in free runs (approximate under races: a policy, not an
  * invariant). */
 static _Atomic uint32_t live_arena_busy, live_arena_idle;
-#define LIVE_ARENA_KEEP 4u
+#define LIVE_ARENA_KEEP 256u
 static _Atomic int live_arena_state;
 
 /* The reservation, made once (under the guard; a failure leaves placement to live_place's
@@ -404,7 +406,7 @@ static void live_arena_release(void *p)
 		return; /* not an object's first page: never given out, left alone */
 	uint32_t busy = atomic_fetch_sub_explicit(&live_arena_busy, n, memory_order_relaxed) - n;
 	uint32_t idle = atomic_load_explicit(&live_arena_idle, memory_order_relaxed);
-	if (idle > busy / 32 + LIVE_ARENA_KEEP && lifecycle_state() != LLGO_SHIM_OFF)
+	if (idle > busy / 8 + LIVE_ARENA_KEEP && lifecycle_state() != LLGO_SHIM_OFF)
 		(void)madvise(p, (size_t)n * LIVE_PAGE, MADV_DONTNEED); /* no syscall once sandboxed */
 	atomic_fetch_add_explicit(&live_arena_idle, n, memory_order_relaxed);
 	_Atomic uint64_t *head = &live_arena_free[n];
