@@ -13,8 +13,9 @@
  *
  * Polling. The drain thread sleeps DRAIN_POLL_MIN_NS after a pass that found records and
  * doubles its sleep after each idle pass, up to DRAIN_POLL_MAX_NS, so an idle daemon wakes
- * ten times a second and a busy one keeps rings from filling. drain_wake (a new ring) resets
- * the sleep. A snapshot never waits for the thread: it calls drain_session itself; nor does
+ * ten times a second. A busy ring is kept from filling by its WAKE at half full, not by the
+ * poll: a shorter poll costs a sleep and a wake-up for every one or two records (design.md).
+ * drain_wake (a new ring, a WAKE) ends the sleep at once. A snapshot never waits for the thread: it calls drain_session itself; nor does
  * the thread wait for a snapshot, which holds the drain lock only for its cut (snapshot.c).
  * Each pass also keeps the bound of the peak view (peak.c) and wakes the peak thread when a
  * session asks for a scan; the thread is started and stopped with this one.
@@ -32,7 +33,7 @@
 #include "verify.h"
 #include "wthread.h"
 
-#define DRAIN_POLL_MIN_NS 1000000ull    /* 1 ms */
+#define DRAIN_POLL_MIN_NS 10000000ull   /* 10 ms */
 #define DRAIN_POLL_MAX_NS 100000000ull  /* 100 ms */
 #define DRAIN_REFRESH_MS 100u
 #define DRAIN_UNWIND_REFRESH_MS 10u
