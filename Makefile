@@ -198,6 +198,18 @@ $(OUT)/bpf/oom.bpf.skel.h: $(OUT)/bpf/oom.bpf.o
 $(OUT)/obj/agent/oom.o: $(OUT)/bpf/oom.bpf.skel.h
 $(OUT)/obj/agent/oom.o: CFLAGS_AGENT += -I$(OUT)/bpf
 
+# tests/test_otel.c's collector of OpenTelemetry's otel_memory probes (tests/otel_collector.bpf.c).
+$(OUT)/bpf/otel_collector.bpf.o: tests/otel_collector.bpf.c tests/otel_collector.h $(OUT)/bpf/vmlinux.h Makefile
+	$(call msg,BPF,$@)
+	$(Q)clang $(BPF_CFLAGS) -c $< -o $@.tmp && llvm-strip -g $@.tmp -o $@ && rm -f $@.tmp
+
+$(OUT)/bpf/otel_collector.bpf.skel.h: $(OUT)/bpf/otel_collector.bpf.o
+	$(call msg,SKEL,$@)
+	$(Q)bpftool gen skeleton $< name otel_collector_bpf > $@.tmp && mv $@.tmp $@
+
+$(OUT)/tests/test_otel: $(OUT)/bpf/otel_collector.bpf.skel.h
+$(OUT)/tests/test_otel: TEST_DEFS += -I$(OUT)/bpf
+
 $(OUT)/lib/libllgoheap.so: $(SHIM_OBJS) shim/libllgoheap.map
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)

@@ -705,6 +705,9 @@ static inline __attribute__((always_inline)) bool live_lookup(uint64_t addr,
 	}
 	if (!remove)
 		return true;
+	/* otel_memory:free before the slot (and then the memory) can be reused */
+	if (probe_otel_free_enabled())
+		probe_otel_free(addr, s->ref);
 	/* Only the thread freeing addr removes it: a store, not a CAS loop. */
 	live_shadow_clear(slot, s->size);
 	atomic_store_explicit(&s->addr, LLGO_LIVE_TOMB, memory_order_release);
