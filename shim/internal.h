@@ -767,12 +767,11 @@ static inline bool probe_sample_enabled(void)
 /* otel_memory:alloc(addr, size, probe_otel_weight(size, rate)): the sampled allocation at
  * addr, whose record was committed. Only called while probe_otel_alloc_enabled(). */
 void probe_otel_alloc(uint64_t addr, uint64_t size, uint64_t rate);
-/* otel_memory:free(addr): the tracked object at addr, whose entry held ref, is being freed (or
- * moved by realloc), before its memory is released, so that the free precedes any new
- * alloc at that address. Objects a fork child inherited (ring LLGO_LIVE_RING_NONE) were
- * never alloc-probed in this process: no probe. Only called while probe_otel_free_enabled().
- */
-void probe_otel_free(uint64_t addr, uint64_t ref);
+/* otel_memory:free(addr): an object otel_memory:alloc may have reported goes away (a tracked
+ * object freed or moved by realloc, live.c; a placed object that could not be tracked and is
+ * moved, sample.c), before its memory is released, so that the free precedes any new alloc
+ * at that address. Only called while probe_otel_free_enabled(). */
+void probe_otel_free(uint64_t addr);
 /* The bytes a sample of size bytes at rate stands for: size / (1 - exp(-size/rate)) rounded
  * (docs/sampling.md; summed per (stack, size, rate) bucket it is the profile's scaled bytes),
  * size itself at rate <= 1 (every allocation recorded). */

@@ -188,8 +188,7 @@ void probe_otel_alloc(uint64_t addr, uint64_t size, uint64_t rate)
 	probe_otel_alloc_fire((void *)(uintptr_t)addr, size, probe_otel_weight(size, rate));
 }
 
-void probe_otel_free(uint64_t addr, uint64_t ref)
+void probe_otel_free(uint64_t addr)
 {
-	if (LLGO_LIVE_REF_RING(ref) != LLGO_LIVE_RING_NONE)
-		probe_otel_free_fire((void *)(uintptr_t)addr);
+	probe_otel_free_fire((void *)(uintptr_t)addr);
 }

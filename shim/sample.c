@@ -188,8 +188,6 @@ static void *sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, s
 			   void *p, uint32_t off, void *ra, void *frame, bool track, int *err)
 {
 	bool tracked = false;
-	/* the record's LLGO_LIVE_REF once it was pushed (and otel_memory:alloc reported p) */
-	uint64_t ref = LLGO_LIVE_REF(LLGO_LIVE_RING_NONE, 0);
 	if (p) {
 		/* Nested allocations below (first ring, pthread_setspecific) must not eat the
 		 * fresh threshold: they are not the program's. */
@@ -201,7 +199,7 @@ static void *sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, s
 		} else {
 			uint32_t n = stack_sample(t, ra, frame);
 			const uint64_t *frames = t->memo.raw + t->memo.skip;
-			uint64_t rate = llgo_rate_from_word(w);
+			uint64_t rate = llgo_rate_from_word(w), ref = 0;
 			struct stackcopy sc;
 			bool raw = stackcopy_wanted(frames, n, &t->memo) &&
 				   stackcopy_fill(&sc, t, ra, frame, 0);
@@ -216,10 +214,10 @@ static void *sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, s
 	}
 	t->guard = 0;
 	if (p && off && !tracked) {
-		/* p, which otel_memory:alloc reported if its record was pushed, goes away: the
-		 * copy is an untracked object */
+		/* p goes away: for otel_memory, freed (an alloc it never reported when the record
+		 * was dropped: collectors ignore a free of an address they do not hold) */
 		if (probe_otel_free_enabled())
-			probe_otel_free((uint64_t)(uintptr_t)p, ref);
+			probe_otel_free((uint64_t)(uintptr_t)p);
 		void *q = live_malloc_real(asked);
 		if (q)
 			memcpy(q, p, asked);
