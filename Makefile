@@ -9,6 +9,7 @@
 #   make bench-services  redis, nginx, memcached, PostgreSQL under load, with and without the shim
 #   make bench-unwind  the DWARF unwinding rows of make bench alone
 #   make bench-verify  the llgo-heap verify rows alone (fp and dwarf, with and without)
+#   make bench-otel  the cost of OpenTelemetry's otel_memory probes while nothing is attached
 #   make SAN=address,undefined test   sanitized daemon, CLI and unit tests in build-san-*/
 #
 # Sanitizer runtimes own malloc themselves, so under SAN= the LD_PRELOAD shim is still built
@@ -123,7 +124,7 @@ $(OUT)/progs/nofp_stl_newrep $(OUT)/progs/nofp_stl_newinl $(OUT)/progs/libnofp_s
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap $(OUT)/bin/llgo-heap-symbolizer
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
 
-.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse bench-services bench-unwind bench-verify clean install check-deps
+.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse bench-services bench-unwind bench-verify bench-otel clean install check-deps
 all: $(BINS) $(LIBS)
 
 # ---- build -----------------------------------------------------------------------------
@@ -197,6 +198,18 @@ $(OUT)/bpf/oom.bpf.skel.h: $(OUT)/bpf/oom.bpf.o
 
 $(OUT)/obj/agent/oom.o: $(OUT)/bpf/oom.bpf.skel.h
 $(OUT)/obj/agent/oom.o: CFLAGS_AGENT += -I$(OUT)/bpf
+
+# tests/test_otel.c's collector of OpenTelemetry's otel_memory probes (tests/otel_collector.bpf.c).
+$(OUT)/bpf/otel_collector.bpf.o: tests/otel_collector.bpf.c tests/otel_collector.h $(OUT)/bpf/vmlinux.h Makefile
+	$(call msg,BPF,$@)
+	$(Q)clang $(BPF_CFLAGS) -c $< -o $@.tmp && llvm-strip -g $@.tmp -o $@ && rm -f $@.tmp
+
+$(OUT)/bpf/otel_collector.bpf.skel.h: $(OUT)/bpf/otel_collector.bpf.o
+	$(call msg,SKEL,$@)
+	$(Q)bpftool gen skeleton $< name otel_collector_bpf > $@.tmp && mv $@.tmp $@
+
+$(OUT)/tests/test_otel: $(OUT)/bpf/otel_collector.bpf.skel.h
+$(OUT)/tests/test_otel: TEST_DEFS += -I$(OUT)/bpf
 
 $(OUT)/lib/libllgoheap.so: $(SHIM_OBJS) shim/libllgoheap.map
 	$(call msg,LD,$@)
@@ -434,8 +447,26 @@ demo: deps
 
 # ---- benchmarks ------------------------------------------------------------------------
 
-bench: all
+# The shim without OpenTelemetry's otel_memory probes (LLGO_HEAP_BENCH_NO_OTEL): the baseline
+# of their cost while nothing is attached (make bench, bench-otel).
+SHIM_NOOTEL_OBJS := $(patsubst shim/%.c,$(OUT)/obj/shim-nootel/%.o,$(SHIM_SRCS))
+$(OUT)/obj/shim-nootel/override_cxx.o: CFLAGS_SHIM += -fasynchronous-unwind-tables -fomit-frame-pointer
+$(OUT)/obj/shim-nootel/%.o: shim/%.c Makefile
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_SHIM) -DLLGO_HEAP_BENCH_NO_OTEL $(DEPFLAGS) -c $< -o $@
+
+$(OUT)/bench/libllgoheap-nootel.so: $(SHIM_NOOTEL_OBJS) shim/libllgoheap.map
+	$(call msg,LD,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) -shared -o $@ $(SHIM_NOOTEL_OBJS) -Wl,--version-script=shim/libllgoheap.map \
+		-Wl,-z,now -Wl,-z,relro -Wl,--sort-section=alignment -ldl -pthread
+
+bench: all $(OUT)/bench/libllgoheap-nootel.so
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) bench
+
+bench-otel: all $(OUT)/bench/libllgoheap-nootel.so
+	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) otel
 
 bench-unwind: all
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) unwind

@@ -282,12 +282,15 @@ bool emit_sample_slow(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, 
 	uint64_t before = atomic_load_explicit(&h->head, memory_order_relaxed);
 	/* llgo-heap verify: one load and a branch while nothing is attached (probe.h) */
 	bool pushed;
-	if (probe_enabled())
+	if (probe_sample_enabled())
 		pushed = raw ? probe_push_raw(&t->ring, size, rate, addr, t->tid, frames, n, raw)
 			     : probe_push(&t->ring, size, rate, addr, t->tid, frames, n);
 	else
 		pushed = raw ? stackcopy_push(&t->ring, size, rate, addr, t->tid, frames, n, raw)
 			     : emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
+	/* OpenTelemetry's collectors see exactly the samples the profile holds */
+	if (pushed && probe_otel_alloc_enabled())
+		probe_otel_alloc(addr, size, rate);
 	return emit_pushed(t, before, pushed, ref);
 }
 

@@ -718,14 +718,64 @@ static inline bool stackcopy_wanted(const uint64_t *frames, uint32_t n, struct s
 
 /* ---- emit.c, inline (after the ring writer and full.c's wait) ------------------------- */
 
-/* probe.c: written by the kernel (uprobe reference counter), read here. The name is fixed by
- * <sys/sdt.h>: PROVIDER_NAME_semaphore. */
-extern volatile unsigned short llgo_heap_sample_semaphore;
+/* ---- probe.c: the USDT probes' semaphores (probe.h) ------------------------------------- */
 
+/* Written by the kernel (uprobe reference counters), read here. llgo_heap:sample's and
+ * otel_memory:alloc's are the halves of one aligned word, so that emit_sample tests both with
+ * one load; probe.c gives each half the name <sys/sdt.h> refers to. */
+union probe_alloc_semaphores {
+	uint32_t any;
+	uint16_t each[2]; /* [0] llgo_heap:sample, [1] otel_memory:alloc */
+};
+extern volatile union probe_alloc_semaphores probe_alloc_semaphores;
+extern volatile unsigned short otel_memory_free_semaphore;
+
+/* LLGO_HEAP_BENCH_NO_OTEL: bench/'s shim without the OpenTelemetry probes, the baseline of
+ * their cost (make bench). */
+#ifndef LLGO_HEAP_BENCH_NO_OTEL
+/* A probe of the sampled path is attached (emit_sample's one load for both). */
 static inline bool probe_enabled(void)
 {
-	return llgo_unlikely(llgo_heap_sample_semaphore != 0);
+	return llgo_unlikely(probe_alloc_semaphores.any != 0);
 }
+static inline bool probe_otel_alloc_enabled(void)
+{
+	return llgo_unlikely(probe_alloc_semaphores.each[1] != 0);
+}
+static inline bool probe_otel_free_enabled(void)
+{
+	return llgo_unlikely(otel_memory_free_semaphore != 0);
+}
+#else
+static inline bool probe_enabled(void)
+{
+	return llgo_unlikely(probe_alloc_semaphores.each[0] != 0);
+}
+static inline bool probe_otel_alloc_enabled(void)
+{
+	return false;
+}
+static inline bool probe_otel_free_enabled(void)
+{
+	return false;
+}
+#endif
+static inline bool probe_sample_enabled(void)
+{
+	return probe_alloc_semaphores.each[0] != 0;
+}
+/* otel_memory:alloc(addr, size, probe_otel_weight(size, rate)): the sampled allocation at
+ * addr, whose record was committed. Only called while probe_otel_alloc_enabled(). */
+void probe_otel_alloc(uint64_t addr, uint64_t size, uint64_t rate);
+/* otel_memory:free(addr): an object otel_memory:alloc may have reported goes away (a tracked
+ * object freed or moved by realloc, live.c; a placed object that could not be tracked and is
+ * moved, sample.c), before its memory is released, so that the free precedes any new alloc
+ * at that address. Only called while probe_otel_free_enabled(). */
+void probe_otel_free(uint64_t addr);
+/* The bytes a sample of size bytes at rate stands for: size / (1 - exp(-size/rate)) rounded
+ * (docs/sampling.md; summed per (stack, size, rate) bucket it is the profile's scaled bytes),
+ * size itself at rate <= 1 (every allocation recorded). */
+uint64_t probe_otel_weight(uint64_t size, uint64_t rate);
 
 /*
  * After a push that started at head `before`: the record's LLGO_LIVE_REF in *ref when it was

@@ -715,10 +715,26 @@ static inline __attribute__((always_inline)) bool live_lookup(uint64_t addr,
 	return true;
 }
 
+/* The removals of live_remove and live_free are frees (or a realloc's move) of tracked
+ * objects: otel_memory:free, after the entry is gone and before the memory is released
+ * (probe.h). A fork child's inherited objects (ring LLGO_LIVE_RING_NONE) were never
+ * alloc-probed in this process. */
+static inline void live_probe_free(uint64_t addr, const struct llgo_live_entry *e)
+{
+	if (probe_otel_free_enabled() && LLGO_LIVE_REF_RING(e->ref) != LLGO_LIVE_RING_NONE)
+		probe_otel_free(addr);
+}
+
 bool live_remove(uint64_t addr, struct llgo_live_entry *out)
 {
 	live_settle();
-	return live_lookup(addr, out, true);
+	struct llgo_live_entry e;
+	if (!live_lookup(addr, &e, true))
+		return false;
+	live_probe_free(addr, &e);
+	if (out)
+		*out = e;
+	return true;
 }
 
 bool live_find(uint64_t addr, struct llgo_live_entry *out)
@@ -804,8 +820,10 @@ void live_free(void (*fn)(void *), void *p)
 		return;
 	struct llgo_live_entry e;
 	uint32_t off = 0;
-	if (live_lookup((uint64_t)(uintptr_t)p, &e, true))
+	if (live_lookup((uint64_t)(uintptr_t)p, &e, true)) {
 		off = LLGO_LIVE_OFF(e.size);
+		live_probe_free((uint64_t)(uintptr_t)p, &e);
+	}
 	if (off == LIVE_OFF_ARENA || live_in_arena(p))
 		live_arena_release(p);
 	else

@@ -214,6 +214,10 @@ static void *sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, s
 	}
 	t->guard = 0;
 	if (p && off && !tracked) {
+		/* p goes away: for otel_memory, freed (an alloc it never reported when the record
+		 * was dropped: collectors ignore a free of an address they do not hold) */
+		if (probe_otel_free_enabled())
+			probe_otel_free((uint64_t)(uintptr_t)p);
 		void *q = live_malloc_real(asked);
 		if (q)
 			memcpy(q, p, asked);
