@@ -321,8 +321,8 @@ uint64_t unwind_roots_gen(const struct unwind *u);
 bool unwind_tables(struct unwind *u, struct procmaps *maps, uint64_t (*ranges)[2],
 		   uint32_t max_ranges, uint32_t *nranges, uint64_t *roots, uint32_t max_roots,
 		   uint32_t *nroots);
-/* Files held by the global unwind-info cache and the bytes of bookkeeping they cost (their
- * images are file mappings, shared with the page cache). */
+/* Files held by the global unwind-info cache and the bytes they cost (bookkeeping, the
+ * copies of what was read of them, their rewritten CFI). */
 void unwind_cache_stats(uint64_t *files, uint64_t *bytes);
 /* "fp", "dwarf", "auto" or "fp" for a shim that did not say. */
 const char *unwind_mode_name(uint32_t mode);
