@@ -35,7 +35,8 @@ _Static_assert(BUDGET_FLAG(BUDGET_CONNS) == LLGO_BUDGET_CONNS &&
 		       BUDGET_FLAG(BUDGET_RINGS) == LLGO_BUDGET_RINGS &&
 		       BUDGET_FLAG(BUDGET_RING_BYTES) == LLGO_BUDGET_RING_BYTES &&
 		       BUDGET_FLAG(BUDGET_BUCKET_BYTES) == LLGO_BUDGET_BUCKET_BYTES &&
-		       BUDGET_FLAG(BUDGET_OUT_BYTES) == LLGO_BUDGET_OUT_BYTES,
+		       BUDGET_FLAG(BUDGET_OUT_BYTES) == LLGO_BUDGET_OUT_BYTES &&
+		       BUDGET_FLAG(BUDGET_UNWIND_BYTES) == LLGO_BUDGET_UNWIND_BYTES,
 	       "budget flags as in shared/proto.h");
 
 struct budget_user {
@@ -57,6 +58,7 @@ struct budget {
 
 static const char *const budget_names[BUDGET_NKINDS] = {
 	"connections", "sessions", "rings", "ring memory", "bucket memory", "unread answers",
+	"unwind memory",
 };
 
 const char *budget_name(enum budget_kind k)
@@ -73,12 +75,14 @@ void budget_defaults(struct budget_limits *l)
 	l->per_uid[BUDGET_RING_BYTES] = 1ull << 30;
 	l->per_uid[BUDGET_BUCKET_BYTES] = 2ull << 30;
 	l->per_uid[BUDGET_OUT_BYTES] = 128ull << 20;
+	l->per_uid[BUDGET_UNWIND_BYTES] = 512ull << 20;
 	l->total[BUDGET_CONNS] = 16384;
 	l->total[BUDGET_SESSIONS] = 8192;
 	l->total[BUDGET_RINGS] = 32768; /* each a mapping: well below vm.max_map_count */
 	l->total[BUDGET_RING_BYTES] = 8ull << 30;
 	l->total[BUDGET_BUCKET_BYTES] = 16ull << 30;
 	l->total[BUDGET_OUT_BYTES] = 0; /* server.c's own cap (SERVER_MAX_OUT_BYTES) */
+	l->total[BUDGET_UNWIND_BYTES] = 4ull << 30;
 	l->root_exempt = true;
 }
 

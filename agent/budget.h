@@ -17,6 +17,7 @@ enum budget_kind {
 	BUDGET_RING_BYTES,   /* ring memory mapped */
 	BUDGET_BUCKET_BYTES, /* bucket tables (aggregated profiles), live and exited */
 	BUDGET_OUT_BYTES,    /* answers built and not read yet by their clients */
+	BUDGET_UNWIND_BYTES, /* copies of its files' unwind tables (filecopy.c, cfi.c) */
 	BUDGET_NKINDS,
 };
 

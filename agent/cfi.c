@@ -44,6 +44,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "filecopy.h"
 #include "internal.h"
 
 /* The largest section read or inflated (a hostile compressed section names its own size:
@@ -612,6 +613,63 @@ static bool cfi_within(uint64_t off, uint64_t len, uint64_t size)
 	return off <= size && len <= size - off;
 }
 
+/* The header of section name, read through r; 0, -ENOEXEC (no ELF header) or -ENOENT (no
+ * such section with contents inside the file). */
+static int cfi_elf_find(const struct cfi_reader *r, const char *name, Elf64_Shdr *out)
+{
+	Elf64_Ehdr eh;
+	if (r->size < sizeof(eh) || !r->read(r->arg, 0, &eh, sizeof(eh)))
+		return -ENOEXEC;
+	if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+	    eh.e_ident[EI_DATA] != ELFDATA2LSB || eh.e_shoff == 0 ||
+	    eh.e_shentsize != sizeof(Elf64_Shdr) ||
+	    !cfi_within(eh.e_shoff, sizeof(Elf64_Shdr), r->size))
+		return -ENOENT;
+	Elf64_Shdr sh0;
+	if (!r->read(r->arg, eh.e_shoff, &sh0, sizeof(sh0)))
+		return -ENOENT;
+	uint64_t shnum = eh.e_shnum ? eh.e_shnum : sh0.sh_size;
+	uint64_t strndx = eh.e_shstrndx == SHN_XINDEX ? sh0.sh_link : eh.e_shstrndx;
+	if (shnum > (1u << 20) || strndx >= shnum ||
+	    !cfi_within(eh.e_shoff, shnum * sizeof(Elf64_Shdr), r->size))
+		return -ENOENT;
+	Elf64_Shdr str;
+	if (!r->read(r->arg, eh.e_shoff + strndx * sizeof(str), &str, sizeof(str)) ||
+	    str.sh_type == SHT_NOBITS || !cfi_within(str.sh_offset, str.sh_size, r->size))
+		return -ENOENT;
+	char got[32];
+	size_t nlen = strlen(name) + 1;
+	if (nlen > sizeof(got))
+		return -ENOENT;
+	Elf64_Shdr batch[64];
+	for (uint64_t i = 1; i < shnum; i++) {
+		size_t k = (size_t)((i - 1) % 64);
+		if (k == 0) {
+			uint64_t n = shnum - i < 64 ? shnum - i : 64;
+			if (!r->read(r->arg, eh.e_shoff + i * sizeof(Elf64_Shdr), batch,
+				     (size_t)n * sizeof(Elf64_Shdr)))
+				return -ENOENT;
+		}
+		const Elf64_Shdr *sh = &batch[k];
+		if (sh->sh_name >= str.sh_size || str.sh_size - sh->sh_name < nlen ||
+		    !r->read(r->arg, str.sh_offset + sh->sh_name, got, nlen) ||
+		    memcmp(got, name, nlen) != 0)
+			continue;
+		if (sh->sh_type == SHT_NOBITS || sh->sh_size == 0 ||
+		    !cfi_within(sh->sh_offset, sh->sh_size, r->size))
+			return -ENOENT;
+		*out = *sh;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+static bool cfi_read_memory(const void *arg, uint64_t off, void *buf, size_t n)
+{
+	memcpy(buf, (const unsigned char *)arg + off, n); /* cfi_elf_find checked the bounds */
+	return true;
+}
+
 int cfi_elf_section(const unsigned char *image, size_t size, const char *name,
 		    const unsigned char **data, size_t *len, uint64_t *vaddr, void **owned)
 {
@@ -620,47 +678,55 @@ int cfi_elf_section(const unsigned char *image, size_t size, const char *name,
 	*vaddr = 0;
 	if (owned)
 		*owned = NULL;
-	Elf64_Ehdr eh;
-	if (size < sizeof(eh))
-		return -ENOEXEC;
-	memcpy(&eh, image, sizeof(eh));
-	if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
-	    eh.e_ident[EI_DATA] != ELFDATA2LSB || eh.e_shoff == 0 ||
-	    eh.e_shentsize != sizeof(Elf64_Shdr) || !cfi_within(eh.e_shoff, sizeof(Elf64_Shdr), size))
-		return -ENOENT;
-	Elf64_Shdr sh0;
-	memcpy(&sh0, image + eh.e_shoff, sizeof(sh0));
-	uint64_t shnum = eh.e_shnum ? eh.e_shnum : sh0.sh_size;
-	uint64_t strndx = eh.e_shstrndx == SHN_XINDEX ? sh0.sh_link : eh.e_shstrndx;
-	if (shnum > (1u << 20) || strndx >= shnum ||
-	    !cfi_within(eh.e_shoff, shnum * sizeof(Elf64_Shdr), size))
-		return -ENOENT;
-	Elf64_Shdr str;
-	memcpy(&str, image + eh.e_shoff + strndx * sizeof(str), sizeof(str));
-	if (str.sh_type == SHT_NOBITS || !cfi_within(str.sh_offset, str.sh_size, size))
-		return -ENOENT;
-	size_t nlen = strlen(name) + 1;
-	for (uint64_t i = 1; i < shnum; i++) {
-		Elf64_Shdr sh;
-		memcpy(&sh, image + eh.e_shoff + i * sizeof(sh), sizeof(sh));
-		if (sh.sh_name >= str.sh_size || str.sh_size - sh.sh_name < nlen ||
-		    memcmp(image + str.sh_offset + sh.sh_name, name, nlen) != 0)
-			continue;
-		if (sh.sh_type == SHT_NOBITS || sh.sh_size == 0 ||
-		    !cfi_within(sh.sh_offset, sh.sh_size, size))
-			return -ENOENT;
-		const unsigned char *p = image + sh.sh_offset;
-		*vaddr = sh.sh_addr;
-		if (!(sh.sh_flags & SHF_COMPRESSED) || !owned) {
-			if (sh.sh_size > CFI_MAX_SECTION)
-				return -EFBIG;
-			*data = p;
-			*len = (size_t)sh.sh_size;
-			return 0;
-		}
-		return cfi_inflate(p, (size_t)sh.sh_size, data, len, owned);
+	const struct cfi_reader r = { cfi_read_memory, image, size };
+	Elf64_Shdr sh;
+	int rc = cfi_elf_find(&r, name, &sh);
+	if (rc)
+		return rc;
+	const unsigned char *p = image + sh.sh_offset;
+	*vaddr = sh.sh_addr;
+	if (!(sh.sh_flags & SHF_COMPRESSED) || !owned) {
+		if (sh.sh_size > CFI_MAX_SECTION)
+			return -EFBIG;
+		*data = p;
+		*len = (size_t)sh.sh_size;
+		return 0;
 	}
-	return -ENOENT;
+	return cfi_inflate(p, (size_t)sh.sh_size, data, len, owned);
+}
+
+int cfi_elf_section_copy(const struct cfi_reader *r, const char *name, size_t max,
+			 unsigned char **data, size_t *len, uint64_t *vaddr)
+{
+	if (data)
+		*data = NULL;
+	*len = 0;
+	*vaddr = 0;
+	Elf64_Shdr sh;
+	int rc = cfi_elf_find(r, name, &sh);
+	if (rc || !data)
+		return rc;
+	if (sh.sh_size > CFI_MAX_SECTION || sh.sh_size > max)
+		return -EFBIG;
+	unsigned char *raw = malloc((size_t)sh.sh_size);
+	if (!raw)
+		return -ENOMEM;
+	if (!r->read(r->arg, sh.sh_offset, raw, (size_t)sh.sh_size)) {
+		free(raw);
+		return -EIO; /* shorter than it said: changed under us */
+	}
+	*vaddr = sh.sh_addr;
+	if (!(sh.sh_flags & SHF_COMPRESSED)) {
+		*data = raw;
+		*len = (size_t)sh.sh_size;
+		return 0;
+	}
+	const unsigned char *out;
+	void *owned = NULL;
+	rc = cfi_inflate(raw, (size_t)sh.sh_size, &out, len, &owned);
+	free(raw);
+	*data = owned;
+	return rc;
 }
 
 int cfi_inflate(const unsigned char *p, size_t n, const unsigned char **data, size_t *len,
@@ -717,7 +783,8 @@ const unsigned char *cfi_file_bytes(const struct cfi_file *f, uint64_t vaddr, ui
 		if (!cfi_within(s->offset, s->filesz, f->size) || vaddr - s->vaddr > s->filesz ||
 		    n > s->filesz - (vaddr - s->vaddr))
 			return NULL;
-		return f->image + s->offset + (vaddr - s->vaddr);
+		uint64_t off = s->offset + (vaddr - s->vaddr);
+		return f->copy ? filecopy_at(f->copy, off, n) : f->image + off;
 	}
 	return NULL;
 }

@@ -79,6 +79,8 @@ static const struct config_option {
 	{ "max-bucket-memory-per-uid", CONFIG_BUDGET, false, BUDGET_BUCKET_BYTES, true },
 	{ "max-bucket-memory", CONFIG_BUDGET, false, BUDGET_BUCKET_BYTES, false },
 	{ "max-unread-per-uid", CONFIG_BUDGET, false, BUDGET_OUT_BYTES, true },
+	{ "max-unwind-memory-per-uid", CONFIG_BUDGET, false, BUDGET_UNWIND_BYTES, true },
+	{ "max-unwind-memory", CONFIG_BUDGET, false, BUDGET_UNWIND_BYTES, false },
 	{ "dump-dir", CONFIG_DUMP_DIR, false, 0, false },
 	{ "dump-every", CONFIG_DUMP_EVERY, false, 0, false },
 	{ "dump-keep", CONFIG_DUMP_KEEP, false, 0, false },
@@ -173,6 +175,10 @@ void config_usage(FILE *f)
 		"  --max-bucket-memory BYTES          (default %lluM)\n"
 		"  --max-unread-per-uid BYTES         answers its clients do not read\n"
 		"                                     (default %lluM; all users: 512M)\n"
+		"  --max-unwind-memory-per-uid BYTES  copies of its programs' and libraries'\n"
+		"                                     unwind tables (default %lluM; over it,\n"
+		"                                     stacks end where a copy is missing)\n"
+		"  --max-unwind-memory BYTES          (default %lluM)\n"
 		"  --keep-exited-per-uid N            exited processes kept per uid (default %u)\n"
 		"  --keep-exited-age SECONDS          and for at most this long (default %u)\n"
 		"\n"
@@ -193,6 +199,8 @@ void config_usage(FILE *f)
 		(unsigned long long)(d.per_uid[BUDGET_BUCKET_BYTES] >> 20),
 		(unsigned long long)(d.total[BUDGET_BUCKET_BYTES] >> 20),
 		(unsigned long long)(d.per_uid[BUDGET_OUT_BYTES] >> 20),
+		(unsigned long long)(d.per_uid[BUDGET_UNWIND_BYTES] >> 20),
+		(unsigned long long)(d.total[BUDGET_UNWIND_BYTES] >> 20),
 		SESSION_DEFAULT_KEEP_EXITED_PER_UID, SESSION_DEFAULT_KEEP_EXITED_AGE_S);
 }
 
@@ -405,7 +413,7 @@ static int config_set(struct config *c, const struct config_option *o, const cha
 		break;
 	case CONFIG_BUDGET: {
 		bool bytes = o->kind == BUDGET_RING_BYTES || o->kind == BUDGET_BUCKET_BYTES ||
-			     o->kind == BUDGET_OUT_BYTES;
+			     o->kind == BUDGET_OUT_BYTES || o->kind == BUDGET_UNWIND_BYTES;
 		if (config_parse_size(val, &v, bytes))
 			return CONFIG_FAIL("--%s: not a %s: %s", o->name, bytes ? "size" : "number",
 					   val);

@@ -116,7 +116,7 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 	struct llgo_raw_regs regs;
 	memcpy(&regs, raw, sizeof(regs));
 	if (!s->unwind)
-		s->unwind = unwind_new(s->pid, drain_unwind_mode(s) == LLGO_UNWIND_AUTO);
+		s->unwind = session_new_unwind(s, drain_unwind_mode(s) == LLGO_UNWIND_AUTO);
 	bool truncated = true, unknown = false;
 	uint32_t n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
 				  rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
@@ -398,7 +398,7 @@ void drain_prepare_unwind(struct session *s)
 	/* Slow (every mapped object's CFI is read): outside drain_lock, so that the session's
 	 * rings drain meanwhile; a drain that needed an unwinder first made its own, which
 	 * then gets the tables. */
-	struct unwind *u = unwind_new(s->pid, true);
+	struct unwind *u = session_new_unwind(s, true);
 	if (u)
 		unwind_prepare(u, s->maps);
 	pthread_mutex_lock(&s->drain_lock);

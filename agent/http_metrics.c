@@ -38,7 +38,7 @@ struct http_metrics_row {
 /* Values of label kind, in enum budget_kind order. */
 static const char *const http_metrics_kinds[BUDGET_NKINDS] = {
 	"connections", "processes", "rings", "ring_memory_bytes", "bucket_memory_bytes",
-	"unread_answer_bytes",
+	"unread_answer_bytes", "unwind_memory_bytes",
 };
 
 static const char *const http_metrics_handlers[HTTP_H_COUNT] = {

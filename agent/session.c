@@ -64,6 +64,13 @@ static struct budget *session_budget(const struct session *s)
 	return s->reg ? session_registry_budget(s->reg) : NULL;
 }
 
+struct unwind *session_new_unwind(struct session *s, bool auto_mode)
+{
+	struct unwind *u = unwind_new(s->pid, auto_mode);
+	unwind_set_budget(u, session_budget(s), s->uid);
+	return u;
+}
+
 int session_take_slot(struct session *s)
 {
 	if (s->holds_session)

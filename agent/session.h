@@ -189,6 +189,8 @@ void session_registry_set_keep(struct session_registry *reg, unsigned keep_exite
 size_t session_registry_expire(struct session_registry *reg);
 /* Evicted so far (count or age), for the log and tests. */
 uint64_t session_registry_evicted(struct session_registry *reg);
+/* An unwinder for s's process (unwind_new) whose file copies are charged to s's uid. */
+struct unwind *session_new_unwind(struct session *s, bool auto_mode);
 /* Take a live-session slot of s's uid (-EDQUOT when over budget). */
 int session_take_slot(struct session *s);
 /* After a drain: charge bucket memory grown since the last call; sets buckets_over. */

@@ -29,7 +29,9 @@
  * What is found is handed to the helper as it is when nobody but root and us can change it
  * (owned by either, writable by neither group nor others), else as a sealed in-memory copy:
  * the helper maps it, and a file shrunk under a mapping faults. The name the helper asks for
- * is a path component (no '/'), checked here: it comes from the file.
+ * is a path component (no '/'), checked here: it comes from the file. The daemon itself maps
+ * none of these files (nor the process's own): what the unwinder needs of them is read with
+ * pread (symfile_debug_frame).
  *
  * Threads: the cache of files and the reference counts are under one global mutex; a
  * symfile's answers under its own (symfile.h); its helper state under the helper's.
@@ -43,12 +45,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/mman.h> /* memfd_create */
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include "filecopy.h"
 #include "symfile.h"
 
 /* The largest debug file copied out of a place others can write to, or checked by CRC. */
@@ -332,17 +335,23 @@ void symfile_put(struct symfile *f)
 
 /* ---- For the unwinder ----------------------------------------------------------------- */
 
-/* fd's whole file mapped read-only (*size bytes), or NULL. */
-static void *symfile_map(int fd, size_t *size)
+/* cfi_reader over a descriptor (arg: the int). The file is read, never mapped: f->fd is the
+ * user's own file, and a mapping of it faults (SIGBUS) once its owner truncates it. */
+static bool symfile_read(const void *arg, uint64_t off, void *buf, size_t n)
+{
+	return filecopy_pread(*(const int *)arg, off, buf, n);
+}
+
+/* Section name of fd's file (at most max bytes as stored) into a malloc'd copy, or NULL. */
+static unsigned char *symfile_section(int fd, const char *name, size_t max, size_t *len)
 {
 	struct stat st;
+	unsigned char *sec = NULL;
+	uint64_t vaddr;
 	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0)
 		return NULL;
-	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	*size = (size_t)st.st_size;
-	return p;
+	const struct cfi_reader r = { symfile_read, &fd, (uint64_t)st.st_size };
+	return cfi_elf_section_copy(&r, name, max, &sec, len, &vaddr) == 0 ? sec : NULL;
 }
 
 /*
@@ -358,14 +367,9 @@ void *symfile_debug_frame(struct symfile *f, size_t *size, bool *compressed)
 	*compressed = false;
 	char name[256] = "";
 	uint32_t crc = 0;
-	size_t isize = 0;
-	void *image = symfile_map(f->fd, &isize);
-	const unsigned char *sec;
-	size_t len;
-	uint64_t vaddr;
-	void *owned = NULL;
-	if (image && cfi_elf_section(image, isize, ".gnu_debuglink", &sec, &len, &vaddr,
-				     &owned) == 0) {
+	size_t len = 0;
+	unsigned char *sec = symfile_section(f->fd, ".gnu_debuglink", 4096, &len);
+	if (sec) {
 		/* the name, NUL-terminated, padded to 4 bytes, then the file's CRC-32 */
 		size_t n = strnlen((const char *)sec, len);
 		size_t at = (n + 4) & ~(size_t)3;
@@ -374,25 +378,15 @@ void *symfile_debug_frame(struct symfile *f, size_t *size, bool *compressed)
 			name[n] = '\0';
 			memcpy(&crc, sec + at, 4);
 		}
-		free(owned);
+		free(sec);
 	}
-	if (image)
-		munmap(image, isize);
 	int dfd = symhelper_debug_fd(f, name[0] ? name : NULL, crc);
-	void *dimage = symfile_map(dfd, &isize);
+	sec = symfile_section(dfd, ".debug_frame", SIZE_MAX, &len);
 	if (dfd >= 0)
 		close(dfd);
-	void *copy = NULL;
-	owned = NULL;
-	if (dimage && cfi_elf_section(dimage, isize, ".debug_frame", &sec, &len, &vaddr,
-				      &owned) == 0 && (copy = malloc(len))) {
-		memcpy(copy, sec, len);
+	if (sec)
 		*size = len;
-	}
-	free(owned);
-	if (dimage)
-		munmap(dimage, isize);
-	return copy;
+	return sec;
 }
 
 const char *symfile_key_of(const struct symfile *f)
@@ -403,4 +397,9 @@ const char *symfile_key_of(const struct symfile *f)
 int symfile_dup_fd(const struct symfile *f)
 {
 	return f->fd >= 0 ? fcntl(f->fd, F_DUPFD_CLOEXEC, 3) : -1;
+}
+
+int symfile_fd(const struct symfile *f)
+{
+	return f->fd;
 }

@@ -23,10 +23,15 @@
  * lacks). LLGO_HEAP_UNWIND_FAST in the daemon's environment: "0" libunwind alone, "check"
  * both on every stack (differences logged and counted).
  *
- * Caches. Files are opened once per build ID (else device, inode, size and mtime) and kept
- * mapped read-only in a global cache shared by every session (uwfile), with their PT_LOAD
- * segments and .eh_frame_hdr table located once, and the rewritten extra CFI built at its
- * first need (uwfile_cfi). A session keeps its images (file + load
+ * Caches. Files are opened once per build ID (else device, inode, size and mtime) in a global
+ * cache shared by every session (uwfile), with their PT_LOAD segments and .eh_frame_hdr table
+ * located once, and the rewritten extra CFI built at its first need (uwfile_cfi). A file is
+ * never mapped: its owner could truncate it under the mapping, and the next read past the new
+ * end would kill the daemon with SIGBUS. What is read of it (the segments' pages that hold
+ * .eh_frame_hdr, .eh_frame and what libunwind asks for) is copied with pread as it is first
+ * read (filecopy.c), charged to the session's uid; the sections parsed once (.debug_frame,
+ * a header-less .eh_frame, the section headers) are read into buffers that are freed after.
+ * A session keeps its images (file + load
  * bias, sorted by address), rebuilt from the session's procmaps only when a pc falls outside
  * them, and one libunwind address space with its global caching policy, so the unwind rules
  * found for a pc are reused by every later sample (flushed when the images change).
@@ -58,10 +63,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "budget.h"
+#include "filecopy.h"
 #include "internal.h"
 #include "log.h"
 #include "unwind_fast.h"
@@ -78,6 +84,9 @@ extern int _Ux86_64_dwarf_search_unwind_table(unw_addr_space_t as, unw_word_t ip
 #define UNWIND_ROOT_MIN_SEEN 2u
 #define UNWIND_MAX_ROOTS 64u
 #define UNWIND_MAX_SUFFIX 16u
+/* The most a file's copy holds (its unwind tables and what libunwind reads of its segments;
+ * the largest .eh_frame_hdr and .eh_frame seen on Debian together are a few MiB). */
+#define UWFILE_MAX_COPY ((uint64_t)64 << 20)
 
 struct uwrange {
 	uint64_t lo, hi;
@@ -102,7 +111,9 @@ struct uwfile {
 	struct uwfile *next; /* cache chain, under uw_lock */
 	unsigned long refs;  /* under uw_lock */
 	char *key;
-	const unsigned char *image; /* the whole file, mapped read-only */
+	/* The file's bytes as first read (filecopy.c), up to the end of its last PT_LOAD
+	 * segment's file part; size: the file's size when opened. */
+	struct filecopy copy;
 	size_t size;
 	struct uwseg segs[UNWIND_MAX_SEGS];
 	uint32_t nsegs;
@@ -117,11 +128,13 @@ struct uwfile {
 	uint64_t fp_funcs, funcs; /* functions whose CFA is rbp-based mid-body; all sampled */
 	/* CFI beyond .eh_frame_hdr (cfi.c): built at the first pc that table lacks, or when
 	 * auto mode classifies the file, under cfi_lock; readers check cfi_done (acquire, paired
-	 * with the release that publishes cfi). sym: the symbolizer's file, to find the separate
-	 * debug file by (held until then). */
+	 * with the release that publishes cfi). sym: the symbolizer's file, whose descriptor
+	 * the copy reads and by which the separate debug file is found (held for f's life; NULL
+	 * for unwind_image_stack's file, copied whole). */
 	pthread_mutex_t cfi_lock;
 	atomic_bool cfi_done;
 	struct cfi_table cfi;
+	size_t cfi_charged; /* of cfi, bytes charged to the copy's budget */
 	struct symfile *sym;
 	struct uwfast_file fast; /* unwind_fast.c's rows, set up with the segments */
 };
@@ -140,6 +153,8 @@ struct unwind {
 	unw_addr_space_t as;
 	enum unwind_fast fast;
 	pid_t pid;
+	struct budget *budget; /* the files' copies are charged to uid's (unwind_set_budget) */
+	uid_t uid;
 	struct uwimage *images; /* sorted by lo, disjoint */
 	size_t nimages;
 	uint64_t maps_seen; /* procmaps_version when images were built */
@@ -190,7 +205,7 @@ static uint64_t uwfile_offset(const struct uwfile *f, uint64_t vaddr)
 /* A DW_EH_PE-encoded value of .eh_frame_hdr at vaddr *at (advanced). Only the encodings
  * linkers emit there are accepted: udata4/sdata4/udata8/sdata8, absolute, pc- or
  * data-relative (relative to the header). */
-static bool uwfile_read_enc(const struct uwfile *f, uint8_t enc, uint64_t *at, uint64_t *out)
+static bool uwfile_read_enc(struct uwfile *f, uint8_t enc, uint64_t *at, uint64_t *out)
 {
 	if (enc == 0xff)
 		return false;
@@ -209,14 +224,15 @@ static bool uwfile_read_enc(const struct uwfile *f, uint8_t enc, uint64_t *at, u
 	default:
 		return false;
 	}
-	if (off == UINT64_MAX || !uw_within(off, n, f->size))
+	const unsigned char *p = off == UINT64_MAX ? NULL : filecopy_at(&f->copy, off, n);
+	if (!p)
 		return false;
 	if (n == 4) {
 		uint32_t w;
-		memcpy(&w, f->image + off, 4);
+		memcpy(&w, p, 4);
 		v = (enc & 0x0f) == 0x0b ? (uint64_t)(int64_t)(int32_t)w : w;
 	} else {
-		memcpy(&v, f->image + off, 8);
+		memcpy(&v, p, 8);
 	}
 	switch (enc & 0x70) {
 	case 0x00:
@@ -235,75 +251,122 @@ static bool uwfile_read_enc(const struct uwfile *f, uint8_t enc, uint64_t *at, u
 	return true;
 }
 
-static int uwfile_parse_elf(struct uwfile *f)
+/* The ELF header and the program headers, read through r: the PT_LOAD segments (f->segs, lo,
+ * hi), where .eh_frame_hdr is (*hdr_vaddr, *hdr_size) and where the last segment's file part
+ * ends (*end). */
+static int uwfile_parse_phdrs(struct uwfile *f, const struct cfi_reader *r, uint64_t *hdr_vaddr,
+			      uint64_t *hdr_size, uint64_t *end)
 {
-	if (f->size < sizeof(Elf64_Ehdr))
-		return -ENOEXEC;
 	Elf64_Ehdr eh;
-	memcpy(&eh, f->image, sizeof(eh));
+	if (f->size < sizeof(eh) || !r->read(r->arg, 0, &eh, sizeof(eh)))
+		return -ENOEXEC;
 	if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
 	    eh.e_machine != EM_X86_64 || eh.e_phentsize != sizeof(Elf64_Phdr) ||
 	    !uw_within(eh.e_phoff, (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr), f->size))
 		return -ENOEXEC;
-	uint64_t hdr_vaddr = 0, hdr_size = 0;
+	*hdr_vaddr = *hdr_size = *end = 0;
 	f->lo = UINT64_MAX;
+	Elf64_Phdr batch[32];
 	for (uint32_t i = 0; i < eh.e_phnum; i++) {
-		Elf64_Phdr ph;
-		memcpy(&ph, f->image + eh.e_phoff + (uint64_t)i * sizeof(ph), sizeof(ph));
-		if (ph.p_type == PT_GNU_EH_FRAME) {
-			hdr_vaddr = ph.p_vaddr;
-			hdr_size = ph.p_filesz;
+		if (i % 32 == 0) {
+			uint32_t n = eh.e_phnum - i < 32 ? eh.e_phnum - i : 32;
+			if (!r->read(r->arg, eh.e_phoff + (uint64_t)i * sizeof(Elf64_Phdr), batch,
+				     n * sizeof(Elf64_Phdr)))
+				return -ENOEXEC;
 		}
-		if (ph.p_type != PT_LOAD || f->nsegs >= UNWIND_MAX_SEGS)
+		const Elf64_Phdr *ph = &batch[i % 32];
+		if (ph->p_type == PT_GNU_EH_FRAME) {
+			*hdr_vaddr = ph->p_vaddr;
+			*hdr_size = ph->p_filesz;
+		}
+		if (ph->p_type != PT_LOAD || f->nsegs >= UNWIND_MAX_SEGS)
 			continue;
-		if (!uw_within(ph.p_offset, ph.p_filesz, f->size) ||
-		    ph.p_vaddr + ph.p_memsz < ph.p_vaddr)
+		if (!uw_within(ph->p_offset, ph->p_filesz, f->size) ||
+		    ph->p_vaddr + ph->p_memsz < ph->p_vaddr)
 			return -ENOEXEC;
 		struct uwseg *s = &f->segs[f->nsegs++];
-		s->vaddr = ph.p_vaddr;
-		s->filesz = ph.p_filesz;
-		s->offset = ph.p_offset;
-		s->exec = ph.p_flags & PF_X;
-		if (ph.p_vaddr < f->lo)
-			f->lo = ph.p_vaddr;
-		if (ph.p_vaddr + ph.p_memsz > f->hi)
-			f->hi = ph.p_vaddr + ph.p_memsz;
+		s->vaddr = ph->p_vaddr;
+		s->filesz = ph->p_filesz;
+		s->offset = ph->p_offset;
+		s->exec = ph->p_flags & PF_X;
+		if (ph->p_vaddr < f->lo)
+			f->lo = ph->p_vaddr;
+		if (ph->p_vaddr + ph->p_memsz > f->hi)
+			f->hi = ph->p_vaddr + ph->p_memsz;
+		if (ph->p_offset + ph->p_filesz > *end)
+			*end = ph->p_offset + ph->p_filesz;
 	}
-	if (!f->nsegs)
-		return -ENOEXEC;
-	/* .eh_frame_hdr: version 1, then the encodings of eh_frame_ptr, fde_count and the
-	 * table; libunwind's remote search needs a datarel sdata4 table. */
+	return f->nsegs ? 0 : -ENOEXEC;
+}
+
+/* .eh_frame_hdr: version 1, then the encodings of eh_frame_ptr, fde_count and the table;
+ * libunwind's remote search needs a datarel sdata4 table. Without one, f has no table. */
+static void uwfile_parse_hdr(struct uwfile *f, uint64_t hdr_vaddr, uint64_t hdr_size)
+{
 	uint64_t off = hdr_size >= 4 ? uwfile_offset(f, hdr_vaddr) : UINT64_MAX;
-	if (off == UINT64_MAX || !uw_within(off, 4, f->size))
-		return 0;
-	const unsigned char *h = f->image + off;
+	const unsigned char *p = off == UINT64_MAX ? NULL : filecopy_at(&f->copy, off, 4);
+	if (!p)
+		return;
+	unsigned char h[4];
+	memcpy(h, p, 4);
 	f->hdr_vaddr = hdr_vaddr;
 	uint64_t at = hdr_vaddr + 4, eh_frame, count;
 	if (h[0] != 1 || h[3] != 0x3b || !uwfile_read_enc(f, h[1], &at, &eh_frame) ||
 	    !uwfile_read_enc(f, h[2], &at, &count))
-		return 0;
+		return;
 	uint64_t toff = uwfile_offset(f, at);
 	if (toff == UINT64_MAX || count == 0 || count > (1u << 28) ||
 	    !uw_within(toff, count * 8, f->size))
-		return 0;
+		return;
 	f->table_vaddr = at;
 	f->fde_count = count;
 	f->has_table = true;
-	return 0;
 }
 
-/* The ELF headers, then the fast path's view of the same segments and table. */
-static int uwfile_parse(struct uwfile *f)
+/* The ELF headers read through r; the copy of the file up to the end of its segments' file
+ * parts (from fd, charged to uid's budget b; fd < 0: f's copy is whole already); then
+ * .eh_frame_hdr and the fast path's view of the same segments and table. */
+static int uwfile_parse(struct uwfile *f, const struct cfi_reader *r, int fd, struct budget *b,
+			uid_t uid)
 {
-	int rc = uwfile_parse_elf(f);
+	uint64_t hdr_vaddr, hdr_size, end;
+	int rc = uwfile_parse_phdrs(f, r, &hdr_vaddr, &hdr_size, &end);
 	if (rc != 0)
 		return rc;
+	/* libunwind reads 8-byte words: one starting in a segment may end 7 bytes past it */
+	uint64_t span = end + 8 < f->size ? end + 8 : f->size;
+	if (fd >= 0 && (rc = filecopy_init(&f->copy, fd, span, UWFILE_MAX_COPY, b, uid)) != 0)
+		return rc;
+	uwfile_parse_hdr(f, hdr_vaddr, hdr_size);
 	struct cfi_seg segs[UNWIND_MAX_SEGS];
 	for (uint32_t i = 0; i < f->nsegs; i++)
 		segs[i] = (struct cfi_seg){ f->segs[i].vaddr, f->segs[i].offset, f->segs[i].filesz };
-	uwfast_file_init(&f->fast, f->image, f->size, segs, f->nsegs, f->lo, f->hi, f->hdr_vaddr,
-			 f->table_vaddr, f->has_table ? f->fde_count : 0);
+	uwfast_file_init(&f->fast, NULL, f->size, &f->copy, segs, f->nsegs, f->lo, f->hi,
+			 f->hdr_vaddr, f->table_vaddr, f->has_table ? f->fde_count : 0);
 	return 0;
+}
+
+/* cfi_reader over f's file: its bytes now (filecopy_read), not kept. */
+static bool uwfile_read(const void *arg, uint64_t off, void *buf, size_t n)
+{
+	return filecopy_read(arg, off, buf, n);
+}
+
+static struct cfi_reader uwfile_reader(const struct uwfile *f)
+{
+	return (struct cfi_reader){ uwfile_read, &f->copy, f->size };
+}
+
+/* cfi_reader over a descriptor (arg: the int), before the copy exists. */
+static bool uwfile_read_fd(const void *arg, uint64_t off, void *buf, size_t n)
+{
+	return filecopy_pread(*(const int *)arg, off, buf, n);
+}
+
+/* What f's extra CFI holds. */
+static size_t uwfile_cfi_bytes(const struct uwfile *f)
+{
+	return f->cfi.size + f->cfi.count * sizeof(*f->cfi.entries);
 }
 
 static void uwfile_destroy(struct uwfile *f)
@@ -311,14 +374,29 @@ static void uwfile_destroy(struct uwfile *f)
 	if (!f)
 		return;
 	uwfast_file_release(&f->fast);
+	budget_give(f->copy.budget, f->copy.uid, BUDGET_UNWIND_BYTES, f->cfi_charged);
 	cfi_table_free(&f->cfi);
+	filecopy_destroy(&f->copy);
 	symfile_put(f->sym);
 	pthread_mutex_destroy(&f->cfi_lock);
 	free(f->fp);
-	if (f->image)
-		munmap((void *)(uintptr_t)f->image, f->size);
 	free(f->key);
 	free(f);
+}
+
+/* A new file of the cache, not yet published. */
+static struct uwfile *uwfile_new(const char *key, size_t size)
+{
+	struct uwfile *f = calloc(1, sizeof(*f));
+	if (!f || !(f->key = strdup(key ? key : ""))) {
+		free(f);
+		return NULL;
+	}
+	f->refs = 1;
+	f->size = size;
+	f->copy.fd = -1;
+	pthread_mutex_init(&f->cfi_lock, NULL);
+	return f;
 }
 
 static struct uwfile *uwfile_lookup_locked(const char *key)
@@ -332,14 +410,14 @@ static struct uwfile *uwfile_lookup_locked(const char *key)
 	return NULL;
 }
 
-/* The file behind mapping m of process pid, opened as procmaps opens it. */
 /*
  * The file behind m, as procmaps opened it for the symbolizer (symfile): the inode the
  * process maps, never a path looked up in the daemon's namespace. Cached under the
  * symfile's key (build ID and file identity), not the build ID alone: a user's file that
- * copies another program's build ID must not give that program's processes its CFI.
+ * copies another program's build ID must not give that program's processes its CFI. Its
+ * copy reads the symfile's descriptor and is charged to u's budget.
  */
-static struct uwfile *uwfile_get(const struct mapping *m)
+static struct uwfile *uwfile_get(const struct unwind *u, const struct mapping *m)
 {
 	if (!m->file)
 		return NULL; /* procmaps could not open it: no CFI to read */
@@ -351,29 +429,14 @@ static struct uwfile *uwfile_get(const struct mapping *m)
 	pthread_mutex_unlock(&uw_lock);
 	if (f)
 		return f;
-	int fd = symfile_dup_fd(m->file);
-	if (fd < 0)
-		return NULL;
+	int fd = symfile_fd(m->file);
 	struct stat st;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
-		close(fd);
+	if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+	    !(f = uwfile_new(key, (size_t)st.st_size)))
 		return NULL;
-	}
-	f = calloc(1, sizeof(*f));
-	if (!f || !(f->key = strdup(key))) {
-		free(f);
-		close(fd);
-		return NULL;
-	}
-	f->refs = 1;
-	f->size = (size_t)st.st_size;
-	pthread_mutex_init(&f->cfi_lock, NULL);
-	f->sym = m->file ? symfile_ref(m->file) : NULL;
-	void *img = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (img == MAP_FAILED || uwfile_parse((f->image = img, f)) != 0) {
-		if (img == MAP_FAILED)
-			f->image = NULL;
+	f->sym = symfile_ref(m->file);
+	const struct cfi_reader r = { uwfile_read_fd, &fd, f->size };
+	if (uwfile_parse(f, &r, fd, u->budget, u->uid) != 0) {
 		uwfile_destroy(f);
 		return NULL;
 	}
@@ -428,30 +491,34 @@ static void uwfile_build_cfi(struct uwfile *f)
 {
 	struct cfi_range code[UNWIND_MAX_SEGS];
 	size_t ncode = uwfile_code_ranges(f, code);
-	const unsigned char *sec;
+	const struct cfi_reader r = uwfile_reader(f);
+	unsigned char *sec;
 	size_t len;
 	uint64_t vaddr;
-	void *owned;
-	bool own = cfi_elf_section(f->image, f->size, ".debug_frame", &sec, &len, &vaddr,
-				   &owned) == 0;
+	bool own = cfi_elf_section_copy(&r, ".debug_frame", SIZE_MAX, &sec, &len, &vaddr) == 0;
 	if (own)
 		cfi_build(&f->cfi, sec, len, false, 0, code, ncode, f->lo);
-	free(owned);
+	free(sec);
 	if (!f->cfi.count && !f->has_table &&
-	    cfi_elf_section(f->image, f->size, ".eh_frame", &sec, &len, &vaddr, &owned) == 0) {
+	    cfi_elf_section_copy(&r, ".eh_frame", SIZE_MAX, &sec, &len, &vaddr) == 0) {
 		cfi_build(&f->cfi, sec, len, true, vaddr, code, ncode, f->lo);
-		free(owned);
+		free(sec);
 	}
 	if (!f->cfi.count && !own && f->sym) {
 		bool compressed;
-		void *raw = symfile_debug_frame(f->sym, &len, &compressed);
-		owned = NULL;
-		sec = raw;
-		if (raw && (!compressed || cfi_inflate(raw, len, &sec, &len, &owned) == 0))
-			cfi_build(&f->cfi, sec, len, false, 0, code, ncode, f->lo);
+		void *owned = NULL, *raw = symfile_debug_frame(f->sym, &len, &compressed);
+		const unsigned char *p = raw;
+		if (raw && (!compressed || cfi_inflate(raw, len, &p, &len, &owned) == 0))
+			cfi_build(&f->cfi, p, len, false, 0, code, ncode, f->lo);
 		free(owned);
 		free(raw);
 	}
+	/* the rewrite is the uid's unwind memory too: over its budget, f has none */
+	size_t bytes = uwfile_cfi_bytes(f);
+	if (bytes && budget_take(f->copy.budget, f->copy.uid, BUDGET_UNWIND_BYTES, bytes) != 0)
+		cfi_table_free(&f->cfi);
+	else
+		f->cfi_charged = bytes;
 }
 
 /* f's extra CFI (uwfile_build_cfi), built at the first call; NULL when it has none. */
@@ -461,8 +528,6 @@ static const struct cfi_table *uwfile_cfi(struct uwfile *f)
 		pthread_mutex_lock(&f->cfi_lock);
 		if (!atomic_load_explicit(&f->cfi_done, memory_order_relaxed)) {
 			uwfile_build_cfi(f);
-			symfile_put(f->sym);
-			f->sym = NULL;
 			atomic_store_explicit(&f->cfi_done, true, memory_order_release);
 		}
 		pthread_mutex_unlock(&f->cfi_lock);
@@ -477,8 +542,9 @@ void unwind_cache_stats(uint64_t *files, uint64_t *bytes)
 	for (struct uwfile *f = uw_files; f; f = f->next) {
 		(*files)++;
 		*bytes += sizeof(*f) + strlen(f->key) + 1 + uwfast_file_bytes(&f->fast);
+		*bytes += filecopy_held(&f->copy);
 		if (atomic_load_explicit(&f->cfi_done, memory_order_acquire))
-			*bytes += f->cfi.size + f->cfi.count * sizeof(*f->cfi.entries);
+			*bytes += uwfile_cfi_bytes(f);
 	}
 	pthread_mutex_unlock(&uw_lock);
 }
@@ -522,7 +588,7 @@ static void unwind_build_images(struct unwind *u, struct procmaps *maps)
 			dup = m->start >= imgs[j].lo && m->start < imgs[j].hi;
 		if (dup)
 			continue;
-		struct uwfile *f = uwfile_get(m);
+		struct uwfile *f = uwfile_get(u, m);
 		if (!f)
 			continue;
 		/* bias from the segment whose file range holds the mapping's offset */
@@ -695,7 +761,20 @@ static int uw_find_proc_info(unw_addr_space_t as, unw_word_t ip, unw_proc_info_t
 		/* in words: each entry is two 32-bit values */
 		di.u.rti.table_len = im->f->fde_count * 8 / sizeof(unw_word_t);
 		c->u->stats.proc_lookups++;
-		rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, need_unwind_info, arg);
+		/* First without unwind info. A search whose FDE does not cover ip (a pc of code
+		 * with only .debug_frame: the table finds the crt FDE below it) has already
+		 * taken that FDE's unwind info from libunwind's pool when it says "no info".
+		 * libunwind gives back what pi holds after every lookup, but the search below
+		 * fills pi anew: that one was lost, 80 bytes per cache miss for good. */
+		rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, 0, arg);
+		if (rc >= 0 && need_unwind_info) {
+			memset(pi, 0, sizeof(*pi));
+			rc = _Ux86_64_dwarf_search_unwind_table(as, ip, &di, pi, 1, arg);
+			/* the same bytes as the first search: a failure now returns pi as it is,
+			 * for libunwind to give back */
+			if (rc < 0)
+				return rc;
+		}
 		if (rc >= 0)
 			return uw_checked(c, ip, pi, need_unwind_info);
 	}
@@ -750,6 +829,26 @@ static int uw_get_dyn_info_list_addr(unw_addr_space_t as, unw_word_t *dil, void 
 	return -UNW_ENOINFO;
 }
 
+/* Up to 8 bytes at addr of the image holding it (the rest of the word 0), as its file held
+ * them when first read. Out of line: the stack copy's reads, most of them, stay short. */
+static __attribute__((noinline)) bool uw_image_read(struct uwctx *c, uint64_t addr,
+						    unw_word_t *val)
+{
+	const struct uwimage *im = unwind_image(c, addr);
+	if (!im)
+		return false;
+	struct uwfile *f = im->f;
+	uint64_t off = uwfile_offset(f, addr - im->bias);
+	uint64_t n = off < f->copy.span ? f->copy.span - off : 0;
+	n = n < 8 ? n : 8;
+	const unsigned char *p = n ? filecopy_at(&f->copy, off, n) : NULL;
+	if (!p)
+		return false;
+	*val = 0;
+	memcpy(val, p, n);
+	return true;
+}
+
 static int uw_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
 			 void *arg)
 {
@@ -777,16 +876,8 @@ static int uw_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, 
 	}
 	if (addr >= UW_SYNTH_BASE)
 		return uw_synth_read(c, addr, val);
-	const struct uwimage *im = unwind_image(c, addr);
-	if (im) {
-		const struct uwfile *f = im->f;
-		uint64_t off = uwfile_offset(f, addr - im->bias);
-		if (off != UINT64_MAX && off < f->size) {
-			*val = 0;
-			memcpy(val, f->image + off, f->size - off < 8 ? f->size - off : 8);
-			return 0;
-		}
-	}
+	if (uw_image_read(c, addr, val))
+		return 0;
 	/* Inside the thread's stack but beyond the copy: the stack was capped. */
 	if (addr >= r->sp && (!r->stack_hi || addr < r->stack_hi))
 		c->outside = true;
@@ -905,6 +996,14 @@ void unwind_set_fast(struct unwind *u, enum unwind_fast mode)
 {
 	if (u)
 		u->fast = mode;
+}
+
+void unwind_set_budget(struct unwind *u, struct budget *b, uid_t uid)
+{
+	if (u) {
+		u->budget = b;
+		u->uid = uid;
+	}
 }
 
 void unwind_prepare(struct unwind *u, struct procmaps *maps)
@@ -1102,22 +1201,15 @@ uint32_t unwind_image_stack(const unsigned char *file, size_t size, uint64_t bia
 {
 	bool unknown;
 	*truncated = true;
-	struct uwfile *f = calloc(1, sizeof(*f));
-	void *img = size ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-				-1, 0)
-			 : MAP_FAILED;
-	if (!f || img == MAP_FAILED) {
-		free(f);
+	struct uwfile *f = uwfile_new(NULL, size);
+	if (!f || filecopy_init_mem(&f->copy, file, size) != 0) {
+		uwfile_destroy(f);
 		return 0;
 	}
-	memcpy(img, file, size);
-	f->refs = 1;
-	f->size = size;
-	f->image = img;
-	pthread_mutex_init(&f->cfi_lock, NULL);
+	const struct cfi_reader r = uwfile_reader(f);
 	uint32_t n = 0;
 	struct unwind *u = NULL;
-	if (uwfile_parse(f) == 0 && (u = unwind_new(0, false)) &&
+	if (uwfile_parse(f, &r, -1, NULL, 0) == 0 && (u = unwind_new(0, false)) &&
 	    (u->images = calloc(1, sizeof(*u->images))) != NULL) {
 		u->images[0] = (struct uwimage){ f->lo + bias, f->hi + bias, bias, f };
 		u->nimages = 1;
@@ -1149,12 +1241,12 @@ static int uwfunc_cmp(const void *a, const void *b)
  * without the header): classification reads that, never a debug file found elsewhere. */
 static bool uwfile_own_cfi(const struct uwfile *f)
 {
-	const unsigned char *sec;
+	const struct cfi_reader r = uwfile_reader(f);
 	size_t len;
 	uint64_t vaddr;
-	return cfi_elf_section(f->image, f->size, ".debug_frame", &sec, &len, &vaddr, NULL) == 0 ||
+	return cfi_elf_section_copy(&r, ".debug_frame", SIZE_MAX, NULL, &len, &vaddr) == 0 ||
 	       (!f->has_table &&
-		cfi_elf_section(f->image, f->size, ".eh_frame", &sec, &len, &vaddr, NULL) == 0);
+		cfi_elf_section_copy(&r, ".eh_frame", SIZE_MAX, NULL, &len, &vaddr) == 0);
 }
 
 /*
@@ -1177,13 +1269,13 @@ static void uwfile_classify_locked(struct uwfile *f)
 	if (f->has_table && f->fde_count) {
 		struct cfi_range code[UNWIND_MAX_SEGS];
 		size_t ncode = uwfile_code_ranges(f, code);
-		const unsigned char *sec;
+		const struct cfi_reader r = uwfile_reader(f);
+		unsigned char *sec;
 		size_t len;
 		uint64_t vaddr;
-		void *owned = NULL;
-		if (cfi_elf_section(f->image, f->size, ".eh_frame", &sec, &len, &vaddr, &owned) == 0)
+		if (cfi_elf_section_copy(&r, ".eh_frame", SIZE_MAX, &sec, &len, &vaddr) == 0)
 			cfi_build(&eh, sec, len, true, vaddr, code, ncode, f->lo);
-		free(owned);
+		free(sec);
 	}
 	const struct cfi_table *tabs[2] = { &eh, t };
 	size_t nt = eh.count + (t ? t->count : 0);

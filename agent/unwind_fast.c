@@ -43,14 +43,14 @@
 static atomic_size_t uwfast_cache_bytes;
 
 void uwfast_file_init(struct uwfast_file *ff, const unsigned char *image, size_t size,
-		      const struct cfi_seg *segs, size_t nsegs, uint64_t lo, uint64_t hi,
-		      uint64_t hdr_vaddr, uint64_t table_vaddr, uint64_t fde_count)
+		      struct filecopy *copy, const struct cfi_seg *segs, size_t nsegs, uint64_t lo,
+		      uint64_t hi, uint64_t hdr_vaddr, uint64_t table_vaddr, uint64_t fde_count)
 {
 	memset(ff, 0, sizeof(*ff));
 	if (nsegs > UWFAST_MAX_SEGS || hi > UWFAST_ADDR_LIMIT || lo >= hi || !fde_count)
 		return;
 	memcpy(ff->segs, segs, nsegs * sizeof(*segs));
-	ff->cfi = (struct cfi_file){ image, size, ff->segs, nsegs, lo, hi };
+	ff->cfi = (struct cfi_file){ image, size, ff->segs, nsegs, lo, hi, copy };
 	/* Every read must find the one segment libunwind's access_mem finds: no overlaps. */
 	for (size_t i = 0; i < nsegs; i++)
 		for (size_t j = i + 1; j < nsegs; j++)

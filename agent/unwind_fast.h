@@ -29,14 +29,15 @@ struct uwfast_file {
 	unsigned slot_bits;
 };
 
-/* Set up ff for the file image[0..size) whose PT_LOAD segments (file parts) are segs, whose
+/* Set up ff for the file image[0..size) (or, copy set, the bytes filecopy_at gives: size is
+ * then the file's size) whose PT_LOAD segments (file parts) are segs, whose
  * image spans ELF addresses [lo, hi), and whose .eh_frame_hdr at hdr_vaddr has fde_count
  * entries at table_vaddr (fde_count 0: none). Hostile input: anything the fast path does
  * not take (overlapping segments, addresses from 2^32 up, a table outside the segments)
  * leaves ff disabled. */
 void uwfast_file_init(struct uwfast_file *ff, const unsigned char *image, size_t size,
-		      const struct cfi_seg *segs, size_t nsegs, uint64_t lo, uint64_t hi,
-		      uint64_t hdr_vaddr, uint64_t table_vaddr, uint64_t fde_count);
+		      struct filecopy *copy, const struct cfi_seg *segs, size_t nsegs, uint64_t lo,
+		      uint64_t hi, uint64_t hdr_vaddr, uint64_t table_vaddr, uint64_t fde_count);
 void uwfast_file_release(struct uwfast_file *ff);
 /* Bytes of ff's row cache. */
 size_t uwfast_file_bytes(const struct uwfast_file *ff);

@@ -361,7 +361,7 @@ static struct verify_entry *verify_match_copy(struct verify_target *t, const voi
 		return NULL;
 	if (!t->copy_maps) {
 		t->copy_maps = procmaps_new_as(t->pid, t->s->uid);
-		t->copy_unwind = t->copy_maps ? unwind_new(t->pid, false) : NULL;
+		t->copy_unwind = t->copy_maps ? session_new_unwind(t->s, false) : NULL;
 		if (!t->copy_unwind) {
 			procmaps_free(t->copy_maps);
 			t->copy_maps = NULL;

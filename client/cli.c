@@ -269,10 +269,10 @@ static void print_list(const struct buf *b)
 		if (e.budget_flags) { /* the uid's budgets llgo-heapd hit (llgo-heapd --help) */
 			static const char *const names[] = { "connections", "processes", "rings",
 							     "ring memory", "bucket memory",
-							     "unread answers" };
+							     "unread answers", "unwind memory" };
 			printf("%-8s over its user's budget:", "");
 			const char *sep = " ";
-			for (unsigned k = 0; k < 6; k++) {
+			for (unsigned k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
 				if (e.budget_flags & (1u << k)) {
 					printf("%s%s", sep, names[k]);
 					sep = ", ";
