@@ -422,6 +422,16 @@ unit: $(TEST_BINS) $(PROG_BINS) $(BINS) $(LIBS)
 	$(MAKE) --no-print-directory fuzz-replay || fail=1; \
 	if [ $$fail = 0 ]; then echo "ALL TESTS PASSED ($(OUT))"; else echo "TESTS FAILED"; exit 1; fi
 
+# ---- call circles (issue 22) -----------------------------------------------------------
+# No two source files may use each other, directly or through a chain (tests/callcircles.py
+# reads the objects' symbol tables); make test fails on any such circle.
+CALLCIRCLE_OBJS := $(sort $(OUT)/obj/agent/daemon.o $(AGENT_COMMON_OBJS) $(CLI_OBJS) \
+	$(SYMBOLIZER_OBJS) $(SHIM_OBJS))
+
+.PHONY: callcircles
+callcircles: $(CALLCIRCLE_OBJS)
+	$(Q)python3 tests/callcircles.py shim/libllgoheap.map $(CALLCIRCLE_OBJS)
+
 # ---- demo ------------------------------------------------------------------------------
 
 demo: deps
