@@ -51,7 +51,7 @@ CFLAGS_SHIM := $(SHIM_EXTRA_CFLAGS) $(BASE_CFLAGS) -fPIC -fvisibility=hidden -ft
 	-fno-stack-protector -pthread
 LIBS_AGENT := -lbpf -lelf -ldw -ldebuginfod -lz -lmicrohttpd -lcurl -lunwind-x86_64 -lunwind -lpthread -lm
 # symbolizer/: llgo-heap-symbolizer, the sandboxed process that parses ELF/DWARF files for the
-# daemon (one per profiled uid, agent/symhelper.c). libdw/libelf only, no agent objects.
+# daemon (one per profiled uid, agent/symbol/symhelper.c). libdw/libelf only, no agent objects.
 SYMBOLIZER_SRCS := $(wildcard symbolizer/*.c)
 SYMBOLIZER_OBJS := $(patsubst symbolizer/%.c,$(OUT)/obj/symbolizer/%.o,$(SYMBOLIZER_SRCS))
 LIBS_SYMBOLIZER := -ldw -lelf -lz
@@ -75,25 +75,32 @@ SHIM_LIB_OBJS := $(filter-out $(OUT)/obj/shim/override%.o,$(SHIM_OBJS))
 # -static link would keep libc.a's own out of it with no next definition to call.
 SHIM_ARCHIVE_OBJS := $(filter-out $(OUT)/obj/shim/override_thread.o,$(SHIM_OBJS))
 
-AGENT_COMMON_SRCS := $(filter-out agent/daemon.c agent/%.bpf.c,$(wildcard agent/*.c))
+AGENT_COMMON_SRCS := $(filter-out agent/server/daemon.c %.bpf.c,$(wildcard agent/*/*.c))
 AGENT_COMMON_OBJS := $(patsubst agent/%.c,$(OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS))
 
+# common/: what the daemon, the CLI, the symbolizer and the tests all link, as one archive
+# (buffers, socket message framing, the log, escaping, gzip).
+COMMON_SRCS := $(wildcard common/*.c)
+COMMON_OBJS := $(patsubst common/%.c,$(OUT)/obj/common/%.o,$(COMMON_SRCS))
+COMMON_LIB := $(OUT)/obj/common/libcommon.a
+
 # client/: the protocol's client side (client.c, also linked into the tests) and the CLI.
-# The CLI links that, the CLI's own files and exactly the agent objects they use (buf, msg,
-# escape, gzip) and zlib, for the gzipped pprof files of `llgo-heap diff`: no libdw, libelf,
+# The CLI links that, the CLI's own files, common/ and zlib, for the gzipped pprof files of
+# `llgo-heap diff`: no agent object, no libdw, libelf,
 # libmicrohttpd, libbpf or libunwind (tests/test_e2e.c checks). The pprof reader and the diff
 # (with what they use) are linked into the tests and the fuzz harnesses too.
 CLIENT_OBJS := $(OUT)/obj/client/client.o
 PPROFREAD_OBJS := $(patsubst %,$(OUT)/obj/client/%.o,pprofread diff human)
 CLI_OBJS := $(patsubst client/%.c,$(OUT)/obj/client/%.o,$(filter-out client/client.c,\
-	$(wildcard client/*.c))) $(CLIENT_OBJS) $(patsubst %,$(OUT)/obj/agent/%.o,buf msg escape gzip)
+	$(wildcard client/*.c))) $(CLIENT_OBJS) $(COMMON_LIB)
 LIBS_CLI := -lz
 
 # Objects and tests depend on the headers they include (-MMD -MP: $(OUT)/**/*.d, read at the
 # end of this file). HEADERS is for the rules that compile several sources in one command
 # (gcc then writes one dependency file for the last source only).
 DEPFLAGS := -MMD -MP
-HEADERS := $(wildcard shared/*.h agent/*.h client/*.h shim/*.h include/*.h tests/*.h symbolizer/*.h)
+HEADERS := $(wildcard shared/*.h common/*.h agent/*.h agent/*/*.h client/*.h shim/*.h include/*.h \
+	tests/*.h symbolizer/*.h)
 
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRCS))
@@ -144,6 +151,15 @@ $(OUT)/obj/agent/%.o: agent/%.c Makefile
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) -c $< -o $@
 
+$(OUT)/obj/common/%.o: common/%.c Makefile
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) -c $< -o $@
+
+$(COMMON_LIB): $(COMMON_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
 $(OUT)/obj/symbolizer/%.o: symbolizer/%.c Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
@@ -154,10 +170,10 @@ $(OUT)/obj/client/%.o: client/%.c Makefile
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) -c $< -o $@
 
-# ---- the BPF program of llgo-heap verify (agent/verify.bpf.c) ---------------------------
+# ---- the BPF program of llgo-heap verify (agent/verify/verify.bpf.c) --------------------
 # vmlinux.h comes from the running kernel's BTF (bpftool btf dump). Where the build machine
 # has no /sys/kernel/btf/vmlinux, the program is built against the kernel's UAPI headers
-# instead (agent/verify_nobtf.h): it reads only pt_regs, whose layout is UAPI.
+# instead (agent/verify/verify_nobtf.h): it reads only pt_regs, whose layout is UAPI.
 BTF_VMLINUX ?= /sys/kernel/btf/vmlinux
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror \
 	-I$(OUT)/bpf -I/usr/include/$(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
@@ -168,11 +184,11 @@ $(OUT)/bpf/vmlinux.h:
 		echo "  BTF      $@ (generated from $(BTF_VMLINUX))"; \
 		bpftool btf dump file $(BTF_VMLINUX) format c > $@.tmp && mv $@.tmp $@; \
 	else \
-		echo "  BTF      $(BTF_VMLINUX) missing: verify.bpf.c builds against UAPI headers (agent/verify_nobtf.h)"; \
-		cp agent/verify_nobtf.h $@; \
+		echo "  BTF      $(BTF_VMLINUX) missing: verify.bpf.c builds against UAPI headers (agent/verify/verify_nobtf.h)"; \
+		cp agent/verify/verify_nobtf.h $@; \
 	fi
 
-$(OUT)/bpf/verify.bpf.o: agent/verify.bpf.c shared/verify.h $(OUT)/bpf/vmlinux.h Makefile
+$(OUT)/bpf/verify.bpf.o: agent/verify/verify.bpf.c shared/verify.h $(OUT)/bpf/vmlinux.h Makefile
 	$(call msg,BPF,$@)
 	$(Q)clang $(BPF_CFLAGS) -c $< -o $@.tmp && llvm-strip -g $@.tmp -o $@ && rm -f $@.tmp
 
@@ -180,13 +196,13 @@ $(OUT)/bpf/verify.bpf.skel.h: $(OUT)/bpf/verify.bpf.o
 	$(call msg,SKEL,$@)
 	$(Q)bpftool gen skeleton $< name verify_bpf > $@.tmp && mv $@.tmp $@
 
-$(OUT)/obj/agent/verify.o: $(OUT)/bpf/verify.bpf.skel.h
-$(OUT)/obj/agent/verify.o: CFLAGS_AGENT += -I$(OUT)/bpf
+$(OUT)/obj/agent/verify/verify.o: $(OUT)/bpf/verify.bpf.skel.h
+$(OUT)/obj/agent/verify/verify.o: CFLAGS_AGENT += -I$(OUT)/bpf
 
-# The OOM watch (agent/oom.bpf.c, --dump-oom): CO-RE against a local definition of the
+# The OOM watch (agent/dump/oom.bpf.c, --dump-oom): CO-RE against a local definition of the
 # task_struct fields it reads, so it needs no vmlinux.h; the kernel's BTF is needed at run
-# time (agent/oom.c falls back to the cgroups' counters without it).
-$(OUT)/bpf/oom.bpf.o: agent/oom.bpf.c shared/oom.h Makefile
+# time (agent/dump/oom.c falls back to the cgroups' counters without it).
+$(OUT)/bpf/oom.bpf.o: agent/dump/oom.bpf.c shared/oom.h Makefile
 	$(call msg,BPF,$@)
 	@mkdir -p $(dir $@)
 	$(Q)clang $(BPF_CFLAGS) -c $< -o $@.tmp && llvm-strip -g $@.tmp -o $@ && rm -f $@.tmp
@@ -195,8 +211,8 @@ $(OUT)/bpf/oom.bpf.skel.h: $(OUT)/bpf/oom.bpf.o
 	$(call msg,SKEL,$@)
 	$(Q)bpftool gen skeleton $< name oom_skel > $@.tmp && mv $@.tmp $@
 
-$(OUT)/obj/agent/oom.o: $(OUT)/bpf/oom.bpf.skel.h
-$(OUT)/obj/agent/oom.o: CFLAGS_AGENT += -I$(OUT)/bpf
+$(OUT)/obj/agent/dump/oom.o: $(OUT)/bpf/oom.bpf.skel.h
+$(OUT)/obj/agent/dump/oom.o: CFLAGS_AGENT += -I$(OUT)/bpf
 
 $(OUT)/lib/libllgoheap.so: $(SHIM_OBJS) shim/libllgoheap.map
 	$(call msg,LD,$@)
@@ -235,22 +251,23 @@ $(OUT)/lib/libllgoheap.a: $(SHIM_ARCHIVE_OBJS) $(OUT)/obj/shim/libllgoheap-weak.
 			$(OUT)/obj/shim/libllgoheap-all.o && \
 		ar rcs $@ $(OUT)/obj/shim/libllgoheap-all.o
 
-$(OUT)/bin/llgo-heapd: $(OUT)/obj/agent/daemon.o $(AGENT_COMMON_OBJS)
+$(OUT)/bin/llgo-heapd: $(OUT)/obj/agent/server/daemon.o $(AGENT_COMMON_OBJS) $(COMMON_LIB)
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_AGENT)
 
-$(OUT)/bin/llgo-heap-symbolizer: $(SYMBOLIZER_OBJS)
+$(OUT)/bin/llgo-heap-symbolizer: $(SYMBOLIZER_OBJS) $(COMMON_LIB)
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_SYMBOLIZER)
 
 # The same with test hooks (symbolizer/symserver.c: a function named sandbox_test_crash
 # aborts it, sandbox_test_hang hangs it): tests/test_sandbox.c only, never installed.
-$(OUT)/tests/llgo-heap-symbolizer-hooks: $(SYMBOLIZER_SRCS) $(HEADERS) Makefile
+$(OUT)/tests/llgo-heap-symbolizer-hooks: $(SYMBOLIZER_SRCS) $(COMMON_LIB) $(HEADERS) Makefile
 	$(call msg,LD,$@)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_AGENT) -DSYMSERVER_TEST_HOOKS -o $@ $(SYMBOLIZER_SRCS) $(LIBS_SYMBOLIZER)
+	$(Q)$(CC) $(CFLAGS_AGENT) -DSYMSERVER_TEST_HOOKS -o $@ $(SYMBOLIZER_SRCS) $(COMMON_LIB) \
+		$(LIBS_SYMBOLIZER)
 
 $(OUT)/bin/llgo-heap: $(CLI_OBJS)
 	$(call msg,LD,$@)
@@ -258,7 +275,7 @@ $(OUT)/bin/llgo-heap: $(CLI_OBJS)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $^ $(LIBS_CLI)
 
 # Every test's daemon launcher and client (tests/heapd.c over client/client.c), built once.
-TEST_LIB_OBJS := $(OUT)/obj/tests/heapd.o $(CLIENT_OBJS) $(PPROFREAD_OBJS)
+TEST_LIB_OBJS := $(OUT)/obj/tests/heapd.o $(CLIENT_OBJS) $(PPROFREAD_OBJS) $(COMMON_LIB)
 TEST_DEFS := -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' -DLLGO_SRC_DIR='"$(CURDIR)"' \
 	-DLLGO_PLAIN_SHIM='"$(abspath $(OUT))/lib/libllgoheap.so"' $(filter -I%,$(TEST_CRITERION))
 
@@ -388,8 +405,8 @@ DEB_PKGS += prometheus curl # tests/test_fleet.c: promtool, a real Prometheus, a
 # against the unit's filter). binutils: readelf, nm, objcopy, objdump of the tests.
 DEB_PKGS += systemd strace binutils
 DEB_PKGS += debuginfod # tests/test_debuginfod.c: a local debuginfod serving a folder
-DEB_PKGS += libdebuginfod-dev # agent/symfile.c asks debuginfod itself (debuginfod_find_debuginfo)
-DEB_PKGS += libcurl4-openssl-dev # agent/push.c: llgo-heapd --push URL (Pyroscope's /ingest)
+DEB_PKGS += libdebuginfod-dev # agent/symbol/symfile.c asks debuginfod itself (debuginfod_find_debuginfo)
+DEB_PKGS += libcurl4-openssl-dev # agent/dump/push.c: llgo-heapd --push URL (Pyroscope's /ingest)
 
 deps:
 	@missing=$$(for p in $(DEB_PKGS); do \
@@ -425,8 +442,8 @@ unit: $(TEST_BINS) $(PROG_BINS) $(BINS) $(LIBS)
 # ---- call circles (issue 22) -----------------------------------------------------------
 # No two source files may use each other, directly or through a chain (tests/callcircles.py
 # reads the objects' symbol tables); make test fails on any such circle.
-CALLCIRCLE_OBJS := $(sort $(OUT)/obj/agent/daemon.o $(AGENT_COMMON_OBJS) $(CLI_OBJS) \
-	$(SYMBOLIZER_OBJS) $(SHIM_OBJS))
+CALLCIRCLE_OBJS := $(sort $(OUT)/obj/agent/server/daemon.o $(AGENT_COMMON_OBJS) $(COMMON_OBJS) \
+	$(filter %.o,$(CLI_OBJS)) $(SYMBOLIZER_OBJS) $(SHIM_OBJS))
 
 .PHONY: callcircles
 callcircles: $(CALLCIRCLE_OBJS)
@@ -807,6 +824,7 @@ FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer -pthread $(WARN) \
 	-Wno-unknown-warning-option $(FUZZ_SAN) -I$(OUT)/bpf
 FUZZ_AGENT_OBJS := $(patsubst agent/%.c,$(FUZZ_OUT)/obj/agent/%.o,$(AGENT_COMMON_SRCS)) \
+	$(patsubst common/%.c,$(FUZZ_OUT)/obj/common/%.o,$(COMMON_SRCS)) \
 	$(FUZZ_OUT)/obj/symbolizer/symparse.o
 FUZZ_CLIENT_OBJS := $(patsubst %,$(FUZZ_OUT)/obj/client/%.o,client pprofread diff human)
 FUZZ_BINS := $(patsubst %,$(FUZZ_OUT)/fuzz_%,$(FUZZ_NAMES))
@@ -816,6 +834,11 @@ FUZZ_HEADERS := $(HEADERS) tests/fuzz/fuzz_util.h
 DEB_PKGS += libclang-rt-14-dev
 
 $(FUZZ_OUT)/obj/agent/%.o: agent/%.c Makefile | $(OUT)/bpf/verify.bpf.skel.h $(OUT)/bpf/oom.bpf.skel.h
+	$(call msg,FUZZCC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_OUT)/obj/common/%.o: common/%.c Makefile
 	$(call msg,FUZZCC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
@@ -836,11 +859,12 @@ $(FUZZ_OUT)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_AGENT_OBJS) $(FUZZ_CLIENT_OBJS) $
 		$(FUZZ_CLIENT_OBJS) $(LIBS_AGENT)
 
 # The replay builds: the test build's compiler, flags and sanitizers, no libFuzzer.
-$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(CLIENT_OBJS) $(PPROFREAD_OBJS) $(OUT)/obj/symbolizer/symparse.o $(FUZZ_HEADERS)
+$(OUT)/fuzz/replay_%: tests/fuzz/fuzz_%.c tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) $(CLIENT_OBJS) $(PPROFREAD_OBJS) $(OUT)/obj/symbolizer/symparse.o $(COMMON_LIB) $(FUZZ_HEADERS)
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) -o $@ $< tests/fuzz/replay_main.c $(AGENT_COMMON_OBJS) \
-		$(CLIENT_OBJS) $(PPROFREAD_OBJS) $(OUT)/obj/symbolizer/symparse.o $(LIBS_AGENT)
+		$(CLIENT_OBJS) $(PPROFREAD_OBJS) $(OUT)/obj/symbolizer/symparse.o $(COMMON_LIB) \
+		$(LIBS_AGENT)
 
 .PHONY: fuzz fuzz-build fuzz-replay
 fuzz-build: $(FUZZ_BINS)
@@ -874,14 +898,14 @@ unit: $(FUZZ_REPLAYS)
 
 # The committed seeds of each corpus (tests/fuzz/make_seeds.c); rerun after a format change.
 .PHONY: fuzz-seeds
-fuzz-seeds: $(AGENT_COMMON_OBJS)
+fuzz-seeds: $(AGENT_COMMON_OBJS) $(COMMON_LIB)
 	@mkdir -p $(OUT)/fuzz $(addprefix tests/fuzz/corpus/,$(FUZZ_NAMES))
 	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -O1 -g0 -s -o $(OUT)/fuzz/make_seeds tests/fuzz/make_seeds.c \
-		$(AGENT_COMMON_OBJS) $(LIBS_AGENT)
+		$(AGENT_COMMON_OBJS) $(COMMON_LIB) $(LIBS_AGENT)
 	$(Q)printf 'static int sq(int x) { return x * x; }\nint fz_main(int a) { return sq(a) + 1; }\n' | \
 		$(CC) -x c -g -O1 -shared -fPIC -nostdlib -Wl,--build-id -o $(OUT)/fuzz/tiny.so -
 	$(OUT)/fuzz/make_seeds tests/fuzz/corpus $(OUT)/fuzz/tiny.so
 
 # ---- header dependencies (-MMD -MP, see DEPFLAGS) -----------------------------------------
 -include $(wildcard $(OUT)/obj/*/*.d $(OUT)/obj/*/*/*.d $(OUT)/tests/*.d \
-	$(FUZZ_OUT)/obj/*/*.d)
+	$(FUZZ_OUT)/obj/*/*.d $(FUZZ_OUT)/obj/*/*/*.d)

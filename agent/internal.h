@@ -22,8 +22,8 @@
 #include "../shared/proto.h"
 #include "../shared/ring.h"
 
-#include "buf.h"
-#include "msg.h"
+#include "../common/buf.h"
+#include "../common/msg.h"
 
 /* ---- gzip.c: gzip framing through zlib ------------------------------------------------ */
 

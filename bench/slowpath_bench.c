@@ -57,7 +57,7 @@
 #include <x86intrin.h>
 
 #ifndef SLOWPATH_CAPTURE_ONLY
-#include "../agent/snapshot.h"
+#include "../agent/output/snapshot.h"
 #include "../shim/internal.h"
 #endif
 

@@ -37,10 +37,10 @@
 #include <unistd.h>
 
 #ifdef SNAPSHOT_BENCH_BEFORE
-#include "../agent/session.h"
+#include "../agent/ingest/session.h"
 #define snapshot_take server_snapshot
 #else
-#include "../agent/snapshot.h"
+#include "../agent/output/snapshot.h"
 #endif
 #include "../shared/live.h"
 #include "../shim/internal.h"

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../agent/buf.h"
+#include "../common/buf.h"
 
 /* ---- cli.c: options, subcommands, messages ------------------------------------------------ */
 

@@ -14,7 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../agent/msg.h"
+#include "../common/msg.h"
 #include "client.h"
 
 const char *client_default_socket(char *buf, size_t len)

@@ -27,9 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../agent/escape.h"
+#include "../common/escape.h"
 #include "../agent/internal.h"
-#include "../agent/sane.h"
+#include "../common/sane.h"
 #include "cli.h"
 #include "diff.h"
 

@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../agent/symproto.h"
+#include "../shared/symproto.h"
 #include "symjail.h"
 #include "symparse.h"
 

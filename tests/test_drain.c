@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../agent/snapshot.h"
+#include "../agent/output/snapshot.h"
 #include "../shim/internal.h"
 
 static void sleep_ms(unsigned ms)

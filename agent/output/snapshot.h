@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * snapshot.h: the snapshot service, one path for every way a profile leaves llgo-heapd: the
+ * socket's SNAPSHOT (server.c's client workers) and the HTTP endpoints (http.c). It finds
+ * the session, checks who asks, settles the socket (server_settle), drains, collects the
+ * buckets and the accounting as one consistent cut, trims, and writes the profile through
+ * the writers (pprof.c, text.c, folded.c, top.c). The model it fills (struct profile) is
+ * profile.c's; the session's records are drain.c's.
+ */
+#ifndef LLGO_AGENT_SNAPSHOT_H
+#define LLGO_AGENT_SNAPSHOT_H
+
+#include "../server/server.h"
+
+/* Everything s published before now, as a profile: settle its connections, drain, then copy
+ * the buckets and the accounting as of one cut (they describe the same records). Shared by
+ * SNAPSHOT and the HTTP endpoints (which subtract two for delta profiles). */
+int snapshot_collect(struct server *srv, struct session *s, struct profile *p);
+
+/* The same, but p's samples are the peak's capture (peak.c): the in-use values at the
+ * highest in-use total seen, described in p->meta.peak. */
+int snapshot_collect_peak(struct server *srv, struct session *s, struct profile *p);
+
+/* The cut alone (caller holds s->snapshot_lock; no settle, no drain, no trim): the buckets,
+ * their in-use values and the accounting as of one moment, offered to the peak view. */
+struct snapshot_cut_info {
+	struct session_counts cnt;
+	struct bucket_stats bs;
+	bool mixed;
+	uint64_t last_rate;
+};
+int snapshot_cut(struct session *s, struct profile *p, struct snapshot_cut_info *ci);
+
+/* Write p in format fmt (enum llgo_format) with LLGO_SNAP_* flags to out (top_n: rows of
+ * LLGO_FORMAT_TOP, 0 = 10). -EINVAL for an unknown format. */
+int snapshot_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
+		   uint32_t flags, uint32_t top_n);
+
+/* The whole path: look pid up (server_lookup), check that requester may read it, collect,
+ * write fmt into out. Returns 0, or -errno with a one-line reason in err (-ESRCH unknown
+ * pid, -EACCES, -EINVAL bad format). */
+int snapshot_take(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
+		  uint32_t top_n, struct buf *out, char *err, size_t errlen);
+
+#endif
