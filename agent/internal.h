@@ -21,14 +21,11 @@
 #include "../shared/compiler.h"
 #include "../shared/proto.h"
 #include "../shared/ring.h"
+#include "../shared/symproto.h"
 
 #include "../common/buf.h"
+#include "../common/gzip.h"
 #include "../common/msg.h"
-
-/* ---- gzip.c: gzip framing through zlib ------------------------------------------------ */
-
-/* Append the gzip (RFC 1952) compression of in[0..n) to out; level as zlib's. */
-int gzip_append(struct buf *out, const void *in, size_t n, int level);
 
 /* ---- ring.c: the daemon's reader of one shared ring ----------------------------------- */
 
@@ -417,14 +414,7 @@ bool cfi_check_program(const unsigned char *p, size_t n, uint64_t loc, uint64_t 
 
 /* ---- symbolize.c: addresses to functions, files and lines ----------------------------- */
 
-#define SYM_MAX_INLINE 16
-
-struct sym_frame {
-	const char *function; /* NULL when no symbol covers the address */
-	const char *file;     /* NULL when unknown */
-	int line;             /* 0 when unknown */
-	int start_line;       /* line of the function's declaration, 0 when unknown */
-};
+/* struct sym_frame and SYM_MAX_INLINE: shared/symproto.h (the symbolizer's too) */
 
 struct sym_result {
 	int nframes; /* inline chain, leaf first; the last is the physical function */

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "../common/escape.h"
-#include "../agent/internal.h"
+#include "../common/gzip.h"
 #include "../common/sane.h"
 #include "cli.h"
 #include "diff.h"

@@ -4,8 +4,8 @@
  * client side (client/) to collect answers. A buffer whose allocation failed once stays
  * failed (b->failed) and ignores further appends, so writers check once at the end.
  */
-#ifndef LLGO_AGENT_BUF_H
-#define LLGO_AGENT_BUF_H
+#ifndef LLGO_COMMON_BUF_H
+#define LLGO_COMMON_BUF_H
 
 #include <stdarg.h>
 #include <stdbool.h>

@@ -3,12 +3,12 @@
  * escape.h: names from a profiled process's files (symbols, source paths, mapping paths)
  * made safe for line-oriented text and terminals (escape.c).
  */
-#ifndef LLGO_AGENT_ESCAPE_H
-#define LLGO_AGENT_ESCAPE_H
+#ifndef LLGO_COMMON_ESCAPE_H
+#define LLGO_COMMON_ESCAPE_H
 
 #include <stdbool.h>
 
-#include "../agent/internal.h"
+#include "buf.h"
 
 /* Whether s holds anything escape_append would change. */
 bool escape_needed(const char *s);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "../agent/internal.h"
+#include "gzip.h"
 
 int gzip_append(struct buf *out, const void *in, size_t n, int level)
 {

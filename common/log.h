@@ -3,8 +3,8 @@
  * log.h: llgo-heapd's log (log.c). One line per event, with a level, on stderr (journald
  * takes it from there under systemd) or, once the daemon detached, to syslog.
  */
-#ifndef LLGO_AGENT_LOG_H
-#define LLGO_AGENT_LOG_H
+#ifndef LLGO_COMMON_LOG_H
+#define LLGO_COMMON_LOG_H
 
 #include <stdbool.h>
 

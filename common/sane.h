@@ -7,8 +7,8 @@
  * (ring.c, session.c), and outputs saturate at INT64_MAX. Sizes are not bounded: a program
  * may ask for SIZE_MAX (and fail), and that sample is real.
  */
-#ifndef LLGO_AGENT_SANE_H
-#define LLGO_AGENT_SANE_H
+#ifndef LLGO_COMMON_SANE_H
+#define LLGO_COMMON_SANE_H
 
 #include <stdint.h>
 

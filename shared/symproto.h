@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * symproto.h: the messages between llgo-heapd (agent/symhelper.c) and its sandboxed
+ * symproto.h: the messages between llgo-heapd (agent/symbol/symhelper.c) and its sandboxed
  * symbolizer process (symbolizer/symserver.c), over a SOCK_STREAM socketpair, native byte
  * order (both ends are one build). Each message is a struct symproto_hdr and len bytes of
  * body; descriptors travel with the header (SCM_RIGHTS), daemon to helper only.
@@ -20,8 +20,8 @@
  * The daemon trusts nothing in what the helper sends: every count and length is checked
  * against the message and the limits below, and strings are copied.
  */
-#ifndef LLGO_AGENT_SYMPROTO_H
-#define LLGO_AGENT_SYMPROTO_H
+#ifndef LLGO_SHARED_SYMPROTO_H
+#define LLGO_SHARED_SYMPROTO_H
 
 #include <stdint.h>
 
@@ -85,6 +85,19 @@ struct symproto_frame {
 
 struct symproto_close {
 	uint32_t id;
+};
+
+/* The frames of one address as either end holds them in its own memory, decoded: the most
+ * one address answers with (SYM_MAX_INLINE: its inline chain, leaf first, the last being the
+ * physical function) and one frame (strings are that end's own). Never sent as such: struct
+ * symproto_frame and its bytes are what crosses. */
+#define SYM_MAX_INLINE 16
+
+struct sym_frame {
+	const char *function; /* NULL when no symbol covers the address */
+	const char *file;     /* NULL when unknown */
+	int line;             /* 0 when unknown */
+	int start_line;       /* line of the function's declaration, 0 when unknown */
 };
 
 #endif

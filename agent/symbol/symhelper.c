@@ -62,9 +62,9 @@
 #include <unistd.h>
 
 #include "../../common/log.h"
-#include "../../common/msg.h"
-#include "symfile.h"
+#include "../../shared/frame.h"
 #include "../../shared/symproto.h"
+#include "symfile.h"
 #include "symuid.h"
 
 #define SYMHELPER_TIMEOUT_MS 30000
@@ -207,9 +207,9 @@ static int symhelper_send(const struct symhelper *h, uint32_t type, const void *
 {
 	struct symproto_hdr hd = { type, (uint32_t)(alen + blen) };
 	struct iovec iov[3] = { { &hd, sizeof(hd) }, { (void *)a, alen }, { (void *)b, blen } };
-	union msg_fd_control ctl;
+	union llgo_frame_fd_control ctl;
 	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = 3 };
-	msg_attach_fd(&msg, &ctl, pass_fd);
+	llgo_frame_attach_fd(&msg, &ctl, pass_fd);
 	size_t left = sizeof(hd) + alen + blen;
 	while (left > 0) {
 		int err = symhelper_wait(h, POLLOUT, deadline);
