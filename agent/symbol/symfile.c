@@ -282,6 +282,7 @@ struct symfile *symfile_get(const char *path, int fd, const char *build_id, uid_
 		f->uid = uid;
 		f->fd = own;
 		f->debug_fd = -1;
+		f->find_debug = symfile_find_debug;
 		f->dev = st.st_dev;
 		f->ino = st.st_ino;
 		snprintf(f->build_id, sizeof(f->build_id), "%s", build_id ? build_id : "");

@@ -45,6 +45,10 @@ struct symfile {
 	char build_id[80];  /* lowercase hex, "" when none */
 	dev_t dev;          /* the file's, so it is never its own debug file */
 	ino_t ino;
+	/* symfile_find_debug: symhelper.c, which symfile.c calls, reaches it through here when
+	 * the helper asks for a debug file (no call back up into symfile.c) */
+	int (*find_debug)(struct symfile *f, const char *name, uint32_t crc,
+			  const char *alt_build_id);
 
 	/* Under its uid's helper lock (symhelper.c). */
 	uint32_t helper_id;  /* its id in the helper */
@@ -85,7 +89,8 @@ void symhelper_forget(struct symfile *f);
 
 /* symfile.c: a separate debug file for f, found where the daemon may look (the helper asked
  * for it: name and crc from f's .gnu_debuglink, or for a DWARF alternate file its name and
- * hex build ID); a descriptor safe to hand to the helper, or -1. */
+ * hex build ID); a descriptor safe to hand to the helper, or -1. symhelper.c calls it as
+ * f->find_debug. */
 int symfile_find_debug(struct symfile *f, const char *name, uint32_t crc,
 		       const char *alt_build_id);
 

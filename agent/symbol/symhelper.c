@@ -15,7 +15,8 @@
  * stop, kill, trace or read it. It drops everything, sets its parent-death signal (SIGKILL:
  * it dies with the daemon) and installs its seccomp filter before it says READY
  * (symbolizer/symjail.c). Files reach it as descriptors (SCM_RIGHTS) the daemon opened; debug
- * files it asks for are found by symfile_find_debug() and sent the same way.
+ * files it asks for are found by symfile_find_debug() (as f->find_debug: symfile.c is above
+ * this file) and sent the same way.
  *
  * Failures. Every read of the helper has a deadline (SYMHELPER_TIMEOUT_MS per message; the
  * time the daemon spends finding a debug file does not count). A helper that crashes, hangs,
@@ -489,7 +490,7 @@ static int symhelper_find(struct symhelper *h, struct symfile *f, const void *bo
 	id[q->build_id_len] = '\0';
 	if (strlen(name) != q->name_len || strlen(id) != q->build_id_len)
 		return -EPROTO;
-	int fd = symfile_find_debug(f, name, q->crc, q->build_id_len ? id : NULL);
+	int fd = f->find_debug(f, name, q->crc, q->build_id_len ? id : NULL);
 	struct symproto_found a = { q->id, fd >= 0 };
 	int err = symhelper_send(h, SYMPROTO_FOUND, &a, sizeof(a), NULL, 0, fd, deadline);
 	if (fd >= 0)
@@ -613,7 +614,7 @@ int symhelper_debug_fd(struct symfile *f, const char *link_name, uint32_t crc)
 	if (!h || !symhelper_lock(h))
 		return -1;
 	int fd = f->debug_fd >= 0 ? fcntl(f->debug_fd, F_DUPFD_CLOEXEC, 3)
-				  : symfile_find_debug(f, link_name ? link_name : "", crc, NULL);
+				  : f->find_debug(f, link_name ? link_name : "", crc, NULL);
 	pthread_mutex_unlock(&h->lock);
 	return fd;
 }
