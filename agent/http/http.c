@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * http.c: llgo-heapd's HTTP server (--http [ADDR:]PORT, off by default): the listening
- * socket and libmicrohttpd's threads, who may read what (uids, the bearer token), the
- * dispatch of a request to its endpoint, and the answer helpers the endpoints share:
+ * socket and libmicrohttpd's threads, who may read what (uids, the bearer token), and the
+ * dispatch of a request to its endpoint (which reads it with http_request.c and answers with
+ * http_answer.c):
  *
  *   /                           a small index of the endpoints (never behind the token);
  *   /debug/pprof/...            Go's net/http/pprof for each attached process (http_pprof.c);
@@ -57,72 +58,27 @@
 #define HTTP_IDLE_TIMEOUT_S 10u
 #define HTTP_STOP_WAIT_MS 2000u   /* for answers under way when the daemon stops */
 
-/* ---- small helpers -------------------------------------------------------------------- */
+/* ---- / ---------------------------------------------------------------------------------- */
 
-/* Go's strconv.ParseInt(s, 10, 64): optional sign, decimal digits, no spaces. Returns 0,
- * -EINVAL (syntax) or -ERANGE (with *out clamped, as Go does). */
-int http_parse_int(const char *s, int64_t *out)
+/* What the host serves, and nothing of any process: this page needs no token. */
+static enum MHD_Result http_root(struct MHD_Connection *c)
 {
-	*out = 0;
-	if (!s || !*s)
-		return -EINVAL;
-	bool neg = false;
-	if (*s == '+' || *s == '-') {
-		neg = *s == '-';
-		s++;
-	}
-	if (!*s)
-		return -EINVAL;
-	const uint64_t limit = (uint64_t)INT64_MAX + (neg ? 1u : 0u);
-	uint64_t v = 0;
-	bool range = false;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9')
-			return -EINVAL;
-		unsigned d = (unsigned)(*s - '0');
-		if (range || v > (limit - d) / 10)
-			range = true;
-		else
-			v = v * 10 + d;
-	}
-	if (range) {
-		*out = neg ? INT64_MIN : INT64_MAX;
-		return -ERANGE;
-	}
-	*out = neg ? (int64_t)(0 - v) : (int64_t)v;
-	return 0;
+	struct http_answer a;
+	http_answer_init(&a, MHD_HTTP_OK, "text/html; charset=utf-8");
+	buf_puts(&a.body,
+		 "<html>\n<head><title>llgo-heapd</title></head>\n<body>\n<h1>llgo-heapd</h1>\n"
+		 "<ul>\n"
+		 "<li><a href=\"/debug/pprof/\">/debug/pprof/</a>: heap and allocs profiles of "
+		 "each profiled process (?pid=N), as Go's net/http/pprof serves them</li>\n"
+		 "<li><a href=\"/targets\">/targets</a>: the profiled processes, for Prometheus "
+		 "HTTP service discovery (http_sd_configs; Parca, Grafana Alloy)</li>\n"
+		 "<li><a href=\"/metrics\">/metrics</a>: counters of each process and of the "
+		 "daemon, in the Prometheus text format (?pid=N: one process)</li>\n"
+		 "</ul>\n</body>\n</html>\n");
+	return http_answer_send(c, &a);
 }
 
-/* Go's `n, _ := strconv.Atoi(s)`: 0 on a syntax error, the clamped value out of range. */
-int64_t http_atoi(const char *s)
-{
-	int64_t v;
-	int rc = http_parse_int(s, &v);
-	return rc == -EINVAL ? 0 : v;
-}
-
-const char *http_arg(struct MHD_Connection *c, const char *key)
-{
-	return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
-}
-
-bool http_uid_allowed(const struct http_view *v, uid_t uid)
-{
-	if (v->all || (v->has_own && v->own == uid))
-		return true;
-	for (size_t i = 0; i < v->n; i++)
-		if (v->uids[i] == uid)
-			return true;
-	return false;
-}
-
-/* A process whose identity changed after it attached (a setuid exec, ident.c) is served as
- * root's: only when root's processes may be seen. */
-bool http_session_allowed(const struct http_view *v, const struct session *s)
-{
-	return http_uid_allowed(v, s->uid) &&
-	       (!atomic_load(&s->ident_lost) || http_uid_allowed(v, 0));
-}
+/* ---- dispatch ------------------------------------------------------------------------- */
 
 /* What the request on c may see (see Access above). */
 static void http_view_of(struct http_server *h, struct MHD_Connection *c, struct http_view *v)
@@ -141,127 +97,9 @@ static void http_view_of(struct http_server *h, struct MHD_Connection *c, struct
 	v->own = p.uid;
 }
 
-int64_t http_pid_arg(struct MHD_Connection *c)
-{
-	const char *arg = http_arg(c, "pid");
-	if (!arg || !*arg)
-		return 0;
-	int64_t pid;
-	if (http_parse_int(arg, &pid) || pid <= 0 || pid > INT_MAX)
-		return -1;
-	return pid;
-}
-
-void http_quote(struct buf *b, const char *s)
-{
-	char *safe = escape_dup(s);
-	buf_putc(b, '"');
-	for (const char *p = safe ? safe : ""; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			buf_putc(b, '\\');
-		buf_putc(b, *p);
-	}
-	buf_putc(b, '"');
-	if (!safe)
-		b->failed = true;
-	free(safe);
-}
-
-/* ---- answers -------------------------------------------------------------------------- */
-
-void http_answer_init(struct http_answer *a, unsigned status, const char *ctype)
-{
-	memset(a, 0, sizeof(*a));
-	a->status = status;
-	a->content_type = ctype;
-	buf_init(&a->body);
-}
-
-enum MHD_Result http_send(struct MHD_Connection *c, struct http_answer *a)
-{
-	if (a->body.failed) {
-		/* out of memory while writing: say so in a short answer we can still build */
-		buf_free(&a->body);
-		http_answer_init(a, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8");
-		a->go_error = true;
-		static const char oom[] = "out of memory\n";
-		struct MHD_Response *r = MHD_create_response_from_buffer(
-			sizeof(oom) - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
-		if (!r)
-			return MHD_NO;
-		MHD_add_response_header(r, "Content-Type", a->content_type);
-		MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-		MHD_add_response_header(r, "X-Go-Pprof", "1");
-		enum MHD_Result rc = MHD_queue_response(c, a->status, r);
-		MHD_destroy_response(r);
-		return rc;
-	}
-	struct MHD_Response *r;
-	if (a->body.len == 0) {
-		r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-		buf_free(&a->body);
-	} else {
-		r = MHD_create_response_from_buffer(a->body.len, a->body.data,
-						    MHD_RESPMEM_MUST_FREE);
-		if (r)
-			buf_init(&a->body); /* libmicrohttpd frees it */
-		else
-			buf_free(&a->body);
-	}
-	if (!r)
-		return MHD_NO;
-	bool ok = MHD_add_response_header(r, "X-Content-Type-Options", "nosniff") == MHD_YES;
-	if (a->content_type)
-		ok = ok && MHD_add_response_header(r, "Content-Type", a->content_type) == MHD_YES;
-	if (a->disposition[0])
-		ok = ok && MHD_add_response_header(r, "Content-Disposition", a->disposition) ==
-				   MHD_YES;
-	if (a->go_error)
-		ok = ok && MHD_add_response_header(r, "X-Go-Pprof", "1") == MHD_YES;
-	enum MHD_Result rc = ok ? MHD_queue_response(c, a->status, r) : MHD_NO;
-	MHD_destroy_response(r);
-	return rc;
-}
-
-/* Go's serveError: status, text/plain, X-Go-Pprof: 1, no Content-Disposition, txt + "\n". */
-enum MHD_Result http_error(struct MHD_Connection *c, unsigned status, const char *fmt,
-				  ...)
-{
-	struct http_answer a;
-	http_answer_init(&a, status, "text/plain; charset=utf-8");
-	a.go_error = true;
-	va_list ap;
-	va_start(ap, fmt);
-	buf_vprintf(&a.body, fmt, ap);
-	va_end(ap);
-	buf_putc(&a.body, '\n');
-	return http_send(c, &a);
-}
-/* ---- / ---------------------------------------------------------------------------------- */
-
-/* What the host serves, and nothing of any process: this page needs no token. */
-static enum MHD_Result http_root(struct MHD_Connection *c)
-{
-	struct http_answer a;
-	http_answer_init(&a, MHD_HTTP_OK, "text/html; charset=utf-8");
-	buf_puts(&a.body,
-		 "<html>\n<head><title>llgo-heapd</title></head>\n<body>\n<h1>llgo-heapd</h1>\n"
-		 "<ul>\n"
-		 "<li><a href=\"/debug/pprof/\">/debug/pprof/</a>: heap and allocs profiles of "
-		 "each profiled process (?pid=N), as Go's net/http/pprof serves them</li>\n"
-		 "<li><a href=\"/targets\">/targets</a>: the profiled processes, for Prometheus "
-		 "HTTP service discovery (http_sd_configs; Parca, Grafana Alloy)</li>\n"
-		 "<li><a href=\"/metrics\">/metrics</a>: counters of each process and of the "
-		 "daemon, in the Prometheus text format (?pid=N: one process)</li>\n"
-		 "</ul>\n</body>\n</html>\n");
-	return http_send(c, &a);
-}
-
-/* ---- dispatch ------------------------------------------------------------------------- */
-
 static enum MHD_Result http_handle(void *cls, struct MHD_Connection *c, const char *url,
-				   const char *method, const char *version,
-				   const char *upload_data, size_t *upload_data_size, void **req_cls)
+				   const char *method, const char *version, const char *upload_data,
+				   size_t *upload_data_size, void **req_cls)
 {
 	struct http_server *h = cls;
 	(void)version;
@@ -296,7 +134,8 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *c, const ch
 		http_conns_progress(h, c, HTTP_CONNS_REQUEST_IN);
 	}
 	if (atomic_load_explicit(&h->stopping, memory_order_acquire))
-		return http_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "llgo-heapd is shutting down");
+		return http_answer_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+					 "llgo-heapd is shutting down");
 	if (req->denied)
 		return http_auth_deny(h, c, req->presented);
 
@@ -343,7 +182,7 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *c, const ch
 		struct http_answer a;
 		http_answer_init(&a, MHD_HTTP_NOT_FOUND, "text/plain; charset=utf-8");
 		buf_puts(&a.body, "404 page not found\n");
-		return http_send(c, &a);
+		return http_answer_send(c, &a);
 	}
 	return http_pprof_handle(h, c, url + strlen(HTTP_PREFIX), method, req);
 }
@@ -408,7 +247,7 @@ int http_parse_uids(const char *s, uid_t **out, size_t *n, char *err, size_t err
 		word[len] = '\0';
 		int64_t num;
 		if (word[0] >= '0' && word[0] <= '9') {
-			if (http_parse_int(word, &num) || num < 0 || num >= (int64_t)UINT32_MAX) {
+			if (http_request_int(word, &num) || num < 0 || num >= (int64_t)UINT32_MAX) {
 				snprintf(err, errlen, "--http-uids: not a uid: '%s'", word);
 				free(v);
 				return -EINVAL;
@@ -540,9 +379,10 @@ struct http_server *http_new(struct server *srv, const char *addr_port, const ui
 		snprintf(h->address, sizeof(h->address), ss.ss_family == AF_INET6 ? "[%s]:%s" :
 			 "%s:%s", nh, np);
 		h->port = (unsigned)atoi(np);
-		h->wildcard = ss.ss_family == AF_INET6
-				      ? IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&ss)->sin6_addr)
-				      : ((struct sockaddr_in *)&ss)->sin_addr.s_addr == htonl(INADDR_ANY);
+		h->wildcard =
+			ss.ss_family == AF_INET6
+				? IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&ss)->sin6_addr)
+				: ((struct sockaddr_in *)&ss)->sin_addr.s_addr == htonl(INADDR_ANY);
 	} else
 		snprintf(h->address, sizeof(h->address), "%s", addr_port);
 	h->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

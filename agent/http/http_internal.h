@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * http_internal.h: what the files of llgo-heapd's HTTP server share, and nothing else
- * includes. http.c owns the server (life cycle, access, dispatch, the answer helpers),
- * http_auth.c the bearer token, http_conns.c the connections (their peers, limits and
- * deadlines); each endpoint family has its file: http_pprof.c (Go's /debug/pprof/),
- * http_targets.c (/targets, Prometheus HTTP service discovery), http_metrics.c (/metrics).
+ * includes. http.c owns the server (life cycle, access, dispatch), http_auth.c the bearer
+ * token, http_conns.c the connections (their peers, limits and deadlines); each endpoint
+ * family has its file: http_pprof.c (Go's /debug/pprof/), http_targets.c (/targets,
+ * Prometheus HTTP service discovery), http_metrics.c (/metrics).
+ *
+ * The router and the endpoints meet here: http.c calls an endpoint's handler with the
+ * server, the connection and the request's view; the endpoint reads its request with
+ * http_request.c and answers with http_answer.c, and never calls http.c.
  */
 #ifndef LLGO_AGENT_HTTP_INTERNAL_H
 #define LLGO_AGENT_HTTP_INTERNAL_H
@@ -122,31 +126,33 @@ struct http_answer {
 	struct buf body;      /* handed to libmicrohttpd */
 };
 
-/* ---- http.c ---------------------------------------------------------------------------- */
+/* ---- http_request.c: what an endpoint reads of its request ----------------------------- */
 
 /* Go's strconv.ParseInt(s, 10, 64): 0, -EINVAL (syntax) or -ERANGE (*out clamped). */
-int http_parse_int(const char *s, int64_t *out);
+int http_request_int(const char *s, int64_t *out);
 /* Go's `n, _ := strconv.Atoi(s)`: 0 on a syntax error, the clamped value out of range. */
-int64_t http_atoi(const char *s);
-const char *http_arg(struct MHD_Connection *c, const char *key);
-bool http_uid_allowed(const struct http_view *v, uid_t uid);
+int64_t http_request_atoi(const char *s);
+const char *http_request_arg(struct MHD_Connection *c, const char *key);
+bool http_request_sees_uid(const struct http_view *v, uid_t uid);
 /* Whether the request may see s: its uid is allowed (a process whose identity changed after
  * it attached, ident.c, counts as root's). */
-bool http_session_allowed(const struct http_view *v, const struct session *s);
-/* A hostile string (a command name, a path, an environment variable) double-quoted for
- * JSON and for Prometheus label values: escape.c's form (valid UTF-8, no control character;
- * \xNN and \\ escapes), then its double quotes and backslashes escaped with a backslash. */
-void http_quote(struct buf *b, const char *s);
+bool http_request_sees(const struct http_view *v, const struct session *s);
 /* The pid=N parameter: 0 when absent, -1 when not a positive int (answer 400). */
-int64_t http_pid_arg(struct MHD_Connection *c);
+int64_t http_request_pid(struct MHD_Connection *c);
+
+/* ---- http_answer.c: how an endpoint answers -------------------------------------------- */
 
 void http_answer_init(struct http_answer *a, unsigned status, const char *ctype);
 /* Queue a (the body is handed over or freed); a body that ran out of memory becomes a 500
  * "out of memory" answer. */
-enum MHD_Result http_send(struct MHD_Connection *c, struct http_answer *a);
+enum MHD_Result http_answer_send(struct MHD_Connection *c, struct http_answer *a);
 /* Go's serveError: status, text/plain, X-Go-Pprof: 1, the message and a newline. */
-enum MHD_Result http_error(struct MHD_Connection *c, unsigned status, const char *fmt, ...)
+enum MHD_Result http_answer_error(struct MHD_Connection *c, unsigned status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* A hostile string (a command name, a path, an environment variable) double-quoted for
+ * JSON and for Prometheus label values: escape.c's form (valid UTF-8, no control character;
+ * \xNN and \\ escapes), then its double quotes and backslashes escaped with a backslash. */
+void http_answer_quote(struct buf *b, const char *s);
 
 /* ---- http_auth.c ----------------------------------------------------------------------- */
 

@@ -55,7 +55,7 @@ static void http_metrics_family(struct buf *b, const char *name, const char *typ
 static void http_metrics_label(struct buf *b, const char *name, const char *value)
 {
 	buf_printf(b, "%s=", name);
-	http_quote(b, value);
+	http_answer_quote(b, value);
 }
 
 /* A limit: 0 is none. */
@@ -282,8 +282,9 @@ static void http_metrics_daemon(struct http_server *h, struct MHD_Connection *c,
 				buf_printf(b, "%s{uid=\"%u\",kind=\"%s\"} ", per_uid[m][0],
 					   (unsigned)uid, http_metrics_kinds[k]);
 				if (m == 0)
-					buf_printf(b, "%llu\n", (unsigned long long)budget_used(
-									bud, uid, (enum budget_kind)k));
+					buf_printf(b, "%llu\n",
+						   (unsigned long long)budget_used(
+							   bud, uid, (enum budget_kind)k));
 				else if (m == 1)
 					http_metrics_limit(b, uid == 0 && lim.root_exempt
 								      ? 0 : lim.per_uid[k]);
@@ -298,20 +299,20 @@ static void http_metrics_daemon(struct http_server *h, struct MHD_Connection *c,
 enum MHD_Result http_metrics_handle(struct http_server *h, struct MHD_Connection *c,
 				    const struct http_view *view)
 {
-	int64_t pid = http_pid_arg(c);
+	int64_t pid = http_request_pid(c);
 	if (pid < 0)
-		return http_error(c, MHD_HTTP_BAD_REQUEST,
-				  "invalid value for \"pid\" - must be a positive integer");
+		return http_answer_error(c, MHD_HTTP_BAD_REQUEST,
+					 "invalid value for \"pid\" - must be a positive integer");
 	struct session **v;
 	size_t n = session_list(server_sessions(h->srv), false, &v);
 	struct http_metrics_row *rows = calloc(n ? n : 1, sizeof(*rows));
 	if (!rows) {
 		session_list_release(v, n);
-		return http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
+		return http_answer_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory");
 	}
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!http_session_allowed(view, v[i]) || (pid && v[i]->pid != (pid_t)pid))
+		if (!http_request_sees(view, v[i]) || (pid && v[i]->pid != (pid_t)pid))
 			continue;
 		rows[k].s = v[i];
 		session_list_entry(v[i], &rows[k].e);
@@ -320,15 +321,16 @@ enum MHD_Result http_metrics_handle(struct http_server *h, struct MHD_Connection
 	}
 	enum MHD_Result rc;
 	if (pid && !k) {
-		rc = http_error(c, MHD_HTTP_NOT_FOUND,
-				"no profiled process with pid %lld (see /targets)", (long long)pid);
+		rc = http_answer_error(c, MHD_HTTP_NOT_FOUND,
+				       "no profiled process with pid %lld (see /targets)",
+				       (long long)pid);
 	} else {
 		struct http_answer a;
 		http_answer_init(&a, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8");
 		http_metrics_processes(&a.body, rows, k);
 		if (!pid)
 			http_metrics_daemon(h, c, &a.body, view, rows, k);
-		rc = http_send(c, &a);
+		rc = http_answer_send(c, &a);
 	}
 	free(rows); /* the names live in the sessions, released after the answer is written */
 	session_list_release(v, n);

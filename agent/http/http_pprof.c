@@ -62,16 +62,16 @@ static void http_pprof_html(struct buf *b, const char *s, size_t max)
 }
 
 /* Send a written profile, or the error its writer returned (werr). A buffer that ran out
- * of memory becomes http_send's "out of memory" answer. */
+ * of memory becomes http_answer_send's "out of memory" answer. */
 static enum MHD_Result http_pprof_send_profile(struct MHD_Connection *c,
 					       struct http_answer *a, int werr)
 {
 	if (werr && !a->body.failed) {
 		buf_free(&a->body);
-		return http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "failed to write profile: %s",
-				  strerror(-werr));
+		return http_answer_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+					 "failed to write profile: %s", strerror(-werr));
 	}
-	return http_send(c, a);
+	return http_answer_send(c, a);
 }
 
 /* ---- sessions ------------------------------------------------------------------------- */
@@ -86,7 +86,7 @@ static struct session *http_pprof_sole_session(struct http_server *h,
 	struct session *one = NULL;
 	*allowed = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (http_session_allowed(view, v[i])) {
+		if (http_request_sees(view, v[i])) {
 			++*allowed;
 			one = v[i];
 		}
@@ -101,23 +101,25 @@ static struct session *http_pprof_sole_session(struct http_server *h,
 static struct session *http_pprof_session(struct http_server *h, struct MHD_Connection *c,
 					  const struct http_view *view, enum MHD_Result *sent)
 {
-	const char *arg = http_arg(c, "pid");
+	const char *arg = http_request_arg(c, "pid");
 	if (arg && *arg) {
 		int64_t pid;
-		if (http_parse_int(arg, &pid) || pid <= 0 || pid > INT_MAX) {
-			*sent = http_error(c, MHD_HTTP_BAD_REQUEST,
-					   "invalid value for \"pid\" - must be a positive integer");
+		if (http_request_int(arg, &pid) || pid <= 0 || pid > INT_MAX) {
+			*sent = http_answer_error(
+				c, MHD_HTTP_BAD_REQUEST,
+				"invalid value for \"pid\" - must be a positive integer");
 			return NULL;
 		}
 		struct session *s = server_lookup(h->srv, (pid_t)pid);
-		if (s && !http_session_allowed(view, s)) {
+		if (s && !http_request_sees(view, s)) {
 			session_put(s);
 			s = NULL;
 		}
 		if (!s)
-			*sent = http_error(c, MHD_HTTP_NOT_FOUND,
-					   "no profiled process with pid %lld (see /debug/pprof/)",
-					   (long long)pid);
+			*sent = http_answer_error(
+				c, MHD_HTTP_NOT_FOUND,
+				"no profiled process with pid %lld (see /debug/pprof/)",
+				(long long)pid);
 		return s;
 	}
 	/* No pid: the one allowed live process, if there is exactly one. */
@@ -126,13 +128,15 @@ static struct session *http_pprof_session(struct http_server *h, struct MHD_Conn
 	if (one)
 		return one;
 	if (allowed == 0)
-		*sent = http_error(c, MHD_HTTP_BAD_REQUEST,
-				   "missing \"pid\" parameter: no profiled process is attached");
+		*sent = http_answer_error(
+			c, MHD_HTTP_BAD_REQUEST,
+			"missing \"pid\" parameter: no profiled process is attached");
 	else
-		*sent = http_error(c, MHD_HTTP_BAD_REQUEST,
-				   "missing \"pid\" parameter: %zu profiled processes are attached; "
-				   "choose one with ?pid=N (see /debug/pprof/)",
-				   allowed);
+		*sent = http_answer_error(
+			c, MHD_HTTP_BAD_REQUEST,
+			"missing \"pid\" parameter: %zu profiled processes are attached; "
+			"choose one with ?pid=N (see /debug/pprof/)",
+			allowed);
 	return NULL;
 }
 
@@ -181,26 +185,28 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 	bool allocs = strcmp(name, "allocs") == 0;
 	uint32_t flags = allocs ? LLGO_SNAP_ALLOCS : 0;
 	/* Go checks seconds first (value, then WriteTimeout, then debug), then gc and debug. */
-	const char *sec = http_arg(c, "seconds");
+	const char *sec = http_request_arg(c, "seconds");
 	int64_t seconds = 0;
 	if (sec && *sec) {
-		if (http_parse_int(sec, &seconds) || seconds <= 0)
-			return http_error(c, MHD_HTTP_BAD_REQUEST,
-					  "invalid value for \"seconds\" - must be a positive integer");
+		if (http_request_int(sec, &seconds) || seconds <= 0)
+			return http_answer_error(
+				c, MHD_HTTP_BAD_REQUEST,
+				"invalid value for \"seconds\" - must be a positive integer");
 		if (seconds > HTTP_MAX_SECONDS)
-			return http_error(c, MHD_HTTP_BAD_REQUEST,
-					  "profile duration exceeds server's WriteTimeout");
-		if (http_atoi(http_arg(c, "debug")) != 0)
-			return http_error(c, MHD_HTTP_BAD_REQUEST,
-					  "seconds and debug params are incompatible");
+			return http_answer_error(c, MHD_HTTP_BAD_REQUEST,
+						 "profile duration exceeds server's WriteTimeout");
+		if (http_request_atoi(http_request_arg(c, "debug")) != 0)
+			return http_answer_error(c, MHD_HTTP_BAD_REQUEST,
+						 "seconds and debug params are incompatible");
 	}
 	/* gc=N: Go runs a collection first so in-use counts are current. Here frees are
 	 * recorded as they happen, so there is nothing to run; the parameter is ignored. */
-	int64_t debug = seconds ? 0 : http_atoi(http_arg(c, "debug"));
+	int64_t debug = seconds ? 0 : http_request_atoi(http_request_arg(c, "debug"));
 	/* peak=1 (ours): the in-use values at the highest in-use total (peak.c) */
-	bool peak = http_atoi(http_arg(c, "peak")) != 0;
+	bool peak = http_request_atoi(http_request_arg(c, "peak")) != 0;
 	if (peak && seconds)
-		return http_error(c, MHD_HTTP_BAD_REQUEST, "seconds and peak params are incompatible");
+		return http_answer_error(c, MHD_HTTP_BAD_REQUEST,
+					 "seconds and peak params are incompatible");
 
 	enum MHD_Result sent = MHD_NO;
 	struct session *s = http_pprof_session(h, c, view, &sent);
@@ -214,14 +220,15 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 	enum MHD_Result rc;
 	if (!seconds) {
 		if ((peak ? snapshot_collect_peak : snapshot_collect)(h->srv, s, &p1)) {
-			rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "failed to collect profile");
+			rc = http_answer_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+					       "failed to collect profile");
 			goto out;
 		}
 		http_answer_init(&a, MHD_HTTP_OK,
 				 debug ? "text/plain; charset=utf-8" : "application/octet-stream");
 		if (!debug)
-			snprintf(a.disposition, sizeof(a.disposition), "attachment; filename=\"%s%s\"",
-				 name, peak ? "-peak" : "");
+			snprintf(a.disposition, sizeof(a.disposition),
+				 "attachment; filename=\"%s%s\"", name, peak ? "-peak" : "");
 		rc = http_pprof_send_profile(
 			c, &a,
 			snapshot_write(&a.body, &p1, s->maps,
@@ -231,33 +238,37 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 
 	if (atomic_fetch_add(&h->deltas, 1) >= HTTP_MAX_DELTAS) {
 		atomic_fetch_sub(&h->deltas, 1);
-		rc = http_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
-				"too many delta profiles in progress (%u); try again later",
-				HTTP_MAX_DELTAS);
+		rc = http_answer_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+				       "too many delta profiles in progress (%u); try again later",
+				       HTTP_MAX_DELTAS);
 		goto out;
 	}
 	if (snapshot_collect(h->srv, s, &p0)) {
 		atomic_fetch_sub(&h->deltas, 1);
-		rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "failed to collect profile");
+		rc = http_answer_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+				       "failed to collect profile");
 		goto out;
 	}
 	int w = http_pprof_wait(h, c, (uint64_t)seconds * 1000000000ull);
 	atomic_fetch_sub(&h->deltas, 1);
 	if (w == -ECONNRESET) {
 		/* Go's answer to a canceled request context; nobody reads it */
-		rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "context canceled");
+		rc = http_answer_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "context canceled");
 		goto out;
 	}
 	if (w) {
-		rc = http_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "llgo-heapd is shutting down");
+		rc = http_answer_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+				       "llgo-heapd is shutting down");
 		goto out;
 	}
 	if (snapshot_collect(h->srv, s, &p1)) {
-		rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "failed to collect profile");
+		rc = http_answer_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+				       "failed to collect profile");
 		goto out;
 	}
 	if (profile_subtract(&p1, &p0)) {
-		rc = http_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "failed to compute delta");
+		rc = http_answer_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+				       "failed to compute delta");
 		goto out;
 	}
 	/* as Go: time of the second collection, duration between the two; the accounting
@@ -269,7 +280,8 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 	p1.meta.corrupt = http_pprof_sub(p1.meta.corrupt, p0.meta.corrupt);
 	p1.meta.dropped_prior = http_pprof_sub(p1.meta.dropped_prior, p0.meta.dropped_prior);
 	p1.meta.dropped_no_ring = http_pprof_sub(p1.meta.dropped_no_ring, p0.meta.dropped_no_ring);
-	p1.meta.dropped_detached = http_pprof_sub(p1.meta.dropped_detached, p0.meta.dropped_detached);
+	p1.meta.dropped_detached =
+		http_pprof_sub(p1.meta.dropped_detached, p0.meta.dropped_detached);
 	p1.meta.cap_hits = http_pprof_sub(p1.meta.cap_hits, p0.meta.cap_hits);
 	http_answer_init(&a, MHD_HTTP_OK, "application/octet-stream");
 	snprintf(a.disposition, sizeof(a.disposition), "attachment; filename=\"%s-delta\"",
@@ -344,8 +356,8 @@ static enum MHD_Result http_pprof_symbol(struct http_server *h, struct MHD_Conne
 					 const char *method, struct http_req *req)
 {
 	if (req->too_large)
-		return http_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "request body over %u bytes",
-				  HTTP_MAX_BODY);
+		return http_answer_error(c, MHD_HTTP_CONTENT_TOO_LARGE,
+					 "request body over %u bytes", HTTP_MAX_BODY);
 	struct http_answer a;
 	http_answer_init(&a, MHD_HTTP_OK, "text/plain; charset=utf-8");
 	/* Go: "Pprof only cares whether this number is 0 (no symbols available) or > 0." */
@@ -354,12 +366,12 @@ static enum MHD_Result http_pprof_symbol(struct http_server *h, struct MHD_Conne
 	 * known when given (our extension) or when one allowed process is attached; else the
 	 * addresses stay unnamed, which pprof accepts. */
 	struct session *s = NULL;
-	const char *pid = http_arg(c, "pid");
+	const char *pid = http_request_arg(c, "pid");
 	if (pid && *pid) {
 		int64_t v;
-		if (!http_parse_int(pid, &v) && v > 0 && v <= INT_MAX) {
+		if (!http_request_int(pid, &v) && v > 0 && v <= INT_MAX) {
 			s = session_lookup(server_sessions(h->srv), (pid_t)v);
-			if (s && !http_session_allowed(&req->view, s)) {
+			if (s && !http_request_sees(&req->view, s)) {
 				session_put(s);
 				s = NULL;
 			}
@@ -380,7 +392,7 @@ static enum MHD_Result http_pprof_symbol(struct http_server *h, struct MHD_Conne
 	}
 	if (s)
 		session_put(s);
-	return http_send(c, &a);
+	return http_answer_send(c, &a);
 }
 
 /* ---- /debug/pprof/ -------------------------------------------------------------------- */
@@ -414,7 +426,7 @@ static enum MHD_Result http_pprof_index(struct http_server *h, struct MHD_Connec
 	size_t n = session_list(server_sessions(h->srv), false, &v);
 	size_t shown = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!http_session_allowed(view, v[i]))
+		if (!http_request_sees(view, v[i]))
 			continue;
 		struct llgo_list_entry e;
 		session_list_entry(v[i], &e);
@@ -464,7 +476,7 @@ static enum MHD_Result http_pprof_index(struct http_server *h, struct MHD_Connec
 		buf_puts(b, "</li>\n");
 	}
 	buf_puts(b, "</ul>\n</p>\n</body>\n</html>");
-	return http_send(c, &a);
+	return http_answer_send(c, &a);
 }
 
 
@@ -477,5 +489,5 @@ enum MHD_Result http_pprof_handle(struct http_server *h, struct MHD_Connection *
 		return http_pprof_symbol(h, c, method, req);
 	if (strcmp(name, "heap") == 0 || strcmp(name, "allocs") == 0)
 		return http_pprof_profile(h, c, &req->view, name);
-	return http_error(c, MHD_HTTP_NOT_FOUND, "Unknown profile");
+	return http_answer_error(c, MHD_HTTP_NOT_FOUND, "Unknown profile");
 }

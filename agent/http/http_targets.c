@@ -205,22 +205,22 @@ enum MHD_Result http_targets_handle(struct http_server *h, struct MHD_Connection
 	size_t n = session_list(server_sessions(h->srv), true, &v);
 	size_t shown = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!http_session_allowed(view, v[i]))
+		if (!http_request_sees(view, v[i]))
 			continue;
 		struct http_targets_names names;
 		http_targets_names(v[i], &names);
 		buf_puts(b, shown++ ? ",\n {\"targets\": [" : "\n {\"targets\": [");
-		http_quote(b, host);
+		http_answer_quote(b, host);
 		buf_printf(b, "], \"labels\": {\"__param_pid\": \"%d\", \"pid\": \"%d\", "
 			      "\"service_name\": ", (int)v[i]->pid, (int)v[i]->pid);
-		http_quote(b, names.service);
+		http_answer_quote(b, names.service);
 		buf_puts(b, ", \"exe\": ");
-		http_quote(b, names.exe);
+		http_answer_quote(b, names.exe);
 		buf_puts(b, ", \"__meta_llgo_heap_comm\": ");
-		http_quote(b, v[i]->comm);
+		http_answer_quote(b, v[i]->comm);
 		buf_printf(b, ", \"__meta_llgo_heap_uid\": \"%u\"}}", (unsigned)v[i]->uid);
 	}
 	session_list_release(v, n);
 	buf_puts(b, shown ? "\n]\n" : "]\n");
-	return http_send(c, &a);
+	return http_answer_send(c, &a);
 }
