@@ -314,6 +314,10 @@ uint64_t unwind_roots_gen(const struct unwind *u);
 bool unwind_tables(struct unwind *u, struct procmaps *maps, uint64_t (*ranges)[2],
 		   uint32_t max_ranges, uint32_t *nranges, uint64_t *roots, uint32_t max_roots,
 		   uint32_t *nroots);
+/* Whether the return address pc lies in a function where every stack starts: the program's
+ * or a thread's entry (_start, __libc_start_main, start_thread, clone...): a frame-pointer
+ * walk that ends there is whole. Asks the symbolizer. */
+bool unwind_is_start(struct procmaps *maps, uint64_t pc);
 /* Files held by the global unwind-info cache and the bytes of bookkeeping they cost (their
  * images are file mappings, shared with the page cache). */
 void unwind_cache_stats(uint64_t *files, uint64_t *bytes);
@@ -582,9 +586,9 @@ void profile_comment_lines(struct buf *b, const struct profile *p);
 /* "llgo-heap: unwind=MODE unwound=N truncated=N" (no newline) when the shim stated its mode
  * or stacks were unwound; returns the bytes written (0: nothing to state) or -ENOMEM. */
 int profile_unwind_line(struct buf *b, const struct profile *p);
-/* peak.c: "llgo-heap: peak inuse_space=N ..." (no newline) for a peak profile
- * (meta.peak.on); returns the bytes written (0: not a peak profile) or -ENOMEM. */
-int peak_line(struct buf *b, const struct profile *p);
+/* "llgo-heap: peak inuse_space=N ..." (no newline) for a peak profile (meta.peak.on, filled
+ * by peak.c); returns the bytes written (0: not a peak profile) or -ENOMEM. */
+int profile_peak_line(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
  * mapping, else "0x<addr>". */
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr);

@@ -16,8 +16,8 @@
  * ten times a second and a busy one keeps rings from filling. drain_wake (a new ring) resets
  * the sleep. A snapshot never waits for the thread: it calls drain_session itself; nor does
  * the thread wait for a snapshot, which holds the drain lock only for its cut (snapshot.c).
- * Each pass also keeps the bound of the peak view (peak.c) and wakes the peak thread when a
- * session asks for a scan; the thread is started and stopped with this one.
+ * Each pass also keeps the bound of the peak view (peak.c) and wakes the peak thread
+ * (peak_thread.c, through the waker drain_on_peak gave) when a session asks for a scan.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -39,7 +39,9 @@
 
 struct drain {
 	struct session_registry *reg;
-	struct peak_thread *peak; /* peak.c: the scans a pass asks for */
+	/* drain_on_peak: who makes the scans a pass asks for (the peak thread); NULL: none */
+	void (*peak_wake)(void *arg);
+	void *peak_arg;
 	struct wthread w;
 };
 
@@ -69,24 +71,6 @@ static bool drain_in_shim(struct session *s, uint64_t pc)
 	const char *base = strrchr(m->path, '/');
 	base = base ? base + 1 : m->path;
 	return strncmp(base, "libllgoheap", 11) == 0;
-}
-
-/* Whether the return address pc lies in a function where every stack starts: the program's
- * or a thread's entry (a frame-pointer walk that ends there is whole). */
-static bool drain_is_start(struct session *s, uint64_t pc)
-{
-	static const char *const starts[] = { "_start", "__libc_start_call_main",
-					      "__libc_start_main", "start_thread", "clone3",
-					      "clone" };
-	const struct mapping *m;
-	struct sym_result r;
-	int k = s->maps ? profile_frame(s->maps, pc, &m, &r) : 0;
-	if (k <= 0 || !r.frames[k - 1].function)
-		return false;
-	for (size_t i = 0; i < LLGO_ARRAY_SIZE(starts); i++)
-		if (strcmp(r.frames[k - 1].function, starts[i]) == 0)
-			return true;
-	return false;
 }
 
 /* Drop the shim's frames from the inside of an unwound stack (not frame 0: a stack that is
@@ -138,12 +122,12 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 		 * walk stops). */
 		memcpy(ctx->pcs, frames, rec->nframes * sizeof(frames[0]));
 		n = rec->nframes;
-		truncated = !drain_is_start(s, ctx->pcs[n - 1]);
+		truncated = !unwind_is_start(s->maps, ctx->pcs[n - 1]);
 	}
 	n = drain_drop_shim_frames(s, ctx->pcs, n);
 	/* A stack that ends where stacks start is whole, whatever stopped the unwinder there
 	 * (a thread library without CFI for its start, in a static executable). */
-	if (truncated && n > 1 && drain_is_start(s, ctx->pcs[n - 1]))
+	if (truncated && n > 1 && unwind_is_start(s->maps, ctx->pcs[n - 1]))
 		truncated = false;
 	if (!truncated && drain_unwind_mode(s) == LLGO_UNWIND_AUTO) {
 		unwind_learn(s->unwind, ctx->pcs, n);
@@ -267,7 +251,7 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 		memcpy(ctx->pcs, frames, npcs * sizeof(frames[0]));
 		uint32_t n = unwind_complete(s->unwind, ctx->pcs, npcs, UNWIND_MAX_FRAMES - 1);
 		if (n == npcs && (rec->flags & LLGO_REC_FLAG_NO_COPY) &&
-		    !(n > 1 && drain_is_start(s, ctx->pcs[n - 1]))) {
+		    !(n > 1 && unwind_is_start(s->maps, ctx->pcs[n - 1]))) {
 			ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
 			atomic_fetch_add_explicit(&s->truncated, 1, memory_order_relaxed);
 			truncated = true;
@@ -384,6 +368,7 @@ void drain_session_exit(struct session *s)
 	if (session_is_live(s)) {
 		inuse_freeze_locked(s);
 		peak_exit_locked(s);
+		session_charge_buckets(s);
 	}
 	session_retire_locked(s);
 	pthread_mutex_unlock(&s->drain_lock);
@@ -433,7 +418,7 @@ static void *drain_main(void *arg)
 	struct drain *d = arg;
 	uint64_t sleep_ns = DRAIN_POLL_MIN_NS;
 	(void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), DRAIN_NICE);
-	/* the frames drain_is_start names come from the symbolizers: never wait long on one */
+	/* the frames unwind_is_start names come from the symbolizers: never wait long on one */
 	symhelper_no_wait(true);
 	for (;;) {
 		struct session **v;
@@ -446,8 +431,8 @@ static void *drain_main(void *arg)
 			peak |= atomic_load_explicit(&v[i]->peak_want, memory_order_relaxed);
 		}
 		session_list_release(v, n);
-		if (peak)
-			peak_thread_wake(d->peak);
+		if (peak && d->peak_wake)
+			d->peak_wake(d->peak_arg);
 
 		if (found)
 			sleep_ns = DRAIN_POLL_MIN_NS;
@@ -469,24 +454,19 @@ struct drain *drain_new(struct session_registry *reg)
 	if (!d)
 		return NULL;
 	d->reg = reg;
-	d->peak = peak_thread_new(reg);
-	if (!d->peak) {
-		free(d);
-		return NULL;
-	}
 	wthread_init(&d->w);
 	return d;
 }
 
+void drain_on_peak(struct drain *d, void (*wake)(void *arg), void *arg)
+{
+	d->peak_wake = wake;
+	d->peak_arg = arg;
+}
+
 int drain_start(struct drain *d)
 {
-	int err = peak_thread_start(d->peak);
-	if (err)
-		return err;
-	err = wthread_start(&d->w, drain_main, d);
-	if (err)
-		peak_thread_stop(d->peak);
-	return err;
+	return wthread_start(&d->w, drain_main, d);
 }
 
 void drain_wake(struct drain *d)
@@ -499,7 +479,6 @@ void drain_stop(struct drain *d)
 	if (!d)
 		return;
 	wthread_stop(&d->w);
-	peak_thread_stop(d->peak);
 }
 
 void drain_free(struct drain *d)
@@ -507,7 +486,6 @@ void drain_free(struct drain *d)
 	if (!d)
 		return;
 	drain_stop(d);
-	peak_thread_free(d->peak);
 	wthread_destroy(&d->w);
 	free(d);
 }

@@ -25,6 +25,9 @@ void drain_refresh_maps(struct session *s, bool force);
 
 /* The drain thread: polls live sessions, adaptively (1 ms when busy, up to 100 ms idle). */
 struct drain *drain_new(struct session_registry *reg);
+/* A pass that finds a session asking for a peak scan (peak_want) calls wake(arg): the peak
+ * thread's waker (server.c). Before drain_start. */
+void drain_on_peak(struct drain *d, void (*wake)(void *arg), void *arg);
 int drain_start(struct drain *d);
 /* Poll soon (a ring was added). */
 void drain_wake(struct drain *d);

@@ -39,26 +39,23 @@
  * session at a time, never waiting for a snapshot (trylock: the drain asks again at its next
  * pass); a user's sessions can delay other users' peak scans, never their drains or snapshots.
  *
- * The comment line every format carries for a peak profile is worded here (peak_line).
- * Left to others: the cut and scan (snapshot.c, inuse.c), the writers' sample types
- * (pprof.c, top.c, text.c, folded.c), the budget (session.c).
+ * Left to others: the thread that makes the scans (peak_thread.c), the comment line every
+ * format carries for a peak profile (profile_peak_line), the cut and scan (snapshot.c,
+ * inuse.c), the writers' sample types (pprof.c, top.c, text.c, folded.c), the budget
+ * (session.c: the drain charges the capture after peak_exit_locked).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "drain.h"
-#include "../output/snapshot.h"
-#include "wthread.h"
+#include "session.h"
 
 #define PEAK_MARGIN 32u
 #define PEAK_SETTLE_NS 100000000ull  /* 100 ms */
 #define PEAK_GAP_MIN_NS 10000000ull  /* 10 ms */
 #define PEAK_GAP_MAX_NS 1000000000ull /* 1 s */
 #define PEAK_DUTY 7u                 /* a scan waits this many times its duration */
-#define PEAK_IDLE_WAIT_NS 1000000000ull
-
 static uint64_t peak_sat_add(uint64_t a, uint64_t b)
 {
 	return a + b < a ? UINT64_MAX : a + b;
@@ -224,7 +221,6 @@ void peak_exit_locked(struct session *s)
 		}
 	}
 	profile_release(&p);
-	session_charge_buckets(s);
 }
 
 int peak_copy(struct session *s, struct profile *p)
@@ -270,96 +266,4 @@ void peak_release(struct session *s)
 	free(s->peak);
 	s->peak = NULL;
 	atomic_store_explicit(&s->peak_mem, 0, memory_order_relaxed);
-}
-
-int peak_line(struct buf *b, const struct profile *p)
-{
-	const struct profile_peak *k = &p->meta.peak;
-	if (!k->on)
-		return 0;
-	size_t before = b->len;
-	time_t t = (time_t)(p->meta.time_nanos / 1000000000ull);
-	struct tm tm;
-	char when[32] = "?";
-	if (p->meta.time_nanos && gmtime_r(&t, &tm))
-		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-	buf_printf(b, "llgo-heap: peak inuse_space=%llu inuse_objects=%llu at=%s.%03lluZ "
-		      "after_attach=%llu.%03llus%s at_most=%llu scans=%llu",
-		   (unsigned long long)k->bytes, (unsigned long long)k->objects, when,
-		   (unsigned long long)(p->meta.time_nanos / 1000000ull % 1000),
-		   (unsigned long long)(k->after_ns / 1000000000ull),
-		   (unsigned long long)(k->after_ns / 1000000ull % 1000),
-		   k->at_exit ? " (at exit)" : "", (unsigned long long)k->bound,
-		   (unsigned long long)k->scans);
-	return b->failed ? -ENOMEM : (int)(b->len - before);
-}
-
-/* ---- the peak thread ---------------------------------------------------------------------- */
-
-struct peak_thread {
-	struct session_registry *reg;
-	struct wthread w;
-};
-
-/* One background scan of s, unless a snapshot holds it (the drain asks again). */
-static void peak_scan(struct session *s)
-{
-	if (pthread_mutex_trylock(&s->snapshot_lock) != 0)
-		return;
-	if (atomic_load_explicit(&s->peak_want, memory_order_relaxed) && session_is_live(s)) {
-		struct profile p;
-		struct snapshot_cut_info ci;
-		snapshot_cut(s, &p, &ci);
-		profile_release(&p);
-	}
-	pthread_mutex_unlock(&s->snapshot_lock);
-}
-
-static void *peak_main(void *arg)
-{
-	struct peak_thread *t = arg;
-	while (wthread_sleep(&t->w, PEAK_IDLE_WAIT_NS) >= 0) {
-		struct session **v;
-		size_t n = session_list(t->reg, true, &v);
-		for (size_t i = 0; i < n; i++)
-			if (atomic_load_explicit(&v[i]->peak_want, memory_order_relaxed))
-				peak_scan(v[i]);
-		session_list_release(v, n);
-	}
-	return NULL;
-}
-
-struct peak_thread *peak_thread_new(struct session_registry *reg)
-{
-	struct peak_thread *t = calloc(1, sizeof(*t));
-	if (!t)
-		return NULL;
-	t->reg = reg;
-	wthread_init(&t->w);
-	return t;
-}
-
-int peak_thread_start(struct peak_thread *t)
-{
-	return wthread_start(&t->w, peak_main, t);
-}
-
-void peak_thread_wake(struct peak_thread *t)
-{
-	if (t)
-		wthread_wake(&t->w);
-}
-
-void peak_thread_stop(struct peak_thread *t)
-{
-	if (t)
-		wthread_stop(&t->w);
-}
-
-void peak_thread_free(struct peak_thread *t)
-{
-	if (!t)
-		return;
-	wthread_destroy(&t->w);
-	free(t);
 }

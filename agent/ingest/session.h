@@ -386,7 +386,8 @@ void peak_cut_locked(struct session *s, struct peak_cut *c);
 bool peak_rebase_locked(struct session *s, struct peak_cut *c, const struct profile *p);
 void peak_keep(struct session *s, const struct peak_cut *c, const struct profile *p);
 /* The process exited (caller holds snapshot_lock and drain_lock, after inuse_freeze_locked):
- * its in-use values at exit are a candidate too. */
+ * its in-use values at exit are a candidate too (the caller charges a capture kept then:
+ * session_charge_buckets). */
 void peak_exit_locked(struct session *s);
 /* Replace p's samples by the kept capture's and describe it in p->meta.peak (caller holds
  * snapshot_lock; p was just cut, so the kept capture is at least as high as p). */
@@ -394,14 +395,6 @@ int peak_copy(struct session *s, struct profile *p);
 /* Memory held by s's capture (charged to its uid's bucket memory). */
 uint64_t peak_bytes(struct session *s);
 void peak_release(struct session *s);
-
-/* The peak thread: makes the scans the drain asks for (peak_want), one session at a time. */
-struct peak_thread;
-struct peak_thread *peak_thread_new(struct session_registry *reg);
-int peak_thread_start(struct peak_thread *t);
-void peak_thread_wake(struct peak_thread *t);
-void peak_thread_stop(struct peak_thread *t);
-void peak_thread_free(struct peak_thread *t);
 
 
 

@@ -535,7 +535,7 @@ static void write_comments(struct pprof_ctx *c, const struct profile *p)
 	write_comment(c, &line);
 	if (profile_unwind_line(&line, p) > 0)
 		write_comment(c, &line);
-	if (peak_line(&line, p) > 0)
+	if (profile_peak_line(&line, p) > 0)
 		write_comment(c, &line);
 	if (profile_mixed_rates(p)) {
 		buf_puts(&line, "llgo-heap: samples were taken at several rates; each sample is "

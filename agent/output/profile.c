@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../internal.h"
 #include "../../common/sane.h"
@@ -598,7 +599,7 @@ void profile_comment_lines(struct buf *b, const struct profile *p)
 		b->len = at;
 	at = b->len;
 	buf_puts(b, "# ");
-	if (peak_line(b, p) > 0)
+	if (profile_peak_line(b, p) > 0)
 		buf_putc(b, '\n');
 	else
 		b->len = at;
@@ -613,6 +614,28 @@ int profile_unwind_line(struct buf *b, const struct profile *p)
 			  unwind_mode_name(p->meta.unwind_mode),
 			  (unsigned long long)p->meta.unwound,
 			  (unsigned long long)p->meta.truncated);
+	return b->failed ? -ENOMEM : (int)(b->len - before);
+}
+
+int profile_peak_line(struct buf *b, const struct profile *p)
+{
+	const struct profile_peak *k = &p->meta.peak;
+	if (!k->on)
+		return 0;
+	size_t before = b->len;
+	time_t t = (time_t)(p->meta.time_nanos / 1000000000ull);
+	struct tm tm;
+	char when[32] = "?";
+	if (p->meta.time_nanos && gmtime_r(&t, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+	buf_printf(b, "llgo-heap: peak inuse_space=%llu inuse_objects=%llu at=%s.%03lluZ "
+		      "after_attach=%llu.%03llus%s at_most=%llu scans=%llu",
+		   (unsigned long long)k->bytes, (unsigned long long)k->objects, when,
+		   (unsigned long long)(p->meta.time_nanos / 1000000ull % 1000),
+		   (unsigned long long)(k->after_ns / 1000000000ull),
+		   (unsigned long long)(k->after_ns / 1000000ull % 1000),
+		   k->at_exit ? " (at exit)" : "", (unsigned long long)k->bound,
+		   (unsigned long long)k->scans);
 	return b->failed ? -ENOMEM : (int)(b->len - before);
 }
 

@@ -31,6 +31,16 @@ struct snapshot_cut_info {
 };
 int snapshot_cut(struct session *s, struct profile *p, struct snapshot_cut_info *ci);
 
+/* peak_thread.c: the thread that makes the peak view's scans the drain asks for (peak_want),
+ * one session at a time, through snapshot_cut. peak_thread_wake's argument is the thread (a
+ * drain waker, drain_on_peak). */
+struct peak_thread;
+struct peak_thread *peak_thread_new(struct session_registry *reg);
+int peak_thread_start(struct peak_thread *t);
+void peak_thread_wake(void *thread);
+void peak_thread_stop(struct peak_thread *t);
+void peak_thread_free(struct peak_thread *t);
+
 /* Write p in format fmt (enum llgo_format) with LLGO_SNAP_* flags to out (top_n: rows of
  * LLGO_FORMAT_TOP, 0 = 10). -EINVAL for an unknown format. */
 int snapshot_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,

@@ -264,7 +264,7 @@ int top_write(struct buf *out, const struct profile *p, struct procmaps *maps, u
 	buf_putc(&b, '\n');
 	if (peak) {
 		buf_puts(&b, "# ");
-		peak_line(&b, p);
+		profile_peak_line(&b, p);
 		buf_putc(&b, '\n');
 	}
 	err = b.failed ? -ENOMEM : buf_append(out, b.data, b.len);

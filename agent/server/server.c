@@ -34,6 +34,7 @@
 #include "budget.h"
 #include "listen.h"
 #include "server_impl.h"
+#include "../output/snapshot.h"
 #include "../verify/verify.h"
 
 #define SERVER_LOG_PER_SEC 50u
@@ -200,8 +201,12 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 					    o->keep_exited_age_s ? o->keep_exited_age_s
 								 : SESSION_DEFAULT_KEEP_EXITED_AGE_S);
 	srv->drain = srv->reg ? drain_new(srv->reg) : NULL;
+	srv->peak = srv->reg ? peak_thread_new(srv->reg) : NULL;
+	if (srv->drain && srv->peak)
+		drain_on_peak(srv->drain, peak_thread_wake, srv->peak);
 	srv->verifier = verifier_new();
-	if (!srv->rxbuf || !srv->reg || !srv->budget || !srv->drain || !srv->verifier || (o->socket_path && !srv->socket_path) ||
+	if (!srv->rxbuf || !srv->reg || !srv->budget || !srv->drain || !srv->peak ||
+	    !srv->verifier || (o->socket_path && !srv->socket_path) ||
 	    workq_init(&srv->shimq, srv, SERVER_SHIM_WORKERS, false) ||
 	    workq_init(&srv->exitq, srv, SERVER_EXIT_WORKERS, true) ||
 	    workq_init(&srv->clientq, srv, nclient, true)) {
@@ -379,7 +384,13 @@ int server_start(struct server *srv)
 	 * clients' SO_PEERCRED names the daemon rather than the parent that bound it. */
 	if (srv->own_socket && listen(srv->listen_fd, 256) < 0)
 		return -errno;
-	int err = drain_start(srv->drain);
+	/* the peak thread first: the drain wakes it */
+	int err = peak_thread_start(srv->peak);
+	if (!err) {
+		err = drain_start(srv->drain);
+		if (err)
+			peak_thread_stop(srv->peak);
+	}
 	if (!err && srv->opts.verify_every) {
 		char why[512];
 		if (verifier_load(srv->verifier, why, sizeof(why)) == 0)
@@ -544,6 +555,7 @@ void server_stop(struct server *srv)
 	workq_stop(&srv->clientq);
 	if (srv->drain)
 		drain_stop(srv->drain);
+	peak_thread_stop(srv->peak);
 	/* no thread asks a symbolizer now; one stopped (SIGSTOP) would never see us go */
 	symhelper_stop_all();
 	/* What is left is owned by nobody now (idle, between packets). */
@@ -577,6 +589,7 @@ void server_free(struct server *srv)
 	if (srv->spare_fd >= 0)
 		close(srv->spare_fd);
 	drain_free(srv->drain);
+	peak_thread_free(srv->peak);
 	verifier_free(srv->verifier);
 	session_registry_free(srv->reg);
 	budget_free(srv->budget);

@@ -118,6 +118,7 @@ struct server {
 	struct session_registry *reg;
 	struct budget *budget; /* per-uid and global limits (budget.c) */
 	struct drain *drain;
+	struct peak_thread *peak; /* peak_thread.c: the peak view's scans, woken by the drain */
 	struct verifier *verifier; /* verify.c: llgo-heap verify, --verify-every */
 	pthread_t loop;
 	bool loop_started;

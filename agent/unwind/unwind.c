@@ -1412,3 +1412,25 @@ bool unwind_tables(struct unwind *u, struct procmaps *maps, uint64_t (*ranges)[2
 	(void)maps;
 	return true;
 }
+
+/* ---- where every stack starts ------------------------------------------------------------ */
+
+bool unwind_is_start(struct procmaps *maps, uint64_t pc)
+{
+	static const char *const starts[] = { "_start", "__libc_start_call_main",
+					      "__libc_start_main", "start_thread", "clone3",
+					      "clone" };
+	const struct mapping *m = maps && pc != PROFILE_PC_TRUNCATED ? procmaps_find(maps, pc - 1)
+								      : NULL;
+	struct sym_result r;
+	r.nframes = 0;
+	r.unavailable = false;
+	int k = m ? symbolize_pc(m, pc - 1, &r) : 0;
+	/* the last frame of the inline chain is the physical function */
+	if (k <= 0 || !r.frames[k - 1].function)
+		return false;
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(starts); i++)
+		if (strcmp(r.frames[k - 1].function, starts[i]) == 0)
+			return true;
+	return false;
+}
