@@ -370,7 +370,8 @@ void drain_session_exit(struct session *s)
 		peak_exit_locked(s);
 		session_charge_buckets(s);
 	}
-	session_retire_locked(s);
+	if (session_retire_locked(s) && s->reg)
+		session_registry_exited(s->reg, s);
 	pthread_mutex_unlock(&s->drain_lock);
 	pthread_mutex_unlock(&s->snapshot_lock);
 }

@@ -75,8 +75,8 @@ int inuse_map(struct session *s, int fd)
 	else if (s->live || s->live_state != SESSION_LIVE_NONE)
 		err = -EEXIST;
 	/* one session per table: another process's session holding it refuses it here */
-	else if ((err = session_registry_claim(s->reg, (uint64_t)st.st_dev, (uint64_t)st.st_ino,
-					       s)) == 0) {
+	else if ((err = claims_take(s->claims, (uint64_t)st.st_dev, (uint64_t)st.st_ino, s)) ==
+		 0) {
 		/* release: pairs with inuse_note_record_locked's acquire (the drain thread
 		 * looks at s->live under its drain lock, not s->lock) */
 		__atomic_store_n(&s->live, p, __ATOMIC_RELEASE);
@@ -629,8 +629,7 @@ void inuse_freeze_locked(struct session *s)
 	pthread_mutex_unlock(&s->lock);
 	munmap(h, LLGO_LIVE_MAP_SIZE);
 	close(fd);
-	if (s->reg)
-		session_registry_unclaim(s->reg, s->live_dev, s->live_ino, s);
+	claims_give(s->claims, s->live_dev, s->live_ino, s);
 	free(c.b);
 	free(c.keys);
 	free(seqs);
@@ -652,7 +651,6 @@ void inuse_release(struct session *s)
 	if (s->live_fd >= 0) {
 		close(s->live_fd);
 		s->live_fd = -1;
-		if (s->reg)
-			session_registry_unclaim(s->reg, s->live_dev, s->live_ino, s);
+		claims_give(s->claims, s->live_dev, s->live_ino, s);
 	}
 }

@@ -16,8 +16,8 @@
  * under those locks; the registry of sessions, which has its own lock, is
  * session_registry.c.
  *
- * Left to others: the registry and eviction (session_registry.c), reading records (ring.c via
- * drain.c), the socket (server.c and jobs.c), mappings and symbols (procmaps.c), output
+ * Left to others: making sessions, the registry and eviction (session_registry.c), the memfd
+ * claims (claims.c), reading records (ring.c via drain.c), the socket (server.c and jobs.c), mappings and symbols (procmaps.c), output
  * (snapshot.c).
  *
  * Locks: see session.h.
@@ -37,13 +37,6 @@
 #include "../../common/sane.h"
 #include "session.h"
 
-uint64_t session_now_ns(clockid_t clk)
-{
-	struct timespec ts;
-	clock_gettime(clk, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- /proc ----------------------------------------------------------------------------- */
 
 bool session_process_alive(const struct session *s)
@@ -61,7 +54,7 @@ bool session_process_alive(const struct session *s)
 
 static struct budget *session_budget(const struct session *s)
 {
-	return s->reg ? session_registry_budget(s->reg) : NULL;
+	return s->budget;
 }
 
 int session_take_slot(struct session *s)
@@ -104,68 +97,6 @@ void session_charge_buckets(struct session *s)
 	atomic_store(&s->buckets_over, over);
 }
 
-static void session_sanitize_comm(char *dst, const char *src)
-{
-	size_t i = 0;
-	for (; src && i < LLGO_COMM_LEN - 1 && src[i]; i++) {
-		unsigned char c = (unsigned char)src[i];
-		dst[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-	}
-	dst[i] = '\0';
-}
-
-struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, gid_t gid,
-			    const char *comm, uint32_t ring_data_size)
-{
-	struct session *s = calloc(1, sizeof(*s));
-	if (!s)
-		return NULL;
-	uint64_t max_buckets, max_bytes;
-	session_registry_caps(reg, &max_buckets, &max_bytes);
-	s->buckets = bucket_table_new(max_buckets, max_bytes);
-	s->ring_ids = calloc(LLGO_MAX_RINGS / 8, 1);
-	if (!s->buckets || !s->ring_ids) {
-		bucket_table_free(s->buckets);
-		free(s->ring_ids);
-		free(s);
-		return NULL;
-	}
-	s->live_fd = -1;
-	s->pid = pid;
-	s->uid = uid;
-	s->gid = gid;
-	if (comm && comm[0]) {
-		session_sanitize_comm(s->comm, comm);
-	} else {
-		/* The hello left it empty: the kernel's name is good enough. */
-		char path[64], buf[LLGO_COMM_LEN] = "";
-		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd >= 0) {
-			ssize_t n = read(fd, buf, sizeof(buf) - 1);
-			buf[n > 0 ? n : 0] = '\0';
-			close(fd);
-		}
-		buf[strcspn(buf, "\n")] = '\0';
-		session_sanitize_comm(s->comm, buf);
-	}
-	s->attach_ns = session_now_ns(CLOCK_REALTIME);
-	char state;
-	if (ident_proc_stat(pid, &state, &s->proc_start) != 0)
-		s->proc_start = 0;
-	s->ring_data_size = ring_data_size;
-	s->memfd = -1;
-	s->pidfd = -1;
-	atomic_init(&s->ident_lost, false);
-	s->reg = reg;
-	atomic_init(&s->refs, 1);
-	atomic_init(&s->state, LLGO_PROC_LIVE);
-	pthread_mutex_init(&s->lock, NULL);
-	pthread_mutex_init(&s->snapshot_lock, NULL);
-	pthread_mutex_init(&s->drain_lock, NULL);
-	return s;
-}
-
 static void session_unmap_all(struct session *s)
 {
 	struct budget *b = session_budget(s);
@@ -187,8 +118,8 @@ static void session_unmap_all(struct session *s)
 		munmap(s->ctl, LLGO_CTL_SIZE);
 		s->ctl = NULL;
 	}
-	if (s->memfd_claimed && s->reg)
-		session_registry_unclaim(s->reg, s->memfd_dev, s->memfd_ino, s);
+	if (s->memfd_claimed)
+		claims_give(s->claims, s->memfd_dev, s->memfd_ino, s);
 	s->memfd_claimed = false;
 }
 
@@ -236,7 +167,7 @@ void session_put(struct session *s)
  * s->lock): -EBUSY when another process's session holds the same file. */
 static int session_claim_memfd_locked(struct session *s, const struct stat *st)
 {
-	int err = session_registry_claim(s->reg, (uint64_t)st->st_dev, (uint64_t)st->st_ino, s);
+	int err = claims_take(s->claims, (uint64_t)st->st_dev, (uint64_t)st->st_ino, s);
 	if (err)
 		return err;
 	s->memfd_dev = (uint64_t)st->st_dev;
@@ -522,11 +453,6 @@ int session_attach_parent_maps(struct session *s, pid_t ppid)
 
 /* ---- state ------------------------------------------------------------------------------ */
 
-bool session_is_live(const struct session *s)
-{
-	return atomic_load_explicit(&s->state, memory_order_acquire) == LLGO_PROC_LIVE;
-}
-
 bool session_allowed(const struct session *s, uid_t requester)
 {
 	return requester == 0 || (requester == s->uid && !atomic_load(&s->ident_lost));
@@ -653,10 +579,10 @@ void session_counts_cached(struct session *s, struct session_counts *out)
 
 /* ---- exit --------------------------------------------------------------------------------- */
 
-void session_retire_locked(struct session *s)
+bool session_retire_locked(struct session *s)
 {
 	if (!session_is_live(s))
-		return;
+		return false;
 	session_adopt_rings_locked(s);
 	struct session_counts c;
 	session_account_locked(s, &c);
@@ -681,16 +607,7 @@ void session_retire_locked(struct session *s)
 	s->exit_ns = session_now_ns(CLOCK_MONOTONIC);
 	atomic_store_explicit(&s->state, LLGO_PROC_EXITED, memory_order_release);
 	pthread_mutex_unlock(&s->lock);
-
-	if (s->reg)
-		session_registry_exited(s->reg, s);
-}
-
-bool session_wait_exited(struct session *s, unsigned timeout_ms)
-{
-	if (!s->reg)
-		return !session_is_live(s);
-	return session_registry_wait_exited(s->reg, s, timeout_ms);
+	return true;
 }
 
 /* ---- rate ------------------------------------------------------------------------------- */

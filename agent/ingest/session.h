@@ -21,6 +21,8 @@
 #ifndef LLGO_AGENT_SESSION_H
 #define LLGO_AGENT_SESSION_H
 
+#include <time.h>
+
 #include "../internal.h"
 #include "../../common/log.h" /* every daemon file logs */
 
@@ -54,7 +56,12 @@ struct session {
 	uint32_t ring_data_size;
 	struct bucket_table *buckets;
 	struct procmaps *maps; /* NULL when /proc/PID/maps could not be read */
+	/* The registry that made it (session_new), and what it gave it: the budgets it charges
+	 * (budget.c; NULL: none) and the memfd claims (claims.c). All NULL once the registry
+	 * is freed. */
 	struct session_registry *reg;
+	struct budget *budget;
+	struct claims *claims;
 
 	_Atomic int refs;
 	_Atomic int state; /* enum llgo_proc_state */
@@ -195,28 +202,15 @@ int session_take_slot(struct session *s);
 void session_charge_buckets(struct session *s);
 /* Drops the registry's references; sessions still referenced elsewhere live on. */
 void session_registry_free(struct session_registry *reg);
-/* session.c's use of the registry (session_registry.c), also http_metrics.c's (budgets):
- * the budgets its sessions charge (those given to session_registry_set_limits; NULL: none),
- * their bucket caps, the exit of one (counted, and what the limits then say is evicted),
- * and waiting for that exit. */
+/* The budgets the registry's sessions charge (those given to session_registry_set_limits;
+ * NULL: none), for http_metrics.c. */
 struct budget *session_registry_budget(struct session_registry *reg);
-void session_registry_caps(struct session_registry *reg, uint64_t *max_buckets,
-			   uint64_t *max_bytes);
+/* After s became EXITED (session_retire_locked returned true; drain.c's final drain): count
+ * it, evict what the limits then say, wake session_wait_exited. */
 void session_registry_exited(struct session_registry *reg, struct session *s);
-bool session_registry_wait_exited(struct session_registry *reg, struct session *s,
-				  unsigned timeout_ms);
 
-/* A memfd (the process memfd, a control page, a live-object table: by device and inode)
- * backs one session only, from its attach until the session unmaps it. Take the file for s:
- * 0, or -EBUSY when a session of another process holds it (one of the same process, pid and
- * start time, hands it to s: that HELLO replaces it); -ENOMEM. Unclaim gives it back if s
- * holds it. */
-int session_registry_claim(struct session_registry *reg, uint64_t dev, uint64_t ino,
-			   const struct session *s);
-void session_registry_unclaim(struct session_registry *reg, uint64_t dev, uint64_t ino,
-			      const struct session *s);
-
-/* A new, unregistered session (one reference, the caller's). */
+/* A new, unregistered session (one reference, the caller's), made by the registry
+ * (session_registry.c): its bucket caps, budgets and claims are the registry's. */
 struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, gid_t gid,
 			    const char *comm, uint32_t ring_data_size);
 /* Map the control page memfd (read/write) after checking its size, magic and version. */
@@ -267,16 +261,20 @@ void session_counts_cached(struct session *s, struct session_counts *out);
 /* auto mode: write the unwinder's frame-pointer ranges and roots to the control page when
  * they changed (caller holds drain_lock; see shared/ring.h for the sequence count). */
 void session_send_fp_tables(struct session *s);
-/* Unmap rings and control page after the final drain; mark EXITED; caller holds drain_lock. */
-void session_retire_locked(struct session *s);
+/* Unmap rings and control page after the final drain; mark EXITED; caller holds drain_lock.
+ * False when s was not live (nothing done). */
+bool session_retire_locked(struct session *s);
 
-bool session_is_live(const struct session *s);
+static inline bool session_is_live(const struct session *s)
+{
+	return atomic_load_explicit(&s->state, memory_order_acquire) == LLGO_PROC_LIVE;
+}
 /* Whether requester may read s: root, or its owner while the process kept its identity
  * (ident.c: once it exec'd a setuid program, what was read of it is root's only). */
 bool session_allowed(const struct session *s, uid_t requester);
 /* Whether the process that attached still runs (same pid and start time, not a zombie). */
 bool session_process_alive(const struct session *s);
-/* Wait until the session is EXITED; returns false on timeout. */
+/* Wait until the session is EXITED (session_registry.c); returns false on timeout. */
 bool session_wait_exited(struct session *s, unsigned timeout_ms);
 /* The public rate in force (from the control page while live). */
 uint64_t session_rate(struct session *s);
@@ -284,7 +282,25 @@ uint64_t session_rate(struct session *s);
 int session_set_rate(struct session *s, uint64_t rate, uint64_t *old_rate, uint64_t *new_rate);
 void session_list_entry(struct session *s, struct llgo_list_entry *e);
 
-uint64_t session_now_ns(clockid_t clk);
+static inline uint64_t session_now_ns(clockid_t clk)
+{
+	struct timespec ts;
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- claims.c: one session per memfd --------------------------------------------------- */
+
+/* A memfd (the process memfd, a control page, a live-object table: by device and inode)
+ * backs one session only, from its attach until the session unmaps it. Take the file for s:
+ * 0, or -EBUSY when a session of another process holds it (one of the same process, pid and
+ * start time, hands it to s: that HELLO replaces it); -ENOMEM. Give it back if s holds it.
+ * A NULL table (the registry is gone) holds nothing and refuses nothing. */
+struct claims;
+struct claims *claims_new(void);
+void claims_free(struct claims *c);
+int claims_take(struct claims *c, uint64_t dev, uint64_t ino, const struct session *s);
+void claims_give(struct claims *c, uint64_t dev, uint64_t ino, const struct session *s);
 
 /* ---- adopt.c: processes to take back after a restart ---------------------------------- */
 

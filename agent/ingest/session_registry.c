@@ -8,14 +8,24 @@
  * all (taken from the uid that holds the most). Its functions keep the session_ prefix of
  * the API they belong to (session.h).
  *
+ * The registry makes its sessions (session_new): each gets the registry's bucket caps, the
+ * budgets it charges and the memfd claims (claims.c) to hold, so a session never calls back
+ * into its registry; the final drain (drain.c) reports a session's exit here
+ * (session_registry_exited), which session_wait_exited waits for.
+ *
  * Left to others: a session itself (session.c), who registers and looks up (jobs.c,
  * server.c, snapshot.c, http.c). The registry lock is innermost: nothing else is locked
  * under it.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "../server/ident.h"
 #include "session.h"
 
 struct session_registry {
@@ -30,17 +40,7 @@ struct session_registry {
 	unsigned keep_exited_per_uid;
 	uint64_t max_age_ns;
 	uint64_t evicted;
-	/* The memfds sessions hold (session_registry_claim): open addressing, linear probing,
-	 * at most half full; owner NULL marks an empty slot. */
-	struct session_claim *claims;
-	size_t claims_cap, nclaims;
-};
-
-struct session_claim {
-	uint64_t dev, ino;
-	const struct session *owner; /* compared, never followed */
-	pid_t pid;                   /* the owner's process, as it was at the claim */
-	uint64_t start;
+	struct claims *claims; /* the memfds its sessions hold (claims.c) */
 };
 
 struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max_buckets,
@@ -58,6 +58,13 @@ struct session_registry *session_registry_new(unsigned keep_exited, uint64_t max
 	reg->keep_exited = keep_exited;
 	reg->max_buckets = max_buckets;
 	reg->max_bytes = max_bytes;
+	reg->claims = claims_new();
+	if (!reg->claims) {
+		pthread_cond_destroy(&reg->changed);
+		pthread_mutex_destroy(&reg->lock);
+		free(reg);
+		return NULL;
+	}
 	return reg;
 }
 
@@ -97,15 +104,6 @@ struct budget *session_registry_budget(struct session_registry *reg)
 	return reg->budget;
 }
 
-void session_registry_caps(struct session_registry *reg, uint64_t *max_buckets,
-			   uint64_t *max_bytes)
-{
-	pthread_mutex_lock(&reg->lock); /* a reload changes them (session_registry_set_keep) */
-	*max_buckets = reg->max_buckets;
-	*max_bytes = reg->max_bytes;
-	pthread_mutex_unlock(&reg->lock);
-}
-
 void session_registry_free(struct session_registry *reg)
 {
 	if (!reg)
@@ -116,95 +114,90 @@ void session_registry_free(struct session_registry *reg)
 	pthread_mutex_unlock(&reg->lock);
 	while (s) {
 		struct session *next = s->next;
+		/* what it had of the registry goes with it (a session still referenced
+		 * elsewhere charges and claims nothing from now on) */
 		s->reg = NULL;
+		s->budget = NULL;
+		s->claims = NULL;
 		session_put(s);
 		s = next;
 	}
 	pthread_cond_destroy(&reg->changed);
 	pthread_mutex_destroy(&reg->lock);
-	free(reg->claims);
+	claims_free(reg->claims);
 	free(reg);
 }
 
-/* ---- one session per memfd -------------------------------------------------------------- */
+/* ---- making sessions ------------------------------------------------------------------- */
 
-static size_t session_claim_home(const struct session_registry *reg, uint64_t dev, uint64_t ino)
+static void session_sanitize_comm(char *dst, const char *src)
 {
-	uint64_t h = (ino ^ (dev * 0x9e3779b97f4a7c15ULL)) * 0xff51afd7ed558ccdULL;
-	return (size_t)(h >> 32) & (reg->claims_cap - 1);
-}
-
-/* The slot holding (dev, ino), else the empty slot it would go to (reg->lock held). */
-static size_t session_claim_slot(const struct session_registry *reg, uint64_t dev, uint64_t ino)
-{
-	size_t mask = reg->claims_cap - 1, i = session_claim_home(reg, dev, ino);
-	while (reg->claims[i].owner && (reg->claims[i].dev != dev || reg->claims[i].ino != ino))
-		i = (i + 1) & mask;
-	return i;
-}
-
-static int session_claims_grow_locked(struct session_registry *reg)
-{
-	size_t cap = reg->claims_cap ? reg->claims_cap * 2 : 64;
-	struct session_claim *v = calloc(cap, sizeof(*v)), *old = reg->claims;
-	if (!v)
-		return -ENOMEM;
-	size_t old_cap = reg->claims_cap;
-	reg->claims = v;
-	reg->claims_cap = cap;
-	for (size_t i = 0; i < old_cap; i++)
-		if (old[i].owner)
-			v[session_claim_slot(reg, old[i].dev, old[i].ino)] = old[i];
-	free(old);
-	return 0;
-}
-
-int session_registry_claim(struct session_registry *reg, uint64_t dev, uint64_t ino,
-			   const struct session *s)
-{
-	int err = 0;
-	pthread_mutex_lock(&reg->lock);
-	if ((reg->nclaims + 1) * 2 > reg->claims_cap)
-		err = session_claims_grow_locked(reg);
-	if (!err) {
-		struct session_claim *c = &reg->claims[session_claim_slot(reg, dev, ino)];
-		if (!c->owner) {
-			*c = (struct session_claim){ dev, ino, s, s->pid, s->proc_start };
-			reg->nclaims++;
-		} else if (c->owner != s) {
-			/* the same process (its start time known): a HELLO that replaces its
-			 * session, which ends right after */
-			if (c->start && c->pid == s->pid && c->start == s->proc_start)
-				c->owner = s;
-			else
-				err = -EBUSY;
-		}
+	size_t i = 0;
+	for (; src && i < LLGO_COMM_LEN - 1 && src[i]; i++) {
+		unsigned char c = (unsigned char)src[i];
+		dst[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
 	}
-	pthread_mutex_unlock(&reg->lock);
-	return err;
+	dst[i] = '\0';
 }
 
-void session_registry_unclaim(struct session_registry *reg, uint64_t dev, uint64_t ino,
-			      const struct session *s)
+struct session *session_new(struct session_registry *reg, pid_t pid, uid_t uid, gid_t gid,
+			    const char *comm, uint32_t ring_data_size)
 {
+	struct session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	/* what the registry gives each of its sessions: its caps (a reload changes them:
+	 * session_registry_set_keep), the budgets it charges and the memfd claims */
 	pthread_mutex_lock(&reg->lock);
-	size_t mask = reg->claims_cap - 1;
-	size_t i = reg->claims_cap ? session_claim_slot(reg, dev, ino) : 0;
-	if (reg->claims_cap && reg->claims[i].owner == s) {
-		/* Backward shift: an entry after the hole moves into it unless its home lies
-		 * between the hole and itself, so that every probe run stays unbroken. */
-		for (size_t j = (i + 1) & mask; reg->claims[j].owner; j = (j + 1) & mask) {
-			size_t h = session_claim_home(reg, reg->claims[j].dev, reg->claims[j].ino);
-			if (((j - h) & mask) >= ((j - i) & mask)) {
-				reg->claims[i] = reg->claims[j];
-				i = j;
-			}
-		}
-		reg->claims[i].owner = NULL;
-		reg->nclaims--;
-	}
+	uint64_t max_buckets = reg->max_buckets, max_bytes = reg->max_bytes;
+	s->budget = reg->budget;
+	s->claims = reg->claims;
 	pthread_mutex_unlock(&reg->lock);
+	s->buckets = bucket_table_new(max_buckets, max_bytes);
+	s->ring_ids = calloc(LLGO_MAX_RINGS / 8, 1);
+	if (!s->buckets || !s->ring_ids) {
+		bucket_table_free(s->buckets);
+		free(s->ring_ids);
+		free(s);
+		return NULL;
+	}
+	s->live_fd = -1;
+	s->pid = pid;
+	s->uid = uid;
+	s->gid = gid;
+	if (comm && comm[0]) {
+		session_sanitize_comm(s->comm, comm);
+	} else {
+		/* The hello left it empty: the kernel's name is good enough. */
+		char path[64], buf[LLGO_COMM_LEN] = "";
+		snprintf(path, sizeof(path), "/proc/%d/comm", (int)pid);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			ssize_t n = read(fd, buf, sizeof(buf) - 1);
+			buf[n > 0 ? n : 0] = '\0';
+			close(fd);
+		}
+		buf[strcspn(buf, "\n")] = '\0';
+		session_sanitize_comm(s->comm, buf);
+	}
+	s->attach_ns = session_now_ns(CLOCK_REALTIME);
+	char state;
+	if (ident_proc_stat(pid, &state, &s->proc_start) != 0)
+		s->proc_start = 0;
+	s->ring_data_size = ring_data_size;
+	s->memfd = -1;
+	s->pidfd = -1;
+	atomic_init(&s->ident_lost, false);
+	s->reg = reg;
+	atomic_init(&s->refs, 1);
+	atomic_init(&s->state, LLGO_PROC_LIVE);
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->snapshot_lock, NULL);
+	pthread_mutex_init(&s->drain_lock, NULL);
+	return s;
 }
+
+/* ---- the list ---------------------------------------------------------------------------- */
 
 void session_register(struct session *s)
 {
@@ -439,9 +432,11 @@ struct session *session_find_live(struct session_registry *reg, pid_t pid, uint6
 	return found;
 }
 
-bool session_registry_wait_exited(struct session_registry *reg, struct session *s,
-				  unsigned timeout_ms)
+bool session_wait_exited(struct session *s, unsigned timeout_ms)
 {
+	struct session_registry *reg = s->reg;
+	if (!reg)
+		return !session_is_live(s);
 	struct timespec dl;
 	clock_gettime(CLOCK_MONOTONIC, &dl);
 	dl.tv_sec += timeout_ms / 1000;
