@@ -300,7 +300,7 @@ static int jobs_verify(struct server *srv, struct conn *c)
 	struct buf text, out;
 	buf_init(&text);
 	buf_init(&out);
-	rc = verify_run(srv->verifier, srv, s, m.seconds, &sum, &text, msg, sizeof(msg));
+	rc = verify_run(srv->verifier, s, m.seconds, &sum, &text, msg, sizeof(msg));
 	session_put(s);
 	if (!rc) {
 		buf_append(&out, &sum, sizeof(sum));

@@ -169,6 +169,12 @@ struct session *server_lookup(struct server *srv, pid_t pid)
 
 /* ---- lifetime ------------------------------------------------------------------------------ */
 
+/* server_settle for the verifier (verify.c), which knows no struct server. */
+static void server_settle_for(void *srv, struct session *s)
+{
+	server_settle(srv, s);
+}
+
 struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 {
 	struct server *srv = calloc(1, sizeof(*srv));
@@ -204,7 +210,7 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	srv->peak = srv->reg ? peak_thread_new(srv->reg) : NULL;
 	if (srv->drain && srv->peak)
 		drain_on_peak(srv->drain, peak_thread_wake, srv->peak);
-	srv->verifier = verifier_new();
+	srv->verifier = verifier_new(server_settle_for, srv);
 	if (!srv->rxbuf || !srv->reg || !srv->budget || !srv->drain || !srv->peak ||
 	    !srv->verifier || (o->socket_path && !srv->socket_path) ||
 	    workq_init(&srv->shimq, srv, SERVER_SHIM_WORKERS, false) ||

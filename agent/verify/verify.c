@@ -40,11 +40,6 @@ void verify_link_destroy(struct verifier *v, struct bpf_link *link)
 	pthread_mutex_unlock(&v->libbpf_lock);
 }
 
-uint64_t verify_now(void)
-{
-	return session_now_ns(CLOCK_MONOTONIC);
-}
-
 /* ---- probe lookup ---------------------------------------------------------------------- */
 
 /* Whether the ELF file at path has the stapsdt note llgo_heap:sample. */
@@ -328,10 +323,12 @@ int verifier_load(struct verifier *v, char *err, size_t errlen)
 	return rc;
 }
 
-struct verifier *verifier_new(void)
+struct verifier *verifier_new(void (*settle)(void *arg, struct session *s), void *arg)
 {
 	struct verifier *v = calloc(1, sizeof(*v));
 	if (v) {
+		v->settle = settle;
+		v->settle_arg = arg;
 		pthread_mutex_init(&v->lock, NULL);
 		pthread_mutex_init(&v->libbpf_lock, NULL);
 	}
@@ -372,16 +369,6 @@ static void verify_share_put(struct verifier *v, uint32_t share)
 	if (v->share_refs[share])
 		v->share_refs[share]--;
 	pthread_mutex_unlock(&v->lock);
-}
-
-void verify_share_read(struct verifier *v, const struct llgo_verify_head *h)
-{
-	if (!v->shares || !h->charge || h->share == LLGO_VERIFY_SHARE_ALL ||
-	    h->share >= LLGO_VERIFY_SHARES)
-		return;
-	/* the program reads these with plain loads: a late update only holds a user back */
-	__atomic_fetch_add(&v->shares[h->share].read, h->charge, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&v->shares[LLGO_VERIFY_SHARE_ALL].read, h->charge, __ATOMIC_RELAXED);
 }
 
 /* ---- targets --------------------------------------------------------------------------------- */
@@ -501,21 +488,22 @@ static void verify_target_detach(struct verifier *v, struct verify_target *t, bo
 		bpf_map_delete_elem(bpf_map__fd(v->skel->maps.targets), &key);
 }
 
-/* Attach t, then hand it to the drain (s->verify). With srv (a one-off window), the process
- * is drained in between without t: every record published before the link was live goes
+/* Attach t, then hand it to the drain (s->verify). With settle (a one-off window), the
+ * process is settled (v->settle) and drained in between without t: every record published before the link was live goes
  * there (the probe fires after its record is published), so each record t sees afterwards
  * had the program linked when its probe fired. On failure (or when s is verified already)
  * t is freed. */
 int verify_target_publish(struct verifier *v, struct verify_target *t, uint32_t every,
-				 struct server *srv, char *err, size_t errlen)
+			  bool settle, char *err, size_t errlen)
 {
 	struct session *s = t->s;
 	pthread_mutex_lock(&s->drain_lock);
 	bool busy = s->verify != NULL;
 	pthread_mutex_unlock(&s->drain_lock);
 	int rc = busy ? -EBUSY : verify_target_attach(v, t, every, err, errlen);
-	if (!rc && srv) {
-		server_settle(srv, s);
+	if (!rc && settle) {
+		if (v->settle)
+			v->settle(v->settle_arg, s);
 		drain_session(s);
 	}
 	if (!rc) {
@@ -549,7 +537,7 @@ void verify_session_start(struct verifier *v, struct session *s, uint32_t every)
 		return;
 	}
 	t->cont_every = every;
-	if (verify_target_publish(v, t, every, NULL, err, sizeof(err)) != 0)
+	if (verify_target_publish(v, t, every, false, err, sizeof(err)) != 0)
 		log_warn("pid %d: --verify-every: %s", (int)s->pid, err);
 }
 

@@ -13,12 +13,14 @@
 #ifndef LLGO_AGENT_VERIFY_H
 #define LLGO_AGENT_VERIFY_H
 
-#include "../server/server.h"
+#include "../ingest/drain.h"
 
 struct verifier;
 struct verify_target;
 
-struct verifier *verifier_new(void);
+/* settle(arg, s): wait until the socket server handled every packet s's shim sent before
+ * now (server.c's server_settle), before a one-off verify drains s. */
+struct verifier *verifier_new(void (*settle)(void *arg, struct session *s), void *arg);
 /* The daemon stops: one-off verifies in progress end their collection now. */
 void verifier_cancel(struct verifier *v);
 /* Detach and free every target, unload the program. NULL is fine. */
@@ -44,8 +46,7 @@ void verify_match_record(struct verify_target *t, uint32_t ring_id,
 /* `llgo-heap verify PID --seconds N`: attach (or reuse the --verify-every attachment with
  * every sample checked), collect for seconds, match and compare. Fills sum and appends the
  * human report to text. 0, or -errno with a one-line reason in err. */
-struct server;
-int verify_run(struct verifier *v, struct server *srv, struct session *s, uint32_t seconds,
+int verify_run(struct verifier *v, struct session *s, uint32_t seconds,
 	       struct llgo_verify_summary *sum, struct buf *text, char *err, size_t errlen);
 
 /* A one-line cause for a libbpf/bpf() failure rc at step, in err (also oom.c's). */

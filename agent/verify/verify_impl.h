@@ -104,6 +104,9 @@ struct verify_target {
 };
 
 struct verifier {
+	/* verifier_new's: wait until the socket server handled every packet of a session */
+	void (*settle)(void *arg, struct session *s);
+	void *settle_arg;
 	pthread_mutex_t lock;
 	pthread_mutex_t libbpf_lock; /* attach and destroy of USDT links (verify_link_destroy) */
 	struct verify_bpf *skel;
@@ -128,8 +131,12 @@ struct verifier {
 	bool loaded;
 };
 
+static inline uint64_t verify_now(void)
+{
+	return session_now_ns(CLOCK_MONOTONIC);
+}
+
 /* verify.c */
-uint64_t verify_now(void);
 void verify_link_destroy(struct verifier *v, struct bpf_link *link);
 /* Wait until the reader completed two passes: everything submitted before the call is read. */
 void verify_reader_sync(struct verifier *v);
@@ -139,10 +146,8 @@ void verify_map_stats(struct verifier *v, struct verify_target *t,
 struct verify_target *verify_target_new(struct verifier *v, struct session *s, char *err,
 					size_t errlen);
 int verify_target_publish(struct verifier *v, struct verify_target *t, uint32_t every,
-			  struct server *srv, char *err, size_t errlen);
+			  bool settle, char *err, size_t errlen);
 void verify_stop_pending(struct verifier *v, struct verify_target *t);
-/* The reader read an event charged to a share (its head): the bytes go back. */
-void verify_share_read(struct verifier *v, const struct llgo_verify_head *h);
 
 /* verify_match.c. The ring buffer callback: one event (its target looked up under
  * verifier->lock). */

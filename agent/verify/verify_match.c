@@ -394,6 +394,18 @@ static struct verify_entry *verify_match_copy(struct verify_target *t, const voi
 	return e;
 }
 
+/* The reader read an event charged to a share (its head): the bytes go back (verify.c
+ * hands the shares out and back). */
+static void verify_match_share_read(struct verifier *v, const struct llgo_verify_head *h)
+{
+	if (!v->shares || !h->charge || h->share == LLGO_VERIFY_SHARE_ALL ||
+	    h->share >= LLGO_VERIFY_SHARES)
+		return;
+	/* the program reads these with plain loads: a late update only holds a user back */
+	__atomic_fetch_add(&v->shares[h->share].read, h->charge, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&v->shares[LLGO_VERIFY_SHARE_ALL].read, h->charge, __ATOMIC_RELAXED);
+}
+
 int verify_match_event(void *ctx, void *data, size_t len)
 {
 	struct verifier *v = ctx;
@@ -401,7 +413,7 @@ int verify_match_event(void *ctx, void *data, size_t len)
 	if (len < sizeof(h))
 		return 0;
 	memcpy(&h, data, sizeof(h));
-	verify_share_read(v, &h); /* read: its bytes are its user's again */
+	verify_match_share_read(v, &h); /* read: its bytes are its user's again */
 	if (len < offsetof(struct llgo_verify_event, frames))
 		return 0;
 	pthread_mutex_lock(&v->lock);

@@ -121,11 +121,11 @@ static bool verify_run_sleep(struct verifier *v, struct session *s, uint32_t sec
 	return true;
 }
 
-static int verify_run_window(struct verifier *v, struct server *srv, struct session *s,
+static int verify_run_window(struct verifier *v, struct session *s,
 			     uint32_t seconds, struct llgo_verify_summary *sum, struct buf *text,
 			     char *err, size_t errlen);
 
-int verify_run(struct verifier *v, struct server *srv, struct session *s, uint32_t seconds,
+int verify_run(struct verifier *v, struct session *s, uint32_t seconds,
 	       struct llgo_verify_summary *sum, struct buf *text, char *err, size_t errlen)
 {
 	memset(sum, 0, sizeof(*sum));
@@ -135,12 +135,12 @@ int verify_run(struct verifier *v, struct server *srv, struct session *s, uint32
 			 VERIFY_MAX_RUNNING);
 		return -EBUSY;
 	}
-	int rc = verify_run_window(v, srv, s, seconds, sum, text, err, errlen);
+	int rc = verify_run_window(v, s, seconds, sum, text, err, errlen);
 	atomic_fetch_sub(&v->running, 1);
 	return rc;
 }
 
-static int verify_run_window(struct verifier *v, struct server *srv, struct session *s,
+static int verify_run_window(struct verifier *v, struct session *s,
 			     uint32_t seconds, struct llgo_verify_summary *sum, struct buf *text,
 			     char *err, size_t errlen)
 {
@@ -173,7 +173,7 @@ static int verify_run_window(struct verifier *v, struct server *srv, struct sess
 		if (!t)
 			return -ENOENT;
 		t->window = true;
-		rc = verify_target_publish(v, t, 1, srv, err, errlen);
+		rc = verify_target_publish(v, t, 1, true, err, errlen);
 		if (rc)
 			return rc;
 	} else {
@@ -191,7 +191,8 @@ static int verify_run_window(struct verifier *v, struct server *srv, struct sess
 			return rc;
 		}
 		verify_reader_sync(v);
-		server_settle(srv, s);
+		if (v->settle)
+			v->settle(v->settle_arg, s);
 		drain_session(s);
 		pthread_mutex_lock(&t->lock);
 		verify_match_flush(t, 0, false);
@@ -220,7 +221,8 @@ static int verify_run_window(struct verifier *v, struct server *srv, struct sess
 	t->closing = true;
 	pthread_mutex_unlock(&t->lock);
 	if (alive) {
-		server_settle(srv, s);
+		if (v->settle)
+			v->settle(v->settle_arg, s);
 		drain_session(s);
 	}
 
