@@ -126,7 +126,7 @@ static bool dump_push_allowed(const struct dumper *d, const struct session *s)
 static void dump_one(struct dumper *d, struct session *s, enum dump_kind kind)
 {
 	struct profile p;
-	int rc = snapshot_collect(d->srv, s, &p);
+	int rc = snapshot_collect(server_snapshot_source(d->srv), s, &p);
 	if (rc) {
 		log_warn("--dump: pid %d: collecting the profile: %s", (int)s->pid, strerror(-rc));
 		return;

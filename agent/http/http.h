@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "../output/snapshot.h"
+#include "../server/server.h"
 
 /* Longest delta profile (seconds=N) served; longer ones get Go's WriteTimeout answer. */
 #define HTTP_MAX_SECONDS 3600

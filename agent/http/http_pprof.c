@@ -218,8 +218,9 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 	memset(&p1, 0, sizeof(p1));
 	struct http_answer a;
 	enum MHD_Result rc;
+	const struct snapshot_source *src = server_snapshot_source(h->srv);
 	if (!seconds) {
-		if ((peak ? snapshot_collect_peak : snapshot_collect)(h->srv, s, &p1)) {
+		if ((peak ? snapshot_collect_peak : snapshot_collect)(src, s, &p1)) {
 			rc = http_answer_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 					       "failed to collect profile");
 			goto out;
@@ -243,7 +244,7 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 				       HTTP_MAX_DELTAS);
 		goto out;
 	}
-	if (snapshot_collect(h->srv, s, &p0)) {
+	if (snapshot_collect(src, s, &p0)) {
 		atomic_fetch_sub(&h->deltas, 1);
 		rc = http_answer_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				       "failed to collect profile");
@@ -261,7 +262,7 @@ static enum MHD_Result http_pprof_profile(struct http_server *h, struct MHD_Conn
 				       "llgo-heapd is shutting down");
 		goto out;
 	}
-	if (snapshot_collect(h->srv, s, &p1)) {
+	if (snapshot_collect(src, s, &p1)) {
 		rc = http_answer_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
 				       "failed to collect profile");
 		goto out;

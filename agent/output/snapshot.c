@@ -7,9 +7,10 @@
  * table (each such cut is a scan for the peak view, peak.c, which LLGO_SNAP_PEAK answers
  * with instead), trim, and write the format asked for through its writer.
  *
- * Left to others: the socket and its settling (server.c), the records and the drain lock
- * (drain.c), the table (bucket.c), the in-use table (inuse.c), the model and its helpers
- * (profile.c), each format (pprof.c, text.c, folded.c, top.c).
+ * Left to others: the socket and its settling (server.c, which this file reaches only
+ * through the struct snapshot_source it is given), the records and the drain lock (drain.c),
+ * the table (bucket.c), the in-use table (inuse.c), the model and its helpers (profile.c),
+ * each format (pprof.c, text.c, folded.c, top.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -59,11 +60,11 @@ int snapshot_cut(struct session *s, struct profile *p, struct snapshot_cut_info 
 
 /* Settle, drain, cut (as snapshot_cut; peak: then the highest capture instead of now's
  * values), trim and describe. */
-static int snapshot_collect_view(struct server *srv, struct session *s, struct profile *p,
-				 bool peak)
+static int snapshot_collect_view(const struct snapshot_source *src, struct session *s,
+				 struct profile *p, bool peak)
 {
 	memset(p, 0, sizeof(*p));
-	server_settle(srv, s);
+	src->settle(src->arg, s);
 	/* The process is gone but its EOF not handled yet (packets may still be queued on its
 	 * connection): wait for the final drain rather than miss its last rings. */
 	if (session_is_live(s) && !session_process_alive(s))
@@ -80,7 +81,7 @@ static int snapshot_collect_view(struct server *srv, struct session *s, struct p
 
 	if (!rc) {
 		unsigned rd = procmaps_read_begin(s->maps);
-		rc = server_trim(srv, p, s->maps);
+		rc = src->trim(src->arg, p, s->maps);
 		procmaps_read_end(s->maps, rd);
 	}
 	if (rc) {
@@ -111,14 +112,15 @@ static int snapshot_collect_view(struct server *srv, struct session *s, struct p
 	return 0;
 }
 
-int snapshot_collect(struct server *srv, struct session *s, struct profile *p)
+int snapshot_collect(const struct snapshot_source *src, struct session *s, struct profile *p)
 {
-	return snapshot_collect_view(srv, s, p, false);
+	return snapshot_collect_view(src, s, p, false);
 }
 
-int snapshot_collect_peak(struct server *srv, struct session *s, struct profile *p)
+int snapshot_collect_peak(const struct snapshot_source *src, struct session *s,
+			  struct profile *p)
 {
-	return snapshot_collect_view(srv, s, p, true);
+	return snapshot_collect_view(src, s, p, true);
 }
 
 int snapshot_write(struct buf *out, const struct profile *p, struct procmaps *maps, int fmt,
@@ -149,14 +151,14 @@ int snapshot_write(struct buf *out, const struct profile *p, struct procmaps *ma
 	return rc;
 }
 
-int snapshot_take(struct server *srv, pid_t pid, uid_t requester, int fmt, uint32_t flags,
-		  uint32_t top_n, struct buf *out, char *err, size_t errlen)
+int snapshot_take(const struct snapshot_source *src, pid_t pid, uid_t requester, int fmt,
+		  uint32_t flags, uint32_t top_n, struct buf *out, char *err, size_t errlen)
 {
 	if (fmt < LLGO_FORMAT_PPROF || fmt > LLGO_FORMAT_SITES) {
 		snprintf(err, errlen, "unknown format %d", fmt);
 		return -EINVAL;
 	}
-	struct session *s = server_lookup(srv, pid);
+	struct session *s = src->lookup(src->arg, pid);
 	if (!s) {
 		snprintf(err, errlen, "no such profiled process: %d", (int)pid);
 		return -ESRCH;
@@ -168,7 +170,7 @@ int snapshot_take(struct server *srv, pid_t pid, uid_t requester, int fmt, uint3
 		return -EACCES;
 	}
 	struct profile p;
-	int rc = snapshot_collect_view(srv, s, &p, flags & LLGO_SNAP_PEAK);
+	int rc = snapshot_collect_view(src, s, &p, flags & LLGO_SNAP_PEAK);
 	if (rc) {
 		snprintf(err, errlen, "collecting the profile: %s", strerror(-rc));
 		session_put(s);

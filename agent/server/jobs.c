@@ -23,6 +23,15 @@
 #include "../verify/verify.h"
 
 /* The session a shim connection feeds: server_settle reads it under conns_lock. */
+/* The --verify-every in force, read under the lock a reload (server_reconfigure) takes. */
+static uint32_t jobs_verify_every(struct server *srv)
+{
+	pthread_rwlock_rdlock(&srv->opts_lock);
+	uint32_t every = srv->opts.verify_every;
+	pthread_rwlock_unlock(&srv->opts_lock);
+	return every;
+}
+
 static void jobs_set_session(struct server *srv, struct conn *c, struct session *s)
 {
 	pthread_mutex_lock(&srv->conns_lock);
@@ -164,7 +173,7 @@ static void jobs_hello(struct server *srv, struct conn *c)
 		return;
 	}
 	drain_wake(srv->drain);
-	uint32_t verify_every = server_verify_every(srv);
+	uint32_t verify_every = jobs_verify_every(srv);
 	if (verify_every) /* after the ACK: the process need not wait for the attach */
 		verify_session_start(srv->verifier, s, verify_every);
 	conn_rearm(c);
@@ -267,8 +276,8 @@ static int jobs_snapshot(struct server *srv, struct conn *c)
 	struct buf out;
 	buf_init(&out);
 	char msg[LLGO_END_MSG_LEN] = "";
-	int rc = snapshot_take(srv, (pid_t)m.pid, c->cred.uid, (int)m.format, m.flags, m.top_n,
-			       &out, msg, sizeof(msg));
+	int rc = snapshot_take(&srv->snap, (pid_t)m.pid, c->cred.uid, (int)m.format, m.flags,
+			       m.top_n, &out, msg, sizeof(msg));
 	if (rc)
 		rc = conn_answer(c, NULL, 0, -rc, msg);
 	else
@@ -320,8 +329,9 @@ static int jobs_verify(struct server *srv, struct conn *c)
 	return rc;
 }
 
-void jobs_run(struct server *srv, struct conn *c)
+void jobs_run(void *arg, struct conn *c)
 {
+	struct server *srv = arg;
 	int err = 0;
 	switch (c->job) {
 	case LLGO_MSG_HELLO:

@@ -94,86 +94,36 @@ static void *server_loop(void *arg)
 	return NULL;
 }
 
-/* ---- settling ------------------------------------------------------------------------------ */
+/* ---- what the snapshot service and the verifier know of the server ------------------------ */
 
-/*
- * Packets a shim sent before this request (an ADD_RING for a thread's first ring, the EOF of
- * an exited process) may still sit in its connection's buffer while a client's request is
- * already being served: sockets are not ordered with each other. Wait, briefly, until the
- * loop has read and handled everything s's connections hold, so that a snapshot includes
- * every record published before it was asked for.
- */
-void server_settle(struct server *srv, struct session *s)
-{
-	for (unsigned i = 0; i < SERVER_SETTLE_MS * 4; i++) {
-		bool pending = false;
-		pthread_mutex_lock(&srv->conns_lock);
-		for (struct conn *c = srv->conns; c && !pending; c = c->next) {
-			if (c->session != s)
-				continue;
-			char b;
-			/* >= 0: a packet or the EOF is waiting for the loop */
-			pending = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0;
-		}
-		pthread_mutex_unlock(&srv->conns_lock);
-		if (!pending && !atomic_load(&srv->loop_busy))
-			return;
-		struct timespec ts = { 0, 250 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-}
-
-/* A HELLO of pid (any pid when pid <= 0) sent but not handled yet: queued for or running in
- * a shim worker, or still in a new connection's socket. */
-bool server_hello_in_flight(struct server *srv, pid_t pid)
-{
-	if (atomic_load(&srv->hellos_pending) || atomic_load(&srv->loop_busy))
-		return true;
-	bool pending = false;
-	pthread_mutex_lock(&srv->conns_lock);
-	for (struct conn *c = srv->conns; c && !pending; c = c->next) {
-		if ((pid > 0 && c->cred.pid != pid) || c->kind != CONN_NEW)
-			continue;
-		/* a HELLO waiting to be read (or the start of one); another request, e.g. a
-		 * snapshot on a client's new connection, is no process starting */
-		struct llgo_msg_header h;
-		ssize_t r = recv(c->fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
-		pending = r > 0 && ((size_t)r < sizeof(h) || h.type == LLGO_MSG_HELLO);
-	}
-	pthread_mutex_unlock(&srv->conns_lock);
-	return pending;
-}
-
-/* Wait (at most SERVER_SETTLE_MS) until no HELLO of pid is in flight. */
-void server_settle_hellos(struct server *srv, pid_t pid)
-{
-	for (unsigned i = 0; i < SERVER_SETTLE_MS * 4 && server_hello_in_flight(srv, pid); i++) {
-		struct timespec ts = { 0, 250 * 1000 };
-		nanosleep(&ts, NULL);
-	}
-}
-
-/*
- * The session of pid; when there is none yet, the process may have connected and sent HELLO
- * (which it does not wait for) without the loop or a shim worker having handled it: wait for
- * that, briefly, as server_settle does for the packets of a known session.
- */
-struct session *server_lookup(struct server *srv, pid_t pid)
-{
-	struct session *s = session_lookup(srv->reg, pid);
-	if (s)
-		return s;
-	server_settle_hellos(srv, pid);
-	return session_lookup(srv->reg, pid);
-}
-
-/* ---- lifetime ------------------------------------------------------------------------------ */
-
-/* server_settle for the verifier (verify.c), which knows no struct server. */
+/* server_settle for the verifier (verify.c) and the snapshot service (snapshot.c), which
+ * know no struct server. */
 static void server_settle_for(void *srv, struct session *s)
 {
 	server_settle(srv, s);
 }
+
+static struct session *server_lookup_for(void *srv, pid_t pid)
+{
+	return server_lookup(srv, pid);
+}
+
+/* Hide the --trim functions from p's stacks, read under the lock a reload takes. */
+static int server_trim(void *arg, struct profile *p, struct procmaps *maps)
+{
+	struct server *srv = arg;
+	pthread_rwlock_rdlock(&srv->opts_lock);
+	int rc = profile_trim(p, maps, srv->opts.trim, srv->opts.ntrim);
+	pthread_rwlock_unlock(&srv->opts_lock);
+	return rc;
+}
+
+const struct snapshot_source *server_snapshot_source(struct server *srv)
+{
+	return &srv->snap;
+}
+
+/* ---- lifetime ---------------------------------------------------------------------------- */
 
 struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 {
@@ -211,11 +161,15 @@ struct server *server_new(const struct server_opts *o, char *err, size_t errlen)
 	if (srv->drain && srv->peak)
 		drain_on_peak(srv->drain, peak_thread_wake, srv->peak);
 	srv->verifier = verifier_new(server_settle_for, srv);
+	srv->snap = (struct snapshot_source){ .arg = srv,
+					      .lookup = server_lookup_for,
+					      .settle = server_settle_for,
+					      .trim = server_trim };
 	if (!srv->rxbuf || !srv->reg || !srv->budget || !srv->drain || !srv->peak ||
 	    !srv->verifier || (o->socket_path && !srv->socket_path) ||
-	    workq_init(&srv->shimq, srv, SERVER_SHIM_WORKERS, false) ||
-	    workq_init(&srv->exitq, srv, SERVER_EXIT_WORKERS, true) ||
-	    workq_init(&srv->clientq, srv, nclient, true)) {
+	    workq_init(&srv->shimq, SERVER_SHIM_WORKERS, false, jobs_run, conn_close, srv) ||
+	    workq_init(&srv->exitq, SERVER_EXIT_WORKERS, true, jobs_run, conn_close, srv) ||
+	    workq_init(&srv->clientq, nclient, true, jobs_run, conn_close, srv)) {
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -623,22 +577,6 @@ void server_get_stats(struct server *srv, struct server_stats *out)
 struct session_registry *server_sessions(struct server *srv)
 {
 	return srv->reg;
-}
-
-int server_trim(struct server *srv, struct profile *p, struct procmaps *maps)
-{
-	pthread_rwlock_rdlock(&srv->opts_lock);
-	int rc = profile_trim(p, maps, srv->opts.trim, srv->opts.ntrim);
-	pthread_rwlock_unlock(&srv->opts_lock);
-	return rc;
-}
-
-uint32_t server_verify_every(struct server *srv)
-{
-	pthread_rwlock_rdlock(&srv->opts_lock);
-	uint32_t every = srv->opts.verify_every;
-	pthread_rwlock_unlock(&srv->opts_lock);
-	return every;
 }
 
 /* ---- reload (SIGHUP in daemon.c) ------------------------------------------------------- */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * server.h: llgo-heapd's socket server, its public face (server.c; the files it is made of,
- * conn.c, packet.c, workq.c and jobs.c, share server_impl.h). Snapshots are snapshot.h's, the
- * drain drain.h's, the registry and sessions session.h's.
+ * conn.c, packet.c, workq.c, jobs.c and server_settle.c, share server_impl.h). Snapshots
+ * are snapshot.h's, the drain drain.h's, the registry and sessions session.h's.
  */
 #ifndef LLGO_AGENT_SERVER_H
 #define LLGO_AGENT_SERVER_H
@@ -53,14 +53,12 @@ void server_get_stats(struct server *srv, struct server_stats *out);
 void server_reconfigure(struct server *srv, const struct server_opts *o);
 struct session_registry *server_sessions(struct server *srv);
 
-/* The session of pid, after waiting (at most 200 ms) for a HELLO of pid still in flight. */
+/* What the snapshot service (snapshot.h) asks of this server: lookups, settling, --trim. */
+const struct snapshot_source *server_snapshot_source(struct server *srv);
+
+/* server_settle.c. The session of pid, after waiting (at most 200 ms) for a HELLO of pid
+ * still in flight. */
 struct session *server_lookup(struct server *srv, pid_t pid);
-/* Hide the --trim functions from p's stacks (snapshot.c), and the --verify-every in force
- * (jobs.c): both read under the lock a reload (server_reconfigure) takes. */
-struct profile;
-struct procmaps;
-int server_trim(struct server *srv, struct profile *p, struct procmaps *maps);
-uint32_t server_verify_every(struct server *srv);
 /* Wait (at most 200 ms) until the event loop has handled every packet s's shim has sent
  * (snapshot.c, verify.c: a request must see what was published before it). */
 void server_settle(struct server *srv, struct session *s);

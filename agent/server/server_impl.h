@@ -8,7 +8,10 @@
  *   packet.c  every packet read by the loop: validation and dispatch;
  *   workq.c   the worker pools (shim, exit, client) and their per-uid share;
  *   jobs.c    what the workers run: HELLO, BYE, a process's exit, LIST, SNAPSHOT (through
- *             snapshot.c), SET_RATE, VERIFY.
+ *             snapshot.c), SET_RATE, VERIFY;
+ *   server_settle.c  waiting for the loop to catch up with a session's packets or a HELLO.
+ * Each calls only the files below it in this list (and server.c all of them): the pools run
+ * jobs and drop connections through the callbacks workq_init takes.
  *
  * Ownership: every connection is registered with EPOLLONESHOT, so at most one thread handles
  * it at a time: the loop reads one packet and handles it at once or hands the connection to a
@@ -20,6 +23,7 @@
 
 #include <sys/socket.h>
 
+#include "../output/snapshot.h"
 #include "ident.h"
 #include "server.h"
 #include "vouch.h"
@@ -83,7 +87,11 @@ struct conn {
 };
 
 struct workq {
-	struct server *srv;
+	/* workq_init's: run a job (jobs_run), drop a connection the pool will not run
+	 * (conn_close) */
+	void (*run)(void *arg, struct conn *c);
+	void (*drop)(struct conn *c);
+	void *arg;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct conn *head, *tail;
@@ -120,6 +128,7 @@ struct server {
 	struct drain *drain;
 	struct peak_thread *peak; /* peak_thread.c: the peak view's scans, woken by the drain */
 	struct verifier *verifier; /* verify.c: llgo-heap verify, --verify-every */
+	struct snapshot_source snap; /* snapshot.c's view of this server (lookup, settle, trim) */
 	pthread_t loop;
 	bool loop_started;
 	_Atomic bool stopping;
@@ -191,24 +200,26 @@ void packet_event(struct server *srv, struct conn *c);
 
 /* ---- workq.c --------------------------------------------------------------------------- */
 
-/* n workers; per_uid: a uid other than root runs at most half of them at once (one of
- * one). */
-int workq_init(struct workq *q, struct server *srv, unsigned n, bool per_uid);
+/* n workers, each running run(arg, c) for the connections pushed; drop(c) for those it will
+ * not run (stopped). per_uid: a uid other than root runs at most half of them at once (one
+ * of one). */
+int workq_init(struct workq *q, unsigned n, bool per_uid, void (*run)(void *arg, struct conn *c),
+	       void (*drop)(struct conn *c), void *arg);
 int workq_start(struct workq *q);
-/* Queue c for job (a message type or SERVER_JOB_EXIT); closes c when the pool stopped. */
+/* Queue c for job (a message type or SERVER_JOB_EXIT); drops c when the pool stopped. */
 void workq_push(struct workq *q, struct conn *c, uint16_t job);
-/* Stop the workers after their current job; queued jobs are dropped with their conns. */
+/* Stop the workers after their current job; queued jobs are dropped (drop). */
 void workq_stop(struct workq *q);
 void workq_destroy(struct workq *q);
 
 /* ---- jobs.c ---------------------------------------------------------------------------- */
 
-/* Run c's job on a worker. */
-void jobs_run(struct server *srv, struct conn *c);
+/* Run c's job on a worker (the pools' run: srv is the server). */
+void jobs_run(void *srv, struct conn *c);
 /* Answer LIST (cheap: the loop runs it itself when no HELLO is in flight). */
 int jobs_list(struct server *srv, struct conn *c);
 
-/* ---- server.c -------------------------------------------------------------------------- */
+/* ---- server_settle.c (and server.h's server_settle, server_lookup) ---------------------- */
 
 /* A HELLO of pid (any pid when pid <= 0) sent but not handled yet. */
 bool server_hello_in_flight(struct server *srv, pid_t pid);

@@ -9,7 +9,8 @@
  * half the workers at once, so one user's slow jobs (a flood of exits, slow requests) never
  * hold them all: another user's job waits at most for a worker of the other half.
  *
- * Left to others: what a job does (jobs.c), the connections it carries (conn.c).
+ * Left to others: what a job does (jobs.c) and what becomes of a connection a stopped pool
+ * will not run (conn.c): the callbacks workq_init takes.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -24,7 +25,7 @@ void workq_push(struct workq *q, struct conn *c, uint16_t job)
 	pthread_mutex_lock(&q->lock);
 	if (q->stop) {
 		pthread_mutex_unlock(&q->lock);
-		conn_close(c);
+		q->drop(c);
 		return;
 	}
 	if (q->tail)
@@ -78,7 +79,7 @@ static void *workq_worker(void *arg)
 			q->running[slot] = c->cred.uid;
 		}
 		pthread_mutex_unlock(&q->lock);
-		jobs_run(q->srv, c);
+		q->run(q->arg, c);
 		if (q->per_uid_max) {
 			pthread_mutex_lock(&q->lock);
 			q->running_used[slot] = false;
@@ -88,10 +89,13 @@ static void *workq_worker(void *arg)
 	}
 }
 
-int workq_init(struct workq *q, struct server *srv, unsigned n, bool per_uid)
+int workq_init(struct workq *q, unsigned n, bool per_uid, void (*run)(void *arg, struct conn *c),
+	       void (*drop)(struct conn *c), void *arg)
 {
 	memset(q, 0, sizeof(*q));
-	q->srv = srv;
+	q->run = run;
+	q->drop = drop;
+	q->arg = arg;
 	q->per_uid_max = !per_uid ? 0 : n > 1 ? n / 2 : 1;
 	pthread_mutex_init(&q->lock, NULL);
 	pthread_cond_init(&q->cond, NULL);
@@ -131,7 +135,7 @@ void workq_stop(struct workq *q)
 	pthread_mutex_unlock(&q->lock);
 	while (c) {
 		struct conn *n = c->job_next;
-		conn_close(c);
+		q->drop(c);
 		c = n;
 	}
 }
