@@ -83,12 +83,12 @@ void full_block(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t 
 	 * process (it reads our maps before it drains us; the process does not wait for that at
 	 * start): a burst at start would otherwise lose what a later one keeps. */
 	if (p == FULL_DROP || (p == FULL_DEFAULT && rate != 1 && full_daemon_serving()) ||
-	    lifecycle_state() != LLGO_SHIM_ATTACHED)
+	    link_state() != LLGO_SHIM_ATTACHED)
 		return;
 	if (t->full_stall == tail + 1)
 		return; /* gave up at this tail already: drop until the daemon moves it */
 	t->full_stall = 0;
-	emit_wake();
+	link_wake();
 	int64_t last_move = full_now_ms(), first_wait = last_move;
 	uint64_t seen = tail;
 	for (;;) {
@@ -106,7 +106,7 @@ void full_block(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t 
 		 * sanitized, or reading every object's unwind tables before it serves us) is
 		 * waited for, up to FULL_ACTIVE_MAX_MS in all: it is not stopped. */
 		if (left <= 0 && full_now_ms() - first_wait < FULL_ACTIVE_MAX_MS &&
-		    lifecycle_daemon_active()) {
+		    link_daemon_active()) {
 			last_move = full_now_ms();
 			left = FULL_SLICE_MS;
 		}

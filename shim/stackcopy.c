@@ -83,11 +83,6 @@ void stackcopy_init(void)
 	}
 }
 
-uint32_t stackcopy_get_mode(void)
-{
-	return stackcopy_mode;
-}
-
 uint32_t stackcopy_stack_cap(void)
 {
 	return stackcopy_cap;
@@ -124,7 +119,7 @@ static bool stackcopy_bounds(const struct llgo_heap_thread *t, uintptr_t sp, uin
 		return true;
 	}
 	stack_t ss;
-	if (lifecycle_state() == LLGO_SHIM_OFF) /* no syscalls once sandboxed */
+	if (link_state() == LLGO_SHIM_OFF) /* no syscalls once sandboxed */
 		return false;
 	if (sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK) && ss.ss_sp &&
 	    sp >= (uintptr_t)ss.ss_sp && sp < (uintptr_t)ss.ss_sp + ss.ss_size) {
@@ -205,7 +200,7 @@ static void stackcopy_interrupted(struct stackcopy *sc, const struct llgo_heap_t
 				  uintptr_t entry)
 {
 	uintptr_t top = stackcopy_end(t), lo = t->stack_lo;
-	if (!top || top <= lo || lifecycle_state() == LLGO_SHIM_OFF)
+	if (!top || top <= lo || link_state() == LLGO_SHIM_OFF)
 		return;
 	if (entry && entry > lo && entry < top && top - entry > STACKCOPY_ENTRY_SLACK)
 		top = entry + STACKCOPY_ENTRY_SLACK;
