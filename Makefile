@@ -437,6 +437,8 @@ unit: $(TEST_BINS) $(PROG_BINS) $(BINS) $(LIBS)
 	done; \
 	echo "== fuzz corpora (tests/fuzz/corpus, tests/fuzz/regress)"; \
 	$(MAKE) --no-print-directory fuzz-replay || fail=1; \
+	echo "== call circles between source files (make callcircles)"; \
+	$(MAKE) --no-print-directory callcircles || fail=1; \
 	if [ $$fail = 0 ]; then echo "ALL TESTS PASSED ($(OUT))"; else echo "TESTS FAILED"; exit 1; fi
 
 # ---- call circles (issue 22) -----------------------------------------------------------
