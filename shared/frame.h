@@ -2,7 +2,7 @@
 /*
  * frame.h: the framing of llgo-heapd's socket packets (proto.h), written once for all three
  * sides: the shim (shim/attach.c, which links nothing but its own objects), and the daemon and
- * the client (common/msg.c). A header is filled and checked here; a packet is sent or received
+ * the client (common/msg.h). A header is filled and checked here; a packet is sent or received
  * with at most one SCM_RIGHTS descriptor. What a packet means, how long a side waits and
  * whether it checks its descriptor first is the caller's.
  *

@@ -11,7 +11,7 @@
  * Waiting: the thread sends WAKE, raises the ring's `waiting` word, fences, and sleeps with
  * FUTEX_WAIT on the low 32 bits of tail (shared futex: the ring is a MAP_SHARED memfd), in
  * slices of FULL_SLICE_MS; the daemon, after it publishes a new tail, fences, sees `waiting`
- * and wakes the futex (agent/ring.c). No spinning. Bounded: if tail does not move for
+ * and wakes the futex (agent/ingest/ring.c). No spinning. Bounded: if tail does not move for
  * FULL_BOUND_MS while the daemon shows no sign of work (stopped, gone or hung: it neither runs
  * nor uses CPU; a working one is given up to FULL_ACTIVE_MAX_MS), the thread gives up, drops, and
  * remembers that tail: later records of this thread drop at once until the daemon has moved

@@ -4,7 +4,7 @@
  * auto mode when the frame-pointer walk cannot be trusted, see stackcopy_take) a sampled
  * allocation carries, besides the frame-pointer walk, the machine state at the program's
  * allocating call site and a copy of the live stack above it (an LLGO_REC_ALLOC_RAW record,
- * shared/ring.h). The daemon unwinds that copy out of process (agent/unwind.c); nothing here
+ * shared/ring.h). The daemon unwinds that copy out of process (agent/unwind/unwind.c); nothing here
  * unwinds, and no unwinder is linked.
  *
  * The start state is exact, never guessed: the slow paths are entered by a tail call from a

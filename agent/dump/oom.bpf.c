@@ -3,8 +3,8 @@
  * oom.bpf.c: the kernel side of llgo-heapd's OOM snapshots (--dump-oom). A raw tracepoint
  * program on oom:mark_victim, which the kernel's OOM killer (global or a memory cgroup's)
  * fires when it has chosen a victim and before the victim's SIGKILL is delivered. It sends
- * the victim's pid and start time through the `oom_events` ring buffer; agent/oom.c reads it
- * and hands the pid to the dumper (agent/dump.c), which writes the victim's profile once its
+ * the victim's pid and start time through the `oom_events` ring buffer; agent/dump/oom.c reads it
+ * and hands the pid to the dumper (agent/dump/dump.c), which writes the victim's profile once its
  * session has taken the final drain.
  *
  * The tracepoint's arguments changed in Linux 6.8 (from `int pid` to `struct task_struct *,

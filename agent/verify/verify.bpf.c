@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * verify.bpf.c: the kernel side of `llgo-heap verify` and `llgo-heapd --verify-every N`.
- * Attached by agent/verify.c to the shim's USDT probe llgo_heap:sample (shim/probe.c) in one
+ * Attached by agent/verify/verify.c to the shim's USDT probe llgo_heap:sample (shim/probe.c) in one
  * process at a time per link. For every hit in a process listed in `targets` whose record
  * sequence number is a multiple of that target's `every`, it sends one event through the
  * `events` ring buffer: the record's identity (ring id, seq) and the allocation (address,
