@@ -21,14 +21,11 @@
 #include "../shared/compiler.h"
 #include "../shared/proto.h"
 #include "../shared/ring.h"
+#include "../shared/symproto.h"
 
-#include "buf.h"
-#include "msg.h"
-
-/* ---- gzip.c: gzip framing through zlib ------------------------------------------------ */
-
-/* Append the gzip (RFC 1952) compression of in[0..n) to out; level as zlib's. */
-int gzip_append(struct buf *out, const void *in, size_t n, int level);
+#include "../common/buf.h"
+#include "../common/gzip.h"
+#include "../common/msg.h"
 
 /* ---- ring.c: the daemon's reader of one shared ring ----------------------------------- */
 
@@ -321,6 +318,10 @@ uint64_t unwind_roots_gen(const struct unwind *u);
 bool unwind_tables(struct unwind *u, struct procmaps *maps, uint64_t (*ranges)[2],
 		   uint32_t max_ranges, uint32_t *nranges, uint64_t *roots, uint32_t max_roots,
 		   uint32_t *nroots);
+/* Whether the return address pc lies in a function where every stack starts: the program's
+ * or a thread's entry (_start, __libc_start_main, start_thread, clone...): a frame-pointer
+ * walk that ends there is whole. Asks the symbolizer. */
+bool unwind_is_start(struct procmaps *maps, uint64_t pc);
 /* Files held by the global unwind-info cache and the bytes they cost (bookkeeping, the
  * copies of what was read of them, their rewritten CFI). */
 void unwind_cache_stats(uint64_t *files, uint64_t *bytes);
@@ -436,14 +437,7 @@ bool cfi_check_program(const unsigned char *p, size_t n, uint64_t loc, uint64_t 
 
 /* ---- symbolize.c: addresses to functions, files and lines ----------------------------- */
 
-#define SYM_MAX_INLINE 16
-
-struct sym_frame {
-	const char *function; /* NULL when no symbol covers the address */
-	const char *file;     /* NULL when unknown */
-	int line;             /* 0 when unknown */
-	int start_line;       /* line of the function's declaration, 0 when unknown */
-};
+/* struct sym_frame and SYM_MAX_INLINE: shared/symproto.h (the symbolizer's too) */
 
 struct sym_result {
 	int nframes; /* inline chain, leaf first; the last is the physical function */
@@ -613,9 +607,9 @@ void profile_comment_lines(struct buf *b, const struct profile *p);
 /* "llgo-heap: unwind=MODE unwound=N truncated=N" (no newline) when the shim stated its mode
  * or stacks were unwound; returns the bytes written (0: nothing to state) or -ENOMEM. */
 int profile_unwind_line(struct buf *b, const struct profile *p);
-/* peak.c: "llgo-heap: peak inuse_space=N ..." (no newline) for a peak profile
- * (meta.peak.on); returns the bytes written (0: not a peak profile) or -ENOMEM. */
-int peak_line(struct buf *b, const struct profile *p);
+/* "llgo-heap: peak inuse_space=N ..." (no newline) for a peak profile (meta.peak.on, filled
+ * by peak.c); returns the bytes written (0: not a peak profile) or -ENOMEM. */
+int profile_peak_line(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
  * mapping, else "0x<addr>". */
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr);

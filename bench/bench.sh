@@ -579,7 +579,7 @@ unwind_section() {
 	out "| frames | walk | record bytes (stack copy) | cold first unwind us | warm CPU ns/sample | wall ns/sample | samples/s (CPU) | libunwind table searches/sample | files cached | cache RSS KiB |"
 	out "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for fr in 10 30 50; do
-		# the fast path (agent/unwind_fast.c, the default) and libunwind alone (before issue 21)
+		# the fast path (agent/unwind/unwind_fast.c, the default) and libunwind alone (before issue 21)
 		for opt in "" --libunwind; do
 			"$B/slowpath_bench" unwind --frames $fr --records 200000 $opt |
 				awk '/^UNWIND/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
@@ -591,7 +591,7 @@ unwind_section() {
 		done
 	done
 	out ""
-	out "walk: fast = agent/unwind_fast.c's rows (the default), libunwind = libunwind's remote"
+	out "walk: fast = agent/unwind/unwind_fast.c's rows (the default), libunwind = libunwind's remote"
 	out "unw_step alone (LLGO_HEAP_UNWIND_FAST=0 in the daemon's environment)."
 	out ""
 }

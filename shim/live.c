@@ -147,7 +147,7 @@ static void live_send(int fd)
 		return;
 	struct llgo_msg_header m;
 	attach_header(&m, LLGO_MSG_ADD_LIVE, sizeof(m));
-	lifecycle_send_fd(&m, sizeof(m), fd);
+	link_send_fd(&m, sizeof(m), fd);
 }
 
 void live_resend(void)
@@ -232,7 +232,7 @@ static llgo_noinline struct llgo_live_header *live_get_first(void)
 {
 	struct llgo_live_header *h;
 	/* no table (memfd_create, mmap) once the program forbade syscalls (lifecycle.c) */
-	if (lifecycle_state() == LLGO_SHIM_OFF)
+	if (link_state() == LLGO_SHIM_OFF)
 		return NULL;
 	int expect = LIVE_NONE;
 	if (!atomic_compare_exchange_strong_explicit(&live_state, &expect, LIVE_CREATING,
@@ -406,7 +406,7 @@ static void live_arena_release(void *p)
 		return; /* not an object's first page: never given out, left alone */
 	uint32_t busy = atomic_fetch_sub_explicit(&live_arena_busy, n, memory_order_relaxed) - n;
 	uint32_t idle = atomic_load_explicit(&live_arena_idle, memory_order_relaxed);
-	if (idle > busy / 8 + LIVE_ARENA_KEEP && lifecycle_state() != LLGO_SHIM_OFF)
+	if (idle > busy / 32 + LIVE_ARENA_KEEP && link_state() != LLGO_SHIM_OFF)
 		(void)madvise(p, (size_t)n * LIVE_PAGE, MADV_DONTNEED); /* no syscall once sandboxed */
 	atomic_fetch_add_explicit(&live_arena_idle, n, memory_order_relaxed);
 	_Atomic uint64_t *head = &live_arena_free[n];
@@ -889,7 +889,7 @@ void live_fork_child(bool close_fds)
 	uint64_t *used = mmap(NULL, sizeof(live_pages), PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	struct llgo_live_header *h = NULL;
-	if (used != MAP_FAILED && lifecycle_state() != LLGO_SHIM_OFF)
+	if (used != MAP_FAILED && link_state() != LLGO_SHIM_OFF)
 		h = live_make();
 	if (!h) {
 		if (used != MAP_FAILED)

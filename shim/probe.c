@@ -9,7 +9,7 @@
  * after the record is committed, so when it fires the frame chain is complete: the kernel's
  * user stack (bpf_get_stack with BPF_F_USER_STACK) starts at the probe site in this function,
  * goes through the shim's slow path and reaches the program's allocating call. The daemon
- * trims the shim's frames before comparing (agent/verify.c). Arguments, in this order:
+ * trims the shim's frames before comparing (agent/verify/verify.c). Arguments, in this order:
  *   1 ring id (u32), 2 seq of the record (u64), 3 block address (u64), 4 size asked (u64),
  *   5 flags (u32): LLGO_VERIFY_PROBE_RAW when the record carries a stack copy (the kernel
  *     then copies the stack too, for the daemon to unwind both with DWARF).

@@ -38,16 +38,6 @@ llgo_export __thread struct llgo_heap_thread llgo_heap_tls llgo_tls_ie;
 
 /* ---- random numbers and the threshold draw ------------------------------------------- */
 
-uint64_t sample_rng_seed(uint64_t a, uint64_t b)
-{
-	/* splitmix64 finaliser over both inputs: nearby tids and times give unrelated seeds */
-	uint64_t z = a * 0x9e3779b97f4a7c15ULL ^ b;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	z ^= z >> 31;
-	return z ? z : 0x853c49e6748fea9bULL;
-}
-
 uint64_t sample_rng_next(uint64_t *state)
 {
 	uint64_t x = *state;

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "../agent/internal.h"
-#include "../agent/unwind_fast.h"
+#include "../agent/unwind/unwind_fast.h"
 
 const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void)

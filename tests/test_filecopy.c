@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../agent/budget.h"
-#include "../agent/filecopy.h"
+#include "../agent/server/budget.h"
+#include "../agent/unwind/filecopy.h"
 
 #define PAGE 4096u
 

@@ -14,7 +14,7 @@
 #include <sys/resource.h>
 #include <sys/sysmacros.h>
 
-#include "../agent/ident.h"
+#include "../agent/server/ident.h"
 #include "../shared/live.h"
 
 /* fd's control page, mapped and filled in as a shim does (rate 512); NULL on failure. */
