@@ -15,21 +15,14 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "heapd.h"
+#include "helpers.h"
 
 #ifndef LLGO_BUILD_DIR
 #error "LLGO_BUILD_DIR must be set by the Makefile"
 #endif
-
-static void heapd_sleep_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
 
 const char *heapd_path(void)
 {
@@ -137,7 +130,7 @@ bool heapd_wait(struct heapd *d)
 			d->pid = 0;
 			return false;
 		}
-		heapd_sleep_ms(5);
+		th_sleep_ms(5);
 	}
 	return false;
 }
@@ -200,7 +193,7 @@ void heapd_pause(struct heapd *d)
 {
 	cr_assert_eq(kill(d->pid, SIGSTOP), 0);
 	for (int i = 0; i < 2000 && !heapd_all_stopped(d->pid); i++)
-		heapd_sleep_ms(1);
+		th_sleep_ms(1);
 	cr_assert(heapd_all_stopped(d->pid), "llgo-heapd %d did not stop", (int)d->pid);
 }
 
@@ -220,7 +213,7 @@ int heapd_stop(struct heapd *d)
 			d->pid = 0;
 			return st;
 		}
-		heapd_sleep_ms(5);
+		th_sleep_ms(5);
 	}
 	kill(d->pid, SIGKILL);
 	waitpid(d->pid, &st, 0);
@@ -251,20 +244,7 @@ void heapd_cleanup(struct heapd *d)
 
 char *heapd_log(const struct heapd *d)
 {
-	FILE *f = fopen(d->log, "r");
-	if (!f)
-		return strdup("");
-	size_t cap = 1 << 16, len = 0, r;
-	char *s = malloc(cap);
-	while (s && (r = fread(s + len, 1, cap - len - 1, f)) > 0) {
-		len += r;
-		if (cap - len < 4096)
-			s = realloc(s, cap *= 2);
-	}
-	fclose(f);
-	cr_assert_not_null(s);
-	s[len] = '\0';
-	return s;
+	return th_read_all(d->log);
 }
 
 /* ---- requests -------------------------------------------------------------------------------- */

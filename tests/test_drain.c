@@ -20,12 +20,7 @@
 
 #include "../agent/snapshot.h"
 #include "../shim/internal.h"
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
+#include "helpers.h"
 
 static bool under_tsan(void)
 {
@@ -344,7 +339,7 @@ Test(drain, thread_keeps_up_and_shares_rings_with_snapshots, .timeout = 120)
 			drain_session(s); /* a snapshot's drain, racing the thread's */
 	}
 	for (int i = 0; i < 1000 && totals(s).objects < pushed; i++)
-		sleep_ms(5);
+		th_sleep_ms(5);
 	drain_stop(d);
 	drain_free(d);
 	cr_expect_eq(totals(s).objects, pushed);
@@ -372,10 +367,10 @@ Test(drain, idle_thread_uses_almost_no_cpu, .timeout = 60)
 	}
 	struct drain *d = drain_new(reg);
 	cr_assert_eq(drain_start(d), 0);
-	sleep_ms(300); /* back off to the idle poll */
+	th_sleep_ms(300); /* back off to the idle poll */
 	struct timespec c0, c1;
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
-	sleep_ms(1000);
+	th_sleep_ms(1000);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
 	double used = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9;
 	cr_expect_lt(used, 0.02, "idle drain used %.3f s of CPU in 1 s", used);
@@ -384,7 +379,7 @@ Test(drain, idle_thread_uses_almost_no_cpu, .timeout = 60)
 	pring_push(&rings[5], f, 1, 8, 1);
 	bool seen = false;
 	for (int i = 0; i < 100 && !seen; i++) {
-		sleep_ms(5);
+		th_sleep_ms(5);
 		seen = totals(sv[5]).objects == 1;
 	}
 	cr_expect(seen, "the idle poll must still drain within 500 ms");

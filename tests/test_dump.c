@@ -20,9 +20,9 @@
 #include <sys/prctl.h>
 #include <sys/utsname.h>
 
-#include "e2e_util.h"
+#include "helpers.h"
 
-#define GROW E2E_PROGS "/dump_grow"
+#define GROW TH_PROGS "/dump_grow"
 
 static void dt_sleep_ms(unsigned ms)
 {
@@ -150,7 +150,7 @@ static int dt_wait_files(const char *dumps, uid_t uid, pid_t pid, const char *ki
 static void dt_top_function(const char *file, char *fn, size_t cap)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "HOME=/tmp GOCACHE=/tmp/llgo-dump-gocache go tool pprof -top "
+	int rc = th_sh(&out, "HOME=/tmp GOCACHE=/tmp/llgo-dump-gocache go tool pprof -top "
 			      "-sample_index=inuse_space '%s'", file);
 	cr_assert_eq(rc, 0, "go tool pprof failed on %s:\n%s", file, out);
 	fn[0] = '\0';
@@ -342,7 +342,7 @@ static void dt_expect_refused(const char *dumps, const char *why)
 
 Test(dump, unsafe_folder_is_refused, .timeout = 60)
 {
-	char *t = e2e_tmpdir();
+	char *t = th_tmpdir();
 	char p[512], q[512];
 	snprintf(p, sizeof(p), "%s/open", t);
 	cr_assert_eq(mkdir(p, 0777), 0);
@@ -359,7 +359,7 @@ Test(dump, unsafe_folder_is_refused, .timeout = 60)
 	cr_assert_eq(chown(p, dt_nobody(), dt_nobody()), 0);
 	snprintf(q, sizeof(q), "%s/users/dumps", t);
 	dt_expect_refused(q, "belongs to uid");
-	e2e_rmdir(t);
+	th_rmdir(t);
 }
 
 /* A user folder that is a link (planted while the daemon was down, or by a careless admin) is
@@ -506,7 +506,7 @@ static bool dt_cgroup_make(char *dir, size_t dlen, char *procs, size_t plen, cha
 	/* cgroup v2 with the memory controller (delegated to children of the root) */
 	const char *v2 = "/sys/fs/cgroup";
 	snprintf(ctl, sizeof(ctl), "%s/cgroup.controllers", v2);
-	char *c = e2e_read_file(ctl);
+	char *c = th_read_file(ctl);
 	if (c && strstr(c, "memory")) {
 		free(c);
 		snprintf(ctl, sizeof(ctl), "%s/cgroup.subtree_control", v2);

@@ -11,7 +11,7 @@
  */
 #include <math.h>
 
-#include "e2e_util.h"
+#include "helpers.h"
 
 /* The recorder itself, compiled into this test (it depends on nothing else). */
 #include "../shim/fallback/llgo_fallback.c"
@@ -287,18 +287,18 @@ Test(fallback, go_pprof_reads_the_text, .timeout = 300)
 		fb_scale((double)r[i].ao, (double)r[i].ab, 16384, &c, &s);
 		total += c;
 	}
-	char *dir = e2e_tmpdir(), path[4200], *out = NULL;
+	char *dir = th_tmpdir(), path[4200], *out = NULL;
 	snprintf(path, sizeof(path), "%s/fb.heap", dir);
 	FILE *fp = fopen(path, "w");
 	cr_assert(fp);
 	fputs(t, fp);
 	fclose(fp);
-	int rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw fb.heap",
+	int rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw fb.heap",
 			dir, dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_assert(strstr(out, "Period: 16384"), "%s", out);
 	free(out);
-	rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
+	rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
 		    "-sample_index=0 fb.heap", dir, dir, dir);
 	cr_assert_eq(rc, 0, "%s", out);
 	const char *of = strstr(out, "% of ");
@@ -313,7 +313,7 @@ Test(fallback, go_pprof_reads_the_text, .timeout = 300)
 	cr_expect(fabs(total - 60000) < 6000, "estimated objects %.0f, truth 60000", total);
 	free(out);
 	free(t);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* ---- Go's heapsampling check on the targets ---------------------------------------------- */
@@ -330,7 +330,7 @@ static const char *fb_runner(const char *target)
 	char skip[4200];
 	snprintf(skip, sizeof(skip), FB_DIR "/%s.skip", target);
 	if (access(skip, F_OK) == 0) {
-		char *why = e2e_read_file(skip);
+		char *why = th_read_file(skip);
 		cr_skip_test("%s not built: %s", target, why ? why : "?");
 	}
 	bool native = strcmp(target, "native") == 0, wasm = strcmp(target, "wasm32-wasi") == 0;
@@ -355,9 +355,9 @@ static int fb_run(char **out, const char *target, const char *dir, const char *m
 {
 	const char *cmd = fb_runner(target);
 	if (strstr(cmd, "qemu-system-arm"))
-		return e2e_sh(out, "cd %s && %s,arg=%s,arg=%ld,arg=%ld,arg=%ld 2>qemu.err", dir, cmd,
+		return th_sh(out, "cd %s && %s,arg=%s,arg=%ld,arg=%ld,arg=%ld 2>qemu.err", dir, cmd,
 			      mode, n, seed, rate);
-	return e2e_sh(out, "cd %s && %s %s %ld %ld %ld", dir, cmd, mode, n, seed, rate);
+	return th_sh(out, "cd %s && %s %s %ld %ld %ld", dir, cmd, mode, n, seed, rate);
 }
 
 /* Go's test/heapsampling.go method on the fallback's text: the scaled estimate per size class
@@ -368,7 +368,7 @@ static void fb_heapsampling(const char *target, const char *mode, long n, long r
 	enum { MAXS = 8, RUNS = 3 };
 	double lo[MAXS][2], hi[MAXS][2];
 	for (int run = 0; run < RUNS; run++) {
-		char *dir = e2e_tmpdir(), *out = NULL;
+		char *dir = th_tmpdir(), *out = NULL;
 		long seed = 0; /* a fresh random stream per run */
 		FILE *ur = fopen("/dev/urandom", "rb");
 		cr_assert(ur && fread(&seed, sizeof(seed), 1, ur) == 1);
@@ -438,7 +438,7 @@ static void fb_heapsampling(const char *target, const char *mode, long n, long r
 			}
 		}
 		free(out);
-		e2e_rmdir(dir);
+		th_rmdir(dir);
 		if (all_ok)
 			return;
 	}
@@ -492,7 +492,7 @@ Test(heapsampling, same_seed_same_profile_on_every_target, .timeout = 300)
 	const char *targets[] = { "native", "wasm32-wasi", "cortex-m3" };
 	char *first = NULL;
 	for (size_t i = 0; i < sizeof(targets) / sizeof(targets[0]); i++) {
-		char *dir = e2e_tmpdir(), *out = NULL;
+		char *dir = th_tmpdir(), *out = NULL;
 		int rc = fb_run(&out, targets[i], dir, "interleaved", 20000, 42, 16384);
 		cr_assert_eq(rc, 0, "%s: %s", targets[i], out);
 		char *prof = strstr(out, "heap profile: ");
@@ -502,7 +502,7 @@ Test(heapsampling, same_seed_same_profile_on_every_target, .timeout = 300)
 		else
 			cr_expect_str_eq(prof, first, "%s differs from native", targets[i]);
 		free(out);
-		e2e_rmdir(dir);
+		th_rmdir(dir);
 	}
 	free(first);
 }

@@ -14,9 +14,9 @@
  *     (tests/progs/hostile_allocfns.c): the same output and status as with jemalloc alone,
  *     and with the shim first every site counted exactly at rate 1.
  */
-#include "life_util.h"
+#include "helpers.h"
 
-#define PROG(name) E2E_PROGS "/" name
+#define PROG(name) TH_PROGS "/" name
 #define JEMALLOC "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
 /* What the legacy-text accounting line says beyond the four totals (0 when absent). */
@@ -53,7 +53,7 @@ static char *ho_closeall(struct heapd *d, const char *dir, long k, long rounds,
 	char kbuf[16], rbuf[16];
 	snprintf(kbuf, sizeof(kbuf), "%ld", k);
 	snprintf(rbuf, sizeof(rbuf), "%ld", rounds);
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("hostile_closeall"), kbuf, rbuf, NULL };
 	/* the shim says what it does on the program's stderr (a file here) */
 	const char *extra[] = { "LLGO_HEAP_DEBUG=1", NULL };
@@ -63,14 +63,14 @@ static char *ho_closeall(struct heapd *d, const char *dir, long k, long rounds,
 	cr_assert(errfd >= 0);
 	int saved = dup(2);
 	dup2(errfd, 2);
-	lu_start(&p, d, "1", 1024, NULL, argv, extra);
+	th_start(&p, d, "1", 1024, NULL, argv, extra);
 	dup2(saved, 2);
 	close(saved);
 	close(errfd);
-	char *out = lu_read_rest(&p, 60000);
-	int st = lu_wait(&p, 60000);
+	char *out = th_read_rest(&p, 60000);
+	int st = th_wait(&p, 60000);
 	*pid = p.pid;
-	*shim_log = e2e_read_file(errpath);
+	*shim_log = th_read_file(errpath);
 	cr_assert(*shim_log);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "status 0x%x (1: a message damaged or a stray packet in its socket):\n%s", st,
@@ -78,7 +78,7 @@ static char *ho_closeall(struct heapd *d, const char *dir, long k, long rounds,
 	char want[64];
 	snprintf(want, sizeof(want), "messages ok %ld\n", rounds);
 	cr_assert(strstr(out, want) && strstr(out, "stray 0\n"), "%s", out);
-	*after_truth = lu_site_truth(out, "after_site");
+	*after_truth = th_site_truth(out, "after_site");
 	cr_assert_eq(*after_truth, k * rounds, "%s", out);
 	const char *fds = strstr(out, "fds ");
 	cr_assert(fds && sscanf(fds, "fds %d %d", fd0, fd1) == 2, "%s", out);
@@ -88,7 +88,7 @@ static char *ho_closeall(struct heapd *d, const char *dir, long k, long rounds,
 
 Test(hostile, close_all_then_socketpair, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	const long k = 1000, rounds = 40;
 	long after_truth;
@@ -96,16 +96,16 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
 	pid_t pid;
 	char *shim_log;
 	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid, &shim_log);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
+	struct th_acct a;
+	cr_assert(th_text_acct(text, &a));
 	ho_log_acct("close-all", text);
 	/* the shim noticed its socket was replaced and came back on a socket of its own */
 	const char *lost = strstr(shim_log, "llgo-heap: daemon lost: ");
 	cr_expect(lost && strstr(lost, "llgo-heap: attached to "),
 		  "the shim did not notice the replaced socket or did not reconnect:\n%s",
 		  shim_log);
-	long got_after = lu_text_count(text, "after_site", 112);
-	long got_before = lu_text_count(text, "before_site", 48);
+	long got_after = th_text_count(text, "after_site", 112);
+	long got_before = th_text_count(text, "before_site", 48);
 	unsigned long long detached = ho_acct_field(text, "detached");
 	unsigned long long reconnects = ho_acct_field(text, "reconnects");
 	cr_log_info("close-all: the program's socketpair is fds %d and %d; after_site %ld of "
@@ -133,7 +133,7 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
 	free(shim_log);
 	free(text);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /*
@@ -149,7 +149,7 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
  */
 Test(hostile, close_all_accounts_every_sample, .timeout = 120, .disabled = true)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	const long k = 1000, rounds = 40;
 	long after_truth;
@@ -157,35 +157,35 @@ Test(hostile, close_all_accounts_every_sample, .timeout = 120, .disabled = true)
 	pid_t pid;
 	char *shim_log;
 	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid, &shim_log);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
+	struct th_acct a;
+	cr_assert(th_text_acct(text, &a));
 	ho_log_acct("close-all", text);
 	free(shim_log);
-	cr_expect_eq(lu_text_count(text, "before_site", 48), k);
+	cr_expect_eq(th_text_count(text, "before_site", 48), k);
 	cr_expect_geq(a.sampled, (unsigned long long)(k + after_truth));
 	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
 	free(text);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* ---- seccomp allow-list ---------------------------------------------------------------------- */
 
 static void ho_seccomp(const char *how, const char *rate, bool exact)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
 	const long k = 2000;
 	char kbuf[16];
 	snprintf(kbuf, sizeof(kbuf), "%ld", k);
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("hostile_seccomp"), (char *)how, kbuf, NULL };
 	/* 4 MiB rings: after the filter the shim sends no WAKE, the daemon drains at its idle
 	 * pace (a smaller ring drops records, counted as ring_full) */
-	lu_start(&p, &d, rate, 4096, NULL, argv, NULL);
-	char *out = lu_read_rest(&p, 30000);
-	int st = lu_wait(&p, 30000);
+	th_start(&p, &d, rate, 4096, NULL, argv, NULL);
+	char *out = th_read_rest(&p, 30000);
+	int st = th_wait(&p, 30000);
 	cr_assert(st != -1, "%s, rate %s: hung", how, rate);
 	cr_assert(!WIFSIGNALED(st), "%s, rate %s: killed by signal %d (%s):\n%s", how, rate,
 		  WTERMSIG(st), strsignal(WTERMSIG(st)), out);
@@ -198,10 +198,10 @@ static void ho_seccomp(const char *how, const char *rate, bool exact)
 		  (int)p.pid);
 	if (listed) {
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-		struct lu_acct a;
-		cr_assert(lu_text_acct(text, &a));
-		long pre = lu_text_count(text, "pre_site", 40);
-		long boxed = lu_text_count(text, "sandboxed_site", 40);
+		struct th_acct a;
+		cr_assert(th_text_acct(text, &a));
+		long pre = th_text_count(text, "pre_site", 40);
+		long boxed = th_text_count(text, "sandboxed_site", 40);
 		cr_log_info("seccomp via %s, rate %s: pre_site %ld, sandboxed_site %ld (of %ld "
 			    "each)", how, rate, pre, boxed, k);
 		ho_log_acct("seccomp", text);
@@ -218,7 +218,7 @@ static void ho_seccomp(const char *how, const char *rate, bool exact)
 	}
 	free(out);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(hostile, seccomp_prctl_rate1, .timeout = 60) { ho_seccomp("prctl", "1", true); }
@@ -243,18 +243,18 @@ static const struct {
 static char *ho_allocfns(const struct heapd *d, const char *preload, const char *rate,
 			 const char *k, bool pvalloc, int *status, pid_t *pid)
 {
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("hostile_allocfns"), (char *)k, pvalloc ? "pvalloc" : NULL, NULL };
 	if (d) {
-		lu_start(&p, d, rate, 0, preload, argv, NULL);
+		th_start(&p, d, rate, 0, preload, argv, NULL);
 	} else {
 		char env[1024];
 		snprintf(env, sizeof(env), "LD_PRELOAD=%s", preload);
 		char *envp[] = { env, NULL };
-		p.pid = e2e_spawn(argv, envp, &p.in, &p.out);
+		p.pid = th_spawn(argv, envp, &p.in, &p.out);
 	}
-	char *out = lu_read_rest(&p, 30000);
-	*status = lu_wait(&p, 30000);
+	char *out = th_read_rest(&p, 30000);
+	*status = th_wait(&p, 30000);
 	*pid = p.pid;
 	return out;
 }
@@ -263,7 +263,7 @@ Test(hostile, jemalloc_before_and_after, .timeout = 120)
 {
 	cr_assert(access(JEMALLOC, R_OK) == 0,
 		  "%s is missing: install the Debian package libjemalloc2 (make deps)", JEMALLOC);
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
 	const char *k = "200";
@@ -303,8 +303,8 @@ Test(hostile, jemalloc_before_and_after, .timeout = 120)
 				continue;
 			}
 			char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
-			struct lu_acct a;
-			cr_assert(lu_text_acct(text, &a));
+			struct th_acct a;
+			cr_assert(th_text_acct(text, &a));
 			cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
 			cr_expect_eq(a.corrupt, 0);
 			char line[1024] = "";
@@ -312,7 +312,7 @@ Test(hostile, jemalloc_before_and_after, .timeout = 120)
 			for (size_t i = 0; i < sizeof(ho_sites) / sizeof(ho_sites[0]); i++) {
 				if (!pvalloc && strcmp(ho_sites[i].site, "pvalloc_site") == 0)
 					continue;
-				long got = lu_text_count(text, ho_sites[i].site, ho_sites[i].size);
+				long got = th_text_count(text, ho_sites[i].site, ho_sites[i].size);
 				n += (size_t)snprintf(line + n, sizeof(line) - n, " %s=%ld",
 						      ho_sites[i].site, got);
 				/* shim first at rate 1: it sees every call and forwards it to
@@ -332,11 +332,11 @@ Test(hostile, jemalloc_before_and_after, .timeout = 120)
 	char *out = ho_allocfns(&d, LLGO_PLAIN_SHIM, "1", k, true, &st, &pid);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "shim alone: status 0x%x:\n%s", st, out);
 	char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
-	long pv = lu_text_count(text, "pvalloc_site", 0);
+	long pv = th_text_count(text, "pvalloc_site", 0);
 	cr_expect_eq(pv, atol(k), "shim alone: pvalloc_site %ld of %s", pv, k);
 	free(text);
 	free(out);
 	free(alone);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }

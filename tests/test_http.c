@@ -26,12 +26,12 @@
 #include <unistd.h>
 
 #include "../agent/http.h"
-#include "e2e_util.h"
+#include "helpers.h"
 
 #ifndef LLGO_PLAIN_SHIM
 #error "LLGO_PLAIN_SHIM must be set by the Makefile"
 #endif
-#define SITES E2E_PROGS "/http_sites"
+#define SITES TH_PROGS "/http_sites"
 #define NALLOC 1000
 
 #if defined(__SANITIZE_THREAD__)
@@ -41,12 +41,6 @@ int rand_r(unsigned int *seed)
 	return 0x360000 + (int)((*seed)++ & 0xff) * 16;
 }
 #endif
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
 
 /* ---- the daemon ------------------------------------------------------------------------ */
 
@@ -288,7 +282,7 @@ static void prog_wait_seen(struct prog *p, const struct heapd *d)
 		}
 		if (sampled >= 2 * NALLOC)
 			return;
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	cr_assert_fail("the daemon saw %ld samples of pid %d, want %d", sampled, (int)p->pid,
 		       2 * NALLOC);
@@ -310,7 +304,7 @@ Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 	for (int v = 0; v < 2; v++) {
 		for (int m = 0; m < 2; m++) {
 			char *out;
-			int rc = e2e_sh(&out,
+			int rc = th_sh(&out,
 					"cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof %s -top "
 					"'http://127.0.0.1:%d/debug/pprof/%s?pid=%d'",
 					d.dir, d.dir, d.dir, modes[m], d.port, views[v], (int)p.pid);
@@ -326,7 +320,7 @@ Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 	}
 	/* -raw of the allocs proto: Go's sample types, alloc_space the default */
 	char *out;
-	int rc = e2e_sh(&out,
+	int rc = th_sh(&out,
 			"cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw "
 			"'http://127.0.0.1:%d/debug/pprof/allocs?pid=%d'",
 			d.dir, d.dir, d.dir, d.port, (int)p.pid);
@@ -348,7 +342,7 @@ Test(http, peak_view, .timeout = 300)
 	struct prog p;
 	prog_start(&p, &d, true);
 	char *out;
-	int rc = e2e_sh(&out,
+	int rc = th_sh(&out,
 			"cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
 			"-sample_index=peak_inuse_space "
 			"'http://127.0.0.1:%d/debug/pprof/heap?pid=%d&peak=1'",
@@ -406,14 +400,14 @@ Test(http, proto_and_text_answers, .timeout = 120)
 			cr_expect_null(hdr(&r, "Content-Disposition"));
 			cr_assert(strncmp(r.body, "heap profile:", 13) == 0, "%s: %.200s", path,
 				  r.body);
-			struct e2e_text_rec recs[64];
+			struct th_text_rec recs[64];
 			long period;
-			int n = e2e_parse_text(r.body, &period, recs, 64);
+			int n = th_parse_text(r.body, &period, recs, 64);
 			cr_expect_eq(period, 2, "%s: period %ld (rate 1 is heap/2 as Go)", path,
 				     period);
-			cr_expect_eq(e2e_count(recs, n, "http_site_keep", 4096), NALLOC, "%s:\n%s",
+			cr_expect_eq(th_recs_count(recs, n, "http_site_keep", 4096), NALLOC, "%s:\n%s",
 				     path, r.body);
-			cr_expect_eq(e2e_count(recs, n, "http_site_churn", 512), NALLOC, "%s:\n%s",
+			cr_expect_eq(th_recs_count(recs, n, "http_site_churn", 512), NALLOC, "%s:\n%s",
 				     path, r.body);
 			resp_free(&r);
 		}
@@ -456,7 +450,7 @@ Test(http, delta_profile, .timeout = 120)
 			 (int)p.pid);
 		pthread_t t;
 		cr_assert_eq(pthread_create(&t, NULL, delta_thread, &q), 0);
-		sleep_ms(500);
+		th_sleep_ms(500);
 		if (v == 0)
 			prog_more(&p); /* http_site_late, during the window */
 		pthread_join(t, NULL);
@@ -471,7 +465,7 @@ Test(http, delta_profile, .timeout = 120)
 		save(d.dir, name, &q.r);
 		resp_free(&q.r);
 		char *out;
-		int rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw %s",
+		int rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw %s",
 				d.dir, d.dir, d.dir, name);
 		cr_assert_eq(rc, 0, "go tool pprof -raw %s:\n%s", name, out);
 		cr_expect(strstr(out, "Duration: 2."), "%s: duration:\n%s", name, out);
@@ -574,7 +568,7 @@ Test(http, other_uid_is_unknown, .timeout = 120)
 	/* the symbol service names nothing of it either */
 	snprintf(path, sizeof(path), "/debug/pprof/symbol?pid=%d", (int)p.pid);
 	char body[64];
-	snprintf(body, sizeof(body), "%#lx", (unsigned long)(uintptr_t)&sleep_ms);
+	snprintf(body, sizeof(body), "%#lx", (unsigned long)(uintptr_t)&th_sleep_ms);
 	int rc = http_req(d.port, "POST", "/debug/pprof/symbol", body, &r);
 	cr_assert_eq(rc, 0);
 	cr_expect_str_eq(r.body, "num_symbols: 1\n");
@@ -636,17 +630,17 @@ Test(http, bad_options, .timeout = 60)
 {
 	const char *bad[] = { "nonsense", "127.0.0.1:99999", "::1:80", "[::1]", "no.such.host.invalid:1",
 			      "127.0.0.1:" };
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	for (size_t i = 0; i < LLGO_ARRAY_SIZE(bad); i++) {
 		char *out;
-		int rc = e2e_sh(&out, "%s --foreground --socket %s/s.sock --http '%s'", heapd_path(), dir,
+		int rc = th_sh(&out, "%s --foreground --socket %s/s.sock --http '%s'", heapd_path(), dir,
 				bad[i]);
 		cr_expect_neq(rc, 0, "--http %s accepted", bad[i]);
 		cr_expect(strstr(out, "--http"), "--http %s: %s", bad[i], out);
 		free(out);
 	}
 	char *out;
-	int rc = e2e_sh(&out, "%s --foreground --socket %s/s.sock --http :0 --http-uids 0,nouser_x",
+	int rc = th_sh(&out, "%s --foreground --socket %s/s.sock --http :0 --http-uids 0,nouser_x",
 			heapd_path(), dir);
 	cr_expect_neq(rc, 0);
 	cr_expect(strstr(out, "--http-uids"), "%s", out);
@@ -659,11 +653,11 @@ Test(http, bad_options, .timeout = 60)
 	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	cr_assert_eq(listen(s, 1), 0);
 	cr_assert_eq(getsockname(s, (struct sockaddr *)&sa, &sl), 0);
-	rc = e2e_sh(&out, "%s --foreground --socket %s/s.sock --http 127.0.0.1:%d", heapd_path(), dir,
+	rc = th_sh(&out, "%s --foreground --socket %s/s.sock --http 127.0.0.1:%d", heapd_path(), dir,
 		    ntohs(sa.sin_port));
 	cr_expect_neq(rc, 0);
 	cr_expect(strstr(out, "Address already in use"), "%s", out);
 	free(out);
 	close(s);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }

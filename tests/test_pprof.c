@@ -16,7 +16,7 @@
 #include <zlib.h>
 
 #include "../agent/snapshot.h"
-#include "e2e_util.h"
+#include "helpers.h"
 
 #define KEEP(x) __asm__ volatile("" : : "r"(x) : "memory")
 #define RET() ((uint64_t)(uintptr_t)__builtin_return_address(0))
@@ -163,7 +163,7 @@ static char *write_file(const char *dir, const char *name, const struct buf *b)
 
 static int pprof_cmd(char **out, const char *dir, const char *args)
 {
-	return e2e_sh(out, "cd %s && HOME=%s GOCACHE=%s/gocache GOPROXY=off go tool pprof %s", dir,
+	return th_sh(out, "cd %s && HOME=%s GOCACHE=%s/gocache GOPROXY=off go tool pprof %s", dir,
 		      dir, dir, args);
 }
 
@@ -254,7 +254,7 @@ Test(pprof, go_tool_pprof_reads_values_names_and_comments, .timeout = 120)
 	buf_init(&b);
 	cr_assert_eq(pprof_write(&b, &f.p, f.maps, 0), 0);
 	cr_assert(b.len > 2 && b.data[0] == 0x1f && b.data[1] == 0x8b, "gzipped");
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	char *path = write_file(dir, "heap.pb.gz", &b);
 	char *out = NULL;
 	int rc = pprof_cmd(&out, dir, "-raw heap.pb.gz");
@@ -327,7 +327,7 @@ Test(pprof, go_tool_pprof_reads_values_names_and_comments, .timeout = 120)
 	free(path);
 	buf_free(&b);
 	fixture_fini(&f);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(pprof, allocs_default_sample_type_and_string_table, .timeout = 120)
@@ -381,14 +381,14 @@ Test(pprof, allocs_default_sample_type_and_string_table, .timeout = 120)
 	cr_expect_eq(nsamples, 6, "one Sample per (stack, size), zero-count ones included");
 	free(raw);
 
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	free(write_file(dir, "allocs.pb.gz", &b));
 	cr_assert_eq(pprof_cmd(&out, dir, "-raw allocs.pb.gz"), 0, "%s", out);
 	cr_expect(strstr(out, "alloc_space/bytes[dflt]"), "%s", out);
 	free(out);
 	buf_free(&b);
 	fixture_fini(&f);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(pprof, delta_and_no_maps, .timeout = 120)
@@ -411,7 +411,7 @@ Test(pprof, delta_and_no_maps, .timeout = 120)
 	struct buf b;
 	buf_init(&b);
 	cr_assert_eq(pprof_write(&b, &p1, NULL, 0), 0);
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	free(write_file(dir, "delta.pb.gz", &b));
 	cr_assert_eq(pprof_cmd(&out, dir, "-raw delta.pb.gz"), 0, "%s", out);
 	struct raw_sample rs[4];
@@ -427,7 +427,7 @@ Test(pprof, delta_and_no_maps, .timeout = 120)
 	free(out);
 	buf_free(&b);
 	free(st);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(pprof, empty_profile_is_valid, .timeout = 120)
@@ -436,13 +436,13 @@ Test(pprof, empty_profile_is_valid, .timeout = 120)
 	struct buf b;
 	buf_init(&b);
 	cr_assert_eq(pprof_write(&b, &p, NULL, 0), 0);
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	free(write_file(dir, "empty.pb.gz", &b));
 	cr_assert_eq(pprof_cmd(&out, dir, "-raw empty.pb.gz"), 0, "%s", out);
 	cr_expect(strstr(out, "Period: 0\n") && strstr(out, "sampled=0 delivered=0"), "%s", out);
 	free(out);
 	buf_free(&b);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* ---- Folded and top ------------------------------------------------------------------- */

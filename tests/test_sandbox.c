@@ -28,7 +28,7 @@
 #include "../agent/buf.h"
 #include "../agent/internal.h"
 #include "../agent/snapshot.h"
-#include "life_util.h"
+#include "helpers.h"
 
 #define SBX_HOOKS LLGO_BUILD_DIR "/tests/llgo-heap-symbolizer-hooks"
 /* The default --symbolizer-uids: the uids root's and system users' helpers run as. */
@@ -489,24 +489,24 @@ Test(sandbox, daemon_serves_on_when_a_file_crashes_its_helper, .timeout = 120)
 {
 	cr_assert_eq(access(SBX_HOOKS, X_OK), 0);
 	setenv("LLGO_HEAP_SYMBOLIZER", SBX_HOOKS, 1); /* the daemon's environment */
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
-	char *argv[] = { E2E_PROGS "/sandbox_crash", "200", NULL };
-	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
+	struct th_proc p;
+	char *argv[] = { TH_PROGS "/sandbox_crash", "200", NULL };
+	th_start(&p, &d, "1", 0, NULL, argv, NULL);
 	char line[64];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 20000), "the program did not start");
+	cr_assert(th_read_line(&p, line, sizeof(line), 20000), "the program did not start");
 	bool named = false;
 	int snapshots = 0;
-	for (long until = lu_now_ms() + 60000; !named && lu_now_ms() < until; snapshots++) {
+	for (long until = th_now_ms() + 60000; !named && th_now_ms() < until; snapshots++) {
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		cr_assert(text, "snapshot %d failed", snapshots + 1);
 		cr_assert(heapd_alive(&d), "the daemon died");
-		cr_expect_eq(lu_text_count(text, "sandbox_test_crash", 777), 0, "the poison is named");
-		named = lu_text_count(text, "sbx_prog_site", 888) > 0;
+		cr_expect_eq(th_text_count(text, "sandbox_test_crash", 777), 0, "the poison is named");
+		named = th_text_count(text, "sbx_prog_site", 888) > 0;
 		free(text);
-		lu_sleep_ms(300); /* past the backoff */
+		th_sleep_ms(300); /* past the backoff */
 	}
 	cr_expect(named, "sbx_prog_site never named in %d snapshots", snapshots);
 	cr_log_info("sbx_prog_site named at snapshot %d", snapshots);
@@ -516,14 +516,14 @@ Test(sandbox, daemon_serves_on_when_a_file_crashes_its_helper, .timeout = 120)
 		  "the crash is logged:\n%s", log);
 	cr_expect(strstr(log, "shown unsymbolized from now on"), "%s", log);
 	free(log);
-	lu_wait(&p, 10000);
+	th_wait(&p, 10000);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* ---- Who may touch a helper ---------------------------------------------------------- */
 
-#define SBX_SITES E2E_PROGS "/http_sites"
+#define SBX_SITES TH_PROGS "/http_sites"
 
 /* setpriv in front of the daemon: the capability bounding set of systemd/llgo-heapd.service,
  * so the daemon has what the unit gives it and nothing more. */
@@ -533,7 +533,7 @@ static const char *const *sbx_unit_wrap(void)
 	static const char *wrap[4] = { "/usr/bin/setpriv", bset, "--", NULL };
 	if (access(wrap[0], X_OK) != 0)
 		cr_skip_test("no /usr/bin/setpriv (util-linux)");
-	char *unit = e2e_read_file(LLGO_SRC_DIR "/systemd/llgo-heapd.service");
+	char *unit = th_read_file(LLGO_SRC_DIR "/systemd/llgo-heapd.service");
 	const char *at = unit ? strstr(unit, "\nCapabilityBoundingSet=") : NULL;
 	cr_assert(at, "no CapabilityBoundingSet= in the unit");
 	at += strlen("\nCapabilityBoundingSet=");
@@ -558,7 +558,7 @@ static int sbx_helpers_of(pid_t daemon, pid_t *out, int max)
 {
 	int n = 0;
 	char *list = NULL;
-	cr_assert_eq(e2e_sh(&list, "ls /proc"), 0);
+	cr_assert_eq(th_sh(&list, "ls /proc"), 0);
 	for (char *tok = strtok(list, "\n"); tok && n < max; tok = strtok(NULL, "\n")) {
 		if (!(*tok >= '1' && *tok <= '9'))
 			continue;
@@ -647,11 +647,11 @@ static unsigned sbx_uid_of(pid_t pid)
 /* http_sites (copied where every uid reaches it) as uid (or as the test, when uid < 0),
  * attached to d: "ready 0" read, a snapshot taken (which starts its uid's helper); the new
  * helper's pid in *helper. */
-static void sbx_sites_as(struct lu_proc *p, const struct heapd *d, long uid, pid_t *helper)
+static void sbx_sites_as(struct th_proc *p, const struct heapd *d, long uid, pid_t *helper)
 {
 	char exe[256], as[32], preload[600];
 	snprintf(exe, sizeof(exe), "%s/sbx_sites", d->dir);
-	cr_assert_eq(e2e_sh(NULL, "test -x '%s' || cp '%s' '%s'", exe, SBX_SITES, exe), 0);
+	cr_assert_eq(th_sh(NULL, "test -x '%s' || cp '%s' '%s'", exe, SBX_SITES, exe), 0);
 	snprintf(as, sizeof(as), "%ld", uid);
 	char reuid[48], regid[48];
 	snprintf(reuid, sizeof(reuid), "--reuid=%s", as);
@@ -660,34 +660,34 @@ static void sbx_sites_as(struct lu_proc *p, const struct heapd *d, long uid, pid
 	char *plain[] = { exe, "50", NULL };
 	char *setpriv[] = { "/usr/bin/setpriv", reuid, regid, "--clear-groups", "/usr/bin/env",
 			    preload, exe, "50", NULL };
-	lu_start(p, d, "1", 0, uid >= 0 ? "" : NULL, uid >= 0 ? setpriv : plain, NULL);
+	th_start(p, d, "1", 0, uid >= 0 ? "" : NULL, uid >= 0 ? setpriv : plain, NULL);
 	char line[64];
-	cr_assert(lu_read_line(p, line, sizeof(line), 30000), "sbx_sites as %s did not start", as);
+	cr_assert(th_read_line(p, line, sizeof(line), 30000), "sbx_sites as %s did not start", as);
 	cr_assert_str_eq(line, "ready 0");
 	struct llgo_list_entry e;
 	for (int i = 0; i < 2000 && !heapd_list_pid(d->sock, p->pid, &e); i++)
-		lu_sleep_ms(5);
+		th_sleep_ms(5);
 	pid_t before[64];
 	int nbefore = sbx_helpers_of(d->pid, before, 64);
 	char *text = heapd_snapshot(d->sock, p->pid, LLGO_FORMAT_TEXT, NULL);
-	cr_expect_gt(lu_text_count(text, "http_site_keep", 4096), 0, "as %s:\n%s", as, text);
+	cr_expect_gt(th_text_count(text, "http_site_keep", 4096), 0, "as %s:\n%s", as, text);
 	free(text);
 	*helper = sbx_new_helper(d->pid, before, nbefore);
 }
 
 /* A new site in p (its "more" round), and a snapshot that must name it within 15 s (the
  * daemon's deadline for a helper is 30 s). */
-static void sbx_more_is_named(struct lu_proc *p, const struct heapd *d, const char *who)
+static void sbx_more_is_named(struct th_proc *p, const struct heapd *d, const char *who)
 {
 	fprintf(p->in, "more\n");
 	fflush(p->in);
 	char line[64];
-	cr_assert(lu_read_line(p, line, sizeof(line), 30000));
+	cr_assert(th_read_line(p, line, sizeof(line), 30000));
 	cr_assert_str_eq(line, "ready 1");
-	long t0 = lu_now_ms();
+	long t0 = th_now_ms();
 	char *text = heapd_snapshot(d->sock, p->pid, LLGO_FORMAT_TEXT, NULL);
-	long dt = lu_now_ms() - t0;
-	cr_expect_gt(lu_text_count(text, "http_site_late", 8192), 0,
+	long dt = th_now_ms() - t0;
+	cr_expect_gt(th_text_count(text, "http_site_late", 8192), 0,
 		     "%s: the new site unsymbolized after %ld ms:\n%s", who, dt, text);
 	cr_expect_lt(dt, 15000, "%s: the snapshot took %ld ms", who, dt);
 	free(text);
@@ -695,11 +695,11 @@ static void sbx_more_is_named(struct lu_proc *p, const struct heapd *d, const ch
 
 static bool sbx_all_gone(const pid_t *pids, int n, long timeout_ms)
 {
-	for (long until = lu_now_ms() + timeout_ms;; lu_sleep_ms(20)) {
+	for (long until = th_now_ms() + timeout_ms;; th_sleep_ms(20)) {
 		bool gone = true;
 		for (int i = 0; i < n; i++)
 			gone &= sbx_gone(pids[i]);
-		if (gone || lu_now_ms() > until)
+		if (gone || th_now_ms() > until)
 			return gone;
 	}
 }
@@ -716,7 +716,7 @@ Test(sandbox, nobody_cannot_touch_roots_helper, .timeout = 120)
 	heapd_init(&d, NULL);
 	d.wrap = sbx_unit_wrap();
 	heapd_run(&d, NULL);
-	struct lu_proc p;
+	struct th_proc p;
 	pid_t helper;
 	sbx_sites_as(&p, &d, -1, &helper);
 	unsigned uid = sbx_uid_of(helper);
@@ -727,7 +727,7 @@ Test(sandbox, nobody_cannot_touch_roots_helper, .timeout = 120)
 	free(reach);
 	sbx_more_is_named(&p, &d, "root");
 	sbx_signal_helper(helper, SIGCONT);
-	lu_wait(&p, 10000);
+	th_wait(&p, 10000);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -748,7 +748,7 @@ Test(sandbox, system_uids_helpers_are_their_own, .timeout = 120)
 	const char *const extra[] = { "--symbolizer-uids", "61100-61149", NULL };
 	heapd_run(&d, extra);
 	const long uids[] = { 1, 65534, 4242 };
-	struct lu_proc p[3];
+	struct th_proc p[3];
 	pid_t helper[3];
 	unsigned run[3];
 	for (int i = 0; i < 3; i++) {
@@ -771,7 +771,7 @@ Test(sandbox, system_uids_helpers_are_their_own, .timeout = 120)
 	cr_expect_eq(run[2], 4242u, "a regular user's helper runs as that user");
 	for (int i = 0; i < 3; i++) {
 		sbx_signal_helper(helper[i], SIGCONT);
-		lu_wait(&p[i], 10000);
+		th_wait(&p[i], 10000);
 	}
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
@@ -789,7 +789,7 @@ Test(sandbox, users_stopped_helper_is_replaced, .timeout = 120)
 	heapd_init(&d, NULL);
 	d.wrap = sbx_unit_wrap();
 	heapd_run(&d, NULL);
-	struct lu_proc p;
+	struct th_proc p;
 	pid_t helper;
 	sbx_sites_as(&p, &d, 4242, &helper);
 	cr_assert_eq(sbx_uid_of(helper), 4242u);
@@ -801,7 +801,7 @@ Test(sandbox, users_stopped_helper_is_replaced, .timeout = 120)
 	cr_expect(sbx_all_gone(&helper, 1, 5000), "the stopped helper %d is still there",
 		  (int)helper);
 	sbx_signal_helper(helper, SIGKILL);
-	lu_wait(&p, 10000);
+	th_wait(&p, 10000);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -817,7 +817,7 @@ Test(sandbox, no_helper_outlives_the_daemon, .timeout = 120)
 	heapd_init(&d, NULL);
 	d.wrap = sbx_unit_wrap();
 	heapd_run(&d, NULL);
-	struct lu_proc p[2];
+	struct th_proc p[2];
 	pid_t helper[2];
 	sbx_sites_as(&p[0], &d, -1, &helper[0]);
 	sbx_sites_as(&p[1], &d, 4242, &helper[1]);
@@ -829,7 +829,7 @@ Test(sandbox, no_helper_outlives_the_daemon, .timeout = 120)
 		  sbx_gone(helper[1]) ? "gone" : "there");
 	for (int i = 0; i < 2; i++) {
 		sbx_signal_helper(helper[i], SIGKILL);
-		lu_wait(&p[i], 10000);
+		th_wait(&p[i], 10000);
 	}
 	heapd_cleanup(&d);
 }
@@ -845,7 +845,7 @@ Test(sandbox, helpers_die_with_a_killed_daemon, .timeout = 120)
 	heapd_init(&d, NULL);
 	d.wrap = sbx_unit_wrap();
 	heapd_run(&d, NULL);
-	struct lu_proc p[2];
+	struct th_proc p[2];
 	pid_t helper[2];
 	sbx_sites_as(&p[0], &d, -1, &helper[0]);
 	sbx_sites_as(&p[1], &d, 4242, &helper[1]);
@@ -860,7 +860,7 @@ Test(sandbox, helpers_die_with_a_killed_daemon, .timeout = 120)
 		  sbx_gone(helper[1]) ? "gone" : "there");
 	for (int i = 0; i < 2; i++) {
 		sbx_signal_helper(helper[i], SIGKILL);
-		lu_wait(&p[i], 10000);
+		th_wait(&p[i], 10000);
 	}
 	heapd_cleanup(&d);
 }

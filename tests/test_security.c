@@ -7,8 +7,8 @@
  * names, per-user budgets, exposure. LLGO_TEST_HEAPD=path runs them against another build
  * (an older daemon shows each attack succeed).
  */
-#include "life_util.h"
-#include "sec_util.h"
+#include "../agent/internal.h"
+#include "helpers.h"
 
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -17,21 +17,6 @@
 #include "../agent/ident.h"
 #include "../shared/live.h"
 
-/* fd's control page, mapped and filled in as a shim does (rate 512); NULL on failure. */
-static struct llgo_ctl *atk_ctl_map(int fd)
-{
-	struct llgo_ctl *c = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (c == MAP_FAILED)
-		return NULL;
-	c->magic = LLGO_CTL_MAGIC;
-	c->version = LLGO_CTL_VERSION;
-	c->size = LLGO_CTL_SIZE;
-	atomic_store(&c->rate_word, 512);
-	atomic_store(&c->want_rate_word, 512);
-	c->ring_data_size = LLGO_RING_MIN_DATA;
-	return c;
-}
-
 /* Connect as a shim and send HELLO with a fresh control page, waiting for no answer. */
 static int attack_hello(int sock, int *ctl_fd, struct llgo_ctl **ctl)
 {
@@ -39,7 +24,7 @@ static int attack_hello(int sock, int *ctl_fd, struct llgo_ctl **ctl)
 	if (fd < 0 || ftruncate(fd, LLGO_CTL_SIZE) != 0 ||
 	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
 		return -1;
-	struct llgo_ctl *c = atk_ctl_map(fd);
+	struct llgo_ctl *c = th_ctl_map(fd, LLGO_RING_MIN_DATA, 512);
 	if (!c)
 		return -1;
 	if (ctl_fd)
@@ -47,7 +32,7 @@ static int attack_hello(int sock, int *ctl_fd, struct llgo_ctl **ctl)
 	if (ctl)
 		*ctl = c;
 	struct llgo_msg_hello m;
-	hello_init(&m, LLGO_RING_MIN_DATA, 512);
+	th_hello_init(&m, LLGO_RING_MIN_DATA, 512);
 	m.flags = LLGO_HELLO_NO_ACK;
 	return msg_send(sock, &m, sizeof(m), fd);
 }
@@ -59,17 +44,17 @@ static int attack_hello(int sock, int *ctl_fd, struct llgo_ctl **ctl)
  */
 Test(identity, setuid_exec_after_connect_is_refused, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
 	char suid[128];
-	make_setuid_sleep(d.dir, suid, sizeof(suid));
+	th_make_setuid_sleep(d.dir, suid, sizeof(suid));
 	int pfd[2];
 	cr_assert_eq(pipe(pfd), 0);
 	pid_t a = fork();
 	cr_assert_geq(a, 0);
 	if (a == 0) {
-		become_nobody();
+		th_become_nobody();
 		int s = heapd_connect(d.sock);
 		if (s < 0)
 			_exit(121);
@@ -82,11 +67,11 @@ Test(identity, setuid_exec_after_connect_is_refused, .timeout = 60)
 				struct stat st;
 				if (stat(path, &st) == 0 && st.st_uid == 0)
 					break;
-				sleep_ms(5);
+				th_sleep_ms(5);
 			}
 			if (attack_hello(s, NULL, NULL) != 0)
 				_exit(122);
-			sleep_ms(1500);
+			th_sleep_ms(1500);
 			_exit(0);
 		}
 		int fl = fcntl(s, F_GETFD);
@@ -96,10 +81,10 @@ Test(identity, setuid_exec_after_connect_is_refused, .timeout = 60)
 	}
 	close(pfd[0]);
 	close(pfd[1]);
-	sleep_ms(800); /* the child's HELLO is handled */
+	th_sleep_ms(800); /* the child's HELLO is handled */
 	struct llgo_list_entry e;
 	bool found = heapd_list_pid(d.sock, a, &e);
-	char *log = read_all(d.log);
+	char *log = th_read_all(d.log);
 	cr_expect(!found, "a session for the setuid process %d (uid %u):\n%s", (int)a,
 		  found ? e.uid : 0, log);
 	cr_expect(strstr(log, "HELLO refused") != NULL, "no refusal in the log:\n%s", log);
@@ -119,14 +104,14 @@ Test(identity, setuid_exec_after_connect_is_refused, .timeout = 60)
  * from then on (only the files in /proc/PID change owner), and the identity check says so. */
 Test(identity, not_dumpable_process_is_not_read, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	int to_child[2], to_parent[2];
 	cr_assert_eq(pipe(to_child), 0);
 	cr_assert_eq(pipe(to_parent), 0);
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
-		become_nobody();
+		th_become_nobody();
 		char c;
 		if (write(to_parent[1], "a", 1) != 1 || read(to_child[0], &c, 1) != 1)
 			_exit(1);
@@ -138,7 +123,7 @@ Test(identity, not_dumpable_process_is_not_read, .timeout = 60)
 	char c;
 	cr_assert_eq(read(to_parent[0], &c, 1), 1);
 	struct ident id;
-	cr_assert_eq(ident_open(-1, pid, nobody_uid(), nobody_gid(), &id), 0);
+	cr_assert_eq(ident_open(-1, pid, th_nobody_uid(), th_nobody_gid(), &id), 0);
 	char why[256] = "";
 	cr_expect_eq(ident_verify(&id, why, sizeof(why)), 0, "dumpable: %s", why);
 	cr_assert_eq(write(to_child[1], "x", 1), 1);
@@ -153,7 +138,7 @@ Test(identity, not_dumpable_process_is_not_read, .timeout = 60)
 
 Test(identity, hello_after_the_process_exited_is_not_live, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
 	int pfd[2];
@@ -161,18 +146,18 @@ Test(identity, hello_after_the_process_exited_is_not_live, .timeout = 60)
 	pid_t outer = fork();
 	cr_assert_geq(outer, 0);
 	if (outer == 0) {
-		become_nobody();
+		th_become_nobody();
 		/* a: connects, forks b (keeps the socket), exits and is reaped */
 		pid_t a = fork();
 		if (a == 0) {
 			int s = heapd_connect(d.sock);
 			pid_t b = fork();
 			if (b == 0) {
-				sleep_ms(300); /* a is gone and reaped by then */
+				th_sleep_ms(300); /* a is gone and reaped by then */
 				struct llgo_ctl *ctl;
 				if (attack_hello(s, NULL, &ctl) != 0)
 					_exit(122);
-				sleep_ms(2000);
+				th_sleep_ms(2000);
 				/* rate_word untouched: 512 */
 				_exit(atomic_load(&ctl->rate_word) == 512 ? 0 : 1);
 			}
@@ -184,13 +169,13 @@ Test(identity, hello_after_the_process_exited_is_not_live, .timeout = 60)
 			_exit(124);
 		/* wait for b (a grandchild reparented to init or us): by its exit code through a
 		 * second pipe is overkill; sleep past its life */
-		sleep_ms(2600);
+		th_sleep_ms(2600);
 		_exit(0);
 	}
 	close(pfd[1]);
 	pid_t a;
 	cr_assert_eq(read(pfd[0], &a, sizeof(a)), (ssize_t)sizeof(a));
-	sleep_ms(700);
+	th_sleep_ms(700);
 	struct client_answer ans;
 	cr_assert_eq(heapd_set_rate(d.sock, a, 0, &ans), 0);
 	cr_expect_eq(ans.status, ESRCH, "root's rate %d 0 reached the dead pid's session: %d %s",
@@ -216,7 +201,7 @@ Test(identity, one_session_per_process, .timeout = 60)
 		cr_assert_geq(socks[i], 0);
 		cr_assert_eq(attack_hello(socks[i], NULL, &ctl[i]), 0);
 	}
-	sleep_ms(300);
+	th_sleep_ms(300);
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_LIVE);
@@ -232,7 +217,7 @@ Test(identity, one_session_per_process, .timeout = 60)
 	/* LIST shows one row per pid: end that session, and no other session of this
 	 * process may show up live behind it */
 	close(socks[live]);
-	sleep_ms(300);
+	th_sleep_ms(300);
 	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_EXITED, "another live session of this process");
 	for (int i = 0; i < 8; i++)
@@ -244,9 +229,6 @@ Test(identity, one_session_per_process, .timeout = 60)
 
 /* ---- names and values ------------------------------------------------------------------- */
 
-#define SHIM LLGO_BUILD_DIR "/lib/libllgoheap.so"
-#define PROGS LLGO_BUILD_DIR "/progs"
-
 /* Run prog args under the shim at rate 1 on d's socket, as uid (0: root); returns its pid
  * once it has exited (its session stays for snapshots). */
 static pid_t run_profiled(struct heapd *d, uid_t uid, const char *prog, const char *arg)
@@ -255,10 +237,10 @@ static pid_t run_profiled(struct heapd *d, uid_t uid, const char *prog, const ch
 	cr_assert_geq(pid, 0);
 	if (pid == 0) {
 		if (uid)
-			become_nobody();
+			th_become_nobody();
 		int null = open("/dev/null", O_WRONLY);
 		dup2(null, 1);
-		setenv("LD_PRELOAD", SHIM, 1);
+		setenv("LD_PRELOAD", LLGO_PLAIN_SHIM, 1);
 		setenv("LLGO_HEAP_SOCKET", d->sock, 1);
 		setenv("LLGO_HEAP_RATE", "1", 1);
 		execl(prog, prog, arg, (char *)NULL);
@@ -268,15 +250,6 @@ static pid_t run_profiled(struct heapd *d, uid_t uid, const char *prog, const ch
 	waitpid(pid, &st, 0);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s exited with %d", prog, st);
 	return pid;
-}
-
-static char *snapshot_text(struct heapd *d, pid_t pid, int fmt)
-{
-	struct client_answer a;
-	cr_assert_eq(heapd_snapshot_answer(d->sock, pid, fmt, &a), 0);
-	cr_assert_eq(a.status, 0, "snapshot %d: %s", (int)pid, a.message);
-	buf_putc(&a.data, '\0');
-	return (char *)a.data.data;
 }
 
 static bool has_raw_control(const char *s)
@@ -297,19 +270,19 @@ Test(names, hostile_symbol_is_escaped, .timeout = 120)
 	snprintf(prog, sizeof(prog), "%s/evil_sites", d.dir);
 	snprintf(cmd, sizeof(cmd),
 		 "objcopy --redefine-sym \"site_calloc=$(printf 'evil\\033[2J\\n77: 7777777 "
-		 "[77: 7777777] @ 0x1\\n#')\" %s/e2e_sites %s", PROGS, prog);
+		 "[77: 7777777] @ 0x1\\n#')\" %s/e2e_sites %s", TH_PROGS, prog);
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
 	pid_t pid = run_profiled(&d, 0, prog, "3000");
-	char *text = snapshot_text(&d, pid, LLGO_FORMAT_TEXT);
+	char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
 	cr_expect(!has_raw_control(text), "raw control characters in the text:\n%s", text);
 	cr_expect(strstr(text, "\n77: 7777777") == NULL, "a forged sample line:\n%s", text);
 	cr_expect(strstr(text, "evil\\x1b[2J\\x0a77: 7777777") != NULL, "not escaped:\n%s", text);
 	free(text);
-	char *folded = snapshot_text(&d, pid, LLGO_FORMAT_FOLDED);
+	char *folded = heapd_snapshot(d.sock, pid, LLGO_FORMAT_FOLDED, NULL);
 	cr_expect(!has_raw_control(folded), "raw control characters in folded:\n%s", folded);
 	cr_expect(strstr(folded, "evil\\x1b[2J") != NULL, "folded:\n%s", folded);
 	free(folded);
-	char *top = snapshot_text(&d, pid, LLGO_FORMAT_TOP);
+	char *top = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TOP, NULL);
 	cr_expect(!has_raw_control(top), "raw control characters in top:\n%s", top);
 	free(top);
 	heapd_stop_clean(&d);
@@ -320,7 +293,7 @@ Test(names, hostile_symbol_is_escaped, .timeout = 120)
  * profile of the real program still shows the real names. */
 Test(names, symbol_cache_is_per_file, .timeout = 120)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
 	char fake[160], real[160], cmd[1024];
@@ -328,17 +301,17 @@ Test(names, symbol_cache_is_per_file, .timeout = 120)
 	snprintf(real, sizeof(real), "%s/real_sites", d.dir);
 	snprintf(cmd, sizeof(cmd),
 		 "cp %s/e2e_sites %s && objcopy --redefine-sym site_calloc=ATTACKER_NAME %s %s && "
-		 "chmod 755 %s %s", PROGS, real, real, fake, real, fake);
+		 "chmod 755 %s %s", TH_PROGS, real, real, fake, real, fake);
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
 	snprintf(cmd, sizeof(cmd), "test \"$(readelf -n %s | grep 'Build ID')\" = "
 		 "\"$(readelf -n %s | grep 'Build ID')\"", real, fake);
 	cr_assert_eq(system(cmd), 0, "the copy's build ID differs");
 	pid_t atk = run_profiled(&d, 1, fake, "3000");
-	char *t = snapshot_text(&d, atk, LLGO_FORMAT_TEXT);
+	char *t = heapd_snapshot(d.sock, atk, LLGO_FORMAT_TEXT, NULL);
 	cr_expect(strstr(t, "ATTACKER_NAME") != NULL, "the copy's own profile:\n%s", t);
 	free(t);
 	pid_t mine = run_profiled(&d, 0, real, "3000");
-	t = snapshot_text(&d, mine, LLGO_FORMAT_TEXT);
+	t = heapd_snapshot(d.sock, mine, LLGO_FORMAT_TEXT, NULL);
 	cr_expect(strstr(t, "ATTACKER_NAME") == NULL, "root's profile shows the copy's names:\n%s",
 		  t);
 	cr_expect(strstr(t, "site_calloc") != NULL, "root's profile:\n%s", t);
@@ -352,7 +325,7 @@ Test(names, symbol_cache_is_per_file, .timeout = 120)
  * once); root's run of the real program still unwinds whole stacks. */
 Test(names, unwind_cache_is_per_file, .timeout = 120)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
 	char fake[160], real[160], cmd[2048];
@@ -363,18 +336,18 @@ Test(names, unwind_cache_is_per_file, .timeout = 120)
 		 "set -- $(readelf -SW %s | sed -n 's/^ *\\[ *[0-9]*\\] *\\.eh_frame  *[A-Z]* *[0-9a-f]* "
 		 "\\([0-9a-f]*\\) \\([0-9a-f]*\\).*/\\1 \\2/p') && test $# = 2 && "
 		 "dd if=/dev/zero of=%s bs=1 seek=$((0x$1)) count=$((0x$2)) conv=notrunc 2>/dev/null",
-		 PROGS, real, real, fake, real, fake, fake, fake);
+		 TH_PROGS, real, real, fake, real, fake, fake, fake);
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
 	snprintf(cmd, sizeof(cmd), "test \"$(readelf -n %s | grep 'Build ID')\" = "
 		 "\"$(readelf -n %s | grep 'Build ID')\" && ! cmp -s %s %s", real, fake, real, fake);
 	cr_assert_eq(system(cmd), 0, "the copy's build ID differs, or nothing was zeroed");
 	pid_t atk = run_profiled(&d, 1, fake, "200");
-	char *t = snapshot_text(&d, atk, LLGO_FORMAT_TEXT);
+	char *t = heapd_snapshot(d.sock, atk, LLGO_FORMAT_TEXT, NULL);
 	cr_expect(strstr(t, PROFILE_TRUNCATED_NAME) != NULL,
 		  "the copy without CFI unwound whole stacks:\n%.2000s", t);
 	free(t);
 	pid_t mine = run_profiled(&d, 0, real, "200");
-	t = snapshot_text(&d, mine, LLGO_FORMAT_TEXT);
+	t = heapd_snapshot(d.sock, mine, LLGO_FORMAT_TEXT, NULL);
 	cr_expect(strstr(t, PROFILE_TRUNCATED_NAME) == NULL,
 		  "root's stacks were cut by the copy's CFI:\n%.3000s", t);
 	cr_expect(strstr(t, "a_leaf") != NULL && strstr(t, "main") != NULL, "root's profile:\n%.3000s",
@@ -390,37 +363,37 @@ Test(values, hostile_records_and_counters, .timeout = 60)
 {
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
-	struct fring r;
-	fring_new(&r, 0, LLGO_RING_MIN_DATA);
-	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
-	uint64_t st[2] = { RET(srv_site_alpha), RET(srv_site_caller) };
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_ring r;
+	th_ring_new(&r, 0, LLGO_RING_MIN_DATA);
+	cr_assert_eq(th_shim_add_ring(&sh, &r), 0);
+	uint64_t st[2] = { TH_RET(th_site_alpha), TH_RET(th_site_caller) };
 	/* a rate beyond any the shim sets is corrupt; a size of 2^64-1 is a real (failed)
 	 * request: counted, and its sums saturate, never go negative */
-	cr_assert(fring_push(&r, st, 2, 64, UINT64_MAX, false));
-	cr_assert(fring_push(&r, st, 2, 64, LLGO_RATE_MAX + 1, false));
-	fring_push_n(&r, st, 2, UINT64_MAX, 1, 100);
+	cr_assert(th_ring_push(&r, st, 2, 64, UINT64_MAX, false));
+	cr_assert(th_ring_push(&r, st, 2, 64, LLGO_RATE_MAX + 1, false));
+	th_ring_push_n(&r, st, 2, UINT64_MAX, 1, 100);
 	atomic_store(&sh.ctl->lost_no_ring, UINT64_MAX);
 	atomic_store(&sh.ctl->lost_detached, UINT64_MAX - 5);
-	struct llgo_list_entry e = wait_delivered(d.sock, getpid(), 100);
+	struct llgo_list_entry e = th_wait_delivered(d.sock, getpid(), 100);
 	cr_expect_eq(e.delivered, 100);
 	cr_expect_eq(e.corrupt, 2, "records with rate 2^64-1 or 2^40+1: %llu corrupt",
 		     (unsigned long long)e.corrupt);
-	cr_expect(accounting_holds(&e));
+	cr_expect(th_accounting_holds(&e));
 	cr_expect_lt(e.sampled, 1ull << 50, "sampled %llu", (unsigned long long)e.sampled);
-	char *text = snapshot_text(&d, getpid(), LLGO_FORMAT_TEXT);
+	char *text = heapd_snapshot(d.sock, getpid(), LLGO_FORMAT_TEXT, NULL);
 	cr_expect(strstr(text, ": -") == NULL && strstr(text, "[-") == NULL,
 		  "negative values:\n%.400s", text);
 	free(text);
-	char *top = snapshot_text(&d, getpid(), LLGO_FORMAT_TOP);
+	char *top = heapd_snapshot(d.sock, getpid(), LLGO_FORMAT_TOP, NULL);
 	cr_expect(strstr(top, " -") == NULL, "negative values in top:\n%s", top);
 	free(top);
 	struct client_answer a;
 	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_PPROF, &a), 0);
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -438,7 +411,7 @@ static void nobody_procs(struct heapd *d, int n, pid_t *pids, int *release)
 		cr_assert_geq(pids[i], 0);
 		if (pids[i] == 0) {
 			close(p[1]);
-			become_nobody();
+			th_become_nobody();
 			int s = heapd_connect(d->sock);
 			if (s < 0 || attack_hello(s, NULL, NULL) != 0)
 				_exit(1);
@@ -458,60 +431,33 @@ static void reap(pid_t *pids, int n)
 		waitpid(pids[i], NULL, 0);
 }
 
-static int count_state(const char *sock, uid_t uid, uint32_t state, uint32_t *flags)
-{
-	struct llgo_list_entry v[256];
-	size_t n = heapd_list(sock, v, 256);
-	int c = 0;
-	for (size_t i = 0; i < n && i < 256; i++) {
-		if (v[i].uid == uid && v[i].state == state) {
-			c++;
-			if (flags)
-				*flags |= v[i].budget_flags;
-		}
-	}
-	return c;
-}
-
 /* nobody may have 3 profiled processes; the 4th to 6th are refused, root's is not. */
 Test(budget, processes_per_uid, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	const char *extra[] = { "--max-processes-per-uid", "3", NULL };
 	heapd_start(&d, NULL, extra);
 	pid_t pids[6];
 	int rel;
 	nobody_procs(&d, 6, pids, &rel);
-	sleep_ms(500);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0, "root refused");
+	th_sleep_ms(500);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0, "root refused");
 	uint32_t flags = 0;
-	int live = count_state(d.sock, nobody_uid(), LLGO_PROC_LIVE, &flags);
+	int live = th_count_state(d.sock, th_nobody_uid(), LLGO_PROC_LIVE, &flags);
 	cr_expect_eq(live, 3, "nobody has %d live sessions", live);
 	cr_expect(flags & LLGO_BUDGET_SESSIONS, "not flagged in list: %#x", flags);
 	struct llgo_list_entry e;
 	cr_expect(heapd_list_pid(d.sock, getpid(), &e) && e.state == LLGO_PROC_LIVE && !e.budget_flags);
-	char *log = read_all(d.log);
-	cr_expect_eq(count_lines(log, "sessions budget reached"), 1, "logged once:\n%s", log);
+	char *log = th_read_all(d.log);
+	cr_expect_eq(th_count(log, "sessions budget reached"), 1, "logged once:\n%s", log);
 	free(log);
 	close(rel);
 	reap(pids, 6);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
-}
-
-/* Add n fresh rings (ids 0..n-1) to sh: 0, or -1 when one could not be sent. */
-static int fshim_add_rings(struct fshim *sh, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++) {
-		struct fring r;
-		fring_new(&r, i, LLGO_RING_MIN_DATA);
-		if (fshim_add_ring(sh, &r) != 0)
-			return -1;
-	}
-	return 0;
 }
 
 /* A process of uid that attaches and adds nrings rings, then waits until the write end of
@@ -522,11 +468,11 @@ static pid_t ring_taker(struct heapd *d, uid_t uid, uint32_t nrings, const int g
 	cr_assert_geq(child, 0);
 	if (child == 0) {
 		close(go[1]);
-		become_uid(uid, uid);
-		struct fshim sh;
-		if (fshim_attach(&sh, d->sock, LLGO_RING_MIN_DATA, 512) != 0)
+		th_become_uid(uid, uid);
+		struct th_shim sh;
+		if (th_shim_attach(&sh, d->sock, LLGO_RING_MIN_DATA, 512) != 0)
 			_exit(1);
-		if (fshim_add_rings(&sh, nrings) != 0)
+		if (th_shim_add_rings(&sh, nrings) != 0)
 			_exit(2);
 		char c;
 		while (read(go[0], &c, 1) > 0)
@@ -545,9 +491,9 @@ static uint32_t rings_taken(struct heapd *d, pid_t pid, uint32_t nrings)
 		if (heapd_list_pid(d->sock, pid, &e) &&
 		    (e.rings == nrings || (e.budget_flags & LLGO_BUDGET_RINGS)))
 			break;
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
-	sleep_ms(100); /* a refusal refuses the rest too: nothing is freed meanwhile */
+	th_sleep_ms(100); /* a refusal refuses the rest too: nothing is freed meanwhile */
 	cr_assert(heapd_list_pid(d->sock, pid, &e), "pid %d is not listed", (int)pid);
 	return e.rings;
 }
@@ -556,18 +502,18 @@ static uint32_t rings_taken(struct heapd *d, pid_t pid, uint32_t nrings)
  * root's process gets all of its rings. */
 Test(budget, rings_per_uid, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	const char *extra[] = { "--max-rings-per-uid", "2", NULL };
 	heapd_start(&d, NULL, extra);
 	int go[2];
 	cr_assert_eq(pipe(go), 0);
-	pid_t child = ring_taker(&d, nobody_uid(), 6, go);
+	pid_t child = ring_taker(&d, th_nobody_uid(), 6, go);
 	close(go[0]);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
-	cr_assert_eq(fshim_add_rings(&sh, 6), 0);
-	sleep_ms(400);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	cr_assert_eq(th_shim_add_rings(&sh, 6), 0);
+	th_sleep_ms(400);
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, child, &e), "nobody's session is gone");
 	cr_expect_eq(e.state, LLGO_PROC_LIVE, "nobody's connection was dropped");
@@ -578,7 +524,7 @@ Test(budget, rings_per_uid, .timeout = 60)
 	cr_expect_eq(e.budget_flags, 0);
 	close(go[1]);
 	waitpid(child, NULL, 0);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -589,13 +535,13 @@ Test(budget, rings_per_uid, .timeout = 60)
  * rings took all 16; the fourth and fifth uids and root got none.) */
 Test(budget, global_rings_keep_shares_for_root_and_each_uid, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	const char *extra[] = { "--max-rings", "16", "--max-rings-per-uid", "6", NULL };
 	heapd_start(&d, NULL, extra);
 	int go[2];
 	cr_assert_eq(pipe(go), 0);
-	const uid_t uids[] = { nobody_uid(), 4242, 4243, 4244, 4245 };
+	const uid_t uids[] = { th_nobody_uid(), 4242, 4243, 4244, 4245 };
 	pid_t kids[5];
 	uint32_t got[5], sum = 0;
 	for (int i = 0; i < 5; i++) {
@@ -604,9 +550,9 @@ Test(budget, global_rings_keep_shares_for_root_and_each_uid, .timeout = 60)
 		sum += got[i];
 	}
 	close(go[0]);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
-	cr_assert_eq(fshim_add_rings(&sh, 6), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	cr_assert_eq(th_shim_add_rings(&sh, 6), 0);
 	uint32_t root = rings_taken(&d, getpid(), 6);
 	cr_log_info("rings of 16: uids %u %u %u %u %u, root %u", got[0], got[1], got[2], got[3],
 		    got[4], root);
@@ -619,7 +565,7 @@ Test(budget, global_rings_keep_shares_for_root_and_each_uid, .timeout = 60)
 	close(go[1]);
 	for (int i = 0; i < 5; i++)
 		waitpid(kids[i], NULL, 0);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -628,7 +574,7 @@ Test(budget, global_rings_keep_shares_for_root_and_each_uid, .timeout = 60)
  * are counted, not aggregated; root's process in the same daemon loses nothing. */
 Test(budget, bucket_memory_per_uid, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	const char *extra[] = { "--max-bucket-memory-per-uid", "256K", NULL };
 	heapd_start(&d, NULL, extra);
@@ -638,17 +584,17 @@ Test(budget, bucket_memory_per_uid, .timeout = 60)
 	cr_assert_geq(child, 0);
 	if (child == 0) {
 		close(go[1]);
-		become_nobody();
-		struct fshim sh;
-		if (fshim_attach(&sh, d.sock, 1u << 16, 512) != 0)
+		th_become_nobody();
+		struct th_shim sh;
+		if (th_shim_attach(&sh, d.sock, 1u << 16, 512) != 0)
 			_exit(1);
-		struct fring r;
-		fring_new(&r, 0, 1u << 16);
-		if (fshim_add_ring(&sh, &r) != 0)
+		struct th_ring r;
+		th_ring_new(&r, 0, 1u << 16);
+		if (th_shim_add_ring(&sh, &r) != 0)
 			_exit(2);
 		for (uint64_t i = 0; i < 20000; i++) {
-			uint64_t st[3] = { RET(srv_site_alpha), 0x1000 + i * 16, RET(srv_site_caller) };
-			fring_push_n(&r, st, 3, 64 + i, 1, 1);
+			uint64_t st[3] = { TH_RET(th_site_alpha), 0x1000 + i * 16, TH_RET(th_site_caller) };
+			th_ring_push_n(&r, st, 3, 64 + i, 1, 1);
 		}
 		char c;
 		while (read(go[0], &c, 1) > 0)
@@ -659,27 +605,27 @@ Test(budget, bucket_memory_per_uid, .timeout = 60)
 	struct llgo_list_entry e;
 	memset(&e, 0, sizeof(e));
 	for (int i = 0; i < 1000 && !(heapd_list_pid(d.sock, child, &e) && e.delivered >= 20000); i++)
-		sleep_ms(10);
+		th_sleep_ms(10);
 	cr_expect_eq(e.delivered, 20000);
 	cr_expect(e.budget_flags & LLGO_BUDGET_BUCKET_BYTES, "flags %#x", e.budget_flags);
 	cr_expect_gt(e.budget_dropped, 0, "no record degraded");
 	/* root: every record aggregated */
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, 1u << 16, 512), 0);
-	struct fring r;
-	fring_new(&r, 0, 1u << 16);
-	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, 1u << 16, 512), 0);
+	struct th_ring r;
+	th_ring_new(&r, 0, 1u << 16);
+	cr_assert_eq(th_shim_add_ring(&sh, &r), 0);
 	for (uint64_t i = 0; i < 2000; i++) {
-		uint64_t st[3] = { RET(srv_site_alpha), 0x1000 + i * 16, RET(srv_site_caller) };
-		fring_push_n(&r, st, 3, 64 + i, 1, 1);
+		uint64_t st[3] = { TH_RET(th_site_alpha), 0x1000 + i * 16, TH_RET(th_site_caller) };
+		th_ring_push_n(&r, st, 3, 64 + i, 1, 1);
 	}
-	struct llgo_list_entry me = wait_delivered(d.sock, getpid(), 2000);
+	struct llgo_list_entry me = th_wait_delivered(d.sock, getpid(), 2000);
 	cr_expect_eq(me.budget_flags, 0);
 	cr_expect_eq(me.budget_dropped, 0);
 	cr_expect_eq(me.buckets, 2000, "root's buckets: %llu", (unsigned long long)me.buckets);
 	close(go[1]);
 	waitpid(child, NULL, 0);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -687,7 +633,7 @@ Test(budget, bucket_memory_per_uid, .timeout = 60)
 /* nobody's short-lived processes do not push root's exited sessions out; kept per uid. */
 Test(budget, exited_sessions_per_uid, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	const char *extra[] = { "--keep-exited-per-uid", "2", "--keep-exited", "4", NULL };
 	heapd_start(&d, NULL, extra);
@@ -702,12 +648,12 @@ Test(budget, exited_sessions_per_uid, .timeout = 60)
 		pid_t pids[3];
 		int rel;
 		nobody_procs(&d, 3, pids, &rel);
-		sleep_ms(200);
+		th_sleep_ms(200);
 		close(rel);
 		reap(pids, 3);
 	}
-	sleep_ms(400);
-	int theirs = count_state(d.sock, nobody_uid(), LLGO_PROC_EXITED, NULL);
+	th_sleep_ms(400);
+	int theirs = th_count_state(d.sock, th_nobody_uid(), LLGO_PROC_EXITED, NULL);
 	cr_expect_eq(theirs, 2, "nobody's exited sessions kept: %d", theirs);
 	struct llgo_list_entry e;
 	cr_expect(heapd_list_pid(d.sock, mine, &e) && e.state == LLGO_PROC_EXITED,
@@ -720,12 +666,12 @@ Test(budget, exited_sessions_per_uid, .timeout = 60)
  * shows none of root's processes. */
 Test(exposure, connections_per_uid_and_list, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	const char *extra[] = { "--max-conns-per-uid", "8", NULL };
 	heapd_start(&d, NULL, extra);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	int go[2], res[2];
 	cr_assert_eq(pipe(go), 0);
 	cr_assert_eq(pipe(res), 0);
@@ -733,7 +679,7 @@ Test(exposure, connections_per_uid_and_list, .timeout = 60)
 	cr_assert_geq(child, 0);
 	if (child == 0) {
 		close(go[1]);
-		become_nobody();
+		th_become_nobody();
 		/* LIST as nobody: root's process is not shown */
 		struct llgo_list_entry v[16];
 		size_t n = heapd_list(d.sock, v, 16);
@@ -754,22 +700,20 @@ Test(exposure, connections_per_uid_and_list, .timeout = 60)
 	char verdict = 0;
 	cr_assert_eq(read(res[0], &verdict, 1), 1);
 	cr_expect_eq(verdict, 'y', "nobody's LIST shows root's processes");
-	sleep_ms(200);
+	th_sleep_ms(200);
 	struct llgo_list_entry e;
 	cr_expect(heapd_list_pid(d.sock, getpid(), &e), "root is locked out");
-	char *log = read_all(d.log);
-	cr_expect_eq(count_lines(log, "connections budget reached"), 1, "%s", log);
+	char *log = th_read_all(d.log);
+	cr_expect_eq(th_count(log, "connections budget reached"), 1, "%s", log);
 	free(log);
 	close(go[1]);
 	waitpid(child, NULL, 0);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
 
 /* ---- exposure ----------------------------------------------------------------------------- */
-
-#define CLI (getenv("LLGO_TEST_CLI") ? getenv("LLGO_TEST_CLI") : LLGO_BUILD_DIR "/bin/llgo-heap")
 
 /* A stopped daemon: the CLI gives up with a clear error and a nonzero status. */
 Test(exposure, cli_times_out_on_a_stopped_daemon, .timeout = 60)
@@ -778,7 +722,7 @@ Test(exposure, cli_times_out_on_a_stopped_daemon, .timeout = 60)
 	heapd_start(&d, NULL, NULL);
 	heapd_pause(&d);
 	char cmd[512], *out = NULL;
-	snprintf(cmd, sizeof(cmd), "%s list --socket %s --timeout 2 2>&1; echo \"exit=$?\"", CLI,
+	snprintf(cmd, sizeof(cmd), "%s list --socket %s --timeout 2 2>&1; echo \"exit=$?\"", TH_CLI,
 		 d.sock);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -803,11 +747,11 @@ Test(exposure, cli_times_out_on_a_stopped_daemon, .timeout = 60)
  * predictable temporary name, and at the name itself): no file they point to is written. */
 Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	char shared[128], victim[160], victim2[160], target[160], cmd[700];
 	snprintf(shared, sizeof(shared), "%s/shared", d.dir);
 	cr_assert_eq(mkdir(shared, 01777), 0);
@@ -832,7 +776,7 @@ Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
 			_exit(126);
 		char pid[32];
 		snprintf(pid, sizeof(pid), "%d", (int)getppid());
-		execl(CLI, "llgo-heap", "snapshot", pid, "--socket", d.sock, "-o", target,
+		execl(TH_CLI, "llgo-heap", "snapshot", pid, "--socket", d.sock, "-o", target,
 		      (char *)NULL);
 		_exit(127);
 	}
@@ -840,7 +784,7 @@ Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
 	pid_t planter = fork();
 	cr_assert_geq(planter, 0);
 	if (planter == 0) {
-		become_nobody();
+		th_become_nobody();
 		char tmp[256];
 		snprintf(tmp, sizeof(tmp), "%s.tmp.%d", target, (int)cli);
 		_exit(symlink(victim, tmp) != 0 || symlink(victim2, target) != 0);
@@ -852,7 +796,7 @@ Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
 	close(go[1]);
 	waitpid(cli, &st, 0);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "snapshot -o: status %d", st);
-	char *v = read_all(victim), *v2 = read_all(victim2);
+	char *v = th_read_all(victim), *v2 = th_read_all(victim2);
 	cr_expect_str_eq(v, "root's file\n", "the planted temporary link was followed");
 	cr_expect_str_eq(v2, "root's other file\n", "the planted link at FILE was followed");
 	free(v);
@@ -861,7 +805,7 @@ Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
 	cr_expect(lstat(target, &sb) == 0 && S_ISREG(sb.st_mode), "no profile at %s", target);
 	snprintf(cmd, sizeof(cmd), "gzip -t %s", target);
 	cr_expect_eq(system(cmd), 0, "not a gzip file");
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -877,7 +821,7 @@ static int cli_snapshot_to(const char *sock, const char *target)
 		int nul = open("/dev/null", O_WRONLY); /* the CLI's stderr is not the test's */
 		if (nul >= 0)
 			dup2(nul, 2);
-		execl(CLI, "llgo-heap", "snapshot", pid, "--socket", sock, "-o", target,
+		execl(TH_CLI, "llgo-heap", "snapshot", pid, "--socket", sock, "-o", target,
 		      (char *)NULL);
 		_exit(127);
 	}
@@ -894,8 +838,8 @@ Test(exposure, output_to_a_device_is_written_in_place, .timeout = 60)
 {
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	struct stat before, after;
 	char path[160];
 
@@ -957,7 +901,7 @@ Test(exposure, output_to_a_device_is_written_in_place, .timeout = 60)
 	cr_expect(ln == (ssize_t)strlen("/dev/null") && memcmp(link, "/dev/null", (size_t)ln) == 0,
 		  "the symlink was replaced");
 
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -980,13 +924,13 @@ Test(exposure, socket_mode, .timeout = 30)
 static int http_port_of(struct heapd *d)
 {
 	for (int i = 0; i < 500; i++) {
-		char *log = read_all(d->log);
+		char *log = th_read_all(d->log);
 		const char *at = strstr(log, "serving http://127.0.0.1:");
 		int port = at ? atoi(at + strlen("serving http://127.0.0.1:")) : 0;
 		free(log);
 		if (port)
 			return port;
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	cr_assert_fail("no HTTP port in the log");
 	return 0;
@@ -1034,8 +978,8 @@ Test(exposure, http_slow_deltas_do_not_lock_the_endpoint, .timeout = 60)
 	const char *extra[] = { "--http", "127.0.0.1:0", NULL };
 	heapd_start(&d, NULL, extra);
 	int port = http_port_of(&d);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	char path[128];
 	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d&seconds=60", (int)getpid());
 	int socks[70];
@@ -1044,7 +988,7 @@ Test(exposure, http_slow_deltas_do_not_lock_the_endpoint, .timeout = 60)
 		if (socks[i] >= 0)
 			http_send(socks[i], path);
 	}
-	sleep_ms(500);
+	th_sleep_ms(500);
 	int s = http_connect(port);
 	cr_assert_geq(s, 0, "cannot connect");
 	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d", (int)getpid());
@@ -1055,7 +999,7 @@ Test(exposure, http_slow_deltas_do_not_lock_the_endpoint, .timeout = 60)
 	for (int i = 0; i < 70; i++)
 		if (socks[i] >= 0)
 			close(socks[i]);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -1064,7 +1008,7 @@ Test(exposure, http_slow_deltas_do_not_lock_the_endpoint, .timeout = 60)
  * its unread answers stop at its budget, root is still answered. */
 Test(budget, unread_answers_per_uid, .timeout = 90)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	const char *extra[] = { "--max-unread-per-uid", "1M", NULL };
 	heapd_start(&d, NULL, extra);
@@ -1074,17 +1018,17 @@ Test(budget, unread_answers_per_uid, .timeout = 90)
 	cr_assert_geq(child, 0);
 	if (child == 0) {
 		close(go[1]);
-		become_nobody();
-		struct fshim sh;
-		if (fshim_attach(&sh, d.sock, 1u << 16, 512) != 0)
+		th_become_nobody();
+		struct th_shim sh;
+		if (th_shim_attach(&sh, d.sock, 1u << 16, 512) != 0)
 			_exit(1);
-		struct fring r;
-		fring_new(&r, 0, 1u << 16);
-		if (fshim_add_ring(&sh, &r) != 0)
+		struct th_ring r;
+		th_ring_new(&r, 0, 1u << 16);
+		if (th_shim_add_ring(&sh, &r) != 0)
 			_exit(2);
 		for (uint64_t i = 0; i < 6000; i++) {
-			uint64_t st[3] = { RET(srv_site_alpha), 0x1000 + i * 16, RET(srv_site_caller) };
-			fring_push_n(&r, st, 3, 64 + i, 1, 1);
+			uint64_t st[3] = { TH_RET(th_site_alpha), 0x1000 + i * 16, TH_RET(th_site_caller) };
+			th_ring_push_n(&r, st, 3, 64 + i, 1, 1);
 		}
 		struct llgo_msg_snapshot m;
 		memset(&m, 0, sizeof(m));
@@ -1106,22 +1050,22 @@ Test(budget, unread_answers_per_uid, .timeout = 90)
 	char *log = NULL;
 	for (int i = 0; i < 1000; i++) {
 		free(log);
-		log = read_all(d.log);
+		log = th_read_all(d.log);
 		if (strstr(log, "unread answers budget reached"))
 			break;
-		sleep_ms(20);
+		th_sleep_ms(20);
 	}
 	cr_expect(strstr(log, "unread answers budget reached") != NULL, "%s", log);
 	free(log);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	struct client_answer a;
 	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, 0, "root's snapshot: %s", a.message);
 	buf_free(&a.data);
 	close(go[1]);
 	waitpid(child, NULL, 0);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -1164,13 +1108,13 @@ Test(budget, exited_sessions_by_age, .timeout = 60)
 	for (int i = 0; i < 50 && !seen; i++) {
 		seen = heapd_list_pid(d.sock, p, &e) && e.state == LLGO_PROC_EXITED;
 		if (!seen)
-			sleep_ms(20);
+			th_sleep_ms(20);
 	}
 	cr_assert(seen, "the exited session was never listed");
-	sleep_ms(2200);
+	th_sleep_ms(2200);
 	cr_expect(!heapd_list_pid(d.sock, p, &e), "an exited session older than 1 s is still kept");
 	heapd_stop_clean(&d);
-	char *log = read_all(d.log);
+	char *log = th_read_all(d.log);
 	cr_expect(strstr(log, "1 exited processes evicted") != NULL, "%s", log);
 	free(log);
 	heapd_cleanup(&d);
@@ -1185,17 +1129,17 @@ Test(budget, exited_sessions_by_age, .timeout = 60)
  */
 Test(budget, one_users_slow_snapshots_leave_workers_to_others, .timeout = 120)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	pid_t big = run_profiled(&d, nobody_uid(), PROGS "/stress_stacks", "40000");
-	pid_t small = run_profiled(&d, 0, PROGS "/stress_stacks", "10");
-	long t0 = lu_now_ms();
-	free(snapshot_text(&d, big, LLGO_FORMAT_TEXT));
-	long huge_ms = lu_now_ms() - t0;
-	t0 = lu_now_ms();
-	free(snapshot_text(&d, small, LLGO_FORMAT_TEXT));
-	long quiet_ms = lu_now_ms() - t0;
+	pid_t big = run_profiled(&d, th_nobody_uid(), TH_PROGS "/stress_stacks", "40000");
+	pid_t small = run_profiled(&d, 0, TH_PROGS "/stress_stacks", "10");
+	long t0 = th_now_ms();
+	free(heapd_snapshot(d.sock, big, LLGO_FORMAT_TEXT, NULL));
+	long huge_ms = th_now_ms() - t0;
+	t0 = th_now_ms();
+	free(heapd_snapshot(d.sock, small, LLGO_FORMAT_TEXT, NULL));
+	long quiet_ms = th_now_ms() - t0;
 
 	int go[2], ready[2];
 	cr_assert_eq(pipe(go), 0);
@@ -1205,7 +1149,7 @@ Test(budget, one_users_slow_snapshots_leave_workers_to_others, .timeout = 120)
 	if (child == 0) {
 		close(go[1]);
 		close(ready[0]);
-		become_nobody();
+		th_become_nobody();
 		struct llgo_msg_snapshot m;
 		client_snapshot_req(&m, big, LLGO_FORMAT_TEXT, 0, 0);
 		int socks[8];
@@ -1224,10 +1168,10 @@ Test(budget, one_users_slow_snapshots_leave_workers_to_others, .timeout = 120)
 	close(ready[1]);
 	char c;
 	cr_assert_eq(read(ready[0], &c, 1), 1, "nobody's requests were not sent");
-	sleep_ms(20); /* the workers have taken nobody's requests */
-	t0 = lu_now_ms();
-	free(snapshot_text(&d, small, LLGO_FORMAT_TEXT));
-	long busy_ms = lu_now_ms() - t0;
+	th_sleep_ms(20); /* the workers have taken nobody's requests */
+	t0 = th_now_ms();
+	free(heapd_snapshot(d.sock, small, LLGO_FORMAT_TEXT, NULL));
+	long busy_ms = th_now_ms() - t0;
 	cr_assert_eq(write(go[1], "g", 1), 1);
 	int st;
 	waitpid(child, &st, 0);
@@ -1252,7 +1196,7 @@ static int atk_proc_memfd(void)
 	int fd = memfd_create("atk-proc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (fd < 0 || ftruncate(fd, page) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
 		return -1;
-	struct llgo_ctl *c = atk_ctl_map(fd);
+	struct llgo_ctl *c = th_ctl_map(fd, LLGO_RING_MIN_DATA, 512);
 	if (!c)
 		return -1;
 	c->page_size = (uint32_t)page;
@@ -1271,14 +1215,14 @@ static int atk_memfd_hello(const char *sock, int memfd, int *status)
 	if (s < 0)
 		return -1;
 	struct llgo_msg_hello m;
-	hello_init(&m, LLGO_RING_MIN_DATA, 512);
+	th_hello_init(&m, LLGO_RING_MIN_DATA, 512);
 	m.flags = LLGO_HELLO_MEMFD | (status ? 0 : LLGO_HELLO_NO_ACK);
 	if (msg_send(s, &m, sizeof(m), memfd) != 0) {
 		close(s);
 		return -1;
 	}
 	if (status)
-		*status = wait_reply(s, LLGO_MSG_HELLO_ACK);
+		*status = th_wait_reply(s, LLGO_MSG_HELLO_ACK);
 	return s;
 }
 
@@ -1330,12 +1274,12 @@ static int atk_live_table(uint64_t slots)
  * polled for at most wait_ms; wait_ms + 1 when it never did. */
 static long ms_until_listed_exited(const char *sock, pid_t pid, long wait_ms)
 {
-	long t0 = lu_now_ms();
+	long t0 = th_now_ms();
 	struct llgo_list_entry e;
-	while (lu_now_ms() - t0 <= wait_ms) {
+	while (th_now_ms() - t0 <= wait_ms) {
 		if (heapd_list_pid(sock, pid, &e) && e.state == LLGO_PROC_EXITED)
-			return lu_now_ms() - t0;
-		sleep_ms(20);
+			return th_now_ms() - t0;
+		th_sleep_ms(20);
 	}
 	return wait_ms + 1;
 }
@@ -1386,7 +1330,7 @@ static long root_memfd_proc_end(const char *sock, pid_t pid, int release, long w
  */
 Test(budget, one_users_exits_leave_exit_workers_to_others, .timeout = 150)
 {
-	need_root();
+	th_need_root();
 	enum { N = 100 };
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
@@ -1400,7 +1344,7 @@ Test(budget, one_users_exits_leave_exit_workers_to_others, .timeout = 150)
 		close(go[1]);
 		close(ready[0]);
 		close(release);
-		become_nobody();
+		th_become_nobody();
 		int live = atk_live_table(LLGO_LIVE_ENTRIES);
 		if (live < 0)
 			_exit(1);
@@ -1435,10 +1379,10 @@ Test(budget, one_users_exits_leave_exit_workers_to_others, .timeout = 150)
 	while (n < N && read(ready[0], &c, 1) == 1)
 		n++;
 	cr_assert_eq(n, N, "only %d of nobody's processes attached", n);
-	sleep_ms(500); /* their ADD_LIVE handled */
-	int held = count_state(d.sock, nobody_uid(), LLGO_PROC_LIVE, NULL);
+	th_sleep_ms(500); /* their ADD_LIVE handled */
+	int held = th_count_state(d.sock, th_nobody_uid(), LLGO_PROC_LIVE, NULL);
 	close(go[1]); /* nobody's processes exit */
-	sleep_ms(300);
+	th_sleep_ms(300);
 	long delay = root_memfd_proc_end(d.sock, mine, release, 30000); /* then root's */
 	int st;
 	cr_assert_eq(waitpid(atk, &st, 0), atk);
@@ -1491,9 +1435,9 @@ Test(identity, a_memfd_backs_one_session, .timeout = 60)
 	}
 	struct llgo_list_entry e;
 	for (int i = 0; i < 500 && !(heapd_list_pid(d.sock, a, &e) && e.state == LLGO_PROC_LIVE); i++)
-		sleep_ms(10);
+		th_sleep_ms(10);
 	cr_assert_eq(e.state, LLGO_PROC_LIVE, "A did not attach");
-	sleep_ms(300); /* A's ADD_LIVE handled */
+	th_sleep_ms(300); /* A's ADD_LIVE handled */
 	pid_t b = fork();
 	cr_assert_geq(b, 0);
 	if (b == 0) {
@@ -1524,10 +1468,10 @@ Test(identity, a_memfd_backs_one_session, .timeout = 60)
 	cr_assert_eq(read(ares[0], ra, sizeof(ra)), (ssize_t)sizeof(ra));
 	cr_expect_eq(ra[0], 0, "A did not attach with its table");
 	cr_expect_eq(ra[1], 0, "A did not reconnect");
-	sleep_ms(300);
+	th_sleep_ms(300);
 	cr_assert(heapd_list_pid(d.sock, a, &e));
 	cr_expect_eq(e.state, LLGO_PROC_LIVE, "A's session ended");
-	char *log = read_all(d.log), a_dropped[64], a_replaced[64];
+	char *log = th_read_all(d.log), a_dropped[64], a_replaced[64];
 	snprintf(a_dropped, sizeof(a_dropped), "from pid %d ", (int)a);
 	snprintf(a_replaced, sizeof(a_replaced), "pid %d: a new HELLO replaces", (int)a);
 	cr_expect(!strstr(log, a_dropped) && !strstr(log, a_replaced),
@@ -1548,7 +1492,7 @@ Test(identity, a_memfd_backs_one_session, .timeout = 60)
  * configuration file is (at start, with the reason; at SIGHUP, keeping the token in force). */
 Test(exposure, token_file_writable_by_others_is_refused, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	heapd_init(&d, NULL);
 	char token[160];
@@ -1570,7 +1514,7 @@ Test(exposure, token_file_writable_by_others_is_refused, .timeout = 60)
 		for (int k = 0; k < 500 && !exited; k++) {
 			exited = waitpid(pid, &st, WNOHANG) == pid;
 			if (!exited)
-				sleep_ms(10);
+				th_sleep_ms(10);
 		}
 		if (!exited) {
 			kill(pid, SIGKILL);
@@ -1603,7 +1547,7 @@ Test(exposure, token_file_writable_by_others_is_refused, .timeout = 60)
 		log = heapd_log(&d);
 		if (strstr(log, "writable by others than its owner"))
 			break;
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	cr_expect(strstr(log, "writable by others than its owner"), "reload accepted it:\n%s", log);
 	free(log);
@@ -1635,7 +1579,7 @@ static int http_status_as(uid_t uid, int port, const char *path, const char *tok
 	if (child == 0) {
 		close(p[0]);
 		if (uid)
-			become_uid(uid, uid);
+			th_become_uid(uid, uid);
 		int s = http_connect(port);
 		char req[512], auth[300] = "";
 		if (token)
@@ -1658,24 +1602,24 @@ static int http_status_as(uid_t uid, int port, const char *path, const char *tok
  * an unknown pid. (The daemon's own uid was served to everyone: nobody got root's profile.) */
 Test(exposure, http_default_serves_each_local_uid_its_own, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	const char *extra[] = { "--http", "127.0.0.1:0", NULL };
 	heapd_start(&d, NULL, extra);
 	int port = http_port_of(&d);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	int go[2];
 	cr_assert_eq(pipe(go), 0);
-	pid_t mine = ring_taker(&d, nobody_uid(), 1, go);
+	pid_t mine = ring_taker(&d, th_nobody_uid(), 1, go);
 	close(go[0]);
 	rings_taken(&d, mine, 1);
 	char root_path[128], nobody_path[128];
 	snprintf(root_path, sizeof(root_path), "/debug/pprof/heap?pid=%d&debug=1", (int)getpid());
 	snprintf(nobody_path, sizeof(nobody_path), "/debug/pprof/heap?pid=%d&debug=1", (int)mine);
-	int st = http_status_as(nobody_uid(), port, root_path, NULL);
+	int st = http_status_as(th_nobody_uid(), port, root_path, NULL);
 	cr_expect_eq(st, 404, "nobody asked for root's profile: %d", st);
-	st = http_status_as(nobody_uid(), port, nobody_path, NULL);
+	st = http_status_as(th_nobody_uid(), port, nobody_path, NULL);
 	cr_expect_eq(st, 200, "nobody asked for its own profile: %d", st);
 	st = http_status_as(4242, port, nobody_path, NULL);
 	cr_expect_eq(st, 404, "uid 4242 asked for nobody's profile: %d", st);
@@ -1685,7 +1629,7 @@ Test(exposure, http_default_serves_each_local_uid_its_own, .timeout = 60)
 	cr_expect_eq(st, 200, "root asked for nobody's profile: %d", st);
 	close(go[1]);
 	waitpid(mine, NULL, 0);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -1705,25 +1649,25 @@ static unsigned long long acct_field(const char *text, const char *key)
  */
 Test(budget, exit_scan_reads_what_the_samples_justify, .timeout = 60)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
 	pid_t atk = fork();
 	cr_assert_geq(atk, 0);
 	if (atk == 0) {
-		become_nobody();
+		th_become_nobody();
 		int st, live = atk_live_table(4ull << 20), memfd = atk_proc_memfd();
 		int s = live < 0 || memfd < 0 ? -1 : atk_memfd_hello(d.sock, memfd, &st);
 		if (s < 0 || st != 0 || atk_add_live(s, live) != 0)
 			_exit(2);
-		sleep_ms(300); /* ADD_LIVE handled */
+		th_sleep_ms(300); /* ADD_LIVE handled */
 		_exit(0);
 	}
 	int st;
 	cr_assert_eq(waitpid(atk, &st, 0), atk);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nobody's process: status 0x%x", st);
 	long delay = ms_until_listed_exited(d.sock, atk, 20000);
-	char *text = snapshot_text(&d, atk, LLGO_FORMAT_TEXT);
+	char *text = heapd_snapshot(d.sock, atk, LLGO_FORMAT_TEXT, NULL);
 	const char *line = strstr(text, "llgo-heap: sampled=");
 	cr_assert(line, "no accounting line:\n%.500s", text);
 	cr_log_info("exit scan: listed %ld ms after the exit; %.*s", delay,
@@ -1747,7 +1691,7 @@ Test(budget, exit_scan_reads_what_the_samples_justify, .timeout = 60)
  */
 Test(budget, one_users_bye_flood_leaves_exit_workers_to_others, .timeout = 150)
 {
-	need_root();
+	th_need_root();
 	enum { K = 300, MAPS = 40000 };
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
@@ -1761,7 +1705,7 @@ Test(budget, one_users_bye_flood_leaves_exit_workers_to_others, .timeout = 150)
 		close(go[1]);
 		close(ready[0]);
 		close(release);
-		become_nobody();
+		th_become_nobody();
 		struct rlimit rl = { 4096, 4096 };
 		setrlimit(RLIMIT_NOFILE, &rl);
 		int code = memfd_create("atk-code", MFD_CLOEXEC);
@@ -1783,7 +1727,7 @@ Test(budget, one_users_bye_flood_leaves_exit_workers_to_others, .timeout = 150)
 			if (p[i].fd < 0)
 				_exit(4);
 		}
-		sleep_ms(300);
+		th_sleep_ms(300);
 		for (int i = 0; i < K; i++)
 			if (msg_send(p[i].fd, &bye, sizeof(bye), -1) != 0)
 				_exit(5);
@@ -1809,7 +1753,7 @@ Test(budget, one_users_bye_flood_leaves_exit_workers_to_others, .timeout = 150)
 	close(ready[1]);
 	char c;
 	cr_assert_eq(read(ready[0], &c, 1), 1, "nobody's BYE flood did not start");
-	sleep_ms(1000); /* the exit queue is full of BYEs */
+	th_sleep_ms(1000); /* the exit queue is full of BYEs */
 	long delay = root_memfd_proc_end(d.sock, mine, release, 20000);
 	close(go[1]);
 	int st;
@@ -1831,7 +1775,7 @@ static pid_t http_slowloris(uid_t uid, int port, int nconns)
 	if (child != 0)
 		return child;
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	become_uid(uid, uid);
+	th_become_uid(uid, uid);
 	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: "
 				  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 				  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -1867,7 +1811,7 @@ static pid_t http_slowloris(uid_t uid, int port, int nconns)
 				socks[i] = -1;
 			}
 		}
-		sleep_ms(500);
+		th_sleep_ms(500);
 	}
 }
 
@@ -1877,7 +1821,7 @@ static pid_t http_slowloris(uid_t uid, int port, int nconns)
  * per-peer limit and slow connections closed first when the server is full. */
 Test(exposure, http_slowloris_leaves_room_for_a_token_request, .timeout = 120)
 {
-	need_root();
+	th_need_root();
 	struct heapd d;
 	heapd_init(&d, NULL);
 	char token[160];
@@ -1890,20 +1834,20 @@ Test(exposure, http_slowloris_leaves_room_for_a_token_request, .timeout = 120)
 	const char *extra[] = { "--http", "127.0.0.1:0", "--http-token-file", token, NULL };
 	heapd_run(&d, extra);
 	int port = http_port_of(&d);
-	const uid_t uids[] = { nobody_uid(), 4242, 4243, 4244, 4245 };
+	const uid_t uids[] = { th_nobody_uid(), 4242, 4243, 4244, 4245 };
 	pid_t slow[5];
 	for (int i = 0; i < 5; i++)
 		slow[i] = http_slowloris(uids[i], port, 40);
-	sleep_ms(3000); /* every connection opened and trickling */
+	th_sleep_ms(3000); /* every connection opened and trickling */
 	for (int round = 0; round < 3; round++) {
-		long t0 = lu_now_ms();
+		long t0 = th_now_ms();
 		int st = http_status_as(0, port, "/metrics", "s3cret");
-		long ms = lu_now_ms() - t0;
+		long ms = th_now_ms() - t0;
 		cr_log_info("slowloris: /metrics with the token: %d after %ld ms", st, ms);
 		cr_expect_eq(st, 200, "round %d: /metrics with the token: %d after %ld ms", round,
 			     st, ms);
 		cr_expect_lt(ms, 5000, "round %d: answered after %ld ms", round, ms);
-		sleep_ms(1000);
+		th_sleep_ms(1000);
 	}
 	for (int i = 0; i < 5; i++) {
 		kill(slow[i], SIGKILL);

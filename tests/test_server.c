@@ -8,7 +8,8 @@
  * cost the sender its connection and nothing else; profiles are served to the owner or root
  * only.
  */
-#include "sec_util.h"
+#include "../agent/internal.h"
+#include "helpers.h"
 
 /* ---- tests --------------------------------------------------------------------------------- */
 
@@ -16,26 +17,26 @@ Test(server, attach_list_snapshot_exit, .timeout = 120)
 {
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0, "HELLO refused");
-	struct fring r;
-	fring_new(&r, 0, LLGO_RING_MIN_DATA);
-	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0, "HELLO refused");
+	struct th_ring r;
+	th_ring_new(&r, 0, LLGO_RING_MIN_DATA);
+	cr_assert_eq(th_shim_add_ring(&sh, &r), 0);
 
-	uint64_t a[2] = { RET(srv_site_alpha), RET(srv_site_caller) };
-	uint64_t b[2] = { RET(srv_site_beta), RET(srv_site_caller) };
+	uint64_t a[2] = { TH_RET(th_site_alpha), TH_RET(th_site_caller) };
+	uint64_t b[2] = { TH_RET(th_site_beta), TH_RET(th_site_caller) };
 	/* more records than the 4 KiB ring holds at once: the drain thread keeps up */
-	fring_push_n(&r, a, 2, 24, 1, 300);
-	fring_push_n(&r, b, 2, 1000, 1, 100);
+	th_ring_push_n(&r, a, 2, 24, 1, 300);
+	th_ring_push_n(&r, b, 2, 1000, 1, 100);
 
 	struct client_answer ans;
 	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
 	cr_assert_eq(ans.status, 0, "snapshot: %s", ans.message);
 	buf_putc(&ans.data, '\0');
 	const char *folded = (const char *)ans.data.data;
-	cr_expect(strstr(folded, "srv_site_caller;srv_site_alpha 7200\n") != NULL,
+	cr_expect(strstr(folded, "th_site_caller;th_site_alpha 7200\n") != NULL,
 		  "folded:\n%s", folded);
-	cr_expect(strstr(folded, "srv_site_caller;srv_site_beta 100000\n") != NULL,
+	cr_expect(strstr(folded, "th_site_caller;th_site_beta 100000\n") != NULL,
 		  "folded:\n%s", folded);
 	cr_expect(strstr(folded, "sampled=400 delivered=400 dropped=0 corrupt=0") != NULL,
 		  "folded:\n%s", folded);
@@ -56,37 +57,37 @@ Test(server, attach_list_snapshot_exit, .timeout = 120)
 	cr_expect_eq(e.rate, 1);
 	cr_expect_eq(e.delivered, 400);
 	cr_expect_eq(e.buckets, 2);
-	cr_expect(accounting_holds(&e));
+	cr_expect(th_accounting_holds(&e));
 	cr_expect_str_eq(e.comm, "fake-shim");
 	cr_expect_gt(e.start_time_ns, 0);
 
 	/* The shim goes away without BYE: the session stays, exited, with its data. Records
 	 * written just before the close are drained at EOF. */
-	fring_push_n(&r, a, 2, 24, 1, 10);
-	fshim_close(&sh);
+	th_ring_push_n(&r, a, 2, 24, 1, 10);
+	th_shim_close(&sh);
 	for (int i = 0; i < 500; i++) {
 		cr_assert(heapd_list_pid(d.sock, getpid(), &e));
 		if (e.state == LLGO_PROC_EXITED)
 			break;
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	cr_expect_eq(e.state, LLGO_PROC_EXITED);
 	cr_expect_eq(e.delivered, 410);
-	cr_expect(accounting_holds(&e));
+	cr_expect(th_accounting_holds(&e));
 	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
 	cr_assert_eq(ans.status, 0, "%s", ans.message);
 	buf_putc(&ans.data, '\0');
-	cr_expect(strstr((char *)ans.data.data, "srv_site_caller;srv_site_alpha 7440\n") != NULL,
+	cr_expect(strstr((char *)ans.data.data, "th_site_caller;th_site_alpha 7440\n") != NULL,
 		  "after exit:\n%s", (char *)ans.data.data);
 	buf_free(&ans.data);
 	/* a new process with the same pid (exec) is preferred while live */
-	struct fshim sh2;
-	cr_assert_eq(fshim_attach(&sh2, d.sock, LLGO_RING_MIN_DATA, 4096), 0);
+	struct th_shim sh2;
+	cr_assert_eq(th_shim_attach(&sh2, d.sock, LLGO_RING_MIN_DATA, 4096), 0);
 	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_LIVE);
 	cr_expect_eq(e.rate, 4096);
 	cr_expect_eq(e.delivered, 0);
-	fshim_close(&sh2);
+	th_shim_close(&sh2);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -95,13 +96,13 @@ Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
 {
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
-	struct fring r;
-	fring_new(&r, 7, LLGO_RING_MIN_DATA);
-	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
-	uint64_t a[1] = { RET(srv_site_alpha) };
-	fring_push_n(&r, a, 1, 64, 512, 5);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_ring r;
+	th_ring_new(&r, 7, LLGO_RING_MIN_DATA);
+	cr_assert_eq(th_shim_add_ring(&sh, &r), 0);
+	uint64_t a[1] = { TH_RET(th_site_alpha) };
+	th_ring_push_n(&r, a, 1, 64, 512, 5);
 	/* three drops, as a full ring counts them, and two samples that found no ring */
 	for (int i = 0; i < 3; i++) {
 		r.dropped++;
@@ -111,23 +112,23 @@ Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
 	}
 	atomic_store(&sh.ctl->lost_no_ring, 2);
 	/* one record that fails its checksum */
-	fring_push(&r, a, 1, 64, 512, true);
-	fring_push_n(&r, a, 1, 64, 512, 1);
+	th_ring_push(&r, a, 1, 64, 512, true);
+	th_ring_push_n(&r, a, 1, 64, 512, 1);
 
 	struct llgo_msg_header bye;
 	msg_header_init(&bye, LLGO_MSG_BYE, sizeof(bye));
 	cr_assert_eq(msg_send(sh.sock, &bye, sizeof(bye), -1), 0);
-	cr_expect_eq(wait_reply(sh.sock, LLGO_MSG_END), 0, "BYE must be answered by END(0)");
+	cr_expect_eq(th_wait_reply(sh.sock, LLGO_MSG_END), 0, "BYE must be answered by END(0)");
 
-	struct llgo_list_entry e = wait_delivered(d.sock, getpid(), 6);
+	struct llgo_list_entry e = th_wait_delivered(d.sock, getpid(), 6);
 	cr_expect_eq(e.delivered, 6);
 	cr_expect_eq(e.dropped, 5);
 	cr_expect_eq(e.corrupt, 1);
 	cr_expect_eq(e.sampled, 12);
-	cr_expect(accounting_holds(&e), "sampled %llu delivered %llu dropped %llu corrupt %llu",
+	cr_expect(th_accounting_holds(&e), "sampled %llu delivered %llu dropped %llu corrupt %llu",
 		  (unsigned long long)e.sampled, (unsigned long long)e.delivered,
 		  (unsigned long long)e.dropped, (unsigned long long)e.corrupt);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -136,8 +137,8 @@ Test(server, set_rate_writes_the_control_page, .timeout = 60)
 {
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 524288), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 524288), 0);
 	struct client_answer a;
 	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 4096, &a), 0);
 	cr_expect_eq(a.status, 0, "%s", a.message);
@@ -170,7 +171,7 @@ Test(server, set_rate_writes_the_control_page, .timeout = 60)
 	cr_expect_str_eq(a.message, "no such profiled process: 999999999");
 	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), 99, &a), 0);
 	cr_expect_eq(a.status, EINVAL);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -207,10 +208,10 @@ static bool dropped_after(const char *sock, bool hello_first, const void *pkt, s
 static bool dropped_after_fds(const char *sock, bool hello_first, const void *pkt, size_t n,
 			      const int *fds, size_t nfds)
 {
-	struct fshim sh = { .sock = -1, .ctl_fd = -1 };
+	struct th_shim sh = { .sock = -1, .ctl_fd = -1 };
 	int s;
 	if (hello_first) {
-		if (fshim_attach(&sh, sock, LLGO_RING_MIN_DATA, 1) != 0)
+		if (th_shim_attach(&sh, sock, LLGO_RING_MIN_DATA, 1) != 0)
 			return false;
 		s = sh.sock;
 	} else {
@@ -282,7 +283,7 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 	cr_expect(dropped_after(d.sock, false, &h, sizeof(h), -1), "unknown type");
 	cases++;
 	/* a descriptor where none belongs */
-	int junk = memfd_sized("junk", 4096);
+	int junk = th_memfd_sized("junk", 4096);
 	msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
 	cr_expect(dropped_after(d.sock, false, &h, sizeof(h), junk), "LIST with an fd");
 	cases++;
@@ -293,8 +294,8 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 	cr_expect(dropped_after_fds(d.sock, false, &h, sizeof(h), many, 8), "8 fds");
 	cases++;
 	/* ADD_RING before HELLO */
-	struct fring r;
-	fring_new(&r, 1, LLGO_RING_MIN_DATA);
+	struct th_ring r;
+	th_ring_new(&r, 1, LLGO_RING_MIN_DATA);
 	struct llgo_msg_add_ring ar;
 	memset(&ar, 0, sizeof(ar));
 	msg_header_init(&ar.h, LLGO_MSG_ADD_RING, sizeof(ar));
@@ -323,10 +324,10 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 	cr_expect(dropped_after(d.sock, true, &ar, sizeof(ar), r.fd), "ring id out of range");
 	cases++;
 	/* second HELLO */
-	struct fshim tmp;
-	fshim_ctl(&tmp, LLGO_RING_MIN_DATA, 1);
+	struct th_shim tmp;
+	th_shim_ctl(&tmp, LLGO_RING_MIN_DATA, 1);
 	struct llgo_msg_hello hm;
-	hello_init(&hm, LLGO_RING_MIN_DATA, 1);
+	th_hello_init(&hm, LLGO_RING_MIN_DATA, 1);
 	cr_expect(dropped_after(d.sock, true, &hm, sizeof(hm), tmp.ctl_fd), "second HELLO");
 	cases++;
 	/* HELLO without a descriptor */
@@ -354,13 +355,13 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 	cr_expect(dropped_after(d.sock, true, &h, sizeof(h), -1), "LIST on a shim connection");
 	cases++;
 
-	cr_assert(heapd_alive(&d), "llgo-heapd died:\n%s", read_all(d.log));
+	cr_assert(heapd_alive(&d), "llgo-heapd died:\n%s", th_read_all(d.log));
 	struct llgo_list_entry v[64];
 	heapd_list(d.sock, v, 64); /* still serving */
 	/* one log line per dropped connection */
-	char *log = read_all(d.log);
-	cr_expect_eq(count_lines(log, "dropping connection"), cases, "log:\n%s", log);
-	cr_expect_eq(count_lines(log, "a descriptor it sent was lost"), 1, "log:\n%s", log);
+	char *log = th_read_all(d.log);
+	cr_expect_eq(th_count(log, "dropping connection"), cases, "log:\n%s", log);
+	cr_expect_eq(th_count(log, "a descriptor it sent was lost"), 1, "log:\n%s", log);
 	free(log);
 	close(junk);
 	close(unsealed);
@@ -380,21 +381,21 @@ Test(server, snapshot_after_the_process_died, .timeout = 120)
 	cr_assert_geq(child, 0);
 	if (child == 0) {
 		close(pipefd[0]);
-		struct fshim sh;
-		if (fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1) != 0)
+		struct th_shim sh;
+		if (th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1) != 0)
 			_exit(1);
 		/* two rings; records still unread when the process dies */
-		struct fring r1, r2;
-		fring_new(&r1, 0, LLGO_RING_MIN_DATA);
-		fring_new(&r2, 1, LLGO_RING_MIN_DATA);
-		fshim_add_ring(&sh, &r1);
-		uint64_t a[1] = { RET(srv_site_alpha) };
-		uint64_t b[1] = { RET(srv_site_beta) };
+		struct th_ring r1, r2;
+		th_ring_new(&r1, 0, LLGO_RING_MIN_DATA);
+		th_ring_new(&r2, 1, LLGO_RING_MIN_DATA);
+		th_shim_add_ring(&sh, &r1);
+		uint64_t a[1] = { TH_RET(th_site_alpha) };
+		uint64_t b[1] = { TH_RET(th_site_beta) };
 		for (int i = 0; i < 20; i++)
-			fring_push(&r1, a, 1, 32, 1, false);
+			th_ring_push(&r1, a, 1, 32, 1, false);
 		for (int i = 0; i < 30; i++)
-			fring_push(&r2, b, 1, 48, 1, false);
-		fshim_add_ring(&sh, &r2);
+			th_ring_push(&r2, b, 1, 48, 1, false);
+		th_shim_add_ring(&sh, &r2);
 		char c = 1;
 		if (write(pipefd[1], &c, 1) != 1)
 			_exit(2);
@@ -410,15 +411,15 @@ Test(server, snapshot_after_the_process_died, .timeout = 120)
 	cr_assert_eq(heapd_snapshot_answer(d.sock, child, LLGO_FORMAT_FOLDED, &a), 0);
 	cr_assert_eq(a.status, 0, "%s", a.message);
 	buf_putc(&a.data, '\0');
-	cr_expect(strstr((char *)a.data.data, "srv_site_alpha 640\n") != NULL, "%s", a.data.data);
-	cr_expect(strstr((char *)a.data.data, "srv_site_beta 1440\n") != NULL, "%s", a.data.data);
+	cr_expect(strstr((char *)a.data.data, "th_site_alpha 640\n") != NULL, "%s", a.data.data);
+	cr_expect(strstr((char *)a.data.data, "th_site_beta 1440\n") != NULL, "%s", a.data.data);
 	buf_free(&a.data);
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, child, &e));
 	cr_expect_eq(e.state, LLGO_PROC_EXITED);
 	cr_expect_eq(e.rings, 2);
 	cr_expect_eq(e.delivered, 50);
-	cr_expect(accounting_holds(&e));
+	cr_expect(th_accounting_holds(&e));
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -432,8 +433,8 @@ Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 	gid_t nogroup = pw ? pw->pw_gid : 65534;
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	pid_t me = getpid();
 	pid_t child = fork();
 	cr_assert_geq(child, 0);
@@ -462,7 +463,7 @@ Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 	cr_assert_eq(heapd_snapshot_answer(d.sock, me, LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -472,8 +473,8 @@ Test(server, idle_clients_do_not_block_others, .timeout = 60)
 {
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0);
+	struct th_shim sh;
+	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0);
 	int idle[16];
 	struct llgo_msg_snapshot m;
 	memset(&m, 0, sizeof(m));
@@ -494,7 +495,7 @@ Test(server, idle_clients_do_not_block_others, .timeout = 60)
 	buf_free(&a.data);
 	for (int i = 0; i < 16; i++)
 		close(idle[i]);
-	fshim_close(&sh);
+	th_shim_close(&sh);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }
@@ -511,7 +512,7 @@ Test(server, stale_socket_is_replaced_live_one_is_not, .timeout = 60)
 	close(s);
 	d.pid = heapd_spawn(&d, NULL);
 	cr_assert(heapd_wait(&d), "did not replace a stale socket:\n%s",
-		  read_all(d.log));
+		  th_read_all(d.log));
 	struct stat st;
 	cr_assert_eq(stat(d.sock, &st), 0);
 	cr_expect_eq(st.st_mode & 0777, 0666, "mode %o", st.st_mode & 0777);
@@ -522,7 +523,7 @@ Test(server, stale_socket_is_replaced_live_one_is_not, .timeout = 60)
 	int wst;
 	cr_assert_eq(waitpid(d2.pid, &wst, 0), d2.pid);
 	cr_expect(WIFEXITED(wst) && WEXITSTATUS(wst) != 0, "second daemon status %d", wst);
-	char *log = read_all(d.log);
+	char *log = th_read_all(d.log);
 	cr_expect(strstr(log, "another llgo-heapd") != NULL, "log:\n%s", log);
 	free(log);
 	struct llgo_list_entry v[4];
@@ -548,7 +549,7 @@ Test(server, creates_missing_folders_and_rejects_bad_options, .timeout = 60)
 	const char *extra[] = { "--max-buckets", "1000", "--max-memory=64M", "--keep-exited",
 				"3", NULL };
 	d.pid = heapd_spawn(&d, extra);
-	cr_assert(heapd_wait(&d), "log:\n%s", read_all(d.log));
+	cr_assert(heapd_wait(&d), "log:\n%s", th_read_all(d.log));
 	heapd_stop_clean(&d);
 
 	const char *bad[][3] = { { "--bogus", NULL, NULL },
@@ -575,8 +576,8 @@ Test(server, exited_sessions_are_evicted_oldest_first, .timeout = 120)
 		kids[i] = fork();
 		cr_assert_geq(kids[i], 0);
 		if (kids[i] == 0) {
-			struct fshim sh;
-			_exit(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1) == 0 ? 0 : 1);
+			struct th_shim sh;
+			_exit(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1) == 0 ? 0 : 1);
 		}
 		int st;
 		waitpid(kids[i], &st, 0);
@@ -586,7 +587,7 @@ Test(server, exited_sessions_are_evicted_oldest_first, .timeout = 120)
 		for (int k = 0; k < 500; k++) {
 			if (heapd_list_pid(d.sock, kids[i], &e) && e.state == LLGO_PROC_EXITED)
 				break;
-			sleep_ms(10);
+			th_sleep_ms(10);
 		}
 	}
 	struct llgo_list_entry e;
@@ -625,7 +626,7 @@ Test(server, daemonizes_without_foreground, .timeout = 60)
 		close(s);
 		if (cred.pid != pid)
 			break;
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	cr_assert_neq(cred.pid, pid, "the daemon must be a grandchild");
 	cr_assert_gt(cred.pid, 0);
@@ -649,7 +650,7 @@ Test(server, daemonizes_without_foreground, .timeout = 60)
 	bool gone = false;
 	for (int i = 0; i < 500 && !gone; i++) {
 		gone = lstat(d.sock, &sb) < 0 && kill(cred.pid, 0) < 0;
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	cr_expect(gone, "daemon did not exit and remove its socket");
 	heapd_cleanup(&d);
@@ -688,7 +689,7 @@ Test(server, socket_activation, .timeout = 60)
 		heapd_list(d.sock, v, 4);
 		break;
 	}
-	cr_assert(heapd_alive(&d), "log:\n%s", read_all(d.log));
+	cr_assert(heapd_alive(&d), "log:\n%s", th_read_all(d.log));
 	kill(pid, SIGTERM);
 	int st;
 	waitpid(pid, &st, 0);

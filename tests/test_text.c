@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "../agent/internal.h"
-#include "e2e_util.h"
+#include "helpers.h"
 
 #define KEEP(x) __asm__ volatile("" : : "r"(x) : "memory")
 #define RET() ((uint64_t)(uintptr_t)__builtin_return_address(0))
@@ -123,7 +123,7 @@ static void fixture_init(struct fixture *f, bool mixed)
 	cr_assert_eq(text_write(&f->text, &f->p, f->maps), 0);
 	cr_assert_eq(buf_putc(&f->text, '\0'), 0);
 	f->text.len--;
-	f->dir = e2e_tmpdir();
+	f->dir = th_tmpdir();
 	cr_assert(asprintf(&f->path, "%s/heap.txt", f->dir) > 0);
 	FILE *fp = fopen(f->path, "w");
 	cr_assert(fp);
@@ -139,13 +139,13 @@ static void fixture_fini(struct fixture *f)
 	free(f->inl);
 	free(f->empty);
 	buf_free(&f->text);
-	e2e_rmdir(f->dir);
+	th_rmdir(f->dir);
 	free(f->path);
 }
 
 static int pprof_cmd(char **out, const char *dir, const char *args)
 {
-	return e2e_sh(out, "cd %s && HOME=%s GOCACHE=%s/gocache GOPROXY=off go tool pprof %s", dir,
+	return th_sh(out, "cd %s && HOME=%s GOCACHE=%s/gocache GOPROXY=off go tool pprof %s", dir,
 		      dir, dir, args);
 }
 
@@ -165,9 +165,9 @@ Test(text, header_records_and_frames)
 	cr_expect_eq(strncmp(s + strlen(want), acct, strlen(acct)), 0, "%s", s);
 	cr_expect(!strstr(s, "several rates"));
 
-	static struct e2e_text_rec recs[32];
+	static struct th_text_rec recs[32];
 	long period;
-	int n = e2e_parse_text(s, &period, recs, 32);
+	int n = th_parse_text(s, &period, recs, 32);
 	cr_expect_eq(period, 1048576);
 	cr_assert_eq(n, 6, "%s", s);
 	/* sorted by in-use bytes */
@@ -209,7 +209,7 @@ Test(text, header_records_and_frames)
 	cr_assert(ml, "%s", s);
 	const struct mapping *m = procmaps_find(f.maps, (uint64_t)(uintptr_t)tx_site_big);
 	char *maps = NULL; /* /proc files have no size: read through cat */
-	cr_assert_eq(e2e_sh(&maps, "cat /proc/%d/maps", (int)getpid()), 0);
+	cr_assert_eq(th_sh(&maps, "cat /proc/%d/maps", (int)getpid()), 0);
 	snprintf(want, sizeof(want), "\n%08llx-", (unsigned long long)m->start);
 	const char *line = strstr(maps, want);
 	cr_assert(line);
@@ -242,13 +242,13 @@ Test(text, frame_lines_match_go_tabwriter, .timeout = 180)
 			c++;
 	}
 	fclose(fp);
-	int rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache GOFLAGS=-mod=mod GOPROXY=off "
+	int rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache GOFLAGS=-mod=mod GOPROXY=off "
 			      "go run tw.go < cells.txt > go.txt", f.dir, f.dir, f.dir);
 	cr_assert_eq(rc, 0, "go run: %s", out);
 	free(out);
 	char *gopath;
 	cr_assert(asprintf(&gopath, "%s/go.txt", f.dir) > 0);
-	char *go = e2e_read_file(gopath);
+	char *go = th_read_file(gopath);
 	cr_assert(go);
 	cr_expect_str_eq((const char *)f.text.data, go);
 	cr_expect(strstr(go, "\t\t"), "the long name makes some cells take two tabs");

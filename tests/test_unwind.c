@@ -19,11 +19,11 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 
-#include "e2e_util.h"
+#include "helpers.h"
 #include "../agent/internal.h"
 #include "../shim/internal.h"
 
-#define RUN E2E_BIN "/llgo-heap run"
+#define RUN TH_BIN "/llgo-heap run"
 
 /* ---- the ALLOC_RAW record ----------------------------------------------------------------- */
 
@@ -248,14 +248,14 @@ static void uw_run_env(struct uw_prof *p, const char *dir, const char *env, cons
 		       const char *cmd)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && %s " RUN " --unwind %s -r 1 -f text -o prof.heap -- %s",
+	int rc = th_sh(&out, "cd %s && %s " RUN " --unwind %s -r 1 -f text -o prof.heap -- %s",
 			dir, env, mode, cmd);
 	cr_assert_eq(rc, 0, "llgo-heap run --unwind %s -- %s failed (%d):\n%s", mode, cmd, rc,
 		     out);
 	free(out);
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/prof.heap", dir);
-	char *text = e2e_read_file(path);
+	char *text = th_read_file(path);
 	cr_assert(text, "no profile written");
 	uw_parse(text, p);
 	free(text);
@@ -274,9 +274,9 @@ static void uw_run(struct uw_prof *p, const char *dir, const char *mode, const c
 static int uw_marker(const char *src, const char *name)
 {
 	char path[4200], tag[128];
-	snprintf(path, sizeof(path), E2E_PROGS_SRC "/%s", src);
+	snprintf(path, sizeof(path), TH_PROGS_SRC "/%s", src);
 	snprintf(tag, sizeof(tag), "@%s ", name);
-	char *text = e2e_read_file(path);
+	char *text = th_read_file(path);
 	cr_assert(text, "cannot read %s", path);
 	int line = 1, found = 0;
 	for (const char *l = text; *l; l++) {
@@ -482,10 +482,10 @@ static void uw_check_chains_of(const char *mode, const char *dir, const char *pr
 
 static void uw_check_chains(const char *mode)
 {
-	char *dir = e2e_tmpdir();
-	uw_check_chains_of(mode, dir, E2E_PROGS "/nofp_chains", E2E_PROGS "/libnofp_dl.so", 20,
+	char *dir = th_tmpdir();
+	uw_check_chains_of(mode, dir, TH_PROGS "/nofp_chains", TH_PROGS "/libnofp_dl.so", 20,
 			   NULL);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(unwind, nofp_c_dwarf, .timeout = 300)
@@ -500,14 +500,14 @@ Test(unwind, nofp_c_auto, .timeout = 300)
 
 /* ---- .debug_frame as the only CFI ---------------------------------------------------------- */
 
-#define DBG_PROG E2E_PROGS "/dbgframe_chains"
-#define DBG_LIB E2E_PROGS "/libdbgframe_dl.so"
+#define DBG_PROG TH_PROGS "/dbgframe_chains"
+#define DBG_LIB TH_PROGS "/libdbgframe_dl.so"
 
 /* The FDEs of path's .eh_frame and of its .debug_frame, as readelf counts them. */
 static void uw_fdes(const char *path, int *eh, int *dbg)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "readelf -W -wN --debug-dump=frames %s 2>/dev/null | awk '/^Contents of the/ "
+	int rc = th_sh(&out, "readelf -W -wN --debug-dump=frames %s 2>/dev/null | awk '/^Contents of the/ "
 			"{ eh = index($0, \".eh_frame section\") > 0; "
 			"dbg = index($0, \".debug_frame section\") > 0 } "
 			"/ FDE / { if (eh) e++; if (dbg) d++ } END { print e + 0, d + 0 }'", path);
@@ -530,9 +530,9 @@ static void uw_check_dbgframe(const char *mode)
 {
 	uw_expect_dbgframe_only(DBG_PROG, 6);
 	uw_expect_dbgframe_only(DBG_LIB, 2);
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	uw_check_chains_of(mode, dir, DBG_PROG, DBG_LIB, 20, NULL);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(unwind, debug_frame_only_dwarf, .timeout = 300)
@@ -549,8 +549,8 @@ Test(unwind, debug_frame_only_auto, .timeout = 300)
  * (.gnu_debuglink), found as the symbolizer finds them. */
 static void uw_check_dbgframe_split(const char *mode)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && cp " DBG_PROG " " DBG_LIB " . && "
+	char *dir = th_tmpdir(), *out = NULL;
+	int rc = th_sh(&out, "cd %s && cp " DBG_PROG " " DBG_LIB " . && "
 			"for b in dbgframe_chains libdbgframe_dl.so; do "
 			"objcopy --only-keep-debug $b $b.debug && strip --strip-debug $b && "
 			"objcopy --add-gnu-debuglink=$b.debug $b || exit 1; done", dir);
@@ -565,7 +565,7 @@ static void uw_check_dbgframe_split(const char *mode)
 	snprintf(dbg, sizeof(dbg), "%s.debug", prog);
 	uw_expect_dbgframe_only(dbg, 6);
 	uw_check_chains_of(mode, dir, prog, lib, 20, NULL);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(unwind, debug_frame_in_debug_file_dwarf, .timeout = 300)
@@ -583,13 +583,13 @@ Test(unwind, debug_frame_in_debug_file_auto, .timeout = 300)
 Test(unwind, eh_frame_without_header_dwarf, .timeout = 300)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "readelf -lW " E2E_PROGS "/noehhdr_chains | grep -c GNU_EH_FRAME");
+	int rc = th_sh(&out, "readelf -lW " TH_PROGS "/noehhdr_chains | grep -c GNU_EH_FRAME");
 	cr_expect_eq(atoi(out), 0, "noehhdr_chains has an .eh_frame_hdr (%d)", rc);
 	free(out);
-	char *dir = e2e_tmpdir();
-	uw_check_chains_of("dwarf", dir, E2E_PROGS "/noehhdr_chains", E2E_PROGS "/libnofp_dl.so",
+	char *dir = th_tmpdir();
+	uw_check_chains_of("dwarf", dir, TH_PROGS "/noehhdr_chains", TH_PROGS "/libnofp_dl.so",
 			   20, NULL);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* The frame-pointer ranges auto mode finds in prog's own code (nofp_chains built some way),
@@ -634,17 +634,17 @@ static size_t uw_fp_ranges_in(const char *prog)
  * exact, and once tables and roots reach the shim, samples there are not copied. */
 Test(unwind, debug_frame_frame_pointers_auto, .timeout = 300)
 {
-	uw_expect_dbgframe_only(E2E_PROGS "/dbgframe_fp_chains", 6);
-	size_t fp = uw_fp_ranges_in(E2E_PROGS "/dbgframe_fp_chains");
+	uw_expect_dbgframe_only(TH_PROGS "/dbgframe_fp_chains", 6);
+	size_t fp = uw_fp_ranges_in(TH_PROGS "/dbgframe_fp_chains");
 	size_t nofp = uw_fp_ranges_in(DBG_PROG);
 	cr_expect_geq(fp, 1, "no frame-pointer code found in dbgframe_fp_chains");
 	cr_expect_eq(nofp, 0, "%zu frame-pointer ranges in dbgframe_chains", nofp);
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	unsigned long long u[2];
-	uw_check_chains_of("auto", dir, E2E_PROGS "/dbgframe_fp_chains", DBG_LIB, 2000, u);
+	uw_check_chains_of("auto", dir, TH_PROGS "/dbgframe_fp_chains", DBG_LIB, 2000, u);
 	cr_expect_lt(u[0], u[1], "all %llu samples copied and unwound", u[1]);
 	cr_log_info("dbgframe_fp_chains, auto: %llu of %llu samples unwound", u[0], u[1]);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* Section name of the ELF file path, mapped shared and writable (writes reach the file;
@@ -735,8 +735,8 @@ Test(unwind, debug_frame_hostile, .timeout = 300)
 	const char *names[] = { "bad length", "CIE pointer out of range", "CIE pointer cycle",
 				"CFA beyond the stack" };
 	for (int how = UW_BAD_LENGTH; how <= UW_BAD_CFA; how++) {
-		char *dir = e2e_tmpdir(), *out = NULL;
-		int rc = e2e_sh(&out, "cp " DBG_PROG " %s/prog", dir);
+		char *dir = th_tmpdir(), *out = NULL;
+		int rc = th_sh(&out, "cp " DBG_PROG " %s/prog", dir);
 		cr_assert_eq(rc, 0, "%s", out);
 		free(out);
 		char prog[4200];
@@ -767,7 +767,7 @@ Test(unwind, debug_frame_hostile, .timeout = 300)
 		if (truncated_leaves != 20)
 			uw_dump(&p);
 		uw_free(&p);
-		e2e_rmdir(dir);
+		th_rmdir(dir);
 	}
 }
 
@@ -777,7 +777,7 @@ Test(unwind, debug_frame_hostile, .timeout = 300)
 static uint64_t uw_symbol(const char *path, const char *func)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "nm %s | awk '$3 == \"%s\" { print $1 }'", path, func);
+	int rc = th_sh(&out, "nm %s | awk '$3 == \"%s\" { print $1 }'", path, func);
 	cr_assert_eq(rc, 0, "%s", out);
 	unsigned long long a = 0;
 	cr_assert_eq(sscanf(out, "%llx", &a), 1, "no %s in %s: %s", func, path, out);
@@ -860,7 +860,7 @@ static void uw_hostile_fde(const char *prog, const char *name, const unsigned ch
 	heapd_start(&d, NULL, NULL);
 	char copy[200], *out = NULL;
 	snprintf(copy, sizeof(copy), "%s/prog", d.dir);
-	int rc = e2e_sh(&out, "cp %s %s && chmod 755 %s", prog, copy, copy);
+	int rc = th_sh(&out, "cp %s %s && chmod 755 %s", prog, copy, copy);
 	cr_assert_eq(rc, 0, "%s", out);
 	free(out);
 	uw_patch_fde(copy, name, "a_leaf", hostile, n);
@@ -927,27 +927,27 @@ static void uw_hostile_fde(const char *prog, const char *name, const unsigned ch
  * _Ux86_64_step), and hung a drain thread for good. */
 Test(unwind, hostile_fde_register_eh_frame, .timeout = 180)
 {
-	uw_hostile_fde(E2E_PROGS "/nofp_chains", ".eh_frame", uw_cfa_register_oob,
+	uw_hostile_fde(TH_PROGS "/nofp_chains", ".eh_frame", uw_cfa_register_oob,
 		       sizeof(uw_cfa_register_oob), true, "DW_CFA_register r16 in r2^32-1, .eh_frame");
 }
 
 Test(unwind, hostile_fde_skip_loop_eh_frame, .timeout = 180)
 {
-	uw_hostile_fde(E2E_PROGS "/nofp_chains", ".eh_frame", uw_cfa_skip_loop,
+	uw_hostile_fde(TH_PROGS "/nofp_chains", ".eh_frame", uw_cfa_skip_loop,
 		       sizeof(uw_cfa_skip_loop), true, "DW_OP_skip to itself, .eh_frame");
 }
 
 /* The same through cfi.c's rewrite: a .debug_frame, an .eh_frame without its header. */
 Test(unwind, hostile_fde_register_debug_frame, .timeout = 180)
 {
-	uw_hostile_fde(E2E_PROGS "/dbgframe_chains", ".debug_frame", uw_cfa_register_oob,
+	uw_hostile_fde(TH_PROGS "/dbgframe_chains", ".debug_frame", uw_cfa_register_oob,
 		       sizeof(uw_cfa_register_oob), false,
 		       "DW_CFA_register r16 in r2^32-1, .debug_frame");
 }
 
 Test(unwind, hostile_fde_register_eh_frame_without_header, .timeout = 180)
 {
-	uw_hostile_fde(E2E_PROGS "/noehhdr_chains", ".eh_frame", uw_cfa_register_oob,
+	uw_hostile_fde(TH_PROGS "/noehhdr_chains", ".eh_frame", uw_cfa_register_oob,
 		       sizeof(uw_cfa_register_oob), false,
 		       "DW_CFA_register r16 in r2^32-1, .eh_frame without .eh_frame_hdr");
 }
@@ -958,10 +958,10 @@ Test(unwind, hostile_fde_register_eh_frame_without_header, .timeout = 180)
 
 static void uw_check_cxx(const char *mode)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	const int n = 20;
 	struct uw_prof p;
-	uw_run(&p, dir, mode, E2E_PROGS "/nofp_cxx 20");
+	uw_run(&p, dir, mode, TH_PROGS "/nofp_cxx 20");
 	bool bad = false;
 	const struct uw_want str[] = { { "_Z11make_stringB5cxx11i", CXX, "make_string" },
 				       { "main", CXX, "main_string" } };
@@ -995,7 +995,7 @@ static void uw_check_cxx(const char *mode)
 	if (bad || p.truncated)
 		uw_dump(&p);
 	uw_free(&p);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(unwind, nofp_cxx_dwarf, .timeout = 300)
@@ -1016,10 +1016,10 @@ Test(unwind, nofp_cxx_auto, .timeout = 300)
  * and shows fopen called from main), and printf's buffer has its callers. */
 static void uw_check_fp(const char *mode)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	const int n = 20;
 	struct uw_prof p;
-	uw_run(&p, dir, mode, E2E_PROGS "/unwind_fp 20 " E2E_PROGS_SRC "/unwind_fp.c");
+	uw_run(&p, dir, mode, TH_PROGS "/unwind_fp 20 " TH_PROGS_SRC "/unwind_fp.c");
 	bool bad = false;
 	const struct uw_want load[] = { { "load_file", FP, "load_file" },
 					{ "main", FP, "main_load" } };
@@ -1039,7 +1039,7 @@ static void uw_check_fp(const char *mode)
 	if (bad || p.truncated)
 		uw_dump(&p);
 	uw_free(&p);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(unwind, fp_program_calls_libc_auto, .timeout = 300)
@@ -1208,10 +1208,10 @@ static double uw_agreement(const struct uw_key *a, int na, const struct uw_key *
 
 static void uw_compare_heaptrack(const char *cmd)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	struct uw_prof p;
 	uw_run(&p, dir, "auto", cmd);
-	int rc = e2e_sh(&out, "cd %s && heaptrack -o %s/ht %s >/dev/null 2>&1 && "
+	int rc = th_sh(&out, "cd %s && heaptrack -o %s/ht %s >/dev/null 2>&1 && "
 			"heaptrack_print %s/ht.zst --print-allocators 1 --print-peaks 0 "
 			"--print-leaks 0 --print-temporary 0 --print-histogram 0 -m 0 -n 100000",
 			dir, dir, cmd, dir);
@@ -1234,22 +1234,22 @@ static void uw_compare_heaptrack(const char *cmd)
 	cr_expect_gt(to, 0);
 	free(out);
 	uw_free(&p);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(unwind, heaptrack_agrees_c, .timeout = 300)
 {
-	uw_compare_heaptrack(E2E_PROGS "/nofp_chains 50 " E2E_PROGS "/libnofp_dl.so nosignal");
+	uw_compare_heaptrack(TH_PROGS "/nofp_chains 50 " TH_PROGS "/libnofp_dl.so nosignal");
 }
 
 Test(unwind, heaptrack_agrees_cxx, .timeout = 300)
 {
-	uw_compare_heaptrack(E2E_PROGS "/nofp_cxx 50");
+	uw_compare_heaptrack(TH_PROGS "/nofp_cxx 50");
 }
 
 Test(unwind, heaptrack_agrees_fp_program, .timeout = 300)
 {
-	uw_compare_heaptrack(E2E_PROGS "/unwind_fp 50 " E2E_PROGS_SRC "/unwind_fp.c");
+	uw_compare_heaptrack(TH_PROGS "/unwind_fp 50 " TH_PROGS_SRC "/unwind_fp.c");
 }
 
 /* ---- agreement with heaptrack, function by function: libstdc++ containers ---------------- */
@@ -1374,17 +1374,17 @@ static void uw_compare_heaptrack_names_env(const char *env, const char *prog,
 					   const char *oracle, const char *mode)
 {
 	enum { ROUNDS = 40, MAXKEYS = 512 };
-	char *dir = e2e_tmpdir(), *out = NULL, *ours_text = NULL;
+	char *dir = th_tmpdir(), *out = NULL, *ours_text = NULL;
 	char cmd[4200], oracle_cmd[4200];
-	snprintf(cmd, sizeof(cmd), E2E_PROGS "/%s %d", prog, ROUNDS);
-	snprintf(oracle_cmd, sizeof(oracle_cmd), E2E_PROGS "/%s %d", oracle, ROUNDS);
+	snprintf(cmd, sizeof(cmd), TH_PROGS "/%s %d", prog, ROUNDS);
+	snprintf(oracle_cmd, sizeof(oracle_cmd), TH_PROGS "/%s %d", oracle, ROUNDS);
 	struct uw_prof p;
 	uw_run_env(&p, dir, env, mode, cmd);
 	cr_expect_eq(p.truncated, 0, "%s %s: %llu stacks truncated", prog, mode, p.truncated);
 	uw_free(&p);
-	int rc = e2e_sh(&ours_text, "c++filt < %s/prof.heap", dir);
+	int rc = th_sh(&ours_text, "c++filt < %s/prof.heap", dir);
 	cr_assert_eq(rc, 0, "c++filt: %.2000s", ours_text);
-	rc = e2e_sh(&out, "cd %s && %s heaptrack -o %s/ht %s >/dev/null 2>&1 && "
+	rc = th_sh(&out, "cd %s && %s heaptrack -o %s/ht %s >/dev/null 2>&1 && "
 		    "heaptrack_print %s/ht.zst --print-allocators 1 --print-peaks 0 "
 		    "--print-leaks 0 --print-temporary 0 --print-histogram 0 -m 0 -n 100000",
 		    dir, env, dir, oracle_cmd, dir);
@@ -1431,7 +1431,7 @@ static void uw_compare_heaptrack_names_env(const char *env, const char *prog,
 	}
 	free(out);
 	free(ours_text);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 static void uw_compare_heaptrack_names(const char *prog, const char *oracle, const char *mode)
@@ -1473,7 +1473,7 @@ Test(unwind, heaptrack_agrees_stl_forwarded_new, .timeout = 300)
 	/* the preload reaches llgo-heap run first, which passes it on after the shim; an
 	 * AddressSanitizer build of the CLI would refuse to start behind it */
 	const char *env = "ASAN_OPTIONS=verify_asan_link_order=0 "
-			  "LD_PRELOAD=" E2E_PROGS "/libnofp_stlnew.so";
+			  "LD_PRELOAD=" TH_PROGS "/libnofp_stlnew.so";
 	uw_compare_heaptrack_names_env(env, "nofp_stl", "nofp_stl", "auto");
 	uw_compare_heaptrack_names_env(env, "nofp_stl", "nofp_stl", "dwarf");
 }
@@ -1521,17 +1521,17 @@ static void uw_write_script(const char *dir, const char *script)
 
 static void uw_check_debian(const char *what, const char *prog, const char *script, double want)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	char path[4200];
 	uw_write_script(dir, script);
 	/* LLGO_HEAP_FULL=wait: what is measured is how far stacks unwind, not how a burst
 	 * degrades them when the daemon falls behind on a loaded machine */
-	int rc = e2e_sh(&out, "cd %s && LLGO_HEAP_FULL=wait " RUN " --unwind auto -r 16384 -f text "
+	int rc = th_sh(&out, "cd %s && LLGO_HEAP_FULL=wait " RUN " --unwind auto -r 16384 -f text "
 			"-o prof.heap -- %s < script", dir, prog);
 	cr_assert_eq(rc, 0, "%s failed (%d):\n%.3000s", prog, rc, out);
 	free(out);
 	snprintf(path, sizeof(path), "%s/prof.heap", dir);
-	char *text = e2e_read_file(path);
+	char *text = th_read_file(path);
 	cr_assert(text);
 	struct uw_prof p;
 	uw_parse(text, &p);
@@ -1546,7 +1546,7 @@ static void uw_check_debian(const char *what, const char *prog, const char *scri
 		      100 * share);
 	cr_expect_eq(p.sampled, p.delivered + p.dropped + p.corrupt);
 	uw_free(&p);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 static const char uw_sqlite_script[] =
@@ -1601,7 +1601,7 @@ static void uw_fast_check(struct uw_fast_counts *k, const char *mode, long rate,
 			  const char *script, unsigned long min_stacks, double min_share)
 {
 	memset(k, 0, sizeof(*k));
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	if (script)
 		uw_write_script(dir, script);
 	struct heapd d;
@@ -1610,7 +1610,7 @@ static void uw_fast_check(struct uw_fast_counts *k, const char *mode, long rate,
 	d.wrap = wrap;
 	heapd_run(&d, NULL);
 	/* LLGO_HEAP_FULL=wait: every sample reaches the daemon, whatever the machine's load */
-	int rc = e2e_sh(&out, "cd %s && LD_PRELOAD=" LLGO_PLAIN_SHIM " LLGO_HEAP_SOCKET=%s "
+	int rc = th_sh(&out, "cd %s && LD_PRELOAD=" LLGO_PLAIN_SHIM " LLGO_HEAP_SOCKET=%s "
 			"LLGO_HEAP_UNWIND=%s LLGO_HEAP_RATE=%ld LLGO_HEAP_FULL=wait %s%s",
 			dir, d.sock, mode, rate, cmd, script ? " < script" : "");
 	cr_assert_eq(rc, 0, "%s failed (%d):\n%.3000s", cmd, rc, out);
@@ -1645,7 +1645,7 @@ static void uw_fast_check(struct uw_fast_counts *k, const char *mode, long rate,
 		      "%s: %lu of %lu stacks by the fast path", cmd, k->fast, k->stacks);
 	free(log);
 	heapd_cleanup(&d);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* -O2 C without frame pointers: plain and inlined chains, recursion, a thread, a dlopen'ed
@@ -1657,7 +1657,7 @@ Test(unwind, fast_path_matches_libunwind_c, .timeout = 300)
 	/* the five chains without a signal frame (20 each) and stdio's buffer by the fast
 	 * path; the two signal handlers' stacks (20 each) by libunwind: the trampoline's CFI
 	 * is expressions (and a few of the program's start, which vary) */
-	uw_fast_check(&k, "dwarf", 1, E2E_PROGS "/nofp_chains 20 " E2E_PROGS "/libnofp_dl.so",
+	uw_fast_check(&k, "dwarf", 1, TH_PROGS "/nofp_chains 20 " TH_PROGS "/libnofp_dl.so",
 		      NULL, 140, 0.6);
 	cr_expect_geq(k.slow, 40, "%lu stacks left to libunwind", k.slow);
 }
@@ -1667,7 +1667,7 @@ Test(unwind, fast_path_matches_libunwind_c, .timeout = 300)
 Test(unwind, fast_path_matches_libunwind_cxx, .timeout = 300)
 {
 	struct uw_fast_counts k;
-	uw_fast_check(&k, "dwarf", 1, E2E_PROGS "/nofp_cxx 50", NULL, 300, 0.9);
+	uw_fast_check(&k, "dwarf", 1, TH_PROGS "/nofp_cxx 50", NULL, 300, 0.9);
 }
 
 /* Debian's own -O2 binaries: python3 (libpython in the executable, libc, libm, extension

@@ -6,8 +6,8 @@
  * same test files against this header (-Itests/nocriterion) instead. Like Criterion, every
  * test runs in a forked child with a timeout; a failed cr_assert ends the test, a failed
  * cr_expect marks it failed and goes on. Nothing here is used by ordinary builds.
- * A helper file linked into the tests (tests/heapd.c) defines LLGO_T_HELPER: it gets the
- * checks, and the test file's failure flag, but no test table and no main.
+ * A helper file linked into the tests (tests/heapd.c, tests/helpers.c) defines LLGO_T_HELPER:
+ * it gets the checks, and the test file's failure flag, but no test table and no main.
  */
 #ifndef LLGO_NOCRITERION_H
 #define LLGO_NOCRITERION_H

@@ -1,0 +1,815 @@
+// SPDX-License-Identifier: MIT
+/*
+ * helpers.c: the fixtures every test binary links (helpers.h), one copy of what the test
+ * files used to write each for itself: deadlines, folders and files, another user, a fake
+ * shim with its rings, programs under the shim, legacy-text profiles, /proc. The daemon
+ * itself and the requests to it are heapd.c's. Processes are stopped by pid, never by name.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../agent/msg.h"
+#include "helpers.h"
+
+/* ---- time ---------------------------------------------------------------------------------- */
+
+long th_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+void th_sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+const char *th_san(void)
+{
+	const char *s = getenv("LLGO_SAN");
+	return s ? s : "";
+}
+
+bool th_san_thread(void)
+{
+	return strstr(th_san(), "thread") != NULL;
+}
+
+/* ---- folders, files, commands -------------------------------------------------------------- */
+
+char *th_tmpdir(void)
+{
+	char *t = strdup("/tmp/llgo-e2e.XXXXXX");
+	cr_assert(mkdtemp(t) != NULL, "mkdtemp: %s", strerror(errno));
+	return t;
+}
+
+void th_rmdir(char *dir)
+{
+	if (!getenv("LLGO_KEEP_TMP")) {
+		char cmd[4200];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "warning: could not remove %s\n", dir);
+	}
+	free(dir);
+}
+
+char *th_read_file(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	/* read to the end: files in /proc say their size is 0 */
+	size_t cap = 1 << 16, len = 0, r;
+	char *s = malloc(cap);
+	while (s && (r = fread(s + len, 1, cap - len - 1, f)) > 0) {
+		len += r;
+		if (cap - len < 4096)
+			s = realloc(s, cap *= 2);
+	}
+	fclose(f);
+	cr_assert_not_null(s);
+	s[len] = '\0';
+	return s;
+}
+
+char *th_read_all(const char *path)
+{
+	char *s = th_read_file(path);
+	return s ? s : strdup("");
+}
+
+void th_write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	cr_assert(f, "%s: %s", path, strerror(errno));
+	cr_assert_eq(fputs(text, f) >= 0 && fclose(f) == 0, true, "writing %s", path);
+}
+
+int th_count(const char *s, const char *needle)
+{
+	int n = 0;
+	for (const char *p = s; (p = strstr(p, needle)) != NULL; p++)
+		n++;
+	return n;
+}
+
+int th_sh(char **out, const char *fmt, ...)
+{
+	char *cmd, *full;
+	va_list ap;
+	va_start(ap, fmt);
+	cr_assert(vasprintf(&cmd, fmt, ap) >= 0);
+	va_end(ap);
+	cr_assert(asprintf(&full, "( %s ) 2>&1", cmd) >= 0);
+	FILE *p = popen(full, "r");
+	cr_assert(p != NULL, "popen %s", cmd);
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	size_t n;
+	while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+		len += n;
+		if (cap - len < 2048) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+		}
+	}
+	buf[len] = '\0';
+	int st = pclose(p);
+	free(full);
+	free(cmd);
+	if (out)
+		*out = buf;
+	else
+		free(buf);
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	return 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* ---- another user -------------------------------------------------------------------------- */
+
+uid_t th_nobody_uid(void)
+{
+	struct passwd *pw = getpwnam("nobody");
+	return pw ? pw->pw_uid : 65534;
+}
+
+gid_t th_nobody_gid(void)
+{
+	struct passwd *pw = getpwnam("nobody");
+	return pw ? pw->pw_gid : 65534;
+}
+
+void th_become_uid(uid_t uid, gid_t gid)
+{
+	if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
+		_exit(120);
+	prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+}
+
+void th_become_nobody(void)
+{
+	th_become_uid(th_nobody_uid(), th_nobody_gid());
+}
+
+void th_need_root(void)
+{
+	if (geteuid() != 0)
+		cr_skip_test("needs root to switch to another uid");
+}
+
+void th_make_setuid_sleep(const char *dir, char *out, size_t n)
+{
+	snprintf(out, n, "%s/suid-sleep", dir);
+	cr_assert_eq(th_sh(NULL, "cp /usr/bin/sleep '%s' && chown 0:0 '%s' && chmod 4755 '%s'",
+			   out, out, out), 0, "cannot make a setuid binary");
+}
+
+bool th_wait_fd(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	if (poll(&p, 1, 10000) != 1)
+		return false;
+	char c;
+	return read(fd, &c, 1) >= 0;
+}
+
+void th_hold(int fd)
+{
+	char c;
+	while (read(fd, &c, 1) > 0)
+		;
+}
+
+void th_kill(pid_t pid)
+{
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+}
+
+/* ---- a fake shim --------------------------------------------------------------------------- */
+
+__attribute__((noinline)) void th_site_alpha(void)
+{
+	__asm__ volatile("nop; nop; nop; nop; nop; nop; nop; nop" ::: "memory");
+}
+
+__attribute__((noinline)) void th_site_beta(void)
+{
+	__asm__ volatile("nop; nop; nop; nop; nop; nop; nop; nop" ::: "memory");
+}
+
+__attribute__((noinline)) void th_site_caller(void)
+{
+	th_site_alpha();
+	th_site_beta();
+	__asm__ volatile("nop; nop; nop; nop; nop; nop; nop; nop" ::: "memory");
+}
+
+int th_memfd_sized(const char *name, size_t size)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, (off_t)size), 0);
+	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+	return fd;
+}
+
+struct llgo_ctl *th_ctl_map(int fd, uint32_t ring_data_size, int64_t rate_word)
+{
+	struct llgo_ctl *c = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (c == MAP_FAILED)
+		return NULL;
+	c->magic = LLGO_CTL_MAGIC;
+	c->version = LLGO_CTL_VERSION;
+	c->size = LLGO_CTL_SIZE;
+	atomic_store(&c->rate_word, rate_word);
+	atomic_store(&c->want_rate_word, rate_word);
+	c->ring_data_size = ring_data_size;
+	return c;
+}
+
+void th_shim_ctl(struct th_shim *sh, uint32_t ring_data_size, int64_t rate_word)
+{
+	sh->ctl_fd = th_memfd_sized("test-ctl", LLGO_CTL_SIZE);
+	sh->ctl = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, sh->ctl_fd, 0);
+	cr_assert_neq(sh->ctl, MAP_FAILED);
+	sh->ctl->magic = LLGO_CTL_MAGIC;
+	sh->ctl->version = LLGO_CTL_VERSION;
+	sh->ctl->size = LLGO_CTL_SIZE;
+	atomic_store(&sh->ctl->rate_word, rate_word);
+	sh->ctl->ring_data_size = ring_data_size;
+}
+
+void th_hello_init(struct llgo_msg_hello *m, uint32_t ring_data_size, int64_t rate_word)
+{
+	memset(m, 0, sizeof(*m));
+	msg_header_init(&m->h, LLGO_MSG_HELLO, sizeof(*m));
+	m->pid = (uint32_t)getpid();
+	m->ring_data_size = ring_data_size;
+	m->rate_word = rate_word;
+	snprintf(m->comm, sizeof(m->comm), "fake-shim");
+}
+
+int th_wait_reply(int s, uint16_t type)
+{
+	unsigned char pkt[LLGO_MSG_MAX];
+	ssize_t r = msg_recv(s, pkt, sizeof(pkt), NULL);
+	if (r <= 0)
+		return r < 0 ? (int)r : -ECONNRESET;
+	struct llgo_msg_header h;
+	if (msg_header_check(pkt, (size_t)r, &h) || h.type != type)
+		return -EPROTO;
+	int32_t status;
+	memcpy(&status, pkt + sizeof(h), sizeof(status));
+	return status;
+}
+
+int th_shim_attach(struct th_shim *sh, const char *sock, uint32_t ring_data_size,
+		   int64_t rate_word)
+{
+	sh->sock = heapd_connect(sock);
+	cr_assert_geq(sh->sock, 0);
+	th_shim_ctl(sh, ring_data_size, rate_word);
+	struct llgo_msg_hello m;
+	th_hello_init(&m, ring_data_size, rate_word);
+	cr_assert_eq(msg_send(sh->sock, &m, sizeof(m), sh->ctl_fd), 0);
+	return th_wait_reply(sh->sock, LLGO_MSG_HELLO_ACK);
+}
+
+int th_shim_open(struct th_shim *sh, struct th_ring *r, const char *sock, uint32_t data_size)
+{
+	int rc = th_shim_attach(sh, sock, data_size, 512);
+	if (rc != 0)
+		return rc;
+	th_ring_new(r, 0, data_size);
+	return th_shim_add_ring(sh, r);
+}
+
+void th_ring_new(struct th_ring *r, uint32_t id, uint32_t data_size)
+{
+	memset(r, 0, sizeof(*r));
+	r->id = id;
+	r->size = data_size;
+	r->fd = th_memfd_sized("test-ring", LLGO_RING_HEADER_SIZE + (size_t)data_size);
+	void *p = mmap(NULL, LLGO_RING_HEADER_SIZE + (size_t)data_size, PROT_READ | PROT_WRITE,
+		       MAP_SHARED, r->fd, 0);
+	cr_assert_neq(p, MAP_FAILED);
+	r->hdr = p;
+	r->data = (unsigned char *)p + LLGO_RING_HEADER_SIZE;
+	r->hdr->magic = LLGO_RING_MAGIC;
+	r->hdr->version = LLGO_RING_VERSION;
+	r->hdr->header_size = LLGO_RING_HEADER_SIZE;
+	r->hdr->data_size = data_size;
+	r->hdr->ring_id = id;
+	atomic_store(&r->hdr->state, LLGO_RING_OWNED);
+	atomic_store(&r->hdr->owner_tid, (uint32_t)gettid());
+}
+
+int th_shim_add_ring(struct th_shim *sh, struct th_ring *r)
+{
+	struct llgo_msg_add_ring m;
+	memset(&m, 0, sizeof(m));
+	msg_header_init(&m.h, LLGO_MSG_ADD_RING, sizeof(m));
+	m.ring_id = r->id;
+	m.data_size = (uint32_t)r->size;
+	return msg_send(sh->sock, &m, sizeof(m), r->fd);
+}
+
+int th_shim_add_rings(struct th_shim *sh, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct th_ring r;
+		th_ring_new(&r, i, LLGO_RING_MIN_DATA);
+		if (th_shim_add_ring(sh, &r) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+bool th_ring_push(struct th_ring *r, const uint64_t *frames, uint16_t n, uint64_t size,
+		  uint64_t rate, bool corrupt)
+{
+	uint32_t len = llgo_record_alloc_len(n);
+	uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
+	if (r->head + len - tail > r->size) {
+		r->dropped++;
+		atomic_store_explicit(&r->hdr->dropped, r->dropped, memory_order_release);
+		r->sampled++;
+		atomic_store_explicit(&r->hdr->sampled, r->sampled, memory_order_release);
+		return false;
+	}
+	unsigned char rec[LLGO_RECORD_MAX_LEN];
+	struct llgo_record h;
+	memset(&h, 0, sizeof(h));
+	h.kind = LLGO_REC_ALLOC;
+	h.version = LLGO_REC_VERSION;
+	h.nframes = n;
+	h.length = len;
+	h.seq = r->sampled + 1;
+	h.size = size;
+	h.rate = rate;
+	h.tid = (uint32_t)gettid();
+	memcpy(rec, &h, sizeof(h));
+	memcpy(rec + sizeof(h), frames, 8u * n);
+	uint64_t sum = llgo_record_checksum(rec, len) ^ (corrupt ? 1 : 0);
+	memcpy(rec + offsetof(struct llgo_record, checksum), &sum, sizeof(sum));
+	llgo_ring_copy_in(r->data, r->size - 1, r->head, rec, len);
+	r->head += len;
+	atomic_store_explicit(&r->hdr->head, r->head, memory_order_release);
+	r->sampled++;
+	atomic_store_explicit(&r->hdr->sampled, r->sampled, memory_order_release);
+	return true;
+}
+
+void th_ring_push_n(struct th_ring *r, const uint64_t *frames, uint16_t nf, uint64_t size,
+		    uint64_t rate, unsigned n)
+{
+	uint32_t len = llgo_record_alloc_len(nf);
+	for (unsigned i = 0; i < n; i++) {
+		for (int spin = 0; spin < 5000; spin++) {
+			uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
+			if (r->head + len - tail <= r->size)
+				break;
+			th_sleep_ms(1);
+		}
+		cr_assert(th_ring_push(r, frames, nf, size, rate, false), "ring stayed full");
+	}
+}
+
+void th_ring_push_distinct(struct th_ring *r, unsigned n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t st[3] = { TH_RET(th_site_alpha), 0x1000 + i * 16, TH_RET(th_site_caller) };
+		th_ring_push_n(r, st, 3, 64 + i, 1, 1);
+	}
+}
+
+void th_shim_close(struct th_shim *sh)
+{
+	close(sh->sock);
+	close(sh->ctl_fd);
+}
+
+bool th_accounting_holds(const struct llgo_list_entry *e)
+{
+	return e->sampled == e->delivered + e->dropped + e->corrupt;
+}
+
+struct llgo_list_entry th_wait_delivered(const char *sock, pid_t pid, uint64_t want)
+{
+	struct llgo_list_entry e;
+	memset(&e, 0, sizeof(e));
+	for (int i = 0; i < 500; i++) {
+		if (heapd_list_pid(sock, pid, &e) && e.delivered >= want)
+			return e;
+		th_sleep_ms(10);
+	}
+	cr_assert_fail("pid %d: %llu delivered, want %llu", (int)pid,
+		       (unsigned long long)e.delivered, (unsigned long long)want);
+	return e;
+}
+
+bool th_wait_state(const char *sock, pid_t pid, uint32_t state, long timeout_ms)
+{
+	struct llgo_list_entry e;
+	for (long until = th_now_ms() + timeout_ms;; th_sleep_ms(10)) {
+		if (heapd_list_pid(sock, pid, &e) && e.state == state)
+			return true;
+		if (th_now_ms() > until)
+			return false;
+	}
+}
+
+bool th_wait_listed(const char *sock, pid_t pid, long timeout_ms)
+{
+	struct llgo_list_entry e;
+	for (long until = th_now_ms() + timeout_ms;; th_sleep_ms(10)) {
+		if (heapd_list_pid(sock, pid, &e))
+			return true;
+		if (th_now_ms() > until)
+			return false;
+	}
+}
+
+char *th_wait_log(const struct heapd *d, const char *needle, long timeout_ms)
+{
+	for (long until = th_now_ms() + timeout_ms;; th_sleep_ms(10)) {
+		char *log = heapd_log(d);
+		if (strstr(log, needle) || th_now_ms() > until)
+			return log;
+		free(log);
+	}
+}
+
+int th_count_state(const char *sock, uid_t uid, uint32_t state, uint32_t *flags)
+{
+	struct llgo_list_entry *v;
+	size_t n = heapd_list_all(sock, &v);
+	int c = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].uid == uid && v[i].state == state) {
+			c++;
+			if (flags)
+				*flags |= v[i].budget_flags;
+		}
+	}
+	free(v);
+	return c;
+}
+
+/* ---- programs ------------------------------------------------------------------------------ */
+
+pid_t th_spawn(char *const argv[], char *const env[], FILE **in, FILE **out)
+{
+	int pin[2], pout[2];
+	cr_assert(pipe(pin) == 0 && pipe(pout) == 0);
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(pin[0], 0);
+		dup2(pout[1], 1);
+		close(pin[0]);
+		close(pin[1]);
+		close(pout[0]);
+		close(pout[1]);
+		for (int i = 0; env && env[i]; i++)
+			putenv(env[i]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(pin[0]);
+	close(pout[1]);
+	*in = fdopen(pin[1], "w");
+	*out = fdopen(pout[0], "r");
+	setvbuf(*in, NULL, _IOLBF, 0);
+	return pid;
+}
+
+void th_start(struct th_proc *p, const struct heapd *d, const char *rate, unsigned ring_kb,
+	      const char *preload, char *const argv[], const char *const *extra)
+{
+	static char env[16][2048];
+	char *envp[17];
+	int n = 0;
+	snprintf(env[n], sizeof(env[n]), "LD_PRELOAD=%s", preload ? preload : LLGO_PLAIN_SHIM);
+	envp[n] = env[n];
+	n++;
+	snprintf(env[n], sizeof(env[n]), "LLGO_HEAP_SOCKET=%s", d->sock);
+	envp[n] = env[n];
+	n++;
+	snprintf(env[n], sizeof(env[n]), "LLGO_HEAP_RATE=%s", rate);
+	envp[n] = env[n];
+	n++;
+	snprintf(env[n], sizeof(env[n]), "LLGO_HEAP_RING_KB=%u", ring_kb ? ring_kb : 256);
+	envp[n] = env[n];
+	n++;
+	for (int i = 0; extra && extra[i] && n < 16; i++, n++) {
+		snprintf(env[n], sizeof(env[n]), "%s", extra[i]);
+		envp[n] = env[n];
+	}
+	envp[n] = NULL;
+	p->pid = th_spawn(argv, envp, &p->in, &p->out);
+	/* programs started later must not hold this one's pipes (EOF on stdin ends some) */
+	fcntl(fileno(p->in), F_SETFD, FD_CLOEXEC);
+	fcntl(fileno(p->out), F_SETFD, FD_CLOEXEC);
+}
+
+void th_start_ready(struct th_proc *p, const struct heapd *d, const char *rate,
+		    char *const argv[], const char *const *extra, const char *ready)
+{
+	th_start(p, d, rate, 0, NULL, argv, extra);
+	char line[256];
+	cr_assert(th_read_line(p, line, sizeof(line), 30000), "%s did not start", argv[0]);
+	if (ready)
+		cr_assert_str_eq(line, ready, "%s", argv[0]);
+}
+
+bool th_read_line(struct th_proc *p, char *line, size_t cap, int timeout_ms)
+{
+	int fd = fileno(p->out);
+	size_t n = 0;
+	long deadline = th_now_ms() + timeout_ms;
+	while (n + 1 < cap) {
+		long left = deadline - th_now_ms();
+		if (left <= 0)
+			return false;
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		if (poll(&pf, 1, (int)left) <= 0)
+			continue;
+		char c;
+		ssize_t r = read(fd, &c, 1);
+		if (r <= 0)
+			return false;
+		if (c == '\n')
+			break;
+		line[n++] = c;
+	}
+	line[n] = '\0';
+	return true;
+}
+
+void th_ask(struct th_proc *p, const char *cmd, char *line, size_t cap, int timeout_ms)
+{
+	fprintf(p->in, "%s\n", cmd);
+	fflush(p->in);
+	cr_assert(th_read_line(p, line, cap, timeout_ms), "no answer to '%s'", cmd);
+}
+
+char *th_read_rest(struct th_proc *p, int timeout_ms)
+{
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	int fd = fileno(p->out);
+	long deadline = th_now_ms() + timeout_ms;
+	for (;;) {
+		long left = deadline - th_now_ms();
+		if (left <= 0)
+			break;
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		if (poll(&pf, 1, (int)left) <= 0)
+			continue;
+		if (cap - len < 1024)
+			buf = realloc(buf, cap *= 2);
+		ssize_t r = read(fd, buf + len, cap - len - 1);
+		if (r <= 0)
+			break;
+		len += (size_t)r;
+	}
+	buf[len] = '\0';
+	return buf;
+}
+
+int th_wait(struct th_proc *p, int timeout_ms)
+{
+	if (p->in)
+		fclose(p->in);
+	p->in = NULL;
+	long deadline = th_now_ms() + timeout_ms;
+	int st = 0;
+	for (;;) {
+		pid_t r = waitpid(p->pid, &st, WNOHANG);
+		if (r == p->pid)
+			break;
+		if (th_now_ms() > deadline) {
+			kill(p->pid, SIGKILL);
+			waitpid(p->pid, &st, 0);
+			st = -1;
+			break;
+		}
+		th_sleep_ms(2);
+	}
+	if (p->out)
+		fclose(p->out);
+	p->out = NULL;
+	return st;
+}
+
+void th_wait_ok(struct th_proc *p, int timeout_ms)
+{
+	int st = th_wait(p, timeout_ms);
+	cr_assert_eq(st, 0, "pid %d: wait status %d", (int)p->pid, st);
+}
+
+long th_site_truth(const char *out, const char *name)
+{
+	char key[128];
+	snprintf(key, sizeof(key), "site %s ", name);
+	const char *p = strstr(out, key);
+	if (!p)
+		return -1;
+	const char *nl = strchr(p, '\n');
+	const char *sp = p + strlen(key);
+	const char *last = sp;
+	for (const char *c = sp; *c && c != nl; c++)
+		if (*c == ' ')
+			last = c + 1;
+	return atol(last);
+}
+
+/* ---- what a legacy-text profile says --------------------------------------------------------- */
+
+int th_parse_text(const char *s, long *period, struct th_text_rec *recs, int max)
+{
+	int n = 0;
+	const char *line = s;
+	*period = -1;
+	struct th_text_rec *cur = NULL;
+	while (line && *line) {
+		const char *nl = strchr(line, '\n');
+		size_t len = nl ? (size_t)(nl - line) : strlen(line);
+		char tmp[1024];
+		if (len >= sizeof(tmp))
+			len = sizeof(tmp) - 1;
+		memcpy(tmp, line, len);
+		tmp[len] = '\0';
+		long a, b, c, d;
+		if (strncmp(tmp, "heap profile:", 13) == 0) {
+			char *at = strstr(tmp, "@ heap/");
+			if (at)
+				*period = atol(at + 7);
+		} else if (sscanf(tmp, "%ld: %ld [%ld: %ld] @", &a, &b, &c, &d) == 4) {
+			if (n < max) {
+				cur = &recs[n++];
+				memset(cur, 0, sizeof(*cur));
+				cur->inuse_objects = a;
+				cur->inuse_bytes = b;
+				cur->alloc_objects = c;
+				cur->alloc_bytes = d;
+			} else {
+				cur = NULL;
+			}
+		} else if (cur && tmp[0] == '#' && tmp[1] == '\t' && !cur->frame0[0]) {
+			/* "#\t0x<pc>\t<func>+0x<off>\t<file>:<line>" */
+			char *f = strchr(tmp + 2, '\t');
+			if (f) {
+				/* columns are aligned with tabs: a stack holding a wider address
+				 * (the [truncated] marker) has more than one */
+				while (*f == '\t')
+					f++;
+				char *loc = strrchr(f, '\t');
+				if (loc)
+					snprintf(cur->loc0, sizeof(cur->loc0), "%s", loc + 1);
+				char *end = strpbrk(f, "+\t ");
+				if (end)
+					*end = '\0';
+				snprintf(cur->frame0, sizeof(cur->frame0), "%s", f);
+			}
+		} else if (tmp[0] == '\0') {
+			cur = NULL;
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	return n;
+}
+
+long th_recs_count(const struct th_text_rec *r, int n, const char *func, long size)
+{
+	long total = 0;
+	for (int i = 0; i < n; i++) {
+		if (strcmp(r[i].frame0, func) != 0 || r[i].alloc_objects == 0)
+			continue;
+		if (size && r[i].alloc_bytes / r[i].alloc_objects != size)
+			continue;
+		total += r[i].alloc_objects;
+	}
+	return total;
+}
+
+bool th_text_acct(const char *text, struct th_acct *a)
+{
+	const char *p = strstr(text, "# llgo-heap: sampled=");
+	return p && sscanf(p, "# llgo-heap: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
+			   &a->sampled, &a->delivered, &a->dropped, &a->corrupt) == 4;
+}
+
+enum { TH_TEXT_RECS = 65536 };
+
+/* The records of text (malloc'ed, at most TH_TEXT_RECS), their number in *n. */
+static struct th_text_rec *th_text_recs(const char *text, int *n)
+{
+	struct th_text_rec *recs = malloc(TH_TEXT_RECS * sizeof(*recs));
+	cr_assert_not_null(recs);
+	long period;
+	*n = th_parse_text(text, &period, recs, TH_TEXT_RECS);
+	return recs;
+}
+
+long th_text_count(const char *text, const char *func, long size)
+{
+	int n;
+	struct th_text_rec *recs = th_text_recs(text, &n);
+	long c = th_recs_count(recs, n, func, size);
+	free(recs);
+	return c;
+}
+
+long th_text_total(const char *text)
+{
+	int n;
+	struct th_text_rec *recs = th_text_recs(text, &n);
+	long t = 0;
+	for (int i = 0; i < n; i++)
+		t += recs[i].alloc_objects;
+	free(recs);
+	return t;
+}
+
+/* ---- /proc --------------------------------------------------------------------------------- */
+
+long th_status_kb(pid_t pid, const char *key)
+{
+	char path[64], line[256];
+	if (pid)
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	else
+		snprintf(path, sizeof(path), "/proc/self/status");
+	FILE *f = fopen(path, "r");
+	long v = -1;
+	size_t kl = strlen(key);
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, key, kl) == 0 && line[kl] == ':')
+			v = atol(line + kl + 1);
+	if (f)
+		fclose(f);
+	return v;
+}
+
+/* /proc/PID/stat into buf: the text after the command's closing parenthesis (" S ppid ..."),
+ * or NULL when pid is gone. */
+static const char *th_proc_stat(pid_t pid, char *buf, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	ssize_t n = read(fd, buf, cap - 1);
+	close(fd);
+	if (n <= 0)
+		return NULL;
+	buf[n] = '\0';
+	return strrchr(buf, ')');
+}
+
+long th_cpu_ticks(pid_t pid)
+{
+	char buf[1024];
+	const char *p = th_proc_stat(pid, buf, sizeof(buf));
+	if (!p)
+		return -1;
+	unsigned long ut = 0, st = 0;
+	/* fields after ")": 3 state ... 14 utime 15 stime */
+	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (long)(ut + st);
+}
+
+char th_proc_state(pid_t pid)
+{
+	char buf[1024];
+	const char *p = th_proc_stat(pid, buf, sizeof(buf));
+	return p && p[1] == ' ' ? p[2] : 0;
+}

@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * helpers.h: the fixtures the tests share (helpers.c, compiled once and linked into every
+ * test binary, beside heapd.c's private llgo-heapd, whose header this one includes). One
+ * prefix, th_: time and deadlines, temporary folders, files and shell commands; another user
+ * (a forked child that drops root to nobody or another uid); a fake shim (its control page
+ * and ring memfds, HELLO, records written by shared/ring.h's producer protocol) attached to a
+ * daemon; programs started under the shim with their stdin and stdout piped; what a legacy
+ * text profile says; readers of /proc. Assertions end the test as in the test files; the
+ * helpers a forked child calls say so and assert nothing.
+ */
+#ifndef LLGO_TESTS_HELPERS_H
+#define LLGO_TESTS_HELPERS_H
+
+/* criterion and the system headers the tests all use, in one place */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../shared/proto.h"
+#include "../shared/ring.h"
+#include "heapd.h"
+
+#ifndef LLGO_BUILD_DIR
+#error "LLGO_BUILD_DIR must be set by the Makefile"
+#endif
+#ifndef LLGO_PLAIN_SHIM
+#error "LLGO_PLAIN_SHIM must be set by the Makefile"
+#endif
+
+#define TH_BIN LLGO_BUILD_DIR "/bin"
+#define TH_PROGS LLGO_BUILD_DIR "/progs"
+#define TH_PROGS_SRC LLGO_SRC_DIR "/tests/progs"
+/* The CLI: $LLGO_TEST_CLI (another build), else the build's. */
+#define TH_CLI (getenv("LLGO_TEST_CLI") ? getenv("LLGO_TEST_CLI") : TH_BIN "/llgo-heap")
+
+/* ---- time ---------------------------------------------------------------------------------- */
+
+long th_now_ms(void);
+/* Sleeps ms, resumed after signals. */
+void th_sleep_ms(long ms);
+/* The sanitizers the daemon and this test run under ("" for none): from `make unit`. */
+const char *th_san(void);
+bool th_san_thread(void);
+
+/* ---- folders, files, commands -------------------------------------------------------------- */
+
+/* A private folder per test (malloc'ed path); th_rmdir removes it (unless LLGO_KEEP_TMP is
+ * set) and frees the path. */
+char *th_tmpdir(void);
+void th_rmdir(char *dir);
+/* The whole file, NUL-terminated and malloc'ed; th_read_file: NULL when it cannot be read,
+ * th_read_all: "" then. */
+char *th_read_file(const char *path);
+char *th_read_all(const char *path);
+/* Write text to path (created 0644 or truncated); asserts. */
+void th_write_file(const char *path, const char *text);
+/* How many times needle occurs in s. */
+int th_count(const char *s, const char *needle);
+/* Run a shell command, capture stdout and stderr together (malloc'ed, NUL-terminated, when
+ * out) and return its exit status (128+signal when killed). */
+int th_sh(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- another user -------------------------------------------------------------------------- */
+
+uid_t th_nobody_uid(void);
+gid_t th_nobody_gid(void);
+/* In a forked child: become an ordinary process of uid (groups dropped; _exit(120) when that
+ * fails). The uid change leaves a process not dumpable (its /proc files root's, the daemon
+ * refuses to read it), which a program the user starts is not: it is made dumpable again. */
+void th_become_uid(uid_t uid, gid_t gid);
+void th_become_nobody(void);
+/* Skip the test unless it runs as root. */
+void th_need_root(void);
+/* A setuid-root copy of sleep in dir, its path in out (root can make one; nobody runs it). */
+void th_make_setuid_sleep(const char *dir, char *out, size_t n);
+/* Wait (10 s at most) for one byte, or EOF (the writer exec'd or exited), on fd. */
+bool th_wait_fd(int fd);
+/* Read fd until EOF: a child blocks here until the test closes the write end. */
+void th_hold(int fd);
+/* SIGKILL pid (when > 0) and reap it. */
+void th_kill(pid_t pid);
+
+/* ---- a fake shim --------------------------------------------------------------------------- */
+
+/* Real code addresses for the fake records: each body is longer than TH_RET's offset. */
+void th_site_alpha(void);
+void th_site_beta(void);
+void th_site_caller(void);
+/* A return address inside f (a few bytes past its entry). */
+#define TH_RET(f) ((uint64_t)(uintptr_t)(f) + 4)
+
+/* A ring as the shim makes one: its own memfd, the producer's counters beside it. */
+struct th_ring {
+	int fd;
+	uint32_t id;
+	struct llgo_ring_header *hdr;
+	unsigned char *data;
+	uint64_t size, head, sampled, dropped;
+};
+
+/* A shim's connection and control page. */
+struct th_shim {
+	int sock;
+	int ctl_fd;
+	struct llgo_ctl *ctl;
+};
+
+/* A sealed memfd of size bytes. */
+int th_memfd_sized(const char *name, size_t size);
+/* sh's control page (not connected yet). */
+void th_shim_ctl(struct th_shim *sh, uint32_t ring_data_size, int64_t rate_word);
+/* The control page laid out in a mapping of fd as a shim fills it (rate_word asked and in
+ * force); NULL when fd cannot be mapped. For forked children: no assertions. */
+struct llgo_ctl *th_ctl_map(int fd, uint32_t ring_data_size, int64_t rate_word);
+void th_hello_init(struct llgo_msg_hello *m, uint32_t ring_data_size, int64_t rate_word);
+/* Wait for one packet of type `type` on s; its status field (END/HELLO_ACK), or -errno. */
+int th_wait_reply(int s, uint16_t type);
+/* Connect and attach as a shim; the HELLO_ACK status. */
+int th_shim_attach(struct th_shim *sh, const char *sock, uint32_t ring_data_size,
+		   int64_t rate_word);
+/* Attach (rate 512) and add ring 0 of data_size bytes: 0, or what failed (HELLO_ACK's status
+ * or -errno). No assertion beyond the memfds': forked children call it. */
+int th_shim_open(struct th_shim *sh, struct th_ring *r, const char *sock, uint32_t data_size);
+void th_ring_new(struct th_ring *r, uint32_t id, uint32_t data_size);
+int th_shim_add_ring(struct th_shim *sh, struct th_ring *r);
+/* Add n fresh rings (ids 0..n-1): 0, or -1 when one could not be sent. */
+int th_shim_add_rings(struct th_shim *sh, uint32_t n);
+/* The producer of shared/ring.h: bytes, release head, release sampled; a full ring drops
+ * (release dropped, then release sampled). corrupt: a wrong checksum. */
+bool th_ring_push(struct th_ring *r, const uint64_t *frames, uint16_t n, uint64_t size,
+		  uint64_t rate, bool corrupt);
+/* Push n records, waiting for the daemon to make room when the ring is full. */
+void th_ring_push_n(struct th_ring *r, const uint64_t *frames, uint16_t nf, uint64_t size,
+		    uint64_t rate, unsigned n);
+/* n records of n distinct stacks (alpha, a made-up caller i, caller), sizes 64 + i. */
+void th_ring_push_distinct(struct th_ring *r, unsigned n);
+void th_shim_close(struct th_shim *sh);
+bool th_accounting_holds(const struct llgo_list_entry *e);
+/* Poll LIST until the daemon has drained `want` delivered records of pid; asserts. */
+struct llgo_list_entry th_wait_delivered(const char *sock, pid_t pid, uint64_t want);
+/* Poll LIST (timeout_ms at most) until pid is listed in state; false when it never was. */
+bool th_wait_state(const char *sock, pid_t pid, uint32_t state, long timeout_ms);
+/* Poll LIST (timeout_ms at most) until pid is listed; false when it never was. */
+bool th_wait_listed(const char *sock, pid_t pid, long timeout_ms);
+/* The log of d (the whole file) once it holds needle, polled for timeout_ms at most; the log
+ * as it then was otherwise. malloc'ed. */
+char *th_wait_log(const struct heapd *d, const char *needle, long timeout_ms);
+/* The snapshot's answer (NUL-terminated, malloc'ed); asserts it was served. */
+char *th_snapshot_text(const char *sock, pid_t pid, uint32_t fmt);
+/* Rows of LIST of uid in state; the budget flags of those rows or'ed into *flags. */
+int th_count_state(const char *sock, uid_t uid, uint32_t state, uint32_t *flags);
+
+/* ---- programs ------------------------------------------------------------------------------ */
+
+/* Start argv with extra environment (NULL-terminated "K=V" list), stdin and stdout piped. */
+pid_t th_spawn(char *const argv[], char *const env[], FILE **in, FILE **out);
+
+struct th_proc {
+	pid_t pid;
+	FILE *in, *out;
+};
+
+/* Start argv under the shim with the daemon d, rate and ring size (KiB, 0: default), plus
+ * extra "K=V" settings (NULL-terminated, may be NULL). preload overrides LD_PRELOAD. */
+void th_start(struct th_proc *p, const struct heapd *d, const char *rate, unsigned ring_kb,
+	      const char *preload, char *const argv[], const char *const *extra);
+/* th_start with the default ring, and the first line of its stdout (within 30 s) compared
+ * with ready (when not NULL); asserts. */
+void th_start_ready(struct th_proc *p, const struct heapd *d, const char *rate,
+		    char *const argv[], const char *const *extra, const char *ready);
+/* Read one line of the program's stdout into line (without the newline); false at EOF or
+ * after timeout_ms. */
+bool th_read_line(struct th_proc *p, char *line, size_t cap, int timeout_ms);
+/* Send cmd (a line) to the program and read its answer line into line; asserts one came
+ * within timeout_ms. */
+void th_ask(struct th_proc *p, const char *cmd, char *line, size_t cap, int timeout_ms);
+/* Everything left on the program's stdout (until EOF or timeout_ms), malloc'ed. */
+char *th_read_rest(struct th_proc *p, int timeout_ms);
+/* Close its stdin and wait for the program; its wait status, or -1 after timeout_ms (it is
+ * then killed). */
+int th_wait(struct th_proc *p, int timeout_ms);
+/* th_wait expecting a clean exit (status 0) within timeout_ms; asserts. */
+void th_wait_ok(struct th_proc *p, int timeout_ms);
+/* The COUNT of "site NAME [SIZE] COUNT" in a program's output (-1 when absent). */
+long th_site_truth(const char *out, const char *name);
+
+/* ---- what a legacy-text profile says --------------------------------------------------------- */
+
+/* One record of Go's legacy heap text. */
+struct th_text_rec {
+	long inuse_objects, inuse_bytes, alloc_objects, alloc_bytes;
+	char frame0[256]; /* function of the first "#\t0x..\tfunc+0x.." line */
+	char loc0[512];   /* its "file:line" */
+};
+
+/* Parse the legacy text in s: the header's period (N in heap/N) and the records. */
+int th_parse_text(const char *s, long *period, struct th_text_rec *recs, int max);
+/* Sum alloc objects of records whose frame 0 is func and whose block size is size (0: any). */
+long th_recs_count(const struct th_text_rec *r, int n, const char *func, long size);
+
+struct th_acct {
+	unsigned long long sampled, delivered, dropped, corrupt;
+};
+
+/* The "# llgo-heap: sampled=..." line's counts; false when there is none. */
+bool th_text_acct(const char *text, struct th_acct *a);
+/* Allocations at function func (frame 0) in a legacy-text profile, of size bytes (0: any). */
+long th_text_count(const char *text, const char *func, long size);
+/* Sum of allocated objects over every record of the profile. */
+long th_text_total(const char *text);
+
+/* ---- /proc --------------------------------------------------------------------------------- */
+
+/* A "Key:  N kB" field of /proc/PID/status (pid 0: self), or -1. */
+long th_status_kb(pid_t pid, const char *key);
+/* utime + stime of pid in clock ticks, or -1. */
+long th_cpu_ticks(pid_t pid);
+/* The state letter of /proc/PID/stat ('R', 'S', 'T', 'Z', ...), 0 when pid is gone. */
+char th_proc_state(pid_t pid);
+
+#endif
