@@ -242,6 +242,12 @@ void heapd_cleanup(struct heapd *d)
 		fprintf(stderr, "warning: could not remove %s\n", d->dir);
 }
 
+void heapd_finish(struct heapd *d)
+{
+	heapd_stop_clean(d);
+	heapd_cleanup(d);
+}
+
 char *heapd_log(const struct heapd *d)
 {
 	return th_read_all(d->log);

@@ -64,6 +64,8 @@ int heapd_stop(struct heapd *d);
 void heapd_stop_clean(struct heapd *d);
 /* Remove the folder heapd_init made (unless LLGO_KEEP_TMP is set). */
 void heapd_cleanup(struct heapd *d);
+/* The end of most tests: heapd_stop_clean, then heapd_cleanup. */
+void heapd_finish(struct heapd *d);
 /* The whole log (malloc'ed, "" when missing). */
 char *heapd_log(const struct heapd *d);
 

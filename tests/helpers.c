@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "../agent/msg.h"
+#include "../shared/live.h"
 #include "helpers.h"
 
 /* ---- time ---------------------------------------------------------------------------------- */
@@ -299,9 +300,10 @@ int th_shim_attach(struct th_shim *sh, const char *sock, uint32_t ring_data_size
 	return th_wait_reply(sh->sock, LLGO_MSG_HELLO_ACK);
 }
 
-int th_shim_open(struct th_shim *sh, struct th_ring *r, const char *sock, uint32_t data_size)
+int th_shim_open(struct th_shim *sh, struct th_ring *r, const char *sock, uint32_t data_size,
+		 int64_t rate_word)
 {
-	int rc = th_shim_attach(sh, sock, data_size, 512);
+	int rc = th_shim_attach(sh, sock, data_size, rate_word);
 	if (rc != 0)
 		return rc;
 	th_ring_new(r, 0, data_size);
@@ -480,6 +482,161 @@ int th_count_state(const char *sock, uid_t uid, uint32_t state, uint32_t *flags)
 	return c;
 }
 
+void th_attached_start(struct th_attached *t, const char *const *extra, uint32_t ring_data_size,
+		       int64_t rate_word)
+{
+	heapd_start(&t->d, NULL, extra);
+	cr_assert_eq(th_shim_open(&t->sh, &t->r, t->d.sock, ring_data_size, rate_word), 0,
+		     "the fake shim was not attached");
+}
+
+void th_attached_end(struct th_attached *t)
+{
+	th_shim_close(&t->sh);
+	heapd_finish(&t->d);
+}
+
+int th_hello_noack(int s, int *ctl_fd, struct llgo_ctl **ctl)
+{
+	int fd = memfd_create("atk-ctl", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, LLGO_CTL_SIZE) != 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+		return -1;
+	struct llgo_ctl *c = th_ctl_map(fd, LLGO_RING_MIN_DATA, 512);
+	if (!c)
+		return -1;
+	if (ctl_fd)
+		*ctl_fd = fd;
+	if (ctl)
+		*ctl = c;
+	struct llgo_msg_hello m;
+	th_hello_init(&m, LLGO_RING_MIN_DATA, 512);
+	m.flags = LLGO_HELLO_NO_ACK;
+	return msg_send(s, &m, sizeof(m), fd);
+}
+
+pid_t th_ring_taker(const struct heapd *d, uid_t uid, uint32_t nrings, const int go[2])
+{
+	pid_t child = fork();
+	cr_assert_geq(child, 0);
+	if (child == 0) {
+		close(go[1]);
+		th_become_uid(uid, uid);
+		struct th_shim sh;
+		if (th_shim_attach(&sh, d->sock, LLGO_RING_MIN_DATA, 512) != 0)
+			_exit(1);
+		if (th_shim_add_rings(&sh, nrings) != 0)
+			_exit(2);
+		th_hold(go[0]);
+		_exit(0);
+	}
+	return child;
+}
+
+uint32_t th_rings_taken(const struct heapd *d, pid_t pid, uint32_t nrings)
+{
+	struct llgo_list_entry e;
+	memset(&e, 0, sizeof(e));
+	for (int i = 0; i < 500; i++) {
+		if (heapd_list_pid(d->sock, pid, &e) &&
+		    (e.rings == nrings || (e.budget_flags & LLGO_BUDGET_RINGS)))
+			break;
+		th_sleep_ms(10);
+	}
+	th_sleep_ms(100); /* a refusal refuses the rest too: nothing is freed meanwhile */
+	cr_assert(heapd_list_pid(d->sock, pid, &e), "pid %d is not listed", (int)pid);
+	return e.rings;
+}
+
+/* ---- memfd sessions: the process memfd and the live-object table ---------------------------- */
+
+int th_proc_memfd(void)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	int fd = memfd_create("atk-proc", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, page) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
+		return -1;
+	struct llgo_ctl *c = th_ctl_map(fd, LLGO_RING_MIN_DATA, 512);
+	if (!c)
+		return -1;
+	c->page_size = (uint32_t)page;
+	munmap(c, LLGO_CTL_SIZE);
+	return fd;
+}
+
+int th_memfd_hello(const char *sock, int memfd, int *status)
+{
+	int s = heapd_connect(sock);
+	if (status)
+		*status = -1;
+	if (s < 0)
+		return -1;
+	struct llgo_msg_hello m;
+	th_hello_init(&m, LLGO_RING_MIN_DATA, 512);
+	m.flags = LLGO_HELLO_MEMFD | (status ? 0 : LLGO_HELLO_NO_ACK);
+	if (msg_send(s, &m, sizeof(m), memfd) != 0) {
+		close(s);
+		return -1;
+	}
+	if (status)
+		*status = th_wait_reply(s, LLGO_MSG_HELLO_ACK);
+	return s;
+}
+
+int th_add_live(int sock, int live)
+{
+	struct llgo_msg_header h;
+	msg_header_init(&h, LLGO_MSG_ADD_LIVE, sizeof(h));
+	return msg_send(sock, &h, sizeof(h), live);
+}
+
+/* Slots [0, n) of e full: objects of the record (ring 0, seq 1) under keys no bucket has.
+ * Not instrumented: 512 MiB written under TSan would touch four times that of shadow. */
+__attribute__((no_sanitize("address", "thread"))) static void
+th_live_fill(struct llgo_live_entry *e, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		e[i].key = 0x5eed0000 + i;
+		e[i].ref = LLGO_LIVE_REF(0, 1);
+		e[i].size = 16;
+		atomic_store_explicit(&e[i].addr, 0x10000000ull + 16 * i, memory_order_relaxed);
+	}
+}
+
+int th_live_table(uint64_t slots)
+{
+	int fd = memfd_create("atk-live", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, (off_t)LLGO_LIVE_MAP_SIZE) != 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)
+		return -1;
+	struct llgo_live_header *h = mmap(NULL, LLGO_LIVE_MAP_SIZE, PROT_READ | PROT_WRITE,
+					  MAP_SHARED | MAP_NORESERVE, fd, 0);
+	if (h == MAP_FAILED)
+		return -1;
+	h->magic = LLGO_LIVE_MAGIC;
+	h->version = LLGO_LIVE_VERSION;
+	h->header_size = LLGO_LIVE_HEADER_SIZE;
+	h->levels = LLGO_LIVE_LEVELS;
+	h->level0 = LLGO_LIVE_LEVEL0;
+	atomic_store(&h->top, LLGO_LIVE_LEVELS - 1);
+	th_live_fill((struct llgo_live_entry *)(void *)((unsigned char *)h + LLGO_LIVE_HEADER_SIZE),
+		     slots < LLGO_LIVE_ENTRIES ? slots : LLGO_LIVE_ENTRIES);
+	munmap(h, LLGO_LIVE_MAP_SIZE);
+	return fd;
+}
+
+long th_ms_until_exited(const char *sock, pid_t pid, long wait_ms)
+{
+	long t0 = th_now_ms();
+	struct llgo_list_entry e;
+	while (th_now_ms() - t0 <= wait_ms) {
+		if (heapd_list_pid(sock, pid, &e) && e.state == LLGO_PROC_EXITED)
+			return th_now_ms() - t0;
+		th_sleep_ms(20);
+	}
+	return wait_ms + 1;
+}
+
 /* ---- programs ------------------------------------------------------------------------------ */
 
 pid_t th_spawn(char *const argv[], char *const env[], FILE **in, FILE **out)
@@ -545,6 +702,27 @@ void th_start_ready(struct th_proc *p, const struct heapd *d, const char *rate,
 	cr_assert(th_read_line(p, line, sizeof(line), 30000), "%s did not start", argv[0]);
 	if (ready)
 		cr_assert_str_eq(line, ready, "%s", argv[0]);
+}
+
+pid_t th_run_profiled(const struct heapd *d, uid_t uid, const char *prog, const char *arg)
+{
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		if (uid)
+			th_become_nobody();
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		setenv("LD_PRELOAD", LLGO_PLAIN_SHIM, 1);
+		setenv("LLGO_HEAP_SOCKET", d->sock, 1);
+		setenv("LLGO_HEAP_RATE", "1", 1);
+		execl(prog, prog, arg, (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s exited with %d", prog, st);
+	return pid;
 }
 
 bool th_read_line(struct th_proc *p, char *line, size_t cap, int timeout_ms)

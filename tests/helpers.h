@@ -139,9 +139,10 @@ int th_wait_reply(int s, uint16_t type);
 /* Connect and attach as a shim; the HELLO_ACK status. */
 int th_shim_attach(struct th_shim *sh, const char *sock, uint32_t ring_data_size,
 		   int64_t rate_word);
-/* Attach (rate 512) and add ring 0 of data_size bytes: 0, or what failed (HELLO_ACK's status
- * or -errno). No assertion beyond the memfds': forked children call it. */
-int th_shim_open(struct th_shim *sh, struct th_ring *r, const char *sock, uint32_t data_size);
+/* Attach (rate_word) and add ring 0 of data_size bytes: 0, or what failed (HELLO_ACK's
+ * status or -errno). No assertion beyond the memfds': forked children call it. */
+int th_shim_open(struct th_shim *sh, struct th_ring *r, const char *sock, uint32_t data_size,
+		 int64_t rate_word);
 void th_ring_new(struct th_ring *r, uint32_t id, uint32_t data_size);
 int th_shim_add_ring(struct th_shim *sh, struct th_ring *r);
 /* Add n fresh rings (ids 0..n-1): 0, or -1 when one could not be sent. */
@@ -171,6 +172,47 @@ char *th_snapshot_text(const char *sock, pid_t pid, uint32_t fmt);
 /* Rows of LIST of uid in state; the budget flags of those rows or'ed into *flags. */
 int th_count_state(const char *sock, uid_t uid, uint32_t state, uint32_t *flags);
 
+/* The usual start of a black-box test: a private daemon (extra options, may be NULL), and
+ * this process attached to it as a fake shim (rate_word) with ring 0 of ring_data_size
+ * bytes. */
+struct th_attached {
+	struct heapd d;
+	struct th_shim sh;
+	struct th_ring r;
+};
+void th_attached_start(struct th_attached *t, const char *const *extra, uint32_t ring_data_size,
+		       int64_t rate_word);
+/* Close the shim's connection, stop the daemon cleanly and remove its folder. */
+void th_attached_end(struct th_attached *t);
+
+/* HELLO on s with a fresh control page (rate 512, the smallest rings) and no answer asked
+ * for; its descriptor and mapping in *ctl_fd and *ctl when not NULL. For forked children: -1
+ * on failure, no assertions. */
+int th_hello_noack(int s, int *ctl_fd, struct llgo_ctl **ctl);
+/* A process of uid (forked; th_become_uid) attached as a shim with nrings rings of the
+ * smallest size, alive until the write end of go is closed. */
+pid_t th_ring_taker(const struct heapd *d, uid_t uid, uint32_t nrings, const int go[2]);
+/* The rings pid holds once the daemon took or refused all nrings of them. */
+uint32_t th_rings_taken(const struct heapd *d, pid_t pid, uint32_t nrings);
+
+/* ---- memfd sessions: the process memfd and the live-object table ---------------------------- */
+
+/* A process memfd as the shim makes it: its control page at offset 0, sealed against
+ * shrinking. For forked children: -1 on failure. */
+int th_proc_memfd(void);
+/* Connect and say HELLO with the process memfd `memfd`: the socket (or -1). With status,
+ * wait for the answer and put its status there (0: attached); without, ask for none (as the
+ * shim does: a HELLO that joins a session is not answered). */
+int th_memfd_hello(const char *sock, int memfd, int *status);
+/* ADD_LIVE with the table `live` on the shim connection sock. */
+int th_add_live(int sock, int live);
+/* A live-object table (sealed memfd) whose first `slots` slots each hold an object no bucket
+ * has; top at the last level. -1 on failure. */
+int th_live_table(uint64_t slots);
+/* The time from pid's exit (reaped by the caller just before) until LIST shows it exited,
+ * polled for at most wait_ms; wait_ms + 1 when it never did. */
+long th_ms_until_exited(const char *sock, pid_t pid, long wait_ms);
+
 /* ---- programs ------------------------------------------------------------------------------ */
 
 /* Start argv with extra environment (NULL-terminated "K=V" list), stdin and stdout piped. */
@@ -189,6 +231,10 @@ void th_start(struct th_proc *p, const struct heapd *d, const char *rate, unsign
  * with ready (when not NULL); asserts. */
 void th_start_ready(struct th_proc *p, const struct heapd *d, const char *rate,
 		    char *const argv[], const char *const *extra, const char *ready);
+/* Run prog with one argument under the shim at rate 1 on d's socket, as uid (0: root; any
+ * other: nobody), its stdout to /dev/null; its pid once it has exited with status 0 (its
+ * session stays for snapshots). */
+pid_t th_run_profiled(const struct heapd *d, uid_t uid, const char *prog, const char *arg);
 /* Read one line of the program's stdout into line (without the newline); false at EOF or
  * after timeout_ms. */
 bool th_read_line(struct th_proc *p, char *line, size_t cap, int timeout_ms);

@@ -169,8 +169,7 @@ static void dt_top_function(const char *file, char *fn, size_t cap)
 
 static void dt_stop(struct heapd *d)
 {
-	heapd_stop_clean(d);
-	heapd_cleanup(d);
+	heapd_finish(d);
 }
 
 /* ---- periodic snapshots ---------------------------------------------------------------------- */

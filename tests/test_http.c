@@ -58,8 +58,7 @@ static void http_heapd_start(struct heapd *d, const char *const *extra)
 
 static void http_heapd_stop(struct heapd *d)
 {
-	heapd_stop_clean(d);
-	heapd_cleanup(d);
+	heapd_finish(d);
 }
 
 /* ---- the profiled program --------------------------------------------------------------- */

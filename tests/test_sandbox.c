@@ -728,8 +728,7 @@ Test(sandbox, nobody_cannot_touch_roots_helper, .timeout = 120)
 	sbx_more_is_named(&p, &d, "root");
 	sbx_signal_helper(helper, SIGCONT);
 	th_wait(&p, 10000);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 /* System users' helpers (uid 1, nobody's own processes) run as uids of their own too, from
@@ -773,8 +772,7 @@ Test(sandbox, system_uids_helpers_are_their_own, .timeout = 120)
 		sbx_signal_helper(helper[i], SIGCONT);
 		th_wait(&p[i], 10000);
 	}
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 /* A user who stops their own helper (SIGSTOP) does not stall their snapshots: the daemon
@@ -802,8 +800,7 @@ Test(sandbox, users_stopped_helper_is_replaced, .timeout = 120)
 		  (int)helper);
 	sbx_signal_helper(helper, SIGKILL);
 	th_wait(&p, 10000);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 /* The daemon stops (SIGTERM): no helper outlives it, not even one that was stopped (SIGSTOP),

@@ -3,7 +3,7 @@
  * test_server.c: llgo-heapd as a black box. Each test starts the real daemon binary on a
  * private socket in a fresh temporary folder and stops it by pid (SIGTERM, then waitpid).
  * The test speaks the protocol as a fake shim (its own control page and ring memfds,
- * records written by sec_util.h's small producer with shared/ring.h's helpers) and as a
+ * records written by helpers.h's small producer with shared/ring.h's helpers) and as a
  * client through heapd.h (client/client.c: LIST, SNAPSHOT, SET_RATE). Malformed packets must
  * cost the sender its connection and nothing else; profiles are served to the owner or root
  * only.
@@ -15,42 +15,30 @@
 
 Test(server, attach_list_snapshot_exit, .timeout = 120)
 {
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	struct th_shim sh;
-	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0, "HELLO refused");
-	struct th_ring r;
-	th_ring_new(&r, 0, LLGO_RING_MIN_DATA);
-	cr_assert_eq(th_shim_add_ring(&sh, &r), 0);
-
+	struct th_attached t;
+	th_attached_start(&t, NULL, LLGO_RING_MIN_DATA, 1);
+	const char *sock = t.d.sock;
 	uint64_t a[2] = { TH_RET(th_site_alpha), TH_RET(th_site_caller) };
 	uint64_t b[2] = { TH_RET(th_site_beta), TH_RET(th_site_caller) };
 	/* more records than the 4 KiB ring holds at once: the drain thread keeps up */
-	th_ring_push_n(&r, a, 2, 24, 1, 300);
-	th_ring_push_n(&r, b, 2, 1000, 1, 100);
+	th_ring_push_n(&t.r, a, 2, 24, 1, 300);
+	th_ring_push_n(&t.r, b, 2, 1000, 1, 100);
 
-	struct client_answer ans;
-	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
-	cr_assert_eq(ans.status, 0, "snapshot: %s", ans.message);
-	buf_putc(&ans.data, '\0');
-	const char *folded = (const char *)ans.data.data;
+	char *folded = heapd_snapshot(sock, getpid(), LLGO_FORMAT_FOLDED, NULL);
 	cr_expect(strstr(folded, "th_site_caller;th_site_alpha 7200\n") != NULL,
 		  "folded:\n%s", folded);
 	cr_expect(strstr(folded, "th_site_caller;th_site_beta 100000\n") != NULL,
 		  "folded:\n%s", folded);
 	cr_expect(strstr(folded, "sampled=400 delivered=400 dropped=0 corrupt=0") != NULL,
 		  "folded:\n%s", folded);
-	buf_free(&ans.data);
+	free(folded);
 
-	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_TEXT, &ans), 0);
-	cr_assert_eq(ans.status, 0, "%s", ans.message);
-	buf_putc(&ans.data, '\0');
-	cr_expect(strncmp((char *)ans.data.data, "heap profile: ", 14) == 0, "text:\n%s",
-		  (char *)ans.data.data);
-	buf_free(&ans.data);
+	char *text = heapd_snapshot(sock, getpid(), LLGO_FORMAT_TEXT, NULL);
+	cr_expect(strncmp(text, "heap profile: ", 14) == 0, "text:\n%s", text);
+	free(text);
 
 	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
+	cr_assert(heapd_list_pid(sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_LIVE);
 	cr_expect_eq(e.uid, getuid());
 	cr_expect_eq(e.rings, 1);
@@ -63,33 +51,26 @@ Test(server, attach_list_snapshot_exit, .timeout = 120)
 
 	/* The shim goes away without BYE: the session stays, exited, with its data. Records
 	 * written just before the close are drained at EOF. */
-	th_ring_push_n(&r, a, 2, 24, 1, 10);
-	th_shim_close(&sh);
-	for (int i = 0; i < 500; i++) {
-		cr_assert(heapd_list_pid(d.sock, getpid(), &e));
-		if (e.state == LLGO_PROC_EXITED)
-			break;
-		th_sleep_ms(10);
-	}
+	th_ring_push_n(&t.r, a, 2, 24, 1, 10);
+	th_shim_close(&t.sh);
+	th_wait_state(sock, getpid(), LLGO_PROC_EXITED, 5000);
+	cr_assert(heapd_list_pid(sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_EXITED);
 	cr_expect_eq(e.delivered, 410);
 	cr_expect(th_accounting_holds(&e));
-	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
-	cr_assert_eq(ans.status, 0, "%s", ans.message);
-	buf_putc(&ans.data, '\0');
-	cr_expect(strstr((char *)ans.data.data, "th_site_caller;th_site_alpha 7440\n") != NULL,
-		  "after exit:\n%s", (char *)ans.data.data);
-	buf_free(&ans.data);
+	folded = heapd_snapshot(sock, getpid(), LLGO_FORMAT_FOLDED, NULL);
+	cr_expect(strstr(folded, "th_site_caller;th_site_alpha 7440\n") != NULL,
+		  "after exit:\n%s", folded);
+	free(folded);
 	/* a new process with the same pid (exec) is preferred while live */
 	struct th_shim sh2;
-	cr_assert_eq(th_shim_attach(&sh2, d.sock, LLGO_RING_MIN_DATA, 4096), 0);
-	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
+	cr_assert_eq(th_shim_attach(&sh2, sock, LLGO_RING_MIN_DATA, 4096), 0);
+	cr_assert(heapd_list_pid(sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_LIVE);
 	cr_expect_eq(e.rate, 4096);
 	cr_expect_eq(e.delivered, 0);
 	th_shim_close(&sh2);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&t.d);
 }
 
 Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
@@ -129,8 +110,7 @@ Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
 		  (unsigned long long)e.sampled, (unsigned long long)e.delivered,
 		  (unsigned long long)e.dropped, (unsigned long long)e.corrupt);
 	th_shim_close(&sh);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 Test(server, set_rate_writes_the_control_page, .timeout = 60)
@@ -172,8 +152,7 @@ Test(server, set_rate_writes_the_control_page, .timeout = 60)
 	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), 99, &a), 0);
 	cr_expect_eq(a.status, EINVAL);
 	th_shim_close(&sh);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 /* Send one packet (with fd >= 0 attached) on a fresh connection, optionally after a valid
@@ -365,8 +344,7 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 	free(log);
 	close(junk);
 	close(unsealed);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 /* A shim process killed without BYE: its rings are drained at EOF and its profile is still
@@ -420,17 +398,12 @@ Test(server, snapshot_after_the_process_died, .timeout = 120)
 	cr_expect_eq(e.rings, 2);
 	cr_expect_eq(e.delivered, 50);
 	cr_expect(th_accounting_holds(&e));
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root to switch to another uid");
-	struct passwd *pw = getpwnam("nobody");
-	uid_t nobody = pw ? pw->pw_uid : 65534;
-	gid_t nogroup = pw ? pw->pw_gid : 65534;
+	th_need_root();
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
 	struct th_shim sh;
@@ -439,8 +412,7 @@ Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 	pid_t child = fork();
 	cr_assert_geq(child, 0);
 	if (child == 0) {
-		if (setgroups(0, NULL) != 0 || setgid(nogroup) != 0 || setuid(nobody) != 0)
-			_exit(10);
+		th_become_nobody();
 		struct client_answer a;
 		if (heapd_snapshot_answer(d.sock, me, LLGO_FORMAT_TEXT, &a) != 0)
 			_exit(11);
@@ -464,8 +436,7 @@ Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
 	th_shim_close(&sh);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 /* Clients that never read their answers hold nothing: others are still served. */
@@ -477,10 +448,7 @@ Test(server, idle_clients_do_not_block_others, .timeout = 60)
 	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0);
 	int idle[16];
 	struct llgo_msg_snapshot m;
-	memset(&m, 0, sizeof(m));
-	msg_header_init(&m.h, LLGO_MSG_SNAPSHOT, sizeof(m));
-	m.pid = (uint32_t)getpid();
-	m.format = LLGO_FORMAT_PPROF;
+	client_snapshot_req(&m, getpid(), LLGO_FORMAT_PPROF, 0, 0);
 	for (int i = 0; i < 16; i++) {
 		idle[i] = heapd_connect(d.sock);
 		cr_assert_geq(idle[i], 0);
@@ -496,20 +464,24 @@ Test(server, idle_clients_do_not_block_others, .timeout = 60)
 	for (int i = 0; i < 16; i++)
 		close(idle[i]);
 	th_shim_close(&sh);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
+}
+
+/* A socket of d's kind bound at d's socket path (a new daemon folder, heapd_init). */
+static int bound_socket(struct heapd *d)
+{
+	heapd_init(d, NULL);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->sock);
+	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return s;
 }
 
 Test(server, stale_socket_is_replaced_live_one_is_not, .timeout = 60)
 {
 	struct heapd d;
-	heapd_init(&d, NULL);
-	/* a socket file nobody listens on */
-	int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
-	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	close(s);
+	close(bound_socket(&d)); /* a socket file nobody listens on */
 	d.pid = heapd_spawn(&d, NULL);
 	cr_assert(heapd_wait(&d), "did not replace a stale socket:\n%s",
 		  th_read_all(d.log));
@@ -583,12 +555,7 @@ Test(server, exited_sessions_are_evicted_oldest_first, .timeout = 120)
 		waitpid(kids[i], &st, 0);
 		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 		/* wait until the daemon saw it exit, so the order is known */
-		struct llgo_list_entry e;
-		for (int k = 0; k < 500; k++) {
-			if (heapd_list_pid(d.sock, kids[i], &e) && e.state == LLGO_PROC_EXITED)
-				break;
-			th_sleep_ms(10);
-		}
+		th_wait_state(d.sock, kids[i], LLGO_PROC_EXITED, 5000);
 	}
 	struct llgo_list_entry e;
 	cr_expect(!heapd_list_pid(d.sock, kids[0], &e));
@@ -598,8 +565,7 @@ Test(server, exited_sessions_are_evicted_oldest_first, .timeout = 120)
 	struct client_answer a;
 	cr_assert_eq(heapd_snapshot_answer(d.sock, kids[0], LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, ESRCH);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 /* Without --foreground the daemon detaches; it is found (and stopped) through its socket's
@@ -660,11 +626,7 @@ Test(server, daemonizes_without_foreground, .timeout = 60)
 Test(server, socket_activation, .timeout = 60)
 {
 	struct heapd d;
-	heapd_init(&d, NULL);
-	int ls = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
-	cr_assert_eq(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	int ls = bound_socket(&d);
 	cr_assert_eq(listen(ls, 16), 0);
 	pid_t pid = fork();
 	cr_assert_geq(pid, 0);

@@ -919,8 +919,7 @@ static void uw_hostile_fde(const char *prog, const char *name, const unsigned ch
 	cr_expect(!table || strstr(log, "is refused") != NULL, "%s: no refusal logged:\n%s", what,
 		  log);
 	free(log);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 /* The FDE found by the .eh_frame_hdr search: crashed the daemon (SIGBUS in
