@@ -221,6 +221,13 @@ int heapd_stop(struct heapd *d)
 	return -1;
 }
 
+void heapd_kill(struct heapd *d)
+{
+	cr_assert_eq(kill(d->pid, SIGKILL), 0);
+	waitpid(d->pid, NULL, 0);
+	d->pid = 0;
+}
+
 void heapd_stop_clean(struct heapd *d)
 {
 	cr_assert(heapd_alive(d), "llgo-heapd died:\n%s", heapd_log(d));
@@ -234,6 +241,7 @@ void heapd_stop_clean(struct heapd *d)
 
 void heapd_cleanup(struct heapd *d)
 {
+	heapd_stop(d);
 	if (!d->own_dir || getenv("LLGO_KEEP_TMP"))
 		return;
 	char cmd[320];
@@ -245,6 +253,13 @@ void heapd_cleanup(struct heapd *d)
 void heapd_finish(struct heapd *d)
 {
 	heapd_stop_clean(d);
+	heapd_cleanup(d);
+}
+
+void heapd_end(struct heapd *d)
+{
+	int st = heapd_stop(d);
+	cr_expect_eq(st, 0, "llgo-heapd stop status %d", st);
 	heapd_cleanup(d);
 }
 

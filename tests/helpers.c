@@ -147,6 +147,20 @@ int th_sh(char **out, const char *fmt, ...)
 	return 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }
 
+/* ---- processes ----------------------------------------------------------------------------- */
+
+pid_t th_fork(void)
+{
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+	return pid;
+}
+
+void th_pipe(int p[2])
+{
+	cr_assert_eq(pipe(p), 0, "pipe: %s", strerror(errno));
+}
+
 /* ---- another user -------------------------------------------------------------------------- */
 
 uid_t th_nobody_uid(void)
@@ -517,8 +531,7 @@ int th_hello_noack(int s, int *ctl_fd, struct llgo_ctl **ctl)
 
 pid_t th_ring_taker(const struct heapd *d, uid_t uid, uint32_t nrings, const int go[2])
 {
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
+	pid_t child = th_fork();
 	if (child == 0) {
 		close(go[1]);
 		th_become_uid(uid, uid);
@@ -643,8 +656,7 @@ pid_t th_spawn(char *const argv[], char *const env[], FILE **in, FILE **out)
 {
 	int pin[2], pout[2];
 	cr_assert(pipe(pin) == 0 && pipe(pout) == 0);
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		dup2(pin[0], 0);
 		dup2(pout[1], 1);
@@ -694,20 +706,9 @@ void th_start(struct th_proc *p, const struct heapd *d, const char *rate, unsign
 	fcntl(fileno(p->out), F_SETFD, FD_CLOEXEC);
 }
 
-void th_start_ready(struct th_proc *p, const struct heapd *d, const char *rate,
-		    char *const argv[], const char *const *extra, const char *ready)
-{
-	th_start(p, d, rate, 0, NULL, argv, extra);
-	char line[256];
-	cr_assert(th_read_line(p, line, sizeof(line), 30000), "%s did not start", argv[0]);
-	if (ready)
-		cr_assert_str_eq(line, ready, "%s", argv[0]);
-}
-
 pid_t th_run_profiled(const struct heapd *d, uid_t uid, const char *prog, const char *arg)
 {
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		if (uid)
 			th_become_nobody();
@@ -749,11 +750,18 @@ bool th_read_line(struct th_proc *p, char *line, size_t cap, int timeout_ms)
 	return true;
 }
 
-void th_ask(struct th_proc *p, const char *cmd, char *line, size_t cap, int timeout_ms)
+const char *th_ready(struct th_proc *p, int timeout_ms)
+{
+	cr_assert(th_read_line(p, p->line, sizeof(p->line), timeout_ms),
+		  "pid %d wrote no line within %d ms", (int)p->pid, timeout_ms);
+	return p->line;
+}
+
+const char *th_ask(struct th_proc *p, const char *cmd, int timeout_ms)
 {
 	fprintf(p->in, "%s\n", cmd);
 	fflush(p->in);
-	cr_assert(th_read_line(p, line, cap, timeout_ms), "no answer to '%s'", cmd);
+	return th_ready(p, timeout_ms);
 }
 
 char *th_read_rest(struct th_proc *p, int timeout_ms)
@@ -805,10 +813,19 @@ int th_wait(struct th_proc *p, int timeout_ms)
 	return st;
 }
 
-void th_wait_ok(struct th_proc *p, int timeout_ms)
+char *th_output(struct th_proc *p, int timeout_ms, int *status)
 {
-	int st = th_wait(p, timeout_ms);
-	cr_assert_eq(st, 0, "pid %d: wait status %d", (int)p->pid, st);
+	char *out = th_read_rest(p, timeout_ms);
+	*status = th_wait(p, timeout_ms);
+	return out;
+}
+
+char *th_finish(struct th_proc *p, int timeout_ms)
+{
+	int st;
+	char *out = th_output(p, timeout_ms, &st);
+	cr_assert_eq(st, 0, "pid %d: wait status 0x%x:\n%s", (int)p->pid, st, out);
+	return out;
 }
 
 long th_site_truth(const char *out, const char *name)

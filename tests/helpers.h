@@ -81,6 +81,13 @@ int th_count(const char *s, const char *needle);
  * out) and return its exit status (128+signal when killed). */
 int th_sh(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- processes ----------------------------------------------------------------------------- */
+
+/* fork, asserting it worked: 0 in the child, its pid in the parent. */
+pid_t th_fork(void);
+/* pipe, asserting it worked. */
+void th_pipe(int p[2]);
+
 /* ---- another user -------------------------------------------------------------------------- */
 
 uid_t th_nobody_uid(void);
@@ -221,16 +228,13 @@ pid_t th_spawn(char *const argv[], char *const env[], FILE **in, FILE **out);
 struct th_proc {
 	pid_t pid;
 	FILE *in, *out;
+	char line[512]; /* th_ready's */
 };
 
 /* Start argv under the shim with the daemon d, rate and ring size (KiB, 0: default), plus
  * extra "K=V" settings (NULL-terminated, may be NULL). preload overrides LD_PRELOAD. */
 void th_start(struct th_proc *p, const struct heapd *d, const char *rate, unsigned ring_kb,
 	      const char *preload, char *const argv[], const char *const *extra);
-/* th_start with the default ring, and the first line of its stdout (within 30 s) compared
- * with ready (when not NULL); asserts. */
-void th_start_ready(struct th_proc *p, const struct heapd *d, const char *rate,
-		    char *const argv[], const char *const *extra, const char *ready);
 /* Run prog with one argument under the shim at rate 1 on d's socket, as uid (0: root; any
  * other: nobody), its stdout to /dev/null; its pid once it has exited with status 0 (its
  * session stays for snapshots). */
@@ -238,16 +242,22 @@ pid_t th_run_profiled(const struct heapd *d, uid_t uid, const char *prog, const 
 /* Read one line of the program's stdout into line (without the newline); false at EOF or
  * after timeout_ms. */
 bool th_read_line(struct th_proc *p, char *line, size_t cap, int timeout_ms);
-/* Send cmd (a line) to the program and read its answer line into line; asserts one came
- * within timeout_ms. */
-void th_ask(struct th_proc *p, const char *cmd, char *line, size_t cap, int timeout_ms);
+/* The program's next line of stdout (in p->line, without the newline); asserts one came
+ * within timeout_ms (its "ready", mostly). */
+const char *th_ready(struct th_proc *p, int timeout_ms);
+/* Send cmd (a line) to the program, and th_ready its answer. */
+const char *th_ask(struct th_proc *p, const char *cmd, int timeout_ms);
 /* Everything left on the program's stdout (until EOF or timeout_ms), malloc'ed. */
 char *th_read_rest(struct th_proc *p, int timeout_ms);
 /* Close its stdin and wait for the program; its wait status, or -1 after timeout_ms (it is
  * then killed). */
 int th_wait(struct th_proc *p, int timeout_ms);
-/* th_wait expecting a clean exit (status 0) within timeout_ms; asserts. */
-void th_wait_ok(struct th_proc *p, int timeout_ms);
+/* Everything the program writes to stdout until EOF (timeout_ms at most), malloc'ed, then
+ * th_wait's status in *status (the same timeout again). */
+char *th_output(struct th_proc *p, int timeout_ms, int *status);
+/* th_output of a program that must exit with status 0 (asserted, its output in the
+ * message). */
+char *th_finish(struct th_proc *p, int timeout_ms);
 /* The COUNT of "site NAME [SIZE] COUNT" in a program's output (-1 when absent). */
 long th_site_truth(const char *out, const char *name);
 

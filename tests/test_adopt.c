@@ -335,8 +335,7 @@ Test(adopt, crafted_memfd_in_a_setuid_process_is_not_taken_back, .timeout = 120)
 	ad_start_as_root(&d, suid, sizeof(suid));
 	int execd[2];
 	cr_assert_eq(pipe2(execd, O_CLOEXEC), 0);
-	pid_t a = fork();
-	cr_assert_geq(a, 0);
+	pid_t a = th_fork();
 	if (a == 0) {
 		th_become_nobody();
 		if (ad_memfd(d.sock, false, 10, NULL) < 0)
@@ -474,8 +473,7 @@ static pid_t ad_attached_nobody(const struct heapd *d, enum ad_change change, co
 {
 	int pfd[2];
 	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		uid_t u = th_nobody_uid();
 		gid_t g = th_nobody_gid();
@@ -577,8 +575,7 @@ static void ad_more(struct th_proc *p)
 {
 	fputs("more\n", p->in);
 	fflush(p->in);
-	char line[64];
-	cr_assert(th_read_line(p, line, sizeof(line), 10000), "life_idle did not answer");
+	th_ready(p, 10000);
 }
 
 /* idle_more_site's allocations in pid's profile, once there are want of them (or 10 s). */

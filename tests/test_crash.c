@@ -35,9 +35,8 @@ static void check_exact(const struct heapd *d, pid_t pid, long k, const char *ho
 
 Test(crash, sigkill_keeps_records_in_rings, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long k = 5000;
 	char ks[32];
 	snprintf(ks, sizeof(ks), "%ld", k);
@@ -55,29 +54,25 @@ Test(crash, sigkill_keeps_records_in_rings, .timeout = 120)
 		struct th_proc p;
 		char *argv[] = { PROG("life_crash"), "ready", ks, NULL };
 		th_start(&p, &d, "1", 4096, NULL, argv, NULL);
-		char line[64];
-		cr_assert(th_read_line(&p, line, sizeof(line), 30000) && strcmp(line, "ready") == 0);
+		cr_assert_str_eq(th_ready(&p, 30000), "ready");
 		kill(p.pid, SIGKILL);
 		int st = th_wait(&p, 30000);
 		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status 0x%x", st);
 		check_exact(&d, p.pid, k, "killed by the test");
 	}
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 Test(crash, daemon_sigkill_leaves_programs_running, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	/* 4 threads flat out at rate 1 with small rings: the rings fill as soon as the daemon
 	 * is gone, and every later sample is a drop or a lost_no_ring, never a wait */
 	struct th_proc p;
 	char *argv[] = { PROG("life_crash"), "survive", "1500", "4", NULL };
 	th_start(&p, &d, "1", 64, NULL, argv, NULL);
-	char line[64];
-	cr_assert(th_read_line(&p, line, sizeof(line), 30000) && strcmp(line, "started") == 0);
+	cr_assert_str_eq(th_ready(&p, 30000), "started");
 	th_sleep_ms(200);
 	struct llgo_list_entry e;
 	/* LIST's counts move with the drain: a sanitized daemon on a loaded machine may not
@@ -89,13 +84,10 @@ Test(crash, daemon_sigkill_leaves_programs_running, .timeout = 120)
 		th_sleep_ms(20);
 	}
 	cr_assert_gt(e.sampled, 0);
-	kill(d.pid, SIGKILL);
-	int dst;
-	waitpid(d.pid, &dst, 0);
-	d.pid = 0;
+	heapd_kill(&d);
 	long t0 = th_now_ms();
-	char *out = th_read_rest(&p, 30000);
-	int st = th_wait(&p, 30000);
+	int st;
+	char *out = th_output(&p, 30000, &st);
 	long waited = th_now_ms() - t0;
 	long elapsed = -1, count = th_site_truth(out, "survive_site");
 	const char *el = strstr(out, "elapsed_ms ");
@@ -107,5 +99,5 @@ Test(crash, daemon_sigkill_leaves_programs_running, .timeout = 120)
 	cr_expect(count > 0 && elapsed >= 1500 && elapsed < 4000, "output:\n%s", out);
 	cr_expect_lt(waited, 5000);
 	free(out);
-	th_rmdir(dir);
+	heapd_cleanup(&d);
 }

@@ -70,8 +70,7 @@ static pid_t dbgd_server_start(const char *dir, int port)
 	snprintf(db, sizeof(db), "%s/debuginfod.sqlite", dir);
 	snprintf(log, sizeof(log), "%s/debuginfod.log", dir);
 	snprintf(portarg, sizeof(portarg), "%d", port);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		dup2(fd, 1);

@@ -687,8 +687,7 @@ Test(diff, oversized_files_are_refused, .timeout = 300)
 	/* an uncompressed file over the cap: a FIFO, so its size is not known beforehand */
 	snprintf(path, sizeof(path), "%s/big.fifo", dir);
 	cr_assert_eq(mkfifo(path, 0600), 0);
-	pid_t w = fork();
-	cr_assert(w >= 0);
+	pid_t w = th_fork();
 	if (w == 0) {
 		int fd = open(path, O_WRONLY);
 		size_t off = 0;

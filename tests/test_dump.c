@@ -50,9 +50,8 @@ static void dt_prog_start(struct dt_prog *p, const struct heapd *d, uid_t uid, c
 			  const char *argv0, int mb, const char *cgroup)
 {
 	int out[2];
-	cr_assert_eq(pipe(out), 0);
-	p->pid = fork();
-	cr_assert_geq(p->pid, 0);
+	th_pipe(out);
+	p->pid = th_fork();
 	if (p->pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(out[1], 1);

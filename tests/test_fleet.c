@@ -176,8 +176,7 @@ static void fleet_prom_start(struct fleet_prom *p, const char *dir, int heapd_po
 	snprintf(data, sizeof(data), "--storage.tsdb.path=%s/prometheus-data", dir);
 	snprintf(cfgflag, sizeof(cfgflag), "--config.file=%s", cfg);
 	pid_t parent = getpid();
-	p->pid = fork();
-	cr_assert(p->pid >= 0);
+	p->pid = th_fork();
 	if (p->pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)

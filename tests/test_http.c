@@ -84,10 +84,9 @@ static void prog_wait_seen(struct prog *p, const struct heapd *d);
 static void prog_start(struct prog *p, const struct heapd *d, bool seen)
 {
 	int in[2], out[2];
-	cr_assert_eq(pipe(in), 0);
-	cr_assert_eq(pipe(out), 0);
-	p->pid = fork();
-	cr_assert_geq(p->pid, 0);
+	th_pipe(in);
+	th_pipe(out);
+	p->pid = th_fork();
 	if (p->pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(in[0], 0);

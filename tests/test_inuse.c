@@ -84,9 +84,8 @@ static void inuse_check(const char *text, const struct expect *e, size_t n, cons
 
 Test(inuse, exact_at_rate_1_running_and_at_exit, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long n = 400;
 	struct th_proc p;
 	char *argv[] = { PROG("inuse_sites"), "400", "aligned", NULL };
@@ -131,8 +130,7 @@ Test(inuse, exact_at_rate_1_running_and_at_exit, .timeout = 120)
 	text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	inuse_check(text, running, INUSE_N(running), "at exit");
 	free(text);
-	heapd_stop(&d);
-	th_rmdir(dir);
+	heapd_cleanup(&d);
 }
 
 /*
@@ -157,14 +155,12 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 	};
 	bool pass = false;
 	for (int run = 0; run < 3 && !pass; run++) {
-		char *dir = th_tmpdir();
 		struct heapd d;
-		heapd_start(&d, dir, NULL);
+		heapd_start(&d, NULL, NULL);
 		struct th_proc p;
 		char *argv[] = { PROG("inuse_sites"), "50000", NULL };
 		th_start(&p, &d, "16384", 0, NULL, argv, NULL);
-		char line[256];
-		cr_assert(th_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+		th_ready(&p, 60000);
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		cr_expect(strstr(text, "untracked=") == NULL, "%s", strstr(text, "# llgo-heap:"));
 		pass = true;
@@ -195,8 +191,7 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 		fflush(p.in);
 		int st = th_wait(&p, 60000);
 		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-		heapd_stop(&d);
-		th_rmdir(dir);
+		heapd_cleanup(&d);
 	}
 }
 
@@ -204,9 +199,8 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 
 static void inuse_rate_change(const char *rate)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long n = 20000;
 	struct th_proc p;
 	char *argv[] = { PROG("inuse_phases"), "rate", "20000", NULL };
@@ -242,8 +236,7 @@ static void inuse_rate_change(const char *rate)
 	fputs("go\n", p.in);
 	fflush(p.in);
 	th_wait(&p, 60000);
-	heapd_stop(&d);
-	th_rmdir(dir);
+	heapd_cleanup(&d);
 }
 
 /* At rate 1, 4.3 million objects made and freed before any snapshot (more than the daemon
@@ -253,14 +246,12 @@ static void inuse_rate_change(const char *rate)
  * other for every record, however many came before. */
 Test(inuse, kept_after_millions_freed_at_rate_1, .timeout = 600)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { PROG("inuse_phases"), "churn", "4300000", "3000", NULL };
 	th_start(&p, &d, "1", 0, NULL, argv, NULL);
-	char line[256];
-	cr_assert(th_read_line(&p, line, sizeof(line), 300000), "program did not get ready");
+	th_ready(&p, 300000);
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct inuse_site churn = inuse_site(text, "site_churn");
 	struct inuse_site kept = inuse_site(text, "site_kept");
@@ -273,8 +264,7 @@ Test(inuse, kept_after_millions_freed_at_rate_1, .timeout = 600)
 	fputs("go\n", p.in);
 	fflush(p.in);
 	th_wait(&p, 60000);
-	heapd_stop(&d);
-	th_rmdir(dir);
+	heapd_cleanup(&d);
 }
 
 Test(inuse, freed_after_change_from_rate_1_to_0, .timeout = 120)
@@ -292,9 +282,8 @@ Test(inuse, freed_after_change_from_sampled_rate_to_0, .timeout = 120)
  * table gave them the parent's later offsets: free() aborted on a pointer inside a block). */
 Test(inuse, fork_child_frees_objects_its_parent_freed_since, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { PROG("inuse_phases"), "forkrace", "20000", NULL };
 	th_start(&p, &d, "4096", 0, NULL, argv, NULL);
@@ -305,8 +294,7 @@ Test(inuse, fork_child_frees_objects_its_parent_freed_since, .timeout = 120)
 		  "the child ended with wait status %d (%s)", st, line);
 	int pst = th_wait(&p, 30000);
 	cr_expect(WIFEXITED(pst) && WEXITSTATUS(pst) == 0, "parent status %d", pst);
-	heapd_stop(&d);
-	th_rmdir(dir);
+	heapd_cleanup(&d);
 }
 
 /* The child frees its copies of the parent's objects: the parent's stay live. */
@@ -314,9 +302,8 @@ Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 {
 	const char *rates[] = { "1", "4096" };
 	for (size_t r = 0; r < 2; r++) {
-		char *dir = th_tmpdir();
 		struct heapd d;
-		heapd_start(&d, dir, NULL);
+		heapd_start(&d, NULL, NULL);
 		const long n = 5000;
 		struct th_proc p;
 		char *argv[] = { PROG("inuse_phases"), "fork", "5000", NULL };
@@ -353,8 +340,7 @@ Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 		fputs("go\n", p.in);
 		fflush(p.in);
 		th_wait(&p, 60000);
-		heapd_stop(&d);
-		th_rmdir(dir);
+		heapd_cleanup(&d);
 	}
 }
 
@@ -378,9 +364,8 @@ static void inuse_sane(const char *text, int round)
 
 Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	/* long enough for three snapshots even when a sanitizer slows the daemon down */
 	char *argv[] = { PROG("stress_sites"), "16", "time", getenv("LLGO_SAN") ? "12000" : "4000",
@@ -430,8 +415,7 @@ Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 	free(out);
 	fclose(p.in);
 	fclose(p.out);
-	heapd_stop(&d);
-	th_rmdir(dir);
+	heapd_cleanup(&d);
 	/* (the first snapshot symbolizes cold: it can take a second on a loaded machine) */
 	cr_expect(rounds >= 3, "only %d snapshots while it ran", rounds);
 }
@@ -440,21 +424,18 @@ Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
  * By default (rate 1) the allocating thread waits for the daemon: nothing is lost. */
 static void inuse_burst(const char *const *extra, struct th_acct *a, long *count)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { PROG("life_idle"), "200000", NULL };
 	th_start(&p, &d, "1", 4, NULL, argv, extra);
-	char line[256];
-	cr_assert(th_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
+	th_ready(&p, 120000);
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	cr_assert(th_text_acct(text, a));
 	*count = th_text_count(text, "idle_site", 333);
 	free(text);
 	th_wait(&p, 60000);
-	heapd_stop(&d);
-	th_rmdir(dir);
+	heapd_cleanup(&d);
 }
 
 Test(inuse, rate_1_waits_for_a_full_ring, .timeout = 300)
@@ -484,9 +465,8 @@ Test(inuse, full_drop_overrides_the_wait, .timeout = 300)
  * once while the daemon stays stopped. The program finishes. */
 Test(inuse, stopped_daemon_does_not_hang_a_waiting_program, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { PROG("life_idle"), "100000", NULL };
 	const char *extra[] = { "LLGO_HEAP_FULL=wait", NULL };
@@ -509,8 +489,7 @@ Test(inuse, stopped_daemon_does_not_hang_a_waiting_program, .timeout = 120)
 	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
 	free(text);
 	th_wait(&p, 60000);
-	heapd_stop(&d);
-	th_rmdir(dir);
+	heapd_cleanup(&d);
 }
 
 /* Placed objects whose record was dropped (a 4 KiB ring at rate 64 overflows at once) are
@@ -518,9 +497,8 @@ Test(inuse, stopped_daemon_does_not_hang_a_waiting_program, .timeout = 120)
  * nothing dropped is in use. */
 Test(inuse, dropped_records_at_a_sampled_rate, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { PROG("inuse_sites"), "20000", NULL };
 	const char *extra[] = { "LLGO_HEAP_FULL=drop", NULL };
@@ -540,6 +518,5 @@ Test(inuse, dropped_records_at_a_sampled_rate, .timeout = 120)
 	cr_assert(th_read_line(&p, line, sizeof(line), 60000));
 	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-	heapd_stop(&d);
-	th_rmdir(dir);
+	heapd_cleanup(&d);
 }

@@ -25,9 +25,8 @@
 
 Test(lifecycle, twenty_thousand_threads, .timeout = 300)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const char *nthreads = "20000";
 	struct th_proc p;
 	char *argv[] = { PROG("life_churn"), (char *)nthreads, "4", "8", NULL };
@@ -75,15 +74,13 @@ Test(lifecycle, twenty_thousand_threads, .timeout = 300)
 		  daemon_hwm);
 	free(text);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 Test(lifecycle, threads_older_than_the_attach, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	char preload[1024];
 	snprintf(preload, sizeof(preload), "%s %s", LLGO_PLAIN_SHIM, PROG("liblife_early.so"));
 	for (int round = 0; round < 3; round++) {
@@ -108,8 +105,7 @@ Test(lifecycle, threads_older_than_the_attach, .timeout = 120)
 		free(text);
 		free(out);
 	}
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- fork, vfork, posix_spawn from threads ---------------------------------------------- */
@@ -136,9 +132,8 @@ static void check_child(const struct heapd *d, pid_t pid, const char *site, long
 
 Test(lifecycle, fork_vfork_spawn_from_threads, .timeout = 300)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const int threads = 4, rounds = 4, k = 200;
 	/* the second run has a fork child handler that allocates before the shim's runs */
 	char preload[1024];
@@ -186,8 +181,7 @@ Test(lifecycle, fork_vfork_spawn_from_threads, .timeout = 300)
 		cr_expect_eq(nchild, threads * rounds * 3);
 		free(out);
 	}
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- raw clone and clone3 ----------------------------------------------------------------- */
@@ -217,9 +211,8 @@ static long inuse_at(const char *text, const char *func)
  */
 Test(lifecycle, raw_clone_children_run_unchanged, .timeout = 300)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long k = 1000;
 	const char *rates[] = { "1", "524288" };
 	for (int run = 0; run < 2; run++) {
@@ -340,18 +333,16 @@ Test(lifecycle, raw_clone_children_run_unchanged, .timeout = 300)
 			free(ct);
 		}
 	}
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- bucket caps -------------------------------------------------------------------------- */
 
 Test(lifecycle, bucket_cap_reported, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
 	const char *opts[] = { "--max-buckets", "100", NULL };
-	heapd_start(&d, dir, opts);
+	heapd_start(&d, NULL, opts);
 	struct th_proc p;
 	char *argv[] = { PROG("stress_stacks"), "1000", NULL };
 	th_start(&p, &d, "1", 1024, NULL, argv, NULL);
@@ -382,29 +373,27 @@ Test(lifecycle, bucket_cap_reported, .timeout = 120)
 	size_t len;
 	char *pb = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_PPROF, &len);
 	char path[4200];
-	snprintf(path, sizeof(path), "%s/cap.pb.gz", dir);
+	snprintf(path, sizeof(path), "%s/cap.pb.gz", d.dir);
 	FILE *f = fopen(path, "wb");
 	cr_assert(f && fwrite(pb, 1, len, f) == len);
 	fclose(f);
 	free(pb);
 	char *gout;
-	int rc = th_sh(&gout, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw %s", dir,
-			dir, dir, path);
+	int rc = th_sh(&gout, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw %s", d.dir,
+			d.dir, d.dir, path);
 	cr_expect_eq(rc, 0, "%s", gout);
 	cr_expect(strstr(gout, "bucket cap reached") != NULL, "no cap comment:\n%.800s", gout);
 	free(gout);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* The memory cap (--max-memory): hit, reported the same way. */
 Test(lifecycle, memory_cap_reported, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
 	const char *opts[] = { "--max-memory", "64K", NULL };
-	heapd_start(&d, dir, opts);
+	heapd_start(&d, NULL, opts);
 	struct th_proc p;
 	char *argv[] = { PROG("stress_stacks"), "2000", NULL };
 	th_start(&p, &d, "1", 1024, NULL, argv, NULL);
@@ -427,8 +416,7 @@ Test(lifecycle, memory_cap_reported, .timeout = 120)
 	cr_expect_eq(a.sampled, a.delivered);
 	free(text);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- stuck clients -------------------------------------------------------------------------- */
@@ -469,9 +457,8 @@ static void *slow_reader_main(void *arg)
 
 Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	/* a process with a profile of 10,000 buckets (several MB of text) */
 	struct th_proc big;
 	char *bargv[] = { PROG("stress_stacks"), "10000", NULL };
@@ -628,6 +615,5 @@ Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 	client_answer_free(&slow.answer);
 	free(huge);
 	cr_expect_eq(th_wait(&small, 10000), 0);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }

@@ -135,9 +135,8 @@ static const char *lv_acct_line(const char *text, char *out, size_t cap)
 
 Test(liveness, stopped_daemon_startup, .timeout = 300)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	char *true_argv[] = { "/bin/true", NULL };
 	char *threads_argv[] = { PROG("host_threads"), "2", "200", NULL };
 	const int runs = 7;
@@ -228,8 +227,7 @@ Test(liveness, stopped_daemon_startup, .timeout = 300)
 	cr_log_info("%zu processes listed; largest added start+exit time with the daemon "
 		    "stopped: %ld us", n, added_max);
 	free(rows);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- fork, vfork, posix_spawn: one session per child -------------------------------------- */
@@ -304,9 +302,8 @@ static int lv_check_list_once(const char *sock, const char *out, pid_t parent)
 
 Test(liveness, fork_vfork_spawn_one_session_each, .timeout = 300)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	long ms;
 	pid_t parent;
 	char *out = lv_life_fork(&d, "3", &ms, &parent);
@@ -329,8 +326,7 @@ Test(liveness, fork_vfork_spawn_one_session_each, .timeout = 300)
 	n = lv_check_list_once(d.sock, out, parent);
 	cr_expect_eq(n, 4 * 3 * 3);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- the daemon killed and restarted while the program allocates ------------------------------ */
@@ -346,8 +342,7 @@ Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 	struct th_proc p;
 	char *argv[] = { PROG("life_restart"), "50", nbuf, NULL };
 	th_start(&p, &d, "1", 1024, NULL, argv, NULL);
-	char line[256];
-	cr_assert(th_read_line(&p, line, sizeof(line), 10000) && strcmp(line, "ready") == 0);
+	cr_assert_str_eq(th_ready(&p, 10000), "ready");
 	cr_assert(lv_wait_listed(d.sock, p.pid, true, 5000));
 	th_sleep_ms(300); /* records delivered to the first daemon */
 	struct llgo_list_entry e1;

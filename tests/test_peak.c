@@ -151,9 +151,8 @@ static void peak_check_a(const char *sock, pid_t pid, long n, const char *dir, c
  */
 Test(peak, site_a_at_8_mib_after_it_was_freed, .timeout = 300)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long n = 8192;
 	struct th_proc p;
 	/* held long enough for a drain poll and the settle scan (peak.c), sanitizers included */
@@ -172,16 +171,15 @@ Test(peak, site_a_at_8_mib_after_it_was_freed, .timeout = 300)
 	cr_expect_eq(objects, 0, "site_peak_a in use now: %ld", objects);
 	free(text);
 
-	peak_check_a(d.sock, p.pid, n, dir, "running");
+	peak_check_a(d.sock, p.pid, n, d.dir, "running");
 
 	fputs("go\n", p.in);
 	fflush(p.in);
 	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 	peak_wait_exited(d.sock, p.pid);
-	peak_check_a(d.sock, p.pid, n, dir, "exited");
-	heapd_stop_clean(&d);
-	th_rmdir(dir);
+	peak_check_a(d.sock, p.pid, n, d.dir, "exited");
+	heapd_finish(&d);
 }
 
 /*
@@ -193,9 +191,8 @@ Test(peak, site_a_at_8_mib_after_it_was_freed, .timeout = 300)
  */
 Test(peak, scans_stay_logarithmic_while_every_allocation_is_a_new_maximum, .timeout = 300)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long n = th_san()[0] ? 100000 : 400000;
 	char nbuf[32];
 	snprintf(nbuf, sizeof(nbuf), "%ld", n);
@@ -227,8 +224,7 @@ Test(peak, scans_stay_logarithmic_while_every_allocation_is_a_new_maximum, .time
 	fflush(p.in);
 	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-	heapd_stop_clean(&d);
-	th_rmdir(dir);
+	heapd_finish(&d);
 }
 
 /* `llgo-heap run` prints the sites in use at the peak after the leaks at exit. */

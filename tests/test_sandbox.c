@@ -38,41 +38,20 @@
 
 /* ---- Code to symbolize: the hooks look for these names ---------------------------------- */
 
-__attribute__((noinline, used)) uint64_t sandbox_test_crash(uint64_t x)
-{
-	KEEP(x);
-	return x * 3 + 1;
-}
+/* A function of its own for the hooks to find by name, with a body of its own. */
+#define SBX_CODE(name, mul, add)                                                            \
+	__attribute__((noinline, used)) uint64_t name(uint64_t x)                          \
+	{                                                                                  \
+		KEEP(x);                                                                   \
+		return x * (mul) + (add);                                                  \
+	}
 
-__attribute__((noinline, used)) uint64_t sandbox_test_hang(uint64_t x)
-{
-	KEEP(x);
-	return x * 5 + 2;
-}
-
-__attribute__((noinline, used)) uint64_t sandbox_test_open(uint64_t x)
-{
-	KEEP(x);
-	return x * 7 + 3;
-}
-
-__attribute__((noinline, used)) uint64_t sandbox_test_lie(uint64_t x)
-{
-	KEEP(x);
-	return x * 17 + 6;
-}
-
-__attribute__((noinline, used)) uint64_t sbx_plain_one(uint64_t x)
-{
-	KEEP(x);
-	return x * 11 + 4;
-}
-
-__attribute__((noinline, used)) uint64_t sbx_plain_two(uint64_t x)
-{
-	KEEP(x);
-	return x * 13 + 5;
-}
+SBX_CODE(sandbox_test_crash, 3, 1)
+SBX_CODE(sandbox_test_hang, 5, 2)
+SBX_CODE(sandbox_test_open, 7, 3)
+SBX_CODE(sandbox_test_lie, 17, 6)
+SBX_CODE(sbx_plain_one, 11, 4)
+SBX_CODE(sbx_plain_two, 13, 5)
 
 /* ---- Helpers -------------------------------------------------------------------------- */
 
@@ -120,11 +99,10 @@ static char *sbx_status(pid_t pid, const char *key)
 	return out;
 }
 
+/* Seconds on the monotonic clock. */
 static double sbx_now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)th_now_ms() / 1e3;
 }
 
 static void sbx_use_hooks(unsigned timeout_ms, unsigned backoff_ms)
@@ -132,6 +110,19 @@ static void sbx_use_hooks(unsigned timeout_ms, unsigned backoff_ms)
 	cr_assert_eq(access(SBX_HOOKS, X_OK), 0, "%s: %s", SBX_HOOKS, strerror(errno));
 	setenv("LLGO_HEAP_SYMBOLIZER", SBX_HOOKS, 1);
 	symhelper_set_timing(timeout_ms, backoff_ms);
+}
+
+/* The start of a test of this process's own helper: the hooked helper (sbx_use_hooks), this
+ * process's maps in *pm, and a first lookup that names sbx_plain_one; the pid of the helper
+ * that answered it. */
+static pid_t sbx_first(unsigned timeout_ms, unsigned backoff_ms, struct procmaps **pm)
+{
+	sbx_use_hooks(timeout_ms, backoff_ms);
+	*pm = procmaps_new(getpid());
+	cr_assert(*pm);
+	struct sym_result r;
+	cr_assert_str_eq(sbx_name(*pm, sbx_plain_one, &r), "sbx_plain_one");
+	return symhelper_pid(sbx_self_uid());
 }
 
 /* ---- What a helper may do ------------------------------------------------------------- */
@@ -189,12 +180,9 @@ Test(sandbox, helper_runs_unprivileged_and_filtered)
  * then could not have answered. */
 Test(sandbox, filter_refuses_open_and_socket)
 {
-	sbx_use_hooks(10000, 50);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t pid = sbx_first(10000, 50, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t pid = symhelper_pid(sbx_self_uid());
 	cr_expect_str_eq(sbx_name(pm, sandbox_test_open, &r), "sandbox_test_open");
 	cr_expect_eq(symhelper_pid(sbx_self_uid()), pid, "the same helper answered");
 	procmaps_free(pm);
@@ -206,19 +194,16 @@ Test(sandbox, filter_refuses_open_and_socket)
  * helper is reaped, and after the backoff a new one answers. */
 Test(sandbox, crash_leaves_the_caller_serving)
 {
-	sbx_use_hooks(10000, 100);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t first = sbx_first(10000, 100, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t first = symhelper_pid(sbx_self_uid());
 	cr_assert_gt(first, 0);
 	cr_expect_str_eq(sbx_name(pm, sandbox_test_crash, &r), "", "shown unsymbolized");
 	cr_expect_eq(symhelper_pid(sbx_self_uid()), 0, "the crashed helper is reaped");
 	cr_expect_eq(kill(first, 0), -1, "pid %d is gone", (int)first);
 	/* while backing off, answers come at once, unsymbolized (and are not remembered) */
 	cr_expect_str_eq(sbx_name(pm, sbx_plain_two, &r), "");
-	usleep(300 * 1000);
+	th_sleep_ms(300);
 	cr_expect_str_eq(sbx_name(pm, sbx_plain_two, &r), "sbx_plain_two");
 	pid_t second = symhelper_pid(sbx_self_uid());
 	cr_expect(second > 0 && second != first, "a new helper: %d after %d", (int)second,
@@ -232,17 +217,14 @@ Test(sandbox, crash_leaves_the_caller_serving)
  * nothing: the helper is killed, the address shown unsymbolized, the caller serves on. */
 Test(sandbox, malformed_answer_is_refused)
 {
-	sbx_use_hooks(10000, 100);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t first = sbx_first(10000, 100, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t first = symhelper_pid(sbx_self_uid());
 	cr_expect_eq(symbolize_pc(procmaps_find(pm, sbx_addr(sandbox_test_lie)),
 				  sbx_addr(sandbox_test_lie), &r), 0, "nothing of the lie is used");
 	cr_expect_eq(symhelper_pid(sbx_self_uid()), 0);
 	cr_expect_eq(kill(first, 0), -1, "the lying helper %d is killed", (int)first);
-	usleep(300 * 1000);
+	th_sleep_ms(300);
 	cr_expect_str_eq(sbx_name(pm, sbx_plain_two, &r), "sbx_plain_two");
 	procmaps_free(pm);
 }
@@ -250,18 +232,15 @@ Test(sandbox, malformed_answer_is_refused)
 /* A helper that never answers is killed at the deadline; the caller is not held longer. */
 Test(sandbox, hang_is_killed_at_the_deadline)
 {
-	sbx_use_hooks(700, 100);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t first = sbx_first(700, 100, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t first = symhelper_pid(sbx_self_uid());
 	double t0 = sbx_now();
 	cr_expect_str_eq(sbx_name(pm, sandbox_test_hang, &r), "");
 	double dt = sbx_now() - t0;
 	cr_expect(dt >= 0.6 && dt < 10, "answered after %.2f s (deadline 0.7 s)", dt);
 	cr_expect_eq(kill(first, 0), -1, "the hung helper %d is killed and reaped", (int)first);
-	usleep(300 * 1000);
+	th_sleep_ms(300);
 	cr_expect_str_eq(sbx_name(pm, sbx_plain_two, &r), "sbx_plain_two");
 	procmaps_free(pm);
 }
@@ -285,18 +264,9 @@ static bool sbx_gone(pid_t pid)
  * the signal, and until then the daemon finds it running. */
 static void sbx_wait_stopped(pid_t pid)
 {
-	char path[64], stat[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	for (int i = 0; i < 500; i++, usleep(10 * 1000)) {
-		FILE *f = fopen(path, "r");
-		cr_assert(f, "%s: %s", path, strerror(errno));
-		size_t len = fread(stat, 1, sizeof(stat) - 1, f);
-		fclose(f);
-		stat[len] = '\0';
-		const char *end = strrchr(stat, ')');
-		if (end && end[2] == 'T')
+	for (int i = 0; i < 500; i++, th_sleep_ms(10))
+		if (th_proc_state(pid) == 'T')
 			return;
-	}
 	cr_assert_fail("pid %d did not stop", (int)pid);
 }
 
@@ -312,12 +282,9 @@ static void sbx_signal_helper(pid_t pid, int sig)
  * then showed the address unsymbolized). */
 Test(sandbox, stopped_helper_is_replaced)
 {
-	sbx_use_hooks(20000, 100);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t first = sbx_first(20000, 100, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t first = symhelper_pid(sbx_self_uid());
 	cr_assert_gt(first, 0);
 	cr_assert_eq(kill(first, SIGSTOP), 0);
 	sbx_wait_stopped(first);
@@ -346,16 +313,13 @@ static void *sbx_name_hang(void *arg)
  * the deadline (20 s); the next request is answered by a new one. */
 Test(sandbox, stopped_mid_request_is_not_waited_for)
 {
-	sbx_use_hooks(20000, 100);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t first = sbx_first(20000, 100, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t first = symhelper_pid(sbx_self_uid());
 	cr_assert_gt(first, 0);
 	pthread_t t;
 	cr_assert_eq(pthread_create(&t, NULL, sbx_name_hang, pm), 0);
-	usleep(300 * 1000); /* the request is at the hang by now */
+	th_sleep_ms(300); /* the request is at the hang by now */
 	double t0 = sbx_now();
 	cr_assert_eq(kill(first, SIGSTOP), 0);
 	void *name;
@@ -366,7 +330,7 @@ Test(sandbox, stopped_mid_request_is_not_waited_for)
 	cr_expect_lt(dt, 10.0, "given up after %.2f s (deadline 20 s)", dt);
 	cr_expect(sbx_gone(first), "the stopped helper %d is killed", (int)first);
 	sbx_signal_helper(first, SIGKILL);
-	usleep(300 * 1000); /* past any backoff */
+	th_sleep_ms(300); /* past any backoff */
 	cr_expect_str_eq(sbx_name(pm, sbx_plain_two, &r), "sbx_plain_two");
 	procmaps_free(pm);
 }
@@ -417,10 +381,10 @@ Test(sandbox, killed_mid_snapshot)
 	pthread_t t;
 	cr_assert_eq(pthread_create(&t, NULL, sbx_write, &snap), 0);
 	pid_t pid = 0;
-	for (int i = 0; i < 500 && pid == 0; i++, usleep(10 * 1000))
+	for (int i = 0; i < 500 && pid == 0; i++, th_sleep_ms(10))
 		pid = symhelper_pid(sbx_self_uid());
 	cr_assert_gt(pid, 0, "a helper works on the snapshot");
-	usleep(300 * 1000); /* at the hang by now; the deadline is 20 s away */
+	th_sleep_ms(300); /* at the hang by now; the deadline is 20 s away */
 	double t0 = sbx_now();
 	cr_assert_eq(kill(pid, SIGKILL), 0);
 	pthread_join(t, NULL);
@@ -430,7 +394,7 @@ Test(sandbox, killed_mid_snapshot)
 	cr_expect_null(strstr((char *)snap.out.data, "sandbox_test_hang"), "%s", (char *)snap.out.data);
 	buf_free(&snap.out);
 
-	usleep(700 * 1000); /* past the backoff */
+	th_sleep_ms(700); /* past the backoff */
 	struct sbx_snapshot later = { .p = &p2, .pm = pm };
 	sbx_write(&later);
 	cr_assert_eq(later.rc, 0);
@@ -489,14 +453,12 @@ Test(sandbox, daemon_serves_on_when_a_file_crashes_its_helper, .timeout = 120)
 {
 	cr_assert_eq(access(SBX_HOOKS, X_OK), 0);
 	setenv("LLGO_HEAP_SYMBOLIZER", SBX_HOOKS, 1); /* the daemon's environment */
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { TH_PROGS "/sandbox_crash", "200", NULL };
 	th_start(&p, &d, "1", 0, NULL, argv, NULL);
-	char line[64];
-	cr_assert(th_read_line(&p, line, sizeof(line), 20000), "the program did not start");
+	th_ready(&p, 20000);
 	bool named = false;
 	int snapshots = 0;
 	for (long until = th_now_ms() + 60000; !named && th_now_ms() < until; snapshots++) {
@@ -517,8 +479,7 @@ Test(sandbox, daemon_serves_on_when_a_file_crashes_its_helper, .timeout = 120)
 	cr_expect(strstr(log, "shown unsymbolized from now on"), "%s", log);
 	free(log);
 	th_wait(&p, 10000);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- Who may touch a helper ---------------------------------------------------------- */
@@ -601,9 +562,8 @@ static pid_t sbx_new_helper(pid_t daemon, const pid_t *before, int nbefore)
 static char *sbx_reach_as(uid_t uid, pid_t pid)
 {
 	int pfd[2];
-	cr_assert_eq(pipe(pfd), 0);
-	pid_t c = fork();
-	cr_assert_geq(c, 0);
+	th_pipe(pfd);
+	pid_t c = th_fork();
 	if (c == 0) {
 		close(pfd[0]);
 		if (setgroups(0, NULL) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
@@ -704,18 +664,35 @@ static bool sbx_all_gone(const pid_t *pids, int n, long timeout_ms)
 	}
 }
 
+/* As root (the test is skipped otherwise, saying why): a daemon with the capabilities the
+ * unit gives it (sbx_unit_wrap) and the installed helper, started with extra options. */
+static void sbx_unit_daemon(struct heapd *d, const char *const *extra, const char *why)
+{
+	if (geteuid() != 0)
+		cr_skip_test("%s", why);
+	unsetenv("LLGO_HEAP_SYMBOLIZER");
+	heapd_init(d, NULL);
+	d->wrap = sbx_unit_wrap();
+	heapd_run(d, extra);
+}
+
+/* The end of the n programs p and their helpers: sig to each helper still there, then each
+ * program waited for. */
+static void sbx_end(struct th_proc *p, const pid_t *helper, int n, int sig)
+{
+	for (int i = 0; i < n; i++) {
+		sbx_signal_helper(helper[i], sig);
+		th_wait(&p[i], 10000);
+	}
+}
+
 /* Root's helper runs as a uid of its own (from --symbolizer-uids), not nobody's: a nobody
  * process can neither signal, trace nor read it (the unfixed daemon ran it as 65534, and a
  * SIGSTOP from nobody made root's next snapshot wait 30 s and come back unsymbolized). */
 Test(sandbox, nobody_cannot_touch_roots_helper, .timeout = 120)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root: the daemon as root, a process as nobody");
-	unsetenv("LLGO_HEAP_SYMBOLIZER");
 	struct heapd d;
-	heapd_init(&d, NULL);
-	d.wrap = sbx_unit_wrap();
-	heapd_run(&d, NULL);
+	sbx_unit_daemon(&d, NULL, "needs root: the daemon as root, a process as nobody");
 	struct th_proc p;
 	pid_t helper;
 	sbx_sites_as(&p, &d, -1, &helper);
@@ -726,8 +703,7 @@ Test(sandbox, nobody_cannot_touch_roots_helper, .timeout = 120)
 	cr_expect_str_eq(reach, "", "nobody reached root's helper (uid %u):%s", uid, reach);
 	free(reach);
 	sbx_more_is_named(&p, &d, "root");
-	sbx_signal_helper(helper, SIGCONT);
-	th_wait(&p, 10000);
+	sbx_end(&p, &helper, 1, SIGCONT);
 	heapd_finish(&d);
 }
 
@@ -738,14 +714,9 @@ Test(sandbox, nobody_cannot_touch_roots_helper, .timeout = 120)
  * own business). */
 Test(sandbox, system_uids_helpers_are_their_own, .timeout = 120)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root: the daemon as root, programs as other uids");
-	unsetenv("LLGO_HEAP_SYMBOLIZER");
 	struct heapd d;
-	heapd_init(&d, NULL);
-	d.wrap = sbx_unit_wrap();
-	const char *const extra[] = { "--symbolizer-uids", "61100-61149", NULL };
-	heapd_run(&d, extra);
+	sbx_unit_daemon(&d, (const char *const[]){ "--symbolizer-uids", "61100-61149", NULL },
+			"needs root: the daemon as root, programs as other uids");
 	const long uids[] = { 1, 65534, 4242 };
 	struct th_proc p[3];
 	pid_t helper[3];
@@ -768,10 +739,7 @@ Test(sandbox, system_uids_helpers_are_their_own, .timeout = 120)
 	}
 	cr_expect_neq(run[0], run[1], "uid 1 and nobody share helper uid %u", run[0]);
 	cr_expect_eq(run[2], 4242u, "a regular user's helper runs as that user");
-	for (int i = 0; i < 3; i++) {
-		sbx_signal_helper(helper[i], SIGCONT);
-		th_wait(&p[i], 10000);
-	}
+	sbx_end(p, helper, 3, SIGCONT);
 	heapd_finish(&d);
 }
 
@@ -780,13 +748,8 @@ Test(sandbox, system_uids_helpers_are_their_own, .timeout = 120)
  * daemon waited 30 s and showed it unsymbolized). */
 Test(sandbox, users_stopped_helper_is_replaced, .timeout = 120)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root: a program as another uid");
-	unsetenv("LLGO_HEAP_SYMBOLIZER");
 	struct heapd d;
-	heapd_init(&d, NULL);
-	d.wrap = sbx_unit_wrap();
-	heapd_run(&d, NULL);
+	sbx_unit_daemon(&d, NULL, "needs root: a program as another uid");
 	struct th_proc p;
 	pid_t helper;
 	sbx_sites_as(&p, &d, 4242, &helper);
@@ -798,66 +761,40 @@ Test(sandbox, users_stopped_helper_is_replaced, .timeout = 120)
 	sbx_more_is_named(&p, &d, "uid 4242");
 	cr_expect(sbx_all_gone(&helper, 1, 5000), "the stopped helper %d is still there",
 		  (int)helper);
-	sbx_signal_helper(helper, SIGKILL);
-	th_wait(&p, 10000);
+	sbx_end(&p, &helper, 1, SIGKILL);
 	heapd_finish(&d);
+}
+
+/* As root: root's program with a helper it stopped and uid 4242's program with its helper;
+ * the daemon ended by end, and then neither helper outlives it (5 s at most). */
+static void sbx_helpers_end_with_the_daemon(void (*end)(struct heapd *d))
+{
+	struct heapd d;
+	sbx_unit_daemon(&d, NULL, "needs root: helpers of other uids");
+	struct th_proc p[2];
+	pid_t helper[2];
+	sbx_sites_as(&p[0], &d, -1, &helper[0]);
+	sbx_sites_as(&p[1], &d, 4242, &helper[1]);
+	cr_assert_eq(kill(helper[0], SIGSTOP), 0);
+	end(&d);
+	bool gone = sbx_all_gone(helper, 2, 5000);
+	cr_expect(gone, "helpers %d (stopped) and %d outlive the daemon: %s %s", (int)helper[0],
+		  (int)helper[1], sbx_gone(helper[0]) ? "gone" : "there",
+		  sbx_gone(helper[1]) ? "gone" : "there");
+	sbx_end(p, helper, 2, SIGKILL);
+	heapd_cleanup(&d);
 }
 
 /* The daemon stops (SIGTERM): no helper outlives it, not even one that was stopped (SIGSTOP),
  * which never reads the hang-up of its socket. */
 Test(sandbox, no_helper_outlives_the_daemon, .timeout = 120)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root: helpers of other uids");
-	unsetenv("LLGO_HEAP_SYMBOLIZER");
-	struct heapd d;
-	heapd_init(&d, NULL);
-	d.wrap = sbx_unit_wrap();
-	heapd_run(&d, NULL);
-	struct th_proc p[2];
-	pid_t helper[2];
-	sbx_sites_as(&p[0], &d, -1, &helper[0]);
-	sbx_sites_as(&p[1], &d, 4242, &helper[1]);
-	cr_assert_eq(kill(helper[0], SIGSTOP), 0);
-	heapd_stop_clean(&d);
-	bool gone = sbx_all_gone(helper, 2, 5000);
-	cr_expect(gone, "helpers %d (stopped) and %d outlive the daemon: %s %s", (int)helper[0],
-		  (int)helper[1], sbx_gone(helper[0]) ? "gone" : "there",
-		  sbx_gone(helper[1]) ? "gone" : "there");
-	for (int i = 0; i < 2; i++) {
-		sbx_signal_helper(helper[i], SIGKILL);
-		th_wait(&p[i], 10000);
-	}
-	heapd_cleanup(&d);
+	sbx_helpers_end_with_the_daemon(heapd_stop_clean);
 }
 
 /* The daemon is killed (SIGKILL: no orderly stop): its helpers die with it (their parent-death
  * signal), a stopped one too. */
 Test(sandbox, helpers_die_with_a_killed_daemon, .timeout = 120)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root: helpers of other uids");
-	unsetenv("LLGO_HEAP_SYMBOLIZER");
-	struct heapd d;
-	heapd_init(&d, NULL);
-	d.wrap = sbx_unit_wrap();
-	heapd_run(&d, NULL);
-	struct th_proc p[2];
-	pid_t helper[2];
-	sbx_sites_as(&p[0], &d, -1, &helper[0]);
-	sbx_sites_as(&p[1], &d, 4242, &helper[1]);
-	cr_assert_eq(kill(helper[0], SIGSTOP), 0);
-	cr_assert_eq(kill(d.pid, SIGKILL), 0);
-	int st;
-	waitpid(d.pid, &st, 0);
-	d.pid = 0;
-	bool gone = sbx_all_gone(helper, 2, 5000);
-	cr_expect(gone, "helpers %d (stopped) and %d outlive the daemon: %s %s", (int)helper[0],
-		  (int)helper[1], sbx_gone(helper[0]) ? "gone" : "there",
-		  sbx_gone(helper[1]) ? "gone" : "there");
-	for (int i = 0; i < 2; i++) {
-		sbx_signal_helper(helper[i], SIGKILL);
-		th_wait(&p[i], 10000);
-	}
-	heapd_cleanup(&d);
+	sbx_helpers_end_with_the_daemon(heapd_kill);
 }

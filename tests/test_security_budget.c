@@ -20,10 +20,9 @@
 static void nobody_procs(struct heapd *d, int n, pid_t *pids, int *release)
 {
 	int p[2];
-	cr_assert_eq(pipe(p), 0);
+	th_pipe(p);
 	for (int i = 0; i < n; i++) {
-		pids[i] = fork();
-		cr_assert_geq(pids[i], 0);
+		pids[i] = th_fork();
 		if (pids[i] == 0) {
 			close(p[1]);
 			th_become_nobody();
@@ -47,8 +46,7 @@ static void reap(pid_t *pids, int n)
 /* A process of root's that attaches (no ACK asked for) and exits at once: its pid, reaped. */
 static pid_t root_attached_and_gone(const struct heapd *d)
 {
-	pid_t p = fork();
-	cr_assert_geq(p, 0);
+	pid_t p = th_fork();
 	if (p == 0) {
 		int s = heapd_connect(d->sock);
 		_exit(s < 0 || th_hello_noack(s, NULL, NULL) != 0);
@@ -92,7 +90,7 @@ Test(budget, rings_per_uid, .timeout = 60)
 	struct heapd d;
 	heapd_start(&d, NULL, (const char *[]){ "--max-rings-per-uid", "2", NULL });
 	int go[2];
-	cr_assert_eq(pipe(go), 0);
+	th_pipe(go);
 	pid_t child = th_ring_taker(&d, th_nobody_uid(), 6, go);
 	close(go[0]);
 	struct th_shim sh;
@@ -123,7 +121,7 @@ Test(budget, global_rings_keep_shares_for_root_and_each_uid, .timeout = 60)
 	struct heapd d;
 	heapd_start(&d, NULL, (const char *[]){ "--max-rings", "16", "--max-rings-per-uid", "6", NULL });
 	int go[2];
-	cr_assert_eq(pipe(go), 0);
+	th_pipe(go);
 	const uid_t uids[] = { th_nobody_uid(), 4242, 4243, 4244, 4245 };
 	pid_t kids[5];
 	uint32_t got[5], sum = 0;
@@ -156,8 +154,7 @@ Test(budget, global_rings_keep_shares_for_root_and_each_uid, .timeout = 60)
 static pid_t nobody_distinct(const struct heapd *d, unsigned n, const int go[2],
 			     void (*then)(const struct heapd *d))
 {
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
+	pid_t child = th_fork();
 	if (child == 0) {
 		close(go[1]);
 		th_become_nobody();
@@ -183,7 +180,7 @@ Test(budget, bucket_memory_per_uid, .timeout = 60)
 	struct heapd d;
 	heapd_start(&d, NULL, (const char *[]){ "--max-bucket-memory-per-uid", "256K", NULL });
 	int go[2];
-	cr_assert_eq(pipe(go), 0);
+	th_pipe(go);
 	pid_t child = nobody_distinct(&d, 20000, go, NULL);
 	struct llgo_list_entry e;
 	memset(&e, 0, sizeof(e));
@@ -252,7 +249,7 @@ Test(budget, unread_answers_per_uid, .timeout = 90)
 	struct heapd d;
 	heapd_start(&d, NULL, (const char *[]){ "--max-unread-per-uid", "1M", NULL });
 	int go[2];
-	cr_assert_eq(pipe(go), 0);
+	th_pipe(go);
 	pid_t child = nobody_distinct(&d, 6000, go, unread_snapshots);
 	char *log = th_wait_log(&d, "unread answers budget reached", 20000);
 	cr_expect(strstr(log, "unread answers budget reached") != NULL, "%s", log);
@@ -310,10 +307,9 @@ Test(budget, one_users_slow_snapshots_leave_workers_to_others, .timeout = 120)
 	long quiet_ms = th_now_ms() - t0;
 
 	int go[2], ready[2];
-	cr_assert_eq(pipe(go), 0);
-	cr_assert_eq(pipe(ready), 0);
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
+	th_pipe(go);
+	th_pipe(ready);
+	pid_t child = th_fork();
 	if (child == 0) {
 		close(go[1]);
 		close(ready[0]);
@@ -359,9 +355,8 @@ Test(budget, one_users_slow_snapshots_leave_workers_to_others, .timeout = 120)
 static pid_t root_memfd_proc(const char *sock, int *release)
 {
 	int p[2];
-	cr_assert_eq(pipe(p), 0);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
+	th_pipe(p);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		close(p[1]);
 		int st, memfd = th_proc_memfd();
@@ -392,8 +387,7 @@ static long root_memfd_proc_end(const char *sock, pid_t pid, int release, long w
 static pid_t exit_attacker(const struct heapd *d, const int go[2], const int ready[2], int release,
 			   int (*body)(const struct heapd *d, int go, int ready))
 {
-	pid_t atk = fork();
-	cr_assert_geq(atk, 0);
+	pid_t atk = th_fork();
 	if (atk == 0) {
 		close(go[1]);
 		close(ready[0]);
@@ -463,8 +457,8 @@ Test(budget, one_users_exits_leave_exit_workers_to_others, .timeout = 150)
 	heapd_start(&d, NULL, NULL);
 	int go[2], ready[2], release;
 	pid_t mine = root_memfd_proc(d.sock, &release);
-	cr_assert_eq(pipe(go), 0);
-	cr_assert_eq(pipe(ready), 0);
+	th_pipe(go);
+	th_pipe(ready);
 	pid_t atk = exit_attacker(&d, go, ready, release, exit_flood);
 	int n = 0;
 	char c;
@@ -507,8 +501,7 @@ Test(budget, exit_scan_reads_what_the_samples_justify, .timeout = 60)
 	th_need_root();
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	pid_t atk = fork();
-	cr_assert_geq(atk, 0);
+	pid_t atk = th_fork();
 	if (atk == 0) {
 		th_become_nobody();
 		int st, live = th_live_table(4ull << 20), memfd = th_proc_memfd();
@@ -600,8 +593,8 @@ Test(budget, one_users_bye_flood_leaves_exit_workers_to_others, .timeout = 150)
 	heapd_start(&d, NULL, NULL);
 	int go[2], ready[2], release;
 	pid_t mine = root_memfd_proc(d.sock, &release);
-	cr_assert_eq(pipe(go), 0);
-	cr_assert_eq(pipe(ready), 0);
+	th_pipe(go);
+	th_pipe(ready);
 	pid_t atk = exit_attacker(&d, go, ready, release, bye_flood);
 	char c;
 	cr_assert_eq(read(ready[0], &c, 1), 1, "nobody's BYE flood did not start");

@@ -23,10 +23,9 @@ Test(exposure, connections_per_uid_and_list, .timeout = 60)
 	struct th_shim sh;
 	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	int go[2], res[2];
-	cr_assert_eq(pipe(go), 0);
-	cr_assert_eq(pipe(res), 0);
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
+	th_pipe(go);
+	th_pipe(res);
+	pid_t child = th_fork();
 	if (child == 0) {
 		close(go[1]);
 		th_become_nobody();
@@ -95,9 +94,8 @@ Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
 	th_write_file(victim, "root's file\n");
 	th_write_file(victim2, "root's other file\n");
 	int go[2];
-	cr_assert_eq(pipe(go), 0);
-	pid_t cli = fork();
-	cr_assert_geq(cli, 0);
+	th_pipe(go);
+	pid_t cli = th_fork();
 	if (cli == 0) {
 		char c;
 		close(go[1]);
@@ -110,8 +108,7 @@ Test(exposure, output_file_follows_no_planted_symlink, .timeout = 60)
 		_exit(127);
 	}
 	/* nobody plants the links (in a sticky world-writable folder, as in /tmp) */
-	pid_t planter = fork();
-	cr_assert_geq(planter, 0);
+	pid_t planter = th_fork();
 	if (planter == 0) {
 		th_become_nobody();
 		char tmp[256];
@@ -142,8 +139,7 @@ static int cli_snapshot_to(const char *sock, const char *target)
 {
 	char pid[32];
 	snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	pid_t cli = fork();
-	cr_assert_geq(cli, 0);
+	pid_t cli = th_fork();
 	if (cli == 0) {
 		int nul = open("/dev/null", O_WRONLY); /* the CLI's stderr is not the test's */
 		if (nul >= 0)
@@ -406,9 +402,8 @@ Test(exposure, token_file_writable_by_others_is_refused, .timeout = 60)
 static int http_status_as(uid_t uid, int port, const char *path, const char *token)
 {
 	int p[2];
-	cr_assert_eq(pipe(p), 0);
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
+	th_pipe(p);
+	pid_t child = th_fork();
 	if (child == 0) {
 		close(p[0]);
 		if (uid)
@@ -435,7 +430,7 @@ Test(exposure, http_default_serves_each_local_uid_its_own, .timeout = 60)
 	struct th_shim sh;
 	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	int go[2];
-	cr_assert_eq(pipe(go), 0);
+	th_pipe(go);
 	pid_t mine = th_ring_taker(&d, th_nobody_uid(), 1, go);
 	close(go[0]);
 	th_rings_taken(&d, mine, 1);
@@ -462,8 +457,7 @@ Test(exposure, http_default_serves_each_local_uid_its_own, .timeout = 60)
  * 500 ms, each reopened when the server closes it, until the process is killed. */
 static pid_t http_slowloris(uid_t uid, int port, int nconns)
 {
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
+	pid_t child = th_fork();
 	if (child != 0)
 		return child;
 	prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -25,8 +25,7 @@ Test(identity, setuid_exec_after_connect_is_refused, .timeout = 60)
 	heapd_start(&d, NULL, NULL);
 	char suid[128];
 	th_make_setuid_sleep(d.dir, suid, sizeof(suid));
-	pid_t a = fork();
-	cr_assert_geq(a, 0);
+	pid_t a = th_fork();
 	if (a == 0) {
 		th_become_nobody();
 		int s = heapd_connect(d.sock);
@@ -71,10 +70,9 @@ Test(identity, not_dumpable_process_is_not_read, .timeout = 60)
 {
 	th_need_root();
 	int to_child[2], to_parent[2];
-	cr_assert_eq(pipe(to_child), 0);
-	cr_assert_eq(pipe(to_parent), 0);
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
+	th_pipe(to_child);
+	th_pipe(to_parent);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		th_become_nobody();
 		char c;
@@ -111,9 +109,8 @@ Test(identity, hello_after_the_process_exited_is_not_live, .timeout = 60)
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
 	int pfd[2];
-	cr_assert_eq(pipe(pfd), 0);
-	pid_t outer = fork();
-	cr_assert_geq(outer, 0);
+	th_pipe(pfd);
+	pid_t outer = th_fork();
 	if (outer == 0) {
 		th_become_nobody();
 		/* a: connects, forks b (keeps the socket), exits and is reaped */
@@ -206,11 +203,10 @@ Test(identity, a_memfd_backs_one_session, .timeout = 60)
 	int memfd = th_proc_memfd(), live = th_live_table(16);
 	cr_assert(memfd >= 0 && live >= 0);
 	int go[2], ares[2], bres[2];
-	cr_assert_eq(pipe(go), 0);
-	cr_assert_eq(pipe(ares), 0);
-	cr_assert_eq(pipe(bres), 0);
-	pid_t a = fork();
-	cr_assert_geq(a, 0);
+	th_pipe(go);
+	th_pipe(ares);
+	th_pipe(bres);
+	pid_t a = th_fork();
 	if (a == 0) {
 		close(go[1]);
 		int st, s = th_memfd_hello(d.sock, memfd, &st);
@@ -227,8 +223,7 @@ Test(identity, a_memfd_backs_one_session, .timeout = 60)
 	}
 	cr_assert(th_wait_state(d.sock, a, LLGO_PROC_LIVE, 5000), "A did not attach");
 	th_sleep_ms(300); /* A's ADD_LIVE handled */
-	pid_t b = fork();
-	cr_assert_geq(b, 0);
+	pid_t b = th_fork();
 	if (b == 0) {
 		close(go[1]);
 		int r[3] = { -1, -1, 0 }, own = th_proc_memfd();

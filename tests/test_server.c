@@ -354,9 +354,8 @@ Test(server, snapshot_after_the_process_died, .timeout = 120)
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
 	int pipefd[2];
-	cr_assert_eq(pipe(pipefd), 0);
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
+	th_pipe(pipefd);
+	pid_t child = th_fork();
 	if (child == 0) {
 		close(pipefd[0]);
 		struct th_shim sh;
@@ -409,8 +408,7 @@ Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 	struct th_shim sh;
 	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
 	pid_t me = getpid();
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
+	pid_t child = th_fork();
 	if (child == 0) {
 		th_become_nobody();
 		struct client_answer a;
@@ -545,8 +543,7 @@ Test(server, exited_sessions_are_evicted_oldest_first, .timeout = 120)
 	heapd_start(&d, NULL, extra);
 	pid_t kids[4];
 	for (int i = 0; i < 4; i++) {
-		kids[i] = fork();
-		cr_assert_geq(kids[i], 0);
+		kids[i] = th_fork();
 		if (kids[i] == 0) {
 			struct th_shim sh;
 			_exit(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1) == 0 ? 0 : 1);
@@ -628,8 +625,7 @@ Test(server, socket_activation, .timeout = 60)
 	struct heapd d;
 	int ls = bound_socket(&d);
 	cr_assert_eq(listen(ls, 16), 0);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		int fd = open(d.log, O_WRONLY | O_CREAT | O_APPEND, 0644);

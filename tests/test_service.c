@@ -77,8 +77,7 @@ static void svc_spawn(struct heapd *d, const char *dir, const char *sockname,
 {
 	snprintf(d->sock, sizeof(d->sock), "%s/%s", dir, sockname);
 	snprintf(d->log, sizeof(d->log), "%s/heapd.log", dir);
-	d->pid = fork();
-	cr_assert(d->pid >= 0);
+	d->pid = th_fork();
 	if (d->pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -210,8 +209,7 @@ Test(service, socket_activation_without_systemd, .timeout = 120)
 	cr_expect_gt(readlink(exe, target, sizeof(target) - 1), 0);
 	cr_expect_not_null(strstr(target, "/llgo-heapd"), "pid %d is %s", (int)d.pid, target);
 	fputs("more\n", p.in);
-	char line[64];
-	cr_assert(th_read_line(&p, line, sizeof(line), 10000));
+	th_ready(&p, 10000);
 	char *out = NULL;
 	int rc = th_sh(&out, SVC_CLI " top %d --socket %s", (int)p.pid, d.sock);
 	cr_expect_eq(rc, 0, "%s", out);
@@ -507,8 +505,7 @@ static pid_t svc_spawn_traced(struct heapd *d, const char *dir, const char *trac
 	cr_assert(WIFSTOPPED(st));
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", (int)d->pid);
-	pid_t tracer = fork();
-	cr_assert(tracer >= 0);
+	pid_t tracer = th_fork();
 	if (tracer == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

@@ -38,6 +38,7 @@
 
 #include "../agent/internal.h"
 #include "../shim/internal.h"
+#include "helpers.h"
 
 /* criterion's runner sometimes leaks the 48-byte record of a test's timeout when the test
  * ends as the timer is armed (libcriterion 2.4.1, calloc in its setup_timeout); that is not
@@ -432,8 +433,7 @@ static void run_prog_with(struct run *r, bool shim, const char *const *env_extra
 	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		dup2(pfd[1], 1);
 		dup2(pfd[1], 2);

@@ -227,16 +227,13 @@ Test(stress, sixteen_threads_exact_under_snapshots, .timeout = 240)
 	const char *ms = tsan ? "1000" : "3000";
 	/* paced: 16 threads x (BURST allocations, then 1 ms asleep) */
 	const char *burst = tsan ? "4" : "20";
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { PROG("stress_sites"), "16", "time", (char *)ms, (char *)burst, "1000",
 			 NULL };
 	th_start(&p, &d, "1", 1024, NULL, argv, NULL);
-	char line[256];
-	cr_assert(th_read_line(&p, line, sizeof(line), 30000) && strcmp(line, "started") == 0,
-		  "program did not start: %s", line);
+	cr_assert_str_eq(th_ready(&p, 30000), "started");
 
 	struct snapper sn = { .sock = d.sock, .pid = p.pid };
 	pthread_t th;
@@ -272,8 +269,7 @@ Test(stress, sixteen_threads_exact_under_snapshots, .timeout = 240)
 	cr_expect_eq((long)v.acct.delivered, v.total);
 	free(text);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- overload ------------------------------------------------------------------------------ */
@@ -297,9 +293,8 @@ static char *overload_run(struct heapd *d, const char *n, struct llgo_list_entry
 
 Test(stress, tiny_rings_drop_and_count_exactly, .timeout = 240)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	/* What the program allocates besides its sites (stdio, thread start-up). */
 	struct llgo_list_entry base, row;
 	char *out;
@@ -332,8 +327,7 @@ Test(stress, tiny_rings_drop_and_count_exactly, .timeout = 240)
 	cr_expect_eq(th_text_total(text), (long)a.delivered);
 	free(text);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- idle and snapshots --------------------------------------------------------------------- */
@@ -342,15 +336,13 @@ static void idle_start(struct th_proc *p, struct heapd *d, const char *k)
 {
 	char *argv[] = { PROG("life_idle"), (char *)k, NULL };
 	th_start(p, d, "1", 0, NULL, argv, NULL);
-	char line[64];
-	cr_assert(th_read_line(p, line, sizeof(line), 30000) && strcmp(line, "ready") == 0);
+	cr_assert_str_eq(th_ready(p, 30000), "ready");
 }
 
 Test(stress, idle_daemon_uses_no_cpu, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	enum { NPROC = 4 };
 	struct th_proc p[NPROC];
 	for (int i = 0; i < NPROC; i++)
@@ -377,15 +369,13 @@ Test(stress, idle_daemon_uses_no_cpu, .timeout = 120)
 	free(rows);
 	for (int i = 0; i < NPROC; i++)
 		cr_expect_eq(th_wait(&p[i], 10000), 0);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 Test(stress, snapshot_drains_first, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	idle_start(&p, &d, "500");
 	for (int round = 1; round <= 5; round++) {
@@ -393,8 +383,7 @@ Test(stress, snapshot_drains_first, .timeout = 120)
 		th_sleep_ms(300);
 		fputs("more\n", p.in);
 		fflush(p.in);
-		char line[64];
-		cr_assert(th_read_line(&p, line, sizeof(line), 30000) && strcmp(line, "ready") == 0);
+		cr_assert_str_eq(th_ready(&p, 30000), "ready");
 		/* at once: the records were published just now */
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		long got = th_text_count(text, "idle_more_site", 555);
@@ -403,17 +392,15 @@ Test(stress, snapshot_drains_first, .timeout = 120)
 		free(text);
 	}
 	cr_expect_eq(th_wait(&p, 10000), 0);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* At the default rate, 16 threads allocating flat out on a machine they saturate lose
  * nothing: the drain keeps up (WAKE on half-full rings, 1 ms polls while busy). */
 Test(stress, default_rate_drops_nothing, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { PROG("stress_sites"), "16", "time", "2000", NULL };
 	th_start(&p, &d, "524288", 0, NULL, argv, NULL);
@@ -434,6 +421,5 @@ Test(stress, default_rate_drops_nothing, .timeout = 120)
 	cr_expect_eq(e.corrupt, 0);
 	cr_expect_eq(e.sampled, e.delivered);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }

@@ -673,10 +673,9 @@ Test(symbolize, deleted_binary_through_map_files)
 	char prog[4200];
 	snprintf(prog, sizeof(prog), "%s/prog", dir);
 	int in[2], outp[2];
-	cr_assert_eq(pipe(in), 0);
-	cr_assert_eq(pipe(outp), 0);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
+	th_pipe(in);
+	th_pipe(outp);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		dup2(in[0], 0);
 		dup2(outp[1], 1);

@@ -596,8 +596,7 @@ Test(unwind, eh_frame_without_header_dwarf, .timeout = 300)
  * read from the program stopped before it allocates. */
 static size_t uw_fp_ranges_in(const char *prog)
 {
-	pid_t pid = fork();
-	cr_assert(pid >= 0);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		execl(prog, prog, "1", "none", "stop", (char *)NULL);
 		_exit(127);
@@ -865,8 +864,7 @@ static void uw_hostile_fde(const char *prog, const char *name, const unsigned ch
 	free(out);
 	uw_patch_fde(copy, name, "a_leaf", hostile, n);
 	const int allocs = 10;
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		if (geteuid() == 0 &&
 		    (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))

@@ -103,9 +103,8 @@ static void vt_start_prog(struct th_proc *p, struct heapd *d, const char *rate,
 Test(verify, frame_pointer_program_agrees, .timeout = 120)
 {
 	VT_NEED_BPF();
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	vt_start_prog(&p, &d, "65536", "8", NULL);
 	char *out = NULL;
@@ -137,16 +136,14 @@ Test(verify, frame_pointer_program_agrees, .timeout = 120)
 	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_expect_eq(e.sampled, e.delivered + e.dropped + e.corrupt);
 	cr_expect_eq(e.corrupt, 0);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 Test(verify, corrupted_stacks_are_reported, .timeout = 120)
 {
 	VT_NEED_BPF();
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	const char *extra[] = { "LLGO_HEAP_TEST_CORRUPT_STACK=10", NULL };
 	vt_start_prog(&p, &d, "65536", "8", extra);
@@ -175,17 +172,15 @@ Test(verify, corrupted_stacks_are_reported, .timeout = 120)
 	cr_expect_eq(rc, 0, "--min-agree 80: exit %d:\n%s", rc, out);
 	free(out);
 	th_wait(&p, 30000);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 Test(verify, verify_every_reaches_list_and_profile, .timeout = 120)
 {
 	VT_NEED_BPF();
-	char *dir = th_tmpdir();
 	struct heapd d;
 	const char *opts[] = { "--verify-every", "7", NULL };
-	heapd_start(&d, dir, opts);
+	heapd_start(&d, NULL, opts);
 	struct th_proc p;
 	vt_start_prog(&p, &d, "65536", "3", NULL);
 	/* a one-off verify while the continuous one runs */
@@ -215,15 +210,13 @@ Test(verify, verify_every_reaches_list_and_profile, .timeout = 120)
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	cr_expect(strstr(text, " verified=") != NULL, "no verify comment:\n%.400s", text);
 	free(text);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 Test(verify, errors_exit_2_with_one_line, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	char *out = NULL;
 	int rc = th_sh(&out, CLI " verify 999999 --seconds 1 --socket %s", d.sock);
 	cr_expect_eq(rc, 2, "unknown pid: exit %d: %s", rc, out);
@@ -235,8 +228,7 @@ Test(verify, errors_exit_2_with_one_line, .timeout = 120)
 	rc = th_sh(&out, CLI " verify 1 --min-agree 101 --socket %s", d.sock);
 	cr_expect_eq(rc, 2, "--min-agree 101: exit %d: %s", rc, out);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* A daemon without BPF rights: uid nobody, no capabilities (setpriv). */
@@ -286,9 +278,8 @@ Test(verify, no_bpf_rights_exit_2_and_profiling_goes_on, .timeout = 120)
 Test(verify, shim_without_probe_exit_2, .timeout = 120)
 {
 	VT_NEED_BPF();
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { PROG("verify_fp"), "3", "1", NULL };
 	th_start(&p, &d, "65536", 0, TH_PROGS "/libllgoheap-noprobe.so", argv, NULL);
@@ -307,8 +298,7 @@ Test(verify, shim_without_probe_exit_2, .timeout = 120)
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_expect_gt(e.delivered, 0, "the old shim's process was still profiled");
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* C++: the real operator new (libstdc++, no frame pointer) sits between the shim and the
@@ -317,9 +307,8 @@ Test(verify, shim_without_probe_exit_2, .timeout = 120)
 Test(verify, cxx_operator_new_agrees, .timeout = 120)
 {
 	VT_NEED_BPF();
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { PROG("e2e_cxx"), "100000000", NULL };
 	th_start(&p, &d, "4096", 1024, NULL, argv, NULL);
@@ -337,8 +326,7 @@ Test(verify, cxx_operator_new_agrees, .timeout = 120)
 	free(out);
 	kill(p.pid, SIGKILL);
 	th_wait(&p, 30000);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* "kernel: H probe hits, L captures lost" of a verify report: false when absent. */
@@ -360,10 +348,8 @@ Test(verify, one_users_flood_leaves_roots_captures, .timeout = 180)
 	VT_NEED_BPF();
 	if (access("/usr/bin/setpriv", X_OK) != 0)
 		cr_skip_test("no /usr/bin/setpriv (util-linux)");
-	char *dir = th_tmpdir();
-	cr_assert_eq(chmod(dir, 0755), 0);
-	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	struct heapd d; /* its folder 0755: nobody reaches the socket */
+	heapd_start(&d, NULL, NULL);
 	/* nobody's flood: the shim only in the program (env), not in setpriv */
 	char preload[600], sock[200];
 	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", LLGO_PLAIN_SHIM);
@@ -387,9 +373,8 @@ Test(verify, one_users_flood_leaves_roots_captures, .timeout = 180)
 	cr_assert_eq(e.uid, 65534u, "nobody's program is not listed as nobody's");
 
 	char nobody_out[300];
-	snprintf(nobody_out, sizeof(nobody_out), "%s/nobody-verify.txt", dir);
-	pid_t nv = fork();
-	cr_assert_geq(nv, 0);
+	snprintf(nobody_out, sizeof(nobody_out), "%s/nobody-verify.txt", d.dir);
+	pid_t nv = th_fork();
 	if (nv == 0) {
 		int fd = open(nobody_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		dup2(fd, 1);
@@ -426,8 +411,7 @@ Test(verify, one_users_flood_leaves_roots_captures, .timeout = 180)
 	th_wait(&flood, 30000);
 	kill(p.pid, SIGKILL);
 	th_wait(&p, 30000);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- dwarf mode -------------------------------------------------------------------------- */
@@ -437,9 +421,8 @@ Test(verify, one_users_flood_leaves_roots_captures, .timeout = 180)
 static int vt_verify_dwarf(const char *corrupt, char **out, unsigned long long *n,
 			   unsigned long long *m)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	const char *extra[] = { "LLGO_HEAP_UNWIND=dwarf", corrupt, NULL };
 	/* each sample costs the kernel a 48 KiB copy: a rate that keeps the ring buffer
@@ -455,8 +438,7 @@ static int vt_verify_dwarf(const char *corrupt, char **out, unsigned long long *
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_expect_eq(e.corrupt, 0);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 	return rc;
 }
 

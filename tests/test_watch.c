@@ -51,19 +51,17 @@ static char *tmux_wait(struct tmux *t, const char *want, bool absent)
 
 static void watch_case(const char *quit_key)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { PROG("inuse_sites"), "200", NULL };
 	th_start(&p, &d, "1", 0, NULL, argv, NULL);
-	char line[256];
-	cr_assert(th_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+	th_ready(&p, 60000);
 
 	struct tmux t;
-	snprintf(t.sock, sizeof(t.sock), "%s/tmux.sock", dir);
+	snprintf(t.sock, sizeof(t.sock), "%s/tmux.sock", d.dir);
 	char script[4200];
-	snprintf(script, sizeof(script), "%s/watch.sh", dir);
+	snprintf(script, sizeof(script), "%s/watch.sh", d.dir);
 	FILE *f = fopen(script, "w");
 	cr_assert(f);
 	/* The shell prints a marker before and the terminal state after the watch. */
@@ -109,8 +107,7 @@ static void watch_case(const char *quit_key)
 	fputs("go\n", p.in);
 	fflush(p.in);
 	th_wait(&p, 60000);
-	heapd_stop(&d);
-	th_rmdir(dir);
+	heapd_cleanup(&d);
 }
 
 Test(watch, q_quits_and_restores_the_terminal, .timeout = 120)
@@ -125,16 +122,14 @@ Test(watch, ctrl_c_quits_and_restores_the_terminal, .timeout = 120)
 
 Test(watch, plain_lines_when_piped, .timeout = 120)
 {
-	char *dir = th_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	char *argv[] = { PROG("inuse_sites"), "200", NULL };
 	th_start(&p, &d, "1", 0, NULL, argv, NULL);
-	char line[256];
-	cr_assert(th_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+	th_ready(&p, 60000);
 	char out[4200];
-	snprintf(out, sizeof(out), "%s/watch.txt", dir);
+	snprintf(out, sizeof(out), "%s/watch.txt", d.dir);
 	char cmd[8192];
 	snprintf(cmd, sizeof(cmd), "%s/llgo-heap top %d --watch 0.2 --socket %s > %s 2>&1 &",
 		 TH_BIN, (int)p.pid, d.sock, out);
@@ -167,6 +162,5 @@ Test(watch, plain_lines_when_piped, .timeout = 120)
 			  "site_kept still in use after exit: %.80s", bol);
 	}
 	free(text);
-	heapd_stop(&d);
-	th_rmdir(dir);
+	heapd_cleanup(&d);
 }
