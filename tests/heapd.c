@@ -156,6 +156,25 @@ void heapd_run(struct heapd *d, const char *const *extra)
 		       d->http ? " (or logged no HTTP port)" : "", log);
 }
 
+int heapd_refusal(struct heapd *d, const char *const *extra, char **log)
+{
+	pid_t pid = heapd_spawn(d, extra);
+	int st = -1;
+	for (int i = 0; i < 2000; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			break;
+		st = -1;
+		th_sleep_ms(5);
+	}
+	if (st == -1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	if (log)
+		*log = heapd_log(d);
+	return st;
+}
+
 bool heapd_alive(struct heapd *d)
 {
 	int st;

@@ -52,6 +52,10 @@ bool heapd_wait(struct heapd *d);
 void heapd_run(struct heapd *d, const char *const *extra);
 /* init + run: the usual start. */
 void heapd_start(struct heapd *d, const char *dir, const char *const *extra);
+/* Spawn with extra options a daemon that must refuse to start: its wait status once it
+ * exited (-1 when it still ran after 10 s: then killed); what it logged in *log (malloc'ed)
+ * when log is not NULL. */
+int heapd_refusal(struct heapd *d, const char *const *extra, char **log);
 bool heapd_alive(struct heapd *d);
 /* SIGSTOP, and wait until every thread of the daemon has stopped: kill() wakes one thread
  * to take the stop, and the others go on serving until it did (a client that starts at once

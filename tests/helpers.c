@@ -706,6 +706,20 @@ void th_start(struct th_proc *p, const struct heapd *d, const char *rate, unsign
 	fcntl(fileno(p->out), F_SETFD, FD_CLOEXEC);
 }
 
+void th_run_start(struct heapd *d, const char *const *opts, struct th_proc *p, const char *rate,
+		  unsigned ring_kb, char *const argv[], const char *const *env, int ready_ms)
+{
+	heapd_start(d, NULL, opts);
+	th_start(p, d, rate, ring_kb, NULL, argv, env);
+	th_ready(p, ready_ms);
+}
+
+void th_say(struct th_proc *p, const char *line)
+{
+	fprintf(p->in, "%s\n", line);
+	fflush(p->in);
+}
+
 pid_t th_run_profiled(const struct heapd *d, uid_t uid, const char *prog, const char *arg)
 {
 	pid_t pid = th_fork();
@@ -759,8 +773,7 @@ const char *th_ready(struct th_proc *p, int timeout_ms)
 
 const char *th_ask(struct th_proc *p, const char *cmd, int timeout_ms)
 {
-	fprintf(p->in, "%s\n", cmd);
-	fflush(p->in);
+	th_say(p, cmd);
 	return th_ready(p, timeout_ms);
 }
 

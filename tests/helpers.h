@@ -239,6 +239,13 @@ void th_start(struct th_proc *p, const struct heapd *d, const char *rate, unsign
  * other: nobody), its stdout to /dev/null; its pid once it has exited with status 0 (its
  * session stays for snapshots). */
 pid_t th_run_profiled(const struct heapd *d, uid_t uid, const char *prog, const char *arg);
+/* The start of most end-to-end tests: a private daemon d (options opts, may be NULL), and
+ * argv started on it under the shim as th_start does (rate, ring KiB, settings env), once it
+ * wrote its first line (within ready_ms; in p->line). */
+void th_run_start(struct heapd *d, const char *const *opts, struct th_proc *p, const char *rate,
+		  unsigned ring_kb, char *const argv[], const char *const *env, int ready_ms);
+/* Send line (a newline added) to the program's stdin. */
+void th_say(struct th_proc *p, const char *line);
 /* Read one line of the program's stdout into line (without the newline); false at EOF or
  * after timeout_ms. */
 bool th_read_line(struct th_proc *p, char *line, size_t cap, int timeout_ms);

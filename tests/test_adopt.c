@@ -573,8 +573,7 @@ static void ad_start_idle(struct th_proc *p, const struct heapd *d)
 /* life_idle makes 20 more allocations (555 bytes, idle_more_site) at rate 1 and waits. */
 static void ad_more(struct th_proc *p)
 {
-	fputs("more\n", p->in);
-	fflush(p->in);
+	th_say(p, "more");
 	th_ready(p, 10000);
 }
 

@@ -69,8 +69,7 @@ static void diff_fix_start(struct diff_fix *f)
 	snprintf(f->a, sizeof(f->a), "%s/a.pb.gz", f->dir);
 	snprintf(f->b, sizeof(f->b), "%s/b.pb.gz", f->dir);
 	diff_snapshot(f, f->a);
-	fputs("go\n", f->p.in);
-	fflush(f->p.in);
+	th_say(&f->p, "go");
 	cr_assert(th_read_line(&f->p, line, sizeof(line), 60000), "second phase did not end");
 	diff_snapshot(f, f->b);
 }

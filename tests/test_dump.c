@@ -24,18 +24,6 @@
 
 #define GROW TH_PROGS "/dump_grow"
 
-static void dt_sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
-
-static uid_t dt_nobody(void)
-{
-	struct passwd *pw = getpwnam("nobody");
-	return pw ? pw->pw_uid : 65534;
-}
-
 /* ---- the profiled program ----------------------------------------------------------------- */
 
 struct dt_prog {
@@ -88,9 +76,7 @@ static void dt_prog_start(struct dt_prog *p, const struct heapd *d, uid_t uid, c
 		cr_assert(fgets(line, sizeof(line), p->out) && strncmp(line, "grown", 5) == 0,
 			  "dump_grow (uid %u) did not start", (unsigned)uid);
 	}
-	struct llgo_list_entry e;
-	for (int i = 0; i < 500 && !heapd_list_pid(d->sock, p->pid, &e); i++)
-		dt_sleep_ms(10);
+	th_wait_listed(d->sock, p->pid, 5000);
 }
 
 /* The wait status. */
@@ -140,7 +126,7 @@ static int dt_wait_files(const char *dumps, uid_t uid, pid_t pid, const char *ki
 	for (unsigned t = 0; t < ms; t += 50) {
 		if ((n = dt_files(dumps, uid, pid, kind, names, 4)) >= want)
 			break;
-		dt_sleep_ms(50);
+		th_sleep_ms(50);
 	}
 	return n;
 }
@@ -166,9 +152,11 @@ static void dt_top_function(const char *file, char *fn, size_t cap)
 	free(out);
 }
 
-static void dt_stop(struct heapd *d)
+/* A daemon's folder (heapd_init: not started yet), and its dumps folder's name in dumps. */
+static void dt_init(struct heapd *d, char dumps[256])
 {
-	heapd_finish(d);
+	heapd_init(d, NULL);
+	snprintf(dumps, 256, "%s/dumps", d->dir);
 }
 
 /* ---- periodic snapshots ---------------------------------------------------------------------- */
@@ -177,20 +165,19 @@ Test(dump, periodic_files_per_uid_owned_by_it_and_bounded, .timeout = 180)
 {
 	cr_assert_eq(geteuid(), 0, "the daemon runs as root on a shared host: run as root");
 	struct heapd d;
-	heapd_init(&d, NULL);
 	char dumps[256];
-	snprintf(dumps, sizeof(dumps), "%s/dumps", d.dir);
+	dt_init(&d, dumps);
 	const char *extra[] = { "--dump-dir", dumps, "--dump-every", "1", "--dump-keep", "2",
 				"--dump-oom", "off", NULL };
 	heapd_run(&d, extra);
-	uid_t nob = dt_nobody();
+	uid_t nob = th_nobody_uid();
 	struct dt_prog pr, pn;
 	dt_prog_start(&pr, &d, 0, NULL, NULL, 8, NULL);
 	dt_prog_start(&pn, &d, nob, NULL, NULL, 8, NULL);
 	cr_assert_geq(dt_wait_files(dumps, 0, pr.pid, ".heap.", 1, 15000), 1, "no snapshot of root's");
 	cr_assert_geq(dt_wait_files(dumps, nob, pn.pid, ".heap.", 1, 15000), 1,
 		      "no snapshot of nobody's");
-	dt_sleep_ms(4500); /* four more periods: the oldest go */
+	th_sleep_ms(4500); /* four more periods: the oldest go */
 
 	struct stat st;
 	char path[512];
@@ -228,10 +215,9 @@ Test(dump, periodic_files_per_uid_owned_by_it_and_bounded, .timeout = 180)
 	char fn[256];
 	dt_top_function(latest, fn, sizeof(fn));
 	cr_expect_eq(strncmp(fn, "dump_grow_site", 14), 0, "top in-use site of %s: %s", latest, fn);
-	pid_t c = fork();
+	pid_t c = th_fork();
 	if (c == 0) {
-		if (setgroups(0, NULL) || setresgid(nob, nob, nob) || setresuid(nob, nob, nob))
-			_exit(3);
+		th_become_uid(nob, nob);
 		snprintf(path, sizeof(path), "%s/0", dumps);
 		_exit(opendir(path) == NULL && errno == EACCES ? 0 : 1);
 	}
@@ -244,9 +230,8 @@ Test(dump, periodic_files_per_uid_owned_by_it_and_bounded, .timeout = 180)
 Test(dump, per_uid_bytes_budget_removes_the_oldest, .timeout = 120)
 {
 	struct heapd d;
-	heapd_init(&d, NULL);
 	char dumps[256];
-	snprintf(dumps, sizeof(dumps), "%s/dumps", d.dir);
+	dt_init(&d, dumps);
 	const char *extra[] = { "--dump-dir", dumps, "--dump-every", "1", "--dump-keep", "1000",
 				"--dump-max-bytes-per-uid", "4K", "--dump-oom", "off", NULL };
 	heapd_run(&d, extra);
@@ -257,7 +242,7 @@ Test(dump, per_uid_bytes_budget_removes_the_oldest, .timeout = 120)
 	int n = 0;
 	/* each profile is under 1K: 4K holds a few, and the oldest make room for the next */
 	for (int t = 0; t < 160; t++) {
-		dt_sleep_ms(100);
+		th_sleep_ms(100);
 		n = dt_files(dumps, 0, p.pid, ".heap.", names, 64);
 		total = 0;
 		for (int i = 0; i < n && i < 64; i++) {
@@ -275,7 +260,7 @@ Test(dump, per_uid_bytes_budget_removes_the_oldest, .timeout = 120)
 	cr_expect(!strstr(log, "error"), "log:\n%s", log);
 	free(log);
 	dt_prog_end(&p, true);
-	dt_stop(&d);
+	heapd_finish(&d);
 }
 
 /* SIGHUP: a configuration file that gains --dump-dir and --dump-every starts the dumper, one
@@ -283,43 +268,33 @@ Test(dump, per_uid_bytes_budget_removes_the_oldest, .timeout = 120)
 Test(dump, reload_starts_and_stops_the_dumper, .timeout = 120)
 {
 	struct heapd d;
-	heapd_init(&d, NULL);
 	char dumps[256], conf[256];
-	snprintf(dumps, sizeof(dumps), "%s/dumps", d.dir);
+	dt_init(&d, dumps);
 	snprintf(conf, sizeof(conf), "%s/heapd.conf", d.dir);
-	FILE *f = fopen(conf, "w");
-	cr_assert(f && fputs("log-level = info\n", f) >= 0 && fclose(f) == 0);
+	th_write_file(conf, "log-level = info\n");
 	cr_assert_eq(chmod(conf, 0644), 0);
 	const char *extra[] = { "--config", conf, NULL };
 	heapd_run(&d, extra);
 	struct dt_prog p;
 	dt_prog_start(&p, &d, 0, NULL, NULL, 4, NULL);
-	dt_sleep_ms(1500);
+	th_sleep_ms(1500);
 	cr_expect_eq(dt_files(dumps, 0, p.pid, ".heap.", NULL, 0), 0, "snapshots before the reload");
-	f = fopen(conf, "w");
-	cr_assert(f && fprintf(f, "dump-dir = %s\ndump-every = 1\ndump-oom = off\n", dumps) > 0 &&
-		  fclose(f) == 0);
+	char text[400];
+	snprintf(text, sizeof(text), "dump-dir = %s\ndump-every = 1\ndump-oom = off\n", dumps);
+	th_write_file(conf, text);
 	kill(d.pid, SIGHUP);
 	cr_expect_geq(dt_wait_files(dumps, 0, p.pid, ".heap.", 1, 15000), 1,
 		      "no snapshot after the reload");
-	f = fopen(conf, "w");
-	cr_assert(f && fputs("log-level = info\n", f) >= 0 && fclose(f) == 0);
+	th_write_file(conf, "log-level = info\n");
 	kill(d.pid, SIGHUP);
-	char *log = NULL;
-	for (int t = 0; t < 100; t++) {
-		free(log);
-		log = heapd_log(&d);
-		if (strstr(log, "--dump and --push stopped"))
-			break;
-		dt_sleep_ms(50);
-	}
+	char *log = th_wait_log(&d, "--dump and --push stopped", 5000);
 	cr_expect(strstr(log, "--dump and --push stopped"), "log:\n%s", log);
 	free(log);
 	int n = dt_files(dumps, 0, p.pid, ".heap.", NULL, 0);
-	dt_sleep_ms(2500);
+	th_sleep_ms(2500);
 	cr_expect_eq(dt_files(dumps, 0, p.pid, ".heap.", NULL, 0), n, "snapshots after the stop");
 	dt_prog_end(&p, true);
-	dt_stop(&d);
+	heapd_finish(&d);
 }
 
 /* The daemon refuses to start with a folder others could move or write. */
@@ -327,11 +302,9 @@ static void dt_expect_refused(const char *dumps, const char *why)
 {
 	struct heapd d;
 	heapd_init(&d, NULL);
-	const char *extra[] = { "--dump-dir", dumps, "--dump-every", "1", NULL };
-	pid_t pid = heapd_spawn(&d, extra);
-	int st = 0;
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	char *log = heapd_log(&d);
+	char *log;
+	int st = heapd_refusal(&d, (const char *[]){ "--dump-dir", dumps, "--dump-every", "1", NULL },
+			       &log);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s: status %d, log:\n%s", dumps, st, log);
 	cr_expect(strstr(log, why), "%s: no '%s' in:\n%s", dumps, why, log);
 	free(log);
@@ -354,7 +327,7 @@ Test(dump, unsafe_folder_is_refused, .timeout = 60)
 	dt_expect_refused(p, "symbolic link");
 	snprintf(p, sizeof(p), "%s/users", t);
 	cr_assert_eq(mkdir(p, 0755), 0);
-	cr_assert_eq(chown(p, dt_nobody(), dt_nobody()), 0);
+	cr_assert_eq(chown(p, th_nobody_uid(), th_nobody_uid()), 0);
 	snprintf(q, sizeof(q), "%s/users/dumps", t);
 	dt_expect_refused(q, "belongs to uid");
 	th_rmdir(t);
@@ -365,13 +338,12 @@ Test(dump, unsafe_folder_is_refused, .timeout = 60)
 Test(dump, planted_link_not_followed_and_names_escaped, .timeout = 120)
 {
 	struct heapd d;
-	heapd_init(&d, NULL);
 	char dumps[256], elsewhere[256], path[512];
-	snprintf(dumps, sizeof(dumps), "%s/dumps", d.dir);
+	dt_init(&d, dumps);
 	snprintf(elsewhere, sizeof(elsewhere), "%s/elsewhere", d.dir);
 	cr_assert_eq(mkdir(dumps, 0711), 0);
 	cr_assert_eq(mkdir(elsewhere, 0777), 0);
-	uid_t nob = dt_nobody();
+	uid_t nob = th_nobody_uid();
 	snprintf(path, sizeof(path), "%s/%u", dumps, (unsigned)nob);
 	cr_assert_eq(symlink(elsewhere, path), 0);
 	const char *extra[] = { "--dump-dir", dumps, "--dump-every", "1", "--dump-oom", "off",
@@ -385,7 +357,7 @@ Test(dump, planted_link_not_followed_and_names_escaped, .timeout = 120)
 	dt_prog_start(&pn, &d, nob, NULL, NULL, 4, NULL);
 	dt_prog_start(&pe, &d, 0, evil, "evil", 4, NULL);
 	cr_assert_geq(dt_wait_files(dumps, 0, pe.pid, ".heap.", 1, 15000), 1, "no snapshot");
-	dt_sleep_ms(2500);
+	th_sleep_ms(2500);
 	char names[4][128];
 	cr_assert_eq(dt_files(dumps, 0, pe.pid, ".heap.", names, 4) >= 1, 1);
 	char want[64];
@@ -404,7 +376,7 @@ Test(dump, planted_link_not_followed_and_names_escaped, .timeout = 120)
 	free(log);
 	dt_prog_end(&pn, true);
 	dt_prog_end(&pe, true);
-	dt_stop(&d);
+	heapd_finish(&d);
 }
 
 /* A full disk: the write fails and is logged once, nothing else is lost, the daemon serves
@@ -412,9 +384,8 @@ Test(dump, planted_link_not_followed_and_names_escaped, .timeout = 120)
 Test(dump, full_disk_logged_and_daemon_goes_on, .timeout = 120)
 {
 	struct heapd d;
-	heapd_init(&d, NULL);
 	char dumps[256];
-	snprintf(dumps, sizeof(dumps), "%s/dumps", d.dir);
+	dt_init(&d, dumps);
 	cr_assert_eq(mkdir(dumps, 0711), 0);
 	if (mount("llgo-dump-test", dumps, "tmpfs", MS_NOSUID | MS_NODEV, "size=8k,mode=0711") != 0) {
 		int e = errno;
@@ -427,18 +398,11 @@ Test(dump, full_disk_logged_and_daemon_goes_on, .timeout = 120)
 	heapd_run(&d, extra);
 	struct dt_prog p;
 	dt_prog_start(&p, &d, 0, NULL, NULL, 4, NULL);
-	char *log = NULL;
-	for (int t = 0; t < 200; t++) {
-		free(log);
-		log = heapd_log(&d);
-		if (strstr(log, "No space left on device"))
-			break;
-		dt_sleep_ms(100);
-	}
+	char *log = th_wait_log(&d, "No space left on device", 20000);
 	cr_assert(strstr(log, "No space left on device"), "log:\n%s", log);
 	int had = dt_files(dumps, 0, p.pid, ".heap.", NULL, 0);
 	cr_expect_geq(had, 1, "nothing was written before the disk filled");
-	dt_sleep_ms(3000);
+	th_sleep_ms(3000);
 	free(log);
 	log = heapd_log(&d);
 	const char *first = strstr(log, "No space left on device");
@@ -481,11 +445,8 @@ Test(dump, bad_options_exit_2, .timeout = 60)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct heapd d;
 		heapd_init(&d, NULL);
-		const char *extra[] = { cases[i][0], cases[i][1], NULL };
-		pid_t pid = heapd_spawn(&d, extra);
-		int st = 0;
-		cr_assert_eq(waitpid(pid, &st, 0), pid);
-		char *log = heapd_log(&d);
+		char *log;
+		int st = heapd_refusal(&d, (const char *[]){ cases[i][0], cases[i][1], NULL }, &log);
 		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s %s: status %d", cases[i][0],
 			  cases[i][1], st);
 		cr_expect(strstr(log, cases[i][3]), "%s %s: log:\n%s", cases[i][0], cases[i][1], log);
@@ -496,6 +457,41 @@ Test(dump, bad_options_exit_2, .timeout = 60)
 
 /* ---- OOM ------------------------------------------------------------------------------------- */
 
+/* write text to file, when it can be opened; whether it was written whole. */
+static bool dt_put(const char *file, const char *text)
+{
+	FILE *f = fopen(file, "w");
+	if (!f)
+		return false;
+	bool ok = fputs(text, f) >= 0;
+	return fclose(f) == 0 && ok;
+}
+
+/* A cgroup made in root (dir) whose file limit is set to 64M and, where it has one, file
+ * swap to swap_value; its cgroup.procs in procs. false with the reason in why (unset: why
+ * the limit could not be set). */
+static bool dt_cgroup_in(const char *root, const char *limit, const char *swap,
+			 const char *swap_value, const char *unset, char *dir, size_t dlen,
+			 char *procs, size_t plen, char *why, size_t wlen)
+{
+	char ctl[1024];
+	snprintf(dir, dlen, "%s/llgo-dump-oom.%d", root, (int)getpid());
+	if (mkdir(dir, 0755) != 0) {
+		snprintf(why, wlen, "mkdir %s: %s", dir, strerror(errno));
+		return false;
+	}
+	snprintf(ctl, sizeof(ctl), "%s/%s", dir, limit);
+	if (!dt_put(ctl, "64M")) {
+		snprintf(why, wlen, "%s: %s", ctl, unset);
+		rmdir(dir);
+		return false;
+	}
+	snprintf(ctl, sizeof(ctl), "%s/%s", dir, swap);
+	dt_put(ctl, swap_value);
+	snprintf(procs, plen, "%s/cgroup.procs", dir);
+	return true;
+}
+
 /* A memory cgroup limited to 64 MiB without swap: its cgroup.procs in procs, its folder in
  * dir; false with the reason in why when the machine has none to give. */
 static bool dt_cgroup_make(char *dir, size_t dlen, char *procs, size_t plen, char *why, size_t wlen)
@@ -505,35 +501,15 @@ static bool dt_cgroup_make(char *dir, size_t dlen, char *procs, size_t plen, cha
 	const char *v2 = "/sys/fs/cgroup";
 	snprintf(ctl, sizeof(ctl), "%s/cgroup.controllers", v2);
 	char *c = th_read_file(ctl);
-	if (c && strstr(c, "memory")) {
-		free(c);
-		snprintf(ctl, sizeof(ctl), "%s/cgroup.subtree_control", v2);
-		FILE *f = fopen(ctl, "w");
-		if (f) {
-			fputs("+memory", f);
-			fclose(f);
-		}
-		snprintf(dir, dlen, "%s/llgo-dump-oom.%d", v2, (int)getpid());
-		if (mkdir(dir, 0755) != 0) {
-			snprintf(why, wlen, "mkdir %s: %s", dir, strerror(errno));
-			return false;
-		}
-		snprintf(ctl, sizeof(ctl), "%s/memory.max", dir);
-		f = fopen(ctl, "w");
-		if (!f || fputs("64M", f) < 0 || fclose(f) != 0) {
-			snprintf(why, wlen, "%s: cannot set (memory controller not delegated)", ctl);
-			rmdir(dir);
-			return false;
-		}
-		snprintf(ctl, sizeof(ctl), "%s/memory.swap.max", dir);
-		if ((f = fopen(ctl, "w")) != NULL) {
-			fputs("0", f);
-			fclose(f);
-		}
-		snprintf(procs, plen, "%s/cgroup.procs", dir);
-		return true;
-	}
+	bool v2_memory = c && strstr(c, "memory");
 	free(c);
+	if (v2_memory) {
+		snprintf(ctl, sizeof(ctl), "%s/cgroup.subtree_control", v2);
+		dt_put(ctl, "+memory");
+		return dt_cgroup_in(v2, "memory.max", "memory.swap.max", "0",
+				    "cannot set (memory controller not delegated)", dir, dlen, procs,
+				    plen, why, wlen);
+	}
 	/* cgroup v1's memory hierarchy */
 	const char *v1 = "/sys/fs/cgroup/memory";
 	snprintf(ctl, sizeof(ctl), "%s/memory.limit_in_bytes", v1);
@@ -542,31 +518,14 @@ static bool dt_cgroup_make(char *dir, size_t dlen, char *procs, size_t plen, cha
 				    "memory) nor v1's (%s)", v2, v1);
 		return false;
 	}
-	snprintf(dir, dlen, "%s/llgo-dump-oom.%d", v1, (int)getpid());
-	if (mkdir(dir, 0755) != 0) {
-		snprintf(why, wlen, "mkdir %s: %s", dir, strerror(errno));
-		return false;
-	}
-	snprintf(ctl, sizeof(ctl), "%s/memory.limit_in_bytes", dir);
-	FILE *f = fopen(ctl, "w");
-	if (!f || fputs("64M", f) < 0 || fclose(f) != 0) {
-		snprintf(why, wlen, "%s: cannot set", ctl);
-		rmdir(dir);
-		return false;
-	}
-	snprintf(ctl, sizeof(ctl), "%s/memory.memsw.limit_in_bytes", dir);
-	if ((f = fopen(ctl, "w")) != NULL) {
-		fputs("64M", f);
-		fclose(f);
-	}
-	snprintf(procs, plen, "%s/cgroup.procs", dir);
-	return true;
+	return dt_cgroup_in(v1, "memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "64M",
+			    "cannot set", dir, dlen, procs, plen, why, wlen);
 }
 
 static void dt_cgroup_remove(const char *dir)
 {
 	for (int i = 0; i < 100 && rmdir(dir) != 0 && errno == EBUSY; i++)
-		dt_sleep_ms(50);
+		th_sleep_ms(50);
 }
 
 /* Empty cgroups an earlier run of these tests left (it failed before removing its own). */
@@ -599,19 +558,12 @@ static void dt_oom_case(const char *mode)
 	if (strcmp(mode, "bpf") == 0 && access("/sys/kernel/btf/vmlinux", R_OK) != 0)
 		cr_skip_test("the kernel has no BTF (/sys/kernel/btf/vmlinux): no CO-RE program");
 	struct heapd d;
-	heapd_init(&d, NULL);
 	char dumps[256];
-	snprintf(dumps, sizeof(dumps), "%s/dumps", d.dir);
+	dt_init(&d, dumps);
 	const char *extra[] = { "--dump-dir", dumps, "--dump-oom", mode, NULL };
 	heapd_run(&d, extra);
-	char *log = NULL;
-	for (int t = 0; t < 100; t++) { /* the watch starts on the dumper's thread */
-		free(log);
-		log = heapd_log(&d);
-		if (strstr(log, "--dump-oom"))
-			break;
-		dt_sleep_ms(50);
-	}
+	/* the watch starts on the dumper's thread */
+	char *log = th_wait_log(&d, "--dump-oom", 5000);
 	cr_assert(strstr(log, strcmp(mode, "bpf") == 0 ? "watching the OOM killer"
 						     : "oom_kill counters"),
 		  "--dump-oom %s did not start:\n%s", mode, log);
@@ -627,7 +579,7 @@ static void dt_oom_case(const char *mode)
 	char cg[256], procs[512], why[2048];
 	if (!dt_cgroup_make(cg, sizeof(cg), procs, sizeof(procs), why, sizeof(why))) {
 		fprintf(stderr, "test_dump: oom skipped: %s\n", why);
-		dt_stop(&d);
+		heapd_finish(&d);
 		cr_skip_test("no memory cgroup: %s", why);
 	}
 	struct dt_prog p;
@@ -647,7 +599,7 @@ static void dt_oom_case(const char *mode)
 	cr_expect_eq(strncmp(fn, "dump_grow_site", 14), 0, "top in-use site of %s: %s", file, fn);
 	cr_expect_eq(dt_files(dumps, 0, other.pid, ".oom.", NULL, 0), 0,
 		     "an OOM profile of a process killed by kill(2)");
-	dt_stop(&d);
+	heapd_finish(&d);
 }
 
 Test(oom, victim_profile_through_the_tracepoint, .timeout = 180)
@@ -673,6 +625,7 @@ struct dt_req {
 /* A loopback HTTP receiver: accepts, reads one request, answers 200 (or, hang, never). */
 struct dt_recv {
 	int fd, port;
+	char url[64];
 	bool hang;
 	pthread_t thread;
 	pthread_mutex_t lock;
@@ -689,7 +642,7 @@ static void *dt_recv_main(void *arg)
 	while (!atomic_load(&r->stop)) {
 		int c = accept(r->fd, NULL, NULL);
 		if (c < 0) {
-			dt_sleep_ms(10);
+			th_sleep_ms(10);
 			continue;
 		}
 		struct timeval tv = { 5, 0 };
@@ -741,7 +694,8 @@ static void *dt_recv_main(void *arg)
 	return NULL;
 }
 
-static void dt_recv_start(struct dt_recv *r, bool hang)
+/* The receiver on a port of its own; its URL (with path after the port) in r->url. */
+static void dt_recv_start(struct dt_recv *r, bool hang, const char *path)
 {
 	memset(r, 0, sizeof(*r));
 	r->hang = hang;
@@ -754,6 +708,7 @@ static void dt_recv_start(struct dt_recv *r, bool hang)
 	cr_assert_eq(listen(r->fd, 16), 0);
 	cr_assert_eq(getsockname(r->fd, (struct sockaddr *)&a, &al), 0);
 	r->port = ntohs(a.sin_port);
+	snprintf(r->url, sizeof(r->url), "http://127.0.0.1:%d%s", r->port, path);
 	cr_assert_eq(pthread_create(&r->thread, NULL, dt_recv_main, r), 0);
 }
 
@@ -793,21 +748,18 @@ Test(push, periodic_snapshots_posted_to_ingest_for_allowed_uids, .timeout = 180)
 {
 	cr_assert_eq(geteuid(), 0, "runs a process as nobody: run as root");
 	struct dt_recv r;
-	dt_recv_start(&r, false);
-	char url[64];
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d", r.port);
+	dt_recv_start(&r, false, "");
 	struct heapd d;
 	heapd_init(&d, NULL);
-	const char *extra[] = { "--dump-every", "1", "--push", url, NULL };
-	heapd_run(&d, extra);
+	heapd_run(&d, (const char *[]){ "--dump-every", "1", "--push", r.url, NULL });
 	struct dt_prog pr, pn;
 	dt_prog_start(&pr, &d, 0, NULL, NULL, 8, NULL);
-	dt_prog_start(&pn, &d, dt_nobody(), NULL, NULL, 8, NULL);
+	dt_prog_start(&pn, &d, th_nobody_uid(), NULL, NULL, 8, NULL);
 	int first = -1;
 	for (int t = 0; t < 300 && dt_recv_count(&r, pr.pid, &first) < 2; t++)
-		dt_sleep_ms(50);
+		th_sleep_ms(50);
 	cr_assert_geq(dt_recv_count(&r, pr.pid, &first), 2, "fewer than 2 pushes in 15 s");
-	dt_sleep_ms(1500);
+	th_sleep_ms(1500);
 	/* nobody's process is not among --http-uids (default: the daemon's own, root) */
 	cr_expect_eq(dt_recv_count(&r, pn.pid, NULL), 0, "a push of another user's process");
 
@@ -843,7 +795,7 @@ Test(push, periodic_snapshots_posted_to_ingest_for_allowed_uids, .timeout = 180)
 
 	dt_prog_end(&pr, true);
 	dt_prog_end(&pn, true);
-	dt_stop(&d);
+	heapd_finish(&d);
 	dt_recv_stop(&r);
 }
 
@@ -852,21 +804,18 @@ Test(push, periodic_snapshots_posted_to_ingest_for_allowed_uids, .timeout = 180)
 Test(push, hanging_endpoint_is_bounded_and_snapshots_go_on, .timeout = 180)
 {
 	struct dt_recv r;
-	dt_recv_start(&r, true);
-	char url[64];
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", r.port);
+	dt_recv_start(&r, true, "/");
 	struct heapd d;
-	heapd_init(&d, NULL);
 	char dumps[256];
-	snprintf(dumps, sizeof(dumps), "%s/dumps", d.dir);
+	dt_init(&d, dumps);
 	const char *extra[] = { "--dump-dir", dumps, "--dump-every", "1", "--dump-keep", "100",
-				"--push", url, "--push-timeout", "1", "--dump-oom", "off", NULL };
+				"--push", r.url, "--push-timeout", "1", "--dump-oom", "off", NULL };
 	heapd_run(&d, extra);
 	struct dt_prog p;
 	dt_prog_start(&p, &d, 0, NULL, NULL, 4, NULL);
 	cr_assert_geq(dt_wait_files(dumps, 0, p.pid, ".heap.", 1, 15000), 1, "no snapshot");
 	int before = dt_files(dumps, 0, p.pid, ".heap.", NULL, 0);
-	dt_sleep_ms(8000);
+	th_sleep_ms(8000);
 	int after = dt_files(dumps, 0, p.pid, ".heap.", NULL, 0);
 	/* a period and a push of at most 1 s each: 8 s hold 4 passes at the least */
 	cr_expect_geq(after - before, 3, "%d snapshots in 8 s with a hanging push", after - before);
@@ -881,6 +830,6 @@ Test(push, hanging_endpoint_is_bounded_and_snapshots_go_on, .timeout = 180)
 	cr_expect(strstr(snap, "dump_grow_site"), "%s", snap);
 	free(snap);
 	dt_prog_end(&p, true);
-	dt_stop(&d);
+	heapd_finish(&d);
 	dt_recv_stop(&r);
 }

@@ -581,8 +581,7 @@ Test(fleet, environment_read_only_while_the_process_is_its_owners, .timeout = 12
 	struct fleet_prog open, secretive;
 	fleet_prog_start_as(&open, &d, dir, "open", env_open, as);
 	fleet_prog_start_as(&secretive, &d, dir, "secretive", env_secret, as);
-	fputs("nodump\n", secretive.p.in);
-	fflush(secretive.p.in);
+	th_say(&secretive.p, "nodump");
 	char line[64];
 	cr_assert(th_read_line(&secretive.p, line, sizeof(line), 30000));
 	cr_assert_str_eq(line, "ready 1");

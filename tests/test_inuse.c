@@ -113,8 +113,7 @@ Test(inuse, exact_at_rate_1_running_and_at_exit, .timeout = 120)
 		  "in-use accounting not clean: %s", strstr(text, "# llgo-heap:"));
 	free(text);
 
-	fputs("go\n", p.in);
-	fflush(p.in);
+	th_say(&p, "go");
 	cr_assert(th_read_line(&p, line, sizeof(line), 60000));
 	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
@@ -156,11 +155,9 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 	bool pass = false;
 	for (int run = 0; run < 3 && !pass; run++) {
 		struct heapd d;
-		heapd_start(&d, NULL, NULL);
 		struct th_proc p;
-		char *argv[] = { PROG("inuse_sites"), "50000", NULL };
-		th_start(&p, &d, "16384", 0, NULL, argv, NULL);
-		th_ready(&p, 60000);
+		th_run_start(&d, NULL, &p, "16384", 0,
+			     (char *[]){ PROG("inuse_sites"), "50000", NULL }, NULL, 60000);
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		cr_expect(strstr(text, "untracked=") == NULL, "%s", strstr(text, "# llgo-heap:"));
 		pass = true;
@@ -187,8 +184,7 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 			pass &= ok;
 		}
 		free(text);
-		fputs("go\n", p.in);
-		fflush(p.in);
+		th_say(&p, "go");
 		int st = th_wait(&p, 60000);
 		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 		heapd_cleanup(&d);
@@ -221,8 +217,7 @@ static void inuse_rate_change(const char *rate)
 	int rc = th_sh(&out, "%s/llgo-heap rate %d 0 --socket %s", TH_BIN, (int)p.pid, d.sock);
 	cr_assert_eq(rc, 0, "%s", out);
 	free(out);
-	fputs("go\n", p.in);
-	fflush(p.in);
+	th_say(&p, "go");
 	cr_assert(th_read_line(&p, line, sizeof(line), 60000));
 	text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct inuse_site after_free = inuse_site(text, "site_before");
@@ -233,8 +228,7 @@ static void inuse_rate_change(const char *rate)
 		     after_free.inuse_objects);
 	cr_expect_eq(after.alloc_objects, 0, "sampled at rate 0");
 	free(text);
-	fputs("go\n", p.in);
-	fflush(p.in);
+	th_say(&p, "go");
 	th_wait(&p, 60000);
 	heapd_cleanup(&d);
 }
@@ -247,11 +241,9 @@ static void inuse_rate_change(const char *rate)
 Test(inuse, kept_after_millions_freed_at_rate_1, .timeout = 600)
 {
 	struct heapd d;
-	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
-	char *argv[] = { PROG("inuse_phases"), "churn", "4300000", "3000", NULL };
-	th_start(&p, &d, "1", 0, NULL, argv, NULL);
-	th_ready(&p, 300000);
+	th_run_start(&d, NULL, &p, "1", 0,
+		     (char *[]){ PROG("inuse_phases"), "churn", "4300000", "3000", NULL }, NULL, 300000);
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct inuse_site churn = inuse_site(text, "site_churn");
 	struct inuse_site kept = inuse_site(text, "site_kept");
@@ -261,8 +253,7 @@ Test(inuse, kept_after_millions_freed_at_rate_1, .timeout = 600)
 	cr_expect_eq(kept.inuse_objects, 3000, "site_kept: %ld of 3000 in use:\n%.1500s",
 		     kept.inuse_objects, text);
 	free(text);
-	fputs("go\n", p.in);
-	fflush(p.in);
+	th_say(&p, "go");
 	th_wait(&p, 60000);
 	heapd_cleanup(&d);
 }
@@ -337,8 +328,7 @@ Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 			cr_expect_eq(c.inuse_objects, n);
 		cr_expect_eq(cb.alloc_objects, 0, "the child's profile holds its parent's samples");
 		free(text);
-		fputs("go\n", p.in);
-		fflush(p.in);
+		th_say(&p, "go");
 		th_wait(&p, 60000);
 		heapd_cleanup(&d);
 	}
@@ -425,11 +415,9 @@ Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 static void inuse_burst(const char *const *extra, struct th_acct *a, long *count)
 {
 	struct heapd d;
-	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
-	char *argv[] = { PROG("life_idle"), "200000", NULL };
-	th_start(&p, &d, "1", 4, NULL, argv, extra);
-	th_ready(&p, 120000);
+	th_run_start(&d, NULL, &p, "1", 4, (char *[]){ PROG("life_idle"), "200000", NULL }, extra,
+		     120000);
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	cr_assert(th_text_acct(text, a));
 	*count = th_text_count(text, "idle_site", 333);
@@ -475,8 +463,7 @@ Test(inuse, stopped_daemon_does_not_hang_a_waiting_program, .timeout = 120)
 	cr_assert(th_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
 	heapd_pause(&d);
 	long t0 = th_now_ms();
-	fputs("go\n", p.in);
-	fflush(p.in);
+	th_say(&p, "go");
 	bool ok = th_read_line(&p, line, sizeof(line), 30000);
 	long ms = th_now_ms() - t0;
 	heapd_resume(&d);
@@ -513,8 +500,7 @@ Test(inuse, dropped_records_at_a_sampled_rate, .timeout = 120)
 	struct inuse_site s = inuse_site(text, "site_freed");
 	cr_expect_eq(s.inuse_objects, 0);
 	free(text);
-	fputs("go\n", p.in);
-	fflush(p.in);
+	th_say(&p, "go");
 	cr_assert(th_read_line(&p, line, sizeof(line), 60000));
 	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);

@@ -525,8 +525,7 @@ Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 
 		/* the drain thread (not a snapshot) moves new records into LIST's counts */
 		uint64_t before = e.delivered;
-		fputs("more\n", small.in);
-		fflush(small.in);
+		th_say(&small, "more");
 		cr_assert(th_read_line(&small, line, sizeof(line), 30000));
 		t0 = th_now_ms();
 		do {

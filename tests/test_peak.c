@@ -173,8 +173,7 @@ Test(peak, site_a_at_8_mib_after_it_was_freed, .timeout = 300)
 
 	peak_check_a(d.sock, p.pid, n, d.dir, "running");
 
-	fputs("go\n", p.in);
-	fflush(p.in);
+	th_say(&p, "go");
 	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 	peak_wait_exited(d.sock, p.pid);
@@ -220,8 +219,7 @@ Test(peak, scans_stay_logarithmic_while_every_allocation_is_a_new_maximum, .time
 		  "%lld scans while %ld allocations each set a new maximum over %ld ms: more than "
 		  "%ld growth + %ld settle + 2", scans, n, elapsed, growth, settle);
 	free(text);
-	fputs("go\n", p.in);
-	fflush(p.in);
+	th_say(&p, "go");
 	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 	heapd_finish(&d);

@@ -454,11 +454,9 @@ Test(sandbox, daemon_serves_on_when_a_file_crashes_its_helper, .timeout = 120)
 	cr_assert_eq(access(SBX_HOOKS, X_OK), 0);
 	setenv("LLGO_HEAP_SYMBOLIZER", SBX_HOOKS, 1); /* the daemon's environment */
 	struct heapd d;
-	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
-	char *argv[] = { TH_PROGS "/sandbox_crash", "200", NULL };
-	th_start(&p, &d, "1", 0, NULL, argv, NULL);
-	th_ready(&p, 20000);
+	th_run_start(&d, NULL, &p, "1", 0, (char *[]){ TH_PROGS "/sandbox_crash", "200", NULL },
+		     NULL, 20000);
 	bool named = false;
 	int snapshots = 0;
 	for (long until = th_now_ms() + 60000; !named && th_now_ms() < until; snapshots++) {
@@ -639,8 +637,7 @@ static void sbx_sites_as(struct th_proc *p, const struct heapd *d, long uid, pid
  * daemon's deadline for a helper is 30 s). */
 static void sbx_more_is_named(struct th_proc *p, const struct heapd *d, const char *who)
 {
-	fprintf(p->in, "more\n");
-	fflush(p->in);
+	th_say(p, "more");
 	char line[64];
 	cr_assert(th_read_line(p, line, sizeof(line), 30000));
 	cr_assert_str_eq(line, "ready 1");

@@ -90,6 +90,7 @@ struct fake_rec {
 struct fake {
 	char dir[64];
 	char path[108];
+	char sock_env[128]; /* LLGO_HEAP_SOCKET=path */
 	int lfd;
 	pthread_t th;
 	_Atomic bool stop;
@@ -362,6 +363,7 @@ static struct fake *fake_start(enum fake_ack ack, bool drain)
 	snprintf(f->dir, sizeof(f->dir), "/tmp/llgo-shim.XXXXXX");
 	cr_assert(mkdtemp(f->dir));
 	snprintf(f->path, sizeof(f->path), "%s/d.sock", f->dir);
+	snprintf(f->sock_env, sizeof(f->sock_env), "LLGO_HEAP_SOCKET=%s", f->path);
 	f->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	cr_assert(f->lfd >= 0);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -459,6 +461,22 @@ static void run_prog(struct run *r, const char *const *env_extra, const char *co
 	run_prog_with(r, true, env_extra, argv);
 }
 
+/* Run argv under the shim attached to f, with the settings rate and more (each NULL or a
+ * NAME=VALUE string), then stop f; the program must exit 0. */
+static void fake_run(struct fake *f, struct run *r, const char *rate, const char *more,
+		     const char *const *argv)
+{
+	const char *env[4] = { f->sock_env };
+	int n = 1;
+	if (rate)
+		env[n++] = rate;
+	if (more)
+		env[n++] = more;
+	run_prog(r, env, argv);
+	fake_stop(f);
+	cr_assert_eq(r->status, 0, "output:\n%s", r->out);
+}
+
 /* ---- symbols of a program (libelf) ------------------------------------------------------ */
 
 struct syms {
@@ -519,6 +537,15 @@ static const char *syms_name(const struct syms *y, uint64_t pc)
 		if (at >= y->s[i].lo && at < y->s[i].hi)
 			return y->s[i].name;
 	return "?";
+}
+
+static void syms_slide(struct syms *y, const char *out);
+
+/* The symbols of the program at path, placed where a run that printed out had them. */
+static void syms_of_run(struct syms *y, const char *path, const char *out)
+{
+	syms_load(y, path);
+	syms_slide(y, out);
 }
 
 static void syms_slide(struct syms *y, const char *out)
@@ -582,9 +609,7 @@ Test(shim, behaviour_at_rate_1_and_default_rate, .timeout = 120)
 				NULL };
 	for (int k = 0; rates[k]; k++) {
 		struct fake *f = fake_start(FAKE_ACK_OK, true);
-		char sock[200];
-		snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-		const char *env[] = { sock, rates[k], NULL };
+		const char *env[] = { f->sock_env, rates[k], NULL };
 		const char *argv[] = { PROGS "/shim_behaviour", "check", NULL };
 		struct run r;
 		run_prog(&r, env, argv);
@@ -621,9 +646,7 @@ Test(shim, cxx_behaviour, .timeout = 300)
 	for (int k = 0; k < 3; k++) {
 		const char *rate = rates[k] ? rates[k] : "default rate";
 		struct fake *f = fake_start(FAKE_ACK_OK, true);
-		char sock[200];
-		snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-		const char *env[] = { sock, rates[k], NULL };
+		const char *env[] = { f->sock_env, rates[k], NULL };
 		run_prog(&r, env, check_argv);
 		cr_expect_eq(r.status, 0, "%s: output:\n%s", rate, r.out);
 		cr_expect_str_eq(r.out, "check ok (0 failures)\n", "%s", rate);
@@ -659,16 +682,14 @@ Test(shim, cxx_forwards_to_a_next_definition_or_a_replacement, .timeout = 120)
 	run_prog_with(&r, false, NULL, rep_argv);
 	cr_assert_str_eq(r.out, "replaced new 8 delete 8\n");
 	struct fake *f = fake_start(FAKE_ACK_OK, true);
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *env[] = { f->sock_env, "LLGO_HEAP_RATE=1", NULL };
 	run_prog(&r, env, rep_argv);
 	cr_expect_str_eq(r.out, "replaced new 8 delete 8\n");
 
 	static char preload[600];
 	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s:%s", LLGO_PLAIN_SHIM,
 		 PROGS "/libshim_cxxnext.so");
-	const char *env2[] = { preload, sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *env2[] = { preload, f->sock_env, "LLGO_HEAP_RATE=1", NULL };
 	const char *next_argv[] = { PROGS "/shim_cxx", "next", NULL };
 	run_prog_with(&r, false, env2, next_argv);
 	cr_expect_str_eq(r.out, "next calls 24\n", "every form reaches the next definition");
@@ -686,7 +707,7 @@ Test(shim, cxx_forwards_to_a_next_definition_or_a_replacement, .timeout = 120)
 	cr_assert_str_eq(r.out, "first calls 20\n", "without the shim");
 	snprintf(preload_first, sizeof(preload_first), "LD_PRELOAD=%s:%s",
 		 PROGS "/libshim_mallocfirst.so", LLGO_PLAIN_SHIM);
-	const char *env4[] = { preload_first, sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *env4[] = { preload_first, f->sock_env, "LLGO_HEAP_RATE=1", NULL };
 	run_prog_with(&r, false, env4, first_argv);
 	cr_expect_str_eq(r.out, "first calls 20\n", "malloc before the shim");
 	const char *check_argv[] = { PROGS "/shim_cxx", "check", NULL };
@@ -696,8 +717,7 @@ Test(shim, cxx_forwards_to_a_next_definition_or_a_replacement, .timeout = 120)
 	fake_stop(f);
 	cr_assert_geq(f->nconns, 3); /* one connection per run, in order */
 	static struct syms y;
-	syms_load(&y, PROGS "/shim_cxx");
-	syms_slide(&y, sites_run.out);
+	syms_of_run(&y, PROGS "/shim_cxx", sites_run.out);
 	int c = 2; /* the sites run */
 	const char *sites[] = { "cxx_site_new",		  "cxx_site_aligned",
 				"cxx_site_nothrow",	  "cxx_site_aligned_array",
@@ -722,9 +742,7 @@ Test(shim, cxx_library_dlopened_by_a_c_program, .timeout = 120)
 	run_prog_with(&r, false, NULL, argv);
 	cr_assert_str_eq(r.out, "plug 6 of 6\n", "without the shim");
 	struct fake *f = fake_start(FAKE_ACK_OK, true);
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *env[] = { f->sock_env, "LLGO_HEAP_RATE=1", NULL };
 	run_prog(&r, env, argv);
 	fake_stop(f);
 	cr_expect_eq(r.status, 0, "output:\n%s", r.out);
@@ -745,17 +763,11 @@ Test(shim, cxx_library_dlopened_by_a_c_program, .timeout = 120)
 Test(shim, every_allocation_once_with_frame0_in_the_caller, .timeout = 120)
 {
 	struct fake *f = fake_start(FAKE_ACK_OK, true);
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
-	const char *argv[] = { PROGS "/shim_behaviour", "sites", "300", NULL };
 	struct run r;
-	run_prog(&r, env, argv);
-	fake_stop(f);
-	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	fake_run(f, &r, "LLGO_HEAP_RATE=1", NULL,
+		 (const char *const[]){ PROGS "/shim_behaviour", "sites", "300", NULL });
 	static struct syms y;
-	syms_load(&y, PROGS "/shim_behaviour");
-	syms_slide(&y, r.out);
+	syms_of_run(&y, PROGS "/shim_behaviour", r.out);
 	int c = fake_conn_of(f, f->conns[0].pid);
 	cr_assert(c >= 0);
 	struct {
@@ -795,17 +807,11 @@ Test(shim, every_allocation_once_with_frame0_in_the_caller, .timeout = 120)
 Test(shim, cxx_frame0_is_the_caller_for_every_new_form, .timeout = 120)
 {
 	struct fake *f = fake_start(FAKE_ACK_OK, true);
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
-	const char *argv[] = { PROGS "/shim_cxx", "sites", "200", NULL };
 	struct run r;
-	run_prog(&r, env, argv);
-	fake_stop(f);
-	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	fake_run(f, &r, "LLGO_HEAP_RATE=1", NULL,
+		 (const char *const[]){ PROGS "/shim_cxx", "sites", "200", NULL });
 	static struct syms y;
-	syms_load(&y, PROGS "/shim_cxx");
-	syms_slide(&y, r.out);
+	syms_of_run(&y, PROGS "/shim_cxx", r.out);
 	struct {
 		const char *func;
 		uint64_t size;
@@ -846,14 +852,9 @@ Test(shim, cxx_frame0_is_the_caller_for_every_new_form, .timeout = 120)
 Test(shim, threads_get_rings_and_exited_rings_are_reused, .timeout = 120)
 {
 	struct fake *f = fake_start(FAKE_ACK_OK, true);
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
-	const char *argv[] = { PROGS "/shim_behaviour", "threads", "16", "200", NULL };
 	struct run r;
-	run_prog(&r, env, argv);
-	fake_stop(f);
-	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	fake_run(f, &r, "LLGO_HEAP_RATE=1", NULL,
+		 (const char *const[]){ PROGS "/shim_behaviour", "threads", "16", "200", NULL });
 	long n = 0;
 	for (size_t i = 0; i < f->nrecs; i++)
 		n += f->recs[i].size == 72;
@@ -877,14 +878,9 @@ Test(shim, threads_get_rings_and_exited_rings_are_reused, .timeout = 120)
 Test(shim, fork_child_attaches_and_never_writes_parent_rings, .timeout = 120)
 {
 	struct fake *f = fake_start(FAKE_ACK_OK, true);
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
-	const char *argv[] = { PROGS "/shim_behaviour", "fork", "300", NULL };
 	struct run r;
-	run_prog(&r, env, argv);
-	fake_stop(f);
-	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	fake_run(f, &r, "LLGO_HEAP_RATE=1", NULL,
+		 (const char *const[]){ PROGS "/shim_behaviour", "fork", "300", NULL });
 	int child = 0;
 	const char *p = strstr(r.out, "child ");
 	cr_assert(p && sscanf(p, "child %d", &child) == 1, "%s", r.out);
@@ -917,14 +913,9 @@ Test(shim, fork_child_attaches_and_never_writes_parent_rings, .timeout = 120)
 Test(shim, default_rate_samples_by_bytes, .timeout = 120)
 {
 	struct fake *f = fake_start(FAKE_ACK_OK, true);
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-	const char *env[] = { sock, NULL };
-	const char *argv[] = { PROGS "/shim_behaviour", "bytes", "512", "1024", NULL };
 	struct run r;
-	run_prog(&r, env, argv);
-	fake_stop(f);
-	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	fake_run(f, &r, NULL, NULL,
+		 (const char *const[]){ PROGS "/shim_behaviour", "bytes", "512", "1024", NULL });
 	cr_expect_eq(f->conns[0].rate_word, (int64_t)LLGO_RATE_DEFAULT);
 	long n = 0;
 	for (size_t i = 0; i < f->nrecs; i++) {
@@ -952,9 +943,7 @@ Test(shim, rate_from_environment)
 	};
 	for (size_t i = 0; i < LLGO_ARRAY_SIZE(cases); i++) {
 		struct fake *f = fake_start(FAKE_ACK_OK, true);
-		char sock[200];
-		snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-		const char *env[] = { sock, cases[i].env, NULL };
+		const char *env[] = { f->sock_env, cases[i].env, NULL };
 		const char *argv[] = { PROGS "/shim_behaviour", "rate", NULL };
 		struct run r;
 		run_prog(&r, env, argv);
@@ -972,9 +961,7 @@ Test(shim, rate_from_environment)
 Test(shim, silent_daemon_and_refusing_daemon, .timeout = 60)
 {
 	struct fake *f = fake_start(FAKE_ACK_NEVER, false);
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *env[] = { f->sock_env, "LLGO_HEAP_RATE=1", NULL }; /* [0]: the next fake's too */
 	const char *argv[] = { PROGS "/shim_behaviour", "rate", NULL };
 	struct run r;
 	run_prog(&r, env, argv);
@@ -984,7 +971,7 @@ Test(shim, silent_daemon_and_refusing_daemon, .timeout = 60)
 	fake_free(f);
 
 	f = fake_start(FAKE_ACK_REFUSE, true);
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
+	env[0] = f->sock_env;
 	/* paced: runs ~25 ms per 100 rounds, past the shim's 100 ms check of its socket */
 	const char *argv2[] = { PROGS "/shim_behaviour", "paced", "600", NULL };
 	run_prog(&r, env, argv2);
@@ -1003,14 +990,9 @@ Test(shim, silent_daemon_and_refusing_daemon, .timeout = 60)
 Test(shim, small_undrained_ring_drops_and_accounts, .timeout = 60)
 {
 	struct fake *f = fake_start(FAKE_ACK_OK, false);
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-	const char *env[] = { sock, "LLGO_HEAP_RATE=1", "LLGO_HEAP_RING_KB=4", NULL };
-	const char *argv[] = { PROGS "/shim_behaviour", "sites", "100", NULL };
 	struct run r;
-	run_prog(&r, env, argv);
-	fake_stop(f);
-	cr_assert_eq(r.status, 0, "output:\n%s", r.out);
+	fake_run(f, &r, "LLGO_HEAP_RATE=1", "LLGO_HEAP_RING_KB=4",
+		 (const char *const[]){ PROGS "/shim_behaviour", "sites", "100", NULL });
 	cr_expect_eq(f->conns[0].ring_data_size, 4096);
 	const struct ring_account *a = &f->conns[0].acct;
 	cr_expect_gt(a->dropped, 0);
@@ -1024,9 +1006,7 @@ Test(shim, half_full_ring_wakes_the_daemon, .timeout = 60)
 	/* this daemon drains only when woken (and at BYE) */
 	struct fake *f = fake_start(FAKE_ACK_OK, false);
 	f->ignore_wake = false;
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
-	const char *env[] = { sock, "LLGO_HEAP_RATE=1", "LLGO_HEAP_RING_KB=16", NULL };
+	const char *env[] = { f->sock_env, "LLGO_HEAP_RATE=1", "LLGO_HEAP_RING_KB=16", NULL };
 	/* 72 records (~6 KiB) between pauses, a 16 KiB ring: crossing half full wakes the
 	 * daemon, which drains while the program pauses; without wakes nearly all would drop */
 	const char *argv[] = { PROGS "/shim_behaviour", "paced", "400", NULL };
@@ -1074,10 +1054,8 @@ Test(shim, hook_samples_a_custom_allocator_trimmed, .timeout = 120)
 	const char *sh[] = { "/bin/sh", "-c", cmd, NULL };
 	run_prog(&r, NULL, sh);
 	cr_assert_eq(r.status, 0, "%s\n%s", cmd, r.out);
-	char sock[200];
-	snprintf(sock, sizeof(sock), "LLGO_HEAP_SOCKET=%s", f->path);
 	/* no LD_PRELOAD needed, but harmless: the program's own malloc calls are sampled too */
-	const char *env[] = { sock, "LLGO_HEAP_RATE=1", NULL };
+	const char *env[] = { f->sock_env, "LLGO_HEAP_RATE=1", NULL };
 	const char *argv[] = { bin, "500", NULL };
 	run_prog(&r, env, argv);
 	fake_stop(f);
@@ -1085,8 +1063,7 @@ Test(shim, hook_samples_a_custom_allocator_trimmed, .timeout = 120)
 	cr_expect(strstr(r.out, "trim 2") != NULL, "trim_add found myalloc_ functions:\n%s",
 		  r.out);
 	static struct syms y;
-	syms_load(&y, bin);
-	syms_slide(&y, r.out);
+	syms_of_run(&y, bin, r.out);
 	int c = -1;
 	for (int i = 0; i < f->nconns; i++)
 		if (strcmp(f->conns[i].comm, "hook") == 0)

@@ -381,8 +381,7 @@ Test(stress, snapshot_drains_first, .timeout = 120)
 	for (int round = 1; round <= 5; round++) {
 		/* idle long enough for the drain thread to poll at its slowest */
 		th_sleep_ms(300);
-		fputs("more\n", p.in);
-		fflush(p.in);
+		th_say(&p, "more");
 		cr_assert_str_eq(th_ready(&p, 30000), "ready");
 		/* at once: the records were published just now */
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);

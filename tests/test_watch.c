@@ -52,11 +52,9 @@ static char *tmux_wait(struct tmux *t, const char *want, bool absent)
 static void watch_case(const char *quit_key)
 {
 	struct heapd d;
-	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
-	char *argv[] = { PROG("inuse_sites"), "200", NULL };
-	th_start(&p, &d, "1", 0, NULL, argv, NULL);
-	th_ready(&p, 60000);
+	th_run_start(&d, NULL, &p, "1", 0, (char *[]){ PROG("inuse_sites"), "200", NULL }, NULL,
+		     60000);
 
 	struct tmux t;
 	snprintf(t.sock, sizeof(t.sock), "%s/tmux.sock", d.dir);
@@ -104,8 +102,7 @@ static void watch_case(const char *quit_key)
 	free(pane);
 	tmux_cmd(&t, NULL, "kill-server");
 
-	fputs("go\n", p.in);
-	fflush(p.in);
+	th_say(&p, "go");
 	th_wait(&p, 60000);
 	heapd_cleanup(&d);
 }
@@ -123,11 +120,9 @@ Test(watch, ctrl_c_quits_and_restores_the_terminal, .timeout = 120)
 Test(watch, plain_lines_when_piped, .timeout = 120)
 {
 	struct heapd d;
-	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
-	char *argv[] = { PROG("inuse_sites"), "200", NULL };
-	th_start(&p, &d, "1", 0, NULL, argv, NULL);
-	th_ready(&p, 60000);
+	th_run_start(&d, NULL, &p, "1", 0, (char *[]){ PROG("inuse_sites"), "200", NULL }, NULL,
+		     60000);
 	char out[4200];
 	snprintf(out, sizeof(out), "%s/watch.txt", d.dir);
 	char cmd[8192];
@@ -135,8 +130,7 @@ Test(watch, plain_lines_when_piped, .timeout = 120)
 		 TH_BIN, (int)p.pid, d.sock, out);
 	cr_assert_eq(system(cmd), 0);
 	th_sleep_ms(700);
-	fputs("go\n", p.in);
-	fflush(p.in);
+	th_say(&p, "go");
 	th_wait(&p, 60000);
 	/* The watch ends by itself once the process exited. */
 	char *text = NULL;
