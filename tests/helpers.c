@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../agent/internal.h"
 #include "../agent/msg.h"
 #include "../shared/live.h"
 #include "helpers.h"
@@ -145,6 +146,19 @@ int th_sh(char **out, const char *fmt, ...)
 	if (WIFEXITED(st))
 		return WEXITSTATUS(st);
 	return 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+int th_pprof(char **out, const char *dir, const char *fmt, ...)
+{
+	char *args;
+	va_list ap;
+	va_start(ap, fmt);
+	cr_assert(vasprintf(&args, fmt, ap) >= 0);
+	va_end(ap);
+	int rc = th_sh(out, "cd %s && HOME=%s GOCACHE=%s/gocache GOPROXY=off go tool pprof %s", dir,
+		       dir, dir, args);
+	free(args);
+	return rc;
 }
 
 /* ---- processes ----------------------------------------------------------------------------- */
@@ -963,6 +977,96 @@ long th_text_total(const char *text)
 		t += recs[i].alloc_objects;
 	free(recs);
 	return t;
+}
+
+/* ---- profiles built by hand: return addresses of real functions ----------------------------- */
+
+#define TH_KEEP(x) __asm__ volatile("" : : "r"(x) : "memory")
+#define TH_RETURN_ADDRESS() ((uint64_t)(uintptr_t)__builtin_return_address(0))
+
+__attribute__((noinline)) void th_pc_capture(uint64_t *pcs)
+{
+	pcs[0] = TH_RETURN_ADDRESS();
+	TH_KEEP(pcs);
+}
+
+__attribute__((noinline)) void th_pc_site_a(uint64_t *pcs)
+{
+	th_pc_capture(pcs);
+	pcs[1] = TH_RETURN_ADDRESS();
+	TH_KEEP(pcs);
+}
+const int th_pc_site_a_call_line = __LINE__ - 4;
+
+__attribute__((noinline)) void th_pc_site_b(uint64_t *pcs)
+{
+	th_pc_capture(pcs);
+	pcs[1] = TH_RETURN_ADDRESS();
+	TH_KEEP(pcs);
+}
+
+static inline __attribute__((always_inline)) void th_pc_inlined(uint64_t *pcs)
+{
+	th_pc_capture(pcs);
+	TH_KEEP(pcs);
+}
+
+__attribute__((noinline)) void th_pc_site_with_a_much_longer_name_for_tabs(uint64_t *pcs)
+{
+	th_pc_inlined(pcs);
+	pcs[1] = TH_RETURN_ADDRESS();
+	TH_KEEP(pcs);
+}
+
+__attribute__((noinline)) void th_pc_outer(uint64_t *pcs, int which)
+{
+	if (which == 0)
+		th_pc_site_a(pcs);
+	else if (which == 1)
+		th_pc_site_b(pcs);
+	else
+		th_pc_site_with_a_much_longer_name_for_tabs(pcs);
+	pcs[2] = TH_RETURN_ADDRESS();
+	TH_KEEP(pcs);
+}
+
+struct stack *th_stack(const uint64_t *pcs, uint32_t n)
+{
+	struct stack *s = calloc(1, sizeof(*s) + n * sizeof(uint64_t));
+	cr_assert(s);
+	s->npcs = n;
+	if (n)
+		memcpy(s->pcs, pcs, n * sizeof(uint64_t));
+	return s;
+}
+
+struct stack *th_pc_stack(int which)
+{
+	uint64_t pcs[3];
+	th_pc_outer(pcs, which);
+	return th_stack(pcs, 3);
+}
+
+int th_raw_samples(const char *s, struct th_raw_sample *out, int max)
+{
+	int n = 0;
+	const char *p = strstr(s, "\nSamples:\n");
+	const char *end = strstr(s, "\nLocations\n");
+	cr_assert(p && end, "no samples section:\n%s", s);
+	for (p = strchr(p + 10, '\n'); p && p < end; p = strchr(p + 1, '\n')) {
+		struct th_raw_sample r;
+		int pos = 0;
+		if (sscanf(p + 1, "%lld %lld %lld %lld:%n", &r.v[0], &r.v[1], &r.v[2], &r.v[3],
+			   &pos) != 4)
+			continue;
+		r.nlocs = 0;
+		for (const char *c = p + 1 + pos; *c && *c != '\n'; c++)
+			if (*c >= '0' && *c <= '9' && (c[-1] == ' ' || c[-1] == ':'))
+				r.nlocs++;
+		if (n < max)
+			out[n++] = r;
+	}
+	return n;
 }
 
 /* ---- /proc --------------------------------------------------------------------------------- */

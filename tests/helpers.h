@@ -88,6 +88,10 @@ pid_t th_fork(void);
 /* pipe, asserting it worked. */
 void th_pipe(int p[2]);
 
+/* `go tool pprof ARGS` (fmt and what follows) run in dir, with dir as its HOME and cache:
+ * its exit status; stdout and stderr in *out (malloc'ed). */
+int th_pprof(char **out, const char *dir, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* ---- another user -------------------------------------------------------------------------- */
 
 uid_t th_nobody_uid(void);
@@ -292,6 +296,36 @@ bool th_text_acct(const char *text, struct th_acct *a);
 long th_text_count(const char *text, const char *func, long size);
 /* Sum of allocated objects over every record of the profile. */
 long th_text_total(const char *text);
+
+/* ---- profiles built by hand: return addresses of real functions ----------------------------- */
+
+/* th_pc_outer(pcs, which) calls th_pc_site_a (which 0), th_pc_site_b (1) or
+ * th_pc_site_with_a_much_longer_name_for_tabs (2, whose call goes through the inlined
+ * th_pc_inlined); each calls th_pc_capture. Then pcs[0] is a return address in the site (in
+ * th_pc_inlined for 2), pcs[1] one in th_pc_outer, pcs[2] one in th_pc_outer's caller. */
+void th_pc_capture(uint64_t *pcs);
+void th_pc_site_a(uint64_t *pcs);
+void th_pc_site_b(uint64_t *pcs);
+void th_pc_site_with_a_much_longer_name_for_tabs(uint64_t *pcs);
+void th_pc_outer(uint64_t *pcs, int which);
+/* The line of helpers.c where th_pc_site_a calls th_pc_capture (its pcs[0]'s line). */
+extern const int th_pc_site_a_call_line;
+
+struct stack; /* agent/internal.h's */
+/* A stack of the n addresses pcs (calloc'ed). */
+struct stack *th_stack(const uint64_t *pcs, uint32_t n);
+/* The stack th_pc_outer(which) captures. */
+struct stack *th_pc_stack(int which);
+
+/* A sample line of `go tool pprof -raw`: "  v0  v1  v2  v3: id id ..." */
+struct th_raw_sample {
+	long long v[4];
+	int nlocs; /* location ids */
+};
+
+/* The sample lines of `go tool pprof -raw`'s output s, the first max of them in out; how many
+ * were put there. */
+int th_raw_samples(const char *s, struct th_raw_sample *out, int max);
 
 /* ---- /proc --------------------------------------------------------------------------------- */
 

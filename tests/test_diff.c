@@ -234,8 +234,8 @@ struct diff_pprow {
 static int diff_pprof(const char *dir, const char *args, struct diff_pprow *rows, int max)
 {
 	char *out = NULL;
-	int rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top -lines "
-			"-nodefraction=0 -nodecount=100000 %s", dir, dir, dir, args);
+	int rc = th_pprof(&out, dir, "-top -lines "
+			"-nodefraction=0 -nodecount=100000 %s", args);
 	cr_assert_eq(rc, 0, "go tool pprof %s:\n%s", args, out);
 	const char *line = strstr(out, "      flat  flat%");
 	cr_assert(line != NULL, "go tool pprof %s:\n%s", args, out);

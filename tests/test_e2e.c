@@ -78,9 +78,8 @@ Test(e2e, go_pprof_reads_proto_and_text, .timeout = 600)
 		for (int m = 0; m < 2; m++) {
 			/* The program frees what it allocates: read the allocated values (the
 			 * in-use ones are zero and pprof shows no node). */
-			rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof %s "
-				    "-nodefraction=0 -nodecount=100000 %s %s %s/%s",
-				    dir, dir, dir, modes[m],
+			rc = th_pprof(&out, dir, "%s "
+				    "-nodefraction=0 -nodecount=100000 %s %s %s/%s", modes[m],
 				    "-sample_index=alloc_space",
 				    f == 1 ? TH_PROGS "/e2e_sites" : "", dir, files[f]);
 			cr_assert_eq(rc, 0, "go tool pprof %s %s failed:\n%s", modes[m], files[f],
@@ -93,8 +92,7 @@ Test(e2e, go_pprof_reads_proto_and_text, .timeout = 600)
 		}
 	}
 	/* The proto carries the accounting comment and Go's sample types in Go's order. */
-	rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw sites.pb.gz",
-		    dir, dir, dir);
+	rc = th_pprof(&out, dir, "-raw sites.pb.gz");
 	cr_assert_eq(rc, 0);
 	cr_expect(strstr(out, "alloc_objects/count alloc_space/bytes inuse_objects/count "
 			      "inuse_space/bytes") != NULL, "sample types:\n%.600s", out);

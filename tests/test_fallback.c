@@ -293,13 +293,12 @@ Test(fallback, go_pprof_reads_the_text, .timeout = 300)
 	cr_assert(fp);
 	fputs(t, fp);
 	fclose(fp);
-	int rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw fb.heap",
-			dir, dir, dir);
+	int rc = th_pprof(&out, dir, "-raw fb.heap");
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_assert(strstr(out, "Period: 16384"), "%s", out);
 	free(out);
-	rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
-		    "-sample_index=0 fb.heap", dir, dir, dir);
+	rc = th_pprof(&out, dir, "-top "
+		    "-sample_index=0 fb.heap");
 	cr_assert_eq(rc, 0, "%s", out);
 	const char *of = strstr(out, "% of ");
 	cr_assert(of, "%s", out);

@@ -152,9 +152,8 @@ Test(fidelity, pprof_lines_inline_and_dlopen, .timeout = 600)
 			"/e2e_lines " TH_PROGS "/libe2e_plugin.so 200", dir);
 	cr_assert_eq(rc, 0, "run failed:\n%s", out);
 	free(out);
-	rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top -lines "
-		    "-nodefraction=0 -nodecount=100000 -sample_index=alloc_objects lines.pb.gz",
-		    dir, dir, dir);
+	rc = th_pprof(&out, dir, "-top -lines "
+		    "-nodefraction=0 -nodecount=100000 -sample_index=alloc_objects lines.pb.gz");
 	cr_assert_eq(rc, 0, "%s", out);
 	const char *want[] = {
 		"inline_helper " TH_PROGS_SRC "/e2e_lines.c:15 (inline)",
@@ -170,8 +169,8 @@ Test(fidelity, pprof_lines_inline_and_dlopen, .timeout = 600)
 	cr_expect(strstr(out, "400") != NULL, "inline helper count:\n%s", out);
 	free(out);
 
-	rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -traces "
-		    "-lines lines.pb.gz", dir, dir, dir);
+	rc = th_pprof(&out, dir, "-traces "
+		    "-lines lines.pb.gz");
 	cr_assert_eq(rc, 0, "%s", out);
 	/* a trace of the inlined site: helper line, then its caller, in one location */
 	cr_expect(strstr(out, "inline_helper") && strstr(out, "caller_one") &&
@@ -342,8 +341,8 @@ Test(fidelity, sqlite3_and_python3_unchanged, .timeout = 600)
 	free(plain);
 	free(prof);
 	char *out = NULL;
-	int rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
-			"-nodefraction=0 -sample_index=alloc_space sq.pb.gz", dir, dir, dir);
+	int rc = th_pprof(&out, dir, "-top "
+			"-nodefraction=0 -sample_index=alloc_space sq.pb.gz");
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "llgo-heap: sampled=") != NULL, "%s", out);
 	free(out);
@@ -385,8 +384,8 @@ Test(fidelity, sqlite3_and_python3_unchanged, .timeout = 600)
 	cr_expect_str_eq(prof, plain, "python3 output changed under the shim");
 	free(plain);
 	free(prof);
-	rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
-		    "-sample_index=alloc_space py.pb.gz", dir, dir, dir);
+	rc = th_pprof(&out, dir, "-top "
+		    "-sample_index=alloc_space py.pb.gz");
 	cr_assert_eq(rc, 0, "%s", out);
 	free(out);
 	th_rmdir(dir);

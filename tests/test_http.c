@@ -302,10 +302,8 @@ Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 	for (int v = 0; v < 2; v++) {
 		for (int m = 0; m < 2; m++) {
 			char *out;
-			int rc = th_sh(&out,
-					"cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof %s -top "
-					"'http://127.0.0.1:%d/debug/pprof/%s?pid=%d'",
-					d.dir, d.dir, d.dir, modes[m], d.port, views[v], (int)p.pid);
+			int rc = th_pprof(&out, d.dir, "%s -top "
+					"'http://127.0.0.1:%d/debug/pprof/%s?pid=%d'", modes[m], d.port, views[v], (int)p.pid);
 			cr_assert_eq(rc, 0, "go tool pprof %s failed:\n%s", views[v], out);
 			cr_expect(strstr(out, types[v]), "%s: no '%s':\n%s", views[v], types[v],
 				  out);
@@ -318,10 +316,8 @@ Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 	}
 	/* -raw of the allocs proto: Go's sample types, alloc_space the default */
 	char *out;
-	int rc = th_sh(&out,
-			"cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw "
-			"'http://127.0.0.1:%d/debug/pprof/allocs?pid=%d'",
-			d.dir, d.dir, d.dir, d.port, (int)p.pid);
+	int rc = th_pprof(&out, d.dir, "-raw "
+			"'http://127.0.0.1:%d/debug/pprof/allocs?pid=%d'", d.port, (int)p.pid);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "alloc_objects/count alloc_space/bytes[dflt] inuse_objects/count "
 			      "inuse_space/bytes"),
@@ -340,11 +336,9 @@ Test(http, peak_view, .timeout = 300)
 	struct prog p;
 	prog_start(&p, &d, true);
 	char *out;
-	int rc = th_sh(&out,
-			"cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
+	int rc = th_pprof(&out, d.dir, "-top "
 			"-sample_index=peak_inuse_space "
-			"'http://127.0.0.1:%d/debug/pprof/heap?pid=%d&peak=1'",
-			d.dir, d.dir, d.dir, d.port, (int)p.pid);
+			"'http://127.0.0.1:%d/debug/pprof/heap?pid=%d&peak=1'", d.port, (int)p.pid);
 	cr_assert_eq(rc, 0, "go tool pprof heap?peak=1 failed:\n%s", out);
 	cr_expect(strstr(out, "Type: peak_inuse_space") && strstr(out, "http_site_keep"),
 		  "heap?peak=1:\n%s", out);
@@ -463,8 +457,7 @@ Test(http, delta_profile, .timeout = 120)
 		save(d.dir, name, &q.r);
 		resp_free(&q.r);
 		char *out;
-		int rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw %s",
-				d.dir, d.dir, d.dir, name);
+		int rc = th_pprof(&out, d.dir, "-raw %s", name);
 		cr_assert_eq(rc, 0, "go tool pprof -raw %s:\n%s", name, out);
 		cr_expect(strstr(out, "Duration: 2."), "%s: duration:\n%s", name, out);
 		cr_expect_null(strstr(out, "http_site_keep"), "%s: allocated before the window:\n%s",

@@ -379,8 +379,7 @@ Test(lifecycle, bucket_cap_reported, .timeout = 120)
 	fclose(f);
 	free(pb);
 	char *gout;
-	int rc = th_sh(&gout, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw %s", d.dir,
-			d.dir, d.dir, path);
+	int rc = th_pprof(&gout, d.dir, "-raw %s", path);
 	cr_expect_eq(rc, 0, "%s", gout);
 	cr_expect(strstr(gout, "bucket cap reached") != NULL, "no cap comment:\n%.800s", gout);
 	free(gout);

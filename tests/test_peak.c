@@ -116,14 +116,13 @@ static void peak_check_a(const char *sock, pid_t pid, long n, const char *dir, c
 	FILE *f = fopen(path, "w");
 	cr_assert(f && fwrite(pb, 1, len, f) == len && fclose(f) == 0);
 	free(pb);
-	int rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw peak.pb.gz",
-			dir, dir, dir);
+	int rc = th_pprof(&out, dir, "-raw peak.pb.gz");
 	cr_assert_eq(rc, 0, "go tool pprof -raw failed:\n%s", out);
 	cr_expect(strstr(out, "peak_inuse_objects/count peak_inuse_space/bytes[dflt]") != NULL,
 		  "%s: sample types:\n%.800s", when, out);
 	free(out);
-	rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
-		    "-sample_index=peak_inuse_space peak.pb.gz", dir, dir, dir);
+	rc = th_pprof(&out, dir, "-top "
+		    "-sample_index=peak_inuse_space peak.pb.gz");
 	cr_assert_eq(rc, 0, "go tool pprof -top failed:\n%s", out);
 	cr_expect(strstr(out, "Type: peak_inuse_space") != NULL, "%s:\n%s", when, out);
 	/* 8 MiB is pprof's "8MB" */
