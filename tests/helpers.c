@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <math.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -938,6 +939,42 @@ long th_recs_count(const struct th_text_rec *r, int n, const char *func, long si
 		total += r[i].alloc_objects;
 	}
 	return total;
+}
+
+char *th_expect_exact(const char *sock, pid_t pid, const char *site, long size, long truth,
+		      const char *what, struct th_acct *a)
+{
+	char *text = heapd_snapshot(sock, pid, LLGO_FORMAT_TEXT, NULL);
+	struct th_acct own;
+	if (!a)
+		a = &own;
+	cr_assert(th_text_acct(text, a), "%s: no accounting line:\n%.500s", what, text);
+	long got = th_text_count(text, site, size);
+	cr_log_info("%s: %ld of %ld records at %s; sampled=%llu delivered=%llu dropped=%llu "
+		    "corrupt=%llu", what, got, truth, site, a->sampled, a->delivered, a->dropped,
+		    a->corrupt);
+	cr_expect_eq(got, truth, "%s: %ld of %ld records at %s in the profile", what, got, truth,
+		     site);
+	cr_expect_eq(a->dropped, 0, "%s", what);
+	cr_expect_eq(a->corrupt, 0, "%s", what);
+	cr_expect_eq(a->sampled, a->delivered, "%s", what);
+	return text;
+}
+
+void th_go_scale(double count, double size, double rate, double *c, double *s)
+{
+	if (count == 0 || size == 0) {
+		*c = *s = 0;
+		return;
+	}
+	if (rate <= 1) {
+		*c = count;
+		*s = size;
+		return;
+	}
+	double f = 1 / (1 - exp(-(size / count) / rate));
+	*c = (double)(int64_t)(count * f);
+	*s = (double)(int64_t)(size * f);
 }
 
 bool th_text_acct(const char *text, struct th_acct *a)

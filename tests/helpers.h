@@ -290,6 +290,18 @@ struct th_acct {
 	unsigned long long sampled, delivered, dropped, corrupt;
 };
 
+/* pid's legacy-text profile from the daemon on sock (malloc'ed), checked to hold every record
+ * the program made: truth allocations at site (frame 0) of size bytes, and every sample
+ * delivered (none dropped or corrupt); its accounting in *a (when not NULL). what names the
+ * run in the messages. */
+char *th_expect_exact(const char *sock, pid_t pid, const char *site, long size, long truth,
+		      const char *what, struct th_acct *a);
+
+/* Go's scaleHeapSample: count objects of size bytes sampled at rate, as the estimates Go's
+ * tools print (truncated to whole numbers as Go's int64s). */
+void th_go_scale(double count, double size, double rate, double *c, double *s);
+
+
 /* The "# llgo-heap: sampled=..." line's counts; false when there is none. */
 bool th_text_acct(const char *text, struct th_acct *a);
 /* Allocations at function func (frame 0) in a legacy-text profile, of size bytes (0: any). */

@@ -15,22 +15,12 @@
 
 static void check_exact(const struct heapd *d, pid_t pid, long k, const char *how)
 {
-	char *text = heapd_snapshot(d->sock, pid, LLGO_FORMAT_TEXT, NULL);
-	long got = th_text_count(text, "crash_site", 1234);
 	struct th_acct a;
-	cr_assert(th_text_acct(text, &a), "%s: no accounting line:\n%.500s", how, text);
-	cr_log_info("%s: %ld of %ld records at crash_site; sampled=%llu delivered=%llu "
-		    "dropped=%llu corrupt=%llu", how, got, k, a.sampled, a.delivered, a.dropped,
-		    a.corrupt);
-	cr_expect_eq(got, k, "%s: %ld of %ld records in the profile", how, got, k);
-	cr_expect_eq(a.dropped, 0);
-	cr_expect_eq(a.corrupt, 0);
-	cr_expect_eq(a.sampled, a.delivered);
+	free(th_expect_exact(d->sock, pid, "crash_site", 1234, k, how, &a));
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d->sock, pid, &e));
 	cr_expect_eq(e.state, LLGO_PROC_EXITED);
 	cr_expect_eq(e.delivered, a.delivered);
-	free(text);
 }
 
 Test(crash, sigkill_keeps_records_in_rings, .timeout = 120)

@@ -20,23 +20,6 @@
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-/* Go's scaleHeapSample. */
-static void fb_scale(double count, double size, double rate, double *c, double *s)
-{
-	if (count == 0 || size == 0) {
-		*c = *s = 0;
-		return;
-	}
-	if (rate <= 1) {
-		*c = count;
-		*s = size;
-		return;
-	}
-	double f = 1 / (1 - exp(-(size / count) / rate));
-	*c = (double)(int64_t)(count * f);
-	*s = (double)(int64_t)(size * f);
-}
-
 struct fb_buf {
 	char *s;
 	size_t n, cap;
@@ -284,7 +267,7 @@ Test(fallback, go_pprof_reads_the_text, .timeout = 300)
 	double total = 0;
 	for (int i = 0; i < n; i++) {
 		double c, s;
-		fb_scale((double)r[i].ao, (double)r[i].ab, 16384, &c, &s);
+		th_go_scale((double)r[i].ao, (double)r[i].ab, 16384, &c, &s);
 		total += c;
 	}
 	char *dir = th_tmpdir(), path[4200], *out = NULL;
@@ -413,7 +396,7 @@ static void fb_heapsampling(const char *target, const char *mode, long n, long r
 		for (int c = 0; c < ncls; c++) {
 			const struct fb_rec *x = &r[cls[c]];
 			double got[2];
-			fb_scale((double)x->ao, (double)x->ab, (double)rate, &got[0], &got[1]);
+			th_go_scale((double)x->ao, (double)x->ab, (double)rate, &got[0], &got[1]);
 			for (int v = 0; v < 2; v++) {
 				if (run == 0 || got[v] < lo[c][v])
 					lo[c][v] = got[v];
@@ -443,46 +426,22 @@ static void fb_heapsampling(const char *target, const char *mode, long n, long r
 	}
 }
 
-Test(heapsampling, native_interleaved, .timeout = 300)
-{
-	fb_heapsampling("native", "interleaved", 50000, 16384);
-}
+/* A heapsampling test: fb_heapsampling(target, workload, n, rate) under its own name. */
+#define FB_HEAPSAMPLING(name, target, workload, n, rate)                                      \
+	Test(heapsampling, name, .timeout = 300)                                            \
+	{                                                                                  \
+		fb_heapsampling(target, workload, n, rate);                                \
+	}
 
-Test(heapsampling, native_small, .timeout = 300)
-{
-	fb_heapsampling("native", "small", 50000, 16384);
-}
-
-Test(heapsampling, native_large_default_rate, .timeout = 300)
-{
-	fb_heapsampling("native", "large", 50000, 524288);
-}
-
-Test(heapsampling, wasm32_wasi_interleaved, .timeout = 300)
-{
-	fb_heapsampling("wasm32-wasi", "interleaved", 50000, 16384);
-}
-
-Test(heapsampling, wasm32_wasi_small, .timeout = 300)
-{
-	fb_heapsampling("wasm32-wasi", "small", 50000, 16384);
-}
-
-Test(heapsampling, wasm32_wasi_large_default_rate, .timeout = 300)
-{
-	fb_heapsampling("wasm32-wasi", "large", 50000, 524288);
-}
-
+FB_HEAPSAMPLING(native_interleaved, "native", "interleaved", 50000, 16384)
+FB_HEAPSAMPLING(native_small, "native", "small", 50000, 16384)
+FB_HEAPSAMPLING(native_large_default_rate, "native", "large", 50000, 524288)
+FB_HEAPSAMPLING(wasm32_wasi_interleaved, "wasm32-wasi", "interleaved", 50000, 16384)
+FB_HEAPSAMPLING(wasm32_wasi_small, "wasm32-wasi", "small", 50000, 16384)
+FB_HEAPSAMPLING(wasm32_wasi_large_default_rate, "wasm32-wasi", "large", 50000, 524288)
 /* 64 KiB of RAM: the workloads whose blocks fit (the large one needs 4 MiB blocks). */
-Test(heapsampling, cortex_m3_interleaved, .timeout = 300)
-{
-	fb_heapsampling("cortex-m3", "interleaved", 50000, 16384);
-}
-
-Test(heapsampling, cortex_m3_small, .timeout = 300)
-{
-	fb_heapsampling("cortex-m3", "small", 50000, 16384);
-}
+FB_HEAPSAMPLING(cortex_m3_interleaved, "cortex-m3", "interleaved", 50000, 16384)
+FB_HEAPSAMPLING(cortex_m3_small, "cortex-m3", "small", 50000, 16384)
 
 /* The recorder computes the same thing everywhere: with one seed, the native, wasm32 and
  * Cortex-M3 (soft-float) builds print the same profile, byte for byte. */

@@ -13,24 +13,6 @@
 
 #define RUN TH_BIN "/llgo-heap run"
 
-/* Go's scaleHeapSample. */
-static void scale(double count, double size, double rate, double *c, double *s)
-{
-	if (count == 0 || size == 0) {
-		*c = *s = 0;
-		return;
-	}
-	if (rate <= 1) {
-		*c = count;
-		*s = size;
-		return;
-	}
-	double avg = size / count;
-	double f = 1 / (1 - exp(-avg / rate));
-	*c = (double)(int64_t)(count * f);
-	*s = (double)(int64_t)(size * f);
-}
-
 struct truth {
 	int line;
 	long size, count;
@@ -96,7 +78,7 @@ static void heapsampling(const char *mode, long n, long rate)
 				}
 			}
 			double eo, eb;
-			scale(objs, bytes, (double)rate, &eo, &eb);
+			th_go_scale(objs, bytes, (double)rate, &eo, &eb);
 			double want[2] = { (double)t[i].count, (double)t[i].count * t[i].size };
 			double got[2] = { eo, eb };
 			for (int v = 0; v < 2; v++) {

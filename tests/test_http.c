@@ -42,7 +42,7 @@ int rand_r(unsigned int *seed)
 }
 #endif
 
-/* ---- the daemon ------------------------------------------------------------------------ */
+/* ---- the daemon and the profiled program ---------------------------------------------------- */
 
 /* heapd.h's llgo-heapd with --http 127.0.0.1:0 plus extra options, in a folder of its own;
  * d->port is the port it logged. */
@@ -56,76 +56,44 @@ static void http_heapd_start(struct heapd *d, const char *const *extra)
 	heapd_start(d, NULL, argv);
 }
 
-static void http_heapd_stop(struct heapd *d)
+static void prog_wait_seen(struct th_proc *p, const struct heapd *d);
+
+/* http_sites (NALLOC allocations a round, rate 1) once it finished its first round; seen:
+ * and the daemon serves it (not for a process it refuses). */
+static void prog_start(struct th_proc *p, const struct heapd *d, bool seen)
 {
-	heapd_finish(d);
-}
-
-/* ---- the profiled program --------------------------------------------------------------- */
-
-struct prog {
-	pid_t pid;
-	int in;   /* its stdin */
-	FILE *out; /* its stdout */
-};
-
-static void prog_wait_ready(struct prog *p, int round)
-{
-	char line[128], want[32];
-	snprintf(want, sizeof(want), "ready %d", round);
-	cr_assert(fgets(line, sizeof(line), p->out) != NULL, "http_sites died before '%s'",
-		  want);
-	cr_assert(strncmp(line, want, strlen(want)) == 0, "http_sites said '%s'", line);
-}
-
-static void prog_wait_seen(struct prog *p, const struct heapd *d);
-
-/* seen: wait until the daemon serves its first round (not for a process it refuses) */
-static void prog_start(struct prog *p, const struct heapd *d, bool seen)
-{
-	int in[2], out[2];
-	th_pipe(in);
-	th_pipe(out);
-	p->pid = th_fork();
-	if (p->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[0]);
-		close(in[1]);
-		close(out[0]);
-		close(out[1]);
-		setenv("LD_PRELOAD", LLGO_PLAIN_SHIM, 1);
-		setenv("LLGO_HEAP_SOCKET", d->sock, 1);
-		setenv("LLGO_HEAP_RATE", "1", 1);
-		char n[16];
-		snprintf(n, sizeof(n), "%d", NALLOC);
-		execl(SITES, "http_sites", n, (char *)NULL);
-		_exit(127);
-	}
-	close(in[0]);
-	close(out[1]);
-	p->in = in[1];
-	p->out = fdopen(out[0], "r");
-	cr_assert(p->out);
-	prog_wait_ready(p, 0);
+	char n[16];
+	snprintf(n, sizeof(n), "%d", NALLOC);
+	th_start(p, d, "1", 0, NULL, (char *[]){ SITES, n, NULL }, NULL);
+	cr_assert_eq(strncmp(th_ready(p, 30000), "ready 0", 7), 0, "http_sites said '%s'", p->line);
 	if (seen)
 		prog_wait_seen(p, d);
 }
 
-static void prog_more(struct prog *p)
+static void prog_more(struct th_proc *p)
 {
-	cr_assert_eq(write(p->in, "more\n", 5), 5);
-	prog_wait_ready(p, 1);
+	cr_assert_eq(strncmp(th_ask(p, "more", 30000), "ready 1", 7), 0, "http_sites said '%s'",
+		     p->line);
 }
 
-static void prog_stop(struct prog *p)
+static void prog_stop(struct th_proc *p)
 {
-	close(p->in);
-	int st;
-	cr_assert_eq(waitpid(p->pid, &st, 0), p->pid);
-	fclose(p->out);
+	int st = th_wait(p, 30000);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "http_sites status %d", st);
+}
+
+/* The start of most tests here: the daemon with --http (and extra), and http_sites seen. */
+static void ht_start(struct heapd *d, const char *const *extra, struct th_proc *p)
+{
+	http_heapd_start(d, extra);
+	prog_start(p, d, true);
+}
+
+/* Their end: the program's, then the daemon's. */
+static void ht_end(struct heapd *d, struct th_proc *p)
+{
+	prog_stop(p);
+	heapd_finish(d);
 }
 
 /* ---- a minimal HTTP/1.0 client ------------------------------------------------------------ */
@@ -266,7 +234,7 @@ static void save(const char *dir, const char *name, const struct resp *r)
 /* Wait until the daemon has the program's first round (its ring announced and drained):
  * the shim's ADD_RING packet may still be queued on its connection when the program prints
  * "ready", and a snapshot only sees rings the daemon has read (server.c). */
-static void prog_wait_seen(struct prog *p, const struct heapd *d)
+static void prog_wait_seen(struct th_proc *p, const struct heapd *d)
 {
 	char path[128];
 	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d&debug=1", (int)p->pid);
@@ -293,9 +261,8 @@ static void prog_wait_seen(struct prog *p, const struct heapd *d)
 Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 {
 	struct heapd d;
-	http_heapd_start(&d, NULL);
-	struct prog p;
-	prog_start(&p, &d, true);
+	struct th_proc p;
+	ht_start(&d, NULL, &p);
 	const char *views[] = { "heap", "allocs" };
 	const char *types[] = { "Type: inuse_space", "Type: alloc_space" };
 	const char *modes[] = { "", "-symbolize=none" };
@@ -323,8 +290,7 @@ Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 			      "inuse_space/bytes"),
 		  "allocs sample types:\n%s", out);
 	free(out);
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* peak=1: the peak view (agent/peak.c) as a proto with its own sample types, which go tool
@@ -332,9 +298,8 @@ Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 Test(http, peak_view, .timeout = 300)
 {
 	struct heapd d;
-	http_heapd_start(&d, NULL);
-	struct prog p;
-	prog_start(&p, &d, true);
+	struct th_proc p;
+	ht_start(&d, NULL, &p);
 	char *out;
 	int rc = th_pprof(&out, d.dir, "-top "
 			"-sample_index=peak_inuse_space "
@@ -352,17 +317,15 @@ Test(http, peak_view, .timeout = 300)
 	resp_free(&r);
 	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d&peak=1&seconds=1", (int)p.pid);
 	expect_go_error(d.port, path, 400, "seconds and peak params are incompatible");
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* Default answers: gzipped proto with Go's headers; debug=1 the legacy text. */
 Test(http, proto_and_text_answers, .timeout = 120)
 {
 	struct heapd d;
-	http_heapd_start(&d, NULL);
-	struct prog p;
-	prog_start(&p, &d, true);
+	struct th_proc p;
+	ht_start(&d, NULL, &p);
 	char path[256];
 	const char *views[] = { "heap", "allocs" };
 	for (int v = 0; v < 2; v++) {
@@ -410,8 +373,7 @@ Test(http, proto_and_text_answers, .timeout = 120)
 	cr_expect_eq(r.status, 200, "no pid: %d %s", r.status, r.body);
 	cr_expect(strstr(r.body, "http_site_keep"));
 	resp_free(&r);
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 struct delta_req {
@@ -432,9 +394,8 @@ static void *delta_thread(void *arg)
 Test(http, delta_profile, .timeout = 120)
 {
 	struct heapd d;
-	http_heapd_start(&d, NULL);
-	struct prog p;
-	prog_start(&p, &d, true);
+	struct th_proc p;
+	ht_start(&d, NULL, &p);
 	const char *views[] = { "heap", "allocs" };
 	for (int v = 0; v < 2; v++) {
 		struct delta_req q = { .port = d.port };
@@ -470,8 +431,7 @@ Test(http, delta_profile, .timeout = 120)
 				       name, out);
 		free(out);
 	}
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* Go's error answers, with its texts, and ours for pids. */
@@ -482,7 +442,7 @@ Test(http, error_answers, .timeout = 120)
 	/* no process yet */
 	expect_go_error(d.port, "/debug/pprof/heap", 400,
 			"missing \"pid\" parameter: no profiled process is attached");
-	struct prog p;
+	struct th_proc p;
 	prog_start(&p, &d, true);
 	char path[256], msg[256];
 	expect_go_error(d.port, "/debug/pprof/heap?pid=99999999", 404,
@@ -516,15 +476,14 @@ Test(http, error_answers, .timeout = 120)
 	resp_free(&r);
 
 	/* two processes and no pid: which one? */
-	struct prog p2;
+	struct th_proc p2;
 	prog_start(&p2, &d, true);
 	snprintf(msg, sizeof(msg),
 		 "missing \"pid\" parameter: 2 profiled processes are attached; choose one with "
 		 "?pid=N (see /debug/pprof/)");
 	expect_go_error(d.port, "/debug/pprof/heap", 400, msg);
 	prog_stop(&p2);
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* A process whose uid is not in --http-uids is answered exactly as an unknown pid. */
@@ -535,7 +494,7 @@ Test(http, other_uid_is_unknown, .timeout = 120)
 	const char *extra[] = { "--http-uids", other, NULL };
 	struct heapd d;
 	http_heapd_start(&d, extra);
-	struct prog p;
+	struct th_proc p;
 	prog_start(&p, &d, false);
 	char path[256], msg[256];
 	const char *views[] = { "heap?pid=%d", "allocs?pid=%d&debug=1", "heap?pid=%d&seconds=1" };
@@ -564,17 +523,15 @@ Test(http, other_uid_is_unknown, .timeout = 120)
 	cr_assert_eq(rc, 0);
 	cr_expect_str_eq(r.body, "num_symbols: 1\n");
 	resp_free(&r);
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* The index lists the attached processes with links; the symbol service names addresses. */
 Test(http, index_and_symbol, .timeout = 120)
 {
 	struct heapd d;
-	http_heapd_start(&d, NULL);
-	struct prog p;
-	prog_start(&p, &d, true);
+	struct th_proc p;
+	ht_start(&d, NULL, &p);
 	struct resp r;
 	http_get(d.port, "/debug/pprof/", &r);
 	cr_expect_eq(r.status, 200);
@@ -612,8 +569,7 @@ Test(http, index_and_symbol, .timeout = 120)
 	cr_expect_eq(r.status, 200);
 	cr_expect_str_eq(r.body, "num_symbols: 1\n");
 	resp_free(&r);
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* Bad --http values are refused at start, on the terminal. */

@@ -87,22 +87,12 @@ Test(lifecycle, threads_older_than_the_attach, .timeout = 120)
 		struct th_proc p;
 		char *argv[] = { PROG("life_early"), "2000", NULL };
 		th_start(&p, &d, "1", 4096, preload, argv, NULL);
-		char *out = th_read_rest(&p, 30000);
-		int st = th_wait(&p, 30000);
-		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x:\n%s", st, out);
+		char *out = th_finish(&p, 30000);
 		long truth = th_site_truth(out, "early_site");
 		cr_assert_eq(truth, 8000, "%s", out);
-		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-		struct th_acct a;
-		cr_assert(th_text_acct(text, &a));
-		long got = th_text_count(text, "early_site", 96);
-		cr_log_info("early threads, round %d: %ld/%ld at early_site; sampled=%llu "
-			    "delivered=%llu dropped=%llu corrupt=%llu", round, got, truth, a.sampled,
-			    a.delivered, a.dropped, a.corrupt);
-		cr_expect_eq(got, truth);
-		cr_expect_eq(a.sampled, a.delivered);
-		cr_expect_eq(a.corrupt, 0);
-		free(text);
+		char what[64];
+		snprintf(what, sizeof(what), "early threads, round %d", round);
+		free(th_expect_exact(d.sock, p.pid, "early_site", 96, truth, what, NULL));
 		free(out);
 	}
 	heapd_end(&d);
@@ -142,23 +132,13 @@ Test(lifecycle, fork_vfork_spawn_from_threads, .timeout = 300)
 		struct th_proc p;
 		char *argv[] = { PROG("life_fork"), "4", "4", "200", NULL };
 		th_start(&p, &d, "1", 1024, run ? preload : NULL, argv, NULL);
-		char *out = th_read_rest(&p, 90000);
-		int st = th_wait(&p, 90000);
-		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x (deadlock ends in "
-			  "SIGALRM):\n%s", st, out);
+		char *out = th_finish(&p, 90000); /* a deadlock ends in SIGALRM */
 		long truth = th_site_truth(out, "parent_site");
 		cr_assert_eq(truth, (long)(threads + 1) * rounds * k);
 
-		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-		struct th_acct a;
-		cr_assert(th_text_acct(text, &a));
-		long got = th_text_count(text, "parent_site", 100);
-		cr_log_info("fork run %d: parent %ld/%ld at parent_site; sampled=%llu "
-			    "delivered=%llu dropped=%llu corrupt=%llu", run, got, truth, a.sampled,
-			    a.delivered, a.dropped, a.corrupt);
-		cr_expect_eq(got, truth);
-		cr_expect_eq(a.sampled, a.delivered);
-		cr_expect_eq(a.corrupt, 0);
+		char what[64];
+		snprintf(what, sizeof(what), "fork run %d: parent", run);
+		char *text = th_expect_exact(d.sock, p.pid, "parent_site", 100, truth, what, NULL);
 		const char *theirs[] = { "child_site", "exec_site", "spawn_site", "atfork_site" };
 		for (int i = 0; i < 4; i++)
 			cr_expect_eq(th_text_count(text, theirs[i], 0), 0,
@@ -338,24 +318,36 @@ Test(lifecycle, raw_clone_children_run_unchanged, .timeout = 300)
 
 /* ---- bucket caps -------------------------------------------------------------------------- */
 
+/* stress_stacks with n distinct stacks at rate 1, run to its end under a daemon d started
+ * with opts: its pid and profile (malloc'ed), which must say the cap was hit (how often in
+ * *hits), its accounting in *a and its LIST row in *e. */
+static char *capped_run(struct heapd *d, const char *const *opts, const char *n, pid_t *pid,
+			struct th_acct *a, long *hits, struct llgo_list_entry *e)
+{
+	heapd_start(d, NULL, opts);
+	struct th_proc p;
+	th_start(&p, d, "1", 1024, NULL, (char *[]){ PROG("stress_stacks"), (char *)n, NULL },
+		 NULL);
+	free(th_finish(&p, 30000));
+	*pid = p.pid;
+	char *text = heapd_snapshot(d->sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	cr_assert(th_text_acct(text, a));
+	const char *cap = strstr(text, "# llgo-heap: bucket cap reached: ");
+	cr_assert(cap, "the profile does not say the cap was hit:\n%.1000s", text);
+	*hits = atol(cap + strlen("# llgo-heap: bucket cap reached: "));
+	cr_assert(heapd_list_pid(d->sock, p.pid, e));
+	return text;
+}
+
 Test(lifecycle, bucket_cap_reported, .timeout = 120)
 {
 	struct heapd d;
-	const char *opts[] = { "--max-buckets", "100", NULL };
-	heapd_start(&d, NULL, opts);
-	struct th_proc p;
-	char *argv[] = { PROG("stress_stacks"), "1000", NULL };
-	th_start(&p, &d, "1", 1024, NULL, argv, NULL);
-	char *out = th_read_rest(&p, 30000);
-	cr_assert_eq(th_wait(&p, 30000), 0, "%s", out);
-	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	pid_t pid;
 	struct th_acct a;
-	cr_assert(th_text_acct(text, &a));
-	const char *cap = strstr(text, "# llgo-heap: bucket cap reached: ");
-	cr_assert(cap, "the profile does not say the cap was hit:\n%.1000s", text);
-	long hits = atol(cap + strlen("# llgo-heap: bucket cap reached: "));
+	long hits;
 	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
+	char *text = capped_run(&d, (const char *[]){ "--max-buckets", "100", NULL }, "1000", &pid,
+				&a, &hits, &e);
 	long in_buckets = th_text_count(text, "stacks_site", 0);
 	cr_log_info("cap 100: %llu buckets in LIST, %ld records without their stack, %ld in "
 		    "stacks_site buckets; sampled=%llu delivered=%llu", (unsigned long long)e.buckets,
@@ -371,7 +363,7 @@ Test(lifecycle, bucket_cap_reported, .timeout = 120)
 	free(text);
 	/* the pprof says it too, in a comment */
 	size_t len;
-	char *pb = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_PPROF, &len);
+	char *pb = heapd_snapshot(d.sock, pid, LLGO_FORMAT_PPROF, &len);
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/cap.pb.gz", d.dir);
 	FILE *f = fopen(path, "wb");
@@ -383,7 +375,6 @@ Test(lifecycle, bucket_cap_reported, .timeout = 120)
 	cr_expect_eq(rc, 0, "%s", gout);
 	cr_expect(strstr(gout, "bucket cap reached") != NULL, "no cap comment:\n%.800s", gout);
 	free(gout);
-	free(out);
 	heapd_end(&d);
 }
 
@@ -391,21 +382,12 @@ Test(lifecycle, bucket_cap_reported, .timeout = 120)
 Test(lifecycle, memory_cap_reported, .timeout = 120)
 {
 	struct heapd d;
-	const char *opts[] = { "--max-memory", "64K", NULL };
-	heapd_start(&d, NULL, opts);
-	struct th_proc p;
-	char *argv[] = { PROG("stress_stacks"), "2000", NULL };
-	th_start(&p, &d, "1", 1024, NULL, argv, NULL);
-	char *out = th_read_rest(&p, 30000);
-	cr_assert_eq(th_wait(&p, 30000), 0, "%s", out);
-	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	pid_t pid;
 	struct th_acct a;
-	cr_assert(th_text_acct(text, &a));
-	const char *cap = strstr(text, "# llgo-heap: bucket cap reached: ");
-	cr_assert(cap, "the profile does not say the cap was hit:\n%.1000s", text);
-	long hits = atol(cap + strlen("# llgo-heap: bucket cap reached: "));
+	long hits;
 	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
+	char *text = capped_run(&d, (const char *[]){ "--max-memory", "64K", NULL }, "2000", &pid, &a,
+				&hits, &e);
 	cr_log_info("memory cap 64 KiB: %llu buckets in LIST, %ld records without their stack; "
 		    "sampled=%llu delivered=%llu", (unsigned long long)e.buckets, hits, a.sampled,
 		    a.delivered);
@@ -414,7 +396,6 @@ Test(lifecycle, memory_cap_reported, .timeout = 120)
 	cr_expect_eq(th_text_total(text), (long)a.delivered);
 	cr_expect_eq(a.sampled, a.delivered);
 	free(text);
-	free(out);
 	heapd_end(&d);
 }
 
