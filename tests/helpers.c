@@ -267,7 +267,7 @@ int th_memfd_sized(const char *name, size_t size)
 	return fd;
 }
 
-struct llgo_ctl *th_ctl_map(int fd, uint32_t ring_data_size, int64_t rate_word)
+struct llgo_ctl *th_ctl_page(int fd, int64_t rate_word)
 {
 	struct llgo_ctl *c = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (c == MAP_FAILED)
@@ -276,6 +276,14 @@ struct llgo_ctl *th_ctl_map(int fd, uint32_t ring_data_size, int64_t rate_word)
 	c->version = LLGO_CTL_VERSION;
 	c->size = LLGO_CTL_SIZE;
 	atomic_store(&c->rate_word, rate_word);
+	return c;
+}
+
+struct llgo_ctl *th_ctl_map(int fd, uint32_t ring_data_size, int64_t rate_word)
+{
+	struct llgo_ctl *c = th_ctl_page(fd, rate_word);
+	if (!c)
+		return NULL;
 	atomic_store(&c->want_rate_word, rate_word);
 	c->ring_data_size = ring_data_size;
 	return c;
@@ -284,12 +292,8 @@ struct llgo_ctl *th_ctl_map(int fd, uint32_t ring_data_size, int64_t rate_word)
 void th_shim_ctl(struct th_shim *sh, uint32_t ring_data_size, int64_t rate_word)
 {
 	sh->ctl_fd = th_memfd_sized("test-ctl", LLGO_CTL_SIZE);
-	sh->ctl = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, sh->ctl_fd, 0);
-	cr_assert_neq(sh->ctl, MAP_FAILED);
-	sh->ctl->magic = LLGO_CTL_MAGIC;
-	sh->ctl->version = LLGO_CTL_VERSION;
-	sh->ctl->size = LLGO_CTL_SIZE;
-	atomic_store(&sh->ctl->rate_word, rate_word);
+	sh->ctl = th_ctl_page(sh->ctl_fd, rate_word);
+	cr_assert_not_null(sh->ctl);
 	sh->ctl->ring_data_size = ring_data_size;
 }
 

@@ -141,6 +141,9 @@ struct th_shim {
 int th_memfd_sized(const char *name, size_t size);
 /* sh's control page (not connected yet). */
 void th_shim_ctl(struct th_shim *sh, uint32_t ring_data_size, int64_t rate_word);
+/* A mapping of fd's control page with its magic, version, size and rate_word set; NULL when
+ * fd cannot be mapped. */
+struct llgo_ctl *th_ctl_page(int fd, int64_t rate_word);
 /* The control page laid out in a mapping of fd as a shim fills it (rate_word asked and in
  * force); NULL when fd cannot be mapped. For forked children: no assertions. */
 struct llgo_ctl *th_ctl_map(int fd, uint32_t ring_data_size, int64_t rate_word);

@@ -22,12 +22,6 @@
 #include "../shim/internal.h"
 #include "helpers.h"
 
-static bool under_tsan(void)
-{
-	const char *s = getenv("LLGO_SAN");
-	return s && strstr(s, "thread");
-}
-
 /* ---- producer (shared/ring.h's protocol) ------------------------------------------------ */
 
 /* A producer ring in a sealed memfd, written with the shim's own emit_push_alloc. */
@@ -37,20 +31,11 @@ struct pring {
 	struct emit_ring ring;
 };
 
-static int sealed_memfd(size_t size)
-{
-	int fd = memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(ftruncate(fd, (off_t)size), 0);
-	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
-	return fd;
-}
-
 static void pring_new(struct pring *r, uint32_t id, uint32_t size)
 {
 	memset(r, 0, sizeof(*r));
 	size_t len = LLGO_RING_HEADER_SIZE + (size_t)size;
-	r->fd = sealed_memfd(len);
+	r->fd = th_memfd_sized("test", len);
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
 	cr_assert_neq(p, MAP_FAILED);
 	cr_assert_eq(emit_ring_format(&r->ring, p, len, size, id, 0), 0);
@@ -69,14 +54,9 @@ static struct session *attach(struct session_registry *reg, uint32_t ring_size)
 {
 	struct session *s = session_new(reg, getpid(), getuid(), getgid(), "test", ring_size);
 	cr_assert(s);
-	int cfd = sealed_memfd(LLGO_CTL_SIZE);
-	struct llgo_ctl *ctl =
-		mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
-	cr_assert_neq(ctl, MAP_FAILED);
-	ctl->magic = LLGO_CTL_MAGIC;
-	ctl->version = LLGO_CTL_VERSION;
-	ctl->size = LLGO_CTL_SIZE;
-	atomic_store(&ctl->rate_word, 1);
+	int cfd = th_memfd_sized("test", LLGO_CTL_SIZE);
+	struct llgo_ctl *ctl = th_ctl_page(cfd, 1);
+	cr_assert_not_null(ctl);
 	cr_assert_eq(session_attach_ctl(s, cfd), 0);
 	close(cfd);
 	munmap(ctl, LLGO_CTL_SIZE);
@@ -317,7 +297,7 @@ Test(drain, lookup_prefers_live_then_newest_and_evicts_oldest_exited)
 
 Test(drain, thread_keeps_up_and_shares_rings_with_snapshots, .timeout = 120)
 {
-	unsigned n = under_tsan() ? 5000 : 100000;
+	unsigned n = th_san_thread() ? 5000 : 100000;
 	struct session_registry *reg = session_registry_new(4, 0, 0);
 	struct session *s = attach(reg, LLGO_RING_MIN_DATA);
 	struct pring r;
@@ -354,7 +334,7 @@ Test(drain, thread_keeps_up_and_shares_rings_with_snapshots, .timeout = 120)
 
 Test(drain, idle_thread_uses_almost_no_cpu, .timeout = 60)
 {
-	if (under_tsan())
+	if (th_san_thread())
 		cr_skip_test("timing under TSan means nothing");
 	struct session_registry *reg = session_registry_new(4, 0, 0);
 	struct session *sv[8];
@@ -459,7 +439,7 @@ Test(drain, snapshots_run_beside_the_drain, .timeout = 300)
 	cr_assert_eq(server_start(srv), 0);
 	uint32_t rsize = 1u << 20;
 	struct session *s = attach(server_sessions(srv), rsize);
-	unsigned stacks = under_tsan() ? 2000 : 20000;
+	unsigned stacks = th_san_thread() ? 2000 : 20000;
 	_Atomic bool stop = false;
 	struct snap_producer pr[SNAP_PRODUCERS];
 	pthread_t th[SNAP_PRODUCERS];

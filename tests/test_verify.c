@@ -68,6 +68,22 @@ static const char *vt_last_line(const char *out)
 	return line;
 }
 
+/* `llgo-heap verify PID --seconds S [more options]` against d: its exit status; its output in
+ * *out (malloc'ed). */
+static int vt_verify(const struct heapd *d, pid_t pid, int seconds, const char *more, char **out)
+{
+	return th_sh(out, CLI " verify %d --seconds %d %s--socket %s", (int)pid, seconds, more,
+		     d->sock);
+}
+
+/* The last line's "verify: N samples, M agree (": N and M (asserted). */
+static void vt_agree(const char *out, unsigned long long *n, unsigned long long *m)
+{
+	const char *last = vt_last_line(out);
+	cr_assert_eq(sscanf(last, "verify: %llu samples, %llu agree (", n, m), 2, "last: '%s'",
+		     last);
+}
+
 /* Start verify_fp for `seconds` under the shim at `rate` with extra settings; wait for its
  * "ready" line. */
 static void vt_start_named(struct th_proc *p, struct heapd *d, const char *prog,
@@ -107,8 +123,8 @@ Test(verify, frame_pointer_program_agrees, .timeout = 120)
 	heapd_start(&d, NULL, NULL);
 	struct th_proc p;
 	vt_start_prog(&p, &d, "65536", "8", NULL);
-	char *out = NULL;
-	int rc = th_sh(&out, CLI " verify %d --seconds 2 --socket %s", (int)p.pid, d.sock);
+	char *out;
+	int rc = vt_verify(&d, p.pid, 2, "", &out);
 	cr_log_info("verify output:\n%s", out);
 	unsigned long long n = 0, m = 0;
 	char pct[32] = "";
@@ -126,7 +142,7 @@ Test(verify, frame_pointer_program_agrees, .timeout = 120)
 	free(out);
 
 	/* A second verify of the same process works too (attach, detach, attach). */
-	rc = th_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
+	rc = vt_verify(&d, p.pid, 1, "", &out);
 	cr_expect_eq(rc, 0, "second verify: exit %d:\n%s", rc, out);
 	free(out);
 	int st = th_wait(&p, 30000);
@@ -147,13 +163,11 @@ Test(verify, corrupted_stacks_are_reported, .timeout = 120)
 	struct th_proc p;
 	const char *extra[] = { "LLGO_HEAP_TEST_CORRUPT_STACK=10", NULL };
 	vt_start_prog(&p, &d, "65536", "8", extra);
-	char *out = NULL;
-	int rc = th_sh(&out, CLI " verify %d --seconds 2 --socket %s", (int)p.pid, d.sock);
+	char *out;
+	int rc = vt_verify(&d, p.pid, 2, "", &out);
 	cr_log_info("verify output (first 3000 bytes):\n%.3000s", out);
 	unsigned long long n = 0, m = 0;
-	const char *last = vt_last_line(out);
-	cr_assert_eq(sscanf(last, "verify: %llu samples, %llu agree (", &n, &m), 2, "last: '%s'",
-		     last);
+	vt_agree(out, &n, &m);
 	cr_expect_eq(rc, 1, "exit %d, want 1:\n%s", rc, out);
 	cr_assert_gt(n, 1000);
 	/* one in ten of each thread's samples is corrupted: 10% disagree */
@@ -167,8 +181,7 @@ Test(verify, corrupted_stacks_are_reported, .timeout = 120)
 		  "stacks not symbolized:\n%s", out);
 	free(out);
 
-	rc = th_sh(&out, CLI " verify %d --seconds 1 --min-agree 80 --socket %s", (int)p.pid,
-		    d.sock);
+	rc = vt_verify(&d, p.pid, 1, "--min-agree 80 ", &out);
 	cr_expect_eq(rc, 0, "--min-agree 80: exit %d:\n%s", rc, out);
 	free(out);
 	th_wait(&p, 30000);
@@ -184,8 +197,8 @@ Test(verify, verify_every_reaches_list_and_profile, .timeout = 120)
 	struct th_proc p;
 	vt_start_prog(&p, &d, "65536", "3", NULL);
 	/* a one-off verify while the continuous one runs */
-	char *out = NULL;
-	int rc = th_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
+	char *out;
+	int rc = vt_verify(&d, p.pid, 1, "", &out);
 	cr_expect_eq(rc, 0, "verify under --verify-every: exit %d:\n%s", rc, out);
 	free(out);
 	int st = th_wait(&p, 30000);
@@ -231,6 +244,31 @@ Test(verify, errors_exit_2_with_one_line, .timeout = 120)
 	heapd_end(&d);
 }
 
+/* verify_fp (3 s, preload: NULL for the shim) under d, asked for a verify that must exit 2
+ * with one line naming the cause (both strings); the program ends as it would have. Its LIST
+ * row. */
+static struct llgo_list_entry vt_exit_2(const struct heapd *d, const char *preload,
+					const char *what, const char *cause, const char *cause2)
+{
+	struct th_proc p;
+	th_start(&p, d, "65536", 0, preload, (char *[]){ PROG("verify_fp"), "3", "1", NULL }, NULL);
+	th_ready(&p, 10000);
+	th_sleep_ms(200);
+	char *out;
+	int rc = vt_verify(d, p.pid, 1, "", &out);
+	cr_log_info("verify %s: exit %d: %s", what, rc, out);
+	cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+	cr_expect(strstr(out, cause) != NULL && strstr(out, cause2), "cause not named: %s", out);
+	char *nl = strchr(out, '\n');
+	cr_expect(nl && nl[1] == '\0', "more than one line: %s", out);
+	free(out);
+	/* everything else keeps working: the profile is there */
+	th_wait(&p, 30000);
+	struct llgo_list_entry e;
+	cr_assert(heapd_list_pid(d->sock, p.pid, &e));
+	return e;
+}
+
 /* A daemon without BPF rights: uid nobody, no capabilities (setpriv). */
 Test(verify, no_bpf_rights_exit_2_and_profiling_goes_on, .timeout = 120)
 {
@@ -238,40 +276,20 @@ Test(verify, no_bpf_rights_exit_2_and_profiling_goes_on, .timeout = 120)
 		cr_skip_test("needs root to start a daemon as another uid");
 	if (access("/usr/bin/setpriv", X_OK) != 0)
 		cr_skip_test("no /usr/bin/setpriv (util-linux)");
-	char *dir = th_tmpdir();
-	cr_assert(chmod(dir, 0777) == 0);
 	/* the daemon as nobody, without capabilities */
 	const char *const setpriv[] = { "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
 					"--clear-groups", "--inh-caps=-all",
 					"--bounding-set=-all", "--", NULL };
 	struct heapd d;
-	heapd_init(&d, dir);
+	heapd_init(&d, NULL);
+	cr_assert(chmod(d.dir, 0777) == 0);
 	d.wrap = setpriv;
 	heapd_run(&d, NULL);
-	struct th_proc p;
-	char *argv[] = { PROG("verify_fp"), "3", "1", NULL };
-	th_start(&p, &d, "65536", 0, NULL, argv, NULL);
-	char line[128];
-	cr_assert(th_read_line(&p, line, sizeof(line), 10000));
-	th_sleep_ms(200);
-	char *out = NULL;
-	int rc = th_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
-	cr_log_info("verify against a daemon without BPF rights: exit %d: %s", rc, out);
-	cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
-	cr_expect(strstr(out, "BPF unavailable") != NULL && strstr(out, "permission denied"),
-		  "cause not named: %s", out);
-	/* one line */
-	char *nl = strchr(out, '\n');
-	cr_expect(nl && nl[1] == '\0', "more than one line: %s", out);
-	free(out);
-	/* everything else keeps working: the profile is there */
-	th_wait(&p, 30000);
-	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
+	struct llgo_list_entry e = vt_exit_2(&d, NULL, "against a daemon without BPF rights",
+					     "BPF unavailable", "permission denied");
 	cr_expect_gt(e.delivered, 0);
 	cr_expect_eq(e.sampled, e.delivered + e.dropped + e.corrupt);
-	cr_expect_eq(heapd_stop(&d), 0);
-	th_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* A process whose shim predates the probe: one line naming it, exit 2. */
@@ -280,23 +298,9 @@ Test(verify, shim_without_probe_exit_2, .timeout = 120)
 	VT_NEED_BPF();
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
-	struct th_proc p;
-	char *argv[] = { PROG("verify_fp"), "3", "1", NULL };
-	th_start(&p, &d, "65536", 0, TH_PROGS "/libllgoheap-noprobe.so", argv, NULL);
-	char line[128];
-	cr_assert(th_read_line(&p, line, sizeof(line), 10000));
-	th_sleep_ms(200);
-	char *out = NULL;
-	int rc = th_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
-	cr_log_info("verify of a shim without the probe: exit %d: %s", rc, out);
-	cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
-	cr_expect(strstr(out, "the probe llgo_heap:sample is not in") != NULL, "%s", out);
-	char *nl = strchr(out, '\n');
-	cr_expect(nl && nl[1] == '\0', "more than one line: %s", out);
-	free(out);
-	th_wait(&p, 30000);
-	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
+	struct llgo_list_entry e = vt_exit_2(&d, TH_PROGS "/libllgoheap-noprobe.so",
+					     "of a shim without the probe",
+					     "the probe llgo_heap:sample is not in", "");
 	cr_expect_gt(e.delivered, 0, "the old shim's process was still profiled");
 	heapd_end(&d);
 }
@@ -313,13 +317,11 @@ Test(verify, cxx_operator_new_agrees, .timeout = 120)
 	char *argv[] = { PROG("e2e_cxx"), "100000000", NULL };
 	th_start(&p, &d, "4096", 1024, NULL, argv, NULL);
 	th_sleep_ms(500);
-	char *out = NULL;
-	int rc = th_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
+	char *out;
+	int rc = vt_verify(&d, p.pid, 1, "", &out);
 	cr_log_info("verify of e2e_cxx:\n%s", out);
 	unsigned long long n = 0, m = 0;
-	const char *last = vt_last_line(out);
-	cr_assert_eq(sscanf(last, "verify: %llu samples, %llu agree (", &n, &m), 2, "last: '%s'",
-		     last);
+	vt_agree(out, &n, &m);
 	cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
 	cr_expect_gt(n, 1000);
 	cr_expect_eq(m, n);
@@ -387,8 +389,8 @@ Test(verify, one_users_flood_leaves_roots_captures, .timeout = 180)
 		_exit(127);
 	}
 	th_sleep_ms(4000); /* nobody's window is open and its copies flood the buffer */
-	char *out = NULL;
-	int rc = th_sh(&out, CLI " verify %d --seconds 2 --socket %s", (int)p.pid, d.sock);
+	char *out;
+	int rc = vt_verify(&d, p.pid, 2, "", &out);
 	cr_log_info("root's verify during nobody's flood:\n%s", out);
 	unsigned long long hits = 0, lost = 0;
 	cr_assert(vt_hits_lost(out, &hits, &lost), "exit %d:\n%s", rc, out);
