@@ -68,25 +68,8 @@ pid_t heapd_spawn(struct heapd *d, const char *const *extra)
 	argv[n] = NULL;
 	struct stat lst;
 	d->log_start = stat(d->log, &lst) == 0 ? (long)lst.st_size : 0;
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		/* a test that fails half-way still takes its daemon down with it */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		if (getppid() != parent)
-			_exit(126);
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		/* the daemon must never profile itself */
-		unsetenv("LD_PRELOAD");
-		execv(argv[0], (char **)argv);
-		_exit(127);
-	}
-	return pid;
+	/* the daemon must never profile itself: th_spawn_logged unsets LD_PRELOAD */
+	return th_spawn_logged((char *const *)argv, d->log, true, SIGTERM);
 }
 
 /* The last "serving http://HOST:PORT/..." in the log (appended to by every daemon started

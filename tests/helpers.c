@@ -176,6 +176,28 @@ void th_pipe(int p[2])
 	cr_assert_eq(pipe(p), 0, "pipe: %s", strerror(errno));
 }
 
+pid_t th_spawn_logged(char *const argv[], const char *log, bool append, int deathsig)
+{
+	pid_t parent = getpid();
+	pid_t pid = th_fork();
+	if (pid == 0) {
+		/* a test that fails half-way still takes its servers down with it */
+		prctl(PR_SET_PDEATHSIG, deathsig);
+		if (getppid() != parent)
+			_exit(126);
+		int fd = open(log, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC,
+			      0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		unsetenv("LD_PRELOAD");
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	return pid;
+}
+
 /* ---- another user -------------------------------------------------------------------------- */
 
 uid_t th_nobody_uid(void)

@@ -87,10 +87,15 @@ int th_sh(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 pid_t th_fork(void);
 /* pipe, asserting it worked. */
 void th_pipe(int p[2]);
+/* A server the test runs (argv, found on PATH when argv[0] has no slash), its stdout and
+ * stderr in log (appended to, or truncated first), never profiled (no LD_PRELOAD), and
+ * taken down with the test (deathsig, PR_SET_PDEATHSIG). Its pid; stop it by pid. */
+pid_t th_spawn_logged(char *const argv[], const char *log, bool append, int deathsig);
 
 /* `go tool pprof ARGS` (fmt and what follows) run in dir, with dir as its HOME and cache:
  * its exit status; stdout and stderr in *out (malloc'ed). */
-int th_pprof(char **out, const char *dir, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int th_pprof(char **out, const char *dir, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* ---- another user -------------------------------------------------------------------------- */
 

@@ -67,13 +67,8 @@ static void fleet_prog_start_as(struct fleet_prog *f, const struct heapd *d, con
 	char *setpriv[] = { "/usr/bin/setpriv", reuid, regid, "--clear-groups", "/usr/bin/env",
 			    preload, f->exe, "200", NULL };
 	th_start(&f->p, d, "1", 0, as ? "" : NULL, as ? setpriv : plain, env);
-	char line[64];
-	cr_assert(th_read_line(&f->p, line, sizeof(line), 30000), "%s did not start", name);
-	cr_assert_str_eq(line, "ready 0");
-	struct llgo_list_entry e;
-	for (int i = 0; i < 2000 && !heapd_list_pid(d->sock, f->p.pid, &e); i++)
-		th_sleep_ms(5);
-	cr_assert(heapd_list_pid(d->sock, f->p.pid, &e), "%s (pid %d) never attached", name,
+	cr_assert_str_eq(th_ready(&f->p, 30000), "ready 0", "%s did not start", name);
+	cr_assert(th_wait_listed(d->sock, f->p.pid, 10000), "%s (pid %d) never attached", name,
 		  (int)f->p.pid);
 }
 
@@ -175,22 +170,9 @@ static void fleet_prom_start(struct fleet_prom *p, const char *dir, int heapd_po
 	snprintf(listen, sizeof(listen), "--web.listen-address=127.0.0.1:%d", p->port);
 	snprintf(data, sizeof(data), "--storage.tsdb.path=%s/prometheus-data", dir);
 	snprintf(cfgflag, sizeof(cfgflag), "--config.file=%s", cfg);
-	pid_t parent = getpid();
-	p->pid = th_fork();
-	if (p->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126);
-		int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		unsetenv("LD_PRELOAD");
-		execlp("prometheus", "prometheus", cfgflag, data, listen, "--log.level=warn",
-		       (char *)NULL);
-		_exit(127);
-	}
+	p->pid = th_spawn_logged((char *[]){ "prometheus", cfgflag, data, listen, "--log.level=warn",
+					     NULL },
+				 p->log, false, SIGKILL);
 	long deadline = th_now_ms() + WAIT_MS;
 	while (th_now_ms() < deadline) {
 		if (th_sh(NULL, "curl -sf http://127.0.0.1:%d/-/ready", p->port) == 0)

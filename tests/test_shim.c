@@ -461,6 +461,17 @@ static void run_prog(struct run *r, const char *const *env_extra, const char *co
 	run_prog_with(r, true, env_extra, argv);
 }
 
+static void fake_run(struct fake *f, struct run *r, const char *rate, const char *more,
+		     const char *const *argv);
+
+/* fake_run at rate 1 on a new fake daemon that drains as it goes: the fake, stopped. */
+static struct fake *fake_rate1(struct run *r, const char *const *argv)
+{
+	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	fake_run(f, r, "LLGO_HEAP_RATE=1", NULL, argv);
+	return f;
+}
+
 /* Run argv under the shim attached to f, with the settings rate and more (each NULL or a
  * NAME=VALUE string), then stop f; the program must exit 0. */
 static void fake_run(struct fake *f, struct run *r, const char *rate, const char *more,
@@ -762,10 +773,9 @@ Test(shim, cxx_library_dlopened_by_a_c_program, .timeout = 120)
 
 Test(shim, every_allocation_once_with_frame0_in_the_caller, .timeout = 120)
 {
-	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	const char *const argv[] = { PROGS "/shim_behaviour", "sites", "300", NULL };
 	struct run r;
-	fake_run(f, &r, "LLGO_HEAP_RATE=1", NULL,
-		 (const char *const[]){ PROGS "/shim_behaviour", "sites", "300", NULL });
+	struct fake *f = fake_rate1(&r, argv);
 	static struct syms y;
 	syms_of_run(&y, PROGS "/shim_behaviour", r.out);
 	int c = fake_conn_of(f, f->conns[0].pid);
@@ -806,10 +816,9 @@ Test(shim, every_allocation_once_with_frame0_in_the_caller, .timeout = 120)
 
 Test(shim, cxx_frame0_is_the_caller_for_every_new_form, .timeout = 120)
 {
-	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	const char *const argv[] = { PROGS "/shim_cxx", "sites", "200", NULL };
 	struct run r;
-	fake_run(f, &r, "LLGO_HEAP_RATE=1", NULL,
-		 (const char *const[]){ PROGS "/shim_cxx", "sites", "200", NULL });
+	struct fake *f = fake_rate1(&r, argv);
 	static struct syms y;
 	syms_of_run(&y, PROGS "/shim_cxx", r.out);
 	struct {
@@ -851,10 +860,9 @@ Test(shim, cxx_frame0_is_the_caller_for_every_new_form, .timeout = 120)
 
 Test(shim, threads_get_rings_and_exited_rings_are_reused, .timeout = 120)
 {
-	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	const char *const argv[] = { PROGS "/shim_behaviour", "threads", "16", "200", NULL };
 	struct run r;
-	fake_run(f, &r, "LLGO_HEAP_RATE=1", NULL,
-		 (const char *const[]){ PROGS "/shim_behaviour", "threads", "16", "200", NULL });
+	struct fake *f = fake_rate1(&r, argv);
 	long n = 0;
 	for (size_t i = 0; i < f->nrecs; i++)
 		n += f->recs[i].size == 72;
@@ -877,10 +885,9 @@ Test(shim, threads_get_rings_and_exited_rings_are_reused, .timeout = 120)
 
 Test(shim, fork_child_attaches_and_never_writes_parent_rings, .timeout = 120)
 {
-	struct fake *f = fake_start(FAKE_ACK_OK, true);
+	const char *const argv[] = { PROGS "/shim_behaviour", "fork", "300", NULL };
 	struct run r;
-	fake_run(f, &r, "LLGO_HEAP_RATE=1", NULL,
-		 (const char *const[]){ PROGS "/shim_behaviour", "fork", "300", NULL });
+	struct fake *f = fake_rate1(&r, argv);
 	int child = 0;
 	const char *p = strstr(r.out, "child ");
 	cr_assert(p && sscanf(p, "child %d", &child) == 1, "%s", r.out);
