@@ -1010,6 +1010,20 @@ bool th_text_acct(const char *text, struct th_acct *a)
 			   &a->sampled, &a->delivered, &a->dropped, &a->corrupt) == 4;
 }
 
+unsigned long long th_acct_field(const char *text, const char *key)
+{
+	const char *line = strstr(text, "# llgo-heap: sampled=");
+	if (!line)
+		return 0;
+	const char *nl = strchr(line, '\n');
+	char k[64];
+	snprintf(k, sizeof(k), " %s=", key);
+	const char *p = strstr(line, k);
+	if (!p || (nl && p > nl))
+		return 0;
+	return strtoull(p + strlen(k), NULL, 10);
+}
+
 enum { TH_TEXT_RECS = 65536 };
 
 /* The records of text (malloc'ed, at most TH_TEXT_RECS), their number in *n. */

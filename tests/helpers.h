@@ -312,6 +312,9 @@ void th_go_scale(double count, double size, double rate, double *c, double *s);
 
 /* The "# llgo-heap: sampled=..." line's counts; false when there is none. */
 bool th_text_acct(const char *text, struct th_acct *a);
+/* What the legacy-text accounting line says beyond the four totals: the number after " key="
+ * (0 when absent). */
+unsigned long long th_acct_field(const char *text, const char *key);
 /* Allocations at function func (frame 0) in a legacy-text profile, of size bytes (0: any). */
 long th_text_count(const char *text, const char *func, long size);
 /* Sum of allocated objects over every record of the profile. */

@@ -84,11 +84,13 @@ static void fleet_prog_stop(struct fleet_prog *f)
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", f->exe, st);
 }
 
-/* The three programs of the fleet tests: "checkout-svc" with LLGO_HEAP_SERVICE=checkout,
- * "worker" without, "hostile" with the service name hostile_service. */
-static void fleet_three(struct fleet_prog p[3], const struct heapd *d, const char *dir,
-			const char *hostile_service)
+/* The daemon of the fleet tests on 127.0.0.1 (its port returned), and its three programs:
+ * "checkout-svc" with LLGO_HEAP_SERVICE=checkout, "worker" without, "hostile" with the
+ * service name hostile_service. */
+static int fleet_three(struct fleet_prog p[3], struct heapd *d, const char *dir,
+		       const char *hostile_service)
 {
+	int port = fleet_daemon(d, dir, "127.0.0.1:0", "127.0.0.1", NULL);
 	static char env_c[256];
 	snprintf(env_c, sizeof(env_c), "LLGO_HEAP_SERVICE=%s", hostile_service);
 	const char *env_a[] = { "LLGO_HEAP_SERVICE=checkout", NULL };
@@ -96,6 +98,7 @@ static void fleet_three(struct fleet_prog p[3], const struct heapd *d, const cha
 	fleet_prog_start(&p[0], d, dir, "checkout-svc", env_a);
 	fleet_prog_start(&p[1], d, dir, "worker", NULL);
 	fleet_prog_start(&p[2], d, dir, "hostile", env_cv);
+	return port;
 }
 
 /* The first target of /targets (as asked with Host: host when not NULL), newline-ended. */
@@ -275,9 +278,8 @@ Test(fleet, metrics_pass_promtool, .timeout = 300)
 		     "promtool is not installed (Debian package prometheus: make deps)");
 	char *dir = th_tmpdir();
 	struct heapd d;
-	int port = fleet_daemon(&d, dir, "127.0.0.1:0", "127.0.0.1", NULL);
 	struct fleet_prog three[3];
-	fleet_three(three, &d, dir, "pay\"ments\\\n\x01\xff");
+	int port = fleet_three(three, &d, dir, "pay\"ments\\\n\x01\xff");
 	struct fleet_prog *a = &three[0], *b = &three[1], *c = &three[2];
 
 	/* rate 1 and 2 x 200 allocations a round: every one sampled and, once drained,
@@ -346,9 +348,8 @@ Test(fleet, prometheus_discovers_every_process, .timeout = 300)
 {
 	char *dir = th_tmpdir();
 	struct heapd d;
-	int port = fleet_daemon(&d, dir, "127.0.0.1:0", "127.0.0.1", NULL);
 	struct fleet_prog three[3];
-	fleet_three(three, &d, dir, "pay\"ments\x01");
+	int port = fleet_three(three, &d, dir, "pay\"ments\x01");
 	struct fleet_prog *a = &three[0], *b = &three[1], *c = &three[2];
 
 	struct fleet_prom p;

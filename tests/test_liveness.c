@@ -108,21 +108,6 @@ static bool lv_wait_listed(const char *sock, pid_t pid, bool want_live, int time
 	return false;
 }
 
-/* "(dropped: ... KEY=N ...)" and " reconnects=N" of the accounting line (0 when absent). */
-static unsigned long long lv_acct_field(const char *text, const char *key)
-{
-	const char *line = strstr(text, "# llgo-heap: sampled=");
-	if (!line)
-		return 0;
-	const char *nl = strchr(line, '\n');
-	char k[64];
-	snprintf(k, sizeof(k), " %s=", key);
-	const char *p = strstr(line, k);
-	if (!p || (nl && p > nl))
-		return 0;
-	return strtoull(p + strlen(k), NULL, 10);
-}
-
 static const char *lv_acct_line(const char *text, char *out, size_t cap)
 {
 	const char *line = strstr(text, "# llgo-heap: sampled=");
@@ -387,9 +372,9 @@ Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 	cr_assert(th_text_acct(text, &a));
 	long got_after = th_text_count(text, "after_site", 144);
 	long got_before = th_text_count(text, "before_site", 72);
-	unsigned long long detached = lv_acct_field(text, "detached");
-	unsigned long long earlier = lv_acct_field(text, "earlier_daemon");
-	unsigned long long reconnects = lv_acct_field(text, "reconnects");
+	unsigned long long detached = th_acct_field(text, "detached");
+	unsigned long long earlier = th_acct_field(text, "earlier_daemon");
+	unsigned long long reconnects = th_acct_field(text, "reconnects");
 	char acct[512];
 	cr_log_info("restart: the first daemon had delivered %llu; killed, restarted after "
 		    "%ld ms, pid back in the list %ld ms later; after_site %ld/%ld, before_site "

@@ -367,6 +367,18 @@ Test(select, lto_build_samples_exactly, .timeout = 120)
 	sel_expect_exact(SEL "/sel-lto");
 }
 
+/* The run's pid has one session in LIST; its profile's records in recs (max), how many. */
+static int sel_one_session(const struct sel_run *r, struct th_text_rec *recs, int max)
+{
+	char pidstr[32];
+	snprintf(pidstr, sizeof(pidstr), "\n%d ", r->pid);
+	const char *s = strstr(r->list, pidstr);
+	cr_assert(s, "no session for %d:\n%s", r->pid, r->list);
+	cr_expect(strstr(s + 1, pidstr) == NULL, "two sessions for %d:\n%s", r->pid, r->list);
+	long period;
+	return th_parse_text(r->profile, &period, recs, max);
+}
+
 /* ---- one sampler per process ------------------------------------------------------------- */
 
 /* A plugin that linked libllgoheap.a is dlopen'ed by a program running under the preloaded
@@ -382,14 +394,8 @@ Test(select, plugin_copy_defers_to_the_preloaded_sampler, .timeout = 120)
 	cr_expect(strstr(r.out, "pool_rate 1") != NULL, "the plugin sees the process's rate:\n%s",
 		  r.out);
 	/* one session for the pid, and its accounting adds up */
-	char pidstr[32];
-	snprintf(pidstr, sizeof(pidstr), "\n%d ", r.pid);
-	const char *s = strstr(r.list, pidstr);
-	cr_assert(s, "no session for %d:\n%s", r.pid, r.list);
-	cr_expect(strstr(s + 1, pidstr) == NULL, "two sessions for %d:\n%s", r.pid, r.list);
 	static struct th_text_rec recs[1024];
-	long period;
-	int n = th_parse_text(r.profile, &period, recs, 1024);
+	int n = sel_one_session(&r, recs, 1024);
 	/* frame 0 is the plugin's allocator (not trimmed here), named by its inlined hook */
 	long pool = th_recs_count(recs, n, "pool_alloc", 96) +
 		    th_recs_count(recs, n, "llgo_heap_alloc_hook", 96);
@@ -414,14 +420,8 @@ Test(select, program_copy_forwards_to_the_preloaded_sampler, .timeout = 120)
 	cr_expect(strstr(r.out, "not attached: another copy of the sampler is active") != NULL,
 		  "the program's copy did not stand down:\n%s", r.out);
 	cr_expect(strstr(r.out, "trim 2") != NULL, "trim_add reached the sampler:\n%s", r.out);
-	char pidstr[32];
-	snprintf(pidstr, sizeof(pidstr), "\n%d ", r.pid);
-	const char *s = strstr(r.list, pidstr);
-	cr_assert(s, "no session for %d:\n%s", r.pid, r.list);
-	cr_expect(strstr(s + 1, pidstr) == NULL, "two sessions for %d:\n%s", r.pid, r.list);
 	static struct th_text_rec recs[1024];
-	long period;
-	int n = th_parse_text(r.profile, &period, recs, 1024);
+	int n = sel_one_session(&r, recs, 1024);
 	cr_expect_eq(th_recs_count(recs, n, "sel_site", 48), 700, "%s", r.profile);
 	cr_expect_eq(th_recs_count(recs, n, "myalloc_alloc", 0), 0, "not trimmed:\n%s", r.profile);
 	sel_run_free(&r);
