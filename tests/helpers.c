@@ -545,6 +545,14 @@ void th_attached_start(struct th_attached *t, const char *const *extra, uint32_t
 		     "the fake shim was not attached");
 }
 
+void th_attached_shim(struct th_attached *t, const char *const *extra, int64_t rate_word)
+{
+	memset(&t->r, 0, sizeof(t->r));
+	heapd_start(&t->d, NULL, extra);
+	cr_assert_eq(th_shim_attach(&t->sh, t->d.sock, LLGO_RING_MIN_DATA, rate_word), 0,
+		     "the fake shim was not attached");
+}
+
 void th_attached_end(struct th_attached *t)
 {
 	th_shim_close(&t->sh);

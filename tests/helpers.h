@@ -201,6 +201,9 @@ struct th_attached {
 };
 void th_attached_start(struct th_attached *t, const char *const *extra, uint32_t ring_data_size,
 		       int64_t rate_word);
+/* th_attached_start without the ring: this process attached (rate_word, rings of the
+ * smallest size announced) and nothing more. */
+void th_attached_shim(struct th_attached *t, const char *const *extra, int64_t rate_word);
 /* Close the shim's connection, stop the daemon cleanly and remove its folder. */
 void th_attached_end(struct th_attached *t);
 

@@ -18,10 +18,8 @@
 Test(exposure, connections_per_uid_and_list, .timeout = 60)
 {
 	th_need_root();
-	struct heapd d;
-	heapd_start(&d, NULL, (const char *[]){ "--max-conns-per-uid", "8", NULL });
-	struct th_shim sh;
-	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_attached t;
+	th_attached_shim(&t, (const char *[]){ "--max-conns-per-uid", "8", NULL }, 512);
 	int go[2], res[2];
 	th_pipe(go);
 	th_pipe(res);
@@ -31,10 +29,10 @@ Test(exposure, connections_per_uid_and_list, .timeout = 60)
 		th_become_nobody();
 		/* LIST as nobody: root's process is not shown */
 		struct llgo_list_entry v[16];
-		size_t n = heapd_list(d.sock, v, 16);
+		size_t n = heapd_list(t.d.sock, v, 16);
 		char verdict = n == 0 ? 'y' : 'n';
 		for (int i = 0; i < 50; i++)
-			heapd_connect(d.sock);
+			heapd_connect(t.d.sock);
 		if (write(res[1], &verdict, 1) != 1)
 			_exit(3);
 		th_hold(go[0]);
@@ -47,14 +45,13 @@ Test(exposure, connections_per_uid_and_list, .timeout = 60)
 	cr_expect_eq(verdict, 'y', "nobody's LIST shows root's processes");
 	th_sleep_ms(200);
 	struct llgo_list_entry e;
-	cr_expect(heapd_list_pid(d.sock, getpid(), &e), "root is locked out");
-	char *log = heapd_log(&d);
+	cr_expect(heapd_list_pid(t.d.sock, getpid(), &e), "root is locked out");
+	char *log = heapd_log(&t.d);
 	cr_expect_eq(th_count(log, "connections budget reached"), 1, "%s", log);
 	free(log);
 	close(go[1]);
 	waitpid(child, NULL, 0);
-	th_shim_close(&sh);
-	heapd_finish(&d);
+	th_attached_end(&t);
 }
 
 /* A stopped daemon: the CLI gives up with a clear error and a nonzero status. */
@@ -170,21 +167,19 @@ static bool same_device(const char *path, const struct stat *before)
  * symlink to a device (/dev/stdout) is refused and left as it is. */
 Test(exposure, output_to_a_device_is_written_in_place, .timeout = 60)
 {
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	struct th_shim sh;
-	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_attached t;
+	th_attached_shim(&t, NULL, 512);
 	struct stat before, after;
 	char path[160];
 
 	/* a private character device (root only): the same node as /dev/null */
 	bool private_ok = true;
 	if (geteuid() == 0) {
-		snprintf(path, sizeof(path), "%s/null", d.dir);
+		snprintf(path, sizeof(path), "%s/null", t.d.dir);
 		cr_assert_eq(mknod(path, S_IFCHR | 0666, makedev(1, 3)), 0, "mknod: %s",
 			     strerror(errno));
 		cr_assert_eq(lstat(path, &before), 0);
-		cr_expect_eq(cli_snapshot_to(d.sock, path), 0, "snapshot -o %s", path);
+		cr_expect_eq(cli_snapshot_to(t.d.sock, path), 0, "snapshot -o %s", path);
 		private_ok = same_device(path, &before);
 	}
 
@@ -192,7 +187,7 @@ Test(exposure, output_to_a_device_is_written_in_place, .timeout = 60)
 	if (private_ok) {
 		cr_assert_eq(stat("/dev/null", &before), 0);
 		cr_assert(S_ISCHR(before.st_mode), "/dev/null is not a device before the test");
-		cr_expect_eq(cli_snapshot_to(d.sock, "/dev/null"), 0, "snapshot -o /dev/null");
+		cr_expect_eq(cli_snapshot_to(t.d.sock, "/dev/null"), 0, "snapshot -o /dev/null");
 		if (!same_device("/dev/null", &before) && geteuid() == 0) {
 			/* put the shared machine's /dev/null back */
 			unlink("/dev/null");
@@ -204,12 +199,12 @@ Test(exposure, output_to_a_device_is_written_in_place, .timeout = 60)
 	/* a FIFO: written in place. The read end is open (without blocking) before the CLI
 	 * runs and holds the whole profile, so a CLI that never opens the FIFO fails the test
 	 * instead of leaving a reader blocked. */
-	snprintf(path, sizeof(path), "%s/fifo", d.dir);
+	snprintf(path, sizeof(path), "%s/fifo", t.d.dir);
 	cr_assert_eq(mkfifo(path, 0600), 0);
 	int rfd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	cr_assert_geq(rfd, 0, "open FIFO: %s", strerror(errno));
 	fcntl(rfd, F_SETPIPE_SZ, 1 << 20);
-	cr_expect_eq(cli_snapshot_to(d.sock, path), 0, "snapshot -o FIFO");
+	cr_expect_eq(cli_snapshot_to(t.d.sock, path), 0, "snapshot -o FIFO");
 	char buf[4096];
 	size_t total = 0;
 	ssize_t n;
@@ -220,16 +215,15 @@ Test(exposure, output_to_a_device_is_written_in_place, .timeout = 60)
 	cr_expect(lstat(path, &after) == 0 && S_ISFIFO(after.st_mode), "the FIFO was replaced");
 
 	/* a symlink to a device: refused, the link left as it was */
-	snprintf(path, sizeof(path), "%s/stdout", d.dir);
+	snprintf(path, sizeof(path), "%s/stdout", t.d.dir);
 	cr_assert_eq(symlink("/dev/null", path), 0);
-	cr_expect_neq(cli_snapshot_to(d.sock, path), 0, "-o through a symlink to a device");
+	cr_expect_neq(cli_snapshot_to(t.d.sock, path), 0, "-o through a symlink to a device");
 	char link[64] = "";
 	ssize_t ln = readlink(path, link, sizeof(link) - 1);
 	cr_expect(ln == (ssize_t)strlen("/dev/null") && memcmp(link, "/dev/null", (size_t)ln) == 0,
 		  "the symlink was replaced");
 
-	th_shim_close(&sh);
-	heapd_finish(&d);
+	th_attached_end(&t);
 }
 
 /* The socket is mode 0666 (any user's shim attaches) without a chmod by path. */
@@ -297,28 +291,25 @@ static int http_get_status(int port, const char *path, const char *token)
  * endpoint still answers a plain profile request at once. */
 Test(exposure, http_slow_deltas_do_not_lock_the_endpoint, .timeout = 60)
 {
-	struct heapd d;
-	heapd_start(&d, NULL, (const char *[]){ "--http", "127.0.0.1:0", NULL });
-	struct th_shim sh;
-	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_attached t;
+	th_attached_shim(&t, (const char *[]){ "--http", "127.0.0.1:0", NULL }, 512);
 	char path[128];
 	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d&seconds=60", (int)getpid());
 	int socks[70];
 	for (int i = 0; i < 70; i++) {
-		socks[i] = http_connect(d.port);
+		socks[i] = http_connect(t.d.port);
 		if (socks[i] >= 0)
 			http_send(socks[i], path, NULL);
 	}
 	th_sleep_ms(500);
 	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d", (int)getpid());
-	int st = http_get_status(d.port, path, NULL);
+	int st = http_get_status(t.d.port, path, NULL);
 	cr_assert_geq(st, 0, "cannot connect");
 	cr_expect_eq(st, 200, "a plain request got %d behind 70 slow deltas", st);
 	for (int i = 0; i < 70; i++)
 		if (socks[i] >= 0)
 			close(socks[i]);
-	th_shim_close(&sh);
-	heapd_finish(&d);
+	th_attached_end(&t);
 }
 
 /* A connection that never sends anything is closed after 10 s: idle connections do not
@@ -425,32 +416,29 @@ static int http_status_as(uid_t uid, int port, const char *path, const char *tok
 Test(exposure, http_default_serves_each_local_uid_its_own, .timeout = 60)
 {
 	th_need_root();
-	struct heapd d;
-	heapd_start(&d, NULL, (const char *[]){ "--http", "127.0.0.1:0", NULL });
-	struct th_shim sh;
-	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_attached t;
+	th_attached_shim(&t, (const char *[]){ "--http", "127.0.0.1:0", NULL }, 512);
 	int go[2];
 	th_pipe(go);
-	pid_t mine = th_ring_taker(&d, th_nobody_uid(), 1, go);
+	pid_t mine = th_ring_taker(&t.d, th_nobody_uid(), 1, go);
 	close(go[0]);
-	th_rings_taken(&d, mine, 1);
+	th_rings_taken(&t.d, mine, 1);
 	char root_path[128], nobody_path[128];
 	snprintf(root_path, sizeof(root_path), "/debug/pprof/heap?pid=%d&debug=1", (int)getpid());
 	snprintf(nobody_path, sizeof(nobody_path), "/debug/pprof/heap?pid=%d&debug=1", (int)mine);
-	int st = http_status_as(th_nobody_uid(), d.port, root_path, NULL);
+	int st = http_status_as(th_nobody_uid(), t.d.port, root_path, NULL);
 	cr_expect_eq(st, 404, "nobody asked for root's profile: %d", st);
-	st = http_status_as(th_nobody_uid(), d.port, nobody_path, NULL);
+	st = http_status_as(th_nobody_uid(), t.d.port, nobody_path, NULL);
 	cr_expect_eq(st, 200, "nobody asked for its own profile: %d", st);
-	st = http_status_as(4242, d.port, nobody_path, NULL);
+	st = http_status_as(4242, t.d.port, nobody_path, NULL);
 	cr_expect_eq(st, 404, "uid 4242 asked for nobody's profile: %d", st);
-	st = http_status_as(0, d.port, root_path, NULL);
+	st = http_status_as(0, t.d.port, root_path, NULL);
 	cr_expect_eq(st, 200, "root asked for its own profile: %d", st);
-	st = http_status_as(0, d.port, nobody_path, NULL);
+	st = http_status_as(0, t.d.port, nobody_path, NULL);
 	cr_expect_eq(st, 200, "root asked for nobody's profile: %d", st);
 	close(go[1]);
 	waitpid(mine, NULL, 0);
-	th_shim_close(&sh);
-	heapd_finish(&d);
+	th_attached_end(&t);
 }
 
 /* One slow client of uid: nconns connections to port that send a request a byte every

@@ -75,13 +75,11 @@ Test(server, attach_list_snapshot_exit, .timeout = 120)
 
 Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
 {
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	struct th_shim sh;
-	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_attached t;
+	th_attached_shim(&t, NULL, 512);
 	struct th_ring r;
 	th_ring_new(&r, 7, LLGO_RING_MIN_DATA);
-	cr_assert_eq(th_shim_add_ring(&sh, &r), 0);
+	cr_assert_eq(th_shim_add_ring(&t.sh, &r), 0);
 	uint64_t a[1] = { TH_RET(th_site_alpha) };
 	th_ring_push_n(&r, a, 1, 64, 512, 5);
 	/* three drops, as a full ring counts them, and two samples that found no ring */
@@ -91,17 +89,17 @@ Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
 		r.sampled++;
 		atomic_store(&r.hdr->sampled, r.sampled);
 	}
-	atomic_store(&sh.ctl->lost_no_ring, 2);
+	atomic_store(&t.sh.ctl->lost_no_ring, 2);
 	/* one record that fails its checksum */
 	th_ring_push(&r, a, 1, 64, 512, true);
 	th_ring_push_n(&r, a, 1, 64, 512, 1);
 
 	struct llgo_msg_header bye;
 	msg_header_init(&bye, LLGO_MSG_BYE, sizeof(bye));
-	cr_assert_eq(msg_send(sh.sock, &bye, sizeof(bye), -1), 0);
-	cr_expect_eq(th_wait_reply(sh.sock, LLGO_MSG_END), 0, "BYE must be answered by END(0)");
+	cr_assert_eq(msg_send(t.sh.sock, &bye, sizeof(bye), -1), 0);
+	cr_expect_eq(th_wait_reply(t.sh.sock, LLGO_MSG_END), 0, "BYE must be answered by END(0)");
 
-	struct llgo_list_entry e = th_wait_delivered(d.sock, getpid(), 6);
+	struct llgo_list_entry e = th_wait_delivered(t.d.sock, getpid(), 6);
 	cr_expect_eq(e.delivered, 6);
 	cr_expect_eq(e.dropped, 5);
 	cr_expect_eq(e.corrupt, 1);
@@ -109,50 +107,46 @@ Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
 	cr_expect(th_accounting_holds(&e), "sampled %llu delivered %llu dropped %llu corrupt %llu",
 		  (unsigned long long)e.sampled, (unsigned long long)e.delivered,
 		  (unsigned long long)e.dropped, (unsigned long long)e.corrupt);
-	th_shim_close(&sh);
-	heapd_finish(&d);
+	th_attached_end(&t);
 }
 
 Test(server, set_rate_writes_the_control_page, .timeout = 60)
 {
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	struct th_shim sh;
-	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 524288), 0);
+	struct th_attached t;
+	th_attached_shim(&t, NULL, 524288);
 	struct client_answer a;
-	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 4096, &a), 0);
+	cr_assert_eq(heapd_set_rate(t.d.sock, getpid(), 4096, &a), 0);
 	cr_expect_eq(a.status, 0, "%s", a.message);
 	char want[128];
 	snprintf(want, sizeof(want), "pid %d: rate 524288 -> 4096", (int)getpid());
 	cr_expect_str_eq(a.message, want);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 4096);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_changes), 1);
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_word), 4096);
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_changes), 1);
 
-	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 1, &a), 0);
+	cr_assert_eq(heapd_set_rate(t.d.sock, getpid(), 1, &a), 0);
 	cr_expect_eq(a.status, 0);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_word), LLGO_RATE_WORD_EVERY);
-	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 0, &a), 0);
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_word), LLGO_RATE_WORD_EVERY);
+	cr_assert_eq(heapd_set_rate(t.d.sock, getpid(), 0, &a), 0);
 	cr_expect_eq(a.status, 0);
 	snprintf(want, sizeof(want), "pid %d: rate 1 -> 0", (int)getpid());
 	cr_expect_str_eq(a.message, want);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 0);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_changes), 3);
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_word), 0);
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_changes), 3);
 	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
+	cr_assert(heapd_list_pid(t.d.sock, getpid(), &e));
 	cr_expect_eq(e.rate, 0);
 
-	cr_assert_eq(heapd_set_rate(d.sock, getpid(), LLGO_RATE_MAX + 1, &a), 0);
+	cr_assert_eq(heapd_set_rate(t.d.sock, getpid(), LLGO_RATE_MAX + 1, &a), 0);
 	cr_expect_eq(a.status, EINVAL);
-	cr_assert_eq(heapd_set_rate(d.sock, 999999999, 10, &a), 0);
+	cr_assert_eq(heapd_set_rate(t.d.sock, 999999999, 10, &a), 0);
 	cr_expect_eq(a.status, ESRCH);
 	cr_expect_str_eq(a.message, "no such profiled process: 999999999");
-	cr_assert_eq(heapd_snapshot_answer(d.sock, 999999999, LLGO_FORMAT_TEXT, &a), 0);
+	cr_assert_eq(heapd_snapshot_answer(t.d.sock, 999999999, LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, ESRCH);
 	cr_expect_str_eq(a.message, "no such profiled process: 999999999");
-	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), 99, &a), 0);
+	cr_assert_eq(heapd_snapshot_answer(t.d.sock, getpid(), 99, &a), 0);
 	cr_expect_eq(a.status, EINVAL);
-	th_shim_close(&sh);
-	heapd_finish(&d);
+	th_attached_end(&t);
 }
 
 /* Send one packet (with fd >= 0 attached) on a fresh connection, optionally after a valid
@@ -403,66 +397,60 @@ Test(server, snapshot_after_the_process_died, .timeout = 120)
 Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 {
 	th_need_root();
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	struct th_shim sh;
-	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	struct th_attached t;
+	th_attached_shim(&t, NULL, 512);
 	pid_t me = getpid();
 	pid_t child = th_fork();
 	if (child == 0) {
 		th_become_nobody();
 		struct client_answer a;
-		if (heapd_snapshot_answer(d.sock, me, LLGO_FORMAT_TEXT, &a) != 0)
+		if (heapd_snapshot_answer(t.d.sock, me, LLGO_FORMAT_TEXT, &a) != 0)
 			_exit(11);
 		if (a.status != EACCES || strncmp(a.message, "permission denied", 17) != 0)
 			_exit(12);
-		if (heapd_set_rate(d.sock, me, 1, &a) != 0 || a.status != EACCES)
+		if (heapd_set_rate(t.d.sock, me, 1, &a) != 0 || a.status != EACCES)
 			_exit(13);
 		struct llgo_msg_header h;
 		msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
-		if (heapd_request(d.sock, &h, sizeof(h), &a) != 0 || a.status != 0)
+		if (heapd_request(t.d.sock, &h, sizeof(h), &a) != 0 || a.status != 0)
 			_exit(14);
 		_exit(0);
 	}
 	int st;
 	waitpid(child, &st, 0);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child as nobody: status %d", st);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 512, "rate changed by another user");
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_word), 512, "rate changed by another user");
 	/* root may */
 	struct client_answer a;
-	cr_assert_eq(heapd_snapshot_answer(d.sock, me, LLGO_FORMAT_TEXT, &a), 0);
+	cr_assert_eq(heapd_snapshot_answer(t.d.sock, me, LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
-	th_shim_close(&sh);
-	heapd_finish(&d);
+	th_attached_end(&t);
 }
 
 /* Clients that never read their answers hold nothing: others are still served. */
 Test(server, idle_clients_do_not_block_others, .timeout = 60)
 {
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	struct th_shim sh;
-	cr_assert_eq(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0);
+	struct th_attached t;
+	th_attached_shim(&t, NULL, 1);
 	int idle[16];
 	struct llgo_msg_snapshot m;
 	client_snapshot_req(&m, getpid(), LLGO_FORMAT_PPROF, 0, 0);
 	for (int i = 0; i < 16; i++) {
-		idle[i] = heapd_connect(d.sock);
+		idle[i] = heapd_connect(t.d.sock);
 		cr_assert_geq(idle[i], 0);
 		if (i % 2)
 			cr_assert_eq(msg_send(idle[i], &m, sizeof(m), -1), 0);
 	}
 	struct llgo_list_entry e;
-	cr_expect(heapd_list_pid(d.sock, getpid(), &e));
+	cr_expect(heapd_list_pid(t.d.sock, getpid(), &e));
 	struct client_answer a;
-	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_FOLDED, &a), 0);
+	cr_assert_eq(heapd_snapshot_answer(t.d.sock, getpid(), LLGO_FORMAT_FOLDED, &a), 0);
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
 	for (int i = 0; i < 16; i++)
 		close(idle[i]);
-	th_shim_close(&sh);
-	heapd_finish(&d);
+	th_attached_end(&t);
 }
 
 /* A socket of d's kind bound at d's socket path (a new daemon folder, heapd_init). */
