@@ -43,6 +43,13 @@ static void reap(pid_t *pids, int n)
 		waitpid(pids[i], NULL, 0);
 }
 
+/* As root (the test is skipped otherwise): a daemon with the budget options opts. */
+static void bd_start(struct heapd *d, const char *const *opts)
+{
+	th_need_root();
+	heapd_start(d, NULL, opts);
+}
+
 /* A process of root's that attaches (no ACK asked for) and exits at once: its pid, reaped. */
 static pid_t root_attached_and_gone(const struct heapd *d)
 {
@@ -58,9 +65,8 @@ static pid_t root_attached_and_gone(const struct heapd *d)
 /* nobody may have 3 profiled processes; the 4th to 6th are refused, root's is not. */
 Test(budget, processes_per_uid, .timeout = 60)
 {
-	th_need_root();
 	struct heapd d;
-	heapd_start(&d, NULL, (const char *[]){ "--max-processes-per-uid", "3", NULL });
+	bd_start(&d, (const char *[]){ "--max-processes-per-uid", "3", NULL });
 	pid_t pids[6];
 	int rel;
 	nobody_procs(&d, 6, pids, &rel);
@@ -86,9 +92,8 @@ Test(budget, processes_per_uid, .timeout = 60)
  * root's process gets all of its rings. */
 Test(budget, rings_per_uid, .timeout = 60)
 {
-	th_need_root();
 	struct heapd d;
-	heapd_start(&d, NULL, (const char *[]){ "--max-rings-per-uid", "2", NULL });
+	bd_start(&d, (const char *[]){ "--max-rings-per-uid", "2", NULL });
 	int go[2];
 	th_pipe(go);
 	pid_t child = th_ring_taker(&d, th_nobody_uid(), 6, go);
@@ -117,9 +122,8 @@ Test(budget, rings_per_uid, .timeout = 60)
  * rings took all 16; the fourth and fifth uids and root got none.) */
 Test(budget, global_rings_keep_shares_for_root_and_each_uid, .timeout = 60)
 {
-	th_need_root();
 	struct heapd d;
-	heapd_start(&d, NULL, (const char *[]){ "--max-rings", "16", "--max-rings-per-uid", "6", NULL });
+	bd_start(&d, (const char *[]){ "--max-rings", "16", "--max-rings-per-uid", "6", NULL });
 	int go[2];
 	th_pipe(go);
 	const uid_t uids[] = { th_nobody_uid(), 4242, 4243, 4244, 4245 };
@@ -150,10 +154,12 @@ Test(budget, global_rings_keep_shares_for_root_and_each_uid, .timeout = 60)
 }
 
 /* A process of nobody's (a fake shim with a 64 KiB ring) that writes n records of n distinct
- * stacks, runs then(d) when given, and lives until go[1] is closed. */
-static pid_t nobody_distinct(const struct heapd *d, unsigned n, const int go[2],
-			     void (*then)(const struct heapd *d))
+ * stacks, runs then(d) when given, and lives until *release is closed. */
+static pid_t nobody_distinct(const struct heapd *d, unsigned n, void (*then)(const struct heapd *d),
+			     int *release)
 {
+	int go[2];
+	th_pipe(go);
 	pid_t child = th_fork();
 	if (child == 0) {
 		close(go[1]);
@@ -169,6 +175,7 @@ static pid_t nobody_distinct(const struct heapd *d, unsigned n, const int go[2],
 		_exit(0);
 	}
 	close(go[0]);
+	*release = go[1];
 	return child;
 }
 
@@ -176,12 +183,10 @@ static pid_t nobody_distinct(const struct heapd *d, unsigned n, const int go[2],
  * are counted, not aggregated; root's process in the same daemon loses nothing. */
 Test(budget, bucket_memory_per_uid, .timeout = 60)
 {
-	th_need_root();
 	struct heapd d;
-	heapd_start(&d, NULL, (const char *[]){ "--max-bucket-memory-per-uid", "256K", NULL });
-	int go[2];
-	th_pipe(go);
-	pid_t child = nobody_distinct(&d, 20000, go, NULL);
+	bd_start(&d, (const char *[]){ "--max-bucket-memory-per-uid", "256K", NULL });
+	int release;
+	pid_t child = nobody_distinct(&d, 20000, NULL, &release);
 	struct llgo_list_entry e;
 	memset(&e, 0, sizeof(e));
 	for (int i = 0; i < 1000 && !(heapd_list_pid(d.sock, child, &e) && e.delivered >= 20000); i++)
@@ -198,7 +203,7 @@ Test(budget, bucket_memory_per_uid, .timeout = 60)
 	cr_expect_eq(me.budget_flags, 0);
 	cr_expect_eq(me.budget_dropped, 0);
 	cr_expect_eq(me.buckets, 2000, "root's buckets: %llu", (unsigned long long)me.buckets);
-	close(go[1]);
+	close(release);
 	waitpid(child, NULL, 0);
 	th_shim_close(&sh);
 	heapd_finish(&d);
@@ -207,9 +212,8 @@ Test(budget, bucket_memory_per_uid, .timeout = 60)
 /* nobody's short-lived processes do not push root's exited sessions out; kept per uid. */
 Test(budget, exited_sessions_per_uid, .timeout = 60)
 {
-	th_need_root();
 	struct heapd d;
-	heapd_start(&d, NULL, (const char *[]){ "--keep-exited-per-uid", "2", "--keep-exited", "4",
+	bd_start(&d, (const char *[]){ "--keep-exited-per-uid", "2", "--keep-exited", "4",
 						NULL });
 	pid_t mine = root_attached_and_gone(&d);
 	for (int round = 0; round < 3; round++) {
@@ -245,12 +249,10 @@ static void unread_snapshots(const struct heapd *d)
  * its unread answers stop at its budget, root is still answered. */
 Test(budget, unread_answers_per_uid, .timeout = 90)
 {
-	th_need_root();
 	struct heapd d;
-	heapd_start(&d, NULL, (const char *[]){ "--max-unread-per-uid", "1M", NULL });
-	int go[2];
-	th_pipe(go);
-	pid_t child = nobody_distinct(&d, 6000, go, unread_snapshots);
+	bd_start(&d, (const char *[]){ "--max-unread-per-uid", "1M", NULL });
+	int release;
+	pid_t child = nobody_distinct(&d, 6000, unread_snapshots, &release);
 	char *log = th_wait_log(&d, "unread answers budget reached", 20000);
 	cr_expect(strstr(log, "unread answers budget reached") != NULL, "%s", log);
 	free(log);
@@ -260,7 +262,7 @@ Test(budget, unread_answers_per_uid, .timeout = 90)
 	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, 0, "root's snapshot: %s", a.message);
 	buf_free(&a.data);
-	close(go[1]);
+	close(release);
 	waitpid(child, NULL, 0);
 	th_shim_close(&sh);
 	heapd_finish(&d);
@@ -294,9 +296,8 @@ Test(budget, exited_sessions_by_age, .timeout = 60)
  */
 Test(budget, one_users_slow_snapshots_leave_workers_to_others, .timeout = 120)
 {
-	th_need_root();
 	struct heapd d;
-	heapd_start(&d, NULL, NULL);
+	bd_start(&d, NULL);
 	pid_t big = th_run_profiled(&d, th_nobody_uid(), TH_PROGS "/stress_stacks", "40000");
 	pid_t small = th_run_profiled(&d, 0, TH_PROGS "/stress_stacks", "10");
 	long t0 = th_now_ms();
@@ -381,23 +382,32 @@ static long root_memfd_proc_end(const char *sock, pid_t pid, int release, long w
 	return th_ms_until_exited(sock, pid, wait_ms);
 }
 
-/* The attacker of the exit-worker tests: a forked child, nobody from then on, that closes
- * the pipe ends it must not hold (go's write end, ready's read end and root's release) and
- * runs body(d, go[0], ready[1]), whose result is its exit status. */
-static pid_t exit_attacker(const struct heapd *d, const int go[2], const int ready[2], int release,
-			   int (*body)(const struct heapd *d, int go, int ready))
+/* The exit-worker tests: as root, a daemon; a process of root's with a memfd session (mine,
+ * ended by root_memfd_proc_end with release); and the attacker, a forked child, nobody from
+ * then on, that closes the pipe ends it must not hold and runs body(d, go's read end, ready's
+ * write end), whose result is its exit status. The test reads ready[0] and closes go[1]. */
+struct flood {
+	struct heapd d;
+	int go[2], ready[2], release;
+	pid_t mine, atk;
+};
+
+static void flood_start(struct flood *f, int (*body)(const struct heapd *d, int go, int ready))
 {
-	pid_t atk = th_fork();
-	if (atk == 0) {
-		close(go[1]);
-		close(ready[0]);
-		close(release);
+	bd_start(&f->d, NULL);
+	f->mine = root_memfd_proc(f->d.sock, &f->release);
+	th_pipe(f->go);
+	th_pipe(f->ready);
+	f->atk = th_fork();
+	if (f->atk == 0) {
+		close(f->go[1]);
+		close(f->ready[0]);
+		close(f->release);
 		th_become_nobody();
-		_exit(body(d, go[0], ready[1]));
+		_exit(body(&f->d, f->go[0], f->ready[1]));
 	}
-	close(go[0]);
-	close(ready[1]);
-	return atk;
+	close(f->go[0]);
+	close(f->ready[1]);
 }
 
 /* Wait for the attacker to exit with status 0. */
@@ -452,35 +462,28 @@ static int exit_flood(const struct heapd *d, int go, int ready)
  */
 Test(budget, one_users_exits_leave_exit_workers_to_others, .timeout = 150)
 {
-	th_need_root();
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	int go[2], ready[2], release;
-	pid_t mine = root_memfd_proc(d.sock, &release);
-	th_pipe(go);
-	th_pipe(ready);
-	pid_t atk = exit_attacker(&d, go, ready, release, exit_flood);
+	struct flood f;
+	flood_start(&f, exit_flood);
 	int n = 0;
 	char c;
-	while (n < FLOOD_N && read(ready[0], &c, 1) == 1)
+	while (n < FLOOD_N && read(f.ready[0], &c, 1) == 1)
 		n++;
 	cr_assert_eq(n, FLOOD_N, "only %d of nobody's processes attached", n);
 	th_sleep_ms(500); /* their ADD_LIVE handled */
-	int held = th_count_state(d.sock, th_nobody_uid(), LLGO_PROC_LIVE, NULL);
-	close(go[1]); /* nobody's processes exit */
+	int held = th_count_state(f.d.sock, th_nobody_uid(), LLGO_PROC_LIVE, NULL);
+	close(f.go[1]); /* nobody's processes exit */
 	th_sleep_ms(300);
-	long delay = root_memfd_proc_end(d.sock, mine, release, 30000); /* then root's */
-	exit_attacker_end(atk);
+	long delay = root_memfd_proc_end(f.d.sock, f.mine, f.release, 30000); /* then root's */
+	exit_attacker_end(f.atk);
 	cr_log_info("exit flood: nobody's live sessions with the table %d of %d; root's process "
 		    "listed as exited %ld ms after it ended", held, FLOOD_N, delay);
 	cr_expect_lt(delay, 10000, "root's exited process was listed %ld ms after its exit "
 		     "(nobody's %d sessions holding the table)", delay, held);
 	struct client_answer a;
-	cr_assert_eq(heapd_snapshot_answer(d.sock, mine, LLGO_FORMAT_TEXT, &a), 0);
+	cr_assert_eq(heapd_snapshot_answer(f.d.sock, f.mine, LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, 0, "root's final profile: %s", a.message);
 	client_answer_free(&a);
-	heapd_stop(&d);
-	heapd_cleanup(&d);
+	heapd_cleanup(&f.d);
 }
 
 /* The number after `key` in text (0 when absent). */
@@ -498,9 +501,8 @@ static unsigned long long acct_field(const char *text, const char *key)
  */
 Test(budget, exit_scan_reads_what_the_samples_justify, .timeout = 60)
 {
-	th_need_root();
 	struct heapd d;
-	heapd_start(&d, NULL, NULL);
+	bd_start(&d, NULL);
 	pid_t atk = th_fork();
 	if (atk == 0) {
 		th_become_nobody();
@@ -588,23 +590,16 @@ static int bye_flood(const struct heapd *d, int go, int ready)
  */
 Test(budget, one_users_bye_flood_leaves_exit_workers_to_others, .timeout = 150)
 {
-	th_need_root();
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	int go[2], ready[2], release;
-	pid_t mine = root_memfd_proc(d.sock, &release);
-	th_pipe(go);
-	th_pipe(ready);
-	pid_t atk = exit_attacker(&d, go, ready, release, bye_flood);
+	struct flood f;
+	flood_start(&f, bye_flood);
 	char c;
-	cr_assert_eq(read(ready[0], &c, 1), 1, "nobody's BYE flood did not start");
+	cr_assert_eq(read(f.ready[0], &c, 1), 1, "nobody's BYE flood did not start");
 	th_sleep_ms(1000); /* the exit queue is full of BYEs */
-	long delay = root_memfd_proc_end(d.sock, mine, release, 20000);
-	close(go[1]);
-	exit_attacker_end(atk);
+	long delay = root_memfd_proc_end(f.d.sock, f.mine, f.release, 20000);
+	close(f.go[1]);
+	exit_attacker_end(f.atk);
 	cr_log_info("BYE flood: root's process listed as exited %ld ms after it ended", delay);
 	cr_expect_lt(delay, 10000, "root's exited process was listed %ld ms after its exit",
 		     delay);
-	heapd_stop(&d);
-	heapd_cleanup(&d);
+	heapd_cleanup(&f.d);
 }
