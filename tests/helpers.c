@@ -1154,6 +1154,249 @@ int th_raw_samples(const char *s, struct th_raw_sample *out, int max)
 	return n;
 }
 
+/* ---- profiles with whole stacks: `llgo-heap run` and Go's legacy text ----------------------- */
+
+const char *th_basename(const char *p)
+{
+	const char *s = strrchr(p, '/');
+	return s ? s + 1 : p;
+}
+
+/* The line starting at l, without its newline, into line (cut to fit); its length. */
+size_t th_line_copy(const char *l, char *line, size_t cap)
+{
+	size_t len = strcspn(l, "\n");
+	if (len >= cap)
+		len = cap - 1;
+	memcpy(line, l, len);
+	line[len] = '\0';
+	return len;
+}
+
+/* Parse Go's legacy heap text as text.c writes it. */
+void th_prof_parse(const char *text, struct th_prof *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->r = calloc(TH_PROF_MAX_RECS, sizeof(*p->r));
+	cr_assert(p->r);
+	const char *acc = strstr(text, "# llgo-heap: sampled=");
+	cr_assert(acc, "no accounting line");
+	cr_assert_eq(sscanf(acc, "# llgo-heap: sampled=%llu delivered=%llu dropped=%llu "
+			    "corrupt=%llu", &p->sampled, &p->delivered, &p->dropped, &p->corrupt),
+		     4);
+	const char *uw = strstr(text, "# llgo-heap: unwind=");
+	cr_assert(uw, "no unwind line");
+	cr_assert_eq(sscanf(uw, "# llgo-heap: unwind=%15s unwound=%llu truncated=%llu", p->mode,
+			    &p->unwound, &p->truncated), 3);
+	struct th_prof_rec *cur = NULL;
+	char prev_addr[32] = "";
+	for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		char line[2048];
+		th_line_copy(l, line, sizeof(line));
+		long a, b, c, d;
+		if (sscanf(line, "%ld: %ld [%ld: %ld] @", &a, &b, &c, &d) == 4) {
+			cr_assert_lt(p->n, TH_PROF_MAX_RECS);
+			cur = &p->r[p->n++];
+			cur->count = c;
+			cur->bytes = d;
+			prev_addr[0] = '\0';
+			continue;
+		}
+		if (!cur || strncmp(line, "#\t", 2) != 0)
+			continue;
+		/* "#\t0xADDR\tfunc+0xOFF\t\t\tfile:line" (func may be missing) */
+		char *f1 = line + 2, *f2 = strchr(f1, '\t');
+		if (!f2 || cur->nframes >= TH_PROF_MAX_FRAMES)
+			continue;
+		*f2++ = '\0';
+		struct th_frame *fr = &cur->f[cur->nframes++];
+		fr->inlined = strncmp(prev_addr, f1, sizeof(prev_addr) - 1) == 0;
+		snprintf(prev_addr, sizeof(prev_addr), "%.31s", f1);
+		while (*f2 == '\t')
+			f2++;
+		char *f3 = strchr(f2, '\t');
+		if (f3)
+			*f3++ = '\0';
+		char *plus = strrchr(f2, '+');
+		if (plus)
+			*plus = '\0';
+		snprintf(fr->func, sizeof(fr->func), "%s", f2);
+		if (f3) {
+			while (*f3 == '\t')
+				f3++;
+			char *colon = strrchr(f3, ':');
+			if (colon) {
+				*colon = '\0';
+				fr->line = atoi(colon + 1);
+			}
+			if (strcmp(f3, "??") != 0)
+				snprintf(fr->file, sizeof(fr->file), "%s", th_basename(f3));
+		}
+	}
+}
+
+void th_prof_free(struct th_prof *p)
+{
+	free(p->r);
+}
+
+/* Run prog under llgo-heap run at rate 1 in mode, parse its text profile; env: assignments
+ * for the shell to put before llgo-heap run ("" for none). */
+void th_prof_run_env(struct th_prof *p, const char *dir, const char *env, const char *mode,
+		       const char *cmd)
+{
+	char *out = NULL;
+	int rc = th_sh(&out, "cd %s && %s " TH_RUN " --unwind %s -r 1 -f text -o prof.heap -- %s",
+			dir, env, mode, cmd);
+	cr_assert_eq(rc, 0, "llgo-heap run --unwind %s -- %s failed (%d):\n%s", mode, cmd, rc,
+		     out);
+	free(out);
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/prof.heap", dir);
+	char *text = th_read_file(path);
+	cr_assert(text, "no profile written");
+	th_prof_parse(text, p);
+	free(text);
+	cr_expect_str_eq(p->mode, mode);
+	cr_expect_eq(p->sampled, p->delivered + p->dropped + p->corrupt);
+	cr_expect_eq(p->corrupt, 0);
+	cr_expect_eq(p->dropped, 0, "%llu of %llu samples dropped", p->dropped, p->sampled);
+}
+
+void th_prof_run(struct th_prof *p, const char *dir, const char *mode, const char *cmd)
+{
+	th_prof_run_env(p, dir, "", mode, cmd);
+}
+
+/* Line of the "@name" marker in a program's source. */
+int th_marker(const char *src, const char *name)
+{
+	char path[4200], tag[128];
+	snprintf(path, sizeof(path), TH_PROGS_SRC "/%s", src);
+	snprintf(tag, sizeof(tag), "@%s ", name);
+	char *text = th_read_file(path);
+	cr_assert(text, "cannot read %s", path);
+	int line = 1, found = 0;
+	for (const char *l = text; *l; l++) {
+		if (*l == '\n') {
+			line++;
+			continue;
+		}
+		if (strncmp(l, tag, strlen(tag)) == 0) {
+			found = line;
+			break;
+		}
+	}
+	free(text);
+	cr_assert(found, "no marker %s in %s", tag, src);
+	return found;
+}
+
+bool th_frame_is(const struct th_frame *f, const struct th_want *w)
+{
+	/* gcc's hot/cold split: "f.cold" is f's code */
+	size_t len = strlen(w->func);
+	if (strncmp(f->func, w->func, len) != 0 ||
+	    (f->func[len] && strcmp(f->func + len, ".cold") != 0))
+		return false;
+	if (!w->marker)
+		return true;
+	return strcmp(f->file, th_basename(w->src)) == 0 && f->line == th_marker(w->src, w->marker);
+}
+
+const struct th_want th_main_root[3] = {
+	{ "__libc_start_call_main", NULL, NULL },
+	{ "__libc_start_main", NULL, NULL },
+	{ "_start", NULL, NULL },
+};
+const struct th_want th_thread_root[2] = {
+	{ "start_thread", NULL, NULL },
+	{ "clone3", NULL, NULL },
+};
+
+void th_prof_describe(const struct th_prof_rec *r, char *out, size_t cap)
+{
+	size_t len = 0;
+	out[0] = '\0';
+	for (int i = 0; i < r->nframes && len + 1 < cap; i++)
+		len += (size_t)snprintf(out + len, cap - len, "\n    %s%s %s:%d",
+					r->f[i].inlined ? "(inl) " : "", r->f[i].func, r->f[i].file,
+					r->f[i].line);
+}
+
+/*
+ * The allocations whose stack is exactly head (from frame 0 on) followed by root: count them.
+ * With root NULL, only the head must match, from frame 0, and the stack must end at a thread
+ * start (either root).
+ */
+long th_prof_count(const struct th_prof *p, const struct th_want *head, int nhead,
+		     const struct th_want *root, int nroot)
+{
+	long n = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct th_prof_rec *r = &p->r[i];
+		if (r->nframes < nhead + nroot)
+			continue;
+		bool ok = true;
+		for (int k = 0; k < nhead && ok; k++)
+			ok = th_frame_is(&r->f[k], &head[k]);
+		if (root) {
+			ok = ok && r->nframes == nhead + nroot;
+			for (int k = 0; k < nroot && ok; k++)
+				ok = th_frame_is(&r->f[nhead + k], &root[k]);
+		}
+		if (ok)
+			n += r->count;
+	}
+	return n;
+}
+
+/* Whether some stack holds want[0..n) as consecutive frames followed by root (to the end). */
+long th_prof_count_tail(const struct th_prof *p, const struct th_want *want, int n,
+			  const struct th_want *root, int nroot)
+{
+	long total = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct th_prof_rec *r = &p->r[i];
+		int start = r->nframes - nroot - n;
+		if (start < 0)
+			continue;
+		bool ok = true;
+		for (int k = 0; k < n && ok; k++)
+			ok = th_frame_is(&r->f[start + k], &want[k]);
+		for (int k = 0; k < nroot && ok; k++)
+			ok = th_frame_is(&r->f[start + n + k], &root[k]);
+		if (ok)
+			total += r->count;
+	}
+	return total;
+}
+
+void th_prof_dump(const struct th_prof *p)
+{
+	static char buf[16384];
+	for (int i = 0; i < p->n; i++) {
+		th_prof_describe(&p->r[i], buf, sizeof(buf));
+		fprintf(stderr, "  %ld allocations:%s\n", p->r[i].count, buf);
+	}
+}
+
+/* No stack ends in [truncated], and every stack reaches a thread's start. */
+void th_prof_expect_whole(const struct th_prof *p)
+{
+	cr_expect_eq(p->truncated, 0, "%llu stacks truncated", p->truncated);
+	for (int i = 0; i < p->n; i++) {
+		const struct th_prof_rec *r = &p->r[i];
+		bool whole = false;
+		for (int k = 0; k < r->nframes; k++)
+			whole |= strcmp(r->f[k].func, "__libc_start_call_main") == 0 ||
+				 strcmp(r->f[k].func, "start_thread") == 0;
+		char buf[8192];
+		th_prof_describe(r, buf, sizeof(buf));
+		cr_expect(whole, "a stack that does not reach its thread's start:%s", buf);
+	}
+}
+
 /* ---- /proc --------------------------------------------------------------------------------- */
 
 long th_status_kb(pid_t pid, const char *key)

@@ -353,6 +353,83 @@ struct th_raw_sample {
  * were put there. */
 int th_raw_samples(const char *s, struct th_raw_sample *out, int max);
 
+/* ---- profiles with whole stacks: `llgo-heap run` and Go's legacy text ----------------------- */
+
+#define TH_RUN TH_BIN "/llgo-heap run"
+#define TH_PROF_MAX_FRAMES 300
+#define TH_PROF_MAX_RECS 4096
+
+struct th_frame {
+	char func[160];
+	char file[160]; /* basename, "" when unknown */
+	int line;
+	bool inlined; /* shares its address with the frame before (an inline chain) */
+};
+
+struct th_prof_rec {
+	long count, bytes;
+	int nframes;
+	struct th_frame f[TH_PROF_MAX_FRAMES];
+};
+
+struct th_prof {
+	int n;
+	struct th_prof_rec *r;
+	unsigned long long sampled, delivered, dropped, corrupt, unwound, truncated;
+	char mode[16];
+};
+
+/* An expected frame: func at src:@marker, or func anywhere (marker NULL). */
+struct th_want {
+	const char *func;
+	const char *src;
+	const char *marker;
+};
+
+/* The part of path after its last slash. */
+const char *th_basename(const char *p);
+/* The line starting at l, without its newline, into line (cut to fit); its length. */
+size_t th_line_copy(const char *l, char *line, size_t cap);
+/* Parse Go's legacy heap text as text.c writes it (its accounting and unwind lines asserted):
+ * every record with every frame. Free with th_prof_free. */
+void th_prof_parse(const char *text, struct th_prof *p);
+void th_prof_free(struct th_prof *p);
+/* Run cmd in dir under `llgo-heap run --unwind mode -r 1 -f text`, parse its profile, and
+ * expect its accounting whole (nothing dropped or corrupt); env: assignments for the shell
+ * to put before llgo-heap run ("" for none). */
+void th_prof_run_env(struct th_prof *p, const char *dir, const char *env, const char *mode,
+		     const char *cmd);
+void th_prof_run(struct th_prof *p, const char *dir, const char *mode, const char *cmd);
+/* Line of the "@name" marker in a program's source (tests/progs/src). */
+int th_marker(const char *src, const char *name);
+bool th_frame_is(const struct th_frame *f, const struct th_want *w);
+/* The roots of the main thread's stack and of another thread's. */
+extern const struct th_want th_main_root[3];
+extern const struct th_want th_thread_root[2];
+/* A record's stack, a frame a line, into out. */
+void th_prof_describe(const struct th_prof_rec *r, char *out, size_t cap);
+/* The allocations whose stack is exactly head (from frame 0 on) followed by root: count them.
+ * With root NULL, only the head must match, from frame 0, and the stack must end at a thread
+ * start (either root). */
+long th_prof_count(const struct th_prof *p, const struct th_want *head, int nhead,
+		   const struct th_want *root, int nroot);
+/* The allocations whose stack holds want[0..n) as consecutive frames followed by root (to
+ * the end). */
+long th_prof_count_tail(const struct th_prof *p, const struct th_want *want, int n,
+			const struct th_want *root, int nroot);
+/* Every record's count and stack on stderr. */
+void th_prof_dump(const struct th_prof *p);
+/* No stack ends in [truncated], and every stack reaches a thread's start. */
+void th_prof_expect_whole(const struct th_prof *p);
+/* cr_expect_eq(got, want, ...) that also sets the bool bad when they differ (the caller then
+ * dumps what it saw). */
+#define TH_EXPECT_EQ_OR(bad, got, want, ...)                                                \
+	do {                                                                               \
+		long g_ = (got);                                                           \
+		(bad) |= g_ != (long)(want);                                               \
+		cr_expect_eq(g_, (long)(want), __VA_ARGS__);                               \
+	} while (0)
+
 /* ---- /proc --------------------------------------------------------------------------------- */
 
 /* A "Key:  N kB" field of /proc/PID/status (pid 0: self), or -1. */

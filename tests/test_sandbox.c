@@ -564,8 +564,7 @@ static char *sbx_reach_as(uid_t uid, pid_t pid)
 	pid_t c = th_fork();
 	if (c == 0) {
 		close(pfd[0]);
-		if (setgroups(0, NULL) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
-			_exit(1);
+		th_become_uid(uid, uid);
 		char out[128] = "", path[64];
 		if (kill(pid, 0) == 0)
 			strcat(out, " kill(0)");
