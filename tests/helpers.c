@@ -6,6 +6,9 @@
  * itself and the requests to it are heapd.c's. Processes are stopped by pid, never by name.
  */
 #include <criterion/criterion.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -28,6 +31,16 @@
 #include "../agent/msg.h"
 #include "../shared/live.h"
 #include "helpers.h"
+
+/* criterion's runner sometimes leaks the 48-byte record of a test's timeout when the test
+ * ends as the timer is armed (libcriterion 2.4.1, calloc in its setup_timeout); that is not
+ * this code's leak, so LeakSanitizer is told to ignore allocations made by libcriterion (as
+ * tests/lsan.supp does for `make unit`). */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void)
+{
+	return "leak:libcriterion.so\n";
+}
 
 /* ---- time ---------------------------------------------------------------------------------- */
 
@@ -1395,6 +1408,472 @@ void th_prof_expect_whole(const struct th_prof *p)
 		th_prof_describe(r, buf, sizeof(buf));
 		cr_expect(whole, "a stack that does not reach its thread's start:%s", buf);
 	}
+}
+
+/* ---- a fake llgo-heapd for the shim's tests ------------------------------------------------- */
+
+static void th_fake_rec_cb(void *arg, const struct llgo_record *rec, const uint64_t *frames)
+{
+	struct th_fake *f = arg;
+	if (f->nrecs == f->cap) {
+		f->cap = f->cap ? 2 * f->cap : 4096;
+		f->recs = realloc(f->recs, f->cap * sizeof(*f->recs));
+	}
+	struct th_fake_rec *r = &f->recs[f->nrecs++];
+	memset(r, 0, sizeof(*r));
+	r->conn = f->cur_conn;
+	r->tid = rec->tid;
+	r->size = rec->size;
+	r->rate = rec->rate;
+	r->nframes = rec->nframes;
+	for (uint32_t i = 0; i < rec->nframes && i < 8; i++)
+		r->frames[i] = frames[i];
+}
+
+/* Map the rings of c's memfd up to ctl.ring_count, as llgo-heapd does. */
+static void th_fake_sync_rings(struct th_fake *f, int c)
+{
+	struct th_fake_conn *k = &f->conns[c];
+	if (k->memfd < 0 || !k->ctl)
+		return;
+	uint32_t n = atomic_load_explicit(&k->ctl->ring_count, memory_order_acquire);
+	uint64_t page = k->ctl->page_size;
+	while (k->rings_known < n && f->nrings < TH_FAKE_MAX_RINGS) {
+		uint32_t id = k->rings_known;
+		int rc = ring_reader_map_at(&f->rings[f->nrings], k->memfd,
+					    llgo_ring_offset(id, k->ring_data_size, page),
+					    llgo_ring_span(k->ring_data_size, page), id,
+					    k->ring_data_size);
+		if (rc == -EAGAIN)
+			break;
+		k->rings_known++;
+		if (rc == 0) {
+			f->ring_conn[f->nrings++] = c;
+			k->nrings++;
+		} else {
+			f->map_errors++;
+		}
+	}
+}
+
+static void th_fake_drain_conn(struct th_fake *f, int c)
+{
+	th_fake_sync_rings(f, c);
+	for (int i = 0; i < f->nrings; i++) {
+		if (f->ring_conn[i] != c)
+			continue;
+		f->cur_conn = c;
+		ring_reader_drain(&f->rings[i], th_fake_rec_cb, f);
+	}
+}
+
+static void th_fake_account(struct th_fake *f, int c)
+{
+	struct ring_account sum = { 0 };
+	for (int i = 0; i < f->nrings; i++) {
+		if (f->ring_conn[i] != c)
+			continue;
+		struct ring_account a;
+		ring_reader_account(&f->rings[i], &a);
+		ring_account_add(&sum, &a);
+	}
+	if (f->conns[c].ctl) {
+		ring_account_lost(&sum, atomic_load(&f->conns[c].ctl->lost_no_ring));
+		ring_account_detached(&sum, atomic_load(&f->conns[c].ctl->lost_detached));
+	}
+	f->conns[c].acct = (struct th_acct){ sum.sampled, sum.delivered, sum.dropped, sum.corrupt };
+}
+
+static void th_fake_send(int fd, uint16_t type, const void *body, size_t n)
+{
+	unsigned char pkt[512];
+	struct llgo_msg_header h = { .magic = LLGO_PROTO_MAGIC,
+				     .version = LLGO_PROTO_VERSION,
+				     .type = type,
+				     .length = (uint32_t)(sizeof(h) + n) };
+	memcpy(pkt, &h, sizeof(h));
+	memcpy(pkt + sizeof(h), body, n);
+	if (send(fd, pkt, sizeof(h) + n, MSG_NOSIGNAL) < 0)
+		return;
+}
+
+static void th_fake_packet(struct th_fake *f, int c)
+{
+	struct th_fake_conn *k = &f->conns[c];
+	unsigned char buf[LLGO_MSG_MAX];
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cb;
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b,
+			     .msg_controllen = sizeof(cb.b) };
+	ssize_t n = recvmsg(k->fd, &mh, MSG_CMSG_CLOEXEC);
+	int fd = -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	if (n <= 0) {
+		th_fake_drain_conn(f, c);
+		k->closed = true;
+		close(k->fd);
+		k->fd = -1;
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct llgo_msg_header h;
+	if ((size_t)n < sizeof(h)) {
+		f->bad_packets++;
+		goto out;
+	}
+	memcpy(&h, buf, sizeof(h));
+	if (h.magic != LLGO_PROTO_MAGIC || h.version != LLGO_PROTO_VERSION || h.length != n) {
+		f->bad_packets++;
+		goto out;
+	}
+	if (h.type == LLGO_MSG_HELLO && n == sizeof(struct llgo_msg_hello) && fd >= 0) {
+		struct llgo_msg_hello m;
+		memcpy(&m, buf, sizeof(m));
+		k->hello = true;
+		k->flags = m.flags;
+		k->rate_word = m.rate_word;
+		k->ring_data_size = m.ring_data_size;
+		memcpy(k->comm, m.comm, sizeof(k->comm));
+		k->comm[sizeof(k->comm) - 1] = '\0';
+		void *ctl = mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		k->ctl = ctl == MAP_FAILED ? NULL : ctl;
+		/* One reader per ring, as in llgo-heapd: a reconnect with a memfd an earlier
+		 * connection holds joins it (the daemon gives drained ring pages back, which a
+		 * second reader of the same ring would find empty). */
+		struct stat st;
+		k->joined = -1;
+		if ((m.flags & LLGO_HELLO_MEMFD) && fstat(fd, &st) == 0) {
+			for (int e = 0; e < c && k->joined < 0; e++)
+				if (f->conns[e].memfd >= 0 && f->conns[e].memfd_ino == st.st_ino)
+					k->joined = e;
+			if (k->joined < 0) {
+				k->memfd = dup(fd);
+				k->memfd_ino = st.st_ino;
+			}
+		}
+		if (f->ack == TH_FAKE_ACK_REFUSE && (m.flags & LLGO_HELLO_NO_ACK)) {
+			/* a daemon refuses a shim that awaits no answer by closing */
+			close(k->fd);
+			k->fd = -1;
+			k->closed = true;
+		} else if (f->ack != TH_FAKE_ACK_NEVER && !(m.flags & LLGO_HELLO_NO_ACK)) {
+			int32_t body[2] = { f->ack == TH_FAKE_ACK_REFUSE ? EPERM : 0, 0 };
+			th_fake_send(k->fd, LLGO_MSG_HELLO_ACK, body, sizeof(body));
+		}
+	} else if (h.type == LLGO_MSG_ADD_RING && n == sizeof(struct llgo_msg_add_ring) &&
+		   fd < 0 && (k->memfd >= 0 || k->joined >= 0)) {
+		th_fake_sync_rings(f, k->joined >= 0 ? k->joined : c);
+	} else if (h.type == LLGO_MSG_ADD_RING && n == sizeof(struct llgo_msg_add_ring) &&
+		   fd >= 0 && f->nrings < TH_FAKE_MAX_RINGS) {
+		struct llgo_msg_add_ring m;
+		memcpy(&m, buf, sizeof(m));
+		if (ring_reader_map(&f->rings[f->nrings], fd, m.ring_id, m.data_size) == 0) {
+			f->ring_conn[f->nrings++] = c;
+			k->nrings++;
+		} else {
+			f->map_errors++;
+		}
+	} else if (h.type == LLGO_MSG_ADD_LIVE && n == sizeof(h) && fd >= 0) {
+		f->live_tables++; /* the live-object table (test_inuse.c tests its content) */
+	} else if (h.type == LLGO_MSG_WAKE && n == sizeof(h) && fd < 0) {
+		f->wakes++;
+		if (!f->ignore_wake)
+			th_fake_drain_conn(f, c);
+	} else if (h.type == LLGO_MSG_BYE) {
+		k->bye = true;
+		th_fake_drain_conn(f, c);
+		unsigned char end[sizeof(struct llgo_msg_end) - sizeof(h)];
+		memset(end, 0, sizeof(end));
+		th_fake_send(k->fd, LLGO_MSG_END, end, sizeof(end));
+	} else {
+		f->bad_packets++;
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+}
+
+static void *th_fake_main(void *arg)
+{
+	struct th_fake *f = arg;
+	for (;;) {
+		/* Once stopped, one more pass over whatever is still pending, until nothing is: a
+		 * process connects, sends HELLO without waiting and may exit before this thread
+		 * accepted it (the connection waits in the backlog). */
+		bool stopping = atomic_load(&f->stop);
+		struct pollfd p[TH_FAKE_MAX_CONNS + 1];
+		int idx[TH_FAKE_MAX_CONNS + 1], np = 0;
+		p[np].fd = f->lfd;
+		p[np].events = POLLIN;
+		idx[np++] = -1;
+		for (int c = 0; c < f->nconns; c++) {
+			if (f->conns[c].fd < 0)
+				continue;
+			p[np].fd = f->conns[c].fd;
+			p[np].events = POLLIN;
+			idx[np++] = c;
+		}
+		int r = poll(p, (nfds_t)np, stopping ? 0 : 1);
+		if (stopping && r <= 0)
+			break;
+		for (int i = 0; r > 0 && i < np; i++) {
+			if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			if (idx[i] < 0) {
+				int fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+				if (fd < 0 || f->nconns == TH_FAKE_MAX_CONNS) {
+					if (fd >= 0)
+						close(fd);
+					continue;
+				}
+				struct th_fake_conn *k = &f->conns[f->nconns];
+				memset(k, 0, sizeof(*k));
+				k->fd = fd;
+				k->memfd = -1;
+				k->joined = -1;
+				struct ucred cred;
+				socklen_t len = sizeof(cred);
+				if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+					k->pid = cred.pid;
+				f->nconns++;
+			} else {
+				th_fake_packet(f, idx[i]);
+			}
+		}
+		if (f->drain)
+			for (int c = 0; c < f->nconns; c++)
+				th_fake_drain_conn(f, c);
+	}
+	for (int c = 0; c < f->nconns; c++) {
+		th_fake_drain_conn(f, c);
+		th_fake_account(f, c);
+	}
+	return NULL;
+}
+
+struct th_fake *th_fake_start(enum th_fake_ack ack, bool drain)
+{
+	struct th_fake *f = calloc(1, sizeof(*f));
+	cr_assert(f);
+	f->rings = calloc(TH_FAKE_MAX_RINGS, sizeof(*f->rings));
+	cr_assert(f->rings);
+	f->ack = ack;
+	f->drain = drain;
+	f->ignore_wake = !drain;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/llgo-shim.XXXXXX");
+	cr_assert(mkdtemp(f->dir));
+	snprintf(f->path, sizeof(f->path), "%s/d.sock", f->dir);
+	snprintf(f->sock_env, sizeof(f->sock_env), "LLGO_HEAP_SOCKET=%s", f->path);
+	f->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	cr_assert(f->lfd >= 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", f->path);
+	cr_assert_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(f->lfd, 64), 0);
+	cr_assert_eq(pthread_create(&f->th, NULL, th_fake_main, f), 0);
+	return f;
+}
+
+/* Stop the listener (after the programs exited), drain and account everything. */
+void th_fake_stop(struct th_fake *f)
+{
+	atomic_store(&f->stop, true);
+	pthread_join(f->th, NULL);
+}
+
+void th_fake_free(struct th_fake *f)
+{
+	for (int i = 0; i < f->nrings; i++)
+		ring_reader_unmap(&f->rings[i]);
+	for (int c = 0; c < f->nconns; c++) {
+		if (f->conns[c].fd >= 0)
+			close(f->conns[c].fd);
+		if (f->conns[c].ctl)
+			munmap(f->conns[c].ctl, LLGO_CTL_SIZE);
+		if (f->conns[c].memfd >= 0)
+			close(f->conns[c].memfd);
+	}
+	close(f->lfd);
+	unlink(f->path);
+	rmdir(f->dir);
+	free(f->recs);
+	free(f->rings);
+	free(f);
+}
+
+int th_fake_conn_of(struct th_fake *f, pid_t pid)
+{
+	for (int c = 0; c < f->nconns; c++)
+		if (f->conns[c].pid == pid && f->conns[c].hello)
+			return c;
+	return -1;
+}
+
+/* Run argv with LD_PRELOAD of the plain shim (or nothing preloaded when !shim) and extra
+ * NAME=VALUE strings (NULL-terminated), capturing stdout and stderr together. */
+void th_exec_with(struct th_exec *r, bool shim, const char *const *env_extra,
+			  const char *const *argv)
+{
+	char *envp[32];
+	int ne = 0;
+	static char preload[512];
+	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", LLGO_PLAIN_SHIM);
+	if (shim)
+		envp[ne++] = preload;
+	envp[ne++] = "PATH=/usr/bin:/bin";
+	for (int i = 0; env_extra && env_extra[i] && ne < 30; i++)
+		envp[ne++] = (char *)env_extra[i];
+	envp[ne] = NULL;
+	int pfd[2];
+	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pid_t pid = th_fork();
+	if (pid == 0) {
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		execve(argv[0], (char *const *)argv, envp);
+		_exit(127);
+	}
+	close(pfd[1]);
+	size_t len = 0;
+	ssize_t n;
+	while ((n = read(pfd[0], r->out + len, sizeof(r->out) - 1 - len)) > 0)
+		len += (size_t)n;
+	r->out[len] = '\0';
+	close(pfd[0]);
+	int st = 0;
+	waitpid(pid, &st, 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	r->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void th_exec(struct th_exec *r, const char *const *env_extra, const char *const *argv)
+{
+	th_exec_with(r, true, env_extra, argv);
+}
+
+/* th_fake_run at rate 1 on a new fake daemon that drains as it goes: the fake, stopped. */
+struct th_fake *th_fake_rate1(struct th_exec *r, const char *const *argv)
+{
+	struct th_fake *f = th_fake_start(TH_FAKE_ACK_OK, true);
+	th_fake_run(f, r, "LLGO_HEAP_RATE=1", NULL, argv);
+	return f;
+}
+
+/* Run argv under the shim attached to f, with the settings rate and more (each NULL or a
+ * NAME=VALUE string), then stop f; the program must exit 0. */
+void th_fake_run(struct th_fake *f, struct th_exec *r, const char *rate, const char *more,
+		     const char *const *argv)
+{
+	const char *env[4] = { f->sock_env };
+	int n = 1;
+	if (rate)
+		env[n++] = rate;
+	if (more)
+		env[n++] = more;
+	th_exec(r, env, argv);
+	th_fake_stop(f);
+	cr_assert_eq(r->status, 0, "output:\n%s", r->out);
+}
+
+void th_syms_load(struct th_syms *y, const char *path)
+{
+	cr_assert_neq(elf_version(EV_CURRENT), EV_NONE);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	cr_assert(fd >= 0, "open %s", path);
+	Elf *e = elf_begin(fd, ELF_C_READ, NULL);
+	cr_assert(e);
+	y->n = 0;
+	Elf_Scn *scn = NULL;
+	while ((scn = elf_nextscn(e, scn)) != NULL) {
+		GElf_Shdr sh;
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_SYMTAB)
+			continue;
+		Elf_Data *d = elf_getdata(scn, NULL);
+		size_t count = sh.sh_size / sh.sh_entsize;
+		for (size_t i = 0; i < count && y->n < 4096; i++) {
+			GElf_Sym s;
+			if (!gelf_getsym(d, (int)i, &s) || GELF_ST_TYPE(s.st_info) != STT_FUNC ||
+			    !s.st_value)
+				continue;
+			const char *name = elf_strptr(e, sh.sh_link, s.st_name);
+			if (!name)
+				continue;
+			snprintf(y->s[y->n].name, sizeof(y->s[0].name), "%s", name);
+			y->s[y->n].lo = s.st_value;
+			y->s[y->n].hi = s.st_value + (s.st_size ? s.st_size : 1);
+			y->n++;
+		}
+	}
+	elf_end(e);
+	close(fd);
+}
+
+uint64_t th_syms_addr(const struct th_syms *y, const char *name)
+{
+	for (size_t i = 0; i < y->n; i++)
+		if (strcmp(y->s[i].name, name) == 0)
+			return y->s[i].lo;
+	return 0;
+}
+
+/* The function a return address (runtime) belongs to, or "?". */
+const char *th_syms_name(const struct th_syms *y, uint64_t pc)
+{
+	uint64_t at = pc - 1 - y->slide;
+	for (size_t i = 0; i < y->n; i++)
+		if (at >= y->s[i].lo && at < y->s[i].hi)
+			return y->s[i].name;
+	return "?";
+}
+
+/* The symbols of the program at path, placed where a run that printed out had them. */
+void th_syms_of_run(struct th_syms *y, const char *path, const char *out)
+{
+	th_syms_load(y, path);
+	th_syms_slide(y, out);
+}
+
+void th_syms_slide(struct th_syms *y, const char *out)
+{
+	const char *m = strstr(out, "main 0x");
+	cr_assert(m, "program did not print main's address:\n%s", out);
+	uint64_t rt = strtoull(m + 5, NULL, 16);
+	uint64_t lt = th_syms_addr(y, "main");
+	cr_assert(lt, "no main in the symbol table");
+	y->slide = rt - lt;
+}
+
+/* Records of connection c whose frame 0 is in func with the given size (0: any). */
+long th_fake_count_site(struct th_fake *f, const struct th_syms *y, int c, const char *func,
+		       uint64_t size)
+{
+	long n = 0;
+	for (size_t i = 0; i < f->nrecs; i++) {
+		const struct th_fake_rec *r = &f->recs[i];
+		if (r->conn != c || !r->nframes || (size && r->size != size))
+			continue;
+		n += strcmp(th_syms_name(y, r->frames[0]), func) == 0;
+	}
+	return n;
+}
+
+void th_fake_expect_accounting(struct th_fake *f, int c)
+{
+	const struct th_acct *a = &f->conns[c].acct;
+	cr_expect_eq(a->sampled, a->delivered + a->dropped + a->corrupt,
+		     "sampled %llu != delivered %llu + dropped %llu + corrupt %llu",
+		     (unsigned long long)a->sampled, (unsigned long long)a->delivered,
+		     (unsigned long long)a->dropped, (unsigned long long)a->corrupt);
+	cr_expect_eq(a->corrupt, 0);
 }
 
 /* ---- /proc --------------------------------------------------------------------------------- */

@@ -430,6 +430,116 @@ void th_prof_expect_whole(const struct th_prof *p);
 		cr_expect_eq(g_, (long)(want), __VA_ARGS__);                               \
 	} while (0)
 
+/* ---- a fake llgo-heapd for the shim's tests ------------------------------------------------- */
+
+/* A SOCK_SEQPACKET listener in a private temp dir, run in a thread of the test, that ACKs
+ * HELLO (or, with TH_FAKE_ACK_NEVER, never answers; with TH_FAKE_ACK_REFUSE, refuses), maps
+ * the rings of ADD_RING (and of the process memfd) with agent/ring.c, drains them (all along
+ * with drain, else at WAKE, BYE and EOF) and answers BYE; every record it read in recs. */
+#define TH_FAKE_MAX_CONNS 32
+#define TH_FAKE_MAX_RINGS 1024
+
+enum th_fake_ack { TH_FAKE_ACK_OK, TH_FAKE_ACK_NEVER, TH_FAKE_ACK_REFUSE };
+
+struct ring_reader; /* agent/internal.h's */
+
+struct th_fake_conn {
+	int fd;
+	pid_t pid;
+	uint64_t flags;
+	int64_t rate_word;
+	uint32_t ring_data_size;
+	char comm[LLGO_COMM_LEN];
+	bool hello, bye, closed;
+	struct llgo_ctl *ctl;
+	int memfd;             /* the process memfd (LLGO_HELLO_MEMFD), else -1 */
+	uint64_t memfd_ino;
+	int joined;            /* a reconnect: the earlier connection whose rings these are */
+	uint32_t rings_known;  /* ring ids below this were mapped from memfd */
+	struct th_acct acct;   /* its rings' accounting, once the fake stopped */
+	uint32_t nrings;
+};
+
+struct th_fake_rec {
+	int conn;
+	uint32_t tid;
+	uint64_t size, rate;
+	uint32_t nframes;
+	uint64_t frames[8];
+};
+
+struct th_fake {
+	char dir[64];
+	char path[108];
+	char sock_env[128]; /* LLGO_HEAP_SOCKET=path */
+	int lfd;
+	pthread_t th;
+	_Atomic bool stop;
+	enum th_fake_ack ack;
+	bool drain;       /* drain rings while running (else only at WAKE, BYE and EOF) */
+	_Atomic bool ignore_wake; /* and not at WAKE either (set while the fake runs) */
+	int nconns;
+	struct th_fake_conn conns[TH_FAKE_MAX_CONNS];
+	int nrings;
+	struct ring_reader *rings; /* TH_FAKE_MAX_RINGS of them */
+	int ring_conn[TH_FAKE_MAX_RINGS];
+	int map_errors, bad_packets, wakes, live_tables;
+	struct th_fake_rec *recs;
+	size_t nrecs, cap;
+	int cur_conn;
+};
+
+struct th_fake *th_fake_start(enum th_fake_ack ack, bool drain);
+/* Stop the listener (after the programs exited), drain and account everything. */
+void th_fake_stop(struct th_fake *f);
+void th_fake_free(struct th_fake *f);
+/* The connection of pid that said HELLO, or -1. */
+int th_fake_conn_of(struct th_fake *f, pid_t pid);
+
+/* A program run to its end, stdout and stderr together. */
+struct th_exec {
+	int status; /* exit code, or 128 + signal */
+	char out[65536];
+	double seconds;
+};
+
+/* Run argv with LD_PRELOAD of the plain shim (or nothing preloaded when !shim) and extra
+ * NAME=VALUE strings (NULL-terminated), capturing stdout and stderr together. */
+void th_exec_with(struct th_exec *r, bool shim, const char *const *env_extra,
+		  const char *const *argv);
+/* th_exec_with under the shim. */
+void th_exec(struct th_exec *r, const char *const *env_extra, const char *const *argv);
+/* Run argv under the shim attached to f, with the settings rate and more (each NULL or a
+ * NAME=VALUE string), then stop f; the program must exit 0. */
+void th_fake_run(struct th_fake *f, struct th_exec *r, const char *rate, const char *more,
+		 const char *const *argv);
+/* th_fake_run at rate 1 on a new fake daemon that drains as it goes: the fake, stopped. */
+struct th_fake *th_fake_rate1(struct th_exec *r, const char *const *argv);
+
+/* The function symbols of a program (libelf), placed where a run of it had them. */
+struct th_syms {
+	size_t n;
+	struct {
+		char name[64];
+		uint64_t lo, hi;
+	} s[4096];
+	uint64_t slide; /* runtime address - link-time address */
+};
+
+void th_syms_load(struct th_syms *y, const char *path);
+uint64_t th_syms_addr(const struct th_syms *y, const char *name);
+/* The function a return address (runtime) belongs to, or "?". */
+const char *th_syms_name(const struct th_syms *y, uint64_t pc);
+/* Place y where the run that printed out ("main 0x...") had it. */
+void th_syms_slide(struct th_syms *y, const char *out);
+/* The symbols of the program at path, placed where a run that printed out had them. */
+void th_syms_of_run(struct th_syms *y, const char *path, const char *out);
+/* Records of connection c whose frame 0 is in func with the given size (0: any). */
+long th_fake_count_site(struct th_fake *f, const struct th_syms *y, int c, const char *func,
+			uint64_t size);
+/* Connection c's accounting adds up, nothing corrupt. */
+void th_fake_expect_accounting(struct th_fake *f, int c);
+
 /* ---- /proc --------------------------------------------------------------------------------- */
 
 /* A "Key:  N kB" field of /proc/PID/status (pid 0: self), or -1. */
