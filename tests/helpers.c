@@ -114,6 +114,19 @@ char *th_read_all(const char *path)
 	return s ? s : strdup("");
 }
 
+unsigned char *th_map_file(const char *path, size_t *size)
+{
+	int fd = open(path, O_RDONLY);
+	cr_assert(fd >= 0, "%s", path);
+	struct stat st;
+	cr_assert(fstat(fd, &st) == 0);
+	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	cr_assert(p != MAP_FAILED);
+	*size = (size_t)st.st_size;
+	return p;
+}
+
 void th_write_file(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");

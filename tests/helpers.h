@@ -73,6 +73,8 @@ void th_rmdir(char *dir);
  * th_read_all: "" then. */
 char *th_read_file(const char *path);
 char *th_read_all(const char *path);
+/* path mapped read-only (private); its size in *size. Asserts; munmap when done. */
+unsigned char *th_map_file(const char *path, size_t *size);
 /* Write text to path (created 0644 or truncated); asserts. */
 void th_write_file(const char *path, const char *text);
 /* How many times needle occurs in s. */
