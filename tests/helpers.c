@@ -6,6 +6,7 @@
  * itself and the requests to it are heapd.c's. Processes are stopped by pid, never by name.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <gelf.h>
 #include <libelf.h>
 #include <pthread.h>
@@ -127,11 +128,17 @@ unsigned char *th_map_file(const char *path, size_t *size)
 	return p;
 }
 
+void th_write_bytes(const char *path, const void *p, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	cr_assert(f, "%s: %s", path, strerror(errno));
+	cr_assert_eq(fwrite(p, 1, n, f), n, "writing %s", path);
+	cr_assert_eq(fclose(f), 0, "writing %s", path);
+}
+
 void th_write_file(const char *path, const char *text)
 {
-	FILE *f = fopen(path, "w");
-	cr_assert(f, "%s: %s", path, strerror(errno));
-	cr_assert_eq(fputs(text, f) >= 0 && fclose(f) == 0, true, "writing %s", path);
+	th_write_bytes(path, text, strlen(text));
 }
 
 int th_count(const char *s, const char *needle)
@@ -1887,6 +1894,134 @@ void th_fake_expect_accounting(struct th_fake *f, int c)
 		     (unsigned long long)a->sampled, (unsigned long long)a->delivered,
 		     (unsigned long long)a->dropped, (unsigned long long)a->corrupt);
 	cr_expect_eq(a->corrupt, 0);
+}
+
+/* ---- periodic snapshots in a dump folder: dump_grow and the files ----------------------------- */
+
+/* TH_GROW (or path, run with argv0) as uid, keeping mb MiB at dump_grow_site (0: until killed);
+ * cgroup: a cgroup.procs file the child enters first (NULL: none). Waits for "grown" when
+ * mb > 0, and for the daemon to list it. */
+void th_grow_start(struct th_grow *p, const struct heapd *d, uid_t uid, const char *path,
+			  const char *argv0, int mb, const char *cgroup)
+{
+	int out[2];
+	th_pipe(out);
+	p->pid = th_fork();
+	if (p->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(out[1], 1);
+		close(out[0]);
+		close(out[1]);
+		if (cgroup) {
+			FILE *f = fopen(cgroup, "w");
+			if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0)
+				_exit(125);
+		}
+		if (uid != 0) {
+			gid_t g = (gid_t)uid;
+			if (setgroups(0, NULL) != 0 || setresgid(g, g, g) != 0 ||
+			    setresuid(uid, uid, uid) != 0)
+				_exit(126);
+			/* a change of uid clears the death signal: set it again */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() == 1)
+				_exit(126);
+		}
+		setenv("LD_PRELOAD", LLGO_PLAIN_SHIM, 1);
+		setenv("LLGO_HEAP_SOCKET", d->sock, 1);
+		setenv("LLGO_HEAP_RATE", "65536", 1);
+		char n[16];
+		snprintf(n, sizeof(n), "%d", mb);
+		execl(path ? path : TH_GROW, argv0 ? argv0 : "dump_grow", n, (char *)NULL);
+		_exit(127);
+	}
+	close(out[1]);
+	p->out = fdopen(out[0], "r");
+	cr_assert(p->out);
+	if (mb > 0) {
+		char line[64];
+		cr_assert(fgets(line, sizeof(line), p->out) && strncmp(line, "grown", 5) == 0,
+			  "dump_grow (uid %u) did not start", (unsigned)uid);
+	}
+	th_wait_listed(d->sock, p->pid, 5000);
+}
+
+/* The wait status. */
+int th_grow_end(struct th_grow *p, bool kill_it)
+{
+	if (kill_it)
+		kill(p->pid, SIGKILL);
+	int st = 0;
+	cr_assert_eq(waitpid(p->pid, &st, 0), p->pid);
+	fclose(p->out);
+	return st;
+}
+
+/* Files in dir/uid of pid (0: any) whose name has `kind` (".heap." or ".oom."); their names
+ * (up to max) in names, each DUMP_NAME_MAX long. Returns how many. */
+int th_dump_files(const char *dumps, uid_t uid, pid_t pid, const char *kind, char (*names)[128],
+		    int max)
+{
+	char path[512], pre[64];
+	snprintf(path, sizeof(path), "%s/%u", dumps, (unsigned)uid);
+	snprintf(pre, sizeof(pre), ".%d.", (int)pid);
+	DIR *dir = opendir(path);
+	if (!dir)
+		return 0;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(dir)) != NULL) {
+		if (de->d_name[0] == '.' || !strstr(de->d_name, kind) ||
+		    (pid && !strstr(de->d_name, pre)))
+			continue;
+		if (n < max)
+			snprintf(names[n], 128, "%.127s", de->d_name);
+		n++;
+	}
+	closedir(dir);
+	return n;
+}
+
+/* Wait (up to ms) until dir/uid holds at least want such files. */
+int th_dump_wait(const char *dumps, uid_t uid, pid_t pid, const char *kind, int want,
+			 unsigned ms)
+{
+	char names[4][128];
+	int n = 0;
+	for (unsigned t = 0; t < ms; t += 50) {
+		if ((n = th_dump_files(dumps, uid, pid, kind, names, 4)) >= want)
+			break;
+		th_sleep_ms(50);
+	}
+	return n;
+}
+
+/* The function of the first row of `go tool pprof -top` (in-use bytes) of file. */
+void th_pprof_top(const char *file, char *fn, size_t cap)
+{
+	char *out = NULL;
+	int rc = th_sh(&out, "HOME=/tmp GOCACHE=/tmp/llgo-dump-gocache go tool pprof -top "
+			      "-sample_index=inuse_space '%s'", file);
+	cr_assert_eq(rc, 0, "go tool pprof failed on %s:\n%s", file, out);
+	fn[0] = '\0';
+	char *h = strstr(out, "flat%");
+	char *row = h ? strchr(h, '\n') : NULL;
+	if (row) {
+		char *end = strchr(row + 1, '\n');
+		if (end)
+			*end = '\0';
+		char *last = strrchr(row + 1, ' ');
+		snprintf(fn, cap, "%s", last ? last + 1 : row + 1);
+	}
+	cr_assert(fn[0], "no rows in go tool pprof -top of %s:\n%s", file, out);
+	free(out);
+}
+
+/* A daemon's folder (heapd_init: not started yet), and its dumps folder's name in dumps. */
+void th_dump_init(struct heapd *d, char dumps[256])
+{
+	heapd_init(d, NULL);
+	snprintf(dumps, 256, "%s/dumps", d->dir);
 }
 
 /* ---- /proc --------------------------------------------------------------------------------- */

@@ -75,8 +75,9 @@ char *th_read_file(const char *path);
 char *th_read_all(const char *path);
 /* path mapped read-only (private); its size in *size. Asserts; munmap when done. */
 unsigned char *th_map_file(const char *path, size_t *size);
-/* Write text to path (created 0644 or truncated); asserts. */
+/* Write text (or the n bytes at p) to path (created 0644 or truncated); asserts. */
 void th_write_file(const char *path, const char *text);
+void th_write_bytes(const char *path, const void *p, size_t n);
 /* How many times needle occurs in s. */
 int th_count(const char *s, const char *needle);
 /* Run a shell command, capture stdout and stderr together (malloc'ed, NUL-terminated, when
@@ -541,6 +542,34 @@ long th_fake_count_site(struct th_fake *f, const struct th_syms *y, int c, const
 			uint64_t size);
 /* Connection c's accounting adds up, nothing corrupt. */
 void th_fake_expect_accounting(struct th_fake *f, int c);
+
+/* ---- periodic snapshots in a dump folder: dump_grow and the files ----------------------------- */
+
+#define TH_GROW TH_PROGS "/dump_grow"
+
+/* tests/progs/dump_grow, which keeps growing one site (dump_grow_site). */
+struct th_grow {
+	pid_t pid;
+	FILE *out;
+};
+/* TH_GROW (or path, run with argv0) as uid at rate 65536, keeping mb MiB at dump_grow_site
+ * (0: until killed); cgroup: a cgroup.procs file the child enters first (NULL: none). Waits
+ * for "grown" when mb > 0, and for the daemon to list it. */
+void th_grow_start(struct th_grow *p, const struct heapd *d, uid_t uid, const char *path,
+		   const char *argv0, int mb, const char *cgroup);
+/* SIGKILL it first when kill_it; its wait status. */
+int th_grow_end(struct th_grow *p, bool kill_it);
+/* Files in dumps/uid of pid (0: any) whose name has `kind` (".heap." or ".oom."); their names
+ * (up to max) in names. Returns how many. */
+int th_dump_files(const char *dumps, uid_t uid, pid_t pid, const char *kind,
+		  char (*names)[128], int max);
+/* Wait (up to ms) until dumps/uid holds at least want such files; how many it holds. */
+int th_dump_wait(const char *dumps, uid_t uid, pid_t pid, const char *kind, int want,
+		 unsigned ms);
+/* The function of the first row of `go tool pprof -top` (in-use bytes) of file. */
+void th_pprof_top(const char *file, char *fn, size_t cap);
+/* A daemon's folder (heapd_init: not started yet), and its dumps folder's name in dumps. */
+void th_dump_init(struct heapd *d, char dumps[256]);
 
 /* ---- /proc --------------------------------------------------------------------------------- */
 

@@ -27,18 +27,10 @@
 #define DIFF_N 4096L /* objects per phase of inuse_phases */
 #define DIFF_ROWS 256 /* table rows parsed at most */
 
-static void t_write(const char *path, const void *p, size_t n)
-{
-	FILE *fp = fopen(path, "wb");
-	cr_assert(fp != NULL, "%s: %s", path, strerror(errno));
-	cr_assert_eq(fwrite(p, 1, n, fp), n);
-	cr_assert_eq(fclose(fp), 0);
-}
-
 /* ---- two profiles of a real program ------------------------------------------------------- */
 
 struct diff_fix {
-	char *dir;
+	const char *dir; /* the daemon's folder */
 	struct heapd d;
 	struct th_proc p;
 	char a[256], b[256]; /* base (first phase) and new (second phase) */
@@ -58,27 +50,22 @@ static void diff_snapshot(struct diff_fix *f, const char *file)
 static void diff_fix_start(struct diff_fix *f)
 {
 	memset(f, 0, sizeof(*f));
-	f->dir = th_tmpdir();
-	heapd_start(&f->d, f->dir, NULL);
 	char n[32];
 	snprintf(n, sizeof(n), "%ld", DIFF_N);
-	char *argv[] = { PROG("inuse_phases"), "rate", n, NULL };
-	th_start(&f->p, &f->d, "1", 0, NULL, argv, NULL);
-	char line[256];
-	cr_assert(th_read_line(&f->p, line, sizeof(line), 60000), "program did not get ready");
+	th_run_start(&f->d, NULL, &f->p, "1", 0, (char *[]){ PROG("inuse_phases"), "rate", n, NULL },
+		     NULL, 60000);
+	f->dir = f->d.dir;
 	snprintf(f->a, sizeof(f->a), "%s/a.pb.gz", f->dir);
 	snprintf(f->b, sizeof(f->b), "%s/b.pb.gz", f->dir);
 	diff_snapshot(f, f->a);
-	th_say(&f->p, "go");
-	cr_assert(th_read_line(&f->p, line, sizeof(line), 60000), "second phase did not end");
+	th_ask(&f->p, "go", 60000); /* the second phase ends */
 	diff_snapshot(f, f->b);
 }
 
 static void diff_fix_stop(struct diff_fix *f)
 {
 	th_wait(&f->p, 60000);
-	heapd_stop(&f->d);
-	th_rmdir(f->dir);
+	heapd_cleanup(&f->d);
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */
@@ -372,7 +359,7 @@ Test(diff, reads_go_runtime_heap_profiles, .timeout = 600)
 	char *dir = th_tmpdir();
 	char path[512];
 	snprintf(path, sizeof(path), "%s/main.go", dir);
-	t_write(path, prog, sizeof(prog) - 1);
+	th_write_bytes(path, prog, sizeof(prog) - 1);
 	char *out = NULL;
 	int rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache GO111MODULE=off GOFLAGS= "
 			"go build -o gprog main.go && ./gprog", dir, dir, dir);
@@ -583,7 +570,7 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
 	char path[512];
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", f.dir, cases[i].name);
-		t_write(path, cases[i].bytes, cases[i].len);
+		th_write_bytes(path, cases[i].bytes, cases[i].len);
 		diff_refused(f.a, path, i % 2 == 0, cases[i].why);
 	}
 
@@ -596,13 +583,13 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
 	}
 	rnd[0] = 0x0a; /* not 1f 8b */
 	snprintf(path, sizeof(path), "%s/random", f.dir);
-	t_write(path, rnd, sizeof(rnd));
+	th_write_bytes(path, rnd, sizeof(rnd));
 	diff_refused(f.a, path, true, "malformed profile");
 	struct buf gz;
 	buf_init(&gz);
 	t_gzip(&gz, rnd, sizeof(rnd));
 	snprintf(path, sizeof(path), "%s/random.gz", f.dir);
-	t_write(path, gz.data, gz.len);
+	th_write_bytes(path, gz.data, gz.len);
 	diff_refused(f.a, path, false, "malformed profile");
 
 	/* a real profile with something after its gzip stream; cut in half */
@@ -612,10 +599,10 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
 	buf_append(&gz, real.data, real.len);
 	buf_append(&gz, "junk", 4);
 	snprintf(path, sizeof(path), "%s/trailing.gz", f.dir);
-	t_write(path, gz.data, gz.len);
+	th_write_bytes(path, gz.data, gz.len);
 	diff_refused(f.a, path, true, "4 bytes of data after the gzip stream");
 	snprintf(path, sizeof(path), "%s/half.gz", f.dir);
-	t_write(path, real.data, real.len / 2);
+	th_write_bytes(path, real.data, real.len / 2);
 	diff_refused(f.a, path, false, "gzip data ends early");
 
 	/* a profile that is not a heap profile */
@@ -624,7 +611,7 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
 	static const int64_t one[1][4] = { { 1, 0, 0, 0 } };
 	t_heap(&cpu, one, 1, "samples");
 	snprintf(path, sizeof(path), "%s/cpu.pb", f.dir);
-	t_write(path, cpu.data, cpu.len);
+	th_write_bytes(path, cpu.data, cpu.len);
 	char *out = NULL;
 	int rc = th_sh(&out, CLI " diff %s %s 2>&1 >/dev/null", path, f.a);
 	cr_expect_eq(rc, 2, "%s", out);
@@ -647,7 +634,7 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
 	char hpath[512], dpath[512];
 	snprintf(hpath, sizeof(hpath), "%s/heap.pb", f.dir);
 	snprintf(dpath, sizeof(dpath), "%s/d.pb.gz", f.dir);
-	t_write(hpath, heap.data, heap.len);
+	th_write_bytes(hpath, heap.data, heap.len);
 	rc = th_sh(&out, CLI " diff %s %s -o %s 2>&1 >/dev/null", hpath, f.a, dpath);
 	cr_expect_eq(rc, 2, "%s", out);
 	cr_expect(strstr(out, "different sample or period types") != NULL, "%s", out);
@@ -672,7 +659,7 @@ Test(diff, oversized_files_are_refused, .timeout = 300)
 	t_heap(&heap, one, 1, NULL);
 	char valid[512], path[512];
 	snprintf(valid, sizeof(valid), "%s/heap.pb", dir);
-	t_write(valid, heap.data, heap.len);
+	th_write_bytes(valid, heap.data, heap.len);
 
 	size_t big = (size_t)PPROFREAD_MAX_BYTES + 4096;
 	unsigned char *zeros = calloc(1, big);
@@ -681,7 +668,7 @@ Test(diff, oversized_files_are_refused, .timeout = 300)
 	buf_init(&gz);
 	t_gzip(&gz, zeros, big);
 	snprintf(path, sizeof(path), "%s/bomb.gz", dir);
-	t_write(path, gz.data, gz.len);
+	th_write_bytes(path, gz.data, gz.len);
 	diff_refused(valid, path, true, "more than 256 MiB once decompressed");
 	/* an uncompressed file over the cap: a FIFO, so its size is not known beforehand */
 	snprintf(path, sizeof(path), "%s/big.fifo", dir);
@@ -726,8 +713,8 @@ Test(diff, extreme_values_saturate, .timeout = 60)
 	snprintf(pa, sizeof(pa), "%s/lo.pb", dir);
 	snprintf(pb, sizeof(pb), "%s/hi.pb", dir);
 	snprintf(pd, sizeof(pd), "%s/d.pb.gz", dir);
-	t_write(pa, a.data, a.len);
-	t_write(pb, b.data, b.len);
+	th_write_bytes(pa, a.data, a.len);
+	th_write_bytes(pb, b.data, b.len);
 	struct diff_tab t;
 	diff_run(&t, pa, pb, "--exact");
 	diff_expect_row(&t, "[no stack]", "+9223372036854775807", "-9223372036854775808",
