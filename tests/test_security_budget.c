@@ -179,6 +179,13 @@ static pid_t nobody_distinct(const struct heapd *d, unsigned n, void (*then)(con
 	return child;
 }
 
+/* Let nobody_distinct's child go, and reap it. */
+static void nobody_distinct_end(pid_t child, int release)
+{
+	close(release);
+	waitpid(child, NULL, 0);
+}
+
 /* nobody's process fills its bucket memory budget with distinct stacks: its later records
  * are counted, not aggregated; root's process in the same daemon loses nothing. */
 Test(budget, bucket_memory_per_uid, .timeout = 60)
@@ -203,8 +210,7 @@ Test(budget, bucket_memory_per_uid, .timeout = 60)
 	cr_expect_eq(me.budget_flags, 0);
 	cr_expect_eq(me.budget_dropped, 0);
 	cr_expect_eq(me.buckets, 2000, "root's buckets: %llu", (unsigned long long)me.buckets);
-	close(release);
-	waitpid(child, NULL, 0);
+	nobody_distinct_end(child, release);
 	th_shim_close(&sh);
 	heapd_finish(&d);
 }
@@ -262,8 +268,7 @@ Test(budget, unread_answers_per_uid, .timeout = 90)
 	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, 0, "root's snapshot: %s", a.message);
 	buf_free(&a.data);
-	close(release);
-	waitpid(child, NULL, 0);
+	nobody_distinct_end(child, release);
 	th_shim_close(&sh);
 	heapd_finish(&d);
 }

@@ -330,17 +330,24 @@ Test(exposure, idle_connections_are_closed, .timeout = 60)
 	heapd_finish(&d);
 }
 
+/* As root (the test is skipped otherwise): a daemon's folder (heapd_init, not started yet)
+ * holding a token file (its path in token) with the token s3cret. */
+static void token_daemon(struct heapd *d, char *token, size_t n)
+{
+	th_need_root();
+	heapd_init(d, NULL);
+	snprintf(token, n, "%s/token", d->dir);
+	th_write_file(token, "s3cret\n");
+}
+
 /* The bearer token decides who reads profiles over HTTP: a token file others than its owner
  * may write, or owned by a uid other than root or the daemon's, is refused as the
  * configuration file is (at start, with the reason; at SIGHUP, keeping the token in force). */
 Test(exposure, token_file_writable_by_others_is_refused, .timeout = 60)
 {
-	th_need_root();
 	struct heapd d;
-	heapd_init(&d, NULL);
 	char token[160];
-	snprintf(token, sizeof(token), "%s/token", d.dir);
-	th_write_file(token, "s3cret\n");
+	token_daemon(&d, token, sizeof(token));
 	const char *extra[] = { "--http", "127.0.0.1:0", "--http-token-file", token, NULL };
 	const struct { mode_t mode; uid_t owner; } bad[] = {
 		{ 0666, 0 }, { 0620, 0 }, { 0602, 0 }, { 0600, 65534 },
@@ -495,12 +502,9 @@ static pid_t http_slowloris(uid_t uid, int port, int nconns)
  * per-peer limit and slow connections closed first when the server is full. */
 Test(exposure, http_slowloris_leaves_room_for_a_token_request, .timeout = 120)
 {
-	th_need_root();
 	struct heapd d;
-	heapd_init(&d, NULL);
 	char token[160];
-	snprintf(token, sizeof(token), "%s/token", d.dir);
-	th_write_file(token, "s3cret\n");
+	token_daemon(&d, token, sizeof(token));
 	cr_assert_eq(chmod(token, 0600), 0);
 	heapd_run(&d, (const char *[]){ "--http", "127.0.0.1:0", "--http-token-file", token, NULL });
 	const uid_t uids[] = { th_nobody_uid(), 4242, 4243, 4244, 4245 };
