@@ -2,7 +2,10 @@
 /*
  * helpers.c: the fixtures every test binary links (helpers.h), one copy of what the test
  * files used to write each for itself: deadlines, folders and files, another user, a fake
- * shim with its rings, programs under the shim, legacy-text profiles, /proc. The daemon
+ * shim with its rings and a daemon it attaches to, memfd sessions, programs under the shim,
+ * legacy-text and whole-stack profiles, hand-built stacks, the fake daemon of the shim's
+ * tests, dump folders, /proc; in helpers.h's order. It is long (some 2,000 lines) because it
+ * is the one place for all of them: a test file holds only what is its own. The daemon
  * itself and the requests to it are heapd.c's. Processes are stopped by pid, never by name.
  */
 #include <criterion/criterion.h>

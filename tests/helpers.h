@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * helpers.h: the fixtures the tests share (helpers.c, compiled once and linked into every
- * test binary, beside heapd.c's private llgo-heapd, whose header this one includes). One
- * prefix, th_: time and deadlines, temporary folders, files and shell commands; another user
- * (a forked child that drops root to nobody or another uid); a fake shim (its control page
- * and ring memfds, HELLO, records written by shared/ring.h's producer protocol) attached to a
- * daemon; programs started under the shim with their stdin and stdout piped; what a legacy
- * text profile says; readers of /proc. Assertions end the test as in the test files; the
- * helpers a forked child calls say so and assert nothing.
+ * test binary beside heapd.c's private llgo-heapd, whose header this one includes), under one
+ * prefix, th_: time and deadlines; temporary folders, files and shell commands; processes and
+ * servers the test starts; another user (a forked child that drops root to nobody or another
+ * uid); a fake shim (its control page and ring memfds, HELLO, records written by
+ * shared/ring.h's producer protocol) and a daemon with this process attached to it; memfd
+ * sessions and live-object tables as an attacker makes them; programs under the shim, their
+ * stdin and stdout piped; what a legacy-text profile says, and whole stacks of `llgo-heap run`;
+ * profiles built by hand from return addresses of real functions; a fake llgo-heapd for the
+ * shim's own tests; a dump folder's files; readers of /proc. Assertions end the test as in the
+ * test files; the helpers a forked child calls say so and assert nothing.
  */
 #ifndef LLGO_TESTS_HELPERS_H
 #define LLGO_TESTS_HELPERS_H
