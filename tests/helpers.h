@@ -192,8 +192,6 @@ bool th_wait_listed(const char *sock, pid_t pid, long timeout_ms);
 /* The log of d (the whole file) once it holds needle, polled for timeout_ms at most; the log
  * as it then was otherwise. malloc'ed. */
 char *th_wait_log(const struct heapd *d, const char *needle, long timeout_ms);
-/* The snapshot's answer (NUL-terminated, malloc'ed); asserts it was served. */
-char *th_snapshot_text(const char *sock, pid_t pid, uint32_t fmt);
 /* Rows of LIST of uid in state; the budget flags of those rows or'ed into *flags. */
 int th_count_state(const char *sock, uid_t uid, uint32_t state, uint32_t *flags);
 

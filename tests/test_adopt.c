@@ -67,24 +67,9 @@ Test(vouch, siphash_reference_vectors)
 	}
 }
 
-static char *ad_tmpdir(void)
-{
-	char *dir = strdup("/tmp/llgo-adopt.XXXXXX");
-	cr_assert(mkdtemp(dir));
-	return dir;
-}
-
-static void ad_rmdir(const char *dir)
-{
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (!getenv("LLGO_KEEP_TMP") && system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", dir);
-}
-
 Test(vouch, tag_binds_every_field_and_the_socket)
 {
-	char *dir = ad_tmpdir(), sock[256], why[512];
+	char *dir = th_tmpdir(), sock[256], why[512];
 	snprintf(sock, sizeof(sock), "%s/heapd.sock", dir);
 	struct vouch_key key;
 	cr_assert_eq(vouch_key_load(&key, sock, why, sizeof(why)), 0, "%s", why);
@@ -127,13 +112,12 @@ Test(vouch, tag_binds_every_field_and_the_socket)
 	cr_expect_eq(ctl.vouch_uid, 1000);
 	cr_expect_eq(ctl.vouch_gid, 1000);
 	cr_expect(memcmp(ctl.vouch_tag, tag, VOUCH_TAG_LEN) == 0);
-	ad_rmdir(dir);
-	free(dir);
+	th_rmdir(dir);
 }
 
 Test(vouch, key_file_made_once_and_a_planted_one_is_not_used)
 {
-	char *dir = ad_tmpdir(), sock[256], path[300], why[512];
+	char *dir = th_tmpdir(), sock[256], path[300], why[512];
 	snprintf(sock, sizeof(sock), "%s/heapd.sock", dir);
 	snprintf(path, sizeof(path), "%s.key", sock);
 	struct vouch_key a, b;
@@ -173,8 +157,7 @@ Test(vouch, key_file_made_once_and_a_planted_one_is_not_used)
 	cr_assert_eq(unlink(path), 0);
 	cr_assert_eq(vouch_key_load(&b, sock, why, sizeof(why)), 0, "%s", why);
 	cr_expect(memcmp(a.k, b.k, VOUCH_KEY_LEN) != 0);
-	ad_rmdir(dir);
-	free(dir);
+	th_rmdir(dir);
 }
 
 /* ---- processes that look profiled ----------------------------------------------------------- */
@@ -288,28 +271,8 @@ static void ad_expect_refused(const struct heapd *d2, pid_t pid, const char *wha
 /* SIGKILL d, and start another daemon on its socket (the restart that takes processes back). */
 static void ad_restart(struct heapd *d, struct heapd *d2)
 {
-	cr_assert_eq(kill(d->pid, SIGKILL), 0);
-	waitpid(d->pid, NULL, 0);
-	d->pid = 0;
+	heapd_kill(d);
 	heapd_start(d2, d->dir, NULL);
-}
-
-/* Wait for one byte (or EOF, when the writer exec'd) on fd; false after 10 s. */
-static bool ad_wait_fd(int fd)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	if (poll(&p, 1, 10000) != 1)
-		return false;
-	char c;
-	return read(fd, &c, 1) >= 0;
-}
-
-static void ad_kill(pid_t pid)
-{
-	if (pid > 0) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-	}
 }
 
 /* As root (else the test is skipped): a daemon, and a setuid-root program in its folder. */
@@ -344,14 +307,14 @@ Test(adopt, crafted_memfd_in_a_setuid_process_is_not_taken_back, .timeout = 120)
 		_exit(123);
 	}
 	close(execd[1]);
-	cr_assert(ad_wait_fd(execd[0]), "the setuid program did not start");
+	cr_assert(th_wait_fd(execd[0]), "the setuid program did not start");
 	close(execd[0]);
 	th_sleep_ms(50);
 	int st;
 	cr_assert_eq(waitpid(a, &st, WNOHANG), 0, "the attacker exited: status 0x%x", st);
 	ad_restart(&d, &d2);
 	ad_expect_refused(&d2, a, "setuid root, holding nobody's memfd");
-	ad_kill(a);
+	th_kill(a);
 	heapd_stop_clean(&d2);
 	heapd_cleanup(&d);
 }
@@ -428,7 +391,7 @@ Test(adopt, memfd_handed_to_a_root_process_is_not_taken_back, .timeout = 120)
 			pause();
 	}
 	close(ready[1]);
-	cr_assert(ad_wait_fd(ready[0]), "the root process got no descriptors");
+	cr_assert(th_wait_fd(ready[0]), "the root process got no descriptors");
 	close(ready[0]);
 	cr_assert(heapd_list_pid(d.sock, n, &(struct llgo_list_entry){ 0 }),
 		  "nobody's fake shim did not attach:\n%s", heapd_log(&d));
@@ -440,8 +403,8 @@ Test(adopt, memfd_handed_to_a_root_process_is_not_taken_back, .timeout = 120)
 	cr_expect(heapd_list_pid(d2.sock, n, &e) && e.uid == th_nobody_uid(),
 		  "nobody's process is not nobody's after the restart");
 	ad_expect_refused(&d2, c, "root's process holding nobody's memfds");
-	ad_kill(n);
-	ad_kill(c);
+	th_kill(n);
+	th_kill(c);
 	heapd_stop_clean(&d2);
 	heapd_cleanup(&d);
 }
@@ -532,7 +495,7 @@ Test(adopt, process_changed_since_its_hello_is_not_taken_back, .timeout = 120)
 	for (int i = 0; i < 4; i++) {
 		int ready;
 		pids[i] = ad_attached_nobody(&d, (enum ad_change)i, suid, &ready);
-		cr_assert(ad_wait_fd(ready), "%s: not ready", names[i]);
+		cr_assert(th_wait_fd(ready), "%s: not ready", names[i]);
 		close(ready);
 		int st;
 		cr_assert_eq(waitpid(pids[i], &st, WNOHANG), 0, "%s: exited with 0x%x", names[i],
@@ -551,7 +514,7 @@ Test(adopt, process_changed_since_its_hello_is_not_taken_back, .timeout = 120)
 	for (int i = AD_NOT_DUMPABLE; i <= AD_SETUID_EXEC; i++)
 		ad_expect_refused(&d2, pids[i], names[i]);
 	for (int i = 0; i < 4; i++)
-		ad_kill(pids[i]);
+		th_kill(pids[i]);
 	heapd_stop_clean(&d2);
 	heapd_cleanup(&d);
 }
@@ -599,9 +562,7 @@ static void ad_idle_then_kill(struct heapd *d, struct th_proc *p)
 	th_sleep_ms(300); /* the first allocations drained */
 	heapd_pause(d);
 	ad_more(p);
-	cr_assert_eq(kill(d->pid, SIGKILL), 0);
-	waitpid(d->pid, NULL, 0);
-	d->pid = 0;
+	heapd_kill(d);
 }
 
 /* life_idle ends at EOF; then the daemon d2 and the folder of d. */

@@ -489,12 +489,10 @@ Test(cfi, random_mutations)
  * or damaged file gives an error, not a read past it. */
 Test(cfi, sections_of_real_files, .timeout = 60)
 {
-	char dir[] = "/tmp/llgo-cfi.XXXXXX", cmd[8600], zpath[64];
-	cr_assert(mkdtemp(dir));
+	char *dir = th_tmpdir(), zpath[64];
 	snprintf(zpath, sizeof(zpath), "%s/z", dir);
-	snprintf(cmd, sizeof(cmd), "objcopy --compress-debug-sections=zlib %s %s",
-		 LLGO_BUILD_DIR "/progs/dbgframe_chains", zpath);
-	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(th_sh(NULL, "objcopy --compress-debug-sections=zlib %s %s",
+			   LLGO_BUILD_DIR "/progs/dbgframe_chains", zpath), 0);
 	size_t size, zsize;
 	unsigned char *img = th_map_file(LLGO_BUILD_DIR "/progs/dbgframe_chains", &size);
 	unsigned char *zimg = th_map_file(zpath, &zsize);
@@ -534,6 +532,5 @@ Test(cfi, sections_of_real_files, .timeout = 60)
 	free(copy);
 	munmap(img, size);
 	munmap(zimg, zsize);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	cr_assert_eq(system(cmd), 0);
+	th_rmdir(dir);
 }

@@ -552,9 +552,8 @@ Test(fleet, environment_read_only_while_the_process_is_its_owners, .timeout = 12
 		cr_skip_test("needs root to run programs as another user");
 	char *dir = th_tmpdir();
 	cr_assert_eq(chmod(dir, 0755), 0); /* nobody reaches the socket */
-	struct passwd *pw = getpwnam("nobody");
 	char as[16], uids[32];
-	snprintf(as, sizeof(as), "%u", pw ? (unsigned)pw->pw_uid : 65534u);
+	snprintf(as, sizeof(as), "%u", (unsigned)th_nobody_uid());
 	snprintf(uids, sizeof(uids), "0,%s", as);
 	const char *more[] = { "--http-uids", uids, NULL };
 	struct heapd d;
