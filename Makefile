@@ -259,11 +259,12 @@ $(OUT)/bin/llgo-heap: $(CLI_OBJS)
 
 # Every test's daemon launcher and client (tests/heapd.c over client/client.c) and shared
 # fixtures (tests/helpers.c), built once.
-TEST_LIB_OBJS := $(OUT)/obj/tests/heapd.o $(OUT)/obj/tests/helpers.o $(CLIENT_OBJS) $(PPROFREAD_OBJS)
+TEST_HELPER_OBJS := $(OUT)/obj/tests/heapd.o $(OUT)/obj/tests/helpers.o
+TEST_LIB_OBJS := $(TEST_HELPER_OBJS) $(CLIENT_OBJS) $(PPROFREAD_OBJS)
 TEST_DEFS := -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' -DLLGO_SRC_DIR='"$(CURDIR)"' \
 	-DLLGO_PLAIN_SHIM='"$(abspath $(OUT))/lib/libllgoheap.so"' $(filter -I%,$(TEST_CRITERION))
 
-$(OUT)/obj/tests/%.o: tests/%.c Makefile
+$(TEST_HELPER_OBJS): $(OUT)/obj/tests/%.o: tests/%.c Makefile
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) $(TEST_DEFS) -DLLGO_T_HELPER -c $< -o $@
