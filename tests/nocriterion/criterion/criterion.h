@@ -85,6 +85,8 @@ static inline void llgo_t_check(bool ok, bool fatal, const char *file, int line,
 
 #define cr_assert(c, ...) LLGO_T_CHECK(1, !!(c), #c, __VA_ARGS__)
 #define cr_expect(c, ...) LLGO_T_CHECK(0, !!(c), #c, __VA_ARGS__)
+#define cr_assert_not(c, ...) LLGO_T_CHECK(1, !(c), "!(" #c ")", __VA_ARGS__)
+#define cr_expect_not(c, ...) LLGO_T_CHECK(0, !(c), "!(" #c ")", __VA_ARGS__)
 #define cr_assert_fail(...) LLGO_T_CHECK(1, 0, "cr_assert_fail", __VA_ARGS__)
 #define cr_expect_fail(...) LLGO_T_CHECK(0, 0, "cr_expect_fail", __VA_ARGS__)
 #define cr_assert_null(p, ...) LLGO_T_CHECK(1, (p) == NULL, #p " == NULL", __VA_ARGS__)
