@@ -38,16 +38,6 @@ llgo_export __thread struct llgo_heap_thread llgo_heap_tls llgo_tls_ie;
 
 /* ---- random numbers and the threshold draw ------------------------------------------- */
 
-uint64_t sample_rng_seed(uint64_t a, uint64_t b)
-{
-	/* splitmix64 finaliser over both inputs: nearby tids and times give unrelated seeds */
-	uint64_t z = a * 0x9e3779b97f4a7c15ULL ^ b;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	z ^= z >> 31;
-	return z ? z : 0x853c49e6748fea9bULL;
-}
-
 uint64_t sample_rng_next(uint64_t *state)
 {
 	uint64_t x = *state;
@@ -214,6 +204,10 @@ static void *sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, s
 	}
 	t->guard = 0;
 	if (p && off && !tracked) {
+		/* p goes away: for otel_memory, freed (an alloc it never reported when the record
+		 * was dropped: collectors ignore a free of an address they do not hold) */
+		if (probe_otel_free_enabled())
+			probe_otel_free((uint64_t)(uintptr_t)p);
 		void *q = live_malloc_real(asked);
 		if (q)
 			memcpy(q, p, asked);

@@ -27,12 +27,13 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../agent/internal.h"
-#include "../agent/msg.h"
+#include "../common/msg.h"
 #include "../shared/live.h"
 #include "helpers.h"
 
@@ -442,10 +443,12 @@ int th_shim_add_rings(struct th_shim *sh, uint32_t n)
 	return 0;
 }
 
-bool th_ring_push(struct th_ring *r, const uint64_t *frames, uint16_t n, uint64_t size,
-		  uint64_t rate, bool corrupt)
+bool th_ring_push_rec(struct th_ring *r, const uint64_t *frames, uint16_t n, uint64_t size,
+		      uint64_t rate, bool corrupt, const struct llgo_raw_regs *regs,
+		      const unsigned char *stack)
 {
-	uint32_t len = llgo_record_alloc_len(n);
+	uint32_t sumlen = regs ? llgo_record_raw_fixed_len(n) : llgo_record_alloc_len(n);
+	uint32_t len = sumlen + (regs ? regs->stack_len : 0);
 	uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
 	if (r->head + len - tail > r->size) {
 		r->dropped++;
@@ -454,10 +457,12 @@ bool th_ring_push(struct th_ring *r, const uint64_t *frames, uint16_t n, uint64_
 		atomic_store_explicit(&r->hdr->sampled, r->sampled, memory_order_release);
 		return false;
 	}
-	unsigned char rec[LLGO_RECORD_MAX_LEN];
+	unsigned char rec[LLGO_RECORD_MAX_LEN + sizeof(struct llgo_raw_regs) + 4096];
+	if (regs && regs->stack_len > 4096)
+		return false;
 	struct llgo_record h;
 	memset(&h, 0, sizeof(h));
-	h.kind = LLGO_REC_ALLOC;
+	h.kind = regs ? LLGO_REC_ALLOC_RAW : LLGO_REC_ALLOC;
 	h.version = LLGO_REC_VERSION;
 	h.nframes = n;
 	h.length = len;
@@ -467,7 +472,11 @@ bool th_ring_push(struct th_ring *r, const uint64_t *frames, uint16_t n, uint64_
 	h.tid = (uint32_t)gettid();
 	memcpy(rec, &h, sizeof(h));
 	memcpy(rec + sizeof(h), frames, 8u * n);
-	uint64_t sum = llgo_record_checksum(rec, len) ^ (corrupt ? 1 : 0);
+	if (regs) {
+		memcpy(rec + llgo_record_alloc_len(n), regs, sizeof(*regs));
+		memcpy(rec + sumlen, stack, regs->stack_len);
+	}
+	uint64_t sum = llgo_record_checksum(rec, sumlen) ^ (corrupt ? 1 : 0);
 	memcpy(rec + offsetof(struct llgo_record, checksum), &sum, sizeof(sum));
 	llgo_ring_copy_in(r->data, r->size - 1, r->head, rec, len);
 	r->head += len;
@@ -475,6 +484,12 @@ bool th_ring_push(struct th_ring *r, const uint64_t *frames, uint16_t n, uint64_
 	r->sampled++;
 	atomic_store_explicit(&r->hdr->sampled, r->sampled, memory_order_release);
 	return true;
+}
+
+bool th_ring_push(struct th_ring *r, const uint64_t *frames, uint16_t n, uint64_t size,
+		  uint64_t rate, bool corrupt)
+{
+	return th_ring_push_rec(r, frames, n, size, rate, corrupt, NULL, NULL);
 }
 
 void th_ring_push_n(struct th_ring *r, const uint64_t *frames, uint16_t nf, uint64_t size,
@@ -2025,6 +2040,25 @@ void th_dump_init(struct heapd *d, char dumps[256])
 {
 	heapd_init(d, NULL);
 	snprintf(dumps, 256, "%s/dumps", d->dir);
+}
+
+/* ---- BPF: programs attached to the shim's USDT probes --------------------------------------- */
+
+const char *th_bpf_unavailable(void)
+{
+	static char why[256];
+	if (geteuid() != 0)
+		return "not root (needs CAP_BPF and CAP_PERFMON)";
+	if (access("/sys/kernel/btf/vmlinux", R_OK) != 0)
+		return "the kernel has no BTF (/sys/kernel/btf/vmlinux)";
+	struct utsname u;
+	int major = 0, minor = 0;
+	if (uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
+	    (major < 5 || (major == 5 && minor < 8))) {
+		snprintf(why, sizeof(why), "kernel %s is older than 5.8", u.release);
+		return why;
+	}
+	return NULL;
 }
 
 /* ---- /proc --------------------------------------------------------------------------------- */

@@ -176,6 +176,11 @@ int th_shim_add_rings(struct th_shim *sh, uint32_t n);
  * (release dropped, then release sampled). corrupt: a wrong checksum. */
 bool th_ring_push(struct th_ring *r, const uint64_t *frames, uint16_t n, uint64_t size,
 		  uint64_t rate, bool corrupt);
+/* th_ring_push, and with regs an ALLOC_RAW record: the frames, then the registers and
+ * regs->stack_len bytes of stack (4096 at most), which the checksum leaves out. */
+bool th_ring_push_rec(struct th_ring *r, const uint64_t *frames, uint16_t n, uint64_t size,
+		      uint64_t rate, bool corrupt, const struct llgo_raw_regs *regs,
+		      const unsigned char *stack);
 /* Push n records, waiting for the daemon to make room when the ring is full. */
 void th_ring_push_n(struct th_ring *r, const uint64_t *frames, uint16_t nf, uint64_t size,
 		    uint64_t rate, unsigned n);
@@ -571,6 +576,21 @@ int th_dump_wait(const char *dumps, uid_t uid, pid_t pid, const char *kind, int 
 void th_pprof_top(const char *file, char *fn, size_t cap);
 /* A daemon's folder (heapd_init: not started yet), and its dumps folder's name in dumps. */
 void th_dump_init(struct heapd *d, char dumps[256]);
+
+/* ---- BPF: programs attached to the shim's USDT probes --------------------------------------- */
+
+/* Why BPF cannot work on this machine, or NULL when it should: root (CAP_BPF and
+ * CAP_PERFMON), the kernel's BTF, Linux 5.8+ (ring buffer, uprobe semaphores). */
+const char *th_bpf_unavailable(void);
+/* Skips the running test (named file, e.g. "test_verify") when BPF cannot work. */
+#define TH_NEED_BPF(file)                                                                  \
+	do {                                                                               \
+		const char *why_ = th_bpf_unavailable();                                   \
+		if (why_) {                                                                \
+			fprintf(stderr, file ": skipped: %s\n", why_);                     \
+			cr_skip_test("BPF unavailable: %s", why_);                         \
+		}                                                                          \
+	} while (0)
 
 /* ---- /proc --------------------------------------------------------------------------------- */
 

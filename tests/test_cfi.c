@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "../agent/internal.h"
-#include "../agent/unwind_fast.h"
+#include "../agent/unwind/unwind_fast.h"
 #include "helpers.h"
 
 /* ---- building sections ---------------------------------------------------------------- */

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../agent/snapshot.h"
+#include "../agent/output/snapshot.h"
 #include "helpers.h"
 
 /* ---- Stacks of real return addresses (helpers.h's th_pc_*) ----------------------------- */

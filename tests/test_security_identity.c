@@ -11,7 +11,7 @@
 #include "../agent/internal.h"
 #include "helpers.h"
 
-#include "../agent/ident.h"
+#include "../agent/server/ident.h"
 
 /*
  * The reported attack: nobody connects, forks a child that keeps the socket, and execs a
