@@ -12,12 +12,16 @@ endif
 TEST_SRCS := $(wildcard tests/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(OUT)/tests/%,$(TEST_SRCS))
 
-# Every test's daemon launcher and client (tests/heapd.c over client/client.c), built once.
-TEST_LIB_OBJS := $(OUT)/obj/tests/heapd.o $(CLIENT_OBJS) $(PPROFREAD_OBJS) $(COMMON_LIB)
+# Every test's daemon launcher and client (tests/heapd.c over client/client.c) and shared
+# fixtures (tests/helpers.c), built once.
+TEST_HELPER_OBJS := $(OUT)/obj/tests/heapd.o $(OUT)/obj/tests/helpers.o
+TEST_LIB_OBJS := $(TEST_HELPER_OBJS) $(CLIENT_OBJS) $(PPROFREAD_OBJS) $(COMMON_LIB)
 TEST_DEFS := -DLLGO_BUILD_DIR='"$(abspath $(OUT))"' -DLLGO_SRC_DIR='"$(CURDIR)"' \
 	-DLLGO_PLAIN_SHIM='"$(abspath $(OUT))/lib/libllgoheap.so"' $(filter -I%,$(TEST_CRITERION))
 
-$(OUT)/obj/tests/heapd.o: tests/heapd.c $(BUILD_MK)
+# A static pattern rule: with a plain pattern rule the objects would be intermediate files, and
+# make would delete them after each build.
+$(TEST_HELPER_OBJS): $(OUT)/obj/tests/%.o: tests/%.c $(BUILD_MK)
 	$(call msg,CC,$@)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_AGENT) $(DEPFLAGS) $(TEST_DEFS) -DLLGO_T_HELPER -c $< -o $@

@@ -15,21 +15,14 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "heapd.h"
+#include "helpers.h"
 
 #ifndef LLGO_BUILD_DIR
 #error "LLGO_BUILD_DIR must be set by the Makefile"
 #endif
-
-static void heapd_sleep_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
 
 const char *heapd_path(void)
 {
@@ -75,25 +68,8 @@ pid_t heapd_spawn(struct heapd *d, const char *const *extra)
 	argv[n] = NULL;
 	struct stat lst;
 	d->log_start = stat(d->log, &lst) == 0 ? (long)lst.st_size : 0;
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		/* a test that fails half-way still takes its daemon down with it */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		if (getppid() != parent)
-			_exit(126);
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		/* the daemon must never profile itself */
-		unsetenv("LD_PRELOAD");
-		execv(argv[0], (char **)argv);
-		_exit(127);
-	}
-	return pid;
+	/* the daemon must never profile itself: th_spawn_logged unsets LD_PRELOAD */
+	return th_spawn_logged((char *const *)argv, d->log, true, SIGTERM);
 }
 
 /* The last "serving http://HOST:PORT/..." in the log (appended to by every daemon started
@@ -137,7 +113,7 @@ bool heapd_wait(struct heapd *d)
 			d->pid = 0;
 			return false;
 		}
-		heapd_sleep_ms(5);
+		th_sleep_ms(5);
 	}
 	return false;
 }
@@ -161,6 +137,25 @@ void heapd_run(struct heapd *d, const char *const *extra)
 	char *log = heapd_log(d);
 	cr_assert_fail("llgo-heapd did not start on %s%s:\n%s", d->sock,
 		       d->http ? " (or logged no HTTP port)" : "", log);
+}
+
+int heapd_refusal(struct heapd *d, const char *const *extra, char **log)
+{
+	pid_t pid = heapd_spawn(d, extra);
+	int st = -1;
+	for (int i = 0; i < 2000; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			break;
+		st = -1;
+		th_sleep_ms(5);
+	}
+	if (st == -1) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+	}
+	if (log)
+		*log = heapd_log(d);
+	return st;
 }
 
 bool heapd_alive(struct heapd *d)
@@ -200,7 +195,7 @@ void heapd_pause(struct heapd *d)
 {
 	cr_assert_eq(kill(d->pid, SIGSTOP), 0);
 	for (int i = 0; i < 2000 && !heapd_all_stopped(d->pid); i++)
-		heapd_sleep_ms(1);
+		th_sleep_ms(1);
 	cr_assert(heapd_all_stopped(d->pid), "llgo-heapd %d did not stop", (int)d->pid);
 }
 
@@ -220,12 +215,19 @@ int heapd_stop(struct heapd *d)
 			d->pid = 0;
 			return st;
 		}
-		heapd_sleep_ms(5);
+		th_sleep_ms(5);
 	}
 	kill(d->pid, SIGKILL);
 	waitpid(d->pid, &st, 0);
 	d->pid = 0;
 	return -1;
+}
+
+void heapd_kill(struct heapd *d)
+{
+	cr_assert_eq(kill(d->pid, SIGKILL), 0);
+	waitpid(d->pid, NULL, 0);
+	d->pid = 0;
 }
 
 void heapd_stop_clean(struct heapd *d)
@@ -241,6 +243,7 @@ void heapd_stop_clean(struct heapd *d)
 
 void heapd_cleanup(struct heapd *d)
 {
+	heapd_stop(d);
 	if (!d->own_dir || getenv("LLGO_KEEP_TMP"))
 		return;
 	char cmd[320];
@@ -249,22 +252,22 @@ void heapd_cleanup(struct heapd *d)
 		fprintf(stderr, "warning: could not remove %s\n", d->dir);
 }
 
+void heapd_finish(struct heapd *d)
+{
+	heapd_stop_clean(d);
+	heapd_cleanup(d);
+}
+
+void heapd_end(struct heapd *d)
+{
+	int st = heapd_stop(d);
+	cr_expect_eq(st, 0, "llgo-heapd stop status %d", st);
+	heapd_cleanup(d);
+}
+
 char *heapd_log(const struct heapd *d)
 {
-	FILE *f = fopen(d->log, "r");
-	if (!f)
-		return strdup("");
-	size_t cap = 1 << 16, len = 0, r;
-	char *s = malloc(cap);
-	while (s && (r = fread(s + len, 1, cap - len - 1, f)) > 0) {
-		len += r;
-		if (cap - len < 4096)
-			s = realloc(s, cap *= 2);
-	}
-	fclose(f);
-	cr_assert_not_null(s);
-	s[len] = '\0';
-	return s;
+	return th_read_all(d->log);
 }
 
 /* ---- requests -------------------------------------------------------------------------------- */

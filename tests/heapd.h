@@ -52,6 +52,10 @@ bool heapd_wait(struct heapd *d);
 void heapd_run(struct heapd *d, const char *const *extra);
 /* init + run: the usual start. */
 void heapd_start(struct heapd *d, const char *dir, const char *const *extra);
+/* Spawn with extra options a daemon that must refuse to start: its wait status once it
+ * exited (-1 when it still ran after 10 s: then killed); what it logged in *log (malloc'ed)
+ * when log is not NULL. */
+int heapd_refusal(struct heapd *d, const char *const *extra, char **log);
 bool heapd_alive(struct heapd *d);
 /* SIGSTOP, and wait until every thread of the daemon has stopped: kill() wakes one thread
  * to take the stop, and the others go on serving until it did (a client that starts at once
@@ -60,10 +64,18 @@ void heapd_pause(struct heapd *d);
 void heapd_resume(struct heapd *d);
 /* SIGTERM and wait: the wait status, or -1 when it had to be killed after 10 s. */
 int heapd_stop(struct heapd *d);
+/* SIGKILL (no orderly stop) and reap it. */
+void heapd_kill(struct heapd *d);
 /* heapd_stop expecting a clean stop: alive until then, exit status 0, socket removed. */
 void heapd_stop_clean(struct heapd *d);
-/* Remove the folder heapd_init made (unless LLGO_KEEP_TMP is set). */
+/* Stop the daemon if it still runs (heapd_stop, nothing checked), and remove the folder
+ * heapd_init made (unless LLGO_KEEP_TMP is set). */
 void heapd_cleanup(struct heapd *d);
+/* The end of most tests: heapd_stop_clean, then heapd_cleanup. */
+void heapd_finish(struct heapd *d);
+/* The end of tests that may have stopped or restarted the daemon: heapd_stop expected to
+ * give 0 (a daemon stopped already does), then heapd_cleanup. */
+void heapd_end(struct heapd *d);
 /* The whole log (malloc'ed, "" when missing). */
 char *heapd_log(const struct heapd *d);
 

@@ -17,15 +17,15 @@
  * LLGO_TEST_HEAPD=path runs the end-to-end tests against another build (an older daemon
  * takes every one of these processes back).
  */
-#include "life_util.h"
-#include "sec_util.h"
+#include "../agent/internal.h"
+#include "helpers.h"
 
 #include <linux/capability.h>
 #include <sys/syscall.h>
 
 #include "../agent/server/vouch.h"
 
-#define PROG(name) E2E_PROGS "/" name
+#define PROG(name) TH_PROGS "/" name
 #define AD_DATA LLGO_RING_MIN_DATA
 
 /* ---- vouch.c in-process --------------------------------------------------------------------- */
@@ -67,24 +67,9 @@ Test(vouch, siphash_reference_vectors)
 	}
 }
 
-static char *ad_tmpdir(void)
-{
-	char *dir = strdup("/tmp/llgo-adopt.XXXXXX");
-	cr_assert(mkdtemp(dir));
-	return dir;
-}
-
-static void ad_rmdir(const char *dir)
-{
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (!getenv("LLGO_KEEP_TMP") && system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", dir);
-}
-
 Test(vouch, tag_binds_every_field_and_the_socket)
 {
-	char *dir = ad_tmpdir(), sock[256], why[512];
+	char *dir = th_tmpdir(), sock[256], why[512];
 	snprintf(sock, sizeof(sock), "%s/heapd.sock", dir);
 	struct vouch_key key;
 	cr_assert_eq(vouch_key_load(&key, sock, why, sizeof(why)), 0, "%s", why);
@@ -127,13 +112,12 @@ Test(vouch, tag_binds_every_field_and_the_socket)
 	cr_expect_eq(ctl.vouch_uid, 1000);
 	cr_expect_eq(ctl.vouch_gid, 1000);
 	cr_expect(memcmp(ctl.vouch_tag, tag, VOUCH_TAG_LEN) == 0);
-	ad_rmdir(dir);
-	free(dir);
+	th_rmdir(dir);
 }
 
 Test(vouch, key_file_made_once_and_a_planted_one_is_not_used)
 {
-	char *dir = ad_tmpdir(), sock[256], path[300], why[512];
+	char *dir = th_tmpdir(), sock[256], path[300], why[512];
 	snprintf(sock, sizeof(sock), "%s/heapd.sock", dir);
 	snprintf(path, sizeof(path), "%s.key", sock);
 	struct vouch_key a, b;
@@ -155,7 +139,7 @@ Test(vouch, key_file_made_once_and_a_planted_one_is_not_used)
 	cr_assert_eq(chmod(path, 0600), 0);
 	if (geteuid() == 0) {
 		/* another user's file: whatever it holds, that user knows it */
-		cr_assert_eq(chown(path, nobody_uid(), nobody_gid()), 0);
+		cr_assert_eq(chown(path, th_nobody_uid(), th_nobody_gid()), 0);
 		cr_expect_neq(vouch_key_load(&b, sock, why, sizeof(why)), 0);
 		cr_expect(!b.ok);
 		cr_expect(strstr(why, "owned by") != NULL, "%s", why);
@@ -173,8 +157,7 @@ Test(vouch, key_file_made_once_and_a_planted_one_is_not_used)
 	cr_assert_eq(unlink(path), 0);
 	cr_assert_eq(vouch_key_load(&b, sock, why, sizeof(why)), 0, "%s", why);
 	cr_expect(memcmp(a.k, b.k, VOUCH_KEY_LEN) != 0);
-	ad_rmdir(dir);
-	free(dir);
+	th_rmdir(dir);
 }
 
 /* ---- processes that look profiled ----------------------------------------------------------- */
@@ -202,7 +185,7 @@ static int ad_memfd(const char *sock, bool cloexec, unsigned nrec, struct llgo_c
 	atomic_store(&ctl->rate_word, LLGO_RATE_WORD_EVERY);
 	atomic_store(&ctl->want_rate_word, LLGO_RATE_WORD_EVERY);
 	atomic_store(&ctl->shim_state, LLGO_SHIM_ATTACHED);
-	struct fring r;
+	struct th_ring r;
 	memset(&r, 0, sizeof(r));
 	r.fd = fd;
 	r.size = AD_DATA;
@@ -213,9 +196,9 @@ static int ad_memfd(const char *sock, bool cloexec, unsigned nrec, struct llgo_c
 	r.hdr->header_size = LLGO_RING_HEADER_SIZE;
 	r.hdr->data_size = AD_DATA;
 	atomic_store(&r.hdr->state, LLGO_RING_OWNED);
-	uint64_t st[2] = { RET(srv_site_alpha), RET(srv_site_caller) };
+	uint64_t st[2] = { TH_RET(th_site_alpha), TH_RET(th_site_caller) };
 	for (unsigned i = 0; i < nrec; i++)
-		if (!fring_push(&r, st, 2, 4096, 1, false))
+		if (!th_ring_push(&r, st, 2, 4096, 1, false))
 			return -1;
 	atomic_store_explicit(&ctl->ring_count, 1, memory_order_release);
 	if (ctl_out)
@@ -230,11 +213,11 @@ static int ad_hello(const char *sock, int fd)
 	if (s < 0)
 		return s;
 	struct llgo_msg_hello m;
-	hello_init(&m, AD_DATA, LLGO_RATE_WORD_EVERY);
+	th_hello_init(&m, AD_DATA, LLGO_RATE_WORD_EVERY);
 	m.flags = LLGO_HELLO_MEMFD;
 	if (msg_send(s, &m, sizeof(m), fd) != 0)
 		return -EIO;
-	return wait_reply(s, LLGO_MSG_HELLO_ACK); /* s stays open: the session lives */
+	return th_wait_reply(s, LLGO_MSG_HELLO_ACK); /* s stays open: the session lives */
 }
 
 /* The daemon's verdict on pid in what d logged since it started: 1 taken back, 0 not taken
@@ -244,7 +227,7 @@ static int ad_verdict(const struct heapd *d, pid_t pid, char *why, size_t n)
 	char yes[64], no[64];
 	snprintf(yes, sizeof(yes), "pid %d (", (int)pid);
 	snprintf(no, sizeof(no), "pid %d: not taken back: ", (int)pid);
-	for (long deadline = lu_now_ms() + 20000; lu_now_ms() < deadline; lu_sleep_ms(20)) {
+	for (long deadline = th_now_ms() + 20000; th_now_ms() < deadline; th_sleep_ms(20)) {
 		char *log = heapd_log(d);
 		size_t len = strlen(log);
 		const char *from = log + ((size_t)d->log_start <= len ? (size_t)d->log_start : 0);
@@ -288,36 +271,16 @@ static void ad_expect_refused(const struct heapd *d2, pid_t pid, const char *wha
 /* SIGKILL d, and start another daemon on its socket (the restart that takes processes back). */
 static void ad_restart(struct heapd *d, struct heapd *d2)
 {
-	cr_assert_eq(kill(d->pid, SIGKILL), 0);
-	waitpid(d->pid, NULL, 0);
-	d->pid = 0;
+	heapd_kill(d);
 	heapd_start(d2, d->dir, NULL);
-}
-
-/* Wait for one byte (or EOF, when the writer exec'd) on fd; false after 10 s. */
-static bool ad_wait_fd(int fd)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	if (poll(&p, 1, 10000) != 1)
-		return false;
-	char c;
-	return read(fd, &c, 1) >= 0;
-}
-
-static void ad_kill(pid_t pid)
-{
-	if (pid > 0) {
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-	}
 }
 
 /* As root (else the test is skipped): a daemon, and a setuid-root program in its folder. */
 static void ad_start_as_root(struct heapd *d, char *suid, size_t n)
 {
-	need_root();
+	th_need_root();
 	heapd_start(d, NULL, NULL);
-	make_setuid_sleep(d->dir, suid, n);
+	th_make_setuid_sleep(d->dir, suid, n);
 }
 
 /* ---- the attack: nobody's memfd in a process of root's -------------------------------------- */
@@ -335,24 +298,23 @@ Test(adopt, crafted_memfd_in_a_setuid_process_is_not_taken_back, .timeout = 120)
 	ad_start_as_root(&d, suid, sizeof(suid));
 	int execd[2];
 	cr_assert_eq(pipe2(execd, O_CLOEXEC), 0);
-	pid_t a = fork();
-	cr_assert_geq(a, 0);
+	pid_t a = th_fork();
 	if (a == 0) {
-		become_nobody();
+		th_become_nobody();
 		if (ad_memfd(d.sock, false, 10, NULL) < 0)
 			_exit(121);
 		execl(suid, "suid-sleep", "60", (char *)NULL);
 		_exit(123);
 	}
 	close(execd[1]);
-	cr_assert(ad_wait_fd(execd[0]), "the setuid program did not start");
+	cr_assert(th_wait_fd(execd[0]), "the setuid program did not start");
 	close(execd[0]);
-	lu_sleep_ms(50);
+	th_sleep_ms(50);
 	int st;
 	cr_assert_eq(waitpid(a, &st, WNOHANG), 0, "the attacker exited: status 0x%x", st);
 	ad_restart(&d, &d2);
 	ad_expect_refused(&d2, a, "setuid root, holding nobody's memfd");
-	ad_kill(a);
+	th_kill(a);
 	heapd_stop_clean(&d2);
 	heapd_cleanup(&d);
 }
@@ -386,7 +348,7 @@ static int ad_send_fds(int sock, const int *fds, int n)
  */
 Test(adopt, memfd_handed_to_a_root_process_is_not_taken_back, .timeout = 120)
 {
-	need_root();
+	th_need_root();
 	struct heapd d, d2;
 	heapd_start(&d, NULL, NULL);
 	int sp[2], ready[2];
@@ -411,7 +373,7 @@ Test(adopt, memfd_handed_to_a_root_process_is_not_taken_back, .timeout = 120)
 	pid_t n = fork(); /* nobody's */
 	cr_assert_geq(n, 0);
 	if (n == 0) {
-		become_nobody();
+		th_become_nobody();
 		struct llgo_ctl *mine, *forged;
 		int m1 = ad_memfd(d.sock, true, 0, &mine);
 		if (m1 < 0 || ad_hello(d.sock, m1) != 0)
@@ -429,7 +391,7 @@ Test(adopt, memfd_handed_to_a_root_process_is_not_taken_back, .timeout = 120)
 			pause();
 	}
 	close(ready[1]);
-	cr_assert(ad_wait_fd(ready[0]), "the root process got no descriptors");
+	cr_assert(th_wait_fd(ready[0]), "the root process got no descriptors");
 	close(ready[0]);
 	cr_assert(heapd_list_pid(d.sock, n, &(struct llgo_list_entry){ 0 }),
 		  "nobody's fake shim did not attach:\n%s", heapd_log(&d));
@@ -438,11 +400,11 @@ Test(adopt, memfd_handed_to_a_root_process_is_not_taken_back, .timeout = 120)
 	int vn = ad_verdict(&d2, n, why, sizeof(why));
 	struct llgo_list_entry e;
 	cr_expect_eq(vn, 1, "nobody's own process %d (its vouched memfd): %s", (int)n, why);
-	cr_expect(heapd_list_pid(d2.sock, n, &e) && e.uid == nobody_uid(),
+	cr_expect(heapd_list_pid(d2.sock, n, &e) && e.uid == th_nobody_uid(),
 		  "nobody's process is not nobody's after the restart");
 	ad_expect_refused(&d2, c, "root's process holding nobody's memfds");
-	ad_kill(n);
-	ad_kill(c);
+	th_kill(n);
+	th_kill(c);
 	heapd_stop_clean(&d2);
 	heapd_cleanup(&d);
 }
@@ -474,11 +436,10 @@ static pid_t ad_attached_nobody(const struct heapd *d, enum ad_change change, co
 {
 	int pfd[2];
 	cr_assert_eq(pipe2(pfd, O_CLOEXEC), 0);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
+	pid_t pid = th_fork();
 	if (pid == 0) {
-		uid_t u = nobody_uid();
-		gid_t g = nobody_gid();
+		uid_t u = th_nobody_uid();
+		gid_t g = th_nobody_gid();
 		/* nobody's in every id; AD_SAVED_ROOT keeps root's capabilities to come back */
 		if (change == AD_SAVED_ROOT && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0)
 			_exit(10);
@@ -534,7 +495,7 @@ Test(adopt, process_changed_since_its_hello_is_not_taken_back, .timeout = 120)
 	for (int i = 0; i < 4; i++) {
 		int ready;
 		pids[i] = ad_attached_nobody(&d, (enum ad_change)i, suid, &ready);
-		cr_assert(ad_wait_fd(ready), "%s: not ready", names[i]);
+		cr_assert(th_wait_fd(ready), "%s: not ready", names[i]);
 		close(ready);
 		int st;
 		cr_assert_eq(waitpid(pids[i], &st, WNOHANG), 0, "%s: exited with 0x%x", names[i],
@@ -547,48 +508,46 @@ Test(adopt, process_changed_since_its_hello_is_not_taken_back, .timeout = 120)
 	char why[1024];
 	struct llgo_list_entry e;
 	cr_expect_eq(ad_verdict(&d2, pids[AD_UNCHANGED], why, sizeof(why)), 1, "%s", why);
-	cr_expect(heapd_list_pid(d2.sock, pids[AD_UNCHANGED], &e) && e.uid == nobody_uid() &&
+	cr_expect(heapd_list_pid(d2.sock, pids[AD_UNCHANGED], &e) && e.uid == th_nobody_uid() &&
 			  e.state == LLGO_PROC_LIVE,
 		  "the unchanged process is not listed live as nobody's");
 	for (int i = AD_NOT_DUMPABLE; i <= AD_SETUID_EXEC; i++)
 		ad_expect_refused(&d2, pids[i], names[i]);
 	for (int i = 0; i < 4; i++)
-		ad_kill(pids[i]);
+		th_kill(pids[i]);
 	heapd_stop_clean(&d2);
 	heapd_cleanup(&d);
 }
 
 /* ---- genuine programs ------------------------------------------------------------------------- */
 
-static void ad_start_idle(struct lu_proc *p, const struct heapd *d)
+static void ad_start_idle(struct th_proc *p, const struct heapd *d)
 {
 	char *argv[] = { PROG("life_idle"), "20", NULL };
-	lu_start(p, d, "1", 0, NULL, argv, NULL);
+	th_start(p, d, "1", 0, NULL, argv, NULL);
 	char line[64];
-	cr_assert(lu_read_line(p, line, sizeof(line), 10000), "life_idle did not start");
+	cr_assert(th_read_line(p, line, sizeof(line), 10000), "life_idle did not start");
 	cr_assert_str_eq(line, "ready");
 	for (int i = 0; i < 500 && !heapd_list_pid(d->sock, p->pid, &(struct llgo_list_entry){ 0 });
 	     i++)
-		lu_sleep_ms(10);
+		th_sleep_ms(10);
 }
 
 /* life_idle makes 20 more allocations (555 bytes, idle_more_site) at rate 1 and waits. */
-static void ad_more(struct lu_proc *p)
+static void ad_more(struct th_proc *p)
 {
-	fputs("more\n", p->in);
-	fflush(p->in);
-	char line[64];
-	cr_assert(lu_read_line(p, line, sizeof(line), 10000), "life_idle did not answer");
+	th_say(p, "more");
+	th_ready(p, 10000);
 }
 
 /* idle_more_site's allocations in pid's profile, once there are want of them (or 10 s). */
 static long ad_more_records(const struct heapd *d, pid_t pid, long want)
 {
 	long got = 0;
-	for (long deadline = lu_now_ms() + 10000; got < want && lu_now_ms() < deadline;
-	     lu_sleep_ms(50)) {
+	for (long deadline = th_now_ms() + 10000; got < want && th_now_ms() < deadline;
+	     th_sleep_ms(50)) {
 		char *text = heapd_snapshot(d->sock, pid, LLGO_FORMAT_TEXT, NULL);
-		got = lu_text_count(text, "idle_more_site", 555);
+		got = th_text_count(text, "idle_more_site", 555);
 		free(text);
 	}
 	return got;
@@ -596,24 +555,22 @@ static long ad_more_records(const struct heapd *d, pid_t pid, long want)
 
 /* A daemon and life_idle attached to it; then the daemon stopped, the program allocates
  * (records the daemon never reads) and the daemon is killed. */
-static void ad_idle_then_kill(struct heapd *d, struct lu_proc *p)
+static void ad_idle_then_kill(struct heapd *d, struct th_proc *p)
 {
 	heapd_start(d, NULL, NULL);
 	ad_start_idle(p, d);
-	lu_sleep_ms(300); /* the first allocations drained */
+	th_sleep_ms(300); /* the first allocations drained */
 	heapd_pause(d);
 	ad_more(p);
-	cr_assert_eq(kill(d->pid, SIGKILL), 0);
-	waitpid(d->pid, NULL, 0);
-	d->pid = 0;
+	heapd_kill(d);
 }
 
 /* life_idle ends at EOF; then the daemon d2 and the folder of d. */
-static void ad_end_idle(struct lu_proc *p, struct heapd *d2, struct heapd *d)
+static void ad_end_idle(struct th_proc *p, struct heapd *d2, struct heapd *d)
 {
 	fclose(p->in);
 	p->in = NULL;
-	lu_wait(p, 10000);
+	th_wait(p, 10000);
 	heapd_stop_clean(d2);
 	heapd_cleanup(d);
 }
@@ -623,7 +580,7 @@ static void ad_end_idle(struct lu_proc *p, struct heapd *d2, struct heapd *d)
 Test(adopt, genuine_process_is_taken_back_with_unread_records, .timeout = 120)
 {
 	struct heapd d, d2;
-	struct lu_proc p;
+	struct th_proc p;
 	ad_idle_then_kill(&d, &p);
 	heapd_start(&d2, d.dir, NULL);
 	char why[1024];
@@ -642,7 +599,7 @@ Test(adopt, genuine_process_is_taken_back_with_unread_records, .timeout = 120)
 Test(adopt, process_not_taken_back_attaches_itself_by_hello, .timeout = 120)
 {
 	struct heapd d, d2;
-	struct lu_proc p;
+	struct th_proc p;
 	ad_idle_then_kill(&d, &p);
 	char key[200];
 	snprintf(key, sizeof(key), "%s.key", d.sock);
@@ -653,11 +610,11 @@ Test(adopt, process_not_taken_back_attaches_itself_by_hello, .timeout = 120)
 	struct llgo_list_entry e;
 	int rounds = 0;
 	bool live = false;
-	for (long deadline = lu_now_ms() + 20000; !live && lu_now_ms() < deadline; rounds++) {
+	for (long deadline = th_now_ms() + 20000; !live && th_now_ms() < deadline; rounds++) {
 		ad_more(&p);
 		live = heapd_list_pid(d2.sock, p.pid, &e) && e.state == LLGO_PROC_LIVE;
 		if (!live)
-			lu_sleep_ms(50);
+			th_sleep_ms(50);
 	}
 	cr_assert(live, "not attached again after %d rounds:\n%s", rounds, heapd_log(&d2));
 	cr_expect_eq(e.uid, geteuid());

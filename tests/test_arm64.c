@@ -9,14 +9,14 @@
  */
 #include <math.h>
 
-#include "e2e_util.h"
+#include "helpers.h"
 
 #define A64 LLGO_SRC_DIR "/build-arm64"
 #define SYSROOT "/usr/aarch64-linux-gnu"
 
 static void a64_need(void)
 {
-	char *why = e2e_read_file(LLGO_BUILD_DIR "/arm64.skip");
+	char *why = th_read_file(LLGO_BUILD_DIR "/arm64.skip");
 	if (why)
 		cr_skip_test("arm64: %s", why);
 	cr_assert(access(A64 "/lib/libllgoheap.so", F_OK) == 0,
@@ -32,11 +32,11 @@ struct a64_run {
  * at rate; preload the aarch64 shim when preload. Returns the text snapshot. */
 static void a64_profile(struct a64_run *r, bool preload, long rate, const char *args)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
 	const char *sock = d.sock;
-	int rc = e2e_sh(&r->out, "cd %s && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=%ld "
+	int rc = th_sh(&r->out, "cd %s && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=%ld "
 			"LLGO_HEAP_RING_KB=8192 LLGO_HEAP_DEBUG=1 sh -c 'echo pid $$; exec "
 			"qemu-aarch64 -L " SYSROOT " %s %s'", dir, sock, rate,
 			preload ? "-E LD_PRELOAD=" A64 "/lib/libllgoheap.so" : "", args);
@@ -45,11 +45,11 @@ static void a64_profile(struct a64_run *r, bool preload, long rate, const char *
 		  r->out);
 	const char *p = strstr(r->out, "pid ");
 	cr_assert(p && sscanf(p, "pid %d", &r->pid) == 1, "%s", r->out);
-	rc = e2e_sh(&r->profile, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s",
+	rc = th_sh(&r->profile, TH_BIN "/llgo-heap snapshot %d -f text -o - --socket %s",
 		    r->pid, sock);
 	cr_assert_eq(rc, 0, "snapshot: %s", r->profile);
 	heapd_stop(&d);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 static void a64_expect_accounting(const char *profile)
@@ -69,9 +69,9 @@ static void a64_expect_exact(bool preload, const char *args, const char *caller)
 	a64_need();
 	struct a64_run r;
 	a64_profile(&r, preload, 1, args);
-	static struct e2e_text_rec recs[4096];
+	static struct th_text_rec recs[4096];
 	long period;
-	int n = e2e_parse_text(r.profile, &period, recs, 4096), nsites = 0;
+	int n = th_parse_text(r.profile, &period, recs, 4096), nsites = 0;
 	cr_expect_eq(period, 2);
 	for (const char *p = strstr(r.out, "site "); p; p = strstr(p + 1, "\nsite ")) {
 		char name[64];
@@ -81,7 +81,7 @@ static void a64_expect_exact(bool preload, const char *args, const char *caller)
 		if (sscanf(p, "site %63s %ld %ld", name, &size, &count) != 3)
 			continue;
 		nsites++;
-		long got = e2e_count(recs, n, name, size);
+		long got = th_recs_count(recs, n, name, size);
 		cr_expect_eq(got, count, "%s size %ld: %ld in the profile, %ld made\n%s", name,
 			     size, got, count, r.profile);
 	}
@@ -118,10 +118,10 @@ Test(arm64, hook_static_archive, .timeout = 300)
 	struct a64_run r;
 	a64_profile(&r, false, 1, A64 "/select/sel-archive 700");
 	cr_expect(strstr(r.out, "trim 2") != NULL, "%s", r.out);
-	static struct e2e_text_rec recs[1024];
+	static struct th_text_rec recs[1024];
 	long period;
-	int n = e2e_parse_text(r.profile, &period, recs, 1024);
-	cr_expect_eq(e2e_count(recs, n, "sel_site", 48), 700, "%s", r.profile);
+	int n = th_parse_text(r.profile, &period, recs, 1024);
+	cr_expect_eq(th_recs_count(recs, n, "sel_site", 48), 700, "%s", r.profile);
 	a64_expect_accounting(r.profile);
 	free(r.out);
 	free(r.profile);
@@ -139,9 +139,9 @@ Test(arm64, heapsampling_small, .timeout = 600)
 	for (int run = 0; run < RUNS; run++) {
 		struct a64_run r;
 		a64_profile(&r, true, rate, A64 "/progs/heapsampling small 50000");
-		static struct e2e_text_rec recs[8192];
+		static struct th_text_rec recs[8192];
 		long period;
-		int nrec = e2e_parse_text(r.profile, &period, recs, 8192), nt = 0;
+		int nrec = th_parse_text(r.profile, &period, recs, 8192), nt = 0;
 		cr_assert_eq(period, 2 * rate);
 		bool all_ok = true;
 		for (const char *p = strstr(r.out, "site "); p && nt < MAXS;
@@ -198,7 +198,7 @@ Test(arm64, no_daemon_runs_unchanged, .timeout = 120)
 {
 	a64_need();
 	char *out = NULL;
-	int rc = e2e_sh(&out, "LLGO_HEAP_SOCKET=/nonexistent/s qemu-aarch64 -L " SYSROOT
+	int rc = th_sh(&out, "LLGO_HEAP_SOCKET=/nonexistent/s qemu-aarch64 -L " SYSROOT
 			" -E LD_PRELOAD=" A64 "/lib/libllgoheap.so " A64 "/progs/e2e_sites 100");
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "site site_calloc 480 100") != NULL, "%s", out);
@@ -212,7 +212,7 @@ Test(arm64, malloc_fast_path_listing)
 {
 	a64_need();
 	char *out = NULL;
-	int rc = e2e_sh(&out, "aarch64-linux-gnu-objdump -d --no-show-raw-insn --disassemble=malloc "
+	int rc = th_sh(&out, "aarch64-linux-gnu-objdump -d --no-show-raw-insn --disassemble=malloc "
 			A64 "/lib/libllgoheap.so | grep -P '^\\s+[0-9a-f]+:'");
 	cr_assert_eq(rc, 0, "%s", out);
 	int n = 0, bl = 0, mrs = 0, subs = 0, attach = 0, slow = 0;

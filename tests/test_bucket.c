@@ -14,12 +14,7 @@
 #include <time.h>
 
 #include "../agent/internal.h"
-
-static bool under_tsan(void)
-{
-	const char *s = getenv("LLGO_SAN");
-	return s && strstr(s, "thread");
-}
+#include "helpers.h"
 
 /* Stack k: 1 + k % 16 frames, pcs derived from k so a reader can check a whole stack. */
 #define STACK_BASE 0x400000ull
@@ -404,7 +399,7 @@ static int final_visit(void *arg, const struct bucket *b)
 
 Test(bucket, stress_writers_and_walker, .timeout = 300)
 {
-	bool tsan = under_tsan();
+	bool tsan = th_san_thread();
 	unsigned nthreads = tsan ? 4 : 16;
 	struct stress *st = calloc(1, sizeof(*st));
 	st->t = bucket_table_new(0, 0);
@@ -452,7 +447,7 @@ Test(bucket, stress_writers_and_walker, .timeout = 300)
  * counts stay exact. */
 Test(bucket, stress_caps, .timeout = 300)
 {
-	bool tsan = under_tsan();
+	bool tsan = th_san_thread();
 	unsigned nthreads = tsan ? 4 : 8;
 	struct stress *st = calloc(1, sizeof(*st));
 	st->t = bucket_table_new(100, 0);
@@ -584,7 +579,7 @@ Test(bucket, cuts_are_exact_while_writers_go_on, .timeout = 300)
 	pthread_rwlock_init(&lock, &la);
 	pthread_rwlockattr_destroy(&la);
 	_Atomic bool stop = false;
-	unsigned want_cuts = under_tsan() ? 30 : 100;
+	unsigned want_cuts = th_san_thread() ? 30 : 100;
 	struct cut_writer w[CUT_WRITERS];
 	pthread_t th[CUT_WRITERS], freer;
 	for (uint32_t i = 0; i < CUT_WRITERS; i++) {

@@ -9,76 +9,61 @@
  *     and keeps starting new ones: the program is not disturbed (no signal, no blocking, no
  *     crash) and exits with status 0 in its own time.
  */
-#include "life_util.h"
+#include "helpers.h"
 
-#define PROG(name) E2E_PROGS "/" name
+#define PROG(name) TH_PROGS "/" name
 
 static void check_exact(const struct heapd *d, pid_t pid, long k, const char *how)
 {
-	char *text = heapd_snapshot(d->sock, pid, LLGO_FORMAT_TEXT, NULL);
-	long got = lu_text_count(text, "crash_site", 1234);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a), "%s: no accounting line:\n%.500s", how, text);
-	cr_log_info("%s: %ld of %ld records at crash_site; sampled=%llu delivered=%llu "
-		    "dropped=%llu corrupt=%llu", how, got, k, a.sampled, a.delivered, a.dropped,
-		    a.corrupt);
-	cr_expect_eq(got, k, "%s: %ld of %ld records in the profile", how, got, k);
-	cr_expect_eq(a.dropped, 0);
-	cr_expect_eq(a.corrupt, 0);
-	cr_expect_eq(a.sampled, a.delivered);
+	struct th_acct a;
+	free(th_expect_exact(d->sock, pid, "crash_site", 1234, k, how, &a));
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d->sock, pid, &e));
 	cr_expect_eq(e.state, LLGO_PROC_EXITED);
 	cr_expect_eq(e.delivered, a.delivered);
-	free(text);
 }
 
 Test(crash, sigkill_keeps_records_in_rings, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long k = 5000;
 	char ks[32];
 	snprintf(ks, sizeof(ks), "%ld", k);
 	/* 5000 records of 1234 bytes fit a 4 MiB ring: nothing is dropped, most of them are
 	 * still in the ring when the process dies */
 	for (int round = 0; round < 3; round++) {
-		struct lu_proc p;
+		struct th_proc p;
 		char *argv[] = { PROG("life_crash"), "selfkill", ks, NULL };
-		lu_start(&p, &d, "1", 4096, NULL, argv, NULL);
-		int st = lu_wait(&p, 30000);
+		th_start(&p, &d, "1", 4096, NULL, argv, NULL);
+		int st = th_wait(&p, 30000);
 		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status 0x%x", st);
 		check_exact(&d, p.pid, k, "killed itself");
 	}
 	for (int round = 0; round < 3; round++) {
-		struct lu_proc p;
+		struct th_proc p;
 		char *argv[] = { PROG("life_crash"), "ready", ks, NULL };
-		lu_start(&p, &d, "1", 4096, NULL, argv, NULL);
-		char line[64];
-		cr_assert(lu_read_line(&p, line, sizeof(line), 30000) && strcmp(line, "ready") == 0);
+		th_start(&p, &d, "1", 4096, NULL, argv, NULL);
+		cr_assert_str_eq(th_ready(&p, 30000), "ready");
 		kill(p.pid, SIGKILL);
-		int st = lu_wait(&p, 30000);
+		int st = th_wait(&p, 30000);
 		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "status 0x%x", st);
 		check_exact(&d, p.pid, k, "killed by the test");
 	}
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 Test(crash, daemon_sigkill_leaves_programs_running, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	/* 4 threads flat out at rate 1 with small rings: the rings fill as soon as the daemon
 	 * is gone, and every later sample is a drop or a lost_no_ring, never a wait */
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("life_crash"), "survive", "1500", "4", NULL };
-	lu_start(&p, &d, "1", 64, NULL, argv, NULL);
-	char line[64];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 30000) && strcmp(line, "started") == 0);
-	lu_sleep_ms(200);
+	th_start(&p, &d, "1", 64, NULL, argv, NULL);
+	cr_assert_str_eq(th_ready(&p, 30000), "started");
+	th_sleep_ms(200);
 	struct llgo_list_entry e;
 	/* LIST's counts move with the drain: a sanitized daemon on a loaded machine may not
 	 * have drained yet 200 ms in */
@@ -86,18 +71,15 @@ Test(crash, daemon_sigkill_leaves_programs_running, .timeout = 120)
 		cr_assert(heapd_list_pid(d.sock, p.pid, &e) && e.state == LLGO_PROC_LIVE);
 		if (e.sampled > 0)
 			break;
-		lu_sleep_ms(20);
+		th_sleep_ms(20);
 	}
 	cr_assert_gt(e.sampled, 0);
-	kill(d.pid, SIGKILL);
-	int dst;
-	waitpid(d.pid, &dst, 0);
-	d.pid = 0;
-	long t0 = lu_now_ms();
-	char *out = lu_read_rest(&p, 30000);
-	int st = lu_wait(&p, 30000);
-	long waited = lu_now_ms() - t0;
-	long elapsed = -1, count = lu_site_truth(out, "survive_site");
+	heapd_kill(&d);
+	long t0 = th_now_ms();
+	int st;
+	char *out = th_output(&p, 30000, &st);
+	long waited = th_now_ms() - t0;
+	long elapsed = -1, count = th_site_truth(out, "survive_site");
 	const char *el = strstr(out, "elapsed_ms ");
 	if (el)
 		elapsed = atol(el + 11);
@@ -107,5 +89,5 @@ Test(crash, daemon_sigkill_leaves_programs_running, .timeout = 120)
 	cr_expect(count > 0 && elapsed >= 1500 && elapsed < 4000, "output:\n%s", out);
 	cr_expect_lt(waited, 5000);
 	free(out);
-	e2e_rmdir(dir);
+	heapd_cleanup(&d);
 }

@@ -22,14 +22,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "e2e_util.h"
+#include "helpers.h"
 
-#define DBGD_SRC E2E_PROGS_SRC "/debuginfod_prog.c"
+#define DBGD_SRC TH_PROGS_SRC "/debuginfod_prog.c"
 
 /* The line of source marked "@marker". */
 static int dbgd_line(const char *marker)
 {
-	char *src = e2e_read_file(DBGD_SRC), tag[64];
+	char *src = th_read_file(DBGD_SRC), tag[64];
 	cr_assert(src, "%s", DBGD_SRC);
 	snprintf(tag, sizeof(tag), "/* @%s */", marker);
 	const char *at = strstr(src, tag);
@@ -70,8 +70,7 @@ static pid_t dbgd_server_start(const char *dir, int port)
 	snprintf(db, sizeof(db), "%s/debuginfod.sqlite", dir);
 	snprintf(log, sizeof(log), "%s/debuginfod.log", dir);
 	snprintf(portarg, sizeof(portarg), "%d", port);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		dup2(fd, 1);
@@ -95,36 +94,36 @@ static void dbgd_server_stop(pid_t pid)
 static char *dbgd_profile(const char *dir, const char *tag, const char *env)
 {
 	char *out = NULL, path[4200];
-	int rc = e2e_sh(&out, "cd '%s' && %s timeout -k 5 120 '%s/llgo-heap' run -r 1 -f text -o %s.prof "
-			      "-- ./prog > %s.out 2> %s.err", dir, env, E2E_BIN, tag, tag, tag);
+	int rc = th_sh(&out, "cd '%s' && %s timeout -k 5 120 '%s/llgo-heap' run -r 1 -f text -o %s.prof "
+			      "-- ./prog > %s.out 2> %s.err", dir, env, TH_BIN, tag, tag, tag);
 	snprintf(path, sizeof(path), "%s/%s.err", dir, tag);
-	char *err = e2e_read_file(path);
+	char *err = th_read_file(path);
 	cr_assert_eq(rc, 0, "%s: llgo-heap run failed (%d): %s%s", tag, rc, out, err ? err : "");
 	free(err);
 	free(out);
 	snprintf(path, sizeof(path), "%s/%s.prof", dir, tag);
-	char *text = e2e_read_file(path);
+	char *text = th_read_file(path);
 	cr_assert(text, "%s: no profile written", tag);
 	return text;
 }
 
 Test(debuginfod, served_debug_info_names_and_lines, .timeout = 300)
 {
-	char *dir = e2e_tmpdir(), *out = NULL, path[4200];
-	int have = e2e_sh(&out, "command -v debuginfod");
+	char *dir = th_tmpdir(), *out = NULL, path[4200];
+	int have = th_sh(&out, "command -v debuginfod");
 	free(out);
 	cr_assert_eq(have, 0, "debuginfod is missing: install the Debian package debuginfod "
 			      "(make deps)");
-	int rc = e2e_sh(&out, "cd '%s' && mkdir served cache && cp '%s/debuginfod_prog' prog && "
+	int rc = th_sh(&out, "cd '%s' && mkdir served cache && cp '%s/debuginfod_prog' prog && "
 			      "objcopy --only-keep-debug prog served/prog.debug && "
 			      "strip --strip-all prog && "
-			      "readelf -n prog | sed -n 's/.*Build ID: *//p'", dir, E2E_PROGS);
+			      "readelf -n prog | sed -n 's/.*Build ID: *//p'", dir, TH_PROGS);
 	cr_assert_eq(rc, 0, "build: %s", out);
 	char build_id[128] = "";
 	sscanf(out, "%127s", build_id);
 	free(out);
 	cr_assert_eq(strlen(build_id), 40, "build id '%s'", build_id);
-	rc = e2e_sh(&out, "cd '%s' && readelf -S prog | grep -c -E 'symtab|debug_info|debuglink'",
+	rc = th_sh(&out, "cd '%s' && readelf -S prog | grep -c -E 'symtab|debug_info|debuglink'",
 		    dir);
 	cr_assert_eq(atoi(out), 0, "the program kept symbols or a debug link: %s", out);
 	free(out);
@@ -135,13 +134,13 @@ Test(debuginfod, served_debug_info_names_and_lines, .timeout = 300)
 	rc = 1;
 	for (int i = 0; i < 240 && rc != 0; i++) {
 		usleep(250000);
-		rc = e2e_sh(&out, "curl -sf -o /dev/null http://127.0.0.1:%d/buildid/%s/debuginfo",
+		rc = th_sh(&out, "curl -sf -o /dev/null http://127.0.0.1:%d/buildid/%s/debuginfo",
 			    port, build_id);
 		free(out);
 	}
 	if (rc != 0) {
 		snprintf(path, sizeof(path), "%s/debuginfod.log", dir);
-		char *log = e2e_read_file(path);
+		char *log = th_read_file(path);
 		dbgd_server_stop(server);
 		cr_assert_fail("debuginfod did not serve %s: %s", build_id, log ? log : "");
 	}
@@ -158,7 +157,7 @@ Test(debuginfod, served_debug_info_names_and_lines, .timeout = 300)
 	cr_expect(dbgd_has(with, "dbgd_leaf", "leaf") && dbgd_has(with, "dbgd_caller", "caller") &&
 			  dbgd_has(with, "main", "main"),
 		  "the served debug info names the functions at their lines:\n%s", with);
-	rc = e2e_sh(&out, "find '%s/cache' -name debuginfo -size +0 | grep -c %s", dir, build_id);
+	rc = th_sh(&out, "find '%s/cache' -name debuginfo -size +0 | grep -c %s", dir, build_id);
 	cr_expect_eq(rc, 0, "the debug file is in DEBUGINFOD_CACHE_PATH: %s", out);
 	free(out);
 	cr_expect(!strstr(without, "dbgd_leaf") && !strstr(without, "dbgd_caller") &&
@@ -167,5 +166,5 @@ Test(debuginfod, served_debug_info_names_and_lines, .timeout = 300)
 		  without);
 	free(with);
 	free(without);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }

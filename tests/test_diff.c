@@ -17,37 +17,29 @@
  */
 #include <zlib.h>
 
-#include "life_util.h"
+#include "helpers.h"
 #include "../agent/internal.h"
 #include "../client/diff.h"
 #include "../client/pprofread.h"
 
-#define PROG(name) E2E_PROGS "/" name
-#define CLI E2E_BIN "/llgo-heap"
+#define PROG(name) TH_PROGS "/" name
+#define CLI TH_BIN "/llgo-heap"
 #define DIFF_N 4096L /* objects per phase of inuse_phases */
 #define DIFF_ROWS 256 /* table rows parsed at most */
-
-static void t_write(const char *path, const void *p, size_t n)
-{
-	FILE *fp = fopen(path, "wb");
-	cr_assert(fp != NULL, "%s: %s", path, strerror(errno));
-	cr_assert_eq(fwrite(p, 1, n, fp), n);
-	cr_assert_eq(fclose(fp), 0);
-}
 
 /* ---- two profiles of a real program ------------------------------------------------------- */
 
 struct diff_fix {
-	char *dir;
+	const char *dir; /* the daemon's folder */
 	struct heapd d;
-	struct lu_proc p;
+	struct th_proc p;
 	char a[256], b[256]; /* base (first phase) and new (second phase) */
 };
 
 static void diff_snapshot(struct diff_fix *f, const char *file)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " snapshot %d -o %s --socket %s", (int)f->p.pid, file, f->d.sock);
+	int rc = th_sh(&out, CLI " snapshot %d -o %s --socket %s", (int)f->p.pid, file, f->d.sock);
 	cr_assert_eq(rc, 0, "snapshot: %s", out);
 	free(out);
 }
@@ -58,28 +50,22 @@ static void diff_snapshot(struct diff_fix *f, const char *file)
 static void diff_fix_start(struct diff_fix *f)
 {
 	memset(f, 0, sizeof(*f));
-	f->dir = e2e_tmpdir();
-	heapd_start(&f->d, f->dir, NULL);
 	char n[32];
 	snprintf(n, sizeof(n), "%ld", DIFF_N);
-	char *argv[] = { PROG("inuse_phases"), "rate", n, NULL };
-	lu_start(&f->p, &f->d, "1", 0, NULL, argv, NULL);
-	char line[256];
-	cr_assert(lu_read_line(&f->p, line, sizeof(line), 60000), "program did not get ready");
+	th_run_start(&f->d, NULL, &f->p, "1", 0, (char *[]){ PROG("inuse_phases"), "rate", n, NULL },
+		     NULL, 60000);
+	f->dir = f->d.dir;
 	snprintf(f->a, sizeof(f->a), "%s/a.pb.gz", f->dir);
 	snprintf(f->b, sizeof(f->b), "%s/b.pb.gz", f->dir);
 	diff_snapshot(f, f->a);
-	fputs("go\n", f->p.in);
-	fflush(f->p.in);
-	cr_assert(lu_read_line(&f->p, line, sizeof(line), 60000), "second phase did not end");
+	th_ask(&f->p, "go", 60000); /* the second phase ends */
 	diff_snapshot(f, f->b);
 }
 
 static void diff_fix_stop(struct diff_fix *f)
 {
-	lu_wait(&f->p, 60000);
-	heapd_stop(&f->d);
-	e2e_rmdir(f->dir);
+	th_wait(&f->p, 60000);
+	heapd_cleanup(&f->d);
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */
@@ -143,7 +129,7 @@ static const struct diff_trow *diff_row(const struct diff_tab *t, const char *si
 static void diff_run(struct diff_tab *t, const char *base, const char *cur, const char *opts)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " diff %s %s %s", base, cur, opts);
+	int rc = th_sh(&out, CLI " diff %s %s %s", base, cur, opts);
 	cr_assert_eq(rc, 0, "diff %s failed:\n%s", opts, out);
 	diff_parse(out, t);
 	free(out);
@@ -235,8 +221,8 @@ struct diff_pprow {
 static int diff_pprof(const char *dir, const char *args, struct diff_pprow *rows, int max)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top -lines "
-			"-nodefraction=0 -nodecount=100000 %s", dir, dir, dir, args);
+	int rc = th_pprof(&out, dir, "-top -lines "
+			"-nodefraction=0 -nodecount=100000 %s", args);
 	cr_assert_eq(rc, 0, "go tool pprof %s:\n%s", args, out);
 	const char *line = strstr(out, "      flat  flat%");
 	cr_assert(line != NULL, "go tool pprof %s:\n%s", args, out);
@@ -275,7 +261,7 @@ static void diff_agree(const char *dir, const char *base, const char *cur)
 	char dpath[300];
 	snprintf(dpath, sizeof(dpath), "%s/d.pb.gz", dir);
 	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " diff %s %s -o %s >/dev/null", base, cur, dpath);
+	int rc = th_sh(&out, CLI " diff %s %s -o %s >/dev/null", base, cur, dpath);
 	cr_assert_eq(rc, 0, "diff -o: %s", out);
 	cr_expect(strstr(out, "wrote ") != NULL, "%s", out);
 	free(out);
@@ -370,12 +356,12 @@ Test(diff, reads_go_runtime_heap_profiles, .timeout = 600)
 		"\tgrow(3000)\n"
 		"\twrite(\"g2.pb.gz\")\n"
 		"}\n";
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	char path[512];
 	snprintf(path, sizeof(path), "%s/main.go", dir);
-	t_write(path, prog, sizeof(prog) - 1);
+	th_write_bytes(path, prog, sizeof(prog) - 1);
 	char *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache GO111MODULE=off GOFLAGS= "
+	int rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache GO111MODULE=off GOFLAGS= "
 			"go build -o gprog main.go && ./gprog", dir, dir, dir);
 	cr_assert_eq(rc, 0, "go build/run: %s", out);
 	free(out);
@@ -396,7 +382,7 @@ Test(diff, reads_go_runtime_heap_profiles, .timeout = 600)
 	cr_expect(cur >= 4001 && cur <= 4002, "cur %s, want 4001 or 4002", r->cur);
 	cr_expect_eq(cur - base, change, "%s - %s != %s", r->cur, r->base, r->change);
 	diff_agree(dir, g1, g2);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* ---- top --base -------------------------------------------------------------------------- */
@@ -408,7 +394,7 @@ Test(diff, top_base_is_the_running_process_minus_the_file, .timeout = 300)
 	struct diff_tab want, got;
 	diff_run(&want, f.a, f.b, "--inuse --exact -n 100");
 	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " top %d --base %s --inuse --exact -n 100 --socket %s 2>/dev/null",
+	int rc = th_sh(&out, CLI " top %d --base %s --inuse --exact -n 100 --socket %s 2>/dev/null",
 			(int)f.p.pid, f.a, f.d.sock);
 	cr_assert_eq(rc, 0, "top --base: %s", out);
 	char name[64];
@@ -427,10 +413,10 @@ Test(diff, top_base_is_the_running_process_minus_the_file, .timeout = 300)
 	diff_expect_row(&got, AFTER, "+1048576", "0", "1048576", "+4096", "top --base");
 
 	/* --base does not go with --watch; --exact only with --base */
-	rc = e2e_sh(&out, CLI " top %d --base %s --watch --socket %s", (int)f.p.pid, f.a, f.d.sock);
+	rc = th_sh(&out, CLI " top %d --base %s --watch --socket %s", (int)f.p.pid, f.a, f.d.sock);
 	cr_expect_eq(rc, 2, "%s", out);
 	free(out);
-	rc = e2e_sh(&out, CLI " top %d --exact --socket %s", (int)f.p.pid, f.d.sock);
+	rc = th_sh(&out, CLI " top %d --exact --socket %s", (int)f.p.pid, f.d.sock);
 	cr_expect_eq(rc, 2, "%s", out);
 	free(out);
 	diff_fix_stop(&f);
@@ -529,7 +515,7 @@ static void t_gunzip(const struct buf *in, struct buf *out)
 static void diff_refused(const char *valid, const char *path, bool as_base, const char *why)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " diff %s %s 2>&1 >/dev/null", as_base ? path : valid,
+	int rc = th_sh(&out, CLI " diff %s %s 2>&1 >/dev/null", as_base ? path : valid,
 			as_base ? valid : path);
 	cr_expect_eq(rc, 2, "%s: exit status %d:\n%s", path, rc, out);
 	size_t lines = 0;
@@ -584,7 +570,7 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
 	char path[512];
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", f.dir, cases[i].name);
-		t_write(path, cases[i].bytes, cases[i].len);
+		th_write_bytes(path, cases[i].bytes, cases[i].len);
 		diff_refused(f.a, path, i % 2 == 0, cases[i].why);
 	}
 
@@ -597,13 +583,13 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
 	}
 	rnd[0] = 0x0a; /* not 1f 8b */
 	snprintf(path, sizeof(path), "%s/random", f.dir);
-	t_write(path, rnd, sizeof(rnd));
+	th_write_bytes(path, rnd, sizeof(rnd));
 	diff_refused(f.a, path, true, "malformed profile");
 	struct buf gz;
 	buf_init(&gz);
 	t_gzip(&gz, rnd, sizeof(rnd));
 	snprintf(path, sizeof(path), "%s/random.gz", f.dir);
-	t_write(path, gz.data, gz.len);
+	th_write_bytes(path, gz.data, gz.len);
 	diff_refused(f.a, path, false, "malformed profile");
 
 	/* a real profile with something after its gzip stream; cut in half */
@@ -613,10 +599,10 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
 	buf_append(&gz, real.data, real.len);
 	buf_append(&gz, "junk", 4);
 	snprintf(path, sizeof(path), "%s/trailing.gz", f.dir);
-	t_write(path, gz.data, gz.len);
+	th_write_bytes(path, gz.data, gz.len);
 	diff_refused(f.a, path, true, "4 bytes of data after the gzip stream");
 	snprintf(path, sizeof(path), "%s/half.gz", f.dir);
-	t_write(path, real.data, real.len / 2);
+	th_write_bytes(path, real.data, real.len / 2);
 	diff_refused(f.a, path, false, "gzip data ends early");
 
 	/* a profile that is not a heap profile */
@@ -625,9 +611,9 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
 	static const int64_t one[1][4] = { { 1, 0, 0, 0 } };
 	t_heap(&cpu, one, 1, "samples");
 	snprintf(path, sizeof(path), "%s/cpu.pb", f.dir);
-	t_write(path, cpu.data, cpu.len);
+	th_write_bytes(path, cpu.data, cpu.len);
 	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " diff %s %s 2>&1 >/dev/null", path, f.a);
+	int rc = th_sh(&out, CLI " diff %s %s 2>&1 >/dev/null", path, f.a);
 	cr_expect_eq(rc, 2, "%s", out);
 	cr_expect(strstr(out, "has no alloc_space/bytes values (not a heap profile?)") != NULL,
 		  "%s", out);
@@ -638,7 +624,7 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
 	snprintf(path, sizeof(path), "%s/missing.pb.gz", f.dir);
 	diff_refused(f.a, path, true, "cannot open: No such file or directory");
 	diff_refused(f.a, f.dir, false, "cannot read: Is a directory");
-	rc = e2e_sh(&out, CLI " diff %s", f.a);
+	rc = th_sh(&out, CLI " diff %s", f.a);
 	cr_expect_eq(rc, 2, "%s", out);
 	cr_expect(strstr(out, "expected two pprof files") != NULL, "%s", out);
 	free(out);
@@ -648,8 +634,8 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
 	char hpath[512], dpath[512];
 	snprintf(hpath, sizeof(hpath), "%s/heap.pb", f.dir);
 	snprintf(dpath, sizeof(dpath), "%s/d.pb.gz", f.dir);
-	t_write(hpath, heap.data, heap.len);
-	rc = e2e_sh(&out, CLI " diff %s %s -o %s 2>&1 >/dev/null", hpath, f.a, dpath);
+	th_write_bytes(hpath, heap.data, heap.len);
+	rc = th_sh(&out, CLI " diff %s %s -o %s 2>&1 >/dev/null", hpath, f.a, dpath);
 	cr_expect_eq(rc, 2, "%s", out);
 	cr_expect(strstr(out, "different sample or period types") != NULL, "%s", out);
 	cr_expect(access(dpath, F_OK) != 0, "a diff profile was written anyway");
@@ -666,14 +652,14 @@ Test(diff, hostile_files_exit_2_with_one_line, .timeout = 600)
  * file larger than that as it is: refused without reading it all into memory. */
 Test(diff, oversized_files_are_refused, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct buf heap;
 	buf_init(&heap);
 	static const int64_t one[1][4] = { { 1, 16, 1, 16 } };
 	t_heap(&heap, one, 1, NULL);
 	char valid[512], path[512];
 	snprintf(valid, sizeof(valid), "%s/heap.pb", dir);
-	t_write(valid, heap.data, heap.len);
+	th_write_bytes(valid, heap.data, heap.len);
 
 	size_t big = (size_t)PPROFREAD_MAX_BYTES + 4096;
 	unsigned char *zeros = calloc(1, big);
@@ -682,13 +668,12 @@ Test(diff, oversized_files_are_refused, .timeout = 300)
 	buf_init(&gz);
 	t_gzip(&gz, zeros, big);
 	snprintf(path, sizeof(path), "%s/bomb.gz", dir);
-	t_write(path, gz.data, gz.len);
+	th_write_bytes(path, gz.data, gz.len);
 	diff_refused(valid, path, true, "more than 256 MiB once decompressed");
 	/* an uncompressed file over the cap: a FIFO, so its size is not known beforehand */
 	snprintf(path, sizeof(path), "%s/big.fifo", dir);
 	cr_assert_eq(mkfifo(path, 0600), 0);
-	pid_t w = fork();
-	cr_assert(w >= 0);
+	pid_t w = th_fork();
 	if (w == 0) {
 		int fd = open(path, O_WRONLY);
 		size_t off = 0;
@@ -708,13 +693,13 @@ Test(diff, oversized_files_are_refused, .timeout = 300)
 	free(zeros);
 	buf_free(&gz);
 	buf_free(&heap);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* Values at the int64 limits: sums and changes saturate (UBSan-clean in the SAN builds). */
 Test(diff, extreme_values_saturate, .timeout = 60)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	static const int64_t hi[2][4] = { { INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX },
 					  { INT64_MAX, INT64_MAX, 1, 1 } };
 	static const int64_t lo[2][4] = { { INT64_MIN, INT64_MIN, INT64_MIN, INT64_MIN },
@@ -728,20 +713,20 @@ Test(diff, extreme_values_saturate, .timeout = 60)
 	snprintf(pa, sizeof(pa), "%s/lo.pb", dir);
 	snprintf(pb, sizeof(pb), "%s/hi.pb", dir);
 	snprintf(pd, sizeof(pd), "%s/d.pb.gz", dir);
-	t_write(pa, a.data, a.len);
-	t_write(pb, b.data, b.len);
+	th_write_bytes(pa, a.data, a.len);
+	th_write_bytes(pb, b.data, b.len);
 	struct diff_tab t;
 	diff_run(&t, pa, pb, "--exact");
 	diff_expect_row(&t, "[no stack]", "+9223372036854775807", "-9223372036854775808",
 			"9223372036854775807", "+9223372036854775807", "saturated");
 	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " diff %s %s --inuse -o %s", pb, pa, pd);
+	int rc = th_sh(&out, CLI " diff %s %s --inuse -o %s", pb, pa, pd);
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "-9223372036854775808") || strstr(out, "EiB"), "%s", out);
 	free(out);
 	buf_free(&a);
 	buf_free(&b);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* ---- in process: every truncation, thousands of mutations -------------------------------- */

@@ -21,18 +21,7 @@
 #include "../agent/output/snapshot.h"
 #include "../agent/server/server.h"
 #include "../shim/internal.h"
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
-
-static bool under_tsan(void)
-{
-	const char *s = getenv("LLGO_SAN");
-	return s && strstr(s, "thread");
-}
+#include "helpers.h"
 
 /* ---- producer (shared/ring.h's protocol) ------------------------------------------------ */
 
@@ -43,20 +32,11 @@ struct pring {
 	struct emit_ring ring;
 };
 
-static int sealed_memfd(size_t size)
-{
-	int fd = memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(ftruncate(fd, (off_t)size), 0);
-	cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
-	return fd;
-}
-
 static void pring_new(struct pring *r, uint32_t id, uint32_t size)
 {
 	memset(r, 0, sizeof(*r));
 	size_t len = LLGO_RING_HEADER_SIZE + (size_t)size;
-	r->fd = sealed_memfd(len);
+	r->fd = th_memfd_sized("test", len);
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
 	cr_assert_neq(p, MAP_FAILED);
 	cr_assert_eq(emit_ring_format(&r->ring, p, len, size, id, 0), 0);
@@ -75,14 +55,9 @@ static struct session *attach(struct session_registry *reg, uint32_t ring_size)
 {
 	struct session *s = session_new(reg, getpid(), getuid(), getgid(), "test", ring_size);
 	cr_assert(s);
-	int cfd = sealed_memfd(LLGO_CTL_SIZE);
-	struct llgo_ctl *ctl =
-		mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
-	cr_assert_neq(ctl, MAP_FAILED);
-	ctl->magic = LLGO_CTL_MAGIC;
-	ctl->version = LLGO_CTL_VERSION;
-	ctl->size = LLGO_CTL_SIZE;
-	atomic_store(&ctl->rate_word, 1);
+	int cfd = th_memfd_sized("test", LLGO_CTL_SIZE);
+	struct llgo_ctl *ctl = th_ctl_page(cfd, 1);
+	cr_assert_not_null(ctl);
 	cr_assert_eq(session_attach_ctl(s, cfd), 0);
 	close(cfd);
 	munmap(ctl, LLGO_CTL_SIZE);
@@ -323,7 +298,7 @@ Test(drain, lookup_prefers_live_then_newest_and_evicts_oldest_exited)
 
 Test(drain, thread_keeps_up_and_shares_rings_with_snapshots, .timeout = 120)
 {
-	unsigned n = under_tsan() ? 5000 : 100000;
+	unsigned n = th_san_thread() ? 5000 : 100000;
 	struct session_registry *reg = session_registry_new(4, 0, 0);
 	struct session *s = attach(reg, LLGO_RING_MIN_DATA);
 	struct pring r;
@@ -345,7 +320,7 @@ Test(drain, thread_keeps_up_and_shares_rings_with_snapshots, .timeout = 120)
 			drain_session(s); /* a snapshot's drain, racing the thread's */
 	}
 	for (int i = 0; i < 1000 && totals(s).objects < pushed; i++)
-		sleep_ms(5);
+		th_sleep_ms(5);
 	drain_stop(d);
 	drain_free(d);
 	cr_expect_eq(totals(s).objects, pushed);
@@ -360,7 +335,7 @@ Test(drain, thread_keeps_up_and_shares_rings_with_snapshots, .timeout = 120)
 
 Test(drain, idle_thread_uses_almost_no_cpu, .timeout = 60)
 {
-	if (under_tsan())
+	if (th_san_thread())
 		cr_skip_test("timing under TSan means nothing");
 	struct session_registry *reg = session_registry_new(4, 0, 0);
 	struct session *sv[8];
@@ -373,10 +348,10 @@ Test(drain, idle_thread_uses_almost_no_cpu, .timeout = 60)
 	}
 	struct drain *d = drain_new(reg);
 	cr_assert_eq(drain_start(d), 0);
-	sleep_ms(300); /* back off to the idle poll */
+	th_sleep_ms(300); /* back off to the idle poll */
 	struct timespec c0, c1;
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
-	sleep_ms(1000);
+	th_sleep_ms(1000);
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
 	double used = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9;
 	cr_expect_lt(used, 0.02, "idle drain used %.3f s of CPU in 1 s", used);
@@ -385,7 +360,7 @@ Test(drain, idle_thread_uses_almost_no_cpu, .timeout = 60)
 	pring_push(&rings[5], f, 1, 8, 1);
 	bool seen = false;
 	for (int i = 0; i < 100 && !seen; i++) {
-		sleep_ms(5);
+		th_sleep_ms(5);
 		seen = totals(sv[5]).objects == 1;
 	}
 	cr_expect(seen, "the idle poll must still drain within 500 ms");
@@ -465,7 +440,7 @@ Test(drain, snapshots_run_beside_the_drain, .timeout = 300)
 	cr_assert_eq(server_start(srv), 0);
 	uint32_t rsize = 1u << 20;
 	struct session *s = attach(server_sessions(srv), rsize);
-	unsigned stacks = under_tsan() ? 2000 : 20000;
+	unsigned stacks = th_san_thread() ? 2000 : 20000;
 	_Atomic bool stop = false;
 	struct snap_producer pr[SNAP_PRODUCERS];
 	pthread_t th[SNAP_PRODUCERS];

@@ -5,9 +5,9 @@
  * the legacy text is parsed here and by `go tool pprof`, the proto by `go tool pprof`.
  * The daemons these tests start are private to each run and stopped by llgo-heap itself.
  */
-#include "e2e_util.h"
+#include "helpers.h"
 
-#define RUN E2E_BIN "/llgo-heap run"
+#define RUN TH_BIN "/llgo-heap run"
 
 struct site {
 	const char *func;
@@ -17,9 +17,9 @@ struct site {
 
 Test(e2e, exact_counts_at_rate_1, .timeout = 300)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	const int n = 2000;
-	int rc = e2e_sh(&out, "cd %s && " RUN " -r 1 -f text -o sites.heap -- " E2E_PROGS
+	int rc = th_sh(&out, "cd %s && " RUN " -r 1 -f text -o sites.heap -- " TH_PROGS
 			"/e2e_sites %d", dir, n);
 	cr_assert_eq(rc, 0, "llgo-heap run failed (%d):\n%s", rc, out);
 	cr_assert(strstr(out, "site site_malloc_small 24") != NULL, "program output lost:\n%s",
@@ -28,15 +28,15 @@ Test(e2e, exact_counts_at_rate_1, .timeout = 300)
 
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/sites.heap", dir);
-	char *text = e2e_read_file(path);
+	char *text = th_read_file(path);
 	cr_assert(text != NULL, "no profile written");
 	cr_assert(strncmp(text, "heap profile: ", 14) == 0, "bad header:\n%.200s", text);
 	cr_assert(strstr(text, "\n# llgo-heap: sampled=") != NULL, "no accounting line");
 	cr_assert(strstr(text, "MAPPED_LIBRARIES:") != NULL, "no MAPPED_LIBRARIES");
 
-	static struct e2e_text_rec recs[4096];
+	static struct th_text_rec recs[4096];
 	long period;
-	int nrec = e2e_parse_text(text, &period, recs, 4096);
+	int nrec = th_parse_text(text, &period, recs, 4096);
 	cr_assert_eq(period, 2, "rate 1 must write heap/2, got heap/%ld", period);
 	struct site sites[] = {
 		{ "site_malloc_small", 24, n },  { "site_malloc_large", 100000, n },
@@ -45,7 +45,7 @@ Test(e2e, exact_counts_at_rate_1, .timeout = 300)
 		{ "site_two_sizes", 256, n - n / 2 },
 	};
 	for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); i++) {
-		long got = e2e_count(recs, nrec, sites[i].func, sites[i].size);
+		long got = th_recs_count(recs, nrec, sites[i].func, sites[i].size);
 		cr_expect_eq(got, sites[i].count, "%s size %ld: %ld allocations in the profile, "
 			     "%ld made", sites[i].func, sites[i].size, got, sites[i].count);
 	}
@@ -57,16 +57,16 @@ Test(e2e, exact_counts_at_rate_1, .timeout = 300)
 	cr_expect_eq(s, d + dr + c);
 	cr_expect_eq(c, 0);
 	free(text);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* go tool pprof reads both outputs and shows the site functions. */
 Test(e2e, go_pprof_reads_proto_and_text, .timeout = 600)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && " RUN " -r 1 -o sites.pb.gz -- " E2E_PROGS
+	char *dir = th_tmpdir(), *out = NULL;
+	int rc = th_sh(&out, "cd %s && " RUN " -r 1 -o sites.pb.gz -- " TH_PROGS
 			"/e2e_sites 500 >/dev/null && " RUN " -r 1 -f text -o sites.heap -- "
-			E2E_PROGS "/e2e_sites 500 >/dev/null", dir);
+			TH_PROGS "/e2e_sites 500 >/dev/null", dir);
 	cr_assert_eq(rc, 0, "llgo-heap run failed:\n%s", out);
 	free(out);
 
@@ -78,11 +78,10 @@ Test(e2e, go_pprof_reads_proto_and_text, .timeout = 600)
 		for (int m = 0; m < 2; m++) {
 			/* The program frees what it allocates: read the allocated values (the
 			 * in-use ones are zero and pprof shows no node). */
-			rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof %s "
-				    "-nodefraction=0 -nodecount=100000 %s %s %s/%s",
-				    dir, dir, dir, modes[m],
+			rc = th_pprof(&out, dir, "%s "
+				    "-nodefraction=0 -nodecount=100000 %s %s %s/%s", modes[m],
 				    "-sample_index=alloc_space",
-				    f == 1 ? E2E_PROGS "/e2e_sites" : "", dir, files[f]);
+				    f == 1 ? TH_PROGS "/e2e_sites" : "", dir, files[f]);
 			cr_assert_eq(rc, 0, "go tool pprof %s %s failed:\n%s", modes[m], files[f],
 				     out);
 			for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++)
@@ -93,41 +92,40 @@ Test(e2e, go_pprof_reads_proto_and_text, .timeout = 600)
 		}
 	}
 	/* The proto carries the accounting comment and Go's sample types in Go's order. */
-	rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw sites.pb.gz",
-		    dir, dir, dir);
+	rc = th_pprof(&out, dir, "-raw sites.pb.gz");
 	cr_assert_eq(rc, 0);
 	cr_expect(strstr(out, "alloc_objects/count alloc_space/bytes inuse_objects/count "
 			      "inuse_space/bytes") != NULL, "sample types:\n%.600s", out);
 	cr_expect(strstr(out, "llgo-heap: sampled=") != NULL, "no accounting comment");
 	free(out);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(e2e, cxx_new_frame0_is_caller, .timeout = 300)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && " RUN " -r 1 -f text -o cxx.heap -- " E2E_PROGS
+	char *dir = th_tmpdir(), *out = NULL;
+	int rc = th_sh(&out, "cd %s && " RUN " -r 1 -f text -o cxx.heap -- " TH_PROGS
 			"/e2e_cxx 300", dir);
 	cr_assert_eq(rc, 0, "run failed:\n%s", out);
 	free(out);
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/cxx.heap", dir);
-	char *text = e2e_read_file(path);
+	char *text = th_read_file(path);
 	cr_assert(text);
-	static struct e2e_text_rec recs[4096];
+	static struct th_text_rec recs[4096];
 	long period;
-	int nrec = e2e_parse_text(text, &period, recs, 4096);
+	int nrec = th_parse_text(text, &period, recs, 4096);
 	const char *funcs[] = { "_Z14cxx_new_scalarv",	      "_Z14cxx_new_objectB5cxx11v",
 				"_Z15cxx_new_alignedv",	      "_Z15cxx_new_nothrowv",
 				"_Z23cxx_new_aligned_nothrowv", "_Z21cxx_new_aligned_arrayv",
 				"_Z19cxx_new_aligned_oddv" };
 	for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++) {
-		long got = e2e_count(recs, nrec, funcs[i], 0);
+		long got = th_recs_count(recs, nrec, funcs[i], 0);
 		cr_expect_geq(got, 300, "%s: %ld samples with it as frame 0 (want >= 300)\n%s",
 			      funcs[i], got, text);
 	}
 	/* the size the program asked, not the one aligned new rounds up to */
-	cr_expect_eq(e2e_count(recs, nrec, "_Z19cxx_new_aligned_oddv", 100), 300);
+	cr_expect_eq(th_recs_count(recs, nrec, "_Z19cxx_new_aligned_oddv", 100), 300);
 	/* No sample may start inside the shim or libstdc++'s operator new. */
 	for (int i = 0; i < nrec; i++) {
 		cr_expect(strncmp(recs[i].frame0, "_Znw", 4) != 0 &&
@@ -136,13 +134,13 @@ Test(e2e, cxx_new_frame0_is_caller, .timeout = 300)
 			  "frame 0 is allocator plumbing: %s", recs[i].frame0);
 	}
 	free(text);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(e2e, fork_exec_is_two_processes, .timeout = 300)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && " RUN " -r 1 -f text -o fe.heap -- " E2E_PROGS
+	char *dir = th_tmpdir(), *out = NULL;
+	int rc = th_sh(&out, "cd %s && " RUN " -r 1 -f text -o fe.heap -- " TH_PROGS
 			"/e2e_forkexec", dir);
 	cr_assert_eq(rc, 0, "run failed:\n%s", out);
 	int ppid = 0, cpid = 0, st = -1;
@@ -154,49 +152,49 @@ Test(e2e, fork_exec_is_two_processes, .timeout = 300)
 
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/fe.heap", dir);
-	char *parent = e2e_read_file(path);
+	char *parent = th_read_file(path);
 	snprintf(path, sizeof(path), "%s/fe.heap.%d", dir, cpid);
-	char *child = e2e_read_file(path);
+	char *child = th_read_file(path);
 	cr_assert(parent, "no parent profile");
 	cr_assert(child, "no profile for the exec'd child %d", cpid);
-	static struct e2e_text_rec recs[4096];
+	static struct th_text_rec recs[4096];
 	long period;
-	int n = e2e_parse_text(parent, &period, recs, 4096);
-	cr_expect_eq(e2e_count(recs, n, "parent_site", 1000), 300);
-	cr_expect_eq(e2e_count(recs, n, "child_site", 0), 0);
-	n = e2e_parse_text(child, &period, recs, 4096);
-	cr_expect_eq(e2e_count(recs, n, "child_site", 2000), 200);
-	cr_expect_eq(e2e_count(recs, n, "parent_site", 0), 0);
+	int n = th_parse_text(parent, &period, recs, 4096);
+	cr_expect_eq(th_recs_count(recs, n, "parent_site", 1000), 300);
+	cr_expect_eq(th_recs_count(recs, n, "child_site", 0), 0);
+	n = th_parse_text(child, &period, recs, 4096);
+	cr_expect_eq(th_recs_count(recs, n, "child_site", 2000), 200);
+	cr_expect_eq(th_recs_count(recs, n, "parent_site", 0), 0);
 	free(parent);
 	free(child);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(e2e, run_keeps_exit_status_and_output, .timeout = 120)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && " RUN " -- sh -c 'echo hello; exit 7'", dir);
+	char *dir = th_tmpdir(), *out = NULL;
+	int rc = th_sh(&out, "cd %s && " RUN " -- sh -c 'echo hello; exit 7'", dir);
 	cr_expect_eq(rc, 7, "exit status %d:\n%s", rc, out);
 	cr_expect(strstr(out, "hello") != NULL);
 	free(out);
-	rc = e2e_sh(&out, "cd %s && " RUN " -- /nonexistent/program", dir);
+	rc = th_sh(&out, "cd %s && " RUN " -- /nonexistent/program", dir);
 	cr_expect_eq(rc, 127, "exit status %d:\n%s", rc, out);
 	free(out);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(e2e, cli_errors_are_one_line, .timeout = 60)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	const char *cases[] = {
-		E2E_BIN "/llgo-heap list --bogus",
-		E2E_BIN "/llgo-heap snapshot notapid --socket /nonexistent.sock",
-		E2E_BIN "/llgo-heap list --socket /nonexistent/llgo.sock",
-		E2E_BIN "/llgo-heap frobnicate",
-		E2E_BIN "/llgo-heap rate 1 -5 --socket /nonexistent.sock",
+		TH_BIN "/llgo-heap list --bogus",
+		TH_BIN "/llgo-heap snapshot notapid --socket /nonexistent.sock",
+		TH_BIN "/llgo-heap list --socket /nonexistent/llgo.sock",
+		TH_BIN "/llgo-heap frobnicate",
+		TH_BIN "/llgo-heap rate 1 -5 --socket /nonexistent.sock",
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		int rc = e2e_sh(&out, "%s", cases[i]);
+		int rc = th_sh(&out, "%s", cases[i]);
 		cr_expect_neq(rc, 0, "%s succeeded", cases[i]);
 		size_t lines = 0;
 		for (char *c = out; *c; c++)
@@ -204,7 +202,7 @@ Test(e2e, cli_errors_are_one_line, .timeout = 60)
 		cr_expect_eq(lines, 1, "%s: want one line on stderr, got:\n%s", cases[i], out);
 		free(out);
 	}
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* The CLI only frames messages and reads pprof files (client/): it must not link the
@@ -215,9 +213,9 @@ Test(e2e, cli_links_no_daemon_library, .timeout = 60)
 	const char *daemon_only[] = { "libdw.so", "libelf.so", "libmicrohttpd.so", "libbpf.so",
 				      "libunwind" };
 	char *cli = NULL, *heapd = NULL;
-	cr_assert_eq(e2e_sh(&cli, "readelf -d " E2E_BIN "/llgo-heap | grep NEEDED"), 0,
+	cr_assert_eq(th_sh(&cli, "readelf -d " TH_BIN "/llgo-heap | grep NEEDED"), 0,
 		     "readelf: %s", cli);
-	cr_assert_eq(e2e_sh(&heapd, "readelf -d " E2E_BIN "/llgo-heapd | grep NEEDED"), 0,
+	cr_assert_eq(th_sh(&heapd, "readelf -d " TH_BIN "/llgo-heapd | grep NEEDED"), 0,
 		     "readelf: %s", heapd);
 	cr_expect(strstr(cli, "libc.so") != NULL, "llgo-heap NEEDED:\n%s", cli);
 	for (size_t i = 0; i < sizeof(daemon_only) / sizeof(daemon_only[0]); i++)

@@ -11,7 +11,7 @@
  */
 #include <math.h>
 
-#include "e2e_util.h"
+#include "helpers.h"
 
 /* The recorder itself, compiled into this test (it depends on nothing else). */
 #include "../shim/fallback/llgo_fallback.c"
@@ -19,23 +19,6 @@
 #define FB_DIR LLGO_BUILD_DIR "/fallback"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
-
-/* Go's scaleHeapSample. */
-static void fb_scale(double count, double size, double rate, double *c, double *s)
-{
-	if (count == 0 || size == 0) {
-		*c = *s = 0;
-		return;
-	}
-	if (rate <= 1) {
-		*c = count;
-		*s = size;
-		return;
-	}
-	double f = 1 / (1 - exp(-(size / count) / rate));
-	*c = (double)(int64_t)(count * f);
-	*s = (double)(int64_t)(size * f);
-}
 
 struct fb_buf {
 	char *s;
@@ -284,22 +267,21 @@ Test(fallback, go_pprof_reads_the_text, .timeout = 300)
 	double total = 0;
 	for (int i = 0; i < n; i++) {
 		double c, s;
-		fb_scale((double)r[i].ao, (double)r[i].ab, 16384, &c, &s);
+		th_go_scale((double)r[i].ao, (double)r[i].ab, 16384, &c, &s);
 		total += c;
 	}
-	char *dir = e2e_tmpdir(), path[4200], *out = NULL;
+	char *dir = th_tmpdir(), path[4200], *out = NULL;
 	snprintf(path, sizeof(path), "%s/fb.heap", dir);
 	FILE *fp = fopen(path, "w");
 	cr_assert(fp);
 	fputs(t, fp);
 	fclose(fp);
-	int rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw fb.heap",
-			dir, dir, dir);
+	int rc = th_pprof(&out, dir, "-raw fb.heap");
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_assert(strstr(out, "Period: 16384"), "%s", out);
 	free(out);
-	rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
-		    "-sample_index=0 fb.heap", dir, dir, dir);
+	rc = th_pprof(&out, dir, "-top "
+		    "-sample_index=0 fb.heap");
 	cr_assert_eq(rc, 0, "%s", out);
 	const char *of = strstr(out, "% of ");
 	cr_assert(of, "%s", out);
@@ -313,7 +295,7 @@ Test(fallback, go_pprof_reads_the_text, .timeout = 300)
 	cr_expect(fabs(total - 60000) < 6000, "estimated objects %.0f, truth 60000", total);
 	free(out);
 	free(t);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* ---- Go's heapsampling check on the targets ---------------------------------------------- */
@@ -330,7 +312,7 @@ static const char *fb_runner(const char *target)
 	char skip[4200];
 	snprintf(skip, sizeof(skip), FB_DIR "/%s.skip", target);
 	if (access(skip, F_OK) == 0) {
-		char *why = e2e_read_file(skip);
+		char *why = th_read_file(skip);
 		cr_skip_test("%s not built: %s", target, why ? why : "?");
 	}
 	bool native = strcmp(target, "native") == 0, wasm = strcmp(target, "wasm32-wasi") == 0;
@@ -355,9 +337,9 @@ static int fb_run(char **out, const char *target, const char *dir, const char *m
 {
 	const char *cmd = fb_runner(target);
 	if (strstr(cmd, "qemu-system-arm"))
-		return e2e_sh(out, "cd %s && %s,arg=%s,arg=%ld,arg=%ld,arg=%ld 2>qemu.err", dir, cmd,
+		return th_sh(out, "cd %s && %s,arg=%s,arg=%ld,arg=%ld,arg=%ld 2>qemu.err", dir, cmd,
 			      mode, n, seed, rate);
-	return e2e_sh(out, "cd %s && %s %s %ld %ld %ld", dir, cmd, mode, n, seed, rate);
+	return th_sh(out, "cd %s && %s %s %ld %ld %ld", dir, cmd, mode, n, seed, rate);
 }
 
 /* Go's test/heapsampling.go method on the fallback's text: the scaled estimate per size class
@@ -368,7 +350,7 @@ static void fb_heapsampling(const char *target, const char *mode, long n, long r
 	enum { MAXS = 8, RUNS = 3 };
 	double lo[MAXS][2], hi[MAXS][2];
 	for (int run = 0; run < RUNS; run++) {
-		char *dir = e2e_tmpdir(), *out = NULL;
+		char *dir = th_tmpdir(), *out = NULL;
 		long seed = 0; /* a fresh random stream per run */
 		FILE *ur = fopen("/dev/urandom", "rb");
 		cr_assert(ur && fread(&seed, sizeof(seed), 1, ur) == 1);
@@ -414,7 +396,7 @@ static void fb_heapsampling(const char *target, const char *mode, long n, long r
 		for (int c = 0; c < ncls; c++) {
 			const struct fb_rec *x = &r[cls[c]];
 			double got[2];
-			fb_scale((double)x->ao, (double)x->ab, (double)rate, &got[0], &got[1]);
+			th_go_scale((double)x->ao, (double)x->ab, (double)rate, &got[0], &got[1]);
 			for (int v = 0; v < 2; v++) {
 				if (run == 0 || got[v] < lo[c][v])
 					lo[c][v] = got[v];
@@ -438,52 +420,28 @@ static void fb_heapsampling(const char *target, const char *mode, long n, long r
 			}
 		}
 		free(out);
-		e2e_rmdir(dir);
+		th_rmdir(dir);
 		if (all_ok)
 			return;
 	}
 }
 
-Test(heapsampling, native_interleaved, .timeout = 300)
-{
-	fb_heapsampling("native", "interleaved", 50000, 16384);
-}
+/* A heapsampling test: fb_heapsampling(target, workload, n, rate) under its own name. */
+#define FB_HEAPSAMPLING(name, target, workload, n, rate)                                      \
+	Test(heapsampling, name, .timeout = 300)                                            \
+	{                                                                                  \
+		fb_heapsampling(target, workload, n, rate);                                \
+	}
 
-Test(heapsampling, native_small, .timeout = 300)
-{
-	fb_heapsampling("native", "small", 50000, 16384);
-}
-
-Test(heapsampling, native_large_default_rate, .timeout = 300)
-{
-	fb_heapsampling("native", "large", 50000, 524288);
-}
-
-Test(heapsampling, wasm32_wasi_interleaved, .timeout = 300)
-{
-	fb_heapsampling("wasm32-wasi", "interleaved", 50000, 16384);
-}
-
-Test(heapsampling, wasm32_wasi_small, .timeout = 300)
-{
-	fb_heapsampling("wasm32-wasi", "small", 50000, 16384);
-}
-
-Test(heapsampling, wasm32_wasi_large_default_rate, .timeout = 300)
-{
-	fb_heapsampling("wasm32-wasi", "large", 50000, 524288);
-}
-
+FB_HEAPSAMPLING(native_interleaved, "native", "interleaved", 50000, 16384)
+FB_HEAPSAMPLING(native_small, "native", "small", 50000, 16384)
+FB_HEAPSAMPLING(native_large_default_rate, "native", "large", 50000, 524288)
+FB_HEAPSAMPLING(wasm32_wasi_interleaved, "wasm32-wasi", "interleaved", 50000, 16384)
+FB_HEAPSAMPLING(wasm32_wasi_small, "wasm32-wasi", "small", 50000, 16384)
+FB_HEAPSAMPLING(wasm32_wasi_large_default_rate, "wasm32-wasi", "large", 50000, 524288)
 /* 64 KiB of RAM: the workloads whose blocks fit (the large one needs 4 MiB blocks). */
-Test(heapsampling, cortex_m3_interleaved, .timeout = 300)
-{
-	fb_heapsampling("cortex-m3", "interleaved", 50000, 16384);
-}
-
-Test(heapsampling, cortex_m3_small, .timeout = 300)
-{
-	fb_heapsampling("cortex-m3", "small", 50000, 16384);
-}
+FB_HEAPSAMPLING(cortex_m3_interleaved, "cortex-m3", "interleaved", 50000, 16384)
+FB_HEAPSAMPLING(cortex_m3_small, "cortex-m3", "small", 50000, 16384)
 
 /* The recorder computes the same thing everywhere: with one seed, the native, wasm32 and
  * Cortex-M3 (soft-float) builds print the same profile, byte for byte. */
@@ -492,7 +450,7 @@ Test(heapsampling, same_seed_same_profile_on_every_target, .timeout = 300)
 	const char *targets[] = { "native", "wasm32-wasi", "cortex-m3" };
 	char *first = NULL;
 	for (size_t i = 0; i < sizeof(targets) / sizeof(targets[0]); i++) {
-		char *dir = e2e_tmpdir(), *out = NULL;
+		char *dir = th_tmpdir(), *out = NULL;
 		int rc = fb_run(&out, targets[i], dir, "interleaved", 20000, 42, 16384);
 		cr_assert_eq(rc, 0, "%s: %s", targets[i], out);
 		char *prof = strstr(out, "heap profile: ");
@@ -502,7 +460,7 @@ Test(heapsampling, same_seed_same_profile_on_every_target, .timeout = 300)
 		else
 			cr_expect_str_eq(prof, first, "%s differs from native", targets[i]);
 		free(out);
-		e2e_rmdir(dir);
+		th_rmdir(dir);
 	}
 	free(first);
 }

@@ -9,27 +9,9 @@
  */
 #include <math.h>
 
-#include "e2e_util.h"
+#include "helpers.h"
 
-#define RUN E2E_BIN "/llgo-heap run"
-
-/* Go's scaleHeapSample. */
-static void scale(double count, double size, double rate, double *c, double *s)
-{
-	if (count == 0 || size == 0) {
-		*c = *s = 0;
-		return;
-	}
-	if (rate <= 1) {
-		*c = count;
-		*s = size;
-		return;
-	}
-	double avg = size / count;
-	double f = 1 / (1 - exp(-avg / rate));
-	*c = (double)(int64_t)(count * f);
-	*s = (double)(int64_t)(size * f);
-}
+#define RUN TH_BIN "/llgo-heap run"
 
 struct truth {
 	int line;
@@ -58,11 +40,11 @@ static void heapsampling(const char *mode, long n, long rate)
 	struct truth t[MAXS];
 	int nt = 0;
 	for (int r = 0; r < RUNS; r++) {
-		char *dir = e2e_tmpdir(), *out = NULL;
+		char *dir = th_tmpdir(), *out = NULL;
 		/* LLGO_HEAP_FULL=wait: the estimates are measured, not how a burst is cut when
 		 * the daemon falls behind on a loaded machine (that drops and counts) */
-		int rc = e2e_sh(&out, "cd %s && LLGO_HEAP_RING_KB=8192 LLGO_HEAP_FULL=wait " RUN
-				" -r %ld -f text -o hs.heap -- " E2E_PROGS "/heapsampling %s %ld",
+		int rc = th_sh(&out, "cd %s && LLGO_HEAP_RING_KB=8192 LLGO_HEAP_FULL=wait " RUN
+				" -r %ld -f text -o hs.heap -- " TH_PROGS "/heapsampling %s %ld",
 				dir, rate, mode, n);
 		cr_assert_eq(rc, 0, "run failed:\n%s", out);
 		nt = parse_truth(out, t, MAXS);
@@ -70,11 +52,11 @@ static void heapsampling(const char *mode, long n, long rate)
 		free(out);
 		char path[4200];
 		snprintf(path, sizeof(path), "%s/hs.heap", dir);
-		char *text = e2e_read_file(path);
+		char *text = th_read_file(path);
 		cr_assert(text);
-		static struct e2e_text_rec recs[8192];
+		static struct th_text_rec recs[8192];
 		long period;
-		int nrec = e2e_parse_text(text, &period, recs, 8192);
+		int nrec = th_parse_text(text, &period, recs, 8192);
 		cr_assert_eq(period, 2 * rate);
 		unsigned long long s, d, dr, c;
 		const char *acc = strstr(text, "# llgo-heap: sampled=");
@@ -96,7 +78,7 @@ static void heapsampling(const char *mode, long n, long rate)
 				}
 			}
 			double eo, eb;
-			scale(objs, bytes, (double)rate, &eo, &eb);
+			th_go_scale(objs, bytes, (double)rate, &eo, &eb);
 			double want[2] = { (double)t[i].count, (double)t[i].count * t[i].size };
 			double got[2] = { eo, eb };
 			for (int v = 0; v < 2; v++) {
@@ -122,7 +104,7 @@ static void heapsampling(const char *mode, long n, long rate)
 			}
 		}
 		free(text);
-		e2e_rmdir(dir);
+		th_rmdir(dir);
 		if (all_ok)
 			return;
 	}
@@ -147,21 +129,20 @@ Test(fidelity, heapsampling_default_rate, .timeout = 600)
  * static inline helper inlined into two callers, and a site in a dlopen'ed library. */
 Test(fidelity, pprof_lines_inline_and_dlopen, .timeout = 600)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && " RUN " -r 1 -o lines.pb.gz -- " E2E_PROGS
-			"/e2e_lines " E2E_PROGS "/libe2e_plugin.so 200", dir);
+	char *dir = th_tmpdir(), *out = NULL;
+	int rc = th_sh(&out, "cd %s && " RUN " -r 1 -o lines.pb.gz -- " TH_PROGS
+			"/e2e_lines " TH_PROGS "/libe2e_plugin.so 200", dir);
 	cr_assert_eq(rc, 0, "run failed:\n%s", out);
 	free(out);
-	rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top -lines "
-		    "-nodefraction=0 -nodecount=100000 -sample_index=alloc_objects lines.pb.gz",
-		    dir, dir, dir);
+	rc = th_pprof(&out, dir, "-top -lines "
+		    "-nodefraction=0 -nodecount=100000 -sample_index=alloc_objects lines.pb.gz");
 	cr_assert_eq(rc, 0, "%s", out);
 	const char *want[] = {
-		"inline_helper " E2E_PROGS_SRC "/e2e_lines.c:15 (inline)",
-		"caller_one " E2E_PROGS_SRC "/e2e_lines.c:22",
-		"caller_two " E2E_PROGS_SRC "/e2e_lines.c:27",
-		"plain_site " E2E_PROGS_SRC "/e2e_lines.c:32",
-		"plugin_alloc " E2E_PROGS_SRC "/libe2e_plugin.c:10",
+		"inline_helper " TH_PROGS_SRC "/e2e_lines.c:15 (inline)",
+		"caller_one " TH_PROGS_SRC "/e2e_lines.c:22",
+		"caller_two " TH_PROGS_SRC "/e2e_lines.c:27",
+		"plain_site " TH_PROGS_SRC "/e2e_lines.c:32",
+		"plugin_alloc " TH_PROGS_SRC "/libe2e_plugin.c:10",
 	};
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		cr_expect(strstr(out, want[i]) != NULL, "-top -lines lacks '%s':\n%s", want[i],
@@ -170,8 +151,8 @@ Test(fidelity, pprof_lines_inline_and_dlopen, .timeout = 600)
 	cr_expect(strstr(out, "400") != NULL, "inline helper count:\n%s", out);
 	free(out);
 
-	rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -traces "
-		    "-lines lines.pb.gz", dir, dir, dir);
+	rc = th_pprof(&out, dir, "-traces "
+		    "-lines lines.pb.gz");
 	cr_assert_eq(rc, 0, "%s", out);
 	/* a trace of the inlined site: helper line, then its caller, in one location */
 	cr_expect(strstr(out, "inline_helper") && strstr(out, "caller_one") &&
@@ -179,7 +160,7 @@ Test(fidelity, pprof_lines_inline_and_dlopen, .timeout = 600)
 		  "-traces:\n%s", out);
 	cr_expect(strstr(out, "e2e_lines.c:15") != NULL, "-traces lacks file:line:\n%s", out);
 	free(out);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* A linked allocator's plumbing named by llgo-heapd --trim disappears from the top of every
@@ -187,47 +168,47 @@ Test(fidelity, pprof_lines_inline_and_dlopen, .timeout = 600)
  * same from inside the process; tests/test_shim.c covers it). */
 Test(fidelity, daemon_trim_option, .timeout = 120)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	const char *trim[] = { "--trim", "pool_*", NULL };
 	struct heapd d;
 	heapd_start(&d, dir, trim);
 	const char *sock = d.sock;
-	int rc = e2e_sh(&out, "cd %s && LD_PRELOAD=" LLGO_PLAIN_SHIM " LLGO_HEAP_SOCKET=%s "
-			"LLGO_HEAP_RATE=1 " E2E_PROGS "/e2e_trim 100 > prog.out; "
+	int rc = th_sh(&out, "cd %s && LD_PRELOAD=" LLGO_PLAIN_SHIM " LLGO_HEAP_SOCKET=%s "
+			"LLGO_HEAP_RATE=1 " TH_PROGS "/e2e_trim 100 > prog.out; "
 			"sed -n 1p prog.out", dir, sock);
 	cr_assert_eq(rc, 0, "%s", out);
 	free(out);
 	/* the program has exited; its session is kept */
-	rc = e2e_sh(&out, E2E_BIN "/llgo-heap list --socket %s | awk '$7 != \"\" && "
+	rc = th_sh(&out, TH_BIN "/llgo-heap list --socket %s | awk '$7 != \"\" && "
 		    "/e2e_trim/ {print $1}'", sock);
 	cr_assert_eq(rc, 0, "%s", out);
 	int pid = atoi(out);
 	free(out);
 	cr_assert_gt(pid, 0, "e2e_trim not listed");
-	rc = e2e_sh(&out, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", pid, sock);
+	rc = th_sh(&out, TH_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", pid, sock);
 	cr_assert_eq(rc, 0, "%s", out);
-	static struct e2e_text_rec recs[256];
+	static struct th_text_rec recs[256];
 	long period;
-	int n = e2e_parse_text(out, &period, recs, 256);
-	cr_expect_eq(e2e_count(recs, n, "user_builds_index", 4000), 100, "%s", out);
-	cr_expect_eq(e2e_count(recs, n, "pool_refill", 0), 0, "%s", out);
-	cr_expect_eq(e2e_count(recs, n, "pool_alloc", 0), 0, "%s", out);
+	int n = th_parse_text(out, &period, recs, 256);
+	cr_expect_eq(th_recs_count(recs, n, "user_builds_index", 4000), 100, "%s", out);
+	cr_expect_eq(th_recs_count(recs, n, "pool_refill", 0), 0, "%s", out);
+	cr_expect_eq(th_recs_count(recs, n, "pool_alloc", 0), 0, "%s", out);
 	free(out);
 	heapd_stop(&d);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* Read "sampled" and the count at ratectl_site from a text snapshot. */
 static long ratectl_count(const char *sock, pid_t pid, char **acc_line)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s",
+	int rc = th_sh(&out, TH_BIN "/llgo-heap snapshot %d -f text -o - --socket %s",
 			(int)pid, sock);
 	cr_assert_eq(rc, 0, "snapshot: %s", out);
-	static struct e2e_text_rec recs[1024];
+	static struct th_text_rec recs[1024];
 	long period;
-	int n = e2e_parse_text(out, &period, recs, 1024);
-	long c = e2e_count(recs, n, "ratectl_site", 0);
+	int n = th_parse_text(out, &period, recs, 1024);
+	long c = th_recs_count(recs, n, "ratectl_site", 0);
 	if (acc_line) {
 		const char *a = strstr(out, "# llgo-heap: sampled=");
 		*acc_line = strndup(a ? a : "", a ? strcspn(a, "\n") : 0);
@@ -247,7 +228,7 @@ static void ratectl_step(FILE *in, FILE *outp, long n, long size)
 static void set_rate(const char *sock, pid_t pid, long rate)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, E2E_BIN "/llgo-heap rate %d %ld --socket %s", (int)pid, rate, sock);
+	int rc = th_sh(&out, TH_BIN "/llgo-heap rate %d %ld --socket %s", (int)pid, rate, sock);
 	cr_assert_eq(rc, 0, "rate: %s", out);
 	free(out);
 }
@@ -256,21 +237,21 @@ static void set_rate(const char *sock, pid_t pid, long rate)
  * 0 -> 1 -> 0 -> 524288 while it runs; what was gathered is kept at each step. */
 Test(fidelity, runtime_rate_changes, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
 	const char *sock = d.sock;
 	char env_sock[4300], *env[] = { env_sock, "LLGO_HEAP_RATE=0",
 					"LD_PRELOAD=" LLGO_PLAIN_SHIM, NULL };
 	snprintf(env_sock, sizeof(env_sock), "LLGO_HEAP_SOCKET=%s", sock);
-	char *argv[] = { E2E_PROGS "/e2e_ratectl", NULL };
+	char *argv[] = { TH_PROGS "/e2e_ratectl", NULL };
 	FILE *in, *outp;
-	pid_t p = e2e_spawn(argv, env, &in, &outp);
+	pid_t p = th_spawn(argv, env, &in, &outp);
 	char line[128];
 	cr_assert(fgets(line, sizeof(line), outp) && strcmp(line, "ready\n") == 0);
 
 	char *out = NULL;
-	cr_assert_eq(e2e_sh(&out, E2E_BIN "/llgo-heap list --socket %s", sock), 0);
+	cr_assert_eq(th_sh(&out, TH_BIN "/llgo-heap list --socket %s", sock), 0);
 	char pidstr[32];
 	snprintf(pidstr, sizeof(pidstr), "%d ", (int)p);
 	const char *row = strstr(out, pidstr);
@@ -307,7 +288,7 @@ Test(fidelity, runtime_rate_changes, .timeout = 300)
 	free(acc);
 
 	/* the proto scales each part with its own rate: 1000 at rate 1 + ~2000 at 524288 */
-	cr_assert_eq(e2e_sh(&out, E2E_BIN "/llgo-heap snapshot %d -o %s/r.pb.gz --socket %s && "
+	cr_assert_eq(th_sh(&out, TH_BIN "/llgo-heap snapshot %d -o %s/r.pb.gz --socket %s && "
 			    "HOME=%s GOCACHE=%s/gocache go tool pprof -raw %s/r.pb.gz",
 			    (int)p, dir, sock, dir, dir, dir), 0, "%s", out);
 	cr_expect(strstr(out, "several rates") != NULL, "no mixed-rate comment:\n%.2000s", out);
@@ -319,22 +300,22 @@ Test(fidelity, runtime_rate_changes, .timeout = 300)
 	waitpid(p, &st, 0);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	heapd_stop(&d);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* Programs nobody here wrote: stripped, no frame pointers. Output unchanged, the profile
  * reads in go tool pprof, and every function name shown is one the binary really has. */
 Test(fidelity, sqlite3_and_python3_unchanged, .timeout = 600)
 {
-	char *dir = e2e_tmpdir(), *plain = NULL, *prof = NULL;
+	char *dir = th_tmpdir(), *plain = NULL, *prof = NULL;
 	const char *sql = "create table t(a integer primary key, b text);"
 			  "with recursive c(x) as (select 1 union all select x+1 from c "
 			  "where x<20000) insert into t select x, hex(randomblob(40)) from c;"
 			  "create index tb on t(b);"
 			  "select count(*), sum(length(b)) from t;"
 			  "select a, length(b) from t order by a desc limit 3;";
-	int rc1 = e2e_sh(&plain, "cd %s && echo '%s' | sqlite3 :memory:", dir, sql);
-	int rc2 = e2e_sh(&prof, "cd %s && echo '%s' | " RUN " -r 4096 -o sq.pb.gz -- sqlite3 "
+	int rc1 = th_sh(&plain, "cd %s && echo '%s' | sqlite3 :memory:", dir, sql);
+	int rc2 = th_sh(&prof, "cd %s && echo '%s' | " RUN " -r 4096 -o sq.pb.gz -- sqlite3 "
 			 ":memory: 2>/dev/null", dir, sql);
 	cr_assert_eq(rc1, 0, "%s", plain);
 	cr_assert_eq(rc2, 0, "%s", prof);
@@ -342,8 +323,8 @@ Test(fidelity, sqlite3_and_python3_unchanged, .timeout = 600)
 	free(plain);
 	free(prof);
 	char *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
-			"-nodefraction=0 -sample_index=alloc_space sq.pb.gz", dir, dir, dir);
+	int rc = th_pprof(&out, dir, "-top "
+			"-nodefraction=0 -sample_index=alloc_space sq.pb.gz");
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "llgo-heap: sampled=") != NULL, "%s", out);
 	free(out);
@@ -352,7 +333,7 @@ Test(fidelity, sqlite3_and_python3_unchanged, .timeout = 600)
 	 * symbols where one is installed), never a nearest-name guess. Only physical frames
 	 * (the last name at each address: inlined functions are named by DWARF, not symbols)
 	 * are checked, and the [truncated] marker is no name. */
-	rc = e2e_sh(&out, "cd %s && echo '%s' | " RUN " -r 4096 -f text -o sq.heap -- sqlite3 "
+	rc = th_sh(&out, "cd %s && echo '%s' | " RUN " -r 4096 -f text -o sq.heap -- sqlite3 "
 		    ":memory: >/dev/null 2>&1 && "
 		    "awk '/^MAPPED_LIBRARIES:/{m=1;next} m && $6 ~ /^\\// {print $6}' sq.heap "
 		    "| sort -u | while read f; do nm -D --defined-only \"$f\" 2>/dev/null; "
@@ -378,16 +359,16 @@ Test(fidelity, sqlite3_and_python3_unchanged, .timeout = 600)
 	cr_assert(f);
 	fputs(py, f);
 	fclose(f);
-	rc1 = e2e_sh(&plain, "cd %s && python3 w.py", dir);
-	rc2 = e2e_sh(&prof, "cd %s && " RUN " -o py.pb.gz -- python3 w.py 2>/dev/null", dir);
+	rc1 = th_sh(&plain, "cd %s && python3 w.py", dir);
+	rc2 = th_sh(&prof, "cd %s && " RUN " -o py.pb.gz -- python3 w.py 2>/dev/null", dir);
 	cr_assert_eq(rc1, 0, "%s", plain);
 	cr_assert_eq(rc2, 0, "%s", prof);
 	cr_expect_str_eq(prof, plain, "python3 output changed under the shim");
 	free(plain);
 	free(prof);
-	rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
-		    "-sample_index=alloc_space py.pb.gz", dir, dir, dir);
+	rc = th_pprof(&out, dir, "-top "
+		    "-sample_index=alloc_space py.pb.gz");
 	cr_assert_eq(rc, 0, "%s", out);
 	free(out);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }

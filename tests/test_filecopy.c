@@ -4,7 +4,8 @@
  * truncated after some of it was read keeps what was read and fails the reads of the rest
  * (a mapping of it would raise SIGBUS); a copy holds no more than its cap and its uid's
  * unwind memory budget, and gives the budget back when it goes. The attack itself, against
- * the real daemon, is test_security's files/truncated_program_file_does_not_kill_the_daemon.
+ * the real daemon, is test_security_files.c's
+ * files/truncated_program_file_does_not_kill_the_daemon.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>

@@ -20,9 +20,9 @@
 #include <netinet/in.h>
 #include <pwd.h>
 
-#include "life_util.h"
+#include "helpers.h"
 
-#define SITES E2E_PROGS "/http_sites"
+#define SITES TH_PROGS "/http_sites"
 #define WAIT_MS 90000L /* Prometheus start, discovery and a first scrape, on a loaded host */
 
 /* ---- the daemon and the programs --------------------------------------------------------- */
@@ -47,7 +47,7 @@ static int fleet_daemon(struct heapd *d, const char *dir, const char *http, cons
 }
 
 struct fleet_prog {
-	struct lu_proc p;
+	struct th_proc p;
 	char exe[512];
 };
 
@@ -58,7 +58,7 @@ static void fleet_prog_start_as(struct fleet_prog *f, const struct heapd *d, con
 				const char *name, const char *const *env, const char *as)
 {
 	snprintf(f->exe, sizeof(f->exe), "%s/%s", dir, name);
-	cr_assert_eq(e2e_sh(NULL, "cp '%s' '%s' && chmod 755 '%s'", SITES, f->exe, dir), 0);
+	cr_assert_eq(th_sh(NULL, "cp '%s' '%s' && chmod 755 '%s'", SITES, f->exe, dir), 0);
 	char reuid[64], regid[64], preload[600];
 	snprintf(reuid, sizeof(reuid), "--reuid=%s", as ? as : "");
 	snprintf(regid, sizeof(regid), "--regid=%s", as ? as : "");
@@ -66,14 +66,9 @@ static void fleet_prog_start_as(struct fleet_prog *f, const struct heapd *d, con
 	char *plain[] = { f->exe, "200", NULL };
 	char *setpriv[] = { "/usr/bin/setpriv", reuid, regid, "--clear-groups", "/usr/bin/env",
 			    preload, f->exe, "200", NULL };
-	lu_start(&f->p, d, "1", 0, as ? "" : NULL, as ? setpriv : plain, env);
-	char line[64];
-	cr_assert(lu_read_line(&f->p, line, sizeof(line), 30000), "%s did not start", name);
-	cr_assert_str_eq(line, "ready 0");
-	struct llgo_list_entry e;
-	for (int i = 0; i < 2000 && !heapd_list_pid(d->sock, f->p.pid, &e); i++)
-		lu_sleep_ms(5);
-	cr_assert(heapd_list_pid(d->sock, f->p.pid, &e), "%s (pid %d) never attached", name,
+	th_start(&f->p, d, "1", 0, as ? "" : NULL, as ? setpriv : plain, env);
+	cr_assert_str_eq(th_ready(&f->p, 30000), "ready 0", "%s did not start", name);
+	cr_assert(th_wait_listed(d->sock, f->p.pid, 10000), "%s (pid %d) never attached", name,
 		  (int)f->p.pid);
 }
 
@@ -85,15 +80,17 @@ static void fleet_prog_start(struct fleet_prog *f, const struct heapd *d, const 
 
 static void fleet_prog_stop(struct fleet_prog *f)
 {
-	int st = lu_wait(&f->p, 30000);
+	int st = th_wait(&f->p, 30000);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", f->exe, st);
 }
 
-/* The three programs of the fleet tests: "checkout-svc" with LLGO_HEAP_SERVICE=checkout,
- * "worker" without, "hostile" with the service name hostile_service. */
-static void fleet_three(struct fleet_prog p[3], const struct heapd *d, const char *dir,
-			const char *hostile_service)
+/* The daemon of the fleet tests on 127.0.0.1 (its port returned), and its three programs:
+ * "checkout-svc" with LLGO_HEAP_SERVICE=checkout, "worker" without, "hostile" with the
+ * service name hostile_service. */
+static int fleet_three(struct fleet_prog p[3], struct heapd *d, const char *dir,
+		       const char *hostile_service)
 {
+	int port = fleet_daemon(d, dir, "127.0.0.1:0", "127.0.0.1", NULL);
 	static char env_c[256];
 	snprintf(env_c, sizeof(env_c), "LLGO_HEAP_SERVICE=%s", hostile_service);
 	const char *env_a[] = { "LLGO_HEAP_SERVICE=checkout", NULL };
@@ -101,6 +98,7 @@ static void fleet_three(struct fleet_prog p[3], const struct heapd *d, const cha
 	fleet_prog_start(&p[0], d, dir, "checkout-svc", env_a);
 	fleet_prog_start(&p[1], d, dir, "worker", NULL);
 	fleet_prog_start(&p[2], d, dir, "hostile", env_cv);
+	return port;
 }
 
 /* The first target of /targets (as asked with Host: host when not NULL), newline-ended. */
@@ -110,7 +108,7 @@ static char *fleet_first_target(int port, const char *host)
 	if (host)
 		snprintf(hdr, sizeof(hdr), "-H 'Host: %s'", host);
 	char *out;
-	e2e_sh(&out, "curl -s %s http://127.0.0.1:%d/targets | python3 -c 'import json, sys\n"
+	th_sh(&out, "curl -s %s http://127.0.0.1:%d/targets | python3 -c 'import json, sys\n"
 		     "print(json.load(sys.stdin)[0][\"targets\"][0])'", hdr, port);
 	return out;
 }
@@ -141,7 +139,7 @@ static int fleet_free_port(void)
 static void fleet_prom_start(struct fleet_prom *p, const char *dir, int heapd_port,
 			     const char *token_file)
 {
-	cr_assert_eq(e2e_sh(NULL, "command -v prometheus"), 0,
+	cr_assert_eq(th_sh(NULL, "command -v prometheus"), 0,
 		     "prometheus is not installed (Debian package prometheus: make deps)");
 	/* the scrapes' authorization sits in the job, the discovery's in its entry */
 	char job_auth[600] = "", sd_auth[600] = "";
@@ -165,7 +163,7 @@ static void fleet_prom_start(struct fleet_prom *p, const char *dir, int heapd_po
 	fclose(f);
 	free(yml);
 	char *out;
-	int rc = e2e_sh(&out, "promtool check config '%s'", cfg);
+	int rc = th_sh(&out, "promtool check config '%s'", cfg);
 	cr_assert_eq(rc, 0, "promtool check config: %s", out);
 	free(out);
 
@@ -175,33 +173,19 @@ static void fleet_prom_start(struct fleet_prom *p, const char *dir, int heapd_po
 	snprintf(listen, sizeof(listen), "--web.listen-address=127.0.0.1:%d", p->port);
 	snprintf(data, sizeof(data), "--storage.tsdb.path=%s/prometheus-data", dir);
 	snprintf(cfgflag, sizeof(cfgflag), "--config.file=%s", cfg);
-	pid_t parent = getpid();
-	p->pid = fork();
-	cr_assert(p->pid >= 0);
-	if (p->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126);
-		int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		unsetenv("LD_PRELOAD");
-		execlp("prometheus", "prometheus", cfgflag, data, listen, "--log.level=warn",
-		       (char *)NULL);
-		_exit(127);
-	}
-	long deadline = lu_now_ms() + WAIT_MS;
-	while (lu_now_ms() < deadline) {
-		if (e2e_sh(NULL, "curl -sf http://127.0.0.1:%d/-/ready", p->port) == 0)
+	p->pid = th_spawn_logged((char *[]){ "prometheus", cfgflag, data, listen, "--log.level=warn",
+					     NULL },
+				 p->log, false, SIGKILL);
+	long deadline = th_now_ms() + WAIT_MS;
+	while (th_now_ms() < deadline) {
+		if (th_sh(NULL, "curl -sf http://127.0.0.1:%d/-/ready", p->port) == 0)
 			return;
 		int st;
 		if (waitpid(p->pid, &st, WNOHANG) == p->pid)
 			break;
-		lu_sleep_ms(100);
+		th_sleep_ms(100);
 	}
-	char *log = e2e_read_file(p->log);
+	char *log = th_read_file(p->log);
 	cr_assert_fail("prometheus did not become ready:\n%s", log ? log : "");
 }
 
@@ -212,7 +196,7 @@ static void fleet_prom_stop(struct fleet_prom *p)
 	kill(p->pid, SIGTERM);
 	int st = 0;
 	for (int i = 0; i < 3000 && waitpid(p->pid, &st, WNOHANG) != p->pid; i++)
-		lu_sleep_ms(10);
+		th_sleep_ms(10);
 	if (kill(p->pid, 0) == 0) {
 		kill(p->pid, SIGKILL);
 		waitpid(p->pid, &st, 0);
@@ -226,7 +210,7 @@ static void fleet_prom_stop(struct fleet_prom *p)
 static char *fleet_prom_targets(const struct fleet_prom *p)
 {
 	char *out;
-	int rc = e2e_sh(&out,
+	int rc = th_sh(&out,
 			"curl -sf http://127.0.0.1:%d/api/v1/targets | python3 -c '"
 			"import json, sys\n"
 			"rows = []\n"
@@ -252,7 +236,7 @@ static void fleet_target_line(char *buf, size_t n, const struct fleet_prog *f, c
 /* Wait until every one of the n lines is among Prometheus's targets, and there are n. */
 static char *fleet_prom_wait_targets(const struct fleet_prom *p, char lines[][1024], int n)
 {
-	long deadline = lu_now_ms() + WAIT_MS;
+	long deadline = th_now_ms() + WAIT_MS;
 	char *t = NULL;
 	for (;;) {
 		free(t);
@@ -263,9 +247,9 @@ static char *fleet_prom_wait_targets(const struct fleet_prom *p, char lines[][10
 		total += t[0] && t[strlen(t) - 1] != '\n';
 		for (int i = 0; i < n; i++)
 			found += strstr(t, lines[i]) != NULL;
-		if ((found == n && total == n) || lu_now_ms() > deadline)
+		if ((found == n && total == n) || th_now_ms() > deadline)
 			break;
-		lu_sleep_ms(250);
+		th_sleep_ms(250);
 	}
 	return t;
 }
@@ -274,7 +258,7 @@ static char *fleet_prom_wait_targets(const struct fleet_prom *p, char lines[][10
 static char *fleet_prom_query(const struct fleet_prom *p, const char *promql)
 {
 	char *out;
-	int rc = e2e_sh(&out,
+	int rc = th_sh(&out,
 			"curl -sf -G --data-urlencode 'query=%s' http://127.0.0.1:%d/api/v1/query |"
 			" python3 -c 'import json, sys\n"
 			"r = json.load(sys.stdin)[\"data\"][\"result\"]\n"
@@ -290,29 +274,28 @@ static char *fleet_prom_query(const struct fleet_prom *p, const char *promql)
  * `promtool check metrics` (syntax and lint), whole and per process. */
 Test(fleet, metrics_pass_promtool, .timeout = 300)
 {
-	cr_assert_eq(e2e_sh(NULL, "command -v promtool"), 0,
+	cr_assert_eq(th_sh(NULL, "command -v promtool"), 0,
 		     "promtool is not installed (Debian package prometheus: make deps)");
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
-	int port = fleet_daemon(&d, dir, "127.0.0.1:0", "127.0.0.1", NULL);
 	struct fleet_prog three[3];
-	fleet_three(three, &d, dir, "pay\"ments\\\n\x01\xff");
+	int port = fleet_three(three, &d, dir, "pay\"ments\\\n\x01\xff");
 	struct fleet_prog *a = &three[0], *b = &three[1], *c = &three[2];
 
 	/* rate 1 and 2 x 200 allocations a round: every one sampled and, once drained,
 	 * delivered */
 	struct llgo_list_entry e = { 0 };
 	for (int i = 0; i < 2000 && (!heapd_list_pid(d.sock, a->p.pid, &e) || e.delivered < 400); i++)
-		lu_sleep_ms(5);
+		th_sleep_ms(5);
 	char *out;
-	int rc = e2e_sh(&out, "curl -sf http://127.0.0.1:%d/metrics > '%s/metrics.txt' && "
+	int rc = th_sh(&out, "curl -sf http://127.0.0.1:%d/metrics > '%s/metrics.txt' && "
 			      "promtool check metrics < '%s/metrics.txt'", port, dir, dir);
 	cr_expect_eq(rc, 0, "promtool check metrics: %s", out);
 	cr_expect_str_eq(out, "");
 	free(out);
 	char path[600];
 	snprintf(path, sizeof(path), "%s/metrics.txt", dir);
-	char *m = e2e_read_file(path);
+	char *m = th_read_file(path);
 	cr_assert(m);
 	char want[512];
 	snprintf(want, sizeof(want),
@@ -337,17 +320,17 @@ Test(fleet, metrics_pass_promtool, .timeout = 300)
 	free(m);
 
 	/* one process, as a /targets target is scraped: its series alone, still valid */
-	rc = e2e_sh(&out, "curl -sf 'http://127.0.0.1:%d/metrics?pid=%d' > '%s/one.txt' && "
+	rc = th_sh(&out, "curl -sf 'http://127.0.0.1:%d/metrics?pid=%d' > '%s/one.txt' && "
 			  "promtool check metrics < '%s/one.txt'", port, (int)b->p.pid, dir, dir);
 	cr_expect_eq(rc, 0, "promtool check metrics (pid): %s", out);
 	free(out);
 	snprintf(path, sizeof(path), "%s/one.txt", dir);
-	m = e2e_read_file(path);
+	m = th_read_file(path);
 	snprintf(want, sizeof(want), "pid=\"%d\"", (int)a->p.pid);
 	cr_expect_null(strstr(m, want), "another process in ?pid=%d:\n%s", (int)b->p.pid, m);
 	cr_expect_null(strstr(m, "llgo_heap_daemon_"), "%s", m);
 	free(m);
-	rc = e2e_sh(&out, "curl -s -o /dev/null -w '%%{http_code}' "
+	rc = th_sh(&out, "curl -s -o /dev/null -w '%%{http_code}' "
 			  "'http://127.0.0.1:%d/metrics?pid=999999999'", port);
 	cr_expect_str_eq(out, "404");
 	free(out);
@@ -356,18 +339,17 @@ Test(fleet, metrics_pass_promtool, .timeout = 300)
 	fleet_prog_stop(b);
 	fleet_prog_stop(c);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* A real Prometheus with one http_sd_configs entry finds every profiled process with its
  * labels, scrapes each one's /metrics?pid=N, and drops a process once it exits. */
 Test(fleet, prometheus_discovers_every_process, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
-	int port = fleet_daemon(&d, dir, "127.0.0.1:0", "127.0.0.1", NULL);
 	struct fleet_prog three[3];
-	fleet_three(three, &d, dir, "pay\"ments\x01");
+	int port = fleet_three(three, &d, dir, "pay\"ments\x01");
 	struct fleet_prog *a = &three[0], *b = &three[1], *c = &three[2];
 
 	struct fleet_prom p;
@@ -383,13 +365,13 @@ Test(fleet, prometheus_discovers_every_process, .timeout = 300)
 	free(t);
 
 	/* what it scraped: the counters of the process behind service_name="checkout" */
-	long deadline = lu_now_ms() + WAIT_MS;
+	long deadline = th_now_ms() + WAIT_MS;
 	char *v = NULL;
 	do {
 		free(v);
 		v = fleet_prom_query(&p, "llgo_heap_process_delivered_total{job=\"llgo-heap\","
 					 "service_name=\"checkout\"}");
-	} while (!*v && lu_now_ms() < deadline && (lu_sleep_ms(250), 1));
+	} while (!*v && th_now_ms() < deadline && (th_sleep_ms(250), 1));
 	cr_expect_geq(atol(v), 400, "delivered of checkout: '%s'", v);
 	free(v);
 
@@ -407,14 +389,14 @@ Test(fleet, prometheus_discovers_every_process, .timeout = 300)
 	fleet_prog_stop(a);
 	fleet_prog_stop(c);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* The status and WWW-Authenticate header curl gets for path with extra curl options. */
 static char *fleet_curl_status(int port, const char *path, const char *opts)
 {
 	char *out;
-	e2e_sh(&out, "curl -s -o /dev/null -D - %s 'http://127.0.0.1:%d%s' | "
+	th_sh(&out, "curl -s -o /dev/null -D - %s 'http://127.0.0.1:%d%s' | "
 		     "sed -n -e '1s/^HTTP[^ ]* \\([0-9]*\\).*/\\1/p' -e 's/^WWW-Authenticate: //p' | "
 		     "tr -d '\\r' | paste -sd'|'", opts, port, path);
 	return out;
@@ -425,7 +407,7 @@ static char *fleet_curl_status(int port, const char *path, const char *opts)
  * scrapes. */
 Test(fleet, bearer_token, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	char token[600];
 	snprintf(token, sizeof(token), "%s/token", dir);
 	FILE *f = fopen(token, "w");
@@ -465,7 +447,7 @@ Test(fleet, bearer_token, .timeout = 300)
 	free(s);
 	/* a POST without the token is refused before its body is kept */
 	char *out;
-	e2e_sh(&out, "head -c 3000000 /dev/zero | tr '\\0' 'x' | curl -s -o /dev/null "
+	th_sh(&out, "head -c 3000000 /dev/zero | tr '\\0' 'x' | curl -s -o /dev/null "
 		     "-w '%%{http_code}' --data-binary @- http://127.0.0.1:%d/debug/pprof/symbol",
 	       port);
 	cr_expect_str_eq(out, "401");
@@ -481,7 +463,7 @@ Test(fleet, bearer_token, .timeout = 300)
 	free(t);
 	fleet_prom_stop(&p);
 
-	e2e_sh(&out, "curl -s -H 'Authorization: Bearer s3cr3t-Token_42' "
+	th_sh(&out, "curl -s -H 'Authorization: Bearer s3cr3t-Token_42' "
 		     "http://127.0.0.1:%d/metrics | grep '^llgo_heap_http_unauthorized_total '",
 	       port);
 	cr_expect_str_eq(out, "llgo_heap_http_unauthorized_total 16\n");
@@ -493,19 +475,19 @@ Test(fleet, bearer_token, .timeout = 300)
 	f = fopen(token, "w");
 	fputs(" \n", f);
 	fclose(f);
-	int rc = e2e_sh(&out, "%s/llgo-heapd --foreground --socket %s/s2.sock --http 0 "
-			      "--http-token-file %s", E2E_BIN, dir, token);
+	int rc = th_sh(&out, "%s/llgo-heapd --foreground --socket %s/s2.sock --http 0 "
+			      "--http-token-file %s", TH_BIN, dir, token);
 	cr_expect_neq(rc, 0);
 	cr_expect(strstr(out, "--http-token-file") && strstr(out, "empty"), "%s", out);
 	free(out);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* --http PORT and :PORT bind loopback; on every interface /targets names the host the
  * request came to (Host), else this host; --http-uids hides other users' processes. */
 Test(fleet, addresses_and_uids, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	int port = fleet_daemon(&d, dir, "0", "127.0.0.1", NULL);
 	struct fleet_prog a;
@@ -547,17 +529,17 @@ Test(fleet, addresses_and_uids, .timeout = 120)
 	const char *uids[] = { "--http-uids", other, NULL };
 	port = fleet_daemon(&d, dir, "127.0.0.1:0", "127.0.0.1", uids);
 	fleet_prog_start(&a, &d, dir, "worker", NULL);
-	e2e_sh(&out, "curl -s http://127.0.0.1:%d/targets", port);
+	th_sh(&out, "curl -s http://127.0.0.1:%d/targets", port);
 	cr_expect_str_eq(out, "[]\n");
 	free(out);
-	e2e_sh(&out, "curl -s http://127.0.0.1:%d/metrics | grep -c '^llgo_heap_process_' ; "
+	th_sh(&out, "curl -s http://127.0.0.1:%d/metrics | grep -c '^llgo_heap_process_' ; "
 		     "curl -s -o /dev/null -w '%%{http_code}' "
 		     "'http://127.0.0.1:%d/metrics?pid=%d'", port, port, (int)a.p.pid);
 	cr_expect_str_eq(out, "0\n404");
 	free(out);
 	fleet_prog_stop(&a);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* A process that made itself not dumpable (its /proc/PID files are then root's, as after a
@@ -568,11 +550,10 @@ Test(fleet, environment_read_only_while_the_process_is_its_owners, .timeout = 12
 {
 	if (geteuid() != 0)
 		cr_skip_test("needs root to run programs as another user");
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	cr_assert_eq(chmod(dir, 0755), 0); /* nobody reaches the socket */
-	struct passwd *pw = getpwnam("nobody");
 	char as[16], uids[32];
-	snprintf(as, sizeof(as), "%u", pw ? (unsigned)pw->pw_uid : 65534u);
+	snprintf(as, sizeof(as), "%u", (unsigned)th_nobody_uid());
 	snprintf(uids, sizeof(uids), "0,%s", as);
 	const char *more[] = { "--http-uids", uids, NULL };
 	struct heapd d;
@@ -582,14 +563,13 @@ Test(fleet, environment_read_only_while_the_process_is_its_owners, .timeout = 12
 	struct fleet_prog open, secretive;
 	fleet_prog_start_as(&open, &d, dir, "open", env_open, as);
 	fleet_prog_start_as(&secretive, &d, dir, "secretive", env_secret, as);
-	fputs("nodump\n", secretive.p.in);
-	fflush(secretive.p.in);
+	th_say(&secretive.p, "nodump");
 	char line[64];
-	cr_assert(lu_read_line(&secretive.p, line, sizeof(line), 30000));
+	cr_assert(th_read_line(&secretive.p, line, sizeof(line), 30000));
 	cr_assert_str_eq(line, "ready 1");
 
 	char *out;
-	e2e_sh(&out, "curl -s http://127.0.0.1:%d/targets | python3 -c 'import json, sys\n"
+	th_sh(&out, "curl -s http://127.0.0.1:%d/targets | python3 -c 'import json, sys\n"
 		     "for t in json.load(sys.stdin):\n"
 		     "    l = t[\"labels\"]\n"
 		     "    print(l[\"pid\"], l[\"service_name\"], l[\"__meta_llgo_heap_uid\"])'; "
@@ -602,5 +582,5 @@ Test(fleet, environment_read_only_while_the_process_is_its_owners, .timeout = 12
 	fleet_prog_stop(&open);
 	fleet_prog_stop(&secretive);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }

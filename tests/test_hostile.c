@@ -14,25 +14,10 @@
  *     (tests/progs/hostile_allocfns.c): the same output and status as with jemalloc alone,
  *     and with the shim first every site counted exactly at rate 1.
  */
-#include "life_util.h"
+#include "helpers.h"
 
-#define PROG(name) E2E_PROGS "/" name
+#define PROG(name) TH_PROGS "/" name
 #define JEMALLOC "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
-
-/* What the legacy-text accounting line says beyond the four totals (0 when absent). */
-static unsigned long long ho_acct_field(const char *text, const char *key)
-{
-	const char *line = strstr(text, "# llgo-heap: sampled=");
-	if (!line)
-		return 0;
-	const char *nl = strchr(line, '\n');
-	char k[64];
-	snprintf(k, sizeof(k), " %s=", key);
-	const char *p = strstr(line, k);
-	if (!p || (nl && p > nl))
-		return 0;
-	return strtoull(p + strlen(k), NULL, 10);
-}
 
 static void ho_log_acct(const char *what, const char *text)
 {
@@ -44,78 +29,89 @@ static void ho_log_acct(const char *what, const char *text)
 
 /* ---- close-all, then a socketpair of the program's own -------------------------------------- */
 
-/* Runs hostile_closeall at rate 1; asserts what the program itself says (messages intact, no
- * stray packet); returns its profile's text from the daemon. */
-static char *ho_closeall(struct heapd *d, const char *dir, long k, long rounds,
-			 long *after_truth, int *fd0, int *fd1, pid_t *pid, char **shim_log)
+/* hostile_closeall at rate 1 (k allocations, then `rounds` rounds of messages on its own
+ * socketpair), what the program says asserted (messages intact, no stray packet), and what it
+ * left: its profile from the daemon and what the shim said. */
+struct ho_closeall {
+	struct heapd d;
+	long k, rounds, after_truth;
+	int fd0, fd1;
+	pid_t pid;
+	char *shim_log, *text; /* malloc'ed */
+	struct th_acct a;
+};
+
+static void ho_closeall(struct ho_closeall *c)
 {
-	heapd_start(d, dir, NULL);
+	c->k = 1000;
+	c->rounds = 40;
+	heapd_start(&c->d, NULL, NULL);
 	char kbuf[16], rbuf[16];
-	snprintf(kbuf, sizeof(kbuf), "%ld", k);
-	snprintf(rbuf, sizeof(rbuf), "%ld", rounds);
-	struct lu_proc p;
+	snprintf(kbuf, sizeof(kbuf), "%ld", c->k);
+	snprintf(rbuf, sizeof(rbuf), "%ld", c->rounds);
+	struct th_proc p;
 	char *argv[] = { PROG("hostile_closeall"), kbuf, rbuf, NULL };
 	/* the shim says what it does on the program's stderr (a file here) */
 	const char *extra[] = { "LLGO_HEAP_DEBUG=1", NULL };
 	char errpath[512];
-	snprintf(errpath, sizeof(errpath), "%s/closeall.err", dir);
+	snprintf(errpath, sizeof(errpath), "%s/closeall.err", c->d.dir);
 	int errfd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	cr_assert(errfd >= 0);
 	int saved = dup(2);
 	dup2(errfd, 2);
-	lu_start(&p, d, "1", 1024, NULL, argv, extra);
+	th_start(&p, &c->d, "1", 1024, NULL, argv, extra);
 	dup2(saved, 2);
 	close(saved);
 	close(errfd);
-	char *out = lu_read_rest(&p, 60000);
-	int st = lu_wait(&p, 60000);
-	*pid = p.pid;
-	*shim_log = e2e_read_file(errpath);
-	cr_assert(*shim_log);
+	int st;
+	char *out = th_output(&p, 60000, &st);
+	c->pid = p.pid;
+	c->shim_log = th_read_file(errpath);
+	cr_assert(c->shim_log);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "status 0x%x (1: a message damaged or a stray packet in its socket):\n%s", st,
 		  out);
 	char want[64];
-	snprintf(want, sizeof(want), "messages ok %ld\n", rounds);
+	snprintf(want, sizeof(want), "messages ok %ld\n", c->rounds);
 	cr_assert(strstr(out, want) && strstr(out, "stray 0\n"), "%s", out);
-	*after_truth = lu_site_truth(out, "after_site");
-	cr_assert_eq(*after_truth, k * rounds, "%s", out);
+	c->after_truth = th_site_truth(out, "after_site");
+	cr_assert_eq(c->after_truth, c->k * c->rounds, "%s", out);
 	const char *fds = strstr(out, "fds ");
-	cr_assert(fds && sscanf(fds, "fds %d %d", fd0, fd1) == 2, "%s", out);
+	cr_assert(fds && sscanf(fds, "fds %d %d", &c->fd0, &c->fd1) == 2, "%s", out);
 	free(out);
-	return heapd_snapshot(d->sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	c->text = heapd_snapshot(c->d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	cr_assert(th_text_acct(c->text, &c->a));
+	ho_log_acct("close-all", c->text);
+}
+
+static void ho_closeall_end(struct ho_closeall *c)
+{
+	free(c->shim_log);
+	free(c->text);
+	heapd_end(&c->d);
 }
 
 Test(hostile, close_all_then_socketpair, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
-	struct heapd d;
-	const long k = 1000, rounds = 40;
-	long after_truth;
-	int fd0, fd1;
-	pid_t pid;
-	char *shim_log;
-	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid, &shim_log);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
-	ho_log_acct("close-all", text);
+	struct ho_closeall c;
+	ho_closeall(&c);
 	/* the shim noticed its socket was replaced and came back on a socket of its own */
-	const char *lost = strstr(shim_log, "llgo-heap: daemon lost: ");
+	const char *lost = strstr(c.shim_log, "llgo-heap: daemon lost: ");
 	cr_expect(lost && strstr(lost, "llgo-heap: attached to "),
 		  "the shim did not notice the replaced socket or did not reconnect:\n%s",
-		  shim_log);
-	long got_after = lu_text_count(text, "after_site", 112);
-	long got_before = lu_text_count(text, "before_site", 48);
-	unsigned long long detached = ho_acct_field(text, "detached");
-	unsigned long long reconnects = ho_acct_field(text, "reconnects");
+		  c.shim_log);
+	long got_after = th_text_count(c.text, "after_site", 112);
+	long got_before = th_text_count(c.text, "before_site", 48);
+	unsigned long long detached = th_acct_field(c.text, "detached");
+	unsigned long long reconnects = th_acct_field(c.text, "reconnects");
 	cr_log_info("close-all: the program's socketpair is fds %d and %d; after_site %ld of "
 		    "%ld in the profile, before_site %ld of %ld; detached=%llu reconnects=%llu; "
 		    "samples taken about %ld, in the accounting %llu "
 		    "(see close_all_accounts_every_sample)",
-		    fd0, fd1, got_after, after_truth, got_before, k, detached, reconnects,
-		    k + after_truth + 1, a.sampled);
-	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
-	cr_expect_eq(a.corrupt, 0);
+		    c.fd0, c.fd1, got_after, c.after_truth, got_before, c.k, detached, reconnects,
+		    c.k + c.after_truth + 1, c.a.sampled);
+	cr_expect_eq(c.a.sampled, c.a.delivered + c.a.dropped + c.a.corrupt);
+	cr_expect_eq(c.a.corrupt, 0);
 	/* What was sampled while LOST is counted (the count lives in the control page the
 	 * two sessions of this process share, see close_all_accounts_every_sample: which of
 	 * them `snapshot PID` shows is not settled, so reconnects= is only logged). */
@@ -126,14 +122,11 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
 	 * counted as detached when there are any. */
 	cr_expect_eq(reconnects, 1, "the shim did not come back");
 	cr_expect_gt(got_after, 0, "nothing recorded after the shim reconnected");
-	cr_expect_leq(got_after + (long)detached, after_truth);
+	cr_expect_leq(got_after + (long)detached, c.after_truth);
 	struct llgo_list_entry e;
-	cr_expect(heapd_list_pid(d.sock, pid, &e), "pid %d not listed", (int)pid);
-	cr_log_info("close-all: the shim says:\n%s", shim_log);
-	free(shim_log);
-	free(text);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	cr_expect(heapd_list_pid(c.d.sock, c.pid, &e), "pid %d not listed", (int)c.pid);
+	cr_log_info("close-all: the shim says:\n%s", c.shim_log);
+	ho_closeall_end(&c);
 }
 
 /*
@@ -149,43 +142,30 @@ Test(hostile, close_all_then_socketpair, .timeout = 120)
  */
 Test(hostile, close_all_accounts_every_sample, .timeout = 120, .disabled = true)
 {
-	char *dir = e2e_tmpdir();
-	struct heapd d;
-	const long k = 1000, rounds = 40;
-	long after_truth;
-	int fd0, fd1;
-	pid_t pid;
-	char *shim_log;
-	char *text = ho_closeall(&d, dir, k, rounds, &after_truth, &fd0, &fd1, &pid, &shim_log);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
-	ho_log_acct("close-all", text);
-	free(shim_log);
-	cr_expect_eq(lu_text_count(text, "before_site", 48), k);
-	cr_expect_geq(a.sampled, (unsigned long long)(k + after_truth));
-	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
-	free(text);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	struct ho_closeall c;
+	ho_closeall(&c);
+	cr_expect_eq(th_text_count(c.text, "before_site", 48), c.k);
+	cr_expect_geq(c.a.sampled, (unsigned long long)(c.k + c.after_truth));
+	cr_expect_eq(c.a.sampled, c.a.delivered + c.a.dropped + c.a.corrupt);
+	ho_closeall_end(&c);
 }
 
 /* ---- seccomp allow-list ---------------------------------------------------------------------- */
 
 static void ho_seccomp(const char *how, const char *rate, bool exact)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long k = 2000;
 	char kbuf[16];
 	snprintf(kbuf, sizeof(kbuf), "%ld", k);
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("hostile_seccomp"), (char *)how, kbuf, NULL };
 	/* 4 MiB rings: after the filter the shim sends no WAKE, the daemon drains at its idle
 	 * pace (a smaller ring drops records, counted as ring_full) */
-	lu_start(&p, &d, rate, 4096, NULL, argv, NULL);
-	char *out = lu_read_rest(&p, 30000);
-	int st = lu_wait(&p, 30000);
+	th_start(&p, &d, rate, 4096, NULL, argv, NULL);
+	char *out = th_read_rest(&p, 30000);
+	int st = th_wait(&p, 30000);
 	cr_assert(st != -1, "%s, rate %s: hung", how, rate);
 	cr_assert(!WIFSIGNALED(st), "%s, rate %s: killed by signal %d (%s):\n%s", how, rate,
 		  WTERMSIG(st), strsignal(WTERMSIG(st)), out);
@@ -198,10 +178,10 @@ static void ho_seccomp(const char *how, const char *rate, bool exact)
 		  (int)p.pid);
 	if (listed) {
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-		struct lu_acct a;
-		cr_assert(lu_text_acct(text, &a));
-		long pre = lu_text_count(text, "pre_site", 40);
-		long boxed = lu_text_count(text, "sandboxed_site", 40);
+		struct th_acct a;
+		cr_assert(th_text_acct(text, &a));
+		long pre = th_text_count(text, "pre_site", 40);
+		long boxed = th_text_count(text, "sandboxed_site", 40);
 		cr_log_info("seccomp via %s, rate %s: pre_site %ld, sandboxed_site %ld (of %ld "
 			    "each)", how, rate, pre, boxed, k);
 		ho_log_acct("seccomp", text);
@@ -217,8 +197,7 @@ static void ho_seccomp(const char *how, const char *rate, bool exact)
 		free(text);
 	}
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 Test(hostile, seccomp_prctl_rate1, .timeout = 60) { ho_seccomp("prctl", "1", true); }
@@ -243,18 +222,18 @@ static const struct {
 static char *ho_allocfns(const struct heapd *d, const char *preload, const char *rate,
 			 const char *k, bool pvalloc, int *status, pid_t *pid)
 {
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("hostile_allocfns"), (char *)k, pvalloc ? "pvalloc" : NULL, NULL };
 	if (d) {
-		lu_start(&p, d, rate, 0, preload, argv, NULL);
+		th_start(&p, d, rate, 0, preload, argv, NULL);
 	} else {
 		char env[1024];
 		snprintf(env, sizeof(env), "LD_PRELOAD=%s", preload);
 		char *envp[] = { env, NULL };
-		p.pid = e2e_spawn(argv, envp, &p.in, &p.out);
+		p.pid = th_spawn(argv, envp, &p.in, &p.out);
 	}
-	char *out = lu_read_rest(&p, 30000);
-	*status = lu_wait(&p, 30000);
+	char *out = th_read_rest(&p, 30000);
+	*status = th_wait(&p, 30000);
 	*pid = p.pid;
 	return out;
 }
@@ -263,9 +242,8 @@ Test(hostile, jemalloc_before_and_after, .timeout = 120)
 {
 	cr_assert(access(JEMALLOC, R_OK) == 0,
 		  "%s is missing: install the Debian package libjemalloc2 (make deps)", JEMALLOC);
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const char *k = "200";
 	int st;
 	pid_t pid;
@@ -303,8 +281,8 @@ Test(hostile, jemalloc_before_and_after, .timeout = 120)
 				continue;
 			}
 			char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
-			struct lu_acct a;
-			cr_assert(lu_text_acct(text, &a));
+			struct th_acct a;
+			cr_assert(th_text_acct(text, &a));
 			cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
 			cr_expect_eq(a.corrupt, 0);
 			char line[1024] = "";
@@ -312,7 +290,7 @@ Test(hostile, jemalloc_before_and_after, .timeout = 120)
 			for (size_t i = 0; i < sizeof(ho_sites) / sizeof(ho_sites[0]); i++) {
 				if (!pvalloc && strcmp(ho_sites[i].site, "pvalloc_site") == 0)
 					continue;
-				long got = lu_text_count(text, ho_sites[i].site, ho_sites[i].size);
+				long got = th_text_count(text, ho_sites[i].site, ho_sites[i].size);
 				n += (size_t)snprintf(line + n, sizeof(line) - n, " %s=%ld",
 						      ho_sites[i].site, got);
 				/* shim first at rate 1: it sees every call and forwards it to
@@ -332,11 +310,10 @@ Test(hostile, jemalloc_before_and_after, .timeout = 120)
 	char *out = ho_allocfns(&d, LLGO_PLAIN_SHIM, "1", k, true, &st, &pid);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "shim alone: status 0x%x:\n%s", st, out);
 	char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
-	long pv = lu_text_count(text, "pvalloc_site", 0);
+	long pv = th_text_count(text, "pvalloc_site", 0);
 	cr_expect_eq(pv, atol(k), "shim alone: pvalloc_site %ld of %s", pv, k);
 	free(text);
 	free(out);
 	free(alone);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }

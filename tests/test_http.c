@@ -26,12 +26,12 @@
 #include <unistd.h>
 
 #include "../agent/http/http.h"
-#include "e2e_util.h"
+#include "helpers.h"
 
 #ifndef LLGO_PLAIN_SHIM
 #error "LLGO_PLAIN_SHIM must be set by the Makefile"
 #endif
-#define SITES E2E_PROGS "/http_sites"
+#define SITES TH_PROGS "/http_sites"
 #define NALLOC 1000
 
 #if defined(__SANITIZE_THREAD__)
@@ -42,13 +42,7 @@ int rand_r(unsigned int *seed)
 }
 #endif
 
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
-
-/* ---- the daemon ------------------------------------------------------------------------ */
+/* ---- the daemon and the profiled program ---------------------------------------------------- */
 
 /* heapd.h's llgo-heapd with --http 127.0.0.1:0 plus extra options, in a folder of its own;
  * d->port is the port it logged. */
@@ -62,78 +56,44 @@ static void http_heapd_start(struct heapd *d, const char *const *extra)
 	heapd_start(d, NULL, argv);
 }
 
-static void http_heapd_stop(struct heapd *d)
+static void prog_wait_seen(struct th_proc *p, const struct heapd *d);
+
+/* http_sites (NALLOC allocations a round, rate 1) once it finished its first round; seen:
+ * and the daemon serves it (not for a process it refuses). */
+static void prog_start(struct th_proc *p, const struct heapd *d, bool seen)
 {
-	heapd_stop_clean(d);
-	heapd_cleanup(d);
-}
-
-/* ---- the profiled program --------------------------------------------------------------- */
-
-struct prog {
-	pid_t pid;
-	int in;   /* its stdin */
-	FILE *out; /* its stdout */
-};
-
-static void prog_wait_ready(struct prog *p, int round)
-{
-	char line[128], want[32];
-	snprintf(want, sizeof(want), "ready %d", round);
-	cr_assert(fgets(line, sizeof(line), p->out) != NULL, "http_sites died before '%s'",
-		  want);
-	cr_assert(strncmp(line, want, strlen(want)) == 0, "http_sites said '%s'", line);
-}
-
-static void prog_wait_seen(struct prog *p, const struct heapd *d);
-
-/* seen: wait until the daemon serves its first round (not for a process it refuses) */
-static void prog_start(struct prog *p, const struct heapd *d, bool seen)
-{
-	int in[2], out[2];
-	cr_assert_eq(pipe(in), 0);
-	cr_assert_eq(pipe(out), 0);
-	p->pid = fork();
-	cr_assert_geq(p->pid, 0);
-	if (p->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[0]);
-		close(in[1]);
-		close(out[0]);
-		close(out[1]);
-		setenv("LD_PRELOAD", LLGO_PLAIN_SHIM, 1);
-		setenv("LLGO_HEAP_SOCKET", d->sock, 1);
-		setenv("LLGO_HEAP_RATE", "1", 1);
-		char n[16];
-		snprintf(n, sizeof(n), "%d", NALLOC);
-		execl(SITES, "http_sites", n, (char *)NULL);
-		_exit(127);
-	}
-	close(in[0]);
-	close(out[1]);
-	p->in = in[1];
-	p->out = fdopen(out[0], "r");
-	cr_assert(p->out);
-	prog_wait_ready(p, 0);
+	char n[16];
+	snprintf(n, sizeof(n), "%d", NALLOC);
+	th_start(p, d, "1", 0, NULL, (char *[]){ SITES, n, NULL }, NULL);
+	cr_assert_eq(strncmp(th_ready(p, 30000), "ready 0", 7), 0, "http_sites said '%s'", p->line);
 	if (seen)
 		prog_wait_seen(p, d);
 }
 
-static void prog_more(struct prog *p)
+static void prog_more(struct th_proc *p)
 {
-	cr_assert_eq(write(p->in, "more\n", 5), 5);
-	prog_wait_ready(p, 1);
+	cr_assert_eq(strncmp(th_ask(p, "more", 30000), "ready 1", 7), 0, "http_sites said '%s'",
+		     p->line);
 }
 
-static void prog_stop(struct prog *p)
+static void prog_stop(struct th_proc *p)
 {
-	close(p->in);
-	int st;
-	cr_assert_eq(waitpid(p->pid, &st, 0), p->pid);
-	fclose(p->out);
+	int st = th_wait(p, 30000);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "http_sites status %d", st);
+}
+
+/* The start of most tests here: the daemon with --http (and extra), and http_sites seen. */
+static void ht_start(struct heapd *d, const char *const *extra, struct th_proc *p)
+{
+	http_heapd_start(d, extra);
+	prog_start(p, d, true);
+}
+
+/* Their end: the program's, then the daemon's. */
+static void ht_end(struct heapd *d, struct th_proc *p)
+{
+	prog_stop(p);
+	heapd_finish(d);
 }
 
 /* ---- a minimal HTTP/1.0 client ------------------------------------------------------------ */
@@ -274,7 +234,7 @@ static void save(const char *dir, const char *name, const struct resp *r)
 /* Wait until the daemon has the program's first round (its ring announced and drained):
  * the shim's ADD_RING packet may still be queued on its connection when the program prints
  * "ready", and a snapshot only sees rings the daemon has read (server.c). */
-static void prog_wait_seen(struct prog *p, const struct heapd *d)
+static void prog_wait_seen(struct th_proc *p, const struct heapd *d)
 {
 	char path[128];
 	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d&debug=1", (int)p->pid);
@@ -288,7 +248,7 @@ static void prog_wait_seen(struct prog *p, const struct heapd *d)
 		}
 		if (sampled >= 2 * NALLOC)
 			return;
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	cr_assert_fail("the daemon saw %ld samples of pid %d, want %d", sampled, (int)p->pid,
 		       2 * NALLOC);
@@ -301,19 +261,16 @@ static void prog_wait_seen(struct prog *p, const struct heapd *d)
 Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 {
 	struct heapd d;
-	http_heapd_start(&d, NULL);
-	struct prog p;
-	prog_start(&p, &d, true);
+	struct th_proc p;
+	ht_start(&d, NULL, &p);
 	const char *views[] = { "heap", "allocs" };
 	const char *types[] = { "Type: inuse_space", "Type: alloc_space" };
 	const char *modes[] = { "", "-symbolize=none" };
 	for (int v = 0; v < 2; v++) {
 		for (int m = 0; m < 2; m++) {
 			char *out;
-			int rc = e2e_sh(&out,
-					"cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof %s -top "
-					"'http://127.0.0.1:%d/debug/pprof/%s?pid=%d'",
-					d.dir, d.dir, d.dir, modes[m], d.port, views[v], (int)p.pid);
+			int rc = th_pprof(&out, d.dir, "%s -top "
+					"'http://127.0.0.1:%d/debug/pprof/%s?pid=%d'", modes[m], d.port, views[v], (int)p.pid);
 			cr_assert_eq(rc, 0, "go tool pprof %s failed:\n%s", views[v], out);
 			cr_expect(strstr(out, types[v]), "%s: no '%s':\n%s", views[v], types[v],
 				  out);
@@ -326,17 +283,14 @@ Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 	}
 	/* -raw of the allocs proto: Go's sample types, alloc_space the default */
 	char *out;
-	int rc = e2e_sh(&out,
-			"cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw "
-			"'http://127.0.0.1:%d/debug/pprof/allocs?pid=%d'",
-			d.dir, d.dir, d.dir, d.port, (int)p.pid);
+	int rc = th_pprof(&out, d.dir, "-raw "
+			"'http://127.0.0.1:%d/debug/pprof/allocs?pid=%d'", d.port, (int)p.pid);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "alloc_objects/count alloc_space/bytes[dflt] inuse_objects/count "
 			      "inuse_space/bytes"),
 		  "allocs sample types:\n%s", out);
 	free(out);
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* peak=1: the peak view (agent/peak.c) as a proto with its own sample types, which go tool
@@ -344,15 +298,12 @@ Test(http, go_tool_pprof_fetches_heap_and_allocs, .timeout = 300)
 Test(http, peak_view, .timeout = 300)
 {
 	struct heapd d;
-	http_heapd_start(&d, NULL);
-	struct prog p;
-	prog_start(&p, &d, true);
+	struct th_proc p;
+	ht_start(&d, NULL, &p);
 	char *out;
-	int rc = e2e_sh(&out,
-			"cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
+	int rc = th_pprof(&out, d.dir, "-top "
 			"-sample_index=peak_inuse_space "
-			"'http://127.0.0.1:%d/debug/pprof/heap?pid=%d&peak=1'",
-			d.dir, d.dir, d.dir, d.port, (int)p.pid);
+			"'http://127.0.0.1:%d/debug/pprof/heap?pid=%d&peak=1'", d.port, (int)p.pid);
 	cr_assert_eq(rc, 0, "go tool pprof heap?peak=1 failed:\n%s", out);
 	cr_expect(strstr(out, "Type: peak_inuse_space") && strstr(out, "http_site_keep"),
 		  "heap?peak=1:\n%s", out);
@@ -366,17 +317,15 @@ Test(http, peak_view, .timeout = 300)
 	resp_free(&r);
 	snprintf(path, sizeof(path), "/debug/pprof/heap?pid=%d&peak=1&seconds=1", (int)p.pid);
 	expect_go_error(d.port, path, 400, "seconds and peak params are incompatible");
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* Default answers: gzipped proto with Go's headers; debug=1 the legacy text. */
 Test(http, proto_and_text_answers, .timeout = 120)
 {
 	struct heapd d;
-	http_heapd_start(&d, NULL);
-	struct prog p;
-	prog_start(&p, &d, true);
+	struct th_proc p;
+	ht_start(&d, NULL, &p);
 	char path[256];
 	const char *views[] = { "heap", "allocs" };
 	for (int v = 0; v < 2; v++) {
@@ -406,14 +355,14 @@ Test(http, proto_and_text_answers, .timeout = 120)
 			cr_expect_null(hdr(&r, "Content-Disposition"));
 			cr_assert(strncmp(r.body, "heap profile:", 13) == 0, "%s: %.200s", path,
 				  r.body);
-			struct e2e_text_rec recs[64];
+			struct th_text_rec recs[64];
 			long period;
-			int n = e2e_parse_text(r.body, &period, recs, 64);
+			int n = th_parse_text(r.body, &period, recs, 64);
 			cr_expect_eq(period, 2, "%s: period %ld (rate 1 is heap/2 as Go)", path,
 				     period);
-			cr_expect_eq(e2e_count(recs, n, "http_site_keep", 4096), NALLOC, "%s:\n%s",
+			cr_expect_eq(th_recs_count(recs, n, "http_site_keep", 4096), NALLOC, "%s:\n%s",
 				     path, r.body);
-			cr_expect_eq(e2e_count(recs, n, "http_site_churn", 512), NALLOC, "%s:\n%s",
+			cr_expect_eq(th_recs_count(recs, n, "http_site_churn", 512), NALLOC, "%s:\n%s",
 				     path, r.body);
 			resp_free(&r);
 		}
@@ -424,8 +373,7 @@ Test(http, proto_and_text_answers, .timeout = 120)
 	cr_expect_eq(r.status, 200, "no pid: %d %s", r.status, r.body);
 	cr_expect(strstr(r.body, "http_site_keep"));
 	resp_free(&r);
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 struct delta_req {
@@ -446,9 +394,8 @@ static void *delta_thread(void *arg)
 Test(http, delta_profile, .timeout = 120)
 {
 	struct heapd d;
-	http_heapd_start(&d, NULL);
-	struct prog p;
-	prog_start(&p, &d, true);
+	struct th_proc p;
+	ht_start(&d, NULL, &p);
 	const char *views[] = { "heap", "allocs" };
 	for (int v = 0; v < 2; v++) {
 		struct delta_req q = { .port = d.port };
@@ -456,7 +403,7 @@ Test(http, delta_profile, .timeout = 120)
 			 (int)p.pid);
 		pthread_t t;
 		cr_assert_eq(pthread_create(&t, NULL, delta_thread, &q), 0);
-		sleep_ms(500);
+		th_sleep_ms(500);
 		if (v == 0)
 			prog_more(&p); /* http_site_late, during the window */
 		pthread_join(t, NULL);
@@ -471,8 +418,7 @@ Test(http, delta_profile, .timeout = 120)
 		save(d.dir, name, &q.r);
 		resp_free(&q.r);
 		char *out;
-		int rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw %s",
-				d.dir, d.dir, d.dir, name);
+		int rc = th_pprof(&out, d.dir, "-raw %s", name);
 		cr_assert_eq(rc, 0, "go tool pprof -raw %s:\n%s", name, out);
 		cr_expect(strstr(out, "Duration: 2."), "%s: duration:\n%s", name, out);
 		cr_expect_null(strstr(out, "http_site_keep"), "%s: allocated before the window:\n%s",
@@ -485,8 +431,7 @@ Test(http, delta_profile, .timeout = 120)
 				       name, out);
 		free(out);
 	}
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* Go's error answers, with its texts, and ours for pids. */
@@ -497,7 +442,7 @@ Test(http, error_answers, .timeout = 120)
 	/* no process yet */
 	expect_go_error(d.port, "/debug/pprof/heap", 400,
 			"missing \"pid\" parameter: no profiled process is attached");
-	struct prog p;
+	struct th_proc p;
 	prog_start(&p, &d, true);
 	char path[256], msg[256];
 	expect_go_error(d.port, "/debug/pprof/heap?pid=99999999", 404,
@@ -531,15 +476,14 @@ Test(http, error_answers, .timeout = 120)
 	resp_free(&r);
 
 	/* two processes and no pid: which one? */
-	struct prog p2;
+	struct th_proc p2;
 	prog_start(&p2, &d, true);
 	snprintf(msg, sizeof(msg),
 		 "missing \"pid\" parameter: 2 profiled processes are attached; choose one with "
 		 "?pid=N (see /debug/pprof/)");
 	expect_go_error(d.port, "/debug/pprof/heap", 400, msg);
 	prog_stop(&p2);
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* A process whose uid is not in --http-uids is answered exactly as an unknown pid. */
@@ -550,7 +494,7 @@ Test(http, other_uid_is_unknown, .timeout = 120)
 	const char *extra[] = { "--http-uids", other, NULL };
 	struct heapd d;
 	http_heapd_start(&d, extra);
-	struct prog p;
+	struct th_proc p;
 	prog_start(&p, &d, false);
 	char path[256], msg[256];
 	const char *views[] = { "heap?pid=%d", "allocs?pid=%d&debug=1", "heap?pid=%d&seconds=1" };
@@ -574,22 +518,20 @@ Test(http, other_uid_is_unknown, .timeout = 120)
 	/* the symbol service names nothing of it either */
 	snprintf(path, sizeof(path), "/debug/pprof/symbol?pid=%d", (int)p.pid);
 	char body[64];
-	snprintf(body, sizeof(body), "%#lx", (unsigned long)(uintptr_t)&sleep_ms);
+	snprintf(body, sizeof(body), "%#lx", (unsigned long)(uintptr_t)&th_sleep_ms);
 	int rc = http_req(d.port, "POST", "/debug/pprof/symbol", body, &r);
 	cr_assert_eq(rc, 0);
 	cr_expect_str_eq(r.body, "num_symbols: 1\n");
 	resp_free(&r);
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* The index lists the attached processes with links; the symbol service names addresses. */
 Test(http, index_and_symbol, .timeout = 120)
 {
 	struct heapd d;
-	http_heapd_start(&d, NULL);
-	struct prog p;
-	prog_start(&p, &d, true);
+	struct th_proc p;
+	ht_start(&d, NULL, &p);
 	struct resp r;
 	http_get(d.port, "/debug/pprof/", &r);
 	cr_expect_eq(r.status, 200);
@@ -627,8 +569,7 @@ Test(http, index_and_symbol, .timeout = 120)
 	cr_expect_eq(r.status, 200);
 	cr_expect_str_eq(r.body, "num_symbols: 1\n");
 	resp_free(&r);
-	prog_stop(&p);
-	http_heapd_stop(&d);
+	ht_end(&d, &p);
 }
 
 /* Bad --http values are refused at start, on the terminal. */
@@ -636,17 +577,17 @@ Test(http, bad_options, .timeout = 60)
 {
 	const char *bad[] = { "nonsense", "127.0.0.1:99999", "::1:80", "[::1]", "no.such.host.invalid:1",
 			      "127.0.0.1:" };
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	for (size_t i = 0; i < LLGO_ARRAY_SIZE(bad); i++) {
 		char *out;
-		int rc = e2e_sh(&out, "%s --foreground --socket %s/s.sock --http '%s'", heapd_path(), dir,
+		int rc = th_sh(&out, "%s --foreground --socket %s/s.sock --http '%s'", heapd_path(), dir,
 				bad[i]);
 		cr_expect_neq(rc, 0, "--http %s accepted", bad[i]);
 		cr_expect(strstr(out, "--http"), "--http %s: %s", bad[i], out);
 		free(out);
 	}
 	char *out;
-	int rc = e2e_sh(&out, "%s --foreground --socket %s/s.sock --http :0 --http-uids 0,nouser_x",
+	int rc = th_sh(&out, "%s --foreground --socket %s/s.sock --http :0 --http-uids 0,nouser_x",
 			heapd_path(), dir);
 	cr_expect_neq(rc, 0);
 	cr_expect(strstr(out, "--http-uids"), "%s", out);
@@ -659,11 +600,11 @@ Test(http, bad_options, .timeout = 60)
 	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	cr_assert_eq(listen(s, 1), 0);
 	cr_assert_eq(getsockname(s, (struct sockaddr *)&sa, &sl), 0);
-	rc = e2e_sh(&out, "%s --foreground --socket %s/s.sock --http 127.0.0.1:%d", heapd_path(), dir,
+	rc = th_sh(&out, "%s --foreground --socket %s/s.sock --http 127.0.0.1:%d", heapd_path(), dir,
 		    ntohs(sa.sin_port));
 	cr_expect_neq(rc, 0);
 	cr_expect(strstr(out, "Address already in use"), "%s", out);
 	free(out);
 	close(s);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }

@@ -12,9 +12,9 @@
  */
 #include <math.h>
 
-#include "life_util.h"
+#include "helpers.h"
 
-#define PROG(name) E2E_PROGS "/" name
+#define PROG(name) TH_PROGS "/" name
 #define INUSE_N(a) (sizeof(a) / sizeof((a)[0]))
 
 struct inuse_site {
@@ -42,9 +42,9 @@ static void inuse_scale(long count, long size, long rate, double *oc, double *os
 /* Sum the records whose frame 0 is func. */
 static struct inuse_site inuse_site(const char *text, const char *func)
 {
-	static struct e2e_text_rec recs[65536];
+	static struct th_text_rec recs[65536];
 	long period;
-	int n = e2e_parse_text(text, &period, recs, 65536);
+	int n = th_parse_text(text, &period, recs, 65536);
 	struct inuse_site s;
 	memset(&s, 0, sizeof(s));
 	for (int i = 0; i < n; i++) {
@@ -84,15 +84,14 @@ static void inuse_check(const char *text, const struct expect *e, size_t n, cons
 
 Test(inuse, exact_at_rate_1_running_and_at_exit, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long n = 400;
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("inuse_sites"), "400", "aligned", NULL };
-	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
+	th_start(&p, &d, "1", 0, NULL, argv, NULL);
 	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+	cr_assert(th_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
 	cr_assert_str_eq(line, "ready");
 
 	struct expect running[] = {
@@ -107,17 +106,16 @@ Test(inuse, exact_at_rate_1_running_and_at_exit, .timeout = 120)
 	};
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	inuse_check(text, running, INUSE_N(running), "running");
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a), "no accounting line");
+	struct th_acct a;
+	cr_assert(th_text_acct(text, &a), "no accounting line");
 	cr_expect_eq(a.dropped, 0);
 	cr_expect(strstr(text, "untracked=") == NULL && strstr(text, "frees=untracked") == NULL,
 		  "in-use accounting not clean: %s", strstr(text, "# llgo-heap:"));
 	free(text);
 
-	fputs("go\n", p.in);
-	fflush(p.in);
-	cr_assert(lu_read_line(&p, line, sizeof(line), 60000));
-	int st = lu_wait(&p, 60000);
+	th_say(&p, "go");
+	cr_assert(th_read_line(&p, line, sizeof(line), 60000));
+	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 
 	/* After exit: the kept objects were freed in phase 2, everything else leaked. */
@@ -126,13 +124,12 @@ Test(inuse, exact_at_rate_1_running_and_at_exit, .timeout = 120)
 		struct llgo_list_entry e;
 		if (heapd_list_pid(d.sock, p.pid, &e) && e.state == LLGO_PROC_EXITED)
 			break;
-		lu_sleep_ms(50);
+		th_sleep_ms(50);
 	}
 	text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	inuse_check(text, running, INUSE_N(running), "at exit");
 	free(text);
-	heapd_stop(&d);
-	e2e_rmdir(dir);
+	heapd_cleanup(&d);
 }
 
 /*
@@ -157,14 +154,10 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 	};
 	bool pass = false;
 	for (int run = 0; run < 3 && !pass; run++) {
-		char *dir = e2e_tmpdir();
 		struct heapd d;
-		heapd_start(&d, dir, NULL);
-		struct lu_proc p;
-		char *argv[] = { PROG("inuse_sites"), "50000", NULL };
-		lu_start(&p, &d, "16384", 0, NULL, argv, NULL);
-		char line[256];
-		cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+		struct th_proc p;
+		th_run_start(&d, NULL, &p, "16384", 0,
+			     (char *[]){ PROG("inuse_sites"), "50000", NULL }, NULL, 60000);
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		cr_expect(strstr(text, "untracked=") == NULL, "%s", strstr(text, "# llgo-heap:"));
 		pass = true;
@@ -191,12 +184,10 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 			pass &= ok;
 		}
 		free(text);
-		fputs("go\n", p.in);
-		fflush(p.in);
-		int st = lu_wait(&p, 60000);
+		th_say(&p, "go");
+		int st = th_wait(&p, 60000);
 		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-		heapd_stop(&d);
-		e2e_rmdir(dir);
+		heapd_cleanup(&d);
 	}
 }
 
@@ -204,15 +195,14 @@ Test(inuse, estimates_at_sampled_rate, .timeout = 300)
 
 static void inuse_rate_change(const char *rate)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long n = 20000;
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("inuse_phases"), "rate", "20000", NULL };
-	lu_start(&p, &d, rate, 0, NULL, argv, NULL);
+	th_start(&p, &d, rate, 0, NULL, argv, NULL);
 	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+	cr_assert(th_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct inuse_site before = inuse_site(text, "site_before");
 	free(text);
@@ -224,12 +214,11 @@ static void inuse_rate_change(const char *rate)
 
 	/* Sampling off, then the program frees what was sampled before. */
 	char *out = NULL;
-	int rc = e2e_sh(&out, "%s/llgo-heap rate %d 0 --socket %s", E2E_BIN, (int)p.pid, d.sock);
+	int rc = th_sh(&out, "%s/llgo-heap rate %d 0 --socket %s", TH_BIN, (int)p.pid, d.sock);
 	cr_assert_eq(rc, 0, "%s", out);
 	free(out);
-	fputs("go\n", p.in);
-	fflush(p.in);
-	cr_assert(lu_read_line(&p, line, sizeof(line), 60000));
+	th_say(&p, "go");
+	cr_assert(th_read_line(&p, line, sizeof(line), 60000));
 	text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct inuse_site after_free = inuse_site(text, "site_before");
 	struct inuse_site after = inuse_site(text, "site_after");
@@ -239,11 +228,9 @@ static void inuse_rate_change(const char *rate)
 		     after_free.inuse_objects);
 	cr_expect_eq(after.alloc_objects, 0, "sampled at rate 0");
 	free(text);
-	fputs("go\n", p.in);
-	fflush(p.in);
-	lu_wait(&p, 60000);
-	heapd_stop(&d);
-	e2e_rmdir(dir);
+	th_say(&p, "go");
+	th_wait(&p, 60000);
+	heapd_cleanup(&d);
 }
 
 /* At rate 1, 4.3 million objects made and freed before any snapshot (more than the daemon
@@ -253,14 +240,10 @@ static void inuse_rate_change(const char *rate)
  * other for every record, however many came before. */
 Test(inuse, kept_after_millions_freed_at_rate_1, .timeout = 600)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
-	char *argv[] = { PROG("inuse_phases"), "churn", "4300000", "3000", NULL };
-	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
-	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 300000), "program did not get ready");
+	struct th_proc p;
+	th_run_start(&d, NULL, &p, "1", 0,
+		     (char *[]){ PROG("inuse_phases"), "churn", "4300000", "3000", NULL }, NULL, 300000);
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	struct inuse_site churn = inuse_site(text, "site_churn");
 	struct inuse_site kept = inuse_site(text, "site_kept");
@@ -270,11 +253,9 @@ Test(inuse, kept_after_millions_freed_at_rate_1, .timeout = 600)
 	cr_expect_eq(kept.inuse_objects, 3000, "site_kept: %ld of 3000 in use:\n%.1500s",
 		     kept.inuse_objects, text);
 	free(text);
-	fputs("go\n", p.in);
-	fflush(p.in);
-	lu_wait(&p, 60000);
-	heapd_stop(&d);
-	e2e_rmdir(dir);
+	th_say(&p, "go");
+	th_wait(&p, 60000);
+	heapd_cleanup(&d);
 }
 
 Test(inuse, freed_after_change_from_rate_1_to_0, .timeout = 120)
@@ -292,21 +273,19 @@ Test(inuse, freed_after_change_from_sampled_rate_to_0, .timeout = 120)
  * table gave them the parent's later offsets: free() aborted on a pointer inside a block). */
 Test(inuse, fork_child_frees_objects_its_parent_freed_since, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	heapd_start(&d, NULL, NULL);
+	struct th_proc p;
 	char *argv[] = { PROG("inuse_phases"), "forkrace", "20000", NULL };
-	lu_start(&p, &d, "4096", 0, NULL, argv, NULL);
+	th_start(&p, &d, "4096", 0, NULL, argv, NULL);
 	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+	cr_assert(th_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
 	int st = atoi(line + 6);
 	cr_expect(strncmp(line, "ready ", 6) == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		  "the child ended with wait status %d (%s)", st, line);
-	int pst = lu_wait(&p, 30000);
+	int pst = th_wait(&p, 30000);
 	cr_expect(WIFEXITED(pst) && WEXITSTATUS(pst) == 0, "parent status %d", pst);
-	heapd_stop(&d);
-	e2e_rmdir(dir);
+	heapd_cleanup(&d);
 }
 
 /* The child frees its copies of the parent's objects: the parent's stay live. */
@@ -314,15 +293,14 @@ Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 {
 	const char *rates[] = { "1", "4096" };
 	for (size_t r = 0; r < 2; r++) {
-		char *dir = e2e_tmpdir();
 		struct heapd d;
-		heapd_start(&d, dir, NULL);
+		heapd_start(&d, NULL, NULL);
 		const long n = 5000;
-		struct lu_proc p;
+		struct th_proc p;
 		char *argv[] = { PROG("inuse_phases"), "fork", "5000", NULL };
-		lu_start(&p, &d, rates[r], 0, NULL, argv, NULL);
+		th_start(&p, &d, rates[r], 0, NULL, argv, NULL);
 		char line[256];
-		cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+		cr_assert(th_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
 		int child = atoi(line + 6);
 		cr_assert(child > 0, "%s", line);
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
@@ -338,7 +316,7 @@ Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 			struct llgo_list_entry e;
 			if (heapd_list_pid(d.sock, child, &e) && e.state == LLGO_PROC_EXITED)
 				break;
-			lu_sleep_ms(50);
+			th_sleep_ms(50);
 		}
 		text = heapd_snapshot(d.sock, child, LLGO_FORMAT_TEXT, NULL);
 		struct inuse_site c = inuse_site(text, "site_child");
@@ -350,11 +328,9 @@ Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 			cr_expect_eq(c.inuse_objects, n);
 		cr_expect_eq(cb.alloc_objects, 0, "the child's profile holds its parent's samples");
 		free(text);
-		fputs("go\n", p.in);
-		fflush(p.in);
-		lu_wait(&p, 60000);
-		heapd_stop(&d);
-		e2e_rmdir(dir);
+		th_say(&p, "go");
+		th_wait(&p, 60000);
+		heapd_cleanup(&d);
 	}
 }
 
@@ -363,9 +339,9 @@ Test(inuse, fork_child_frees_do_not_touch_the_parent, .timeout = 120)
 /* Every record of a legacy text: 0 <= in use <= allocated. */
 static void inuse_sane(const char *text, int round)
 {
-	static struct e2e_text_rec recs[65536];
+	static struct th_text_rec recs[65536];
 	long period;
-	int n = e2e_parse_text(text, &period, recs, 65536);
+	int n = th_parse_text(text, &period, recs, 65536);
 	for (int i = 0; i < n; i++) {
 		cr_assert(recs[i].inuse_objects >= 0 && recs[i].inuse_bytes >= 0 &&
 				  recs[i].inuse_objects <= recs[i].alloc_objects &&
@@ -378,19 +354,18 @@ static void inuse_sane(const char *text, int round)
 
 Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	heapd_start(&d, NULL, NULL);
+	struct th_proc p;
 	/* long enough for three snapshots even when a sanitizer slows the daemon down */
 	char *argv[] = { PROG("stress_sites"), "16", "time", getenv("LLGO_SAN") ? "12000" : "4000",
 			 NULL };
-	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
+	th_start(&p, &d, "1", 0, NULL, argv, NULL);
 	for (int i = 0; i < 400; i++) {
 		struct llgo_list_entry e;
 		if (heapd_list_pid(d.sock, p.pid, &e))
 			break;
-		lu_sleep_ms(5);
+		th_sleep_ms(5);
 	}
 	int rounds = 0, st = 0;
 	for (;;) {
@@ -399,23 +374,23 @@ Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 		free(text);
 		if (waitpid(p.pid, &st, WNOHANG) == p.pid)
 			break;
-		lu_sleep_ms(20);
+		th_sleep_ms(20);
 	}
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 	pid_t pid = p.pid;
-	char *out = lu_read_rest(&p, 10000);
+	char *out = th_read_rest(&p, 10000);
 	for (int i = 0; i < 200; i++) {
 		struct llgo_list_entry e;
 		if (heapd_list_pid(d.sock, pid, &e) && e.state == LLGO_PROC_EXITED)
 			break;
-		lu_sleep_ms(50);
+		th_sleep_ms(50);
 	}
 	/* At exit: every allocation counted, every one freed. */
 	char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
 	inuse_sane(text, rounds);
 	const char *names[] = { "stress_a", "stress_b", "stress_c", "stress_d", "stress_e" };
 	for (size_t i = 0; i < INUSE_N(names); i++) {
-		long truth = lu_site_truth(out, names[i]);
+		long truth = th_site_truth(out, names[i]);
 		struct inuse_site s = inuse_site(text, names[i]);
 		cr_expect(truth > 0, "no truth for %s:\n%s", names[i], out);
 		cr_expect_eq(s.alloc_objects, truth, "%s: %ld allocations, made %ld", names[i],
@@ -423,43 +398,37 @@ Test(inuse, sixteen_threads_with_snapshots_every_20ms, .timeout = 300)
 		cr_expect_eq(s.inuse_objects, 0, "%s: %ld in use, all were freed", names[i],
 			     s.inuse_objects);
 	}
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
+	struct th_acct a;
+	cr_assert(th_text_acct(text, &a));
 	cr_expect_eq(a.dropped, 0, "dropped at rate 1 with waiting: %llu", a.dropped);
 	free(text);
 	free(out);
 	fclose(p.in);
 	fclose(p.out);
-	heapd_stop(&d);
-	e2e_rmdir(dir);
+	heapd_cleanup(&d);
 	/* (the first snapshot symbolizes cold: it can take a second on a loaded machine) */
 	cr_expect(rounds >= 3, "only %d snapshots while it ran", rounds);
 }
 
 /* A 4 KiB ring holds about 60 records: 200,000 allocations at rate 1 fill it again and again.
  * By default (rate 1) the allocating thread waits for the daemon: nothing is lost. */
-static void inuse_burst(const char *const *extra, struct lu_acct *a, long *count)
+static void inuse_burst(const char *const *extra, struct th_acct *a, long *count)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
-	char *argv[] = { PROG("life_idle"), "200000", NULL };
-	lu_start(&p, &d, "1", 4, NULL, argv, extra);
-	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
+	struct th_proc p;
+	th_run_start(&d, NULL, &p, "1", 4, (char *[]){ PROG("life_idle"), "200000", NULL }, extra,
+		     120000);
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-	cr_assert(lu_text_acct(text, a));
-	*count = lu_text_count(text, "idle_site", 333);
+	cr_assert(th_text_acct(text, a));
+	*count = th_text_count(text, "idle_site", 333);
 	free(text);
-	lu_wait(&p, 60000);
-	heapd_stop(&d);
-	e2e_rmdir(dir);
+	th_wait(&p, 60000);
+	heapd_cleanup(&d);
 }
 
 Test(inuse, rate_1_waits_for_a_full_ring, .timeout = 300)
 {
-	struct lu_acct a;
+	struct th_acct a;
 	long count;
 	inuse_burst(NULL, &a, &count);
 	cr_expect_eq(a.dropped, 0, "dropped %llu of %llu at rate 1", a.dropped, a.sampled);
@@ -470,7 +439,7 @@ Test(inuse, rate_1_waits_for_a_full_ring, .timeout = 300)
 Test(inuse, full_drop_overrides_the_wait, .timeout = 300)
 {
 	const char *extra[] = { "LLGO_HEAP_FULL=drop", NULL };
-	struct lu_acct a;
+	struct th_acct a;
 	long count;
 	inuse_burst(extra, &a, &count);
 	cr_expect(a.dropped > 0, "nothing dropped from a 4 KiB ring with LLGO_HEAP_FULL=drop");
@@ -484,33 +453,30 @@ Test(inuse, full_drop_overrides_the_wait, .timeout = 300)
  * once while the daemon stays stopped. The program finishes. */
 Test(inuse, stopped_daemon_does_not_hang_a_waiting_program, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	heapd_start(&d, NULL, NULL);
+	struct th_proc p;
 	char *argv[] = { PROG("life_idle"), "100000", NULL };
 	const char *extra[] = { "LLGO_HEAP_FULL=wait", NULL };
-	lu_start(&p, &d, "1", 4, NULL, argv, extra);
+	th_start(&p, &d, "1", 4, NULL, argv, extra);
 	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
+	cr_assert(th_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
 	heapd_pause(&d);
-	long t0 = lu_now_ms();
-	fputs("go\n", p.in);
-	fflush(p.in);
-	bool ok = lu_read_line(&p, line, sizeof(line), 30000);
-	long ms = lu_now_ms() - t0;
+	long t0 = th_now_ms();
+	th_say(&p, "go");
+	bool ok = th_read_line(&p, line, sizeof(line), 30000);
+	long ms = th_now_ms() - t0;
 	heapd_resume(&d);
 	cr_assert(ok, "program hung with the daemon stopped");
 	cr_expect(ms < 5000, "100,000 allocations took %ld ms with the daemon stopped", ms);
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
+	struct th_acct a;
+	cr_assert(th_text_acct(text, &a));
 	cr_expect(a.dropped > 0, "nothing dropped while the daemon was stopped");
 	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
 	free(text);
-	lu_wait(&p, 60000);
-	heapd_stop(&d);
-	e2e_rmdir(dir);
+	th_wait(&p, 60000);
+	heapd_cleanup(&d);
 }
 
 /* Placed objects whose record was dropped (a 4 KiB ring at rate 64 overflows at once) are
@@ -518,28 +484,25 @@ Test(inuse, stopped_daemon_does_not_hang_a_waiting_program, .timeout = 120)
  * nothing dropped is in use. */
 Test(inuse, dropped_records_at_a_sampled_rate, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	heapd_start(&d, NULL, NULL);
+	struct th_proc p;
 	char *argv[] = { PROG("inuse_sites"), "20000", NULL };
 	const char *extra[] = { "LLGO_HEAP_FULL=drop", NULL };
-	lu_start(&p, &d, "64", 4, NULL, argv, extra);
+	th_start(&p, &d, "64", 4, NULL, argv, extra);
 	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+	cr_assert(th_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
+	struct th_acct a;
+	cr_assert(th_text_acct(text, &a));
 	cr_expect(a.dropped > 0, "a 4 KiB ring at rate 64 dropped nothing");
 	inuse_sane(text, 0);
 	struct inuse_site s = inuse_site(text, "site_freed");
 	cr_expect_eq(s.inuse_objects, 0);
 	free(text);
-	fputs("go\n", p.in);
-	fflush(p.in);
-	cr_assert(lu_read_line(&p, line, sizeof(line), 60000));
-	int st = lu_wait(&p, 60000);
+	th_say(&p, "go");
+	cr_assert(th_read_line(&p, line, sizeof(line), 60000));
+	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-	heapd_stop(&d);
-	e2e_rmdir(dir);
+	heapd_cleanup(&d);
 }

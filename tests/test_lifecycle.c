@@ -17,40 +17,39 @@
  */
 #include <pthread.h>
 
-#include "life_util.h"
+#include "helpers.h"
 
-#define PROG(name) E2E_PROGS "/" name
+#define PROG(name) TH_PROGS "/" name
 
 /* ---- thread churn ------------------------------------------------------------------------ */
 
 Test(lifecycle, twenty_thousand_threads, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const char *nthreads = "20000";
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("life_churn"), (char *)nthreads, "4", "8", NULL };
-	long t0 = lu_now_ms();
-	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
-	char *out = lu_read_rest(&p, 120000);
-	int st = lu_wait(&p, 120000);
-	long ms = lu_now_ms() - t0;
+	long t0 = th_now_ms();
+	th_start(&p, &d, "1", 0, NULL, argv, NULL);
+	char *out = th_read_rest(&p, 120000);
+	int st = th_wait(&p, 120000);
+	long ms = th_now_ms() - t0;
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x:\n%s", st, out);
 
-	long churn = lu_site_truth(out, "churn_site"), ctor = lu_site_truth(out, "ctor_site");
+	long churn = th_site_truth(out, "churn_site"), ctor = th_site_truth(out, "ctor_site");
 	const char *h = strstr(out, "hwm_kb_end ");
 	long prog_hwm = h ? atol(h + 11) : -1;
 	h = strstr(out, "hwm_kb_early ");
 	long prog_hwm_early = h ? atol(h + 13) : -1;
-	long daemon_hwm = lu_status_kb(d.pid, "VmHWM");
+	long daemon_hwm = th_status_kb(d.pid, "VmHWM");
 	cr_assert_eq(churn, atol(nthreads) * 4);
 
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
-	long got = lu_text_count(text, "churn_site", 40);
-	long got_ctor = lu_text_count(text, "ctor_site", 72);
+	struct th_acct a;
+	cr_assert(th_text_acct(text, &a));
+	long got = th_text_count(text, "churn_site", 40);
+	long got_ctor = th_text_count(text, "ctor_site", 72);
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_log_info("churn: %s threads (8 at a time) in %ld ms: %ld/%ld at churn_site, %ld/%ld "
@@ -69,47 +68,34 @@ Test(lifecycle, twenty_thousand_threads, .timeout = 300)
 	 * (and the drain's delay), not the threads that ever lived */
 	cr_expect_lt(e.rings, 1024, "%u rings for %s threads", e.rings, nthreads);
 	/* ASan's allocator and shadow need room of their own */
-	long daemon_max = lu_san()[0] ? 512 * 1024 : 128 * 1024;
+	long daemon_max = th_san()[0] ? 512 * 1024 : 128 * 1024;
 	cr_expect(prog_hwm > 0 && prog_hwm < 64 * 1024, "program peak RSS %ld KiB", prog_hwm);
 	cr_expect(daemon_hwm > 0 && daemon_hwm < daemon_max, "daemon peak RSS %ld KiB",
 		  daemon_hwm);
 	free(text);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 Test(lifecycle, threads_older_than_the_attach, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	char preload[1024];
 	snprintf(preload, sizeof(preload), "%s %s", LLGO_PLAIN_SHIM, PROG("liblife_early.so"));
 	for (int round = 0; round < 3; round++) {
-		struct lu_proc p;
+		struct th_proc p;
 		char *argv[] = { PROG("life_early"), "2000", NULL };
-		lu_start(&p, &d, "1", 4096, preload, argv, NULL);
-		char *out = lu_read_rest(&p, 30000);
-		int st = lu_wait(&p, 30000);
-		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x:\n%s", st, out);
-		long truth = lu_site_truth(out, "early_site");
+		th_start(&p, &d, "1", 4096, preload, argv, NULL);
+		char *out = th_finish(&p, 30000);
+		long truth = th_site_truth(out, "early_site");
 		cr_assert_eq(truth, 8000, "%s", out);
-		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-		struct lu_acct a;
-		cr_assert(lu_text_acct(text, &a));
-		long got = lu_text_count(text, "early_site", 96);
-		cr_log_info("early threads, round %d: %ld/%ld at early_site; sampled=%llu "
-			    "delivered=%llu dropped=%llu corrupt=%llu", round, got, truth, a.sampled,
-			    a.delivered, a.dropped, a.corrupt);
-		cr_expect_eq(got, truth);
-		cr_expect_eq(a.sampled, a.delivered);
-		cr_expect_eq(a.corrupt, 0);
-		free(text);
+		char what[64];
+		snprintf(what, sizeof(what), "early threads, round %d", round);
+		free(th_expect_exact(d.sock, p.pid, "early_site", 96, truth, what, NULL));
 		free(out);
 	}
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- fork, vfork, posix_spawn from threads ---------------------------------------------- */
@@ -119,54 +105,43 @@ static void check_child(const struct heapd *d, pid_t pid, const char *site, long
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d->sock, pid, &e), "child %d is not a profiled process", (int)pid);
 	char *text = heapd_snapshot(d->sock, pid, LLGO_FORMAT_TEXT, NULL);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
-	long got = lu_text_count(text, site, size);
+	struct th_acct a;
+	cr_assert(th_text_acct(text, &a));
+	long got = th_text_count(text, site, size);
 	cr_expect_eq(got, k, "child %d: %ld at %s, %ld made", (int)pid, got, site, k);
 	cr_expect(a.sampled == a.delivered && a.corrupt == 0,
 		  "child %d: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu", (int)pid,
 		  a.sampled, a.delivered, a.dropped, a.corrupt);
-	cr_expect_eq(lu_text_count(text, "parent_site", 0), 0, "child %d has parent records",
+	cr_expect_eq(th_text_count(text, "parent_site", 0), 0, "child %d has parent records",
 		     (int)pid);
 	/* made before the child re-attached: not sampled anywhere */
-	cr_expect_eq(lu_text_count(text, "atfork_site", 0), 0, "child %d has atfork records",
+	cr_expect_eq(th_text_count(text, "atfork_site", 0), 0, "child %d has atfork records",
 		     (int)pid);
 	free(text);
 }
 
 Test(lifecycle, fork_vfork_spawn_from_threads, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const int threads = 4, rounds = 4, k = 200;
 	/* the second run has a fork child handler that allocates before the shim's runs */
 	char preload[1024];
 	snprintf(preload, sizeof(preload), "%s %s", LLGO_PLAIN_SHIM, PROG("liblife_atfork.so"));
 	for (int run = 0; run < 2; run++) {
-		struct lu_proc p;
+		struct th_proc p;
 		char *argv[] = { PROG("life_fork"), "4", "4", "200", NULL };
-		lu_start(&p, &d, "1", 1024, run ? preload : NULL, argv, NULL);
-		char *out = lu_read_rest(&p, 90000);
-		int st = lu_wait(&p, 90000);
-		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x (deadlock ends in "
-			  "SIGALRM):\n%s", st, out);
-		long truth = lu_site_truth(out, "parent_site");
+		th_start(&p, &d, "1", 1024, run ? preload : NULL, argv, NULL);
+		char *out = th_finish(&p, 90000); /* a deadlock ends in SIGALRM */
+		long truth = th_site_truth(out, "parent_site");
 		cr_assert_eq(truth, (long)(threads + 1) * rounds * k);
 
-		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-		struct lu_acct a;
-		cr_assert(lu_text_acct(text, &a));
-		long got = lu_text_count(text, "parent_site", 100);
-		cr_log_info("fork run %d: parent %ld/%ld at parent_site; sampled=%llu "
-			    "delivered=%llu dropped=%llu corrupt=%llu", run, got, truth, a.sampled,
-			    a.delivered, a.dropped, a.corrupt);
-		cr_expect_eq(got, truth);
-		cr_expect_eq(a.sampled, a.delivered);
-		cr_expect_eq(a.corrupt, 0);
+		char what[64];
+		snprintf(what, sizeof(what), "fork run %d: parent", run);
+		char *text = th_expect_exact(d.sock, p.pid, "parent_site", 100, truth, what, NULL);
 		const char *theirs[] = { "child_site", "exec_site", "spawn_site", "atfork_site" };
 		for (int i = 0; i < 4; i++)
-			cr_expect_eq(lu_text_count(text, theirs[i], 0), 0,
+			cr_expect_eq(th_text_count(text, theirs[i], 0), 0,
 				     "the parent's profile has %s", theirs[i]);
 		free(text);
 
@@ -186,8 +161,7 @@ Test(lifecycle, fork_vfork_spawn_from_threads, .timeout = 300)
 		cr_expect_eq(nchild, threads * rounds * 3);
 		free(out);
 	}
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- raw clone and clone3 ----------------------------------------------------------------- */
@@ -195,9 +169,9 @@ Test(lifecycle, fork_vfork_spawn_from_threads, .timeout = 300)
 /* In-use objects at frame 0 func in a legacy-text profile. */
 static long inuse_at(const char *text, const char *func)
 {
-	static struct e2e_text_rec recs[65536];
+	static struct th_text_rec recs[65536];
 	long period, total = 0;
-	int n = e2e_parse_text(text, &period, recs, 65536);
+	int n = th_parse_text(text, &period, recs, 65536);
 	for (int i = 0; i < n; i++)
 		if (strcmp(recs[i].frame0, func) == 0)
 			total += recs[i].inuse_objects;
@@ -217,21 +191,20 @@ static long inuse_at(const char *text, const char *func)
  */
 Test(lifecycle, raw_clone_children_run_unchanged, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long k = 1000;
 	const char *rates[] = { "1", "524288" };
 	for (int run = 0; run < 2; run++) {
 		bool exact = run == 0;
-		struct lu_proc p;
+		struct th_proc p;
 		char *argv[] = { PROG("life_clone"), "1000", NULL };
-		lu_start(&p, &d, rates[run], 1024, NULL, argv, NULL);
+		th_start(&p, &d, rates[run], 1024, NULL, argv, NULL);
 		/* the parent waits for its stdin to close: its snapshot is taken while it lives */
 		/* out starts with a newline: every line of it is found as "\nWORD " */
 		char out[8192] = "\n", line[256];
 		size_t used = 1;
-		while (lu_read_line(&p, line, sizeof(line), 90000) && strcmp(line, "ready") != 0) {
+		while (th_read_line(&p, line, sizeof(line), 90000) && strcmp(line, "ready") != 0) {
 			size_t n = strlen(line);
 			if (used + n + 2 <= sizeof(out)) {
 				memcpy(out + used, line, n);
@@ -241,7 +214,7 @@ Test(lifecycle, raw_clone_children_run_unchanged, .timeout = 300)
 			}
 		}
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-		int st = lu_wait(&p, 60000);
+		int st = th_wait(&p, 60000);
 		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rate %s: status 0x%x:%s",
 			  rates[run], st, out);
 		const char *kinds[] = { "clone", "clone3", "vfork", "files" };
@@ -274,11 +247,11 @@ Test(lifecycle, raw_clone_children_run_unchanged, .timeout = 300)
 			}
 		}
 
-		struct lu_acct a;
-		cr_assert(lu_text_acct(text, &a), "%s", text);
-		long parent = lu_text_count(text, "parent_site", 100),
-		     big = lu_text_count(text, "big_site", 65536), keep = inuse_at(text, "keep_site"),
-		     vfork = lu_text_count(text, "vfork_site", 400);
+		struct th_acct a;
+		cr_assert(th_text_acct(text, &a), "%s", text);
+		long parent = th_text_count(text, "parent_site", 100),
+		     big = th_text_count(text, "big_site", 65536), keep = inuse_at(text, "keep_site"),
+		     vfork = th_text_count(text, "vfork_site", 400);
 		cr_log_info("raw clone, rate %s: parent %ld at parent_site, %ld at big_site, %ld in "
 			    "use at keep_site, %ld at vfork_site; sampled=%llu delivered=%llu "
 			    "dropped=%llu corrupt=%llu", rates[run], parent, big, keep, vfork,
@@ -297,7 +270,7 @@ Test(lifecycle, raw_clone_children_run_unchanged, .timeout = 300)
 		}
 		const char *theirs[] = { "clone_site", "clone3_site", "churn_site", "files_site" };
 		for (int i = 0; i < 4; i++)
-			cr_expect_eq(lu_text_count(text, theirs[i], 0), 0,
+			cr_expect_eq(th_text_count(text, theirs[i], 0), 0,
 				     "rate %s: the parent's profile has %s", rates[run], theirs[i]);
 		free(text);
 		/* a child sharing the parent's descriptor table could only attach through it (its
@@ -314,11 +287,11 @@ Test(lifecycle, raw_clone_children_run_unchanged, .timeout = 300)
 				continue;
 			}
 			char *ct = heapd_snapshot(d.sock, children[i], LLGO_FORMAT_TEXT, NULL);
-			struct lu_acct ca;
-			cr_assert(lu_text_acct(ct, &ca));
-			long own = lu_text_count(ct, children[i] == children[0] ? "clone_site"
+			struct th_acct ca;
+			cr_assert(th_text_acct(ct, &ca));
+			long own = th_text_count(ct, children[i] == children[0] ? "clone_site"
 										: "clone3_site", 0),
-			     churn = lu_text_count(ct, "churn_site", 0);
+			     churn = th_text_count(ct, "churn_site", 0);
 			cr_log_info("raw clone, rate %s: %s child %d: %ld at its site, %ld at "
 				    "churn_site; sampled=%llu delivered=%llu dropped=%llu corrupt=%llu",
 				    rates[run], i ? "clone3" : "clone", (int)children[i], own, churn, ca.sampled,
@@ -334,45 +307,55 @@ Test(lifecycle, raw_clone_children_run_unchanged, .timeout = 300)
 			const char *parents[] = { "parent_site", "big_site", "keep_site",
 						  "vfork_site" };
 			for (int j = 0; j < 4; j++)
-				cr_expect_eq(lu_text_count(ct, parents[j], 0), 0,
+				cr_expect_eq(th_text_count(ct, parents[j], 0), 0,
 					     "rate %s: child %d has the parent's %s", rates[run],
 					     (int)children[i], parents[j]);
 			free(ct);
 		}
 	}
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- bucket caps -------------------------------------------------------------------------- */
 
-Test(lifecycle, bucket_cap_reported, .timeout = 120)
+/* stress_stacks with n distinct stacks at rate 1, run to its end under a daemon d started
+ * with opts: its pid and profile (malloc'ed), which must say the cap was hit (how often in
+ * *hits), its accounting in *a and its LIST row in *e. */
+static char *capped_run(struct heapd *d, const char *const *opts, const char *n, pid_t *pid,
+			struct th_acct *a, long *hits, struct llgo_list_entry *e)
 {
-	char *dir = e2e_tmpdir();
-	struct heapd d;
-	const char *opts[] = { "--max-buckets", "100", NULL };
-	heapd_start(&d, dir, opts);
-	struct lu_proc p;
-	char *argv[] = { PROG("stress_stacks"), "1000", NULL };
-	lu_start(&p, &d, "1", 1024, NULL, argv, NULL);
-	char *out = lu_read_rest(&p, 30000);
-	cr_assert_eq(lu_wait(&p, 30000), 0, "%s", out);
-	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
+	heapd_start(d, NULL, opts);
+	struct th_proc p;
+	th_start(&p, d, "1", 1024, NULL, (char *[]){ PROG("stress_stacks"), (char *)n, NULL },
+		 NULL);
+	free(th_finish(&p, 30000));
+	*pid = p.pid;
+	char *text = heapd_snapshot(d->sock, p.pid, LLGO_FORMAT_TEXT, NULL);
+	cr_assert(th_text_acct(text, a));
 	const char *cap = strstr(text, "# llgo-heap: bucket cap reached: ");
 	cr_assert(cap, "the profile does not say the cap was hit:\n%.1000s", text);
-	long hits = atol(cap + strlen("# llgo-heap: bucket cap reached: "));
+	*hits = atol(cap + strlen("# llgo-heap: bucket cap reached: "));
+	cr_assert(heapd_list_pid(d->sock, p.pid, e));
+	return text;
+}
+
+Test(lifecycle, bucket_cap_reported, .timeout = 120)
+{
+	struct heapd d;
+	pid_t pid;
+	struct th_acct a;
+	long hits;
 	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
-	long in_buckets = lu_text_count(text, "stacks_site", 0);
+	char *text = capped_run(&d, (const char *[]){ "--max-buckets", "100", NULL }, "1000", &pid,
+				&a, &hits, &e);
+	long in_buckets = th_text_count(text, "stacks_site", 0);
 	cr_log_info("cap 100: %llu buckets in LIST, %ld records without their stack, %ld in "
 		    "stacks_site buckets; sampled=%llu delivered=%llu", (unsigned long long)e.buckets,
 		    hits, in_buckets, a.sampled, a.delivered);
 	/* 100 buckets and the overflow bucket; every record is counted somewhere */
 	cr_expect_eq(e.buckets, 101);
 	cr_expect_gt(hits, 800);
-	cr_expect_eq(lu_text_total(text), (long)a.delivered);
+	cr_expect_eq(th_text_total(text), (long)a.delivered);
 	cr_expect_eq(a.sampled, a.delivered);
 	cr_expect_leq(in_buckets + hits, (long)a.delivered);
 	cr_expect_geq(in_buckets + hits, 1000, "%ld in buckets + %ld in the overflow",
@@ -380,55 +363,40 @@ Test(lifecycle, bucket_cap_reported, .timeout = 120)
 	free(text);
 	/* the pprof says it too, in a comment */
 	size_t len;
-	char *pb = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_PPROF, &len);
+	char *pb = heapd_snapshot(d.sock, pid, LLGO_FORMAT_PPROF, &len);
 	char path[4200];
-	snprintf(path, sizeof(path), "%s/cap.pb.gz", dir);
+	snprintf(path, sizeof(path), "%s/cap.pb.gz", d.dir);
 	FILE *f = fopen(path, "wb");
 	cr_assert(f && fwrite(pb, 1, len, f) == len);
 	fclose(f);
 	free(pb);
 	char *gout;
-	int rc = e2e_sh(&gout, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw %s", dir,
-			dir, dir, path);
+	int rc = th_pprof(&gout, d.dir, "-raw %s", path);
 	cr_expect_eq(rc, 0, "%s", gout);
 	cr_expect(strstr(gout, "bucket cap reached") != NULL, "no cap comment:\n%.800s", gout);
 	free(gout);
-	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* The memory cap (--max-memory): hit, reported the same way. */
 Test(lifecycle, memory_cap_reported, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	const char *opts[] = { "--max-memory", "64K", NULL };
-	heapd_start(&d, dir, opts);
-	struct lu_proc p;
-	char *argv[] = { PROG("stress_stacks"), "2000", NULL };
-	lu_start(&p, &d, "1", 1024, NULL, argv, NULL);
-	char *out = lu_read_rest(&p, 30000);
-	cr_assert_eq(lu_wait(&p, 30000), 0, "%s", out);
-	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
-	const char *cap = strstr(text, "# llgo-heap: bucket cap reached: ");
-	cr_assert(cap, "the profile does not say the cap was hit:\n%.1000s", text);
-	long hits = atol(cap + strlen("# llgo-heap: bucket cap reached: "));
+	pid_t pid;
+	struct th_acct a;
+	long hits;
 	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
+	char *text = capped_run(&d, (const char *[]){ "--max-memory", "64K", NULL }, "2000", &pid, &a,
+				&hits, &e);
 	cr_log_info("memory cap 64 KiB: %llu buckets in LIST, %ld records without their stack; "
 		    "sampled=%llu delivered=%llu", (unsigned long long)e.buckets, hits, a.sampled,
 		    a.delivered);
 	cr_expect(e.buckets > 1 && e.buckets < 2000);
 	cr_expect_gt(hits, 0);
-	cr_expect_eq(lu_text_total(text), (long)a.delivered);
+	cr_expect_eq(th_text_total(text), (long)a.delivered);
 	cr_expect_eq(a.sampled, a.delivered);
 	free(text);
-	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- stuck clients -------------------------------------------------------------------------- */
@@ -455,12 +423,12 @@ static void *slow_reader_main(void *arg)
 			close(s);
 		return NULL;
 	}
-	lu_sleep_ms(1000);
+	th_sleep_ms(1000);
 	client_set_timeout(s, HEAPD_ANSWER_TIMEOUT_MS);
 	unsigned char *pkt = malloc(LLGO_MSG_MAX);
 	int rc;
 	while ((rc = client_recv_packet(s, pkt, &r->answer)) == 0)
-		lu_sleep_ms(1);
+		th_sleep_ms(1);
 	r->rc = rc < 0 ? rc : r->answer.status;
 	free(pkt);
 	close(s);
@@ -469,27 +437,26 @@ static void *slow_reader_main(void *arg)
 
 Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	/* a process with a profile of 10,000 buckets (several MB of text) */
-	struct lu_proc big;
+	struct th_proc big;
 	char *bargv[] = { PROG("stress_stacks"), "10000", NULL };
-	lu_start(&big, &d, "1", 4096, NULL, bargv, NULL);
-	char *bout = lu_read_rest(&big, 30000);
-	cr_assert_eq(lu_wait(&big, 30000), 0, "%s", bout);
+	th_start(&big, &d, "1", 4096, NULL, bargv, NULL);
+	char *bout = th_read_rest(&big, 30000);
+	cr_assert_eq(th_wait(&big, 30000), 0, "%s", bout);
 	free(bout);
 	size_t hugelen;
-	long t0 = lu_now_ms();
+	long t0 = th_now_ms();
 	char *huge = heapd_snapshot(d.sock, big.pid, LLGO_FORMAT_TEXT, &hugelen);
-	long huge_ms = lu_now_ms() - t0;
+	long huge_ms = th_now_ms() - t0;
 
 	/* a live process that allocates on demand */
-	struct lu_proc small;
+	struct th_proc small;
 	char *sargv[] = { PROG("life_idle"), "100", NULL };
-	lu_start(&small, &d, "1", 0, NULL, sargv, NULL);
+	th_start(&small, &d, "1", 0, NULL, sargv, NULL);
 	char line[64];
-	cr_assert(lu_read_line(&small, line, sizeof(line), 30000));
+	cr_assert(th_read_line(&small, line, sizeof(line), 30000));
 
 	/* the stuck ones: huge snapshots never read, a LIST never read, silent connections;
 	 * and a slow one, which asks for the huge snapshot and reads it later */
@@ -506,7 +473,7 @@ Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 		cr_assert_eq(client_send(s, &m, sizeof(m)), 0);
 		stuck[nstuck++] = s;
 	}
-	long t_silent = lu_now_ms();
+	long t_silent = th_now_ms();
 	for (int i = 0; i < NSILENT; i++) {
 		stuck[nstuck] = heapd_connect(d.sock);
 		cr_assert(stuck[nstuck++] >= 0);
@@ -518,43 +485,42 @@ Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 	cr_assert_eq(client_send(stuck[nstuck++], &lh, sizeof(lh)), 0);
 	/* while the workers build the huge answers: LIST answers at once, a snapshot of
 	 * another process waits for a worker at most */
-	t0 = lu_now_ms();
+	t0 = th_now_ms();
 	struct llgo_list_entry e0;
 	cr_assert(heapd_list_pid(d.sock, small.pid, &e0));
-	long busy_list = lu_now_ms() - t0;
-	t0 = lu_now_ms();
+	long busy_list = th_now_ms() - t0;
+	t0 = th_now_ms();
 	free(heapd_snapshot(d.sock, small.pid, LLGO_FORMAT_TEXT, NULL));
-	long busy_snap = lu_now_ms() - t0;
+	long busy_snap = th_now_ms() - t0;
 	/* every huge answer is built (and stuck) by now */
-	lu_sleep_ms(huge_ms * NHUGE / 2 + 300);
+	th_sleep_ms(huge_ms * NHUGE / 2 + 300);
 
 	long worst_list = 0, worst_snap = 0, worst_drain = 0;
 	for (int round = 1; round <= 3; round++) {
-		t0 = lu_now_ms();
+		t0 = th_now_ms();
 		struct llgo_list_entry e;
 		cr_assert(heapd_list_pid(d.sock, small.pid, &e));
-		long ms = lu_now_ms() - t0;
+		long ms = th_now_ms() - t0;
 		worst_list = ms > worst_list ? ms : worst_list;
 
 		/* the drain thread (not a snapshot) moves new records into LIST's counts */
 		uint64_t before = e.delivered;
-		fputs("more\n", small.in);
-		fflush(small.in);
-		cr_assert(lu_read_line(&small, line, sizeof(line), 30000));
-		t0 = lu_now_ms();
+		th_say(&small, "more");
+		cr_assert(th_read_line(&small, line, sizeof(line), 30000));
+		t0 = th_now_ms();
 		do {
 			cr_assert(heapd_list_pid(d.sock, small.pid, &e));
-		} while (e.delivered < before + 100 && lu_now_ms() - t0 < 5000 &&
-			 (lu_sleep_ms(5), true));
-		ms = lu_now_ms() - t0;
+		} while (e.delivered < before + 100 && th_now_ms() - t0 < 5000 &&
+			 (th_sleep_ms(5), true));
+		ms = th_now_ms() - t0;
 		worst_drain = ms > worst_drain ? ms : worst_drain;
 		cr_expect_geq(e.delivered, before + 100, "the drain did not run in 5 s");
 
-		t0 = lu_now_ms();
+		t0 = th_now_ms();
 		char *text = heapd_snapshot(d.sock, small.pid, LLGO_FORMAT_TEXT, NULL);
-		ms = lu_now_ms() - t0;
+		ms = th_now_ms() - t0;
 		worst_snap = ms > worst_snap ? ms : worst_snap;
-		cr_expect_eq(lu_text_count(text, "idle_more_site", 555), 100L * round);
+		cr_expect_eq(th_text_count(text, "idle_more_site", 555), 100L * round);
 		free(text);
 	}
 	cr_log_info("stuck clients (%d huge snapshots of %zu bytes unread, %d silent, 1 LIST "
@@ -563,7 +529,7 @@ Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 		    "LIST %ld ms, worst snapshot of another process %ld ms, worst drain delay %ld "
 		    "ms", NHUGE, hugelen, NSILENT, huge_ms, busy_list, busy_snap, worst_list,
 		    worst_snap, worst_drain);
-	long slack = lu_san()[0] ? 4 : 1;
+	long slack = th_san()[0] ? 4 : 1;
 	cr_expect_lt(busy_list, 1000 * slack);
 	/* the 4 workers build 8 huge answers: a snapshot queued behind waits for two */
 	cr_expect_lt(busy_snap, 3 * huge_ms + 2000 * slack);
@@ -579,21 +545,21 @@ Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 		  "the slow reader got %zu bytes of %zu", got->len, hugelen);
 	/* answers nobody reads for 5 s are dropped with their connection (watched without
 	 * reading: reading is progress); silent connections and answers that fit stay */
-	long t_hup = lu_now_ms();
+	long t_hup = th_now_ms();
 	int dropped = 0, open = 0;
-	while (dropped < NHUGE && lu_now_ms() - t_hup < 30000) {
+	while (dropped < NHUGE && th_now_ms() - t_hup < 30000) {
 		dropped = 0;
 		for (int i = 0; i < NHUGE; i++) {
 			struct pollfd pf = { .fd = stuck[i], .events = POLLRDHUP };
 			dropped += poll(&pf, 1, 0) == 1 && (pf.revents & (POLLHUP | POLLRDHUP));
 		}
-		lu_sleep_ms(50);
+		th_sleep_ms(50);
 	}
-	long hup_ms = lu_now_ms() - t_hup;
+	long hup_ms = th_now_ms() - t_hup;
 	/* a connection that sends nothing for 10 s is shut (SERVER_FIRST_PACKET_MS): under a
 	 * sanitizer the measurements above may take that long, and then a closed silent
 	 * connection is right too */
-	bool silent_may_close = lu_now_ms() - t_silent > 9000;
+	bool silent_may_close = th_now_ms() - t_silent > 9000;
 	int silent_closed = 0;
 	for (int i = 0; i < nstuck; i++) {
 		struct client_answer junk;
@@ -622,12 +588,11 @@ Test(lifecycle, stuck_clients_delay_nobody, .timeout = 180)
 	cr_expect_eq(dropped, NHUGE);
 	cr_expect_eq(open + (silent_may_close ? silent_closed : 0), nstuck - NHUGE,
 		     "%d open, %d silent closed after %ld ms", open, silent_closed,
-		     lu_now_ms() - t_silent);
+		     th_now_ms() - t_silent);
 	for (int i = 0; i < nstuck; i++)
 		close(stuck[i]);
 	client_answer_free(&slow.answer);
 	free(huge);
-	cr_expect_eq(lu_wait(&small, 10000), 0);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	cr_expect_eq(th_wait(&small, 10000), 0);
+	heapd_end(&d);
 }

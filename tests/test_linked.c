@@ -8,7 +8,7 @@
  * with threads. Last, `make install` into a staging folder installs the libraries and
  * pkg-config files, and a program built from the installed files is profiled the same way.
  */
-#include "e2e_util.h"
+#include "helpers.h"
 
 #define LINKED LLGO_BUILD_DIR "/linked"
 
@@ -28,7 +28,7 @@ struct lk_run {
  * (NULL: nothing), and take its snapshot. */
 static void lk_run(struct lk_run *r, const char *preload, const char *cmd)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
 	const char *sock = d.sock;
@@ -36,27 +36,27 @@ static void lk_run(struct lk_run *r, const char *preload, const char *cmd)
 	if (preload)
 		snprintf(env, sizeof(env), "LD_PRELOAD=%s", preload);
 	/* the shell prints the pid the program will have, then becomes it */
-	int rc = e2e_sh(&r->out, "cd %s && %s LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 "
+	int rc = th_sh(&r->out, "cd %s && %s LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 "
 			"LLGO_HEAP_DEBUG=1 sh -c 'echo pid $$; exec \"$0\" \"$@\"' %s", dir, env,
 			sock, cmd);
 	cr_assert_eq(rc, 0, "%s:\n%s", cmd, r->out);
 	cr_expect(strstr(r->out, "llgo-heap: attached to") != NULL, "did not attach:\n%s", r->out);
 	const char *p = strstr(r->out, "pid ");
 	cr_assert(p && sscanf(p, "pid %d", &r->pid) == 1, "%s", r->out);
-	rc = e2e_sh(&r->prof, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", r->pid,
+	rc = th_sh(&r->prof, TH_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", r->pid,
 		    sock);
 	cr_assert_eq(rc, 0, "snapshot: %s", r->prof);
 	heapd_stop(&d);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* Every "site NAME SIZE COUNT" line the program printed against the profile, and its
  * accounting. */
 static void lk_check_sites(const struct lk_run *r, const char *cmd)
 {
-	static struct e2e_text_rec recs[4096];
+	static struct th_text_rec recs[4096];
 	long period;
-	int n = e2e_parse_text(r->prof, &period, recs, 4096), nsites = 0;
+	int n = th_parse_text(r->prof, &period, recs, 4096), nsites = 0;
 	cr_expect_eq(period, 2);
 	for (const char *p = strstr(r->out, "site "); p; p = strstr(p + 1, "\nsite ")) {
 		struct lk_site s;
@@ -65,7 +65,7 @@ static void lk_check_sites(const struct lk_run *r, const char *cmd)
 		if (sscanf(p, "site %63s %ld %ld", s.name, &s.size, &s.count) != 3)
 			continue;
 		nsites++;
-		long got = e2e_count(recs, n, s.name, s.size);
+		long got = th_recs_count(recs, n, s.name, s.size);
 		cr_expect_eq(got, s.count, "%s: %s size %ld: %ld in the profile, %ld made\n%s", cmd,
 			     s.name, s.size, got, s.count, r->prof);
 	}
@@ -95,7 +95,7 @@ static void lk_expect_exact(const char *cmd)
 Test(linked, dynamic_lllgoheap, .timeout = 120)
 {
 	char *out = NULL;
-	e2e_sh(&out, "readelf -d " LINKED "/sites-dynamic | grep -c 'NEEDED.*libllgoheap.so'");
+	th_sh(&out, "readelf -d " LINKED "/sites-dynamic | grep -c 'NEEDED.*libllgoheap.so'");
 	cr_expect_str_eq(out, "1\n", "sites-dynamic is not linked with libllgoheap.so: %s", out);
 	free(out);
 	lk_expect_exact(LINKED "/sites-dynamic 1000");
@@ -108,7 +108,7 @@ Test(linked, dynamic_lllgoheap, .timeout = 120)
 Test(linked, dynamic_archive, .timeout = 120)
 {
 	char *out = NULL;
-	e2e_sh(&out, "readelf -l " LINKED "/sites-archive | grep -c INTERP; "
+	th_sh(&out, "readelf -l " LINKED "/sites-archive | grep -c INTERP; "
 		     "readelf -d " LINKED "/sites-archive | grep -c 'NEEDED.*libllgoheap'; "
 		     "readelf --dyn-syms " LINKED "/sites-archive | grep -c ' malloc$'");
 	cr_expect_str_eq(out, "1\n0\n1\n", "sites-archive is not a dynamic executable that "
@@ -123,16 +123,16 @@ Test(linked, dynamic_archive_cxx, .timeout = 120)
 {
 	struct lk_run r;
 	lk_run(&r, NULL, LINKED "/cxx-archive 300");
-	static struct e2e_text_rec recs[4096];
+	static struct th_text_rec recs[4096];
 	long period;
-	int n = e2e_parse_text(r.prof, &period, recs, 4096);
+	int n = th_parse_text(r.prof, &period, recs, 4096);
 	const char *funcs[] = { "_Z14cxx_new_scalarv",	      "_Z14cxx_new_objectB5cxx11v",
 				"_Z15cxx_new_alignedv",	      "_Z15cxx_new_nothrowv",
 				"_Z23cxx_new_aligned_nothrowv", "_Z21cxx_new_aligned_arrayv",
 				"_Z19cxx_new_aligned_oddv" };
 	for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++)
-		cr_expect_geq(e2e_count(recs, n, funcs[i], 0), 300, "%s:\n%s", funcs[i], r.prof);
-	cr_expect_eq(e2e_count(recs, n, "_Z19cxx_new_aligned_oddv", 100), 300);
+		cr_expect_geq(th_recs_count(recs, n, funcs[i], 0), 300, "%s:\n%s", funcs[i], r.prof);
+	cr_expect_eq(th_recs_count(recs, n, "_Z19cxx_new_aligned_oddv", 100), 300);
 	for (int i = 0; i < n; i++)
 		cr_expect(strncmp(recs[i].frame0, "_Znw", 4) != 0 &&
 			  strncmp(recs[i].frame0, "_Zna", 4) != 0 &&
@@ -159,7 +159,7 @@ Test(linked, dynamic_archive_under_preload, .timeout = 120)
 Test(linked, static_glibc, .timeout = 120)
 {
 	char *out = NULL;
-	e2e_sh(&out, "readelf -l " LINKED "/sites-static | grep -c 'INTERP\\|DYNAMIC'; "
+	th_sh(&out, "readelf -l " LINKED "/sites-static | grep -c 'INTERP\\|DYNAMIC'; "
 		     "nm " LINKED "/sites-static | grep -c ' T __wrap_malloc$'");
 	cr_expect_str_eq(out, "0\n1\n", "sites-static is not a static, wrapped executable: %s",
 			 out);
@@ -176,7 +176,7 @@ Test(linked, static_glibc_threads, .timeout = 120)
 Test(linked, static_without_daemon, .timeout = 60)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "LLGO_HEAP_SOCKET=/nonexistent/sock " LINKED "/sites-static 50");
+	int rc = th_sh(&out, "LLGO_HEAP_SOCKET=/nonexistent/sock " LINKED "/sites-static 50");
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect(strstr(out, "site site_malloc_small 24 50") != NULL, "%s", out);
 	free(out);
@@ -187,9 +187,9 @@ Test(linked, static_without_daemon, .timeout = 60)
  * staged prefix) is profiled exactly, dynamically and fully static. */
 Test(linked, make_install_and_pkg_config, .timeout = 600)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	const char *san = getenv("LLGO_SAN");
-	int rc = e2e_sh(&out, "make -s --no-print-directory -C %s install DESTDIR=%s/stage "
+	int rc = th_sh(&out, "make -s --no-print-directory -C %s install DESTDIR=%s/stage "
 			"PREFIX=/opt/llgo SAN='%s'", LLGO_SRC_DIR, dir, san ? san : "");
 	cr_assert_eq(rc, 0, "make install:\n%s", out);
 	free(out);
@@ -203,14 +203,14 @@ Test(linked, make_install_and_pkg_config, .timeout = 600)
 		snprintf(path, sizeof(path), "%s/stage/opt/llgo/%s", dir, want[i]);
 		cr_expect(access(path, F_OK) == 0, "not installed: %s", path);
 	}
-	rc = e2e_sh(&out, "grep -h '^prefix=' %s/stage/opt/llgo/lib/pkgconfig/*.pc", dir);
+	rc = th_sh(&out, "grep -h '^prefix=' %s/stage/opt/llgo/lib/pkgconfig/*.pc", dir);
 	cr_expect_str_eq(out, "prefix=/opt/llgo\nprefix=/opt/llgo\n", "%s", out);
 	free(out);
 	const char *pc = "PKG_CONFIG_PATH=%s/stage/opt/llgo/lib/pkgconfig pkg-config "
 			 "--define-prefix";
 	char pcbuf[4400];
 	snprintf(pcbuf, sizeof(pcbuf), pc, dir);
-	rc = e2e_sh(&out, "cd %s && cc -O2 -g -fno-omit-frame-pointer -o dyn "
+	rc = th_sh(&out, "cd %s && cc -O2 -g -fno-omit-frame-pointer -o dyn "
 		    LLGO_SRC_DIR "/tests/progs/e2e_sites.c $(%s --cflags --libs llgoheap) "
 		    "-Wl,-rpath,$(%s --variable=libdir llgoheap) && "
 		    "cc -O2 -g -fno-omit-frame-pointer -static -o stat "
@@ -225,7 +225,7 @@ Test(linked, make_install_and_pkg_config, .timeout = 600)
 	lk_expect_exact(cmd);
 	snprintf(cmd, sizeof(cmd), "%s/stat 300", dir);
 	lk_expect_exact(cmd);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* A shared library that links libllgoheap.a into its own allocator: only the shim's code
@@ -236,8 +236,8 @@ Test(linked, make_install_and_pkg_config, .timeout = 600)
  * takes from malloc are sampled there too, and their free is seen. */
 Test(linked, library_holding_the_archive_keeps_its_frames, .timeout = 120)
 {
-	char *dir = e2e_tmpdir(), *out = NULL, *prof = NULL;
-	int rc = e2e_sh(&out,
+	char *dir = th_tmpdir(), *out = NULL, *prof = NULL;
+	int rc = th_sh(&out,
 			"cd %s && cat > lib.c <<'C'\n"
 			"#define LLGO_HEAP_PROFILING 1\n"
 			"#include <stdlib.h>\n"
@@ -261,11 +261,11 @@ Test(linked, library_holding_the_archive_keeps_its_frames, .timeout = 120)
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
 	const char *sock = d.sock;
-	rc = e2e_sh(&out, "cd %s && unset LD_PRELOAD && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 "
+	rc = th_sh(&out, "cd %s && unset LD_PRELOAD && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 "
 		    "sh -c 'echo $$; exec ./main'", dir, sock);
 	cr_assert_eq(rc, 0, "%s", out);
 	int pid = atoi(out);
-	rc = e2e_sh(&prof, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", pid, sock);
+	rc = th_sh(&prof, TH_BIN "/llgo-heap snapshot %d -f text -o - --socket %s", pid, sock);
 	cr_assert_eq(rc, 0, "snapshot: %s", prof);
 	/* two stacks, both lib_pool_alloc, lib_build_index, main: at its call of malloc and at
 	 * its hook (inlined); all freed */
@@ -280,5 +280,5 @@ Test(linked, library_holding_the_archive_keeps_its_frames, .timeout = 120)
 	free(out);
 	free(prof);
 	heapd_stop(&d);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }

@@ -19,6 +19,7 @@
 
 #include "../agent/ingest/drain.h"
 #include "../shim/internal.h"
+#include "helpers.h"
 
 /* Addresses whose home slot is the same in every level: equal top 23 bits of the hash. */
 static uint64_t live_colliding(uint64_t i)
@@ -149,13 +150,8 @@ static struct session *live_session(struct session_registry *reg, struct emit_ri
 					LLGO_RING_MIN_DATA);
 	cr_assert(s);
 	int cfd = live_sealed_memfd(LLGO_CTL_SIZE, true);
-	struct llgo_ctl *ctl =
-		mmap(NULL, LLGO_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
-	cr_assert_neq(ctl, MAP_FAILED);
-	ctl->magic = LLGO_CTL_MAGIC;
-	ctl->version = LLGO_CTL_VERSION;
-	ctl->size = LLGO_CTL_SIZE;
-	atomic_store(&ctl->rate_word, -1);
+	struct llgo_ctl *ctl = th_ctl_page(cfd, -1);
+	cr_assert_not_null(ctl);
 	cr_assert_eq(session_attach_ctl(s, cfd), 0);
 	close(cfd);
 	munmap(ctl, LLGO_CTL_SIZE);

@@ -21,9 +21,9 @@
 #include <spawn.h>
 #include <sys/resource.h>
 
-#include "life_util.h"
+#include "helpers.h"
 
-#define PROG(name) E2E_PROGS "/" name
+#define PROG(name) TH_PROGS "/" name
 
 extern char **environ;
 
@@ -56,12 +56,12 @@ static long lv_time_run(char *const argv[], const char *sock, const char *rate, 
 	posix_spawn_file_actions_destroy(&fa);
 	cr_assert_eq(rc, 0, "posix_spawn %s: %s", argv[0], strerror(rc));
 	int st = 0;
-	long deadline = lu_now_ms() + limit_ms;
+	long deadline = th_now_ms() + limit_ms;
 	for (;;) {
 		pid_t r = waitpid(pid, &st, WNOHANG);
 		if (r == pid)
 			break;
-		if (lu_now_ms() > deadline) {
+		if (th_now_ms() > deadline) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);
 			cr_assert_fail("%s (rate %s) did not finish in %ld ms", argv[0],
@@ -98,29 +98,14 @@ static void lv_time_runs(char *const argv[], const char *sock, const char *rate,
 /* Wait until pid is in the daemon's list (live when want_live); false after timeout_ms. */
 static bool lv_wait_listed(const char *sock, pid_t pid, bool want_live, int timeout_ms)
 {
-	long deadline = lu_now_ms() + timeout_ms;
+	long deadline = th_now_ms() + timeout_ms;
 	do {
 		struct llgo_list_entry e;
 		if (heapd_list_pid(sock, pid, &e) && (!want_live || e.state == LLGO_PROC_LIVE))
 			return true;
-		lu_sleep_ms(10);
-	} while (lu_now_ms() < deadline);
+		th_sleep_ms(10);
+	} while (th_now_ms() < deadline);
 	return false;
-}
-
-/* "(dropped: ... KEY=N ...)" and " reconnects=N" of the accounting line (0 when absent). */
-static unsigned long long lv_acct_field(const char *text, const char *key)
-{
-	const char *line = strstr(text, "# llgo-heap: sampled=");
-	if (!line)
-		return 0;
-	const char *nl = strchr(line, '\n');
-	char k[64];
-	snprintf(k, sizeof(k), " %s=", key);
-	const char *p = strstr(line, k);
-	if (!p || (nl && p > nl))
-		return 0;
-	return strtoull(p + strlen(k), NULL, 10);
 }
 
 static const char *lv_acct_line(const char *text, char *out, size_t cap)
@@ -135,9 +120,8 @@ static const char *lv_acct_line(const char *text, char *out, size_t cap)
 
 Test(liveness, stopped_daemon_startup, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	char *true_argv[] = { "/bin/true", NULL };
 	char *threads_argv[] = { PROG("host_threads"), "2", "200", NULL };
 	const int runs = 7;
@@ -178,33 +162,33 @@ Test(liveness, stopped_daemon_startup, .timeout = 300)
 		    plain_true);
 
 	/* Started while the daemon is stopped, still running when it continues. */
-	struct lu_proc early;
+	struct th_proc early;
 	char *idle_argv[] = { PROG("life_idle"), "100", NULL };
-	lu_start(&early, &d, "1", 0, NULL, idle_argv, NULL);
+	th_start(&early, &d, "1", 0, NULL, idle_argv, NULL);
 	char line[256];
-	cr_assert(lu_read_line(&early, line, sizeof(line), 10000) && strcmp(line, "ready") == 0,
+	cr_assert(th_read_line(&early, line, sizeof(line), 10000) && strcmp(line, "ready") == 0,
 		  "a process started while the daemon is stopped did not reach main quickly");
 
 	heapd_resume(&d);
-	struct lu_proc p;
-	lu_start(&p, &d, "1", 0, NULL, idle_argv, NULL);
-	cr_assert(lu_read_line(&p, line, sizeof(line), 10000) && strcmp(line, "ready") == 0);
+	struct th_proc p;
+	th_start(&p, &d, "1", 0, NULL, idle_argv, NULL);
+	cr_assert(th_read_line(&p, line, sizeof(line), 10000) && strcmp(line, "ready") == 0);
 	cr_expect(lv_wait_listed(d.sock, p.pid, true, 5000),
 		  "pid %d (started after SIGCONT) not listed live", (int)p.pid);
 	cr_expect(lv_wait_listed(d.sock, early.pid, true, 5000),
 		  "pid %d (started while the daemon was stopped) not listed live", (int)early.pid);
-	struct lu_proc *both[] = { &early, &p };
+	struct th_proc *both[] = { &early, &p };
 	for (int i = 0; i < 2; i++) {
 		fputs("more\n", both[i]->in);
-		cr_assert(lu_read_line(both[i], line, sizeof(line), 10000));
+		cr_assert(th_read_line(both[i], line, sizeof(line), 10000));
 		pid_t pid = both[i]->pid;
-		int st = lu_wait(both[i], 10000);
+		int st = th_wait(both[i], 10000);
 		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 		char *text = heapd_snapshot(d.sock, pid, LLGO_FORMAT_TEXT, NULL);
-		struct lu_acct a;
-		cr_assert(lu_text_acct(text, &a));
-		long idle = lu_text_count(text, "idle_site", 333);
-		long more = lu_text_count(text, "idle_more_site", 555);
+		struct th_acct a;
+		cr_assert(th_text_acct(text, &a));
+		long idle = th_text_count(text, "idle_site", 333);
+		long more = th_text_count(text, "idle_more_site", 555);
 		char acct[512];
 		cr_log_info("%s: idle_site %ld/100, idle_more_site %ld/100; %s",
 			    i ? "started after SIGCONT" : "started while stopped", idle, more,
@@ -228,8 +212,7 @@ Test(liveness, stopped_daemon_startup, .timeout = 300)
 	cr_log_info("%zu processes listed; largest added start+exit time with the daemon "
 		    "stopped: %ld us", n, added_max);
 	free(rows);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- fork, vfork, posix_spawn: one session per child -------------------------------------- */
@@ -237,13 +220,13 @@ Test(liveness, stopped_daemon_startup, .timeout = 300)
 /* Run life_fork THREADS ROUNDS K at rate 1; returns its output; *ms its wall time. */
 static char *lv_life_fork(const struct heapd *d, const char *rounds, long *ms, pid_t *pid)
 {
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("life_fork"), "4", (char *)rounds, "50", NULL };
-	long t0 = lu_now_ms();
-	lu_start(&p, d, "1", 1024, NULL, argv, NULL);
-	char *out = lu_read_rest(&p, 90000);
-	int st = lu_wait(&p, 90000);
-	*ms = lu_now_ms() - t0;
+	long t0 = th_now_ms();
+	th_start(&p, d, "1", 1024, NULL, argv, NULL);
+	char *out = th_read_rest(&p, 90000);
+	int st = th_wait(&p, 90000);
+	*ms = th_now_ms() - t0;
 	*pid = p.pid;
 	cr_assert(st != -1, "life_fork hung (killed after 90 s):\n%s", out);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
@@ -279,17 +262,17 @@ static int lv_check_list_once(const char *sock, const char *out, pid_t parent)
 		pids[nchild++] = pid;
 	}
 	char *list = NULL;
-	long deadline = lu_now_ms() + 10000;
+	long deadline = th_now_ms() + 10000;
 	for (;;) {
-		int rc = e2e_sh(&list, "'%s/llgo-heap' list --socket '%s'", E2E_BIN, sock);
+		int rc = th_sh(&list, "'%s/llgo-heap' list --socket '%s'", TH_BIN, sock);
 		cr_assert_eq(rc, 0, "llgo-heap list failed:\n%s", list);
 		bool all = lv_rows_of(list, parent) > 0;
 		for (int i = 0; all && i < nchild; i++)
 			all = lv_rows_of(list, pids[i]) > 0;
-		if (all || lu_now_ms() > deadline)
+		if (all || th_now_ms() > deadline)
 			break;
 		free(list);
-		lu_sleep_ms(50);
+		th_sleep_ms(50);
 	}
 	for (int i = 0; i < nchild; i++) {
 		int seen = lv_rows_of(list, pids[i]);
@@ -304,9 +287,8 @@ static int lv_check_list_once(const char *sock, const char *out, pid_t parent)
 
 Test(liveness, fork_vfork_spawn_one_session_each, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	long ms;
 	pid_t parent;
 	char *out = lv_life_fork(&d, "3", &ms, &parent);
@@ -329,35 +311,33 @@ Test(liveness, fork_vfork_spawn_one_session_each, .timeout = 300)
 	n = lv_check_list_once(d.sock, out, parent);
 	cr_expect_eq(n, 4 * 3 * 3);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- the daemon killed and restarted while the program allocates ------------------------------ */
 
 Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
 	const long after_n = 5000;
 	char nbuf[16];
 	snprintf(nbuf, sizeof(nbuf), "%ld", after_n);
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("life_restart"), "50", nbuf, NULL };
-	lu_start(&p, &d, "1", 1024, NULL, argv, NULL);
-	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 10000) && strcmp(line, "ready") == 0);
+	th_start(&p, &d, "1", 1024, NULL, argv, NULL);
+	cr_assert_str_eq(th_ready(&p, 10000), "ready");
 	cr_assert(lv_wait_listed(d.sock, p.pid, true, 5000));
-	lu_sleep_ms(300); /* records delivered to the first daemon */
+	th_sleep_ms(300); /* records delivered to the first daemon */
 	struct llgo_list_entry e1;
 	cr_assert(heapd_list_pid(d.sock, p.pid, &e1));
 
-	long t_kill = lu_now_ms();
+	long t_kill = th_now_ms();
 	cr_assert_eq(kill(d.pid, SIGKILL), 0);
 	waitpid(d.pid, NULL, 0);
 	d.pid = 0;
-	lu_sleep_ms(300); /* the program allocates with no daemon */
+	th_sleep_ms(300); /* the program allocates with no daemon */
 	cr_assert_eq(kill(p.pid, 0), 0, "the program died with its daemon");
 
 	char oldlog[512];
@@ -365,36 +345,36 @@ Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 	rename(d.log, oldlog);
 	struct heapd d2;
 	heapd_start(&d2, dir, NULL); /* the same socket path */
-	long t_up = lu_now_ms();
+	long t_up = th_now_ms();
 	cr_assert(lv_wait_listed(d2.sock, p.pid, true, 10000),
 		  "the restarted daemon does not list pid %d", (int)p.pid);
-	long t_back = lu_now_ms();
+	long t_back = th_now_ms();
 
 	/* Only now the second site: every one of its samples is for the new daemon. */
 	fputs("go\n", p.in);
-	char *out = lu_read_rest(&p, 200);
+	char *out = th_read_rest(&p, 200);
 	while (!strstr(out, "site before_site")) {
-		char *more = lu_read_rest(&p, 200);
+		char *more = th_read_rest(&p, 200);
 		size_t a = strlen(out), b = strlen(more);
 		out = realloc(out, a + b + 1);
 		memcpy(out + a, more, b + 1);
 		free(more);
-		cr_assert(lu_now_ms() - t_back < 30000, "no result from life_restart:\n%s", out);
+		cr_assert(th_now_ms() - t_back < 30000, "no result from life_restart:\n%s", out);
 	}
-	int st = lu_wait(&p, 30000);
+	int st = th_wait(&p, 30000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x:\n%s", st, out);
-	long after_truth = lu_site_truth(out, "after_site");
-	long before_truth = lu_site_truth(out, "before_site");
+	long after_truth = th_site_truth(out, "after_site");
+	long before_truth = th_site_truth(out, "before_site");
 	cr_assert_eq(after_truth, after_n, "%s", out);
 
 	char *text = heapd_snapshot(d2.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
-	long got_after = lu_text_count(text, "after_site", 144);
-	long got_before = lu_text_count(text, "before_site", 72);
-	unsigned long long detached = lv_acct_field(text, "detached");
-	unsigned long long earlier = lv_acct_field(text, "earlier_daemon");
-	unsigned long long reconnects = lv_acct_field(text, "reconnects");
+	struct th_acct a;
+	cr_assert(th_text_acct(text, &a));
+	long got_after = th_text_count(text, "after_site", 144);
+	long got_before = th_text_count(text, "before_site", 72);
+	unsigned long long detached = th_acct_field(text, "detached");
+	unsigned long long earlier = th_acct_field(text, "earlier_daemon");
+	unsigned long long reconnects = th_acct_field(text, "reconnects");
 	char acct[512];
 	cr_log_info("restart: the first daemon had delivered %llu; killed, restarted after "
 		    "%ld ms, pid back in the list %ld ms later; after_site %ld/%ld, before_site "
@@ -405,7 +385,7 @@ Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 		     after_truth);
 	cr_expect_eq(a.sampled, a.delivered + a.dropped + a.corrupt);
 	cr_expect_eq(a.corrupt, 0);
-	cr_expect_eq(lu_text_total(text), (long)a.delivered);
+	cr_expect_eq(th_text_total(text), (long)a.delivered);
 	/* every sample the process took is counted (a few more: stdio's buffers) */
 	cr_expect_geq(a.sampled, (unsigned long long)(before_truth + after_truth));
 	cr_expect_leq(a.sampled, (unsigned long long)(before_truth + after_truth + 16));
@@ -418,7 +398,7 @@ Test(liveness, daemon_killed_and_restarted, .timeout = 120)
 	free(text);
 	free(out);
 	cr_expect_eq(heapd_stop(&d2), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* ---- a daemon out of file descriptors -------------------------------------------------------- */
@@ -446,19 +426,19 @@ Test(liveness, out_of_descriptors_refuses_without_spinning, .timeout = 120)
 	struct rlimit rl = { 96, 96 };
 	cr_assert_eq(prlimit(d.pid, RLIMIT_NOFILE, &rl, NULL), 0);
 	enum { N = 60 };
-	struct lu_proc p[N];
+	struct th_proc p[N];
 	char *argv[] = { "/bin/sleep", "3", NULL };
 	for (int i = 0; i < N; i++)
-		lu_start(&p[i], &d, "524288", 0, NULL, argv, NULL);
-	lu_sleep_ms(1000);
-	long t0 = lu_cpu_ticks(d.pid);
-	lu_sleep_ms(1000);
-	long busy = lu_cpu_ticks(d.pid) - t0, hz = sysconf(_SC_CLK_TCK);
+		th_start(&p[i], &d, "524288", 0, NULL, argv, NULL);
+	th_sleep_ms(1000);
+	long t0 = th_cpu_ticks(d.pid);
+	th_sleep_ms(1000);
+	long busy = th_cpu_ticks(d.pid) - t0, hz = sysconf(_SC_CLK_TCK);
 	cr_log_info("daemon CPU over 1 s with %d processes and 96 descriptors: %ld ticks of %ld",
 		    N, busy, hz);
 	cr_expect_lt(busy, hz / 2, "the daemon spun: %ld ticks in 1 s", busy);
 	for (int i = 0; i < N; i++)
-		cr_expect_eq(lu_wait(&p[i], 30000), 0, "sleep %d did not end well", i);
+		cr_expect_eq(th_wait(&p[i], 30000), 0, "sleep %d did not end well", i);
 	cr_assert(heapd_alive(&d), "llgo-heapd died");
 	/* the exited processes' descriptors are given back (an exited session keeps none) */
 	long fds = -1;
@@ -466,22 +446,22 @@ Test(liveness, out_of_descriptors_refuses_without_spinning, .timeout = 120)
 		fds = lv_count_fds(d.pid);
 		if (fds >= 0 && fds < 64)
 			break;
-		lu_sleep_ms(50);
+		th_sleep_ms(50);
 	}
 	cr_expect_lt(fds, 64, "llgo-heapd still holds %ld descriptors", fds);
 	/* serving again: a program started now is attached and listed */
 	char *argv2[] = { "/bin/sleep", "2", NULL };
-	struct lu_proc q;
-	lu_start(&q, &d, "524288", 0, NULL, argv2, NULL);
+	struct th_proc q;
+	th_start(&q, &d, "524288", 0, NULL, argv2, NULL);
 	struct llgo_list_entry e;
 	bool listed = false;
 	for (int i = 0; i < 100 && !listed; i++) {
 		listed = heapd_list_pid(d.sock, q.pid, &e);
 		if (!listed)
-			lu_sleep_ms(50);
+			th_sleep_ms(50);
 	}
 	cr_expect(listed, "a process started after the storm was not listed");
-	cr_expect_eq(lu_wait(&q, 30000), 0);
+	cr_expect_eq(th_wait(&q, 30000), 0);
 	char *log = heapd_log(&d);
 	cr_expect(strstr(log, "out of file descriptors"), "log:\n%s", log);
 	free(log);

@@ -29,15 +29,14 @@
 
 #include <bpf/libbpf.h>
 
-#include "bpf_util.h"
-#include "life_util.h"
+#include "helpers.h"
 #include "otel_collector.h"
 #include "otel_collector.bpf.skel.h"
 #include "../agent/internal.h"
 #include "../client/pprofread.h"
 #include "../shim/internal.h"
 
-#define OTEL_PROG E2E_PROGS "/otel_allocs"
+#define OTEL_PROG TH_PROGS "/otel_allocs"
 
 /* ---- weight ------------------------------------------------------------------------------ */
 
@@ -83,7 +82,7 @@ Test(otel, weight_matches_libm_and_the_daemon)
 
 /* ---- BPF ---------------------------------------------------------------------------------- */
 
-#define OTEL_NEED_BPF() BPF_UTIL_NEED("test_otel")
+#define OTEL_NEED_BPF() TH_NEED_BPF("test_otel")
 
 static int otel_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
@@ -281,14 +280,14 @@ static unsigned otel_semaphore(pid_t pid, const struct otel_elf *o, uint64_t vad
 /* Start the program under a shell that waits for a line of stdin before it execs it (the
  * same process) under the plain shim at rate, with the daemon d; attach c to that process in
  * between: c sees every sample of the program's life. */
-static void otel_start(struct lu_proc *p, struct otel_collector *c, const struct heapd *d,
+static void otel_start(struct th_proc *p, struct otel_collector *c, const struct heapd *d,
 		       const char *rate, const char *n, const char *threads)
 {
 	char script[1024];
 	snprintf(script, sizeof(script), "read go && LD_PRELOAD='%s' exec '%s' %s %s",
 		 LLGO_PLAIN_SHIM, OTEL_PROG, n, threads);
 	char *argv[] = { "/bin/sh", "-c", script, NULL };
-	lu_start(p, d, rate, 16384, "", argv, NULL);
+	th_start(p, d, rate, 16384, "", argv, NULL);
 	otel_attach(c, p->pid);
 	fprintf(p->in, "go\n");
 }
@@ -298,12 +297,12 @@ struct otel_obj {
 };
 
 /* The program's "obj" lines up to "held". */
-static size_t otel_read_objs(struct lu_proc *p, struct otel_obj *objs, size_t max)
+static size_t otel_read_objs(struct th_proc *p, struct otel_obj *objs, size_t max)
 {
 	char line[128];
 	size_t n = 0;
 	for (;;) {
-		cr_assert(lu_read_line(p, line, sizeof(line), 60000), "no \"held\" from the program");
+		cr_assert(th_read_line(p, line, sizeof(line), 60000), "no \"held\" from the program");
 		if (strcmp(line, "held") == 0)
 			return n;
 		unsigned long long a, s;
@@ -315,10 +314,10 @@ static size_t otel_read_objs(struct lu_proc *p, struct otel_obj *objs, size_t ma
 	}
 }
 
-static void otel_expect_line(struct lu_proc *p, const char *want)
+static void otel_expect_line(struct th_proc *p, const char *want)
 {
 	char line[128];
-	cr_assert(lu_read_line(p, line, sizeof(line), 60000), "no \"%s\" from the program", want);
+	cr_assert(th_read_line(p, line, sizeof(line), 60000), "no \"%s\" from the program", want);
 	cr_assert_str_eq(line, want);
 }
 
@@ -412,8 +411,8 @@ static void otel_profile(const struct heapd *d, pid_t pid, struct otel_profile *
 {
 	memset(p, 0, sizeof(*p));
 	char *text = heapd_snapshot(d->sock, pid, LLGO_FORMAT_TEXT, NULL);
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a), "no accounting in:\n%.2000s", text);
+	struct th_acct a;
+	cr_assert(th_text_acct(text, &a), "no accounting in:\n%.2000s", text);
 	p->sampled = a.sampled;
 	p->dropped = a.dropped;
 	free(text);
@@ -444,7 +443,7 @@ static void otel_end_to_end(const char *rate, const char *n)
 {
 	bool rate1 = strcmp(rate, "1") == 0;
 	uint64_t r = strtoull(rate, NULL, 10);
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
 	struct otel_collector c;
@@ -453,7 +452,7 @@ static void otel_end_to_end(const char *rate, const char *n)
 	memset(&l, 0, sizeof(l));
 	l.slot = calloc(OTEL_SLOTS, sizeof(*l.slot));
 	cr_assert(l.slot != NULL);
-	struct lu_proc run;
+	struct th_proc run;
 	otel_start(&run, &c, &d, rate, n, "2");
 
 	/* every object the program holds */
@@ -508,7 +507,7 @@ static void otel_end_to_end(const char *rate, const char *n)
 		still += otel_slot(&l, objs[i].ptr, false) != NULL;
 	cr_expect_eq(still, 0, "%zu freed objects still live for the collector", still);
 
-	int st = lu_wait(&run, 60000);
+	int st = th_wait(&run, 60000);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "otel_allocs: status 0x%x", st);
 	otel_drain(&c);
 	otel_fold(&l, &c, run.pid, rate1);
@@ -521,13 +520,13 @@ static void otel_end_to_end(const char *rate, const char *n)
 		     (unsigned long long)l.rate1_mismatch);
 	/* the whole life: one alloc per sample the profile holds, the same bytes. The daemon
 	 * drains the exited process's rings on its own: wait until it has. */
-	long deadline = lu_now_ms() + 20000;
+	long deadline = th_now_ms() + 20000;
 	do {
 		otel_profile(&d, run.pid, &prof);
 		if (prof.sampled - prof.dropped == l.allocs)
 			break;
-		lu_sleep_ms(100);
-	} while (lu_now_ms() < deadline);
+		th_sleep_ms(100);
+	} while (th_now_ms() < deadline);
 	cr_log_info("whole run: %llu allocs (weighted %.0f), %llu frees; profile sampled=%llu "
 		    "dropped=%llu alloc_space %.0f in %zu samples",
 		    (unsigned long long)l.allocs, l.alloc_weighted, (unsigned long long)l.frees,
@@ -548,7 +547,7 @@ static void otel_end_to_end(const char *rate, const char *n)
 	otel_close(&c);
 	free(l.slot);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(otel, every_allocation_at_rate_1, .timeout = 300)
@@ -586,12 +585,12 @@ Test(otel, notes_and_semaphores, .timeout = 120)
 	}
 	OTEL_NEED_BPF();
 	/* a running process with nothing attached, then one collector, two, none */
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { OTEL_PROG, "100", "1", NULL };
-	lu_start(&p, &d, "4096", 0, NULL, argv, NULL);
+	th_start(&p, &d, "4096", 0, NULL, argv, NULL);
 	static struct otel_obj objs[256];
 	cr_assert_eq(otel_read_objs(&p, objs, 256), 100);
 	cr_expect_eq(otel_semaphore(p.pid, &o, a->sema), 0);
@@ -625,10 +624,10 @@ Test(otel, notes_and_semaphores, .timeout = 120)
 	otel_detach(&c2);
 	cr_expect_eq(otel_semaphore(p.pid, &o, a->sema), 0);
 	cr_expect_eq(otel_semaphore(p.pid, &o, f->sema), 0);
-	int st = lu_wait(&p, 30000);
+	int st = th_wait(&p, 30000);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "otel_allocs: status 0x%x", st);
 	otel_close(&c1);
 	otel_close(&c2);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }

@@ -10,11 +10,11 @@
  */
 #include <math.h>
 
-#include "life_util.h"
+#include "helpers.h"
 #include "../client/client.h"
 
-#define PROG(name) E2E_PROGS "/" name
-#define CLI E2E_BIN "/llgo-heap"
+#define PROG(name) TH_PROGS "/" name
+#define CLI TH_BIN "/llgo-heap"
 
 /* A peak snapshot of pid in format fmt (malloc'ed, NUL-terminated); asserts success. */
 static char *peak_snapshot(const char *sock, pid_t pid, uint32_t fmt, size_t *len)
@@ -48,9 +48,9 @@ static long long peak_field(const char *s, const char *key)
 /* Summed legacy-text values of the records whose frame 0 is func. */
 static void peak_site(const char *text, const char *func, long *objects, long *bytes)
 {
-	static struct e2e_text_rec recs[4096];
+	static struct th_text_rec recs[4096];
 	long period;
-	int n = e2e_parse_text(text, &period, recs, 4096);
+	int n = th_parse_text(text, &period, recs, 4096);
 	*objects = *bytes = 0;
 	for (int i = 0; i < n; i++) {
 		if (strcmp(recs[i].frame0, func) != 0)
@@ -63,9 +63,9 @@ static void peak_site(const char *text, const char *func, long *objects, long *b
 /* The sum of every record's in-use bytes of a legacy text. */
 static long peak_text_total(const char *text)
 {
-	static struct e2e_text_rec recs[4096];
+	static struct th_text_rec recs[4096];
 	long period, sum = 0;
-	int n = e2e_parse_text(text, &period, recs, 4096);
+	int n = th_parse_text(text, &period, recs, 4096);
 	for (int i = 0; i < n; i++)
 		sum += recs[i].inuse_bytes;
 	return sum;
@@ -77,7 +77,7 @@ static void peak_wait_exited(const char *sock, pid_t pid)
 		struct llgo_list_entry e;
 		if (heapd_list_pid(sock, pid, &e) && e.state == LLGO_PROC_EXITED)
 			return;
-		lu_sleep_ms(50);
+		th_sleep_ms(50);
 	}
 	cr_assert_fail("pid %d not seen exited", (int)pid);
 }
@@ -116,14 +116,13 @@ static void peak_check_a(const char *sock, pid_t pid, long n, const char *dir, c
 	FILE *f = fopen(path, "w");
 	cr_assert(f && fwrite(pb, 1, len, f) == len && fclose(f) == 0);
 	free(pb);
-	int rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -raw peak.pb.gz",
-			dir, dir, dir);
+	int rc = th_pprof(&out, dir, "-raw peak.pb.gz");
 	cr_assert_eq(rc, 0, "go tool pprof -raw failed:\n%s", out);
 	cr_expect(strstr(out, "peak_inuse_objects/count peak_inuse_space/bytes[dflt]") != NULL,
 		  "%s: sample types:\n%.800s", when, out);
 	free(out);
-	rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache go tool pprof -top "
-		    "-sample_index=peak_inuse_space peak.pb.gz", dir, dir, dir);
+	rc = th_pprof(&out, dir, "-top "
+		    "-sample_index=peak_inuse_space peak.pb.gz");
 	cr_assert_eq(rc, 0, "go tool pprof -top failed:\n%s", out);
 	cr_expect(strstr(out, "Type: peak_inuse_space") != NULL, "%s:\n%s", when, out);
 	/* 8 MiB is pprof's "8MB" */
@@ -133,7 +132,7 @@ static void peak_check_a(const char *sock, pid_t pid, long n, const char *dir, c
 	free(out);
 
 	/* the CLI: ranked by peak in-use space, the header says how high */
-	rc = e2e_sh(&out, CLI " top %d --peak --socket %s", (int)pid, sock);
+	rc = th_sh(&out, CLI " top %d --peak --socket %s", (int)pid, sock);
 	cr_assert_eq(rc, 0, "top --peak failed:\n%s", out);
 	cr_expect(strstr(out, "sites by peak_inuse_space") != NULL && strstr(out, "llgo-heap: peak ") != NULL,
 		  "%s: top --peak:\n%s", when, out);
@@ -151,16 +150,15 @@ static void peak_check_a(const char *sock, pid_t pid, long n, const char *dir, c
  */
 Test(peak, site_a_at_8_mib_after_it_was_freed, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	const long n = 8192;
-	struct lu_proc p;
+	struct th_proc p;
 	/* held long enough for a drain poll and the settle scan (peak.c), sanitizers included */
 	char *argv[] = { PROG("inuse_phases"), "peak", "8192", "1500", NULL };
-	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
+	th_start(&p, &d, "1", 0, NULL, argv, NULL);
 	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
+	cr_assert(th_read_line(&p, line, sizeof(line), 120000), "program did not get ready");
 	cr_assert_str_eq(line, "ready");
 
 	/* in use now: B, not A */
@@ -172,16 +170,14 @@ Test(peak, site_a_at_8_mib_after_it_was_freed, .timeout = 300)
 	cr_expect_eq(objects, 0, "site_peak_a in use now: %ld", objects);
 	free(text);
 
-	peak_check_a(d.sock, p.pid, n, dir, "running");
+	peak_check_a(d.sock, p.pid, n, d.dir, "running");
 
-	fputs("go\n", p.in);
-	fflush(p.in);
-	int st = lu_wait(&p, 60000);
+	th_say(&p, "go");
+	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 	peak_wait_exited(d.sock, p.pid);
-	peak_check_a(d.sock, p.pid, n, dir, "exited");
-	heapd_stop_clean(&d);
-	e2e_rmdir(dir);
+	peak_check_a(d.sock, p.pid, n, d.dir, "exited");
+	heapd_finish(&d);
 }
 
 /*
@@ -193,21 +189,20 @@ Test(peak, site_a_at_8_mib_after_it_was_freed, .timeout = 300)
  */
 Test(peak, scans_stay_logarithmic_while_every_allocation_is_a_new_maximum, .timeout = 300)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	const long n = lu_san()[0] ? 100000 : 400000;
+	heapd_start(&d, NULL, NULL);
+	const long n = th_san()[0] ? 100000 : 400000;
 	char nbuf[32];
 	snprintf(nbuf, sizeof(nbuf), "%ld", n);
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("inuse_phases"), "climb", nbuf, NULL };
-	long t0 = lu_now_ms();
-	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
+	long t0 = th_now_ms();
+	th_start(&p, &d, "1", 0, NULL, argv, NULL);
 	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 240000), "program did not get ready");
+	cr_assert(th_read_line(&p, line, sizeof(line), 240000), "program did not get ready");
 	cr_assert_str_eq(line, "ready");
 	char *text = peak_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-	long elapsed = lu_now_ms() - t0;
+	long elapsed = th_now_ms() - t0;
 	long long scans = peak_field(text, "scans"), total = peak_field(text, "inuse_space");
 	long objects, bytes;
 	peak_site(text, "site_climb", &objects, &bytes);
@@ -223,19 +218,17 @@ Test(peak, scans_stay_logarithmic_while_every_allocation_is_a_new_maximum, .time
 		  "%lld scans while %ld allocations each set a new maximum over %ld ms: more than "
 		  "%ld growth + %ld settle + 2", scans, n, elapsed, growth, settle);
 	free(text);
-	fputs("go\n", p.in);
-	fflush(p.in);
-	int st = lu_wait(&p, 60000);
+	th_say(&p, "go");
+	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-	heapd_stop_clean(&d);
-	e2e_rmdir(dir);
+	heapd_finish(&d);
 }
 
 /* `llgo-heap run` prints the sites in use at the peak after the leaks at exit. */
 Test(peak, run_prints_the_peak_sites, .timeout = 300)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
-	int rc = e2e_sh(&out, "cd %s && " CLI " run -r 1 -o run.pb.gz -- " PROG("inuse_phases")
+	char *dir = th_tmpdir(), *out = NULL;
+	int rc = th_sh(&out, "cd %s && " CLI " run -r 1 -o run.pb.gz -- " PROG("inuse_phases")
 			" peak 2048 300 </dev/null", dir);
 	cr_assert_eq(rc, 0, "llgo-heap run failed (%d):\n%s", rc, out);
 	const char *sec = strstr(out, "llgo-heap: in use at the peak:\n");
@@ -246,5 +239,5 @@ Test(peak, run_prints_the_peak_sites, .timeout = 300)
 		  "the peak section does not rank site_peak_a first at 2.0MiB:\n%s", sec);
 	cr_expect(strstr(sec, "site_peak_b") == NULL, "site_peak_b at the peak:\n%s", sec);
 	free(out);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }

@@ -16,57 +16,9 @@
 #include <zlib.h>
 
 #include "../agent/output/snapshot.h"
-#include "e2e_util.h"
+#include "helpers.h"
 
-#define KEEP(x) __asm__ volatile("" : : "r"(x) : "memory")
-#define RET() ((uint64_t)(uintptr_t)__builtin_return_address(0))
-
-/* ---- Stacks of real return addresses ------------------------------------------------- */
-
-__attribute__((noinline)) void pp_capture(uint64_t *pcs)
-{
-	pcs[0] = RET();
-	KEEP(pcs);
-}
-
-__attribute__((noinline)) void pp_site_a(uint64_t *pcs)
-{
-	pp_capture(pcs);
-	pcs[1] = RET();
-	KEEP(pcs);
-}
-
-__attribute__((noinline)) void pp_site_b(uint64_t *pcs)
-{
-	pp_capture(pcs);
-	pcs[1] = RET();
-	KEEP(pcs);
-}
-
-static inline __attribute__((always_inline)) void pp_inlined(uint64_t *pcs)
-{
-	pp_capture(pcs);
-	KEEP(pcs);
-}
-
-__attribute__((noinline)) void pp_site_inl(uint64_t *pcs)
-{
-	pp_inlined(pcs);
-	pcs[1] = RET();
-	KEEP(pcs);
-}
-
-__attribute__((noinline)) void pp_outer(uint64_t *pcs, int which)
-{
-	if (which == 0)
-		pp_site_a(pcs);
-	else if (which == 1)
-		pp_site_b(pcs);
-	else
-		pp_site_inl(pcs);
-	pcs[2] = RET();
-	KEEP(pcs);
-}
+/* ---- Stacks of real return addresses (helpers.h's th_pc_*) ----------------------------- */
 
 /* A gap of 15 bytes that no symbol covers. */
 __asm__(".pushsection .text\n"
@@ -79,23 +31,6 @@ __asm__(".pushsection .text\n"
 	".skip 15, 0xcc\n"
 	".popsection\n");
 void pp_gap_before(void);
-
-static struct stack *mkstack(const uint64_t *pcs, uint32_t n)
-{
-	struct stack *s = calloc(1, sizeof(*s) + n * sizeof(uint64_t));
-	cr_assert(s);
-	s->npcs = n;
-	if (n)
-		memcpy(s->pcs, pcs, n * sizeof(uint64_t));
-	return s;
-}
-
-static struct stack *site_stack(int which)
-{
-	uint64_t pcs[3];
-	pp_outer(pcs, which);
-	return mkstack(pcs, 3);
-}
 
 struct fixture {
 	struct stack *a, *b, *inl, *odd, *empty;
@@ -113,12 +48,12 @@ static struct psample ps(const struct stack *st, uint64_t size, uint64_t rate, u
 static void fixture_init(struct fixture *f)
 {
 	memset(f, 0, sizeof(*f));
-	f->a = site_stack(0);
-	f->b = site_stack(1);
-	f->inl = site_stack(2);
+	f->a = th_pc_stack(0);
+	f->b = th_pc_stack(1);
+	f->inl = th_pc_stack(2);
 	uint64_t odd[2] = { (uint64_t)(uintptr_t)pp_gap_before + 6, 0x10 };
-	f->odd = mkstack(odd, 2);
-	f->empty = mkstack(NULL, 0);
+	f->odd = th_stack(odd, 2);
+	f->empty = th_stack(NULL, 0);
 	static struct psample s[8];
 	s[0] = ps(f->a, 1024, 524288, 10, 4);
 	s[1] = ps(f->a, 1024, 4096, 3, 0);   /* same stack and size, another rate */
@@ -161,41 +96,7 @@ static char *write_file(const char *dir, const char *name, const struct buf *b)
 	return path;
 }
 
-static int pprof_cmd(char **out, const char *dir, const char *args)
-{
-	return e2e_sh(out, "cd %s && HOME=%s GOCACHE=%s/gocache GOPROXY=off go tool pprof %s", dir,
-		      dir, dir, args);
-}
-
-struct raw_sample {
-	long long v[4];
-	int nlocs;
-};
-
-/* Sample lines of `go tool pprof -raw`: "  v0  v1  v2  v3: id id ...". */
-static int parse_raw_samples(const char *s, struct raw_sample *out, int max)
-{
-	int n = 0;
-	const char *p = strstr(s, "\nSamples:\n");
-	const char *end = strstr(s, "\nLocations\n");
-	cr_assert(p && end, "no samples section:\n%s", s);
-	for (p = strchr(p + 10, '\n'); p && p < end; p = strchr(p + 1, '\n')) {
-		struct raw_sample r;
-		int pos = 0;
-		if (sscanf(p + 1, "%lld %lld %lld %lld:%n", &r.v[0], &r.v[1], &r.v[2], &r.v[3],
-			   &pos) != 4)
-			continue;
-		r.nlocs = 0;
-		for (const char *c = p + 1 + pos; *c && *c != '\n'; c++)
-			if (*c >= '0' && *c <= '9' && (c[-1] == ' ' || c[-1] == ':'))
-				r.nlocs++;
-		if (n < max)
-			out[n++] = r;
-	}
-	return n;
-}
-
-static bool has_sample(const struct raw_sample *r, int n, const int64_t v[4], int nlocs)
+static bool has_sample(const struct th_raw_sample *r, int n, const int64_t v[4], int nlocs)
 {
 	for (int i = 0; i < n; i++)
 		if (r[i].v[0] == v[0] && r[i].v[1] == v[1] && r[i].v[2] == v[2] &&
@@ -254,10 +155,10 @@ Test(pprof, go_tool_pprof_reads_values_names_and_comments, .timeout = 120)
 	buf_init(&b);
 	cr_assert_eq(pprof_write(&b, &f.p, f.maps, 0), 0);
 	cr_assert(b.len > 2 && b.data[0] == 0x1f && b.data[1] == 0x8b, "gzipped");
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	char *path = write_file(dir, "heap.pb.gz", &b);
 	char *out = NULL;
-	int rc = pprof_cmd(&out, dir, "-raw heap.pb.gz");
+	int rc = th_pprof(&out, dir, "-raw heap.pb.gz");
 	cr_assert_eq(rc, 0, "go tool pprof -raw failed:\n%s", out);
 
 	cr_expect(strstr(out, "PeriodType: space bytes\n") != NULL, "%s", out);
@@ -270,8 +171,8 @@ Test(pprof, go_tool_pprof_reads_values_names_and_comments, .timeout = 120)
 	cr_expect(strstr(out, "Comment: llgo-heap: bucket cap reached: 2 samples"));
 	cr_expect(strstr(out, "Comment: llgo-heap: pid="));
 
-	struct raw_sample rs[32];
-	int n = parse_raw_samples(out, rs, 32);
+	struct th_raw_sample rs[32];
+	int n = th_raw_samples(out, rs, 32);
 	/* 6 Samples: those with the same (stack, size) are one, and go tool pprof drops the
 	 * one whose values are all zero (the proto has it, see the decoding test). */
 	cr_expect_eq(n, 5, "samples with the same (stack, size) are one Sample:\n%s", out);
@@ -296,15 +197,15 @@ Test(pprof, go_tool_pprof_reads_values_names_and_comments, .timeout = 120)
 	cr_expect(strstr(out, "bytes:[1024]") && strstr(out, "bytes:[4096]") &&
 		  strstr(out, "bytes:[100]"));
 	/* Names, files, the inline chain (two lines in one location). */
-	cr_expect(strstr(out, " pp_site_a ") && strstr(out, " pp_site_b ") &&
-		  strstr(out, " pp_outer "), "%s", out);
-	cr_expect(strstr(out, "tests/test_pprof.c:"));
-	const char *inl = strstr(out, " pp_inlined ");
+	cr_expect(strstr(out, " th_pc_site_a ") && strstr(out, " th_pc_site_b ") &&
+		  strstr(out, " th_pc_outer "), "%s", out);
+	cr_expect(strstr(out, "tests/helpers.c:"));
+	const char *inl = strstr(out, " th_pc_inlined ");
 	cr_assert(inl, "inlined frame:\n%s", out);
 	const char *nl = strchr(inl, '\n');
-	cr_expect(nl && strncmp(nl + 1, "             ", 13) == 0 && strstr(nl, " pp_site_inl ") &&
-			  strstr(nl, " pp_site_inl ") < strchr(nl + 1, '\n'),
-		  "pp_site_inl is the second line of the same location:\n%s", out);
+	cr_expect(nl && strncmp(nl + 1, "             ", 13) == 0 && strstr(nl, " th_pc_site_with_a_much_longer_name_for_tabs ") &&
+			  strstr(nl, " th_pc_site_with_a_much_longer_name_for_tabs ") < strchr(nl + 1, '\n'),
+		  "th_pc_site_with_a_much_longer_name_for_tabs is the second line of the same location:\n%s", out);
 	/* The gap address and 0xf are locations without lines. */
 	char want[160];
 	snprintf(want, sizeof(want), ": %#llx M=", (unsigned long long)(uintptr_t)pp_gap_before + 5);
@@ -314,20 +215,20 @@ Test(pprof, go_tool_pprof_reads_values_names_and_comments, .timeout = 120)
 		  "the gap has no function");
 	cr_expect(strstr(out, ": 0xf \n") != NULL, "address outside every mapping:\n%s", out);
 	/* This binary's mapping carries the build ID and every has_* bit. */
-	const struct mapping *m = procmaps_find(f.maps, (uint64_t)(uintptr_t)pp_site_a);
+	const struct mapping *m = procmaps_find(f.maps, (uint64_t)(uintptr_t)th_pc_site_a);
 	snprintf(want, sizeof(want), " %s [FN][FL][LN][IN]", m->build_id);
 	cr_expect(strstr(out, want), "mapping line %s:\n%s", want, out);
 	free(out);
 
-	rc = pprof_cmd(&out, dir, "-top -sample_index=alloc_space heap.pb.gz");
+	rc = th_pprof(&out, dir, "-top -sample_index=alloc_space heap.pb.gz");
 	cr_assert_eq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "pp_site_a") && strstr(out, "pp_inlined"), "%s", out);
+	cr_expect(strstr(out, "th_pc_site_a") && strstr(out, "th_pc_inlined"), "%s", out);
 	free(out);
 	/* pprof needs no /symbol: -symbolize=remote on a file is a no-op, and nothing asks. */
 	free(path);
 	buf_free(&b);
 	fixture_fini(&f);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(pprof, allocs_default_sample_type_and_string_table, .timeout = 120)
@@ -381,21 +282,21 @@ Test(pprof, allocs_default_sample_type_and_string_table, .timeout = 120)
 	cr_expect_eq(nsamples, 6, "one Sample per (stack, size), zero-count ones included");
 	free(raw);
 
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	free(write_file(dir, "allocs.pb.gz", &b));
-	cr_assert_eq(pprof_cmd(&out, dir, "-raw allocs.pb.gz"), 0, "%s", out);
+	cr_assert_eq(th_pprof(&out, dir, "-raw allocs.pb.gz"), 0, "%s", out);
 	cr_expect(strstr(out, "alloc_space/bytes[dflt]"), "%s", out);
 	free(out);
 	buf_free(&b);
 	fixture_fini(&f);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(pprof, delta_and_no_maps, .timeout = 120)
 {
 	uint64_t pcs[3];
-	pp_outer(pcs, 0);
-	struct stack *st = mkstack(pcs, 3);
+	th_pc_outer(pcs, 0);
+	struct stack *st = th_stack(pcs, 3);
 	struct psample s1[2] = { ps(st, 512, 524288, 100, 40), ps(st, 256, 524288, 3, 0) };
 	struct psample s0[2] = { ps(st, 512, 524288, 60, 0), ps(st, 256, 524288, 3, 0) };
 	struct profile p1 = { .samples = s1, .nsamples = 2, .meta = { .rate = 524288 } };
@@ -411,11 +312,11 @@ Test(pprof, delta_and_no_maps, .timeout = 120)
 	struct buf b;
 	buf_init(&b);
 	cr_assert_eq(pprof_write(&b, &p1, NULL, 0), 0);
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	free(write_file(dir, "delta.pb.gz", &b));
-	cr_assert_eq(pprof_cmd(&out, dir, "-raw delta.pb.gz"), 0, "%s", out);
-	struct raw_sample rs[4];
-	int n = parse_raw_samples(out, rs, 4);
+	cr_assert_eq(th_pprof(&out, dir, "-raw delta.pb.gz"), 0, "%s", out);
+	struct th_raw_sample rs[4];
+	int n = th_raw_samples(out, rs, 4);
 	cr_assert_eq(n, 1, "%s", out);
 	int64_t c, by;
 	profile_scale(40, 40 * 512, 524288, &c, &by);
@@ -423,11 +324,11 @@ Test(pprof, delta_and_no_maps, .timeout = 120)
 	profile_scale(10, 10 * 512, 524288, &c, &by);
 	cr_expect(rs[0].v[2] == -c && rs[0].v[3] == -by, "%lld %lld", rs[0].v[2], rs[0].v[3]);
 	cr_expect(strstr(out, "Duration: 30s"), "%s", out);
-	cr_expect(!strstr(out, "pp_site_a"), "no maps, no symbols:\n%s", out);
+	cr_expect(!strstr(out, "th_pc_site_a"), "no maps, no symbols:\n%s", out);
 	free(out);
 	buf_free(&b);
 	free(st);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(pprof, empty_profile_is_valid, .timeout = 120)
@@ -436,13 +337,13 @@ Test(pprof, empty_profile_is_valid, .timeout = 120)
 	struct buf b;
 	buf_init(&b);
 	cr_assert_eq(pprof_write(&b, &p, NULL, 0), 0);
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	free(write_file(dir, "empty.pb.gz", &b));
-	cr_assert_eq(pprof_cmd(&out, dir, "-raw empty.pb.gz"), 0, "%s", out);
+	cr_assert_eq(th_pprof(&out, dir, "-raw empty.pb.gz"), 0, "%s", out);
 	cr_expect(strstr(out, "Period: 0\n") && strstr(out, "sampled=0 delivered=0"), "%s", out);
 	free(out);
 	buf_free(&b);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* ---- Folded and top ------------------------------------------------------------------- */
@@ -462,10 +363,10 @@ Test(pprof, folded_stacks)
 	int64_t v[4];
 	expect_values(&ps0[0], 2, v);
 	char want[256];
-	snprintf(want, sizeof(want), ";pp_outer;pp_site_a %lld\n", (long long)v[1]);
+	snprintf(want, sizeof(want), ";th_pc_outer;th_pc_site_a %lld\n", (long long)v[1]);
 	cr_expect(strstr(s, want), "want %s in\n%s", want, s);
 	expect_values(&ps0[4], 1, v);
-	snprintf(want, sizeof(want), ";pp_outer;pp_site_inl;pp_inlined %lld\n", (long long)v[1]);
+	snprintf(want, sizeof(want), ";th_pc_outer;th_pc_site_with_a_much_longer_name_for_tabs;th_pc_inlined %lld\n", (long long)v[1]);
 	cr_expect(strstr(s, want), "inline frames expanded, caller first: %s\n%s", want, s);
 	cr_expect(strstr(s, "0xf;test_pprof+0x") || strstr(s, "\n0xf;"), "unknown frames:\n%s", s);
 	cr_expect(strstr(s, "[no stack] "), "%s", s);
@@ -498,9 +399,9 @@ Test(pprof, folded_stacks)
 	cr_assert_eq(folded_write(&b, &f.p, f.maps, LLGO_SNAP_INUSE | LLGO_SNAP_OBJECTS), 0);
 	buf_putc(&b, '\0');
 	expect_values(&ps0[0], 2, v);
-	snprintf(want, sizeof(want), ";pp_outer;pp_site_a %lld\n", (long long)v[2]);
+	snprintf(want, sizeof(want), ";th_pc_outer;th_pc_site_a %lld\n", (long long)v[2]);
 	cr_expect(strstr((const char *)b.data, want), "%s", (const char *)b.data);
-	cr_expect(!strstr((const char *)b.data, "pp_site_b"), "fully freed: nothing in use");
+	cr_expect(!strstr((const char *)b.data, "th_pc_site_b"), "fully freed: nothing in use");
 	buf_free(&b);
 	fixture_fini(&f);
 }
@@ -516,7 +417,7 @@ Test(pprof, top_table)
 	const char *s = (const char *)b.data;
 	cr_expect(strstr(s, "3 of 5 sites by alloc_space"), "%s", s);
 	cr_expect(strstr(s, "alloc_space        %  alloc_objects  inuse_space  site\n"), "%s", s);
-	cr_expect(strstr(s, " pp_inlined test_pprof.c:"), "leaf inline frame is the site:\n%s", s);
+	cr_expect(strstr(s, " th_pc_inlined helpers.c:"), "leaf inline frame is the site:\n%s", s);
 	const char acct[] = "\n# llgo-heap: sampled=10 delivered=8 dropped=1 corrupt=1\n";
 	const char *last = strstr(s, acct);
 	cr_expect(last && last[sizeof(acct) - 1] == '\0', "accounting is the last line:\n%s", s);
@@ -525,7 +426,7 @@ Test(pprof, top_table)
 	expect_values(&f.p.samples[0], 2, va);
 	expect_values(&f.p.samples[4], 1, vi);
 	const char *first = strchr(strchr(s, '\n') + 1, '\n') + 1;
-	cr_expect(strstr(first, va[1] > vi[1] ? "pp_site_a" : "pp_inlined") <
+	cr_expect(strstr(first, va[1] > vi[1] ? "th_pc_site_a" : "th_pc_inlined") <
 			  strchr(first, '\n'), "%s", s);
 	buf_free(&b);
 	fixture_fini(&f);
@@ -547,7 +448,7 @@ Test(pprof, collect_and_subtract_buckets)
 	struct bucket_table *t = bucket_table_new(0, 0);
 	cr_assert(t);
 	uint64_t pcs[3];
-	pp_outer(pcs, 0);
+	th_pc_outer(pcs, 0);
 	for (int i = 0; i < 3; i++)
 		cr_assert_geq(bucket_table_add(t, pcs, 3, 100, 512), 0);
 	cr_assert_geq(bucket_table_add(t, pcs, 3, 100, 1024), 0);
@@ -576,7 +477,7 @@ Test(pprof, collect_and_subtract_buckets)
 	profile_scale(3, 300, 512, &c1, &b1);
 	profile_scale(1, 100, 1024, &c2, &b2);
 	char want[128];
-	snprintf(want, sizeof(want), ";pp_outer;pp_site_a %lld\n", (long long)(b1 + b2));
+	snprintf(want, sizeof(want), ";th_pc_outer;th_pc_site_a %lld\n", (long long)(b1 + b2));
 	cr_expect(strstr((char *)b.data, want), "%s", (char *)b.data);
 	buf_free(&b);
 	procmaps_free(maps);

@@ -17,16 +17,8 @@
 #include <unistd.h>
 
 #include "../agent/internal.h"
+#include "helpers.h"
 #include "../shim/internal.h"
-
-/* criterion's runner sometimes leaks the 48-byte record of a test's timeout when the test
- * ends as the timer is armed (libcriterion 2.4.1, calloc in its setup_timeout); that is not
- * this code's leak, so LeakSanitizer is told to ignore allocations made by libcriterion. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-	return "leak:libcriterion.so\n";
-}
 
 #define SMALL_DATA 4096u
 
@@ -49,12 +41,6 @@ static void tring_new(struct tring *t, uint32_t data_size)
 static void tring_free(struct tring *t)
 {
 	munmap(t->mem, t->len);
-}
-
-static bool is_thread_san(void)
-{
-	const char *s = getenv("LLGO_SAN");
-	return s && strstr(s, "thread");
 }
 
 /* Record i: nframes = i % 9, frames[k] = i * 16 + k, size = i, rate = 1 + i % 5. */
@@ -144,14 +130,20 @@ static void spsc_run(struct spsc *s)
 	ring_reader_drain(&s->t.r, spsc_check, s);
 }
 
+/* spsc_run over a new small ring: n records, the producer waiting for room or dropping. */
+static void spsc_go(struct spsc *s, uint64_t n, bool wait_for_room)
+{
+	memset(s, 0, sizeof(*s));
+	tring_new(&s->t, SMALL_DATA);
+	s->n = n;
+	s->wait_for_room = wait_for_room;
+	spsc_run(s);
+}
+
 Test(ring, millions_in_order_across_wraparound, .timeout = 300)
 {
 	static struct spsc s;
-	memset(&s, 0, sizeof(s));
-	tring_new(&s.t, SMALL_DATA);
-	s.n = is_thread_san() ? 200000 : 3000000;
-	s.wait_for_room = true;
-	spsc_run(&s);
+	spsc_go(&s, th_san_thread() ? 200000 : 3000000, true);
 	cr_expect_eq(s.bad, 0, "%llu records had wrong contents", (unsigned long long)s.bad);
 	cr_expect_eq(s.got, s.n, "delivered %llu of %llu", (unsigned long long)s.got,
 		     (unsigned long long)s.n);
@@ -167,11 +159,7 @@ Test(ring, millions_in_order_across_wraparound, .timeout = 300)
 Test(ring, concurrent_drops_account_exactly, .timeout = 300)
 {
 	static struct spsc s;
-	memset(&s, 0, sizeof(s));
-	tring_new(&s.t, SMALL_DATA);
-	s.n = is_thread_san() ? 100000 : 1000000;
-	s.wait_for_room = false;
-	spsc_run(&s);
+	spsc_go(&s, th_san_thread() ? 100000 : 1000000, false);
 	s.gaps += s.n - s.next; /* drops after the last delivered record */
 	struct ring_account a;
 	ring_reader_account(&s.t.r, &a);
@@ -212,7 +200,7 @@ static void *vandal_main(void *arg)
 
 Test(ring, torn_records_are_never_delivered, .timeout = 120)
 {
-	if (is_thread_san())
+	if (th_san_thread())
 		cr_skip_test("races on purpose");
 	static struct spsc s;
 	memset(&s, 0, sizeof(s));
@@ -561,29 +549,34 @@ Test(ring, map_checks_seals_size_and_header)
 
 /* ---- accounting ------------------------------------------------------------------------- */
 
-Test(ring, account_resolves_shortfall_and_in_flight_excess)
+/* ring_reader_account of a reader whose counters say sampled, dropped, delivered and corrupt,
+ * added to sum. */
+static struct ring_account account_of(uint64_t sampled, uint64_t dropped, uint64_t delivered,
+				      uint64_t corrupt, struct ring_account *sum)
 {
 	struct ring_reader r;
 	memset(&r, 0, sizeof(r));
-	struct ring_account a, sum = { 0 };
-	/* shortfall: 100 sampled, 80 delivered, 5 dropped, 2 corrupt -> 13 more corrupt */
-	r.sampled = 100;
-	r.dropped = 5;
-	r.counts.delivered = 80;
-	r.counts.corrupt = 2;
+	r.sampled = sampled;
+	r.dropped = dropped;
+	r.counts.delivered = delivered;
+	r.counts.corrupt = corrupt;
+	struct ring_account a;
 	ring_reader_account(&r, &a);
+	ring_account_add(sum, &a);
+	return a;
+}
+
+Test(ring, account_resolves_shortfall_and_in_flight_excess)
+{
+	struct ring_account sum = { 0 };
+	/* shortfall: 100 sampled, 80 delivered, 5 dropped, 2 corrupt -> 13 more corrupt */
+	struct ring_account a = account_of(100, 5, 80, 2, &sum);
 	cr_expect_eq(a.sampled, 100);
 	cr_expect_eq(a.corrupt, 15);
-	ring_account_add(&sum, &a);
 	/* in flight: sampled read before head: 10 sampled, 12 delivered */
-	r.sampled = 10;
-	r.dropped = 0;
-	r.counts.delivered = 12;
-	r.counts.corrupt = 0;
-	ring_reader_account(&r, &a);
+	a = account_of(10, 0, 12, 0, &sum);
 	cr_expect_eq(a.sampled, 12);
 	cr_expect_eq(a.corrupt, 0);
-	ring_account_add(&sum, &a);
 	ring_account_lost(&sum, 7);
 	cr_expect_eq(sum.sampled, 119);
 	cr_expect_eq(sum.corrupt, 15);
@@ -621,61 +614,80 @@ static long memfd_pages(int fd)
 	return (long)(st.st_blocks * 512 / 4096);
 }
 
-/* A memfd ring of data_size bytes mapped for both ends (the reader as the daemon maps it). */
-static int resident_ring(uint32_t data_size, struct emit_ring *w, struct ring_reader *r)
+/* A memfd ring of `size` data bytes mapped for both ends (the reader as the daemon maps it),
+ * and what went through it. */
+struct resident {
+	uint32_t size;
+	int fd;
+	struct emit_ring w;
+	struct ring_reader r;
+	uint64_t seen[2], pushed;
+	long before, most; /* resident pages at the start, and the most seen by resident_fill */
+};
+
+static void resident_new(struct resident *t, uint32_t size)
 {
-	int fd = make_memfd(data_size, true, 9, LLGO_RING_MAGIC);
-	size_t len = LLGO_RING_HEADER_SIZE + data_size;
-	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	memset(t, 0, sizeof(*t));
+	t->size = size;
+	t->fd = make_memfd(size, true, 9, LLGO_RING_MAGIC);
+	size_t len = LLGO_RING_HEADER_SIZE + size;
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, t->fd, 0);
 	cr_assert(m != MAP_FAILED);
-	w->hdr = m;
-	w->data = (unsigned char *)m + LLGO_RING_HEADER_SIZE;
-	w->mask = data_size - 1;
-	cr_assert_eq(ring_reader_map(r, fd, 9, data_size), 0);
-	return fd;
+	t->w.hdr = m;
+	t->w.data = (unsigned char *)m + LLGO_RING_HEADER_SIZE;
+	t->w.mask = size - 1;
+	cr_assert_eq(ring_reader_map(&t->r, t->fd, 9, size), 0);
 }
 
-static void resident_ring_free(int fd, uint32_t data_size, struct emit_ring *w,
-			       struct ring_reader *r)
+/* n rounds of `bytes` of records, each drained; the most resident pages in t->most. */
+static void resident_rounds(struct resident *t, int n, uint64_t bytes)
 {
-	ring_reader_unmap(r);
-	munmap(w->hdr, LLGO_RING_HEADER_SIZE + data_size);
-	close(fd);
+	t->before = memfd_pages(t->fd);
+	t->most = 0;
+	for (int round = 0; round < n; round++) {
+		uint64_t start = atomic_load(&t->w.hdr->head);
+		while (atomic_load(&t->w.hdr->head) - start < bytes)
+			cr_assert(push_seq(&t->w, ++t->pushed));
+		long p = memfd_pages(t->fd);
+		if (p > t->most)
+			t->most = p;
+		ring_reader_drain(&t->r, count_cb, t->seen);
+	}
+	cr_expect_eq(t->seen[0], t->pushed, "delivered %llu of %llu", (unsigned long long)t->seen[0],
+		     (unsigned long long)t->pushed);
+	cr_expect_eq(t->r.counts.corrupt, 0);
+}
+
+static void resident_free(struct resident *t)
+{
+	ring_reader_unmap(&t->r);
+	munmap(t->w.hdr, LLGO_RING_HEADER_SIZE + t->size);
+	close(t->fd);
+}
+
+/* 100 records more, read back intact (written again after the release); then the end. */
+static void resident_end(struct resident *t)
+{
+	for (int i = 0; i < 100; i++)
+		cr_assert(push_seq(&t->w, ++t->pushed));
+	ring_reader_drain(&t->r, count_cb, t->seen);
+	cr_expect_eq(t->seen[0], t->pushed);
+	cr_expect_eq(t->r.counts.corrupt, 0);
+	resident_free(t);
 }
 
 Test(ring, drained_pages_of_a_light_ring_are_given_back)
 {
-	enum { DATA = 256u << 10 };
-	struct emit_ring w = { 0 };
-	struct ring_reader r;
-	int fd = resident_ring(DATA, &w, &r);
-	r.release_batch = 0; /* every drain gives its pages back (batches: the next test) */
-	uint64_t seen[2] = { 0, 0 }, pushed = 0;
-	long before = memfd_pages(fd), most = 0;
+	struct resident t;
+	resident_new(&t, 256u << 10);
+	t.r.release_batch = 0; /* every drain gives its pages back (batches: the next test) */
 	/* 6 bursts of 10 KiB, each drained: 60 KiB in all, under a quarter of the ring */
-	for (int burst = 0; burst < 6; burst++) {
-		uint64_t start = atomic_load(&w.hdr->head);
-		while (atomic_load(&w.hdr->head) - start < 10u << 10)
-			cr_assert(push_seq(&w, ++pushed));
-		long p = memfd_pages(fd);
-		if (p > most)
-			most = p;
-		ring_reader_drain(&r, count_cb, seen);
-	}
-	long after = memfd_pages(fd);
-	cr_expect_eq(seen[0], pushed, "delivered %llu of %llu", (unsigned long long)seen[0],
-		     (unsigned long long)pushed);
-	cr_expect_eq(r.counts.corrupt, 0);
-	cr_expect_geq(most, before + 3, "the bursts were resident (%ld pages)", most);
-	cr_expect_leq(after, before + 1, "drained pages kept: %ld before, %ld after", before,
+	resident_rounds(&t, 6, 10u << 10);
+	long after = memfd_pages(t.fd);
+	cr_expect_geq(t.most, t.before + 3, "the bursts were resident (%ld pages)", t.most);
+	cr_expect_leq(after, t.before + 1, "drained pages kept: %ld before, %ld after", t.before,
 		      after);
-	/* written again after the release: read back intact */
-	for (int i = 0; i < 100; i++)
-		cr_assert(push_seq(&w, ++pushed));
-	ring_reader_drain(&r, count_cb, seen);
-	cr_expect_eq(seen[0], pushed);
-	cr_expect_eq(r.counts.corrupt, 0);
-	resident_ring_free(fd, DATA, &w, &r);
+	resident_end(&t);
 }
 
 /* Small drains of a light ring give their pages back together, not one madvise each: 100
@@ -683,52 +695,30 @@ Test(ring, drained_pages_of_a_light_ring_are_given_back)
  * and what stays resident is at most one batch (64 KiB) of drained pages. */
 Test(ring, light_ring_pages_go_back_in_batches)
 {
-	enum { DATA = 1u << 20 };
-	struct emit_ring w = { 0 };
-	struct ring_reader r;
-	int fd = resident_ring(DATA, &w, &r);
-	uint64_t seen[2] = { 0, 0 }, pushed = 0;
-	long before = memfd_pages(fd), most = 0;
-	for (int drain = 0; drain < 100; drain++) {
-		uint64_t start = atomic_load(&w.hdr->head);
-		while (atomic_load(&w.hdr->head) - start < 2u << 10)
-			cr_assert(push_seq(&w, ++pushed));
-		long p = memfd_pages(fd);
-		if (p > most)
-			most = p;
-		ring_reader_drain(&r, count_cb, seen);
-	}
-	long after = memfd_pages(fd);
-	cr_expect_eq(seen[0], pushed);
-	cr_expect_eq(r.counts.corrupt, 0);
-	cr_expect_leq(r.releases, 6, "%llu releases for 100 small drains",
-		      (unsigned long long)r.releases);
-	cr_expect_geq(r.releases, 2, "%llu releases: pages not given back",
-		      (unsigned long long)r.releases);
-	cr_expect_leq(after, before + 17, "resident after the drains: %ld pages, %ld before", after,
-		      before);
-	cr_expect_geq(most, before + 10, "the drained data was resident (%ld pages)", most);
-	for (int i = 0; i < 100; i++)
-		cr_assert(push_seq(&w, ++pushed));
-	ring_reader_drain(&r, count_cb, seen);
-	cr_expect_eq(seen[0], pushed);
-	cr_expect_eq(r.counts.corrupt, 0);
-	resident_ring_free(fd, DATA, &w, &r);
+	struct resident t;
+	resident_new(&t, 1u << 20);
+	resident_rounds(&t, 100, 2u << 10);
+	long after = memfd_pages(t.fd);
+	cr_expect_leq(t.r.releases, 6, "%llu releases for 100 small drains",
+		      (unsigned long long)t.r.releases);
+	cr_expect_geq(t.r.releases, 2, "%llu releases: pages not given back",
+		      (unsigned long long)t.r.releases);
+	cr_expect_leq(after, t.before + 17, "resident after the drains: %ld pages, %ld before",
+		      after, t.before);
+	cr_expect_geq(t.most, t.before + 10, "the drained data was resident (%ld pages)", t.most);
+	resident_end(&t);
 }
 
 Test(ring, busy_ring_keeps_its_pages)
 {
-	enum { DATA = 256u << 10 };
-	struct emit_ring w = { 0 };
-	struct ring_reader r;
-	int fd = resident_ring(DATA, &w, &r);
-	uint64_t seen[2] = { 0, 0 }, pushed = 0;
+	struct resident t;
+	resident_new(&t, 256u << 10);
 	/* 128 KiB at once: half the ring in this second, more than a light ring drains */
-	while (atomic_load(&w.hdr->head) < 128u << 10)
-		cr_assert(push_seq(&w, ++pushed));
-	long full = memfd_pages(fd);
-	ring_reader_drain(&r, count_cb, seen);
-	cr_expect_eq(seen[0], pushed);
-	cr_expect_geq(memfd_pages(fd), full - 1, "a busy ring's pages were given back");
-	resident_ring_free(fd, DATA, &w, &r);
+	while (atomic_load(&t.w.hdr->head) < 128u << 10)
+		cr_assert(push_seq(&t.w, ++t.pushed));
+	long full = memfd_pages(t.fd);
+	ring_reader_drain(&t.r, count_cb, t.seen);
+	cr_expect_eq(t.seen[0], t.pushed);
+	cr_expect_geq(memfd_pages(t.fd), full - 1, "a busy ring's pages were given back");
+	resident_free(&t);
 }

@@ -14,15 +14,6 @@
 
 #include "../shim/internal.h"
 
-/* criterion's runner sometimes leaks the 48-byte record of a test's timeout when the test
- * ends as the timer is armed (libcriterion 2.4.1, calloc in its setup_timeout); that is not
- * this code's leak, so LeakSanitizer is told to ignore allocations made by libcriterion. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-	return "leak:libcriterion.so\n";
-}
-
 #define NDRAWS 1000000
 
 static int cmp_double(const void *a, const void *b)

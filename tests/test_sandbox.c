@@ -28,7 +28,7 @@
 #include "../common/buf.h"
 #include "../agent/internal.h"
 #include "../agent/output/snapshot.h"
-#include "life_util.h"
+#include "helpers.h"
 
 #define SBX_HOOKS LLGO_BUILD_DIR "/tests/llgo-heap-symbolizer-hooks"
 /* The default --symbolizer-uids: the uids root's and system users' helpers run as. */
@@ -38,41 +38,20 @@
 
 /* ---- Code to symbolize: the hooks look for these names ---------------------------------- */
 
-__attribute__((noinline, used)) uint64_t sandbox_test_crash(uint64_t x)
-{
-	KEEP(x);
-	return x * 3 + 1;
-}
+/* A function of its own for the hooks to find by name, with a body of its own. */
+#define SBX_CODE(name, mul, add)                                                            \
+	__attribute__((noinline, used)) uint64_t name(uint64_t x)                          \
+	{                                                                                  \
+		KEEP(x);                                                                   \
+		return x * (mul) + (add);                                                  \
+	}
 
-__attribute__((noinline, used)) uint64_t sandbox_test_hang(uint64_t x)
-{
-	KEEP(x);
-	return x * 5 + 2;
-}
-
-__attribute__((noinline, used)) uint64_t sandbox_test_open(uint64_t x)
-{
-	KEEP(x);
-	return x * 7 + 3;
-}
-
-__attribute__((noinline, used)) uint64_t sandbox_test_lie(uint64_t x)
-{
-	KEEP(x);
-	return x * 17 + 6;
-}
-
-__attribute__((noinline, used)) uint64_t sbx_plain_one(uint64_t x)
-{
-	KEEP(x);
-	return x * 11 + 4;
-}
-
-__attribute__((noinline, used)) uint64_t sbx_plain_two(uint64_t x)
-{
-	KEEP(x);
-	return x * 13 + 5;
-}
+SBX_CODE(sandbox_test_crash, 3, 1)
+SBX_CODE(sandbox_test_hang, 5, 2)
+SBX_CODE(sandbox_test_open, 7, 3)
+SBX_CODE(sandbox_test_lie, 17, 6)
+SBX_CODE(sbx_plain_one, 11, 4)
+SBX_CODE(sbx_plain_two, 13, 5)
 
 /* ---- Helpers -------------------------------------------------------------------------- */
 
@@ -120,11 +99,10 @@ static char *sbx_status(pid_t pid, const char *key)
 	return out;
 }
 
+/* Seconds on the monotonic clock. */
 static double sbx_now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)th_now_ms() / 1e3;
 }
 
 static void sbx_use_hooks(unsigned timeout_ms, unsigned backoff_ms)
@@ -132,6 +110,19 @@ static void sbx_use_hooks(unsigned timeout_ms, unsigned backoff_ms)
 	cr_assert_eq(access(SBX_HOOKS, X_OK), 0, "%s: %s", SBX_HOOKS, strerror(errno));
 	setenv("LLGO_HEAP_SYMBOLIZER", SBX_HOOKS, 1);
 	symhelper_set_timing(timeout_ms, backoff_ms);
+}
+
+/* The start of a test of this process's own helper: the hooked helper (sbx_use_hooks), this
+ * process's maps in *pm, and a first lookup that names sbx_plain_one; the pid of the helper
+ * that answered it. */
+static pid_t sbx_first(unsigned timeout_ms, unsigned backoff_ms, struct procmaps **pm)
+{
+	sbx_use_hooks(timeout_ms, backoff_ms);
+	*pm = procmaps_new(getpid());
+	cr_assert(*pm);
+	struct sym_result r;
+	cr_assert_str_eq(sbx_name(*pm, sbx_plain_one, &r), "sbx_plain_one");
+	return symhelper_pid(sbx_self_uid());
 }
 
 /* ---- What a helper may do ------------------------------------------------------------- */
@@ -189,12 +180,9 @@ Test(sandbox, helper_runs_unprivileged_and_filtered)
  * then could not have answered. */
 Test(sandbox, filter_refuses_open_and_socket)
 {
-	sbx_use_hooks(10000, 50);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t pid = sbx_first(10000, 50, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t pid = symhelper_pid(sbx_self_uid());
 	cr_expect_str_eq(sbx_name(pm, sandbox_test_open, &r), "sandbox_test_open");
 	cr_expect_eq(symhelper_pid(sbx_self_uid()), pid, "the same helper answered");
 	procmaps_free(pm);
@@ -206,19 +194,16 @@ Test(sandbox, filter_refuses_open_and_socket)
  * helper is reaped, and after the backoff a new one answers. */
 Test(sandbox, crash_leaves_the_caller_serving)
 {
-	sbx_use_hooks(10000, 100);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t first = sbx_first(10000, 100, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t first = symhelper_pid(sbx_self_uid());
 	cr_assert_gt(first, 0);
 	cr_expect_str_eq(sbx_name(pm, sandbox_test_crash, &r), "", "shown unsymbolized");
 	cr_expect_eq(symhelper_pid(sbx_self_uid()), 0, "the crashed helper is reaped");
 	cr_expect_eq(kill(first, 0), -1, "pid %d is gone", (int)first);
 	/* while backing off, answers come at once, unsymbolized (and are not remembered) */
 	cr_expect_str_eq(sbx_name(pm, sbx_plain_two, &r), "");
-	usleep(300 * 1000);
+	th_sleep_ms(300);
 	cr_expect_str_eq(sbx_name(pm, sbx_plain_two, &r), "sbx_plain_two");
 	pid_t second = symhelper_pid(sbx_self_uid());
 	cr_expect(second > 0 && second != first, "a new helper: %d after %d", (int)second,
@@ -232,17 +217,14 @@ Test(sandbox, crash_leaves_the_caller_serving)
  * nothing: the helper is killed, the address shown unsymbolized, the caller serves on. */
 Test(sandbox, malformed_answer_is_refused)
 {
-	sbx_use_hooks(10000, 100);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t first = sbx_first(10000, 100, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t first = symhelper_pid(sbx_self_uid());
 	cr_expect_eq(symbolize_pc(procmaps_find(pm, sbx_addr(sandbox_test_lie)),
 				  sbx_addr(sandbox_test_lie), &r), 0, "nothing of the lie is used");
 	cr_expect_eq(symhelper_pid(sbx_self_uid()), 0);
 	cr_expect_eq(kill(first, 0), -1, "the lying helper %d is killed", (int)first);
-	usleep(300 * 1000);
+	th_sleep_ms(300);
 	cr_expect_str_eq(sbx_name(pm, sbx_plain_two, &r), "sbx_plain_two");
 	procmaps_free(pm);
 }
@@ -250,18 +232,15 @@ Test(sandbox, malformed_answer_is_refused)
 /* A helper that never answers is killed at the deadline; the caller is not held longer. */
 Test(sandbox, hang_is_killed_at_the_deadline)
 {
-	sbx_use_hooks(700, 100);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t first = sbx_first(700, 100, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t first = symhelper_pid(sbx_self_uid());
 	double t0 = sbx_now();
 	cr_expect_str_eq(sbx_name(pm, sandbox_test_hang, &r), "");
 	double dt = sbx_now() - t0;
 	cr_expect(dt >= 0.6 && dt < 10, "answered after %.2f s (deadline 0.7 s)", dt);
 	cr_expect_eq(kill(first, 0), -1, "the hung helper %d is killed and reaped", (int)first);
-	usleep(300 * 1000);
+	th_sleep_ms(300);
 	cr_expect_str_eq(sbx_name(pm, sbx_plain_two, &r), "sbx_plain_two");
 	procmaps_free(pm);
 }
@@ -285,18 +264,9 @@ static bool sbx_gone(pid_t pid)
  * the signal, and until then the daemon finds it running. */
 static void sbx_wait_stopped(pid_t pid)
 {
-	char path[64], stat[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	for (int i = 0; i < 500; i++, usleep(10 * 1000)) {
-		FILE *f = fopen(path, "r");
-		cr_assert(f, "%s: %s", path, strerror(errno));
-		size_t len = fread(stat, 1, sizeof(stat) - 1, f);
-		fclose(f);
-		stat[len] = '\0';
-		const char *end = strrchr(stat, ')');
-		if (end && end[2] == 'T')
+	for (int i = 0; i < 500; i++, th_sleep_ms(10))
+		if (th_proc_state(pid) == 'T')
 			return;
-	}
 	cr_assert_fail("pid %d did not stop", (int)pid);
 }
 
@@ -312,12 +282,9 @@ static void sbx_signal_helper(pid_t pid, int sig)
  * then showed the address unsymbolized). */
 Test(sandbox, stopped_helper_is_replaced)
 {
-	sbx_use_hooks(20000, 100);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t first = sbx_first(20000, 100, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t first = symhelper_pid(sbx_self_uid());
 	cr_assert_gt(first, 0);
 	cr_assert_eq(kill(first, SIGSTOP), 0);
 	sbx_wait_stopped(first);
@@ -346,16 +313,13 @@ static void *sbx_name_hang(void *arg)
  * the deadline (20 s); the next request is answered by a new one. */
 Test(sandbox, stopped_mid_request_is_not_waited_for)
 {
-	sbx_use_hooks(20000, 100);
-	struct procmaps *pm = procmaps_new(getpid());
-	cr_assert(pm);
+	struct procmaps *pm;
+	pid_t first = sbx_first(20000, 100, &pm);
 	struct sym_result r;
-	cr_assert_str_eq(sbx_name(pm, sbx_plain_one, &r), "sbx_plain_one");
-	pid_t first = symhelper_pid(sbx_self_uid());
 	cr_assert_gt(first, 0);
 	pthread_t t;
 	cr_assert_eq(pthread_create(&t, NULL, sbx_name_hang, pm), 0);
-	usleep(300 * 1000); /* the request is at the hang by now */
+	th_sleep_ms(300); /* the request is at the hang by now */
 	double t0 = sbx_now();
 	cr_assert_eq(kill(first, SIGSTOP), 0);
 	void *name;
@@ -366,7 +330,7 @@ Test(sandbox, stopped_mid_request_is_not_waited_for)
 	cr_expect_lt(dt, 10.0, "given up after %.2f s (deadline 20 s)", dt);
 	cr_expect(sbx_gone(first), "the stopped helper %d is killed", (int)first);
 	sbx_signal_helper(first, SIGKILL);
-	usleep(300 * 1000); /* past any backoff */
+	th_sleep_ms(300); /* past any backoff */
 	cr_expect_str_eq(sbx_name(pm, sbx_plain_two, &r), "sbx_plain_two");
 	procmaps_free(pm);
 }
@@ -417,10 +381,10 @@ Test(sandbox, killed_mid_snapshot)
 	pthread_t t;
 	cr_assert_eq(pthread_create(&t, NULL, sbx_write, &snap), 0);
 	pid_t pid = 0;
-	for (int i = 0; i < 500 && pid == 0; i++, usleep(10 * 1000))
+	for (int i = 0; i < 500 && pid == 0; i++, th_sleep_ms(10))
 		pid = symhelper_pid(sbx_self_uid());
 	cr_assert_gt(pid, 0, "a helper works on the snapshot");
-	usleep(300 * 1000); /* at the hang by now; the deadline is 20 s away */
+	th_sleep_ms(300); /* at the hang by now; the deadline is 20 s away */
 	double t0 = sbx_now();
 	cr_assert_eq(kill(pid, SIGKILL), 0);
 	pthread_join(t, NULL);
@@ -430,7 +394,7 @@ Test(sandbox, killed_mid_snapshot)
 	cr_expect_null(strstr((char *)snap.out.data, "sandbox_test_hang"), "%s", (char *)snap.out.data);
 	buf_free(&snap.out);
 
-	usleep(700 * 1000); /* past the backoff */
+	th_sleep_ms(700); /* past the backoff */
 	struct sbx_snapshot later = { .p = &p2, .pm = pm };
 	sbx_write(&later);
 	cr_assert_eq(later.rc, 0);
@@ -489,24 +453,20 @@ Test(sandbox, daemon_serves_on_when_a_file_crashes_its_helper, .timeout = 120)
 {
 	cr_assert_eq(access(SBX_HOOKS, X_OK), 0);
 	setenv("LLGO_HEAP_SYMBOLIZER", SBX_HOOKS, 1); /* the daemon's environment */
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
-	char *argv[] = { E2E_PROGS "/sandbox_crash", "200", NULL };
-	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
-	char line[64];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 20000), "the program did not start");
+	struct th_proc p;
+	th_run_start(&d, NULL, &p, "1", 0, (char *[]){ TH_PROGS "/sandbox_crash", "200", NULL },
+		     NULL, 20000);
 	bool named = false;
 	int snapshots = 0;
-	for (long until = lu_now_ms() + 60000; !named && lu_now_ms() < until; snapshots++) {
+	for (long until = th_now_ms() + 60000; !named && th_now_ms() < until; snapshots++) {
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 		cr_assert(text, "snapshot %d failed", snapshots + 1);
 		cr_assert(heapd_alive(&d), "the daemon died");
-		cr_expect_eq(lu_text_count(text, "sandbox_test_crash", 777), 0, "the poison is named");
-		named = lu_text_count(text, "sbx_prog_site", 888) > 0;
+		cr_expect_eq(th_text_count(text, "sandbox_test_crash", 777), 0, "the poison is named");
+		named = th_text_count(text, "sbx_prog_site", 888) > 0;
 		free(text);
-		lu_sleep_ms(300); /* past the backoff */
+		th_sleep_ms(300); /* past the backoff */
 	}
 	cr_expect(named, "sbx_prog_site never named in %d snapshots", snapshots);
 	cr_log_info("sbx_prog_site named at snapshot %d", snapshots);
@@ -516,14 +476,13 @@ Test(sandbox, daemon_serves_on_when_a_file_crashes_its_helper, .timeout = 120)
 		  "the crash is logged:\n%s", log);
 	cr_expect(strstr(log, "shown unsymbolized from now on"), "%s", log);
 	free(log);
-	lu_wait(&p, 10000);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_wait(&p, 10000);
+	heapd_end(&d);
 }
 
 /* ---- Who may touch a helper ---------------------------------------------------------- */
 
-#define SBX_SITES E2E_PROGS "/http_sites"
+#define SBX_SITES TH_PROGS "/http_sites"
 
 /* setpriv in front of the daemon: the capability bounding set of systemd/llgo-heapd.service,
  * so the daemon has what the unit gives it and nothing more. */
@@ -533,7 +492,7 @@ static const char *const *sbx_unit_wrap(void)
 	static const char *wrap[4] = { "/usr/bin/setpriv", bset, "--", NULL };
 	if (access(wrap[0], X_OK) != 0)
 		cr_skip_test("no /usr/bin/setpriv (util-linux)");
-	char *unit = e2e_read_file(LLGO_SRC_DIR "/systemd/llgo-heapd.service");
+	char *unit = th_read_file(LLGO_SRC_DIR "/systemd/llgo-heapd.service");
 	const char *at = unit ? strstr(unit, "\nCapabilityBoundingSet=") : NULL;
 	cr_assert(at, "no CapabilityBoundingSet= in the unit");
 	at += strlen("\nCapabilityBoundingSet=");
@@ -558,7 +517,7 @@ static int sbx_helpers_of(pid_t daemon, pid_t *out, int max)
 {
 	int n = 0;
 	char *list = NULL;
-	cr_assert_eq(e2e_sh(&list, "ls /proc"), 0);
+	cr_assert_eq(th_sh(&list, "ls /proc"), 0);
 	for (char *tok = strtok(list, "\n"); tok && n < max; tok = strtok(NULL, "\n")) {
 		if (!(*tok >= '1' && *tok <= '9'))
 			continue;
@@ -601,13 +560,11 @@ static pid_t sbx_new_helper(pid_t daemon, const pid_t *before, int nbefore)
 static char *sbx_reach_as(uid_t uid, pid_t pid)
 {
 	int pfd[2];
-	cr_assert_eq(pipe(pfd), 0);
-	pid_t c = fork();
-	cr_assert_geq(c, 0);
+	th_pipe(pfd);
+	pid_t c = th_fork();
 	if (c == 0) {
 		close(pfd[0]);
-		if (setgroups(0, NULL) || setresgid(uid, uid, uid) || setresuid(uid, uid, uid))
-			_exit(1);
+		th_become_uid(uid, uid);
 		char out[128] = "", path[64];
 		if (kill(pid, 0) == 0)
 			strcat(out, " kill(0)");
@@ -647,11 +604,11 @@ static unsigned sbx_uid_of(pid_t pid)
 /* http_sites (copied where every uid reaches it) as uid (or as the test, when uid < 0),
  * attached to d: "ready 0" read, a snapshot taken (which starts its uid's helper); the new
  * helper's pid in *helper. */
-static void sbx_sites_as(struct lu_proc *p, const struct heapd *d, long uid, pid_t *helper)
+static void sbx_sites_as(struct th_proc *p, const struct heapd *d, long uid, pid_t *helper)
 {
 	char exe[256], as[32], preload[600];
 	snprintf(exe, sizeof(exe), "%s/sbx_sites", d->dir);
-	cr_assert_eq(e2e_sh(NULL, "test -x '%s' || cp '%s' '%s'", exe, SBX_SITES, exe), 0);
+	cr_assert_eq(th_sh(NULL, "test -x '%s' || cp '%s' '%s'", exe, SBX_SITES, exe), 0);
 	snprintf(as, sizeof(as), "%ld", uid);
 	char reuid[48], regid[48];
 	snprintf(reuid, sizeof(reuid), "--reuid=%s", as);
@@ -660,34 +617,33 @@ static void sbx_sites_as(struct lu_proc *p, const struct heapd *d, long uid, pid
 	char *plain[] = { exe, "50", NULL };
 	char *setpriv[] = { "/usr/bin/setpriv", reuid, regid, "--clear-groups", "/usr/bin/env",
 			    preload, exe, "50", NULL };
-	lu_start(p, d, "1", 0, uid >= 0 ? "" : NULL, uid >= 0 ? setpriv : plain, NULL);
+	th_start(p, d, "1", 0, uid >= 0 ? "" : NULL, uid >= 0 ? setpriv : plain, NULL);
 	char line[64];
-	cr_assert(lu_read_line(p, line, sizeof(line), 30000), "sbx_sites as %s did not start", as);
+	cr_assert(th_read_line(p, line, sizeof(line), 30000), "sbx_sites as %s did not start", as);
 	cr_assert_str_eq(line, "ready 0");
 	struct llgo_list_entry e;
 	for (int i = 0; i < 2000 && !heapd_list_pid(d->sock, p->pid, &e); i++)
-		lu_sleep_ms(5);
+		th_sleep_ms(5);
 	pid_t before[64];
 	int nbefore = sbx_helpers_of(d->pid, before, 64);
 	char *text = heapd_snapshot(d->sock, p->pid, LLGO_FORMAT_TEXT, NULL);
-	cr_expect_gt(lu_text_count(text, "http_site_keep", 4096), 0, "as %s:\n%s", as, text);
+	cr_expect_gt(th_text_count(text, "http_site_keep", 4096), 0, "as %s:\n%s", as, text);
 	free(text);
 	*helper = sbx_new_helper(d->pid, before, nbefore);
 }
 
 /* A new site in p (its "more" round), and a snapshot that must name it within 15 s (the
  * daemon's deadline for a helper is 30 s). */
-static void sbx_more_is_named(struct lu_proc *p, const struct heapd *d, const char *who)
+static void sbx_more_is_named(struct th_proc *p, const struct heapd *d, const char *who)
 {
-	fprintf(p->in, "more\n");
-	fflush(p->in);
+	th_say(p, "more");
 	char line[64];
-	cr_assert(lu_read_line(p, line, sizeof(line), 30000));
+	cr_assert(th_read_line(p, line, sizeof(line), 30000));
 	cr_assert_str_eq(line, "ready 1");
-	long t0 = lu_now_ms();
+	long t0 = th_now_ms();
 	char *text = heapd_snapshot(d->sock, p->pid, LLGO_FORMAT_TEXT, NULL);
-	long dt = lu_now_ms() - t0;
-	cr_expect_gt(lu_text_count(text, "http_site_late", 8192), 0,
+	long dt = th_now_ms() - t0;
+	cr_expect_gt(th_text_count(text, "http_site_late", 8192), 0,
 		     "%s: the new site unsymbolized after %ld ms:\n%s", who, dt, text);
 	cr_expect_lt(dt, 15000, "%s: the snapshot took %ld ms", who, dt);
 	free(text);
@@ -695,12 +651,34 @@ static void sbx_more_is_named(struct lu_proc *p, const struct heapd *d, const ch
 
 static bool sbx_all_gone(const pid_t *pids, int n, long timeout_ms)
 {
-	for (long until = lu_now_ms() + timeout_ms;; lu_sleep_ms(20)) {
+	for (long until = th_now_ms() + timeout_ms;; th_sleep_ms(20)) {
 		bool gone = true;
 		for (int i = 0; i < n; i++)
 			gone &= sbx_gone(pids[i]);
-		if (gone || lu_now_ms() > until)
+		if (gone || th_now_ms() > until)
 			return gone;
+	}
+}
+
+/* As root (the test is skipped otherwise, saying why): a daemon with the capabilities the
+ * unit gives it (sbx_unit_wrap) and the installed helper, started with extra options. */
+static void sbx_unit_daemon(struct heapd *d, const char *const *extra, const char *why)
+{
+	if (geteuid() != 0)
+		cr_skip_test("%s", why);
+	unsetenv("LLGO_HEAP_SYMBOLIZER");
+	heapd_init(d, NULL);
+	d->wrap = sbx_unit_wrap();
+	heapd_run(d, extra);
+}
+
+/* The end of the n programs p and their helpers: sig to each helper still there, then each
+ * program waited for. */
+static void sbx_end(struct th_proc *p, const pid_t *helper, int n, int sig)
+{
+	for (int i = 0; i < n; i++) {
+		sbx_signal_helper(helper[i], sig);
+		th_wait(&p[i], 10000);
 	}
 }
 
@@ -709,14 +687,9 @@ static bool sbx_all_gone(const pid_t *pids, int n, long timeout_ms)
  * SIGSTOP from nobody made root's next snapshot wait 30 s and come back unsymbolized). */
 Test(sandbox, nobody_cannot_touch_roots_helper, .timeout = 120)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root: the daemon as root, a process as nobody");
-	unsetenv("LLGO_HEAP_SYMBOLIZER");
 	struct heapd d;
-	heapd_init(&d, NULL);
-	d.wrap = sbx_unit_wrap();
-	heapd_run(&d, NULL);
-	struct lu_proc p;
+	sbx_unit_daemon(&d, NULL, "needs root: the daemon as root, a process as nobody");
+	struct th_proc p;
 	pid_t helper;
 	sbx_sites_as(&p, &d, -1, &helper);
 	unsigned uid = sbx_uid_of(helper);
@@ -726,10 +699,8 @@ Test(sandbox, nobody_cannot_touch_roots_helper, .timeout = 120)
 	cr_expect_str_eq(reach, "", "nobody reached root's helper (uid %u):%s", uid, reach);
 	free(reach);
 	sbx_more_is_named(&p, &d, "root");
-	sbx_signal_helper(helper, SIGCONT);
-	lu_wait(&p, 10000);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	sbx_end(&p, &helper, 1, SIGCONT);
+	heapd_finish(&d);
 }
 
 /* System users' helpers (uid 1, nobody's own processes) run as uids of their own too, from
@@ -739,16 +710,11 @@ Test(sandbox, nobody_cannot_touch_roots_helper, .timeout = 120)
  * own business). */
 Test(sandbox, system_uids_helpers_are_their_own, .timeout = 120)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root: the daemon as root, programs as other uids");
-	unsetenv("LLGO_HEAP_SYMBOLIZER");
 	struct heapd d;
-	heapd_init(&d, NULL);
-	d.wrap = sbx_unit_wrap();
-	const char *const extra[] = { "--symbolizer-uids", "61100-61149", NULL };
-	heapd_run(&d, extra);
+	sbx_unit_daemon(&d, (const char *const[]){ "--symbolizer-uids", "61100-61149", NULL },
+			"needs root: the daemon as root, programs as other uids");
 	const long uids[] = { 1, 65534, 4242 };
-	struct lu_proc p[3];
+	struct th_proc p[3];
 	pid_t helper[3];
 	unsigned run[3];
 	for (int i = 0; i < 3; i++) {
@@ -769,12 +735,8 @@ Test(sandbox, system_uids_helpers_are_their_own, .timeout = 120)
 	}
 	cr_expect_neq(run[0], run[1], "uid 1 and nobody share helper uid %u", run[0]);
 	cr_expect_eq(run[2], 4242u, "a regular user's helper runs as that user");
-	for (int i = 0; i < 3; i++) {
-		sbx_signal_helper(helper[i], SIGCONT);
-		lu_wait(&p[i], 10000);
-	}
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	sbx_end(p, helper, 3, SIGCONT);
+	heapd_finish(&d);
 }
 
 /* A user who stops their own helper (SIGSTOP) does not stall their snapshots: the daemon
@@ -782,14 +744,9 @@ Test(sandbox, system_uids_helpers_are_their_own, .timeout = 120)
  * daemon waited 30 s and showed it unsymbolized). */
 Test(sandbox, users_stopped_helper_is_replaced, .timeout = 120)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root: a program as another uid");
-	unsetenv("LLGO_HEAP_SYMBOLIZER");
 	struct heapd d;
-	heapd_init(&d, NULL);
-	d.wrap = sbx_unit_wrap();
-	heapd_run(&d, NULL);
-	struct lu_proc p;
+	sbx_unit_daemon(&d, NULL, "needs root: a program as another uid");
+	struct th_proc p;
 	pid_t helper;
 	sbx_sites_as(&p, &d, 4242, &helper);
 	cr_assert_eq(sbx_uid_of(helper), 4242u);
@@ -800,9 +757,27 @@ Test(sandbox, users_stopped_helper_is_replaced, .timeout = 120)
 	sbx_more_is_named(&p, &d, "uid 4242");
 	cr_expect(sbx_all_gone(&helper, 1, 5000), "the stopped helper %d is still there",
 		  (int)helper);
-	sbx_signal_helper(helper, SIGKILL);
-	lu_wait(&p, 10000);
-	heapd_stop_clean(&d);
+	sbx_end(&p, &helper, 1, SIGKILL);
+	heapd_finish(&d);
+}
+
+/* As root: root's program with a helper it stopped and uid 4242's program with its helper;
+ * the daemon ended by end, and then neither helper outlives it (5 s at most). */
+static void sbx_helpers_end_with_the_daemon(void (*end)(struct heapd *d))
+{
+	struct heapd d;
+	sbx_unit_daemon(&d, NULL, "needs root: helpers of other uids");
+	struct th_proc p[2];
+	pid_t helper[2];
+	sbx_sites_as(&p[0], &d, -1, &helper[0]);
+	sbx_sites_as(&p[1], &d, 4242, &helper[1]);
+	cr_assert_eq(kill(helper[0], SIGSTOP), 0);
+	end(&d);
+	bool gone = sbx_all_gone(helper, 2, 5000);
+	cr_expect(gone, "helpers %d (stopped) and %d outlive the daemon: %s %s", (int)helper[0],
+		  (int)helper[1], sbx_gone(helper[0]) ? "gone" : "there",
+		  sbx_gone(helper[1]) ? "gone" : "there");
+	sbx_end(p, helper, 2, SIGKILL);
 	heapd_cleanup(&d);
 }
 
@@ -810,57 +785,12 @@ Test(sandbox, users_stopped_helper_is_replaced, .timeout = 120)
  * which never reads the hang-up of its socket. */
 Test(sandbox, no_helper_outlives_the_daemon, .timeout = 120)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root: helpers of other uids");
-	unsetenv("LLGO_HEAP_SYMBOLIZER");
-	struct heapd d;
-	heapd_init(&d, NULL);
-	d.wrap = sbx_unit_wrap();
-	heapd_run(&d, NULL);
-	struct lu_proc p[2];
-	pid_t helper[2];
-	sbx_sites_as(&p[0], &d, -1, &helper[0]);
-	sbx_sites_as(&p[1], &d, 4242, &helper[1]);
-	cr_assert_eq(kill(helper[0], SIGSTOP), 0);
-	heapd_stop_clean(&d);
-	bool gone = sbx_all_gone(helper, 2, 5000);
-	cr_expect(gone, "helpers %d (stopped) and %d outlive the daemon: %s %s", (int)helper[0],
-		  (int)helper[1], sbx_gone(helper[0]) ? "gone" : "there",
-		  sbx_gone(helper[1]) ? "gone" : "there");
-	for (int i = 0; i < 2; i++) {
-		sbx_signal_helper(helper[i], SIGKILL);
-		lu_wait(&p[i], 10000);
-	}
-	heapd_cleanup(&d);
+	sbx_helpers_end_with_the_daemon(heapd_stop_clean);
 }
 
 /* The daemon is killed (SIGKILL: no orderly stop): its helpers die with it (their parent-death
  * signal), a stopped one too. */
 Test(sandbox, helpers_die_with_a_killed_daemon, .timeout = 120)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root: helpers of other uids");
-	unsetenv("LLGO_HEAP_SYMBOLIZER");
-	struct heapd d;
-	heapd_init(&d, NULL);
-	d.wrap = sbx_unit_wrap();
-	heapd_run(&d, NULL);
-	struct lu_proc p[2];
-	pid_t helper[2];
-	sbx_sites_as(&p[0], &d, -1, &helper[0]);
-	sbx_sites_as(&p[1], &d, 4242, &helper[1]);
-	cr_assert_eq(kill(helper[0], SIGSTOP), 0);
-	cr_assert_eq(kill(d.pid, SIGKILL), 0);
-	int st;
-	waitpid(d.pid, &st, 0);
-	d.pid = 0;
-	bool gone = sbx_all_gone(helper, 2, 5000);
-	cr_expect(gone, "helpers %d (stopped) and %d outlive the daemon: %s %s", (int)helper[0],
-		  (int)helper[1], sbx_gone(helper[0]) ? "gone" : "there",
-		  sbx_gone(helper[1]) ? "gone" : "there");
-	for (int i = 0; i < 2; i++) {
-		sbx_signal_helper(helper[i], SIGKILL);
-		lu_wait(&p[i], 10000);
-	}
-	heapd_cleanup(&d);
+	sbx_helpers_end_with_the_daemon(heapd_kill);
 }

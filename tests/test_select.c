@@ -15,7 +15,7 @@
  *     one sampler and one session for the process, and every allocation counted once.
  * The walk understands x86-64 listings only; elsewhere those tests are skipped.
  */
-#include "e2e_util.h"
+#include "helpers.h"
 
 #define SEL LLGO_BUILD_DIR "/select"
 
@@ -31,7 +31,7 @@ struct sel_insn {
 static int sel_listing(const char *bin, const char *fn, struct sel_insn *ins, int max)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "objdump -d --no-show-raw-insn --disassemble=%s %s", fn, bin);
+	int rc = th_sh(&out, "objdump -d --no-show-raw-insn --disassemble=%s %s", fn, bin);
 	cr_assert_eq(rc, 0, "objdump %s: %s", bin, out);
 	int n = 0;
 	for (char *l = strtok(out, "\n"); l && n < max; l = strtok(NULL, "\n")) {
@@ -151,7 +151,7 @@ static void sel_need_x86_64(void)
 static void sel_expect_nothing(const char *bin)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "nm -a %s | grep -ci llgo; objdump -d %s | grep -ci llgo_heap; "
+	int rc = th_sh(&out, "nm -a %s | grep -ci llgo; objdump -d %s | grep -ci llgo_heap; "
 			"readelf -d %s | grep NEEDED | grep -ci llgo", bin, bin, bin);
 	cr_assert_eq(rc, 1, "grep found something (status %d)", rc);
 	cr_expect_str_eq(out, "0\n0\n0\n", "%s: symbols / code references / NEEDED entries "
@@ -164,7 +164,7 @@ static void sel_expect_nothing(const char *bin)
 		cr_expect(p.count == 1 && !strcmp(p.exit, "ret"), "%s: the compiled-out hook is "
 			  "%d instructions:\n%s", bin, p.count, p.trace);
 	}
-	rc = e2e_sh(&out, "%s 10", bin);
+	rc = th_sh(&out, "%s 10", bin);
 	cr_expect(rc == 0 && strstr(out, "done"), "%s: %s", bin, out);
 	free(out);
 }
@@ -244,7 +244,7 @@ Test(select, hook_sequence_shared_library)
 	sel_need_x86_64();
 	sel_expect_hook(SEL "/sel-shared", "sel_hook_only", true);
 	char *out = NULL;
-	e2e_sh(&out, "readelf -d " SEL "/sel-shared | grep -c 'NEEDED.*libllgoheap.so'");
+	th_sh(&out, "readelf -d " SEL "/sel-shared | grep -c 'NEEDED.*libllgoheap.so'");
 	cr_expect_str_eq(out, "1\n", "sel-shared links libllgoheap.so: %s", out);
 	free(out);
 }
@@ -262,7 +262,7 @@ Test(select, lto_allocator_inlines_the_hook_once)
 	sel_need_x86_64();
 	/* LTO specializes the allocator for its one caller (myalloc_alloc.constprop.0) */
 	char *fn = NULL;
-	e2e_sh(&fn, "nm " SEL "/sel-lto | awk '$3 ~ /^myalloc_alloc/ {print $3; exit}'");
+	th_sh(&fn, "nm " SEL "/sel-lto | awk '$3 ~ /^myalloc_alloc/ {print $3; exit}'");
 	fn[strcspn(fn, "\n")] = '\0';
 	cr_assert(fn[0], "no myalloc_alloc in sel-lto");
 	cr_log_info("the allocator in the LTO build: %s", fn);
@@ -310,22 +310,22 @@ struct sel_run {
 /* Run cmd (a shell command line) with a private daemon at rate 1; then snapshot. */
 static void sel_profile(struct sel_run *r, const char *cmd)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
 	const char *sock = d.sock;
-	int rc = e2e_sh(&r->out, "cd %s && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 LLGO_HEAP_DEBUG=1 "
+	int rc = th_sh(&r->out, "cd %s && LLGO_HEAP_SOCKET=%s LLGO_HEAP_RATE=1 LLGO_HEAP_DEBUG=1 "
 			"%s", dir, sock, cmd);
 	cr_assert_eq(rc, 0, "%s:\n%s", cmd, r->out);
 	const char *p = strstr(r->out, "pid ");
 	cr_assert(p && sscanf(p, "pid %d", &r->pid) == 1, "%s", r->out);
-	rc = e2e_sh(&r->profile, E2E_BIN "/llgo-heap snapshot %d -f text -o - --socket %s",
+	rc = th_sh(&r->profile, TH_BIN "/llgo-heap snapshot %d -f text -o - --socket %s",
 		    r->pid, sock);
 	cr_assert_eq(rc, 0, "snapshot: %s", r->profile);
-	rc = e2e_sh(&r->list, E2E_BIN "/llgo-heap list --socket %s", sock);
+	rc = th_sh(&r->list, TH_BIN "/llgo-heap list --socket %s", sock);
 	cr_assert_eq(rc, 0, "list: %s", r->list);
 	heapd_stop(&d);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 static void sel_run_free(struct sel_run *r)
@@ -342,12 +342,12 @@ static void sel_expect_exact(const char *bin)
 	snprintf(cmd, sizeof(cmd), "%s 700", bin);
 	sel_profile(&r, cmd);
 	cr_expect(strstr(r.out, "trim 2") != NULL, "trim_add found the allocator: %s", r.out);
-	static struct e2e_text_rec recs[1024];
+	static struct th_text_rec recs[1024];
 	long period;
-	int n = e2e_parse_text(r.profile, &period, recs, 1024);
+	int n = th_parse_text(r.profile, &period, recs, 1024);
 	cr_expect_eq(period, 2);
-	cr_expect_eq(e2e_count(recs, n, "sel_site", 48), 700, "%s:\n%s", bin, r.profile);
-	cr_expect_eq(e2e_count(recs, n, "myalloc_alloc", 0), 0, "plumbing not trimmed:\n%s",
+	cr_expect_eq(th_recs_count(recs, n, "sel_site", 48), 700, "%s:\n%s", bin, r.profile);
+	cr_expect_eq(th_recs_count(recs, n, "myalloc_alloc", 0), 0, "plumbing not trimmed:\n%s",
 		     r.profile);
 	sel_run_free(&r);
 }
@@ -367,6 +367,18 @@ Test(select, lto_build_samples_exactly, .timeout = 120)
 	sel_expect_exact(SEL "/sel-lto");
 }
 
+/* The run's pid has one session in LIST; its profile's records in recs (max), how many. */
+static int sel_one_session(const struct sel_run *r, struct th_text_rec *recs, int max)
+{
+	char pidstr[32];
+	snprintf(pidstr, sizeof(pidstr), "\n%d ", r->pid);
+	const char *s = strstr(r->list, pidstr);
+	cr_assert(s, "no session for %d:\n%s", r->pid, r->list);
+	cr_expect(strstr(s + 1, pidstr) == NULL, "two sessions for %d:\n%s", r->pid, r->list);
+	long period;
+	return th_parse_text(r->profile, &period, recs, max);
+}
+
 /* ---- one sampler per process ------------------------------------------------------------- */
 
 /* A plugin that linked libllgoheap.a is dlopen'ed by a program running under the preloaded
@@ -382,19 +394,13 @@ Test(select, plugin_copy_defers_to_the_preloaded_sampler, .timeout = 120)
 	cr_expect(strstr(r.out, "pool_rate 1") != NULL, "the plugin sees the process's rate:\n%s",
 		  r.out);
 	/* one session for the pid, and its accounting adds up */
-	char pidstr[32];
-	snprintf(pidstr, sizeof(pidstr), "\n%d ", r.pid);
-	const char *s = strstr(r.list, pidstr);
-	cr_assert(s, "no session for %d:\n%s", r.pid, r.list);
-	cr_expect(strstr(s + 1, pidstr) == NULL, "two sessions for %d:\n%s", r.pid, r.list);
-	static struct e2e_text_rec recs[1024];
-	long period;
-	int n = e2e_parse_text(r.profile, &period, recs, 1024);
+	static struct th_text_rec recs[1024];
+	int n = sel_one_session(&r, recs, 1024);
 	/* frame 0 is the plugin's allocator (not trimmed here), named by its inlined hook */
-	long pool = e2e_count(recs, n, "pool_alloc", 96) +
-		    e2e_count(recs, n, "llgo_heap_alloc_hook", 96);
+	long pool = th_recs_count(recs, n, "pool_alloc", 96) +
+		    th_recs_count(recs, n, "llgo_heap_alloc_hook", 96);
 	cr_expect_eq(pool, 600, "plugin allocations:\n%s", r.profile);
-	cr_expect_eq(e2e_count(recs, n, "malloc_site", 200), 600, "malloc allocations:\n%s",
+	cr_expect_eq(th_recs_count(recs, n, "malloc_site", 200), 600, "malloc allocations:\n%s",
 		     r.profile);
 	unsigned long long sa, de, dr, co;
 	const char *acc = strstr(r.profile, "# llgo-heap: sampled=");
@@ -414,15 +420,9 @@ Test(select, program_copy_forwards_to_the_preloaded_sampler, .timeout = 120)
 	cr_expect(strstr(r.out, "not attached: another copy of the sampler is active") != NULL,
 		  "the program's copy did not stand down:\n%s", r.out);
 	cr_expect(strstr(r.out, "trim 2") != NULL, "trim_add reached the sampler:\n%s", r.out);
-	char pidstr[32];
-	snprintf(pidstr, sizeof(pidstr), "\n%d ", r.pid);
-	const char *s = strstr(r.list, pidstr);
-	cr_assert(s, "no session for %d:\n%s", r.pid, r.list);
-	cr_expect(strstr(s + 1, pidstr) == NULL, "two sessions for %d:\n%s", r.pid, r.list);
-	static struct e2e_text_rec recs[1024];
-	long period;
-	int n = e2e_parse_text(r.profile, &period, recs, 1024);
-	cr_expect_eq(e2e_count(recs, n, "sel_site", 48), 700, "%s", r.profile);
-	cr_expect_eq(e2e_count(recs, n, "myalloc_alloc", 0), 0, "not trimmed:\n%s", r.profile);
+	static struct th_text_rec recs[1024];
+	int n = sel_one_session(&r, recs, 1024);
+	cr_expect_eq(th_recs_count(recs, n, "sel_site", 48), 700, "%s", r.profile);
+	cr_expect_eq(th_recs_count(recs, n, "myalloc_alloc", 0), 0, "not trimmed:\n%s", r.profile);
 	sel_run_free(&r);
 }

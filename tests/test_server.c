@@ -3,105 +3,85 @@
  * test_server.c: llgo-heapd as a black box. Each test starts the real daemon binary on a
  * private socket in a fresh temporary folder and stops it by pid (SIGTERM, then waitpid).
  * The test speaks the protocol as a fake shim (its own control page and ring memfds,
- * records written by sec_util.h's small producer with shared/ring.h's helpers) and as a
+ * records written by helpers.h's small producer with shared/ring.h's helpers) and as a
  * client through heapd.h (client/client.c: LIST, SNAPSHOT, SET_RATE). Malformed packets must
  * cost the sender its connection and nothing else; profiles are served to the owner or root
  * only.
  */
-#include "sec_util.h"
+#include "../agent/internal.h"
+#include "helpers.h"
 
 /* ---- tests --------------------------------------------------------------------------------- */
 
 Test(server, attach_list_snapshot_exit, .timeout = 120)
 {
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0, "HELLO refused");
-	struct fring r;
-	fring_new(&r, 0, LLGO_RING_MIN_DATA);
-	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
-
-	uint64_t a[2] = { RET(srv_site_alpha), RET(srv_site_caller) };
-	uint64_t b[2] = { RET(srv_site_beta), RET(srv_site_caller) };
+	struct th_attached t;
+	th_attached_start(&t, NULL, LLGO_RING_MIN_DATA, 1);
+	const char *sock = t.d.sock;
+	uint64_t a[2] = { TH_RET(th_site_alpha), TH_RET(th_site_caller) };
+	uint64_t b[2] = { TH_RET(th_site_beta), TH_RET(th_site_caller) };
 	/* more records than the 4 KiB ring holds at once: the drain thread keeps up */
-	fring_push_n(&r, a, 2, 24, 1, 300);
-	fring_push_n(&r, b, 2, 1000, 1, 100);
+	th_ring_push_n(&t.r, a, 2, 24, 1, 300);
+	th_ring_push_n(&t.r, b, 2, 1000, 1, 100);
 
-	struct client_answer ans;
-	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
-	cr_assert_eq(ans.status, 0, "snapshot: %s", ans.message);
-	buf_putc(&ans.data, '\0');
-	const char *folded = (const char *)ans.data.data;
-	cr_expect(strstr(folded, "srv_site_caller;srv_site_alpha 7200\n") != NULL,
+	char *folded = heapd_snapshot(sock, getpid(), LLGO_FORMAT_FOLDED, NULL);
+	cr_expect(strstr(folded, "th_site_caller;th_site_alpha 7200\n") != NULL,
 		  "folded:\n%s", folded);
-	cr_expect(strstr(folded, "srv_site_caller;srv_site_beta 100000\n") != NULL,
+	cr_expect(strstr(folded, "th_site_caller;th_site_beta 100000\n") != NULL,
 		  "folded:\n%s", folded);
 	cr_expect(strstr(folded, "sampled=400 delivered=400 dropped=0 corrupt=0") != NULL,
 		  "folded:\n%s", folded);
-	buf_free(&ans.data);
+	free(folded);
 
-	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_TEXT, &ans), 0);
-	cr_assert_eq(ans.status, 0, "%s", ans.message);
-	buf_putc(&ans.data, '\0');
-	cr_expect(strncmp((char *)ans.data.data, "heap profile: ", 14) == 0, "text:\n%s",
-		  (char *)ans.data.data);
-	buf_free(&ans.data);
+	char *text = heapd_snapshot(sock, getpid(), LLGO_FORMAT_TEXT, NULL);
+	cr_expect(strncmp(text, "heap profile: ", 14) == 0, "text:\n%s", text);
+	free(text);
 
 	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
+	cr_assert(heapd_list_pid(sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_LIVE);
 	cr_expect_eq(e.uid, getuid());
 	cr_expect_eq(e.rings, 1);
 	cr_expect_eq(e.rate, 1);
 	cr_expect_eq(e.delivered, 400);
 	cr_expect_eq(e.buckets, 2);
-	cr_expect(accounting_holds(&e));
+	cr_expect(th_accounting_holds(&e));
 	cr_expect_str_eq(e.comm, "fake-shim");
 	cr_expect_gt(e.start_time_ns, 0);
 
 	/* The shim goes away without BYE: the session stays, exited, with its data. Records
 	 * written just before the close are drained at EOF. */
-	fring_push_n(&r, a, 2, 24, 1, 10);
-	fshim_close(&sh);
-	for (int i = 0; i < 500; i++) {
-		cr_assert(heapd_list_pid(d.sock, getpid(), &e));
-		if (e.state == LLGO_PROC_EXITED)
-			break;
-		sleep_ms(10);
-	}
+	th_ring_push_n(&t.r, a, 2, 24, 1, 10);
+	th_shim_close(&t.sh);
+	th_wait_state(sock, getpid(), LLGO_PROC_EXITED, 5000);
+	cr_assert(heapd_list_pid(sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_EXITED);
 	cr_expect_eq(e.delivered, 410);
-	cr_expect(accounting_holds(&e));
-	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_FOLDED, &ans), 0);
-	cr_assert_eq(ans.status, 0, "%s", ans.message);
-	buf_putc(&ans.data, '\0');
-	cr_expect(strstr((char *)ans.data.data, "srv_site_caller;srv_site_alpha 7440\n") != NULL,
-		  "after exit:\n%s", (char *)ans.data.data);
-	buf_free(&ans.data);
+	cr_expect(th_accounting_holds(&e));
+	folded = heapd_snapshot(sock, getpid(), LLGO_FORMAT_FOLDED, NULL);
+	cr_expect(strstr(folded, "th_site_caller;th_site_alpha 7440\n") != NULL,
+		  "after exit:\n%s", folded);
+	free(folded);
 	/* a new process with the same pid (exec) is preferred while live */
-	struct fshim sh2;
-	cr_assert_eq(fshim_attach(&sh2, d.sock, LLGO_RING_MIN_DATA, 4096), 0);
-	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
+	struct th_shim sh2;
+	cr_assert_eq(th_shim_attach(&sh2, sock, LLGO_RING_MIN_DATA, 4096), 0);
+	cr_assert(heapd_list_pid(sock, getpid(), &e));
 	cr_expect_eq(e.state, LLGO_PROC_LIVE);
 	cr_expect_eq(e.rate, 4096);
 	cr_expect_eq(e.delivered, 0);
-	fshim_close(&sh2);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	th_shim_close(&sh2);
+	heapd_finish(&t.d);
 }
 
 Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
 {
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
-	struct fring r;
-	fring_new(&r, 7, LLGO_RING_MIN_DATA);
-	cr_assert_eq(fshim_add_ring(&sh, &r), 0);
-	uint64_t a[1] = { RET(srv_site_alpha) };
-	fring_push_n(&r, a, 1, 64, 512, 5);
+	struct th_attached t;
+	th_attached_shim(&t, NULL, 512);
+	struct th_ring r;
+	th_ring_new(&r, 7, LLGO_RING_MIN_DATA);
+	cr_assert_eq(th_shim_add_ring(&t.sh, &r), 0);
+	uint64_t a[1] = { TH_RET(th_site_alpha) };
+	th_ring_push_n(&r, a, 1, 64, 512, 5);
 	/* three drops, as a full ring counts them, and two samples that found no ring */
 	for (int i = 0; i < 3; i++) {
 		r.dropped++;
@@ -109,70 +89,64 @@ Test(server, bye_is_answered_and_accounting_counts_drops, .timeout = 120)
 		r.sampled++;
 		atomic_store(&r.hdr->sampled, r.sampled);
 	}
-	atomic_store(&sh.ctl->lost_no_ring, 2);
+	atomic_store(&t.sh.ctl->lost_no_ring, 2);
 	/* one record that fails its checksum */
-	fring_push(&r, a, 1, 64, 512, true);
-	fring_push_n(&r, a, 1, 64, 512, 1);
+	th_ring_push(&r, a, 1, 64, 512, true);
+	th_ring_push_n(&r, a, 1, 64, 512, 1);
 
 	struct llgo_msg_header bye;
 	msg_header_init(&bye, LLGO_MSG_BYE, sizeof(bye));
-	cr_assert_eq(msg_send(sh.sock, &bye, sizeof(bye), -1), 0);
-	cr_expect_eq(wait_reply(sh.sock, LLGO_MSG_END), 0, "BYE must be answered by END(0)");
+	cr_assert_eq(msg_send(t.sh.sock, &bye, sizeof(bye), -1), 0);
+	cr_expect_eq(th_wait_reply(t.sh.sock, LLGO_MSG_END), 0, "BYE must be answered by END(0)");
 
-	struct llgo_list_entry e = wait_delivered(d.sock, getpid(), 6);
+	struct llgo_list_entry e = th_wait_delivered(t.d.sock, getpid(), 6);
 	cr_expect_eq(e.delivered, 6);
 	cr_expect_eq(e.dropped, 5);
 	cr_expect_eq(e.corrupt, 1);
 	cr_expect_eq(e.sampled, 12);
-	cr_expect(accounting_holds(&e), "sampled %llu delivered %llu dropped %llu corrupt %llu",
+	cr_expect(th_accounting_holds(&e), "sampled %llu delivered %llu dropped %llu corrupt %llu",
 		  (unsigned long long)e.sampled, (unsigned long long)e.delivered,
 		  (unsigned long long)e.dropped, (unsigned long long)e.corrupt);
-	fshim_close(&sh);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	th_attached_end(&t);
 }
 
 Test(server, set_rate_writes_the_control_page, .timeout = 60)
 {
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 524288), 0);
+	struct th_attached t;
+	th_attached_shim(&t, NULL, 524288);
 	struct client_answer a;
-	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 4096, &a), 0);
+	cr_assert_eq(heapd_set_rate(t.d.sock, getpid(), 4096, &a), 0);
 	cr_expect_eq(a.status, 0, "%s", a.message);
 	char want[128];
 	snprintf(want, sizeof(want), "pid %d: rate 524288 -> 4096", (int)getpid());
 	cr_expect_str_eq(a.message, want);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 4096);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_changes), 1);
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_word), 4096);
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_changes), 1);
 
-	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 1, &a), 0);
+	cr_assert_eq(heapd_set_rate(t.d.sock, getpid(), 1, &a), 0);
 	cr_expect_eq(a.status, 0);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_word), LLGO_RATE_WORD_EVERY);
-	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 0, &a), 0);
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_word), LLGO_RATE_WORD_EVERY);
+	cr_assert_eq(heapd_set_rate(t.d.sock, getpid(), 0, &a), 0);
 	cr_expect_eq(a.status, 0);
 	snprintf(want, sizeof(want), "pid %d: rate 1 -> 0", (int)getpid());
 	cr_expect_str_eq(a.message, want);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 0);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_changes), 3);
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_word), 0);
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_changes), 3);
 	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
+	cr_assert(heapd_list_pid(t.d.sock, getpid(), &e));
 	cr_expect_eq(e.rate, 0);
 
-	cr_assert_eq(heapd_set_rate(d.sock, getpid(), LLGO_RATE_MAX + 1, &a), 0);
+	cr_assert_eq(heapd_set_rate(t.d.sock, getpid(), LLGO_RATE_MAX + 1, &a), 0);
 	cr_expect_eq(a.status, EINVAL);
-	cr_assert_eq(heapd_set_rate(d.sock, 999999999, 10, &a), 0);
+	cr_assert_eq(heapd_set_rate(t.d.sock, 999999999, 10, &a), 0);
 	cr_expect_eq(a.status, ESRCH);
 	cr_expect_str_eq(a.message, "no such profiled process: 999999999");
-	cr_assert_eq(heapd_snapshot_answer(d.sock, 999999999, LLGO_FORMAT_TEXT, &a), 0);
+	cr_assert_eq(heapd_snapshot_answer(t.d.sock, 999999999, LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, ESRCH);
 	cr_expect_str_eq(a.message, "no such profiled process: 999999999");
-	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), 99, &a), 0);
+	cr_assert_eq(heapd_snapshot_answer(t.d.sock, getpid(), 99, &a), 0);
 	cr_expect_eq(a.status, EINVAL);
-	fshim_close(&sh);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	th_attached_end(&t);
 }
 
 /* Send one packet (with fd >= 0 attached) on a fresh connection, optionally after a valid
@@ -207,10 +181,10 @@ static bool dropped_after(const char *sock, bool hello_first, const void *pkt, s
 static bool dropped_after_fds(const char *sock, bool hello_first, const void *pkt, size_t n,
 			      const int *fds, size_t nfds)
 {
-	struct fshim sh = { .sock = -1, .ctl_fd = -1 };
+	struct th_shim sh = { .sock = -1, .ctl_fd = -1 };
 	int s;
 	if (hello_first) {
-		if (fshim_attach(&sh, sock, LLGO_RING_MIN_DATA, 1) != 0)
+		if (th_shim_attach(&sh, sock, LLGO_RING_MIN_DATA, 1) != 0)
 			return false;
 		s = sh.sock;
 	} else {
@@ -282,7 +256,7 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 	cr_expect(dropped_after(d.sock, false, &h, sizeof(h), -1), "unknown type");
 	cases++;
 	/* a descriptor where none belongs */
-	int junk = memfd_sized("junk", 4096);
+	int junk = th_memfd_sized("junk", 4096);
 	msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
 	cr_expect(dropped_after(d.sock, false, &h, sizeof(h), junk), "LIST with an fd");
 	cases++;
@@ -293,8 +267,8 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 	cr_expect(dropped_after_fds(d.sock, false, &h, sizeof(h), many, 8), "8 fds");
 	cases++;
 	/* ADD_RING before HELLO */
-	struct fring r;
-	fring_new(&r, 1, LLGO_RING_MIN_DATA);
+	struct th_ring r;
+	th_ring_new(&r, 1, LLGO_RING_MIN_DATA);
 	struct llgo_msg_add_ring ar;
 	memset(&ar, 0, sizeof(ar));
 	msg_header_init(&ar.h, LLGO_MSG_ADD_RING, sizeof(ar));
@@ -323,10 +297,10 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 	cr_expect(dropped_after(d.sock, true, &ar, sizeof(ar), r.fd), "ring id out of range");
 	cases++;
 	/* second HELLO */
-	struct fshim tmp;
-	fshim_ctl(&tmp, LLGO_RING_MIN_DATA, 1);
+	struct th_shim tmp;
+	th_shim_ctl(&tmp, LLGO_RING_MIN_DATA, 1);
 	struct llgo_msg_hello hm;
-	hello_init(&hm, LLGO_RING_MIN_DATA, 1);
+	th_hello_init(&hm, LLGO_RING_MIN_DATA, 1);
 	cr_expect(dropped_after(d.sock, true, &hm, sizeof(hm), tmp.ctl_fd), "second HELLO");
 	cases++;
 	/* HELLO without a descriptor */
@@ -354,18 +328,17 @@ Test(server, malformed_packets_drop_the_connection, .timeout = 120)
 	cr_expect(dropped_after(d.sock, true, &h, sizeof(h), -1), "LIST on a shim connection");
 	cases++;
 
-	cr_assert(heapd_alive(&d), "llgo-heapd died:\n%s", read_all(d.log));
+	cr_assert(heapd_alive(&d), "llgo-heapd died:\n%s", th_read_all(d.log));
 	struct llgo_list_entry v[64];
 	heapd_list(d.sock, v, 64); /* still serving */
 	/* one log line per dropped connection */
-	char *log = read_all(d.log);
-	cr_expect_eq(count_lines(log, "dropping connection"), cases, "log:\n%s", log);
-	cr_expect_eq(count_lines(log, "a descriptor it sent was lost"), 1, "log:\n%s", log);
+	char *log = th_read_all(d.log);
+	cr_expect_eq(th_count(log, "dropping connection"), cases, "log:\n%s", log);
+	cr_expect_eq(th_count(log, "a descriptor it sent was lost"), 1, "log:\n%s", log);
 	free(log);
 	close(junk);
 	close(unsealed);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 /* A shim process killed without BYE: its rings are drained at EOF and its profile is still
@@ -375,26 +348,25 @@ Test(server, snapshot_after_the_process_died, .timeout = 120)
 	struct heapd d;
 	heapd_start(&d, NULL, NULL);
 	int pipefd[2];
-	cr_assert_eq(pipe(pipefd), 0);
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
+	th_pipe(pipefd);
+	pid_t child = th_fork();
 	if (child == 0) {
 		close(pipefd[0]);
-		struct fshim sh;
-		if (fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1) != 0)
+		struct th_shim sh;
+		if (th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1) != 0)
 			_exit(1);
 		/* two rings; records still unread when the process dies */
-		struct fring r1, r2;
-		fring_new(&r1, 0, LLGO_RING_MIN_DATA);
-		fring_new(&r2, 1, LLGO_RING_MIN_DATA);
-		fshim_add_ring(&sh, &r1);
-		uint64_t a[1] = { RET(srv_site_alpha) };
-		uint64_t b[1] = { RET(srv_site_beta) };
+		struct th_ring r1, r2;
+		th_ring_new(&r1, 0, LLGO_RING_MIN_DATA);
+		th_ring_new(&r2, 1, LLGO_RING_MIN_DATA);
+		th_shim_add_ring(&sh, &r1);
+		uint64_t a[1] = { TH_RET(th_site_alpha) };
+		uint64_t b[1] = { TH_RET(th_site_beta) };
 		for (int i = 0; i < 20; i++)
-			fring_push(&r1, a, 1, 32, 1, false);
+			th_ring_push(&r1, a, 1, 32, 1, false);
 		for (int i = 0; i < 30; i++)
-			fring_push(&r2, b, 1, 48, 1, false);
-		fshim_add_ring(&sh, &r2);
+			th_ring_push(&r2, b, 1, 48, 1, false);
+		th_shim_add_ring(&sh, &r2);
 		char c = 1;
 		if (write(pipefd[1], &c, 1) != 1)
 			_exit(2);
@@ -410,108 +382,95 @@ Test(server, snapshot_after_the_process_died, .timeout = 120)
 	cr_assert_eq(heapd_snapshot_answer(d.sock, child, LLGO_FORMAT_FOLDED, &a), 0);
 	cr_assert_eq(a.status, 0, "%s", a.message);
 	buf_putc(&a.data, '\0');
-	cr_expect(strstr((char *)a.data.data, "srv_site_alpha 640\n") != NULL, "%s", a.data.data);
-	cr_expect(strstr((char *)a.data.data, "srv_site_beta 1440\n") != NULL, "%s", a.data.data);
+	cr_expect(strstr((char *)a.data.data, "th_site_alpha 640\n") != NULL, "%s", a.data.data);
+	cr_expect(strstr((char *)a.data.data, "th_site_beta 1440\n") != NULL, "%s", a.data.data);
 	buf_free(&a.data);
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, child, &e));
 	cr_expect_eq(e.state, LLGO_PROC_EXITED);
 	cr_expect_eq(e.rings, 2);
 	cr_expect_eq(e.delivered, 50);
-	cr_expect(accounting_holds(&e));
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	cr_expect(th_accounting_holds(&e));
+	heapd_finish(&d);
 }
 
 Test(server, profiles_are_for_the_owner_or_root, .timeout = 60)
 {
-	if (geteuid() != 0)
-		cr_skip_test("needs root to switch to another uid");
-	struct passwd *pw = getpwnam("nobody");
-	uid_t nobody = pw ? pw->pw_uid : 65534;
-	gid_t nogroup = pw ? pw->pw_gid : 65534;
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	th_need_root();
+	struct th_attached t;
+	th_attached_shim(&t, NULL, 512);
 	pid_t me = getpid();
-	pid_t child = fork();
-	cr_assert_geq(child, 0);
+	pid_t child = th_fork();
 	if (child == 0) {
-		if (setgroups(0, NULL) != 0 || setgid(nogroup) != 0 || setuid(nobody) != 0)
-			_exit(10);
+		th_become_nobody();
 		struct client_answer a;
-		if (heapd_snapshot_answer(d.sock, me, LLGO_FORMAT_TEXT, &a) != 0)
+		if (heapd_snapshot_answer(t.d.sock, me, LLGO_FORMAT_TEXT, &a) != 0)
 			_exit(11);
 		if (a.status != EACCES || strncmp(a.message, "permission denied", 17) != 0)
 			_exit(12);
-		if (heapd_set_rate(d.sock, me, 1, &a) != 0 || a.status != EACCES)
+		if (heapd_set_rate(t.d.sock, me, 1, &a) != 0 || a.status != EACCES)
 			_exit(13);
 		struct llgo_msg_header h;
 		msg_header_init(&h, LLGO_MSG_LIST, sizeof(h));
-		if (heapd_request(d.sock, &h, sizeof(h), &a) != 0 || a.status != 0)
+		if (heapd_request(t.d.sock, &h, sizeof(h), &a) != 0 || a.status != 0)
 			_exit(14);
 		_exit(0);
 	}
 	int st;
 	waitpid(child, &st, 0);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child as nobody: status %d", st);
-	cr_expect_eq(atomic_load(&sh.ctl->rate_word), 512, "rate changed by another user");
+	cr_expect_eq(atomic_load(&t.sh.ctl->rate_word), 512, "rate changed by another user");
 	/* root may */
 	struct client_answer a;
-	cr_assert_eq(heapd_snapshot_answer(d.sock, me, LLGO_FORMAT_TEXT, &a), 0);
+	cr_assert_eq(heapd_snapshot_answer(t.d.sock, me, LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
-	fshim_close(&sh);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	th_attached_end(&t);
 }
 
 /* Clients that never read their answers hold nothing: others are still served. */
 Test(server, idle_clients_do_not_block_others, .timeout = 60)
 {
-	struct heapd d;
-	heapd_start(&d, NULL, NULL);
-	struct fshim sh;
-	cr_assert_eq(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1), 0);
+	struct th_attached t;
+	th_attached_shim(&t, NULL, 1);
 	int idle[16];
 	struct llgo_msg_snapshot m;
-	memset(&m, 0, sizeof(m));
-	msg_header_init(&m.h, LLGO_MSG_SNAPSHOT, sizeof(m));
-	m.pid = (uint32_t)getpid();
-	m.format = LLGO_FORMAT_PPROF;
+	client_snapshot_req(&m, getpid(), LLGO_FORMAT_PPROF, 0, 0);
 	for (int i = 0; i < 16; i++) {
-		idle[i] = heapd_connect(d.sock);
+		idle[i] = heapd_connect(t.d.sock);
 		cr_assert_geq(idle[i], 0);
 		if (i % 2)
 			cr_assert_eq(msg_send(idle[i], &m, sizeof(m), -1), 0);
 	}
 	struct llgo_list_entry e;
-	cr_expect(heapd_list_pid(d.sock, getpid(), &e));
+	cr_expect(heapd_list_pid(t.d.sock, getpid(), &e));
 	struct client_answer a;
-	cr_assert_eq(heapd_snapshot_answer(d.sock, getpid(), LLGO_FORMAT_FOLDED, &a), 0);
+	cr_assert_eq(heapd_snapshot_answer(t.d.sock, getpid(), LLGO_FORMAT_FOLDED, &a), 0);
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
 	for (int i = 0; i < 16; i++)
 		close(idle[i]);
-	fshim_close(&sh);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	th_attached_end(&t);
+}
+
+/* A socket of d's kind bound at d's socket path (a new daemon folder, heapd_init). */
+static int bound_socket(struct heapd *d)
+{
+	heapd_init(d, NULL);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d->sock);
+	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return s;
 }
 
 Test(server, stale_socket_is_replaced_live_one_is_not, .timeout = 60)
 {
 	struct heapd d;
-	heapd_init(&d, NULL);
-	/* a socket file nobody listens on */
-	int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
-	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	close(s);
+	close(bound_socket(&d)); /* a socket file nobody listens on */
 	d.pid = heapd_spawn(&d, NULL);
 	cr_assert(heapd_wait(&d), "did not replace a stale socket:\n%s",
-		  read_all(d.log));
+		  th_read_all(d.log));
 	struct stat st;
 	cr_assert_eq(stat(d.sock, &st), 0);
 	cr_expect_eq(st.st_mode & 0777, 0666, "mode %o", st.st_mode & 0777);
@@ -522,7 +481,7 @@ Test(server, stale_socket_is_replaced_live_one_is_not, .timeout = 60)
 	int wst;
 	cr_assert_eq(waitpid(d2.pid, &wst, 0), d2.pid);
 	cr_expect(WIFEXITED(wst) && WEXITSTATUS(wst) != 0, "second daemon status %d", wst);
-	char *log = read_all(d.log);
+	char *log = th_read_all(d.log);
 	cr_expect(strstr(log, "another llgo-heapd") != NULL, "log:\n%s", log);
 	free(log);
 	struct llgo_list_entry v[4];
@@ -548,7 +507,7 @@ Test(server, creates_missing_folders_and_rejects_bad_options, .timeout = 60)
 	const char *extra[] = { "--max-buckets", "1000", "--max-memory=64M", "--keep-exited",
 				"3", NULL };
 	d.pid = heapd_spawn(&d, extra);
-	cr_assert(heapd_wait(&d), "log:\n%s", read_all(d.log));
+	cr_assert(heapd_wait(&d), "log:\n%s", th_read_all(d.log));
 	heapd_stop_clean(&d);
 
 	const char *bad[][3] = { { "--bogus", NULL, NULL },
@@ -572,22 +531,16 @@ Test(server, exited_sessions_are_evicted_oldest_first, .timeout = 120)
 	heapd_start(&d, NULL, extra);
 	pid_t kids[4];
 	for (int i = 0; i < 4; i++) {
-		kids[i] = fork();
-		cr_assert_geq(kids[i], 0);
+		kids[i] = th_fork();
 		if (kids[i] == 0) {
-			struct fshim sh;
-			_exit(fshim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1) == 0 ? 0 : 1);
+			struct th_shim sh;
+			_exit(th_shim_attach(&sh, d.sock, LLGO_RING_MIN_DATA, 1) == 0 ? 0 : 1);
 		}
 		int st;
 		waitpid(kids[i], &st, 0);
 		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 		/* wait until the daemon saw it exit, so the order is known */
-		struct llgo_list_entry e;
-		for (int k = 0; k < 500; k++) {
-			if (heapd_list_pid(d.sock, kids[i], &e) && e.state == LLGO_PROC_EXITED)
-				break;
-			sleep_ms(10);
-		}
+		th_wait_state(d.sock, kids[i], LLGO_PROC_EXITED, 5000);
 	}
 	struct llgo_list_entry e;
 	cr_expect(!heapd_list_pid(d.sock, kids[0], &e));
@@ -597,8 +550,7 @@ Test(server, exited_sessions_are_evicted_oldest_first, .timeout = 120)
 	struct client_answer a;
 	cr_assert_eq(heapd_snapshot_answer(d.sock, kids[0], LLGO_FORMAT_TEXT, &a), 0);
 	cr_expect_eq(a.status, ESRCH);
-	heapd_stop_clean(&d);
-	heapd_cleanup(&d);
+	heapd_finish(&d);
 }
 
 /* Without --foreground the daemon detaches; it is found (and stopped) through its socket's
@@ -625,7 +577,7 @@ Test(server, daemonizes_without_foreground, .timeout = 60)
 		close(s);
 		if (cred.pid != pid)
 			break;
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	cr_assert_neq(cred.pid, pid, "the daemon must be a grandchild");
 	cr_assert_gt(cred.pid, 0);
@@ -649,7 +601,7 @@ Test(server, daemonizes_without_foreground, .timeout = 60)
 	bool gone = false;
 	for (int i = 0; i < 500 && !gone; i++) {
 		gone = lstat(d.sock, &sb) < 0 && kill(cred.pid, 0) < 0;
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	cr_expect(gone, "daemon did not exit and remove its socket");
 	heapd_cleanup(&d);
@@ -659,14 +611,9 @@ Test(server, daemonizes_without_foreground, .timeout = 60)
 Test(server, socket_activation, .timeout = 60)
 {
 	struct heapd d;
-	heapd_init(&d, NULL);
-	int ls = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", d.sock);
-	cr_assert_eq(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	int ls = bound_socket(&d);
 	cr_assert_eq(listen(ls, 16), 0);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		int fd = open(d.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -688,7 +635,7 @@ Test(server, socket_activation, .timeout = 60)
 		heapd_list(d.sock, v, 4);
 		break;
 	}
-	cr_assert(heapd_alive(&d), "log:\n%s", read_all(d.log));
+	cr_assert(heapd_alive(&d), "log:\n%s", th_read_all(d.log));
 	kill(pid, SIGTERM);
 	int st;
 	waitpid(pid, &st, 0);

@@ -16,15 +16,15 @@
 
 #include "../agent/server/config.h"
 #include "../shared/compiler.h"
-#include "life_util.h"
+#include "helpers.h"
 
 #define SVC_SRC LLGO_SRC_DIR
-#define SVC_CLI E2E_BIN "/llgo-heap"
+#define SVC_CLI TH_BIN "/llgo-heap"
 
 /* Occurrences of needle in the file at path. */
 static int svc_count(const char *path, const char *needle)
 {
-	char *s = e2e_read_file(path);
+	char *s = th_read_file(path);
 	int n = 0;
 	for (const char *p = s; p && (p = strstr(p, needle)); p += strlen(needle))
 		n++;
@@ -35,11 +35,11 @@ static int svc_count(const char *path, const char *needle)
 /* Wait (up to timeout_ms) until the file at path holds needle at least n times. */
 static bool svc_wait_log(const char *path, const char *needle, int n, int timeout_ms)
 {
-	long deadline = lu_now_ms() + timeout_ms;
+	long deadline = th_now_ms() + timeout_ms;
 	while (svc_count(path, needle) < n) {
-		if (lu_now_ms() > deadline)
+		if (th_now_ms() > deadline)
 			return false;
-		lu_sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	return true;
 }
@@ -47,11 +47,11 @@ static bool svc_wait_log(const char *path, const char *needle, int n, int timeou
 static bool svc_wait_listed(const char *sock, pid_t pid, int timeout_ms)
 {
 	struct llgo_list_entry e;
-	long deadline = lu_now_ms() + timeout_ms;
+	long deadline = th_now_ms() + timeout_ms;
 	while (!heapd_list_pid(sock, pid, &e)) {
-		if (lu_now_ms() > deadline)
+		if (th_now_ms() > deadline)
 			return false;
-		lu_sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	return true;
 }
@@ -77,8 +77,7 @@ static void svc_spawn(struct heapd *d, const char *dir, const char *sockname,
 {
 	snprintf(d->sock, sizeof(d->sock), "%s/%s", dir, sockname);
 	snprintf(d->log, sizeof(d->log), "%s/heapd.log", dir);
-	d->pid = fork();
-	cr_assert(d->pid >= 0);
+	d->pid = th_fork();
 	if (d->pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -103,12 +102,12 @@ static void svc_start_with_config(struct heapd *d, const char *dir, char *conf, 
 }
 
 /* life_idle under the shim of daemon d (rate 1), once it said "ready". */
-static void svc_start_idle(struct lu_proc *p, const struct heapd *d)
+static void svc_start_idle(struct th_proc *p, const struct heapd *d)
 {
-	char *argv[] = { E2E_PROGS "/life_idle", "20", NULL };
-	lu_start(p, d, "1", 0, NULL, argv, NULL);
+	char *argv[] = { TH_PROGS "/life_idle", "20", NULL };
+	th_start(p, d, "1", 0, NULL, argv, NULL);
 	char line[64];
-	cr_assert(lu_read_line(p, line, sizeof(line), 10000), "life_idle did not start");
+	cr_assert(th_read_line(p, line, sizeof(line), 10000), "life_idle did not start");
 	cr_assert_str_eq(line, "ready");
 }
 
@@ -119,7 +118,7 @@ static void svc_sighup(const struct heapd *d, bool good)
 	int before = svc_count(d->log, says);
 	cr_assert_eq(kill(d->pid, SIGHUP), 0);
 	cr_assert(svc_wait_log(d->log, says, before + 1, 10000), "no \"%s\" in the log:\n%s",
-		  says, e2e_read_file(d->log));
+		  says, th_read_file(d->log));
 }
 
 /* Make runs from inside `make unit`: its jobserver descriptors are not ours. */
@@ -128,9 +127,9 @@ static void svc_sighup(const struct heapd *d, bool good)
 
 Test(service, install_and_systemd_analyze_verify, .timeout = 600)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	/* DESTDIR: everything under it, the units naming PREFIX's paths. */
-	int rc = e2e_sh(&out, SVC_MAKE "install DESTDIR=%s/root PREFIX=/opt/llgo", lu_san(), dir);
+	int rc = th_sh(&out, SVC_MAKE "install DESTDIR=%s/root PREFIX=/opt/llgo", th_san(), dir);
 	cr_assert_eq(rc, 0, "make install: %s", out);
 	free(out);
 	const char *files[] = { "bin/llgo-heapd", "bin/llgo-heap", "lib/libllgoheap.so",
@@ -151,16 +150,16 @@ Test(service, install_and_systemd_analyze_verify, .timeout = 600)
 	cr_expect_eq(svc_count(unit, "/usr/local"), 0, "a path not rewritten to PREFIX");
 
 	/* PREFIX alone: the unit's ExecStart exists, so systemd-analyze checks everything. */
-	rc = e2e_sh(&out, SVC_MAKE "install PREFIX=%s/pfx", lu_san(), dir);
+	rc = th_sh(&out, SVC_MAKE "install PREFIX=%s/pfx", th_san(), dir);
 	cr_assert_eq(rc, 0, "make install: %s", out);
 	free(out);
-	rc = e2e_sh(&out, "cd %s/pfx/lib/systemd/system && systemd-analyze verify "
+	rc = th_sh(&out, "cd %s/pfx/lib/systemd/system && systemd-analyze verify "
 			  "./llgo-heapd.socket ./llgo-heapd.service", dir);
 	cr_expect_eq(rc, 0, "systemd-analyze verify: %s", out);
 	cr_expect_str_eq(out, "", "systemd-analyze verify complains:\n%s", out);
 	free(out);
 	/* The hardening, as systemd scores it (0 safest .. 10; the unhardened unit was 6.9). */
-	rc = e2e_sh(&out, "systemd-analyze security --offline=true --no-pager "
+	rc = th_sh(&out, "systemd-analyze security --offline=true --no-pager "
 			  "%s/pfx/lib/systemd/system/llgo-heapd.service", dir);
 	const char *lvl = strstr(out, "Overall exposure level for llgo-heapd.service: ");
 	cr_assert_not_null(lvl, "rc %d: %s", rc, out);
@@ -168,32 +167,32 @@ Test(service, install_and_systemd_analyze_verify, .timeout = 600)
 	cr_expect_leq(exposure, 3.5, "exposure %.1f:\n%s", exposure, out);
 	free(out);
 	/* The installed daemon runs from its prefix. */
-	rc = e2e_sh(&out, "%s/pfx/bin/llgo-heapd --help", dir);
+	rc = th_sh(&out, "%s/pfx/bin/llgo-heapd --help", dir);
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect_not_null(strstr(out, "--config FILE"), "%s", out);
 	free(out);
 
-	rc = e2e_sh(&out, SVC_MAKE "uninstall PREFIX=%s/pfx && find %s/pfx -type f", lu_san(),
+	rc = th_sh(&out, SVC_MAKE "uninstall PREFIX=%s/pfx && find %s/pfx -type f", th_san(),
 		    dir, dir);
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect_str_eq(out, "", "left after make uninstall:\n%s", out);
 	free(out);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(service, socket_activation_without_systemd, .timeout = 120)
 {
-	char *dir = e2e_tmpdir(), sock[4200];
+	char *dir = th_tmpdir(), sock[4200];
 	struct heapd d;
 	snprintf(sock, sizeof(sock), "%s/act.sock", dir);
 	/* It binds the socket, waits for the first connection, then execs llgo-heapd (same
 	 * pid) with LISTEN_FDS=1 and LISTEN_PID set. */
 	char *argv[] = { "systemd-socket-activate", "--seqpacket", "-l", sock,
-			 E2E_BIN "/llgo-heapd", "--foreground", "--socket", sock, NULL };
+			 TH_BIN "/llgo-heapd", "--foreground", "--socket", sock, NULL };
 	svc_spawn(&d, dir, "act.sock", argv, false);
 	struct stat st;
 	for (int i = 0; i < 1000 && !(stat(d.sock, &st) == 0 && S_ISSOCK(st.st_mode)); i++)
-		lu_sleep_ms(5);
+		th_sleep_ms(5);
 	cr_assert(S_ISSOCK(st.st_mode), "systemd-socket-activate did not bind %s", d.sock);
 	char exe[64], target[4200] = "";
 	snprintf(exe, sizeof(exe), "/proc/%d/exe", (int)d.pid);
@@ -202,47 +201,46 @@ Test(service, socket_activation_without_systemd, .timeout = 120)
 			   "llgo-heapd started before any connection: %s", target);
 
 	/* The program's HELLO is the first connection: it starts the daemon. */
-	struct lu_proc p;
+	struct th_proc p;
 	svc_start_idle(&p, &d);
 	cr_assert(svc_wait_listed(d.sock, p.pid, 10000), "not listed; log:\n%s",
-		  e2e_read_file(d.log));
+		  th_read_file(d.log));
 	memset(target, 0, sizeof(target));
 	cr_expect_gt(readlink(exe, target, sizeof(target) - 1), 0);
 	cr_expect_not_null(strstr(target, "/llgo-heapd"), "pid %d is %s", (int)d.pid, target);
 	fputs("more\n", p.in);
-	char line[64];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 10000));
+	th_ready(&p, 10000);
 	char *out = NULL;
-	int rc = e2e_sh(&out, SVC_CLI " top %d --socket %s", (int)p.pid, d.sock);
+	int rc = th_sh(&out, SVC_CLI " top %d --socket %s", (int)p.pid, d.sock);
 	cr_expect_eq(rc, 0, "%s", out);
 	cr_expect_not_null(strstr(out, "idle_site"), "%s", out);
 	cr_expect_not_null(strstr(out, "idle_more_site"), "%s", out);
 	free(out);
 	int status = heapd_stop(&d);
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x; log:\n%s", status,
-		  e2e_read_file(d.log));
+		  th_read_file(d.log));
 	/* The socket is the activator's (systemd's): the daemon leaves it in place. */
 	cr_expect_eq(lstat(d.sock, &st), 0, "a socket-activated daemon removed %s", d.sock);
-	cr_expect_eq(lu_wait(&p, 10000), 0);
-	e2e_rmdir(dir);
+	cr_expect_eq(th_wait(&p, 10000), 0);
+	th_rmdir(dir);
 }
 
 Test(service, sighup_changes_a_limit_and_a_bad_file_keeps_the_old, .timeout = 120)
 {
-	char *dir = e2e_tmpdir(), conf[4200];
+	char *dir = th_tmpdir(), conf[4200];
 	struct heapd d;
 	/* root is held by the totals only: max-processes, not its per-uid twin */
 	svc_start_with_config(&d, dir, conf, sizeof(conf),
 			      "# two programs would be one too many\nmax-processes = 1\n");
 
-	struct lu_proc a, b, c, e;
+	struct th_proc a, b, c, e;
 	svc_start_idle(&a, &d);
 	cr_assert(svc_wait_listed(d.sock, a.pid, 10000));
 	char refused[128];
 	svc_start_idle(&b, &d);
 	snprintf(refused, sizeof(refused), "pid %d uid 0: HELLO refused", (int)b.pid);
 	cr_assert(svc_wait_log(d.log, refused, 1, 10000), "second process not refused:\n%s",
-		  e2e_read_file(d.log));
+		  th_read_file(d.log));
 	struct llgo_list_entry le;
 	cr_expect(!heapd_list_pid(d.sock, b.pid, &le));
 
@@ -250,62 +248,62 @@ Test(service, sighup_changes_a_limit_and_a_bad_file_keeps_the_old, .timeout = 12
 	svc_write_file(conf, "max-processes = 8\nmax-processes-per-fortnight = 3\n");
 	svc_sighup(&d, false);
 	cr_expect_eq(svc_count(d.log, "heapd.conf:2: unknown key 'max-processes-per-fortnight'"),
-		     1, "%s", e2e_read_file(d.log));
+		     1, "%s", th_read_file(d.log));
 	svc_start_idle(&c, &d);
 	snprintf(refused, sizeof(refused), "pid %d uid 0: HELLO refused", (int)c.pid);
 	cr_assert(svc_wait_log(d.log, refused, 1, 10000),
-		  "the bad file changed the limit:\n%s", e2e_read_file(d.log));
+		  "the bad file changed the limit:\n%s", th_read_file(d.log));
 	cr_expect(!heapd_list_pid(d.sock, c.pid, &le));
 
 	svc_write_file(conf, "max-processes = 8\n");
 	svc_sighup(&d, true);
 	svc_start_idle(&e, &d);
 	cr_expect(svc_wait_listed(d.sock, e.pid, 10000), "limit unchanged after SIGHUP:\n%s",
-		  e2e_read_file(d.log));
+		  th_read_file(d.log));
 	cr_expect(svc_wait_listed(d.sock, a.pid, 1000));
 
 	cr_expect_eq(heapd_stop(&d), 0);
-	lu_wait(&a, 10000);
-	lu_wait(&b, 10000);
-	lu_wait(&c, 10000);
-	lu_wait(&e, 10000);
-	e2e_rmdir(dir);
+	th_wait(&a, 10000);
+	th_wait(&b, 10000);
+	th_wait(&c, 10000);
+	th_wait(&e, 10000);
+	th_rmdir(dir);
 }
 
 Test(service, sighup_trim_shows_in_top, .timeout = 120)
 {
-	char *dir = e2e_tmpdir(), *out = NULL, conf[4200];
+	char *dir = th_tmpdir(), *out = NULL, conf[4200];
 	struct heapd d;
 	svc_start_with_config(&d, dir, conf, sizeof(conf), "log-level = info\n");
-	int rc = e2e_sh(&out, "LD_PRELOAD=" LLGO_PLAIN_SHIM " LLGO_HEAP_SOCKET=%s "
-			      "LLGO_HEAP_RATE=1 " E2E_PROGS "/e2e_trim 100", d.sock);
+	int rc = th_sh(&out, "LD_PRELOAD=" LLGO_PLAIN_SHIM " LLGO_HEAP_SOCKET=%s "
+			      "LLGO_HEAP_RATE=1 " TH_PROGS "/e2e_trim 100", d.sock);
 	cr_assert_eq(rc, 0, "%s", out);
 	free(out);
-	rc = e2e_sh(&out, SVC_CLI " list --socket %s | awk '/e2e_trim/ {print $1}'", d.sock);
+	rc = th_sh(&out, SVC_CLI " list --socket %s | awk '/e2e_trim/ {print $1}'", d.sock);
 	int pid = atoi(out);
 	free(out);
 	cr_assert_gt(pid, 0, "e2e_trim not listed");
-	rc = e2e_sh(&out, SVC_CLI " top %d --socket %s", pid, d.sock);
+	rc = th_sh(&out, SVC_CLI " top %d --socket %s", pid, d.sock);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect_not_null(strstr(out, "pool_refill"), "before the reload:\n%s", out);
 	free(out);
 
 	svc_write_file(conf, "log-level = info\ntrim = pool_*\n");
 	svc_sighup(&d, true);
-	rc = e2e_sh(&out, SVC_CLI " top %d --socket %s", pid, d.sock);
+	rc = th_sh(&out, SVC_CLI " top %d --socket %s", pid, d.sock);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_expect_null(strstr(out, "pool_"), "trimmed frames still shown:\n%s", out);
 	cr_expect_not_null(strstr(out, "user_builds_index"), "after the reload:\n%s", out);
 	free(out);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* The port of the n-th (1..) "serving http://127.0.0.1:PORT" line of the log, 0 if none. */
 static int svc_http_port(const char *log, int n)
 {
 	const char *needle = "serving http://127.0.0.1:";
-	char *s = e2e_read_file(log);
+	char *s = th_read_file(log);
 	const char *at = s ? strstr(s, needle) : NULL;
 	for (int i = 1; at && i < n; i++)
 		at = strstr(at + 1, needle);
@@ -318,7 +316,7 @@ static int svc_http_port(const char *log, int n)
 static int svc_http_status(int port)
 {
 	char *out = NULL;
-	int rc = e2e_sh(&out, "python3 -c 'import sys, urllib.request as u; "
+	int rc = th_sh(&out, "python3 -c 'import sys, urllib.request as u; "
 			      "print(u.urlopen(sys.argv[1], timeout=5).status)' "
 			      "http://127.0.0.1:%d/debug/pprof/", port);
 	int status = rc == 0 ? atoi(out) : -1;
@@ -328,17 +326,17 @@ static int svc_http_status(int port)
 
 Test(service, sighup_reopens_http_with_new_settings, .timeout = 120)
 {
-	char *dir = e2e_tmpdir(), conf[4200];
+	char *dir = th_tmpdir(), conf[4200];
 	struct heapd d;
 	svc_start_with_config(&d, dir, conf, sizeof(conf), "http = 127.0.0.1:0\n");
-	cr_assert(svc_wait_log(d.log, "serving http://", 1, 10000), "%s", e2e_read_file(d.log));
+	cr_assert(svc_wait_log(d.log, "serving http://", 1, 10000), "%s", th_read_file(d.log));
 	int first = svc_http_port(d.log, 1);
 	cr_expect_eq(svc_http_status(first), 200);
 
 	/* new settings: the listener is made again (port 0: another port) */
 	svc_write_file(conf, "http = 127.0.0.1:0\nhttp-uids = 0\n");
 	svc_sighup(&d, true);
-	cr_assert(svc_wait_log(d.log, "serving http://", 2, 10000), "%s", e2e_read_file(d.log));
+	cr_assert(svc_wait_log(d.log, "serving http://", 2, 10000), "%s", th_read_file(d.log));
 	int second = svc_http_port(d.log, 2);
 	cr_expect_eq(svc_http_status(second), 200);
 	if (second != first)
@@ -352,35 +350,35 @@ Test(service, sighup_reopens_http_with_new_settings, .timeout = 120)
 	/* no http any more */
 	svc_write_file(conf, "log-level = info\n");
 	svc_sighup(&d, true);
-	cr_expect_eq(svc_count(d.log, "HTTP server stopped"), 1, "%s", e2e_read_file(d.log));
+	cr_expect_eq(svc_count(d.log, "HTTP server stopped"), 1, "%s", th_read_file(d.log));
 	cr_expect_eq(svc_http_status(second), -1);
 	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(service, sigterm_exits_0_removes_its_socket_program_runs_on, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct heapd d;
 	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	struct th_proc p;
 	svc_start_idle(&p, &d);
 	cr_assert(svc_wait_listed(d.sock, p.pid, 10000));
 	int status = heapd_stop(&d);
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %#x; log:\n%s", status,
-		  e2e_read_file(d.log));
-	cr_expect_eq(svc_count(d.log, "signal 15: exiting"), 1, "%s", e2e_read_file(d.log));
+		  th_read_file(d.log));
+	cr_expect_eq(svc_count(d.log, "signal 15: exiting"), 1, "%s", th_read_file(d.log));
 	struct stat st;
 	cr_expect(lstat(d.sock, &st) != 0 && errno == ENOENT, "%s left behind", d.sock);
 	/* The program keeps allocating (and sampling) without its daemon. */
 	for (int i = 0; i < 3; i++) {
 		fputs("more\n", p.in);
 		char line[64];
-		cr_assert(lu_read_line(&p, line, sizeof(line), 10000), "program stopped answering");
+		cr_assert(th_read_line(&p, line, sizeof(line), 10000), "program stopped answering");
 		cr_expect_str_eq(line, "ready");
 	}
-	cr_expect_eq(lu_wait(&p, 10000), 0);
-	e2e_rmdir(dir);
+	cr_expect_eq(th_wait(&p, 10000), 0);
+	th_rmdir(dir);
 }
 
 /* A packet no shim or client sends: logged at warn level ("dropping connection"). */
@@ -421,12 +419,12 @@ static char *svc_log_of(const char *dir, const char *const *extra, const char *j
 	unsetenv("JOURNAL_STREAM");
 	svc_send_junk(d.sock); /* returns once the daemon closed the connection (after logging) */
 	cr_expect_eq(heapd_stop(&d), 0);
-	return e2e_read_file(d.log);
+	return th_read_file(d.log);
 }
 
 Test(service, log_levels_plain_and_journal, .timeout = 120)
 {
-	char *dir = e2e_tmpdir(), *log;
+	char *dir = th_tmpdir(), *log;
 
 	log = svc_log_of(dir, NULL, NULL);
 	cr_expect_not_null(strstr(log, "llgo-heapd: info: listening on "), "%s", log);
@@ -454,19 +452,19 @@ Test(service, log_levels_plain_and_journal, .timeout = 120)
 	free(log);
 
 	char *out = NULL;
-	int rc = e2e_sh(&out, E2E_BIN "/llgo-heapd --foreground --socket %s/x.sock "
+	int rc = th_sh(&out, TH_BIN "/llgo-heapd --foreground --socket %s/x.sock "
 			      "--log-level loud", dir);
 	cr_expect_eq(rc, 2, "%s", out);
 	cr_expect_not_null(strstr(out, "--log-level: want error, warn, info or debug: loud"), "%s",
 			   out);
 	free(out);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* The messages systemd's Type=notify reads, on a NOTIFY_SOCKET of our own. */
 Test(service, sd_notify_ready_reloading_stopping, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/notify", dir);
 	int ns = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -492,7 +490,7 @@ Test(service, sd_notify_ready_reloading_stopping, .timeout = 120)
 	}
 	cr_expect_eq(heapd_stop(&d), 0);
 	close(ns);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* llgo-heapd with argv (argv[0] its path), traced by `strace -f -o trace` from its exec on.
@@ -507,8 +505,7 @@ static pid_t svc_spawn_traced(struct heapd *d, const char *dir, const char *trac
 	cr_assert(WIFSTOPPED(st));
 	char pid[16];
 	snprintf(pid, sizeof(pid), "%d", (int)d->pid);
-	pid_t tracer = fork();
-	cr_assert(tracer >= 0);
+	pid_t tracer = th_fork();
 	if (tracer == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -521,14 +518,14 @@ static pid_t svc_spawn_traced(struct heapd *d, const char *dir, const char *trac
 	snprintf(status, sizeof(status), "/proc/%d/status", (int)d->pid);
 	snprintf(want, sizeof(want), "TracerPid:\t%d\n", (int)tracer);
 	for (int i = 0; i < 1000 && !strstr(text, want); i++) {
-		lu_sleep_ms(5);
+		th_sleep_ms(5);
 		int fd = open(status, O_RDONLY | O_CLOEXEC); /* procfs: no size to ftell */
 		ssize_t n = fd >= 0 ? read(fd, text, sizeof(text) - 1) : -1;
 		text[n > 0 ? n : 0] = '\0';
 		if (fd >= 0)
 			close(fd);
 	}
-	cr_assert_not_null(strstr(text, want), "strace did not attach:\n%s", e2e_read_file(d->log));
+	cr_assert_not_null(strstr(text, want), "strace did not attach:\n%s", th_read_file(d->log));
 	kill(d->pid, SIGCONT);
 	return tracer;
 }
@@ -550,30 +547,30 @@ static pid_t svc_spawn_traced(struct heapd *d, const char *dir, const char *trac
  * unit's filter (systemd would fail any other with EPERM). */
 Test(service, unit_syscall_filter_allows_what_the_daemon_does, .timeout = 300)
 {
-	if (*lu_san())
+	if (*th_san())
 		cr_skip_test("sanitizer runtimes make system calls of their own");
-	char *dir = e2e_tmpdir(), *out = NULL;
+	char *dir = th_tmpdir(), *out = NULL;
 	char trace[4200], sock[4200];
 	snprintf(trace, sizeof(trace), "%s/trace.1", dir);
 	snprintf(sock, sizeof(sock), "%s/heapd.sock", dir);
 	struct heapd d;
-	char *argv1[] = { E2E_BIN "/llgo-heapd", "--foreground", "--socket", sock, "--http", "127.0.0.1:0",
+	char *argv1[] = { TH_BIN "/llgo-heapd", "--foreground", "--socket", sock, "--http", "127.0.0.1:0",
 			  "--verify-every", "1", NULL };
 	pid_t tracer = svc_spawn_traced(&d, dir, trace, argv1);
-	cr_assert(svc_wait_log(d.log, "serving http://", 1, 20000), "%s", e2e_read_file(d.log));
+	cr_assert(svc_wait_log(d.log, "serving http://", 1, 20000), "%s", th_read_file(d.log));
 	/* allocates all along, until a line on stdin (then once more, and waits for EOF) */
-	struct lu_proc p;
-	char *prog[] = { E2E_PROGS "/life_restart", "20", "100", NULL };
-	lu_start(&p, &d, "1", 0, NULL, prog, NULL);
+	struct th_proc p;
+	char *prog[] = { TH_PROGS "/life_restart", "20", "100", NULL };
+	th_start(&p, &d, "1", 0, NULL, prog, NULL);
 	char line[64];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 10000));
+	cr_assert(th_read_line(&p, line, sizeof(line), 10000));
 	cr_assert(svc_wait_listed(d.sock, p.pid, 10000));
 	/* idle across the restart, so the next daemon takes it back (the busy one may reconnect
 	 * by itself first) */
-	struct lu_proc q;
+	struct th_proc q;
 	svc_start_idle(&q, &d);
 	cr_assert(svc_wait_listed(d.sock, q.pid, 10000));
-	cr_expect_eq(e2e_sh(&out, SVC_CLI " top %d --socket %s && " SVC_CLI " verify %d "
+	cr_expect_eq(th_sh(&out, SVC_CLI " top %d --socket %s && " SVC_CLI " verify %d "
 				  "--seconds 1 --socket %s", (int)p.pid, sock, (int)p.pid, sock), 0,
 		     "%s", out);
 	free(out);
@@ -584,22 +581,22 @@ Test(service, unit_syscall_filter_allows_what_the_daemon_does, .timeout = 300)
 	waitpid(d.pid, &st, 0);
 	waitpid(tracer, &st, 0);
 	snprintf(trace, sizeof(trace), "%s/trace.2", dir);
-	char *argv2[] = { E2E_BIN "/llgo-heapd", "--foreground", "--socket", sock, NULL };
+	char *argv2[] = { TH_BIN "/llgo-heapd", "--foreground", "--socket", sock, NULL };
 	tracer = svc_spawn_traced(&d, dir, trace, argv2);
 	char taken[64];
 	snprintf(taken, sizeof(taken), "pid %d (life_idle): taken back", (int)q.pid);
-	cr_assert(svc_wait_log(d.log, taken, 1, 20000), "%s", e2e_read_file(d.log));
+	cr_assert(svc_wait_log(d.log, taken, 1, 20000), "%s", th_read_file(d.log));
 	cr_expect(svc_wait_listed(d.sock, p.pid, 10000));
 	fputs("go\n", p.in);
-	cr_expect(lu_read_line(&p, line, sizeof(line), 10000));
+	cr_expect(th_read_line(&p, line, sizeof(line), 10000));
 	kill(d.pid, SIGHUP);
-	cr_expect(svc_wait_log(d.log, "reloaded ", 1, 10000), "%s", e2e_read_file(d.log));
+	cr_expect(svc_wait_log(d.log, "reloaded ", 1, 10000), "%s", th_read_file(d.log));
 	cr_expect_eq(heapd_stop(&d), 0);
 	waitpid(tracer, &st, 0); /* the trace is complete */
 
 	char *used = NULL, *allowed = NULL;
-	cr_assert_eq(e2e_sh(&used, SVC_TRACE_NAMES, dir), 0, "%s", used);
-	cr_assert_eq(e2e_sh(&allowed, SVC_FILTER_NAMES), 0, "%s", allowed);
+	cr_assert_eq(th_sh(&used, SVC_TRACE_NAMES, dir), 0, "%s", used);
+	cr_assert_eq(th_sh(&allowed, SVC_FILTER_NAMES), 0, "%s", allowed);
 	int n = 0;
 	for (char *save = NULL, *name = strtok_r(used, "\n", &save); name;
 	     name = strtok_r(NULL, "\n", &save), n++) {
@@ -615,9 +612,9 @@ Test(service, unit_syscall_filter_allows_what_the_daemon_does, .timeout = 300)
 	cr_log_info("llgo-heapd made %d distinct system calls, all allowed by the unit", n);
 	free(used);
 	free(allowed);
-	lu_wait(&p, 10000);
-	lu_wait(&q, 10000);
-	e2e_rmdir(dir);
+	th_wait(&p, 10000);
+	th_wait(&q, 10000);
+	th_rmdir(dir);
 }
 
 /* ---- config.c in-process: the file, the command line over it, refusals --------------------- */
@@ -625,7 +622,7 @@ Test(service, unit_syscall_filter_allows_what_the_daemon_does, .timeout = 300)
 static int svc_load(struct config *c, const char *file_text, char *err, size_t errlen,
 		    const char *const *args)
 {
-	char *dir = e2e_tmpdir(), conf[4200];
+	char *dir = th_tmpdir(), conf[4200];
 	snprintf(conf, sizeof(conf), "%s/c.conf", dir);
 	svc_write_file(conf, file_text);
 	char *argv[32] = { "llgo-heapd", "--config", conf };
@@ -634,7 +631,7 @@ static int svc_load(struct config *c, const char *file_text, char *err, size_t e
 		argv[n++] = (char *)*args;
 	argv[n] = NULL;
 	int rc = config_load(c, n, argv, false, err, errlen);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 	return rc;
 }
 
@@ -691,7 +688,7 @@ Test(config, refusals_name_the_line)
 
 Test(config, a_file_others_may_write_is_refused)
 {
-	char *dir = e2e_tmpdir(), conf[4200], err[512] = "";
+	char *dir = th_tmpdir(), conf[4200], err[512] = "";
 	snprintf(conf, sizeof(conf), "%s/c.conf", dir);
 	svc_write_file(conf, "max-processes = 1\n");
 	cr_assert_eq(chmod(conf, 0666), 0);
@@ -699,7 +696,7 @@ Test(config, a_file_others_may_write_is_refused)
 	struct config c;
 	cr_expect_eq(config_load(&c, 3, argv, false, err, sizeof(err)), 2);
 	cr_expect_not_null(strstr(err, "writable by others than its owner"), "%s", err);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(config, default_file_for_the_host_daemon_only)

@@ -19,9 +19,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "life_util.h"
+#include "helpers.h"
 
-#define PROG(name) E2E_PROGS "/" name
+#define PROG(name) TH_PROGS "/" name
 
 struct site {
 	const char *name;
@@ -39,7 +39,7 @@ static const struct site stress_sites[] = {
 struct snap_view {
 	long site[NSITES]; /* alloc objects at each site */
 	long total;        /* over every record */
-	struct lu_acct acct;
+	struct th_acct acct;
 	char error[512];   /* first problem found, "" when none */
 };
 
@@ -70,7 +70,7 @@ static void snap_parse(const char *text, struct snap_view *v)
 		snprintf(v->error, sizeof(v->error), "no header: %.80s", text);
 		return;
 	}
-	if (!lu_text_acct(text, &v->acct)) {
+	if (!th_text_acct(text, &v->acct)) {
 		snprintf(v->error, sizeof(v->error), "no accounting line");
 		return;
 	}
@@ -177,10 +177,10 @@ static void *snapper_main(void *arg)
 	struct llgo_msg_snapshot m;
 	client_snapshot_req(&m, sn->pid, LLGO_FORMAT_TEXT, 0, 0);
 	while (!atomic_load(&sn->stop) && !sn->error[0]) {
-		long t0 = lu_now_ms();
+		long t0 = th_now_ms();
 		struct client_answer ans;
 		int rc = heapd_request(sn->sock, &m, sizeof(m), &ans);
-		long ms = lu_now_ms() - t0;
+		long ms = th_now_ms() - t0;
 		if (ms > sn->max_ms)
 			sn->max_ms = ms;
 		if (rc != 0 || ans.status != 0) {
@@ -197,7 +197,7 @@ static void *snapper_main(void *arg)
 				 v.error);
 			break;
 		}
-		const struct lu_acct *a = &v.acct;
+		const struct th_acct *a = &v.acct;
 		if (a->sampled != a->delivered + a->dropped + a->corrupt || a->corrupt ||
 		    (long)a->delivered != v.total || (long)a->delivered < sn->last_delivered) {
 			snprintf(sn->error, sizeof(sn->error), "snapshot %ld: sampled=%llu "
@@ -216,33 +216,30 @@ static void *snapper_main(void *arg)
 			}
 			sn->last[s] = v.site[s];
 		}
-		lu_sleep_ms(2);
+		th_sleep_ms(2);
 	}
 	return NULL;
 }
 
 Test(stress, sixteen_threads_exact_under_snapshots, .timeout = 240)
 {
-	bool tsan = lu_san_thread();
+	bool tsan = th_san_thread();
 	const char *ms = tsan ? "1000" : "3000";
 	/* paced: 16 threads x (BURST allocations, then 1 ms asleep) */
 	const char *burst = tsan ? "4" : "20";
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	heapd_start(&d, NULL, NULL);
+	struct th_proc p;
 	char *argv[] = { PROG("stress_sites"), "16", "time", (char *)ms, (char *)burst, "1000",
 			 NULL };
-	lu_start(&p, &d, "1", 1024, NULL, argv, NULL);
-	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 30000) && strcmp(line, "started") == 0,
-		  "program did not start: %s", line);
+	th_start(&p, &d, "1", 1024, NULL, argv, NULL);
+	cr_assert_str_eq(th_ready(&p, 30000), "started");
 
 	struct snapper sn = { .sock = d.sock, .pid = p.pid };
 	pthread_t th;
 	cr_assert_eq(pthread_create(&th, NULL, snapper_main, &sn), 0);
-	char *out = lu_read_rest(&p, 60000);
-	int st = lu_wait(&p, 30000);
+	char *out = th_read_rest(&p, 60000);
+	int st = th_wait(&p, 30000);
 	atomic_store(&sn.stop, 1);
 	pthread_join(th, NULL);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "program status 0x%x:\n%s", st, out);
@@ -258,7 +255,7 @@ Test(stress, sixteen_threads_exact_under_snapshots, .timeout = 240)
 	cr_assert_eq(v.error[0], '\0', "final snapshot: %s", v.error);
 	long total = 0;
 	for (int s = 0; s < NSITES; s++) {
-		long truth = lu_site_truth(out, stress_sites[s].name);
+		long truth = th_site_truth(out, stress_sites[s].name);
 		total += truth;
 		cr_expect_eq(v.site[s], truth, "%s: %ld in the profile, %ld made",
 			     stress_sites[s].name, v.site[s], truth);
@@ -272,8 +269,7 @@ Test(stress, sixteen_threads_exact_under_snapshots, .timeout = 240)
 	cr_expect_eq((long)v.acct.delivered, v.total);
 	free(text);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- overload ------------------------------------------------------------------------------ */
@@ -282,13 +278,13 @@ Test(stress, sixteen_threads_exact_under_snapshots, .timeout = 240)
 static char *overload_run(struct heapd *d, const char *n, struct llgo_list_entry *row,
 			  char **out)
 {
-	struct lu_proc p;
+	struct th_proc p;
 	char *argv[] = { PROG("stress_sites"), "4", "count", (char *)n, NULL };
 	/* drop, not wait (rate 1's default): this test is about drop accounting */
 	const char *extra[] = { "LLGO_HEAP_FULL=drop", NULL };
-	lu_start(&p, d, "1", 4, NULL, argv, extra);
-	*out = lu_read_rest(&p, 60000);
-	int st = lu_wait(&p, 60000);
+	th_start(&p, d, "1", 4, NULL, argv, extra);
+	*out = th_read_rest(&p, 60000);
+	int st = th_wait(&p, 60000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 	char *text = heapd_snapshot(d->sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	cr_assert(heapd_list_pid(d->sock, p.pid, row));
@@ -297,20 +293,19 @@ static char *overload_run(struct heapd *d, const char *n, struct llgo_list_entry
 
 Test(stress, tiny_rings_drop_and_count_exactly, .timeout = 240)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	/* What the program allocates besides its sites (stdio, thread start-up). */
 	struct llgo_list_entry base, row;
 	char *out;
 	char *text = overload_run(&d, "0", &base, &out);
 	free(text);
 	free(out);
-	const char *n = lu_san_thread() ? "20000" : "50000";
+	const char *n = th_san_thread() ? "20000" : "50000";
 	text = overload_run(&d, n, &row, &out);
 	long truth = 0;
 	for (int s = 0; s < NSITES; s++)
-		truth += lu_site_truth(out, stress_sites[s].name);
+		truth += th_site_truth(out, stress_sites[s].name);
 	cr_log_info("overload: %ld allocations at the sites (+%llu at start-up); LIST: "
 		    "sampled=%llu delivered=%llu dropped=%llu corrupt=%llu rings=%u", truth,
 		    (unsigned long long)base.sampled, (unsigned long long)row.sampled,
@@ -323,44 +318,41 @@ Test(stress, tiny_rings_drop_and_count_exactly, .timeout = 240)
 	cr_expect_eq(row.corrupt, 0);
 	cr_expect_gt(row.dropped, 0, "4 KiB rings at rate 1 must overflow");
 	/* the profile says the same, and its records are the delivered ones */
-	struct lu_acct a;
-	cr_assert(lu_text_acct(text, &a));
+	struct th_acct a;
+	cr_assert(th_text_acct(text, &a));
 	cr_expect(a.sampled == row.sampled && a.delivered == row.delivered &&
 		  a.dropped == row.dropped && a.corrupt == row.corrupt,
 		  "profile: sampled=%llu delivered=%llu dropped=%llu corrupt=%llu", a.sampled,
 		  a.delivered, a.dropped, a.corrupt);
-	cr_expect_eq(lu_text_total(text), (long)a.delivered);
+	cr_expect_eq(th_text_total(text), (long)a.delivered);
 	free(text);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* ---- idle and snapshots --------------------------------------------------------------------- */
 
-static void idle_start(struct lu_proc *p, struct heapd *d, const char *k)
+static void idle_start(struct th_proc *p, struct heapd *d, const char *k)
 {
 	char *argv[] = { PROG("life_idle"), (char *)k, NULL };
-	lu_start(p, d, "1", 0, NULL, argv, NULL);
-	char line[64];
-	cr_assert(lu_read_line(p, line, sizeof(line), 30000) && strcmp(line, "ready") == 0);
+	th_start(p, d, "1", 0, NULL, argv, NULL);
+	cr_assert_str_eq(th_ready(p, 30000), "ready");
 }
 
 Test(stress, idle_daemon_uses_no_cpu, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	enum { NPROC = 4 };
-	struct lu_proc p[NPROC];
+	struct th_proc p[NPROC];
 	for (int i = 0; i < NPROC; i++)
 		idle_start(&p[i], &d, "200");
 	/* let the drain back off, then measure */
-	lu_sleep_ms(500);
+	th_sleep_ms(500);
 	long hz = sysconf(_SC_CLK_TCK);
-	long t0 = lu_cpu_ticks(d.pid), w0 = lu_now_ms();
-	lu_sleep_ms(3000);
-	long t1 = lu_cpu_ticks(d.pid), w1 = lu_now_ms();
+	long t0 = th_cpu_ticks(d.pid), w0 = th_now_ms();
+	th_sleep_ms(3000);
+	long t1 = th_cpu_ticks(d.pid), w1 = th_now_ms();
 	cr_assert(t0 >= 0 && t1 >= t0);
 	double cpu = (double)(t1 - t0) / (double)hz, wall = (double)(w1 - w0) / 1000.0;
 	cr_log_info("idle: llgo-heapd used %.3f s of CPU in %.2f s with %d idle processes "
@@ -376,53 +368,47 @@ Test(stress, idle_daemon_uses_no_cpu, .timeout = 120)
 			  (unsigned long long)rows[i].sampled, (unsigned long long)rows[i].delivered);
 	free(rows);
 	for (int i = 0; i < NPROC; i++)
-		cr_expect_eq(lu_wait(&p[i], 10000), 0);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+		cr_expect_eq(th_wait(&p[i], 10000), 0);
+	heapd_end(&d);
 }
 
 Test(stress, snapshot_drains_first, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	heapd_start(&d, NULL, NULL);
+	struct th_proc p;
 	idle_start(&p, &d, "500");
 	for (int round = 1; round <= 5; round++) {
 		/* idle long enough for the drain thread to poll at its slowest */
-		lu_sleep_ms(300);
-		fputs("more\n", p.in);
-		fflush(p.in);
-		char line[64];
-		cr_assert(lu_read_line(&p, line, sizeof(line), 30000) && strcmp(line, "ready") == 0);
+		th_sleep_ms(300);
+		th_say(&p, "more");
+		cr_assert_str_eq(th_ready(&p, 30000), "ready");
 		/* at once: the records were published just now */
 		char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
-		long got = lu_text_count(text, "idle_more_site", 555);
+		long got = th_text_count(text, "idle_more_site", 555);
 		cr_expect_eq(got, 500L * round, "round %d: %ld of %ld records in the snapshot",
 			     round, got, 500L * round);
 		free(text);
 	}
-	cr_expect_eq(lu_wait(&p, 10000), 0);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	cr_expect_eq(th_wait(&p, 10000), 0);
+	heapd_end(&d);
 }
 
 /* At the default rate, 16 threads allocating flat out on a machine they saturate lose
  * nothing: the drain keeps up (WAKE on half-full rings, 10 ms polls while busy). */
 Test(stress, default_rate_drops_nothing, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	heapd_start(&d, NULL, NULL);
+	struct th_proc p;
 	char *argv[] = { PROG("stress_sites"), "16", "time", "2000", NULL };
-	lu_start(&p, &d, "524288", 0, NULL, argv, NULL);
-	char *out = lu_read_rest(&p, 60000);
-	int st = lu_wait(&p, 30000);
+	th_start(&p, &d, "524288", 0, NULL, argv, NULL);
+	char *out = th_read_rest(&p, 60000);
+	int st = th_wait(&p, 30000);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x:\n%s", st, out);
 	long total = 0;
 	for (int s = 0; s < NSITES; s++)
-		total += lu_site_truth(out, stress_sites[s].name);
+		total += th_site_truth(out, stress_sites[s].name);
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_log_info("default rate: %ld allocations by 16 threads in 2 s; sampled=%llu "
@@ -434,6 +420,5 @@ Test(stress, default_rate_drops_nothing, .timeout = 120)
 	cr_expect_eq(e.corrupt, 0);
 	cr_expect_eq(e.sampled, e.delivered);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }

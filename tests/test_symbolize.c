@@ -21,7 +21,7 @@
 
 /* procmaps.c's cap on unlisted mappings kept (PROCMAPS_STALE_MAX). */
 #define PROCMAPS_TEST_STALE_MAX 4096
-#include "e2e_util.h"
+#include "helpers.h"
 
 /* ---- Code to symbolize ---------------------------------------------------------------- */
 
@@ -452,7 +452,7 @@ static void build_lib(const char *dir, const char *name, const char *flags)
 	cr_assert(f);
 	fputs(lib_src, f);
 	fclose(f);
-	int rc = e2e_sh(&out, "cd %s && cc -shared -fPIC -O2 -fno-omit-frame-pointer %s "
+	int rc = th_sh(&out, "cd %s && cc -shared -fPIC -O2 -fno-omit-frame-pointer %s "
 			      "-o %s symt_dl.c", dir, flags, name);
 	cr_assert_eq(rc, 0, "cc failed:\n%s", out);
 	free(out);
@@ -460,7 +460,7 @@ static void build_lib(const char *dir, const char *name, const char *flags)
 
 Test(symbolize, dlopen_then_refresh)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	build_lib(dir, "libsymt.so", "-g");
 	struct procmaps *pm = procmaps_new(getpid());
 	cr_assert(pm);
@@ -490,7 +490,7 @@ Test(symbolize, dlopen_then_refresh)
 	cr_expect_eq(r.frames[0].line, 8);
 	procmaps_free(pm);
 	dlclose(h);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* The test library loaded and called: its handle, the maps read after the call, the
@@ -525,7 +525,7 @@ static void build_lib_debuglink(const char *dir, const char *name, const char *t
 	char so[256], *out = NULL;
 	snprintf(so, sizeof(so), "%s.so", name);
 	build_lib(dir, so, "-g");
-	int rc = e2e_sh(&out, "cd %s && objcopy --only-keep-debug %s.so %s.debug && "
+	int rc = th_sh(&out, "cd %s && objcopy --only-keep-debug %s.so %s.debug && "
 			      "objcopy --strip-debug --add-gnu-debuglink=%s.debug %s.so %s",
 			dir, name, name, name, name, then);
 	cr_assert_eq(rc, 0, "objcopy: %s", out);
@@ -534,7 +534,7 @@ static void build_lib_debuglink(const char *dir, const char *name, const char *t
 
 Test(symbolize, stripped_library_uses_dynsym)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	build_lib(dir, "libsymt_s.so", "-s");
 	struct symt_dl d;
 	symt_dl_call(dir, "libsymt_s.so", &d);
@@ -553,12 +553,12 @@ Test(symbolize, stripped_library_uses_dynsym)
 	cr_expect_eq(symbolize_pc(m, st - 1, &r), 0);
 	procmaps_free(pm);
 	dlclose(h);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 Test(symbolize, separate_debug_file_through_debuglink)
 {
-	char *dir = e2e_tmpdir();
+	char *dir = th_tmpdir();
 	build_lib_debuglink(dir, "libsymt_d", "");
 	struct symt_dl d;
 	symt_dl_call(dir, "libsymt_d.so", &d);
@@ -574,14 +574,14 @@ Test(symbolize, separate_debug_file_through_debuglink)
 	cr_expect(r.has_lines);
 	procmaps_free(pm);
 	dlclose(h);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* A debug file others may write to is read from a private copy: shrinking it afterwards
  * (which would fault a mapping of it) changes nothing. */
 Test(symbolize, debuglink_file_others_can_write_is_copied)
 {
-	char *dir = e2e_tmpdir(), path[4200];
+	char *dir = th_tmpdir(), path[4200];
 	build_lib_debuglink(dir, "libsymt_w", "&& chmod 0666 libsymt_w.debug");
 	struct symt_dl d;
 	symt_dl_call(dir, "libsymt_w.so", &d);
@@ -598,7 +598,7 @@ Test(symbolize, debuglink_file_others_can_write_is_copied)
 	cr_expect_eq(r.frames[0].line, 8);
 	procmaps_free(d.pm);
 	dlclose(d.h);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* gcc -flto inlines across files and puts the inlined function's abstract origin in another
@@ -627,14 +627,14 @@ static const char lto_b_src[] =
 
 Test(symbolize, inlined_across_units_by_lto)
 {
-	char *dir = e2e_tmpdir(), *out = NULL, path[4200];
+	char *dir = th_tmpdir(), *out = NULL, path[4200];
 	const char *srcs[2][2] = { { "symt_lto_a.c", lto_a_src }, { "symt_lto_b.c", lto_b_src } };
 	for (int i = 0; i < 2; i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, srcs[i][0]);
 		FILE *f = fopen(path, "w");
 		cr_assert(f && fputs(srcs[i][1], f) >= 0 && fclose(f) == 0);
 	}
-	int rc = e2e_sh(&out, "cd %s && cc -shared -fPIC -O2 -flto -fno-semantic-interposition -g "
+	int rc = th_sh(&out, "cd %s && cc -shared -fPIC -O2 -flto -fno-semantic-interposition -g "
 			      "-fno-omit-frame-pointer "
 			      "-o libsymt_lto.so symt_lto_a.c symt_lto_b.c", dir);
 	cr_assert_eq(rc, 0, "cc: %s", out);
@@ -660,23 +660,22 @@ Test(symbolize, inlined_across_units_by_lto)
 	cr_expect_eq(r.frames[1].line, 9);
 	procmaps_free(pm);
 	dlclose(h);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }
 
 /* ---- A deleted executable ------------------------------------------------------------- */
 
 Test(symbolize, deleted_binary_through_map_files)
 {
-	char *dir = e2e_tmpdir(), *out = NULL;
-	cr_assert_eq(e2e_sh(&out, "cp %s/sym_deleted %s/prog", E2E_PROGS, dir), 0, "%s", out);
+	char *dir = th_tmpdir(), *out = NULL;
+	cr_assert_eq(th_sh(&out, "cp %s/sym_deleted %s/prog", TH_PROGS, dir), 0, "%s", out);
 	free(out);
 	char prog[4200];
 	snprintf(prog, sizeof(prog), "%s/prog", dir);
 	int in[2], outp[2];
-	cr_assert_eq(pipe(in), 0);
-	cr_assert_eq(pipe(outp), 0);
-	pid_t pid = fork();
-	cr_assert_geq(pid, 0);
+	th_pipe(in);
+	th_pipe(outp);
+	pid_t pid = th_fork();
 	if (pid == 0) {
 		dup2(in[0], 0);
 		dup2(outp[1], 1);
@@ -724,5 +723,5 @@ Test(symbolize, deleted_binary_through_map_files)
 	cr_assert_eq(symbolize_pc(m, addr - 1, &r), 1);
 	cr_expect_str_eq(r.frames[0].function, "sym_prog_caller");
 	procmaps_free(pm);
-	e2e_rmdir(dir);
+	th_rmdir(dir);
 }

@@ -13,72 +13,7 @@
 #include <unistd.h>
 
 #include "../agent/internal.h"
-#include "e2e_util.h"
-
-#define KEEP(x) __asm__ volatile("" : : "r"(x) : "memory")
-#define RET() ((uint64_t)(uintptr_t)__builtin_return_address(0))
-
-__attribute__((noinline)) void tx_capture(uint64_t *pcs)
-{
-	pcs[0] = RET();
-	KEEP(pcs);
-}
-
-__attribute__((noinline)) void tx_site_big(uint64_t *pcs)
-{
-	tx_capture(pcs);
-	pcs[1] = RET();
-	KEEP(pcs);
-}
-
-__attribute__((noinline)) void tx_site_small(uint64_t *pcs)
-{
-	tx_capture(pcs);
-	pcs[1] = RET();
-	KEEP(pcs);
-}
-
-static inline __attribute__((always_inline)) void tx_inlined(uint64_t *pcs)
-{
-	tx_capture(pcs);
-	KEEP(pcs);
-}
-
-__attribute__((noinline)) void tx_site_with_a_much_longer_name_for_tabs(uint64_t *pcs)
-{
-	tx_inlined(pcs);
-	pcs[1] = RET();
-	KEEP(pcs);
-}
-
-__attribute__((noinline)) void tx_outer(uint64_t *pcs, int which)
-{
-	if (which == 0)
-		tx_site_big(pcs);
-	else if (which == 1)
-		tx_site_small(pcs);
-	else
-		tx_site_with_a_much_longer_name_for_tabs(pcs);
-	pcs[2] = RET();
-	KEEP(pcs);
-}
-
-static struct stack *mkstack(const uint64_t *pcs, uint32_t n)
-{
-	struct stack *s = calloc(1, sizeof(*s) + n * sizeof(uint64_t));
-	cr_assert(s);
-	s->npcs = n;
-	if (n)
-		memcpy(s->pcs, pcs, n * sizeof(uint64_t));
-	return s;
-}
-
-static struct stack *site_stack(int which)
-{
-	uint64_t pcs[3];
-	tx_outer(pcs, which);
-	return mkstack(pcs, 3);
-}
+#include "helpers.h"
 
 static struct psample ps(const struct stack *st, uint64_t size, uint64_t rate, uint64_t ao,
 			 uint64_t fo)
@@ -98,10 +33,10 @@ struct fixture {
 static void fixture_init(struct fixture *f, bool mixed)
 {
 	memset(f, 0, sizeof(*f));
-	f->big = site_stack(0);
-	f->small = site_stack(1);
-	f->inl = site_stack(2);
-	f->empty = mkstack(NULL, 0);
+	f->big = th_pc_stack(0);
+	f->small = th_pc_stack(1);
+	f->inl = th_pc_stack(2);
+	f->empty = th_stack(NULL, 0);
 	size_t n = 0;
 	f->s[n++] = ps(f->big, 100000, 524288, 40, 10);
 	if (mixed)
@@ -123,7 +58,7 @@ static void fixture_init(struct fixture *f, bool mixed)
 	cr_assert_eq(text_write(&f->text, &f->p, f->maps), 0);
 	cr_assert_eq(buf_putc(&f->text, '\0'), 0);
 	f->text.len--;
-	f->dir = e2e_tmpdir();
+	f->dir = th_tmpdir();
 	cr_assert(asprintf(&f->path, "%s/heap.txt", f->dir) > 0);
 	FILE *fp = fopen(f->path, "w");
 	cr_assert(fp);
@@ -139,14 +74,8 @@ static void fixture_fini(struct fixture *f)
 	free(f->inl);
 	free(f->empty);
 	buf_free(&f->text);
-	e2e_rmdir(f->dir);
+	th_rmdir(f->dir);
 	free(f->path);
-}
-
-static int pprof_cmd(char **out, const char *dir, const char *args)
-{
-	return e2e_sh(out, "cd %s && HOME=%s GOCACHE=%s/gocache GOPROXY=off go tool pprof %s", dir,
-		      dir, dir, args);
 }
 
 Test(text, header_records_and_frames)
@@ -165,18 +94,18 @@ Test(text, header_records_and_frames)
 	cr_expect_eq(strncmp(s + strlen(want), acct, strlen(acct)), 0, "%s", s);
 	cr_expect(!strstr(s, "several rates"));
 
-	static struct e2e_text_rec recs[32];
+	static struct th_text_rec recs[32];
 	long period;
-	int n = e2e_parse_text(s, &period, recs, 32);
+	int n = th_parse_text(s, &period, recs, 32);
 	cr_expect_eq(period, 1048576);
 	cr_assert_eq(n, 6, "%s", s);
 	/* sorted by in-use bytes */
 	for (int i = 1; i < n; i++)
 		cr_expect_geq(recs[i - 1].inuse_bytes, recs[i].inuse_bytes);
-	cr_expect_str_eq(recs[0].frame0, "tx_site_big");
+	cr_expect_str_eq(recs[0].frame0, "th_pc_site_a");
 	cr_expect_eq(recs[0].alloc_objects, 40);
 	cr_expect_eq(recs[0].inuse_bytes, 30 * 100000);
-	cr_expect_str_eq(recs[1].frame0, "tx_inlined");
+	cr_expect_str_eq(recs[1].frame0, "th_pc_inlined");
 	/* the count-0 record has 0 bytes */
 	cr_expect(strstr(s, "\n0: 0 [0: 0] @ 0x"), "%s", s);
 	cr_expect(!strstr(s, "[0: 320]"));
@@ -190,26 +119,27 @@ Test(text, header_records_and_frames)
 		 (unsigned long long)f.big->pcs[2]);
 	const char *rec = strstr(s, want);
 	cr_assert(rec, "want %s in\n%s", want, s);
-	snprintf(want, sizeof(want), "#\t0x%llx\ttx_site_big+0x%llx\t",
+	snprintf(want, sizeof(want), "#\t0x%llx\tth_pc_site_a+0x%llx\t",
 		 (unsigned long long)f.big->pcs[0] - 1,
-		 (unsigned long long)(f.big->pcs[0] - 1 - (uint64_t)(uintptr_t)tx_site_big));
+		 (unsigned long long)(f.big->pcs[0] - 1 - (uint64_t)(uintptr_t)th_pc_site_a));
 	cr_expect(strstr(rec, want), "want %s in\n%s", want, rec);
-	cr_expect(strstr(rec, "tests/test_text.c:29\n"), "%s", rec);
+	snprintf(want, sizeof(want), "tests/helpers.c:%d\n", th_pc_site_a_call_line);
+	cr_expect(strstr(rec, want), "want %s in\n%s", want, rec);
 	/* the inlined frame and its caller, both at the same pc */
-	snprintf(want, sizeof(want), "#\t0x%llx\ttx_inlined+0x",
+	snprintf(want, sizeof(want), "#\t0x%llx\tth_pc_inlined+0x",
 		 (unsigned long long)f.inl->pcs[0] - 1);
 	const char *inl = strstr(s, want);
 	cr_assert(inl, "%s", s);
-	snprintf(want, sizeof(want), "\n#\t0x%llx\ttx_site_with_a_much_longer_name_for_tabs+0x",
+	snprintf(want, sizeof(want), "\n#\t0x%llx\tth_pc_site_with_a_much_longer_name_for_tabs+0x",
 		 (unsigned long long)f.inl->pcs[0] - 1);
 	cr_expect(strstr(inl, want) == strchr(inl, '\n'), "caller on the next line:\n%s", inl);
 
 	/* MAPPED_LIBRARIES: this binary's line exactly as the kernel prints it. */
 	const char *ml = strstr(s, "\n\nMAPPED_LIBRARIES:\n");
 	cr_assert(ml, "%s", s);
-	const struct mapping *m = procmaps_find(f.maps, (uint64_t)(uintptr_t)tx_site_big);
+	const struct mapping *m = procmaps_find(f.maps, (uint64_t)(uintptr_t)th_pc_site_a);
 	char *maps = NULL; /* /proc files have no size: read through cat */
-	cr_assert_eq(e2e_sh(&maps, "cat /proc/%d/maps", (int)getpid()), 0);
+	cr_assert_eq(th_sh(&maps, "cat /proc/%d/maps", (int)getpid()), 0);
 	snprintf(want, sizeof(want), "\n%08llx-", (unsigned long long)m->start);
 	const char *line = strstr(maps, want);
 	cr_assert(line);
@@ -242,13 +172,13 @@ Test(text, frame_lines_match_go_tabwriter, .timeout = 180)
 			c++;
 	}
 	fclose(fp);
-	int rc = e2e_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache GOFLAGS=-mod=mod GOPROXY=off "
+	int rc = th_sh(&out, "cd %s && HOME=%s GOCACHE=%s/gocache GOFLAGS=-mod=mod GOPROXY=off "
 			      "go run tw.go < cells.txt > go.txt", f.dir, f.dir, f.dir);
 	cr_assert_eq(rc, 0, "go run: %s", out);
 	free(out);
 	char *gopath;
 	cr_assert(asprintf(&gopath, "%s/go.txt", f.dir) > 0);
-	char *go = e2e_read_file(gopath);
+	char *go = th_read_file(gopath);
 	cr_assert(go);
 	cr_expect_str_eq((const char *)f.text.data, go);
 	cr_expect(strstr(go, "\t\t"), "the long name makes some cells take two tabs");
@@ -259,26 +189,7 @@ Test(text, frame_lines_match_go_tabwriter, .timeout = 180)
 	fixture_fini(&f);
 }
 
-struct raw_sample {
-	long long v[4];
-};
-
-static int parse_raw_samples(const char *s, struct raw_sample *out, int max)
-{
-	int n = 0;
-	const char *p = strstr(s, "\nSamples:\n");
-	const char *end = strstr(s, "\nLocations\n");
-	cr_assert(p && end, "%s", s);
-	for (p = strchr(p + 10, '\n'); p && p < end; p = strchr(p + 1, '\n')) {
-		struct raw_sample r;
-		if (sscanf(p + 1, "%lld %lld %lld %lld:", &r.v[0], &r.v[1], &r.v[2], &r.v[3]) == 4 &&
-		    n < max)
-			out[n++] = r;
-	}
-	return n;
-}
-
-static bool has_scaled(const struct raw_sample *r, int n, long long ao, long long ab,
+static bool has_scaled(const struct th_raw_sample *r, int n, long long ao, long long ab,
 		       long long io, long long ib, uint64_t rate)
 {
 	int64_t v[4];
@@ -295,29 +206,29 @@ Test(text, go_tool_pprof_parses_and_scales, .timeout = 180)
 	struct fixture f;
 	fixture_init(&f, false);
 	char *out = NULL;
-	int rc = pprof_cmd(&out, f.dir, "-raw heap.txt");
+	int rc = th_pprof(&out, f.dir, "-raw heap.txt");
 	cr_assert_eq(rc, 0, "go tool pprof -raw:\n%s\ninput:\n%s", out, (char *)f.text.data);
 	cr_expect(strstr(out, "Period: 524288\n"), "heap/N is twice the rate:\n%s", out);
 	cr_expect(strstr(out, "alloc_objects/count alloc_space/bytes inuse_objects/count "
 			      "inuse_space/bytes"), "%s", out);
-	struct raw_sample rs[16];
-	int n = parse_raw_samples(out, rs, 16);
+	struct th_raw_sample rs[16];
+	int n = th_raw_samples(out, rs, 16);
 	/* pprof drops the all-zero sample and the overflow one (no addresses). */
 	cr_expect_eq(n, 3, "%s", out);
 	cr_expect(has_scaled(rs, n, 40, 4000000, 30, 3000000, 524288), "big:\n%s", out);
 	cr_expect(has_scaled(rs, n, 3, 72, 2, 48, 524288), "small:\n%s", out);
 	cr_expect(has_scaled(rs, n, 20, 81920, 20, 81920, 524288), "inl:\n%s", out);
 	/* symbolized by pprof from the binary named in MAPPED_LIBRARIES */
-	cr_expect(strstr(out, "tx_site_big") && strstr(out, "tx_outer"), "%s", out);
+	cr_expect(strstr(out, "th_pc_site_a") && strstr(out, "th_pc_outer"), "%s", out);
 	char self[4096];
 	ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	cr_assert_gt(len, 0);
 	self[len] = '\0';
 	cr_expect(strstr(out, self), "mapping %s:\n%s", self, out);
 	free(out);
-	rc = pprof_cmd(&out, f.dir, "-top -sample_index=alloc_space heap.txt");
+	rc = th_pprof(&out, f.dir, "-top -sample_index=alloc_space heap.txt");
 	cr_assert_eq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "tx_site_big") && strstr(out, "tx_site_small"), "%s", out);
+	cr_expect(strstr(out, "th_pc_site_a") && strstr(out, "th_pc_site_b"), "%s", out);
 	free(out);
 	fixture_fini(&f);
 }
@@ -331,10 +242,10 @@ Test(text, mixed_rates_sum_raw_and_say_so, .timeout = 180)
 			    "one (524288) for all"), "%s", s);
 	cr_expect(strstr(s, "\n37: 3700000 [47: 4700000] @ 0x"), "raw sums:\n%s", s);
 	char *out = NULL;
-	int rc = pprof_cmd(&out, f.dir, "-raw heap.txt");
+	int rc = th_pprof(&out, f.dir, "-raw heap.txt");
 	cr_assert_eq(rc, 0, "%s", out);
-	struct raw_sample rs[16];
-	int n = parse_raw_samples(out, rs, 16);
+	struct th_raw_sample rs[16];
+	int n = th_raw_samples(out, rs, 16);
 	cr_expect(has_scaled(rs, n, 47, 4700000, 37, 3700000, 524288), "%s", out);
 	free(out);
 	fixture_fini(&f);

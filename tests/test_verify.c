@@ -20,13 +20,12 @@
  *     its unwind of the shim's copy for every sample; a wrong pc in one copy in ten is
  *     reported as a dwarf-mode disagreement.
  */
-#include "bpf_util.h"
-#include "life_util.h"
+#include "helpers.h"
 
-#define PROG(name) E2E_PROGS "/" name
-#define CLI E2E_BIN "/llgo-heap"
+#define PROG(name) TH_PROGS "/" name
+#define CLI TH_BIN "/llgo-heap"
 
-#define VT_NEED_BPF() BPF_UTIL_NEED("test_verify")
+#define VT_NEED_BPF() TH_NEED_BPF("test_verify")
 
 /* The last line of out (static copy). */
 static const char *vt_last_line(const char *out)
@@ -42,15 +41,31 @@ static const char *vt_last_line(const char *out)
 	return line;
 }
 
+/* `llgo-heap verify PID --seconds S [more options]` against d: its exit status; its output in
+ * *out (malloc'ed). */
+static int vt_verify(const struct heapd *d, pid_t pid, int seconds, const char *more, char **out)
+{
+	return th_sh(out, CLI " verify %d --seconds %d %s--socket %s", (int)pid, seconds, more,
+		     d->sock);
+}
+
+/* The last line's "verify: N samples, M agree (": N and M (asserted). */
+static void vt_agree(const char *out, unsigned long long *n, unsigned long long *m)
+{
+	const char *last = vt_last_line(out);
+	cr_assert_eq(sscanf(last, "verify: %llu samples, %llu agree (", n, m), 2, "last: '%s'",
+		     last);
+}
+
 /* Start verify_fp for `seconds` under the shim at `rate` with extra settings; wait for its
  * "ready" line. */
-static void vt_start_named(struct lu_proc *p, struct heapd *d, const char *prog,
+static void vt_start_named(struct th_proc *p, struct heapd *d, const char *prog,
 			   const char *rate, const char *seconds, const char *const *extra)
 {
 	char *argv[] = { (char *)prog, (char *)seconds, "2", NULL };
-	lu_start(p, d, rate, 1024, NULL, argv, extra);
+	th_start(p, d, rate, 1024, NULL, argv, extra);
 	char line[128];
-	cr_assert(lu_read_line(p, line, sizeof(line), 10000), "verify_fp did not start");
+	cr_assert(th_read_line(p, line, sizeof(line), 10000), "verify_fp did not start");
 	cr_assert(strncmp(line, "ready ", 6) == 0, "verify_fp said: %s", line);
 	/* threads running, their rings registered with the daemon (a loaded machine may take
 	 * seconds to get there: waiting a fixed time once asked verify about a pid the daemon
@@ -59,13 +74,13 @@ static void vt_start_named(struct lu_proc *p, struct heapd *d, const char *prog,
 	for (int waited = 0; waited < 20000; waited += 50) {
 		if (heapd_list_pid(d->sock, p->pid, &e) && e.rings >= 1 && e.delivered > 0)
 			break;
-		lu_sleep_ms(50);
+		th_sleep_ms(50);
 	}
 }
 
 /* verify_fp in frame-pointer mode: under the default (auto) a busy start copies stacks
  * until the daemon's tables arrive, and those samples are checked in dwarf mode instead. */
-static void vt_start_prog(struct lu_proc *p, struct heapd *d, const char *rate,
+static void vt_start_prog(struct th_proc *p, struct heapd *d, const char *rate,
 			  const char *seconds, const char *const *extra)
 {
 	const char *env[8] = { "LLGO_HEAP_UNWIND=fp" };
@@ -77,13 +92,12 @@ static void vt_start_prog(struct lu_proc *p, struct heapd *d, const char *rate,
 Test(verify, frame_pointer_program_agrees, .timeout = 120)
 {
 	VT_NEED_BPF();
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	heapd_start(&d, NULL, NULL);
+	struct th_proc p;
 	vt_start_prog(&p, &d, "65536", "8", NULL);
-	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " verify %d --seconds 2 --socket %s", (int)p.pid, d.sock);
+	char *out;
+	int rc = vt_verify(&d, p.pid, 2, "", &out);
 	cr_log_info("verify output:\n%s", out);
 	unsigned long long n = 0, m = 0;
 	char pct[32] = "";
@@ -101,36 +115,32 @@ Test(verify, frame_pointer_program_agrees, .timeout = 120)
 	free(out);
 
 	/* A second verify of the same process works too (attach, detach, attach). */
-	rc = e2e_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
+	rc = vt_verify(&d, p.pid, 1, "", &out);
 	cr_expect_eq(rc, 0, "second verify: exit %d:\n%s", rc, out);
 	free(out);
-	int st = lu_wait(&p, 30000);
+	int st = th_wait(&p, 30000);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "verify_fp status 0x%x", st);
 	/* The profile is untouched by the verify: every sample accounted. */
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_expect_eq(e.sampled, e.delivered + e.dropped + e.corrupt);
 	cr_expect_eq(e.corrupt, 0);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 Test(verify, corrupted_stacks_are_reported, .timeout = 120)
 {
 	VT_NEED_BPF();
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	heapd_start(&d, NULL, NULL);
+	struct th_proc p;
 	const char *extra[] = { "LLGO_HEAP_TEST_CORRUPT_STACK=10", NULL };
 	vt_start_prog(&p, &d, "65536", "8", extra);
-	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " verify %d --seconds 2 --socket %s", (int)p.pid, d.sock);
+	char *out;
+	int rc = vt_verify(&d, p.pid, 2, "", &out);
 	cr_log_info("verify output (first 3000 bytes):\n%.3000s", out);
 	unsigned long long n = 0, m = 0;
-	const char *last = vt_last_line(out);
-	cr_assert_eq(sscanf(last, "verify: %llu samples, %llu agree (", &n, &m), 2, "last: '%s'",
-		     last);
+	vt_agree(out, &n, &m);
 	cr_expect_eq(rc, 1, "exit %d, want 1:\n%s", rc, out);
 	cr_assert_gt(n, 1000);
 	/* one in ten of each thread's samples is corrupted: 10% disagree */
@@ -144,32 +154,29 @@ Test(verify, corrupted_stacks_are_reported, .timeout = 120)
 		  "stacks not symbolized:\n%s", out);
 	free(out);
 
-	rc = e2e_sh(&out, CLI " verify %d --seconds 1 --min-agree 80 --socket %s", (int)p.pid,
-		    d.sock);
+	rc = vt_verify(&d, p.pid, 1, "--min-agree 80 ", &out);
 	cr_expect_eq(rc, 0, "--min-agree 80: exit %d:\n%s", rc, out);
 	free(out);
-	lu_wait(&p, 30000);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_wait(&p, 30000);
+	heapd_end(&d);
 }
 
 Test(verify, verify_every_reaches_list_and_profile, .timeout = 120)
 {
 	VT_NEED_BPF();
-	char *dir = e2e_tmpdir();
 	struct heapd d;
 	const char *opts[] = { "--verify-every", "7", NULL };
-	heapd_start(&d, dir, opts);
-	struct lu_proc p;
+	heapd_start(&d, NULL, opts);
+	struct th_proc p;
 	vt_start_prog(&p, &d, "65536", "3", NULL);
 	/* a one-off verify while the continuous one runs */
-	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
+	char *out;
+	int rc = vt_verify(&d, p.pid, 1, "", &out);
 	cr_expect_eq(rc, 0, "verify under --verify-every: exit %d:\n%s", rc, out);
 	free(out);
-	int st = lu_wait(&p, 30000);
+	int st = th_wait(&p, 30000);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	lu_sleep_ms(200);
+	th_sleep_ms(200);
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_log_info("--verify-every 7: %llu samples compared, %llu agree (of %llu sampled)",
@@ -179,7 +186,7 @@ Test(verify, verify_every_reaches_list_and_profile, .timeout = 120)
 	cr_expect_eq(e.verify_agree, e.verify_samples);
 	cr_expect_leq(e.verify_samples, e.sampled);
 
-	rc = e2e_sh(&out, CLI " list --socket %s", d.sock);
+	rc = th_sh(&out, CLI " list --socket %s", d.sock);
 	cr_expect_eq(rc, 0);
 	char want[64];
 	snprintf(want, sizeof(want), "%llu/%llu", (unsigned long long)e.verify_agree,
@@ -189,28 +196,50 @@ Test(verify, verify_every_reaches_list_and_profile, .timeout = 120)
 	char *text = heapd_snapshot(d.sock, p.pid, LLGO_FORMAT_TEXT, NULL);
 	cr_expect(strstr(text, " verified=") != NULL, "no verify comment:\n%.400s", text);
 	free(text);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 Test(verify, errors_exit_2_with_one_line, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	heapd_start(&d, NULL, NULL);
 	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " verify 999999 --seconds 1 --socket %s", d.sock);
+	int rc = th_sh(&out, CLI " verify 999999 --seconds 1 --socket %s", d.sock);
 	cr_expect_eq(rc, 2, "unknown pid: exit %d: %s", rc, out);
 	cr_expect(strstr(out, "no such profiled process") != NULL, "%s", out);
 	free(out);
-	rc = e2e_sh(&out, CLI " verify 1 --seconds 0 --socket %s", d.sock);
+	rc = th_sh(&out, CLI " verify 1 --seconds 0 --socket %s", d.sock);
 	cr_expect_eq(rc, 2, "--seconds 0: exit %d: %s", rc, out);
 	free(out);
-	rc = e2e_sh(&out, CLI " verify 1 --min-agree 101 --socket %s", d.sock);
+	rc = th_sh(&out, CLI " verify 1 --min-agree 101 --socket %s", d.sock);
 	cr_expect_eq(rc, 2, "--min-agree 101: exit %d: %s", rc, out);
 	free(out);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
+}
+
+/* verify_fp (3 s, preload: NULL for the shim) under d, asked for a verify that must exit 2
+ * with one line naming the cause (both strings); the program ends as it would have. Its LIST
+ * row. */
+static struct llgo_list_entry vt_exit_2(const struct heapd *d, const char *preload,
+					const char *what, const char *cause, const char *cause2)
+{
+	struct th_proc p;
+	th_start(&p, d, "65536", 0, preload, (char *[]){ PROG("verify_fp"), "3", "1", NULL }, NULL);
+	th_ready(&p, 10000);
+	th_sleep_ms(200);
+	char *out;
+	int rc = vt_verify(d, p.pid, 1, "", &out);
+	cr_log_info("verify %s: exit %d: %s", what, rc, out);
+	cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
+	cr_expect(strstr(out, cause) != NULL && strstr(out, cause2), "cause not named: %s", out);
+	char *nl = strchr(out, '\n');
+	cr_expect(nl && nl[1] == '\0', "more than one line: %s", out);
+	free(out);
+	/* everything else keeps working: the profile is there */
+	th_wait(&p, 30000);
+	struct llgo_list_entry e;
+	cr_assert(heapd_list_pid(d->sock, p.pid, &e));
+	return e;
 }
 
 /* A daemon without BPF rights: uid nobody, no capabilities (setpriv). */
@@ -220,69 +249,33 @@ Test(verify, no_bpf_rights_exit_2_and_profiling_goes_on, .timeout = 120)
 		cr_skip_test("needs root to start a daemon as another uid");
 	if (access("/usr/bin/setpriv", X_OK) != 0)
 		cr_skip_test("no /usr/bin/setpriv (util-linux)");
-	char *dir = e2e_tmpdir();
-	cr_assert(chmod(dir, 0777) == 0);
 	/* the daemon as nobody, without capabilities */
 	const char *const setpriv[] = { "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
 					"--clear-groups", "--inh-caps=-all",
 					"--bounding-set=-all", "--", NULL };
 	struct heapd d;
-	heapd_init(&d, dir);
+	heapd_init(&d, NULL);
+	cr_assert(chmod(d.dir, 0777) == 0);
 	d.wrap = setpriv;
 	heapd_run(&d, NULL);
-	struct lu_proc p;
-	char *argv[] = { PROG("verify_fp"), "3", "1", NULL };
-	lu_start(&p, &d, "65536", 0, NULL, argv, NULL);
-	char line[128];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 10000));
-	lu_sleep_ms(200);
-	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
-	cr_log_info("verify against a daemon without BPF rights: exit %d: %s", rc, out);
-	cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
-	cr_expect(strstr(out, "BPF unavailable") != NULL && strstr(out, "permission denied"),
-		  "cause not named: %s", out);
-	/* one line */
-	char *nl = strchr(out, '\n');
-	cr_expect(nl && nl[1] == '\0', "more than one line: %s", out);
-	free(out);
-	/* everything else keeps working: the profile is there */
-	lu_wait(&p, 30000);
-	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
+	struct llgo_list_entry e = vt_exit_2(&d, NULL, "against a daemon without BPF rights",
+					     "BPF unavailable", "permission denied");
 	cr_expect_gt(e.delivered, 0);
 	cr_expect_eq(e.sampled, e.delivered + e.dropped + e.corrupt);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* A process whose shim predates the probe: one line naming it, exit 2. */
 Test(verify, shim_without_probe_exit_2, .timeout = 120)
 {
 	VT_NEED_BPF();
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
-	char *argv[] = { PROG("verify_fp"), "3", "1", NULL };
-	lu_start(&p, &d, "65536", 0, E2E_PROGS "/libllgoheap-noprobe.so", argv, NULL);
-	char line[128];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 10000));
-	lu_sleep_ms(200);
-	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
-	cr_log_info("verify of a shim without the probe: exit %d: %s", rc, out);
-	cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
-	cr_expect(strstr(out, "the probe llgo_heap:sample is not in") != NULL, "%s", out);
-	char *nl = strchr(out, '\n');
-	cr_expect(nl && nl[1] == '\0', "more than one line: %s", out);
-	free(out);
-	lu_wait(&p, 30000);
-	struct llgo_list_entry e;
-	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
+	heapd_start(&d, NULL, NULL);
+	struct llgo_list_entry e = vt_exit_2(&d, TH_PROGS "/libllgoheap-noprobe.so",
+					     "of a shim without the probe",
+					     "the probe llgo_heap:sample is not in", "");
 	cr_expect_gt(e.delivered, 0, "the old shim's process was still profiled");
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 }
 
 /* C++: the real operator new (libstdc++, no frame pointer) sits between the shim and the
@@ -291,28 +284,24 @@ Test(verify, shim_without_probe_exit_2, .timeout = 120)
 Test(verify, cxx_operator_new_agrees, .timeout = 120)
 {
 	VT_NEED_BPF();
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	heapd_start(&d, NULL, NULL);
+	struct th_proc p;
 	char *argv[] = { PROG("e2e_cxx"), "100000000", NULL };
-	lu_start(&p, &d, "4096", 1024, NULL, argv, NULL);
-	lu_sleep_ms(500);
-	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " verify %d --seconds 1 --socket %s", (int)p.pid, d.sock);
+	th_start(&p, &d, "4096", 1024, NULL, argv, NULL);
+	th_sleep_ms(500);
+	char *out;
+	int rc = vt_verify(&d, p.pid, 1, "", &out);
 	cr_log_info("verify of e2e_cxx:\n%s", out);
 	unsigned long long n = 0, m = 0;
-	const char *last = vt_last_line(out);
-	cr_assert_eq(sscanf(last, "verify: %llu samples, %llu agree (", &n, &m), 2, "last: '%s'",
-		     last);
+	vt_agree(out, &n, &m);
 	cr_expect_eq(rc, 0, "exit %d:\n%s", rc, out);
 	cr_expect_gt(n, 1000);
 	cr_expect_eq(m, n);
 	free(out);
 	kill(p.pid, SIGKILL);
-	lu_wait(&p, 30000);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_wait(&p, 30000);
+	heapd_end(&d);
 }
 
 /* "kernel: H probe hits, L captures lost" of a verify report: false when absent. */
@@ -334,10 +323,8 @@ Test(verify, one_users_flood_leaves_roots_captures, .timeout = 180)
 	VT_NEED_BPF();
 	if (access("/usr/bin/setpriv", X_OK) != 0)
 		cr_skip_test("no /usr/bin/setpriv (util-linux)");
-	char *dir = e2e_tmpdir();
-	cr_assert_eq(chmod(dir, 0755), 0);
-	struct heapd d;
-	heapd_start(&d, dir, NULL);
+	struct heapd d; /* its folder 0755: nobody reaches the socket */
+	heapd_start(&d, NULL, NULL);
 	/* nobody's flood: the shim only in the program (env), not in setpriv */
 	char preload[600], sock[200];
 	snprintf(preload, sizeof(preload), "LD_PRELOAD=%s", LLGO_PLAIN_SHIM);
@@ -345,25 +332,24 @@ Test(verify, one_users_flood_leaves_roots_captures, .timeout = 180)
 	char *fargv[] = { "/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
 			  "--", "/usr/bin/env", preload, sock, "LLGO_HEAP_RATE=4096",
 			  "LLGO_HEAP_UNWIND=dwarf", PROG("nofp_verify"), "30", "2", NULL };
-	struct lu_proc flood;
-	flood.pid = e2e_spawn(fargv, NULL, &flood.in, &flood.out);
+	struct th_proc flood;
+	flood.pid = th_spawn(fargv, NULL, &flood.in, &flood.out);
 	char line[128];
-	cr_assert(lu_read_line(&flood, line, sizeof(line), 10000), "nofp_verify did not start");
+	cr_assert(th_read_line(&flood, line, sizeof(line), 10000), "nofp_verify did not start");
 	cr_assert(strncmp(line, "ready ", 6) == 0, "nofp_verify said: %s", line);
-	struct lu_proc p;
+	struct th_proc p;
 	vt_start_prog(&p, &d, "65536", "30", NULL);
 	struct llgo_list_entry e;
 	for (int waited = 0; waited < 20000; waited += 50) {
 		if (heapd_list_pid(d.sock, flood.pid, &e) && e.rings >= 1 && e.delivered > 0)
 			break;
-		lu_sleep_ms(50);
+		th_sleep_ms(50);
 	}
 	cr_assert_eq(e.uid, 65534u, "nobody's program is not listed as nobody's");
 
 	char nobody_out[300];
-	snprintf(nobody_out, sizeof(nobody_out), "%s/nobody-verify.txt", dir);
-	pid_t nv = fork();
-	cr_assert_geq(nv, 0);
+	snprintf(nobody_out, sizeof(nobody_out), "%s/nobody-verify.txt", d.dir);
+	pid_t nv = th_fork();
 	if (nv == 0) {
 		int fd = open(nobody_out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		dup2(fd, 1);
@@ -375,9 +361,9 @@ Test(verify, one_users_flood_leaves_roots_captures, .timeout = 180)
 		      d.sock, (char *)NULL);
 		_exit(127);
 	}
-	lu_sleep_ms(4000); /* nobody's window is open and its copies flood the buffer */
-	char *out = NULL;
-	int rc = e2e_sh(&out, CLI " verify %d --seconds 2 --socket %s", (int)p.pid, d.sock);
+	th_sleep_ms(4000); /* nobody's window is open and its copies flood the buffer */
+	char *out;
+	int rc = vt_verify(&d, p.pid, 2, "", &out);
 	cr_log_info("root's verify during nobody's flood:\n%s", out);
 	unsigned long long hits = 0, lost = 0;
 	cr_assert(vt_hits_lost(out, &hits, &lost), "exit %d:\n%s", rc, out);
@@ -389,7 +375,7 @@ Test(verify, one_users_flood_leaves_roots_captures, .timeout = 180)
 	int st;
 	cr_assert_eq(waitpid(nv, &st, 0), nv);
 	char *nout = NULL;
-	cr_assert_eq(e2e_sh(&nout, "cat %s", nobody_out), 0);
+	cr_assert_eq(th_sh(&nout, "cat %s", nobody_out), 0);
 	cr_log_info("nobody's verify:\n%s", nout);
 	unsigned long long nhits = 0, nlost = 0;
 	cr_expect(WIFEXITED(st) && vt_hits_lost(nout, &nhits, &nlost), "nobody's verify:\n%s",
@@ -397,11 +383,10 @@ Test(verify, one_users_flood_leaves_roots_captures, .timeout = 180)
 	cr_expect_gt(nlost, 0, "no flood: nobody's verify lost no capture:\n%s", nout);
 	free(nout);
 	kill(flood.pid, SIGKILL);
-	lu_wait(&flood, 30000);
+	th_wait(&flood, 30000);
 	kill(p.pid, SIGKILL);
-	lu_wait(&p, 30000);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	th_wait(&p, 30000);
+	heapd_end(&d);
 }
 
 /* ---- dwarf mode -------------------------------------------------------------------------- */
@@ -411,26 +396,24 @@ Test(verify, one_users_flood_leaves_roots_captures, .timeout = 180)
 static int vt_verify_dwarf(const char *corrupt, char **out, unsigned long long *n,
 			   unsigned long long *m)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
+	heapd_start(&d, NULL, NULL);
+	struct th_proc p;
 	const char *extra[] = { "LLGO_HEAP_UNWIND=dwarf", corrupt, NULL };
 	/* each sample costs the kernel a 48 KiB copy: a rate that keeps the ring buffer
 	 * ahead */
 	vt_start_named(&p, &d, PROG("nofp_verify"), "524288", "6", extra);
-	int rc = e2e_sh(out, CLI " verify %d --seconds 2 --socket %s", (int)p.pid, d.sock);
+	int rc = th_sh(out, CLI " verify %d --seconds 2 --socket %s", (int)p.pid, d.sock);
 	cr_log_info("verify output (first 3000 bytes):\n%.3000s", *out);
 	const char *last = vt_last_line(*out);
 	cr_assert_eq(sscanf(last, "verify: %llu samples, %llu agree (", n, m), 2, "last: '%s'",
 		     last);
-	int st = lu_wait(&p, 30000);
+	int st = th_wait(&p, 30000);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "nofp_verify status 0x%x", st);
 	struct llgo_list_entry e;
 	cr_assert(heapd_list_pid(d.sock, p.pid, &e));
 	cr_expect_eq(e.corrupt, 0);
-	cr_expect_eq(heapd_stop(&d), 0);
-	e2e_rmdir(dir);
+	heapd_end(&d);
 	return rc;
 }
 

@@ -7,9 +7,9 @@
  *     (the primary screen back, canonical mode and echo on: `stty -a` after the watch says so);
  *   - piped, it prints plain blocks without escape sequences and stops when the process exits.
  */
-#include "life_util.h"
+#include "helpers.h"
 
-#define PROG(name) E2E_PROGS "/" name
+#define PROG(name) TH_PROGS "/" name
 
 struct tmux {
 	char sock[512];
@@ -25,7 +25,7 @@ static void tmux_cmd(struct tmux *t, char **out, const char *fmt, ...)
 	vsnprintf(args, sizeof(args), fmt, ap);
 	va_end(ap);
 	char *o = NULL;
-	int rc = e2e_sh(&o, "tmux -S %s %s", t->sock, args);
+	int rc = th_sh(&o, "tmux -S %s %s", t->sock, args);
 	cr_assert_eq(rc, 0, "tmux %s: %d\n%s", args, rc, o);
 	if (out)
 		*out = o;
@@ -43,7 +43,7 @@ static char *tmux_wait(struct tmux *t, const char *want, bool absent)
 		bool has = strstr(o, want) != NULL;
 		if (has != absent)
 			return o;
-		lu_sleep_ms(50);
+		th_sleep_ms(50);
 	}
 	cr_assert_fail("pane never %s '%s':\n%s", absent ? "lost" : "showed", want, o);
 	return o;
@@ -51,19 +51,15 @@ static char *tmux_wait(struct tmux *t, const char *want, bool absent)
 
 static void watch_case(const char *quit_key)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
-	char *argv[] = { PROG("inuse_sites"), "200", NULL };
-	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
-	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+	struct th_proc p;
+	th_run_start(&d, NULL, &p, "1", 0, (char *[]){ PROG("inuse_sites"), "200", NULL }, NULL,
+		     60000);
 
 	struct tmux t;
-	snprintf(t.sock, sizeof(t.sock), "%s/tmux.sock", dir);
+	snprintf(t.sock, sizeof(t.sock), "%s/tmux.sock", d.dir);
 	char script[4200];
-	snprintf(script, sizeof(script), "%s/watch.sh", dir);
+	snprintf(script, sizeof(script), "%s/watch.sh", d.dir);
 	FILE *f = fopen(script, "w");
 	cr_assert(f);
 	/* The shell prints a marker before and the terminal state after the watch. */
@@ -73,7 +69,7 @@ static void watch_case(const char *quit_key)
 		   "%s/llgo-heap top %d --watch 0.2 --socket %s\n"
 		   "echo \"watch-exit=$?\"\nstty -a | tr ' ' '\\n' | grep -x -e '-\\?icanon' -e "
 		   "'-\\?echo' | tr '\\n' ' '\necho\nsleep 600\n",
-		   E2E_BIN, (int)p.pid, d.sock);
+		   TH_BIN, (int)p.pid, d.sock);
 	fclose(f);
 	tmux_cmd(&t, NULL, "-f /dev/null new-session -d -s w -x 160 -y 40 'sh %s'", script);
 
@@ -106,11 +102,9 @@ static void watch_case(const char *quit_key)
 	free(pane);
 	tmux_cmd(&t, NULL, "kill-server");
 
-	fputs("go\n", p.in);
-	fflush(p.in);
-	lu_wait(&p, 60000);
-	heapd_stop(&d);
-	e2e_rmdir(dir);
+	th_say(&p, "go");
+	th_wait(&p, 60000);
+	heapd_cleanup(&d);
 }
 
 Test(watch, q_quits_and_restores_the_terminal, .timeout = 120)
@@ -125,32 +119,27 @@ Test(watch, ctrl_c_quits_and_restores_the_terminal, .timeout = 120)
 
 Test(watch, plain_lines_when_piped, .timeout = 120)
 {
-	char *dir = e2e_tmpdir();
 	struct heapd d;
-	heapd_start(&d, dir, NULL);
-	struct lu_proc p;
-	char *argv[] = { PROG("inuse_sites"), "200", NULL };
-	lu_start(&p, &d, "1", 0, NULL, argv, NULL);
-	char line[256];
-	cr_assert(lu_read_line(&p, line, sizeof(line), 60000), "program did not get ready");
+	struct th_proc p;
+	th_run_start(&d, NULL, &p, "1", 0, (char *[]){ PROG("inuse_sites"), "200", NULL }, NULL,
+		     60000);
 	char out[4200];
-	snprintf(out, sizeof(out), "%s/watch.txt", dir);
+	snprintf(out, sizeof(out), "%s/watch.txt", d.dir);
 	char cmd[8192];
 	snprintf(cmd, sizeof(cmd), "%s/llgo-heap top %d --watch 0.2 --socket %s > %s 2>&1 &",
-		 E2E_BIN, (int)p.pid, d.sock, out);
+		 TH_BIN, (int)p.pid, d.sock, out);
 	cr_assert_eq(system(cmd), 0);
-	lu_sleep_ms(700);
-	fputs("go\n", p.in);
-	fflush(p.in);
-	lu_wait(&p, 60000);
+	th_sleep_ms(700);
+	th_say(&p, "go");
+	th_wait(&p, 60000);
 	/* The watch ends by itself once the process exited. */
 	char *text = NULL;
 	for (int i = 0; i < 200; i++) {
 		free(text);
-		text = e2e_read_file(out);
+		text = th_read_file(out);
 		if (text && strstr(text, "(exited"))
 			break;
-		lu_sleep_ms(50);
+		th_sleep_ms(50);
 	}
 	cr_assert(text && strstr(text, "(exited"), "no final block:\n%s", text);
 	cr_expect(strchr(text, '\033') == NULL, "escape sequences in plain output");
@@ -167,6 +156,5 @@ Test(watch, plain_lines_when_piped, .timeout = 120)
 			  "site_kept still in use after exit: %.80s", bol);
 	}
 	free(text);
-	heapd_stop(&d);
-	e2e_rmdir(dir);
+	heapd_cleanup(&d);
 }

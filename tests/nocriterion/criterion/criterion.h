@@ -6,8 +6,8 @@
  * same test files against this header (-Itests/nocriterion) instead. Like Criterion, every
  * test runs in a forked child with a timeout; a failed cr_assert ends the test, a failed
  * cr_expect marks it failed and goes on. Nothing here is used by ordinary builds.
- * A helper file linked into the tests (tests/heapd.c) defines LLGO_T_HELPER: it gets the
- * checks, and the test file's failure flag, but no test table and no main.
+ * A helper file linked into the tests (tests/heapd.c, tests/helpers.c) defines LLGO_T_HELPER:
+ * it gets the checks, and the test file's failure flag, but no test table and no main.
  */
 #ifndef LLGO_NOCRITERION_H
 #define LLGO_NOCRITERION_H
@@ -85,6 +85,8 @@ static inline void llgo_t_check(bool ok, bool fatal, const char *file, int line,
 
 #define cr_assert(c, ...) LLGO_T_CHECK(1, !!(c), #c, __VA_ARGS__)
 #define cr_expect(c, ...) LLGO_T_CHECK(0, !!(c), #c, __VA_ARGS__)
+#define cr_assert_not(c, ...) LLGO_T_CHECK(1, !(c), "!(" #c ")", __VA_ARGS__)
+#define cr_expect_not(c, ...) LLGO_T_CHECK(0, !(c), "!(" #c ")", __VA_ARGS__)
 #define cr_assert_fail(...) LLGO_T_CHECK(1, 0, "cr_assert_fail", __VA_ARGS__)
 #define cr_expect_fail(...) LLGO_T_CHECK(0, 0, "cr_expect_fail", __VA_ARGS__)
 #define cr_assert_null(p, ...) LLGO_T_CHECK(1, (p) == NULL, #p " == NULL", __VA_ARGS__)
