@@ -192,6 +192,9 @@ void emit_init(uint64_t rate);
 /* Every ring of the previous process image is forgotten (fork child: they were mapped
  * MADV_DONTFORK, so the child has none of them mapped). */
 void emit_forget_all(void);
+/* llgo-heap detach (lifecycle_detach): every ring forgotten as by emit_forget_all, and, when
+ * unmap (no thread can be writing one: the attach gate is quiet), unmapped. */
+void emit_release(bool unmap);
 /* Whether every ring's records were consumed by the daemon (tail == head). */
 bool emit_all_drained(void);
 extern _Atomic uint32_t emit_gen; /* emit.c's; read through emit_generation() */
@@ -431,6 +434,15 @@ const struct llgo_live_header *live_table(void);
 void live_free(void (*fn)(void *), void *p);
 /* malloc_usable_size's slow path: fn of p's real block, less p's offset in it. */
 size_t live_usable(size_t (*fn)(void *), void *p);
+/* llgo-heap attach (override_got.c): sampled objects are placed in blocks of the real
+ * allocator's own, on a page, by fn(size) (a block it frees and reallocates as any other), so
+ * that a detached process may free them without the shim; NULL: live_place's arena and
+ * offsets (LD_PRELOAD). */
+void live_set_placer(void *(*fn)(size_t size));
+/* llgo-heap detach (lifecycle_detach): the table is forgotten (unmapped when unmap: no thread
+ * can be in it), the mask is ~0 again and the filter empty; the next tracked sample makes a
+ * new table for the next session. */
+void live_release(bool unmap);
 
 /* ---- full.c: what a full ring does ---------------------------------------------------- */
 
@@ -570,6 +582,43 @@ void lifecycle_exit(void);
 bool lifecycle_daemon_active(void);
 /* No syscalls from now on (the program installs a seccomp filter). */
 void lifecycle_sandboxed(void);
+/*
+ * llgo-heap attach and detach (override_got.c, client/attach.c). A copy of the shim loaded
+ * late (dlopen into a running process) is `late`: its constructor connects to nothing (the
+ * first sample, or lifecycle_attach_now, does), and every slow path of it passes the attach
+ * gate: lifecycle_enter counts the thread in (false: the gate is closed, touch no ring, table
+ * or socket and pass the call through), lifecycle_leave out. lifecycle_detach closes the gate
+ * and waits for the count to reach 0 before it unmaps what those paths use. A copy loaded at
+ * start never counts (one load of lifecycle_late, a branch).
+ */
+extern _Atomic uint32_t lifecycle_late;
+extern _Atomic uint64_t lifecycle_inflight;
+bool lifecycle_enter_late(void);
+static inline __attribute__((always_inline)) bool lifecycle_enter(void)
+{
+	if (llgo_likely(!atomic_load_explicit(&lifecycle_late, memory_order_relaxed)))
+		return true;
+	return lifecycle_enter_late();
+}
+/* After a lifecycle_enter that returned true. release: what the path wrote before it, before
+ * a detach that sees the count at 0 unmaps it. */
+static inline __attribute__((always_inline)) void lifecycle_leave(void)
+{
+	if (llgo_unlikely(atomic_load_explicit(&lifecycle_late, memory_order_relaxed)))
+		atomic_fetch_sub_explicit(&lifecycle_inflight, 1, memory_order_release);
+}
+/* Connect now to the daemon at path (NULL: the one found at start) at rate: a late copy that
+ * is DETACHED or LOST becomes ATTACHED with a new session (0), else -errno (-EALREADY: it is
+ * attached already). */
+int lifecycle_attach_now(const char *path, uint64_t rate);
+/* End the session (LLGO_MSG_DETACH: the daemon drains, freezes the in-use view and lists the
+ * process as detached) and give back rings, table, memfd and socket; rate 0, DETACHED.
+ * 0, or -EBUSY when a slow path did not leave the gate in time (its memory is then left
+ * mapped, forgotten). */
+int lifecycle_detach(void);
+/* Called every LIFECYCLE_CHECK_NS of sampling, from a slow path (override_got.c: modules
+ * loaded since the last look). */
+extern void (*_Atomic lifecycle_tick)(void);
 /* Thread start (lifecycle's pthread_create wrapper, or the main thread): bounds, tid, rng,
  * without any lock. frame: the outermost frame of the thread that the program can see. */
 void lifecycle_thread_start(struct llgo_heap_thread *t, uintptr_t frame);
@@ -614,6 +663,17 @@ extern void (*override_free)(void *);
 /* What free jumps to: override_free itself while no object is tracked, then a function that
  * first tests the pointer as live_mask says (override.c). Read with relaxed atomic loads. */
 extern void (*override_free_entry)(void *);
+/* llgo-heap attach (override_got.c): the real functions become the process's definitions
+ * (definition(name): those its modules bind to); a copy loaded late found the next ones after
+ * itself (RTLD_NEXT: libc's, whatever the program preloaded). */
+void override_resolve_global(void *(*definition)(const char *name));
+/* free's entry back to the real free (nothing tracked: live_release came first). */
+void override_free_untrack(void);
+/* override_cxx.c, llgo-heap attach: the inline mode over the process's libstdc++ operators
+ * (true), or nothing (false: a replaced operator, another runtime, none); *names: the
+ * operators' symbols, *n of them. */
+bool override_cxx_attach(void *(*definition)(const char *name), const char *const **names,
+			 size_t *n);
 
 /* The rate word, loaded (one RIP-relative load of the control page). */
 static inline __attribute__((always_inline)) int64_t override_rate(void)

@@ -90,6 +90,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -128,6 +129,7 @@ static uint64_t lifecycle_adds_at_attach = UINT64_MAX;
 extern void *__libc_stack_end;
 
 static uint64_t lifecycle_adds(void);
+static bool lifecycle_loaded_late(void);
 
 /* ---- small things ----------------------------------------------------------------------- */
 
@@ -452,8 +454,12 @@ bool lifecycle_ready_slow(struct llgo_heap_thread *t)
 		    !atomic_compare_exchange_strong_explicit(&lifecycle_check_ns, &due,
 							     now + LIFECYCLE_CHECK_NS,
 							     memory_order_relaxed,
-							     memory_order_relaxed) ||
-		    !attach_peer_gone(&lifecycle_sock))
+							     memory_order_relaxed))
+			return true;
+		void (*tick)(void) = atomic_load_explicit(&lifecycle_tick, memory_order_acquire);
+		if (tick)
+			tick();
+		if (!attach_peer_gone(&lifecycle_sock))
 			return true;
 		lifecycle_lose("connection closed");
 		st = lifecycle_state();
@@ -488,7 +494,7 @@ int lifecycle_send_fd(const void *pkt, size_t n, int fd)
 	return rc;
 }
 
-static void lifecycle_bye(void);
+static void lifecycle_bye(uint16_t type);
 
 /* Before the filter reaches the kernel: the last syscalls the shim may make. The daemon
  * reads our mappings once more while we wait (BYE, at most what exit waits), else a process
@@ -499,7 +505,7 @@ void lifecycle_sandboxed(void)
 	lifecycle_settled(&llgo_heap_tls);
 	if (lifecycle_state() == LLGO_SHIM_ATTACHED &&
 	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) == getpid())
-		lifecycle_bye();
+		lifecycle_bye(LLGO_MSG_BYE);
 	lifecycle_set(LLGO_SHIM_OFF);
 }
 
@@ -755,6 +761,18 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 	}
 	atomic_store_explicit(&attach_ctl.want_rate_word, llgo_rate_to_word(rate),
 			      memory_order_relaxed);
+	if (lifecycle_loaded_late()) {
+		/* dlopen'ed into a running process (llgo-heap attach, or a plugin that only
+		 * hooks): connect at the first sample or at lifecycle_attach_now, not here (an
+		 * attach names its own daemon). From here on, slow paths pass the gate. */
+		atomic_store_explicit(&lifecycle_late, 1, memory_order_relaxed);
+		lifecycle_hello_flags = 0;
+		atomic_store_explicit(&lifecycle_retry_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&attach_ctl.rate_word, llgo_rate_to_word(rate),
+				      memory_order_relaxed);
+		lifecycle_set(LLGO_SHIM_LOST);
+		return;
+	}
 	uint64_t adds = lifecycle_adds();
 	int rc = lifecycle_connect(0);
 	if (rc == 0) {
@@ -772,6 +790,138 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 				      memory_order_relaxed);
 		lifecycle_set(LLGO_SHIM_LOST);
 	}
+}
+
+/* ---- llgo-heap attach and detach (override_got.c) ------------------------------------------ */
+
+_Atomic uint32_t lifecycle_late;
+_Atomic uint64_t lifecycle_inflight;
+void (*_Atomic lifecycle_tick)(void);
+/* Closed by lifecycle_detach (under override_got.c's lock), opened by lifecycle_attach_now. */
+static _Atomic uint32_t lifecycle_gate_open = 1;
+
+#define LIFECYCLE_QUIET_WAIT_MS 3000
+
+/*
+ * Dekker's pattern with lifecycle_detach: a path counts itself in, then reads the gate; the
+ * detach closes the gate, then reads the count (all seq_cst). Either the path sees the gate
+ * closed (and leaves at once), or the detach sees it counted (and waits for its leave, a
+ * release the detach's acquire load pairs with).
+ */
+bool lifecycle_enter_late(void)
+{
+	atomic_fetch_add_explicit(&lifecycle_inflight, 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&lifecycle_gate_open, memory_order_seq_cst))
+		return true;
+	atomic_fetch_sub_explicit(&lifecycle_inflight, 1, memory_order_release);
+	return false;
+}
+
+/* Whether this copy was loaded after the process started (dlopen), rather than preloaded, a
+ * dependency of the program, or linked into it: then neither is the program this copy's
+ * object, nor does its global scope bind malloc or the API to this copy. */
+static bool lifecycle_loaded_late(void)
+{
+	Dl_info mine, exe, d;
+	if (!dladdr((void *)(uintptr_t)lifecycle_loaded_late, &mine) || !mine.dli_fbase)
+		return false;
+	void *phdr = (void *)(uintptr_t)getauxval(AT_PHDR);
+	if (phdr && dladdr(phdr, &exe) && exe.dli_fbase == mine.dli_fbase)
+		return false;
+	void *main = dlopen(NULL, RTLD_LAZY | RTLD_NOLOAD);
+	if (!main)
+		return false;
+	bool late = true;
+	const char *names[] = { "malloc", "llgo_heap_sample_slow" };
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(names) && late; i++) {
+		void *f = dlsym(main, names[i]);
+		late = !(f && dladdr(f, &d) && d.dli_fbase == mine.dli_fbase);
+	}
+	dlclose(main);
+	return late;
+}
+
+int lifecycle_attach_now(const char *path, uint64_t rate)
+{
+	if (!atomic_load_explicit(&lifecycle_late, memory_order_relaxed))
+		return -EEXIST;
+	uint32_t st = lifecycle_state();
+	if (st == LLGO_SHIM_OFF)
+		return -EPERM;
+	if (st != LLGO_SHIM_LOST && st != LLGO_SHIM_DETACHED)
+		return -EALREADY;
+	if (path && (!*path || strnlen(path, sizeof(lifecycle_path)) >= sizeof(lifecycle_path)))
+		return -ENAMETOOLONG;
+	if (!atomic_compare_exchange_strong_explicit(&lifecycle_st, &st, LLGO_SHIM_ATTACHING,
+						     memory_order_acq_rel, memory_order_relaxed))
+		return -EALREADY;
+	atomic_store_explicit(&attach_ctl.shim_state, LLGO_SHIM_ATTACHING, memory_order_relaxed);
+	if (path) {
+		memset(lifecycle_path, 0, sizeof(lifecycle_path));
+		memcpy(lifecycle_path, path, strlen(path));
+	}
+	if (rate > LLGO_RATE_MAX)
+		rate = LLGO_RATE_MAX;
+	/* no ring exists (a new process memfd below): their size may follow this rate */
+	emit_init(rate);
+	atomic_store_explicit(&attach_ctl.want_rate_word, llgo_rate_to_word(rate),
+			      memory_order_relaxed);
+	atomic_store_explicit(&lifecycle_gate_open, 1, memory_order_seq_cst);
+	attach_fd_close(&lifecycle_sock);
+	uint64_t adds = lifecycle_adds();
+	int rc = lifecycle_connect(0);
+	if (rc) {
+		atomic_store_explicit(&attach_ctl.rate_word, 0, memory_order_relaxed);
+		lifecycle_set(LLGO_SHIM_DETACHED);
+		lifecycle_say_err(lifecycle_path, rc);
+		return rc;
+	}
+	lifecycle_adds_at_attach = adds;
+	lifecycle_hello_flags = 0;
+	lifecycle_say("attached to ", lifecycle_path);
+	return 0;
+}
+
+int lifecycle_detach(void)
+{
+	/* rate 0 first: calls through pointers the program took while attached (&malloc) go
+	 * straight to the real functions from now on */
+	atomic_store_explicit(&attach_ctl.want_rate_word, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.rate_word, 0, memory_order_relaxed);
+	atomic_store_explicit(&lifecycle_gate_open, 0, memory_order_seq_cst);
+	bool quiet = false;
+	for (int waited = 0; waited <= LIFECYCLE_QUIET_WAIT_MS; waited++) {
+		/* acquire: pairs with lifecycle_leave's release */
+		if (atomic_load_explicit(&lifecycle_inflight, memory_order_seq_cst) == 0) {
+			quiet = true;
+			break;
+		}
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	/* Every record published before the gate closed is drained by the daemon before END. */
+	if (lifecycle_state() == LLGO_SHIM_ATTACHED &&
+	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) == getpid())
+		lifecycle_bye(LLGO_MSG_DETACH);
+	lifecycle_set(LLGO_SHIM_DETACHED);
+	attach_fd_close(&lifecycle_sock);
+	emit_release(quiet);
+	live_release(quiet);
+	/* the control page becomes private memory again, rate 0, counters for the next session
+	 * at 0 */
+	lifecycle_private_ctl();
+	atomic_store_explicit(&attach_ctl.rate_word, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.lost_no_ring, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.lost_detached, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.reconnects, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.ring_count, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.daemon_beat, 0, memory_order_relaxed);
+	if (quiet)
+		attach_fd_close(&lifecycle_mem);
+	else
+		attach_fd_forget(&lifecycle_mem); /* a ring may still be made in it: left open */
+	lifecycle_say("detached from ", lifecycle_path);
+	return quiet ? 0 : -EBUSY;
 }
 
 /* The daemon's scheduler state and CPU time (utime + stime ticks) from /proc/PID/stat; false
@@ -904,11 +1054,21 @@ static uint64_t lifecycle_adds(void)
 	return adds;
 }
 
+static void lifecycle_exit_entered(void);
+
 /* Runs after the program's destructors and atexit handlers (a low number runs last among
  * destructors), and from _exit (override_thread.c: fork children often leave that way);
  * calling it again, or from a vfork child (which shares our memory and socket), does
  * nothing. */
 __attribute__((destructor(101))) void lifecycle_exit(void)
+{
+	if (!lifecycle_enter())
+		return; /* a detach is giving the rings back */
+	lifecycle_exit_entered();
+	lifecycle_leave();
+}
+
+static void lifecycle_exit_entered(void)
 {
 	static _Atomic int done;
 	if (lifecycle_state() != LLGO_SHIM_ATTACHED ||
@@ -927,15 +1087,15 @@ __attribute__((destructor(101))) void lifecycle_exit(void)
 	if (drained && !atomic_load_explicit(&attach_ctl.maps_stale, memory_order_relaxed) &&
 	    !atomic_load_explicit(&attach_ctl.ring_count, memory_order_relaxed))
 		return; /* nothing was ever sampled */
-	lifecycle_bye();
+	lifecycle_bye(LLGO_MSG_BYE);
 }
 
-/* BYE, then wait for END as described above lifecycle_exit: the daemon has drained the rings
- * and read the mappings once more while the process still has them. */
-static void lifecycle_bye(void)
+/* BYE (or DETACH), then wait for END as described above lifecycle_exit: the daemon has
+ * drained the rings and read the mappings once more while the process still has them. */
+static void lifecycle_bye(uint16_t type)
 {
 	struct llgo_msg_header bye;
-	attach_header(&bye, LLGO_MSG_BYE, sizeof(bye));
+	attach_header(&bye, type, sizeof(bye));
 	if (lifecycle_send(&bye, sizeof(bye)) != 0)
 		return;
 	union {
