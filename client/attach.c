@@ -15,11 +15,13 @@
  * scope as a hint). The shim's own answer refuses the rest: a process attached already, one
  * with a linked copy of the shim (-EEXIST, -EALREADY).
  */
+#include <dirent.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,8 +68,42 @@ static bool attach_status_field(const char *status_path, const char *key, char *
 struct attach_target {
 	pid_t pid;
 	struct inject_maps maps;
-	bool has_shim;
+	bool has_shim;  /* libllgoheap.so is mapped */
+	bool profiled;  /* a copy of the shim holds its process memfd: it is attached */
 };
+
+/* Whether the process holds the memfd a copy of the shim makes when it attaches
+ * ("memfd:llgo-heap"; the live table's is "memfd:llgo-heap-live") and its control page does
+ * not say DETACHED: then it is profiled already, by an attach, LD_PRELOAD or a copy linked
+ * into it. (The page is the process's to write: it can only lie about itself.) */
+static bool attach_has_memfd(pid_t pid)
+{
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(p);
+	bool found = false;
+	for (struct dirent *e; d && !found && (e = readdir(d));) {
+		char link[PATH_MAX], target[128];
+		snprintf(link, sizeof(link), "/proc/%d/fd/%s", (int)pid, e->d_name);
+		ssize_t n = readlink(link, target, sizeof(target) - 1);
+		if (n <= 0)
+			continue;
+		target[n] = '\0';
+		if (strcmp(target, "/memfd:llgo-heap (deleted)") != 0)
+			continue;
+		struct llgo_ctl ctl;
+		int fd = open(link, O_RDONLY | O_CLOEXEC);
+		found = fd < 0 || pread(fd, &ctl, sizeof(ctl), 0) != (ssize_t)sizeof(ctl) ||
+			ctl.magic != LLGO_CTL_MAGIC ||
+			atomic_load_explicit(&ctl.shim_state, memory_order_relaxed) !=
+				LLGO_SHIM_DETACHED;
+		if (fd >= 0)
+			close(fd);
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
 
 /* The checks every attach and detach make; msg names the subcommand. */
 static int attach_check(struct attach_target *t, const char *sub)
@@ -167,6 +203,7 @@ static int attach_check(struct attach_target *t, const char *sub)
 					       "profiled from its start, there is nothing to %s", sub,
 					       (int)pid, sub);
 	}
+	t->profiled = attach_has_memfd(pid);
 	return 0;
 }
 
@@ -317,6 +354,13 @@ int cli_attach(const char *sock, pid_t pid, uint64_t rate)
 	int rc = attach_check(&t, sub);
 	if (rc)
 		goto out;
+	if (t.profiled) {
+		rc = t.has_shim ? cli_die("%s: %d is attached already (llgo-heap detach %d first)",
+					  sub, (int)pid, (int)pid)
+				: cli_die("%s: %d is profiled already, by a copy of the shim linked "
+					  "into it", sub, (int)pid);
+		goto out;
+	}
 	if ((rc = attach_shim_path(shim, sizeof(shim))) != 0) {
 		rc = cli_die("%s: the shim libllgoheap.so not found: %s", sub, strerror(-rc));
 		goto out;
