@@ -139,6 +139,8 @@ static void at_finish(struct at_proc *p, const char *fixed_fmt)
 static struct heapd at_d;
 static char *at_dir;
 
+/* Every test: a private daemon in a folder of its own (each test runs in a process of its
+ * own: the daemon dies with it, PR_SET_PDEATHSIG, whatever assertion ends it). */
 static void at_setup(void)
 {
 	at_dir = e2e_tmpdir();
@@ -151,12 +153,11 @@ static void at_teardown(void)
 	e2e_rmdir(at_dir);
 }
 
-TestSuite(attach, .init = at_setup, .fini = at_teardown, .timeout = 300);
-
 /* ---- programs attached while they allocate ---------------------------------------------------- */
 
-Test(attach, c_program_profiled_then_detached)
+Test(attach, c_program_profiled_then_detached, .timeout = 300)
 {
+	at_setup();
 	struct at_proc p;
 	char *const argv[] = { E2E_PROGS "/attach_work", "run", "1", NULL };
 	at_start(&p, argv, NULL);
@@ -206,10 +207,12 @@ Test(attach, c_program_profiled_then_detached)
 	cr_assert(heapd_list_pid(at_d.sock, p.pid, &e));
 	cr_expect_eq(e.sampled, before, "samples after the detach");
 	at_finish(&p, E2E_PROGS "/attach_work fixed %ld 1");
+	at_teardown();
 }
 
-Test(attach, cxx_program_through_libstdcxx_operator_new)
+Test(attach, cxx_program_through_libstdcxx_operator_new, .timeout = 300)
 {
+	at_setup();
 	struct at_proc p;
 	char *const argv[] = { E2E_PROGS "/attach_cxx", "run", "2", NULL };
 	at_start(&p, argv, NULL);
@@ -235,12 +238,14 @@ Test(attach, cxx_program_through_libstdcxx_operator_new)
 	at_line(&p, line, sizeof(line), 10000);
 	cr_assert_str_eq(line, "where new=libstdc++.so.6 delete=libstdc++.so.6");
 	at_finish(&p, E2E_PROGS "/attach_cxx fixed %ld 2");
+	at_teardown();
 }
 
-Test(attach, debian_python3)
+Test(attach, debian_python3, .timeout = 300)
 {
 	if (access(AT_PYTHON, X_OK) != 0)
 		cr_skip_test("no " AT_PYTHON);
+	at_setup();
 	struct at_proc p;
 	char *const argv[] = { AT_PYTHON, E2E_PROGS_SRC "/attach_py.py", "run", NULL };
 	at_start(&p, argv, NULL);
@@ -265,10 +270,12 @@ Test(attach, debian_python3)
 	free(folded);
 	at_detach(&at_d, p.pid);
 	at_finish(&p, AT_PYTHON " " E2E_PROGS_SRC "/attach_py.py fixed %ld");
+	at_teardown();
 }
 
-Test(attach, multi_threaded_program)
+Test(attach, multi_threaded_program, .timeout = 300)
 {
+	at_setup();
 	struct at_proc p;
 	char *const argv[] = { E2E_PROGS "/attach_work", "run", "4", NULL };
 	at_start(&p, argv, NULL);
@@ -282,12 +289,14 @@ Test(attach, multi_threaded_program)
 	free(folded);
 	at_detach(&at_d, p.pid);
 	at_finish(&p, E2E_PROGS "/attach_work fixed %ld 4");
+	at_teardown();
 }
 
 /* A hundred attach/detach cycles while four threads allocate: every cycle attaches and
  * detaches, the program's blocks are all intact and its report is an unattached run's. */
 Test(attach, hundred_cycles_lose_nothing, .timeout = 900)
 {
+	at_setup();
 	struct at_proc p;
 	char *const argv[] = { E2E_PROGS "/attach_work", "run", "4", NULL };
 	at_start(&p, argv, NULL);
@@ -314,6 +323,7 @@ Test(attach, hundred_cycles_lose_nothing, .timeout = 900)
 	cr_assert(heapd_alive(&at_d));
 	cr_expect_gt(sampled, 0);
 	at_finish(&p, E2E_PROGS "/attach_work fixed %ld 4");
+	at_teardown();
 }
 
 /* ---- blocks of before the attach ---------------------------------------------------------- */
@@ -336,8 +346,9 @@ static void at_inuse(const char *text, const char *site, long *objects, long *by
 /* At rate 1 every allocation after the attach is sampled and every free is looked up: the
  * page-aligned blocks of before, freed, and the blocks of before realloc'ed, must leave the
  * in-use view exactly what was allocated since and is still held. */
-Test(attach, blocks_of_before_never_count_as_sampled)
+Test(attach, blocks_of_before_never_count_as_sampled, .timeout = 300)
 {
+	at_setup();
 	struct at_proc p;
 	char *const argv[] = { E2E_PROGS "/attach_pre", NULL };
 	at_start(&p, argv, NULL);
@@ -369,6 +380,7 @@ Test(attach, blocks_of_before_never_count_as_sampled)
 	at_line(&p, line, sizeof(line), 20000);
 	cr_assert_str_eq(line, "bye");
 	cr_assert_eq(at_reap(&p), 0);
+	at_teardown();
 }
 
 /* ---- refusals ------------------------------------------------------------------------------ */
@@ -411,22 +423,27 @@ static void at_refuse_program(char *const argv[], char *const env[], const char 
 	at_end_idle(&p);
 }
 
-Test(attach, refuses_a_static_executable)
+Test(attach, refuses_a_static_executable, .timeout = 300)
 {
+	at_setup();
 	char *const argv[] = { E2E_PROGS "/attach_idle_static", "plain", NULL };
 	at_refuse_program(argv, NULL, "", "statically linked");
+	at_teardown();
 }
 
-Test(attach, refuses_a_seccomp_filtered_process)
+Test(attach, refuses_a_seccomp_filtered_process, .timeout = 300)
 {
+	at_setup();
 	char *const argv[] = { E2E_PROGS "/attach_idle", "seccomp", NULL };
 	at_refuse_program(argv, NULL, "", "seccomp");
+	at_teardown();
 }
 
 /* The target runs as nobody, the CLI as another uid that is not root. */
-Test(attach, refuses_another_users_process)
+Test(attach, refuses_another_users_process, .timeout = 300)
 {
 	need_root();
+	at_setup();
 	char uid[32], gid[32];
 	snprintf(uid, sizeof(uid), "--reuid=%u", (unsigned)nobody_uid());
 	snprintf(gid, sizeof(gid), "--regid=%u", (unsigned)nobody_gid());
@@ -434,10 +451,12 @@ Test(attach, refuses_another_users_process)
 			       E2E_PROGS "/attach_idle", "plain", NULL };
 	at_refuse_program(argv, NULL, "setpriv --reuid=4242 --regid=4242 --clear-groups ",
 			  "belongs to uid");
+	at_teardown();
 }
 
-Test(attach, refuses_a_process_attached_already)
+Test(attach, refuses_a_process_attached_already, .timeout = 300)
 {
+	at_setup();
 	struct at_proc p;
 	char *const argv[] = { E2E_PROGS "/attach_idle", "plain", NULL };
 	at_start(&p, argv, NULL);
@@ -448,14 +467,17 @@ Test(attach, refuses_a_process_attached_already)
 	at_attach(&at_d, p.pid, "1");
 	at_detach(&at_d, p.pid);
 	at_end_idle(&p);
+	at_teardown();
 }
 
-Test(attach, refuses_a_process_running_the_shim_preloaded)
+Test(attach, refuses_a_process_running_the_shim_preloaded, .timeout = 300)
 {
+	at_setup();
 	char env_pre[256], env_sock[256];
 	snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s", LLGO_PLAIN_SHIM);
 	snprintf(env_sock, sizeof(env_sock), "LLGO_HEAP_SOCKET=%s", at_d.sock);
 	char *const env[] = { env_pre, env_sock, NULL };
 	char *const argv[] = { E2E_PROGS "/attach_idle", "plain", NULL };
 	at_refuse_program(argv, env, "", "preloaded");
+	at_teardown();
 }
