@@ -8,10 +8,11 @@
  * map a crafted file, which can only make it call a wrong address of its own).
  *
  * The stopped thread:
- *   - a safe point: not inside ld.so or the shim, nor inside libc unless blocked in a
- *     waiting system call (dlopen takes the loader's lock and allocates: a thread stopped
- *     holding either would deadlock on itself); else it runs a few milliseconds and is stopped
- *     again, up to INJECT_SAFE_TRIES times, then the next thread is tried;
+ *   - a safe point: not inside ld.so or the shim, nor inside libc (or an allocator in its
+ *     place) unless blocked in a waiting system call (dlopen takes the loader's lock and allocates: a thread stopped
+ *     holding either would deadlock on itself), and on a stack with room below its stack
+ *     pointer (not a small alternate signal stack); else it runs a few milliseconds and is
+ *     stopped again, up to INJECT_SAFE_TRIES times, then the next thread is tried;
  *   - saved: general registers, the whole extended state (NT_X86_XSTATE: the injected code
  *     may use any vector register), the signal mask, and the stack bytes the call uses;
  *   - a thread stopped in a system call (orig_rax >= 0, rax -ERESTART*): its registers are
@@ -128,6 +129,14 @@ static bool inject_is_ldso(const struct inject_map *e)
 {
 	const char *s = strrchr(e->path, '/');
 	return s && strncmp(s + 1, "ld-linux", 8) == 0;
+}
+
+/* libc itself, or an allocator preloaded or linked in its place (jemalloc, tcmalloc,
+ * mimalloc: their names say malloc), whose locks the loader's allocations take too. */
+static bool inject_is_libc_like(const struct inject_map *e)
+{
+	const char *s = strrchr(e->path, '/');
+	return inject_is_libc(e) || (s && strstr(s + 1, "malloc") != NULL);
 }
 
 bool inject_is_shim(const struct inject_map *e)
@@ -380,12 +389,26 @@ static bool inject_waiting_syscall(long nr)
 }
 
 /* Where the stopped thread may run dlopen (see the top of this file). */
+/* The stack the injected calls run on: the main thread's [stack] (it grows), or a mapping
+ * with INJECT_STACK_ROOM below the stack pointer (not a small sigaltstack of a handler). */
+#define INJECT_STACK_ROOM (128u << 10)
+
+static bool inject_stack_room(const struct inject_maps *m, uintptr_t sp)
+{
+	for (size_t i = 0; i < m->n; i++)
+		if (sp > m->v[i].lo && sp <= m->v[i].hi)
+			return strcmp(m->v[i].path, "[stack]") == 0 ||
+			       sp - m->v[i].lo >= INJECT_STACK_ROOM;
+	return false;
+}
+
 static bool inject_safe(const struct inject_maps *m, const struct user_regs_struct *r)
 {
 	uintptr_t pc = r->rip;
-	if (inject_in(m, inject_is_ldso, pc) || inject_in(m, inject_is_shim, pc))
+	if (inject_in(m, inject_is_ldso, pc) || inject_in(m, inject_is_shim, pc) ||
+	    !inject_stack_room(m, r->rsp))
 		return false;
-	if (!inject_in(m, inject_is_libc, pc))
+	if (!inject_in(m, inject_is_libc_like, pc))
 		return true;
 	long ret = (long)r->rax, nr = (long)r->orig_rax;
 	bool blocked = ret == -EINTR || (ret <= -512 && ret >= -516); /* -ERESTART* */

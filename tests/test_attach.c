@@ -292,6 +292,42 @@ Test(attach, multi_threaded_program, .timeout = 300)
 	at_teardown();
 }
 
+/* jemalloc preloaded: the process's malloc is jemalloc's, and so must the shim's real one be
+ * (a block jemalloc made, freed by glibc, or the reverse, aborts the program). */
+Test(attach, program_with_jemalloc_preloaded, .timeout = 300)
+{
+	const char *je = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+	if (access(je, R_OK) != 0)
+		cr_skip_test("no %s", je);
+	at_setup();
+	struct at_proc p;
+	char env_pre[256];
+	snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s", je);
+	char *const env[] = { env_pre, NULL };
+	char *const argv[] = { E2E_PROGS "/attach_work", "run", "2", NULL };
+	at_start(&p, argv, env);
+	char line[512];
+	at_say(&p, "where");
+	at_line(&p, line, sizeof(line), 10000);
+	cr_assert_str_eq(line, "where malloc=libjemalloc.so.2 free=libjemalloc.so.2 "
+			       "realloc=libjemalloc.so.2");
+	sleep_ms(100);
+	at_attach(&at_d, p.pid, "65536");
+	struct llgo_list_entry e;
+	at_wait_samples(&at_d, p.pid, 300, &e);
+	at_detach(&at_d, p.pid);
+	at_say(&p, "where");
+	at_line(&p, line, sizeof(line), 10000);
+	cr_assert_str_eq(line, "where malloc=libjemalloc.so.2 free=libjemalloc.so.2 "
+			       "realloc=libjemalloc.so.2");
+	/* the unattached run preloads jemalloc too */
+	char fixed[512];
+	snprintf(fixed, sizeof(fixed), "LD_PRELOAD=%s %s/attach_work fixed %%ld 2", je,
+		 E2E_PROGS);
+	at_finish(&p, fixed);
+	at_teardown();
+}
+
 /* A hundred attach/detach cycles while four threads allocate: every cycle attaches and
  * detaches, the program's blocks are all intact and its report is an unattached run's. */
 Test(attach, hundred_cycles_lose_nothing, .timeout = 900)
