@@ -862,14 +862,17 @@ int lifecycle_attach_now(const char *path, uint64_t rate)
 	}
 	if (rate > LLGO_RATE_MAX)
 		rate = LLGO_RATE_MAX;
-	/* no ring exists (a new process memfd below): their size may follow this rate */
-	emit_init(rate);
+	/* Without a memfd there is no ring (a first attach, or after a detach): their size may
+	 * follow this rate. A copy that connected on its own before (a plugin's hook) and lost
+	 * its daemon keeps its rings and re-sends them (lifecycle_hello_flags: REATTACH). */
+	if (lifecycle_mem.fd < 0)
+		emit_init(rate);
 	atomic_store_explicit(&attach_ctl.want_rate_word, llgo_rate_to_word(rate),
 			      memory_order_relaxed);
 	atomic_store_explicit(&lifecycle_gate_open, 1, memory_order_seq_cst);
 	attach_fd_close(&lifecycle_sock);
 	uint64_t adds = lifecycle_adds();
-	int rc = lifecycle_connect(0);
+	int rc = lifecycle_connect(lifecycle_hello_flags);
 	if (rc) {
 		atomic_store_explicit(&attach_ctl.rate_word, 0, memory_order_relaxed);
 		lifecycle_set(LLGO_SHIM_DETACHED);
