@@ -21,14 +21,11 @@
 #include "../shared/compiler.h"
 #include "../shared/proto.h"
 #include "../shared/ring.h"
+#include "../shared/symproto.h"
 
-#include "buf.h"
-#include "msg.h"
-
-/* ---- gzip.c: gzip framing through zlib ------------------------------------------------ */
-
-/* Append the gzip (RFC 1952) compression of in[0..n) to out; level as zlib's. */
-int gzip_append(struct buf *out, const void *in, size_t n, int level);
+#include "../common/buf.h"
+#include "../common/gzip.h"
+#include "../common/msg.h"
 
 /* ---- ring.c: the daemon's reader of one shared ring ----------------------------------- */
 
@@ -296,6 +293,10 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		      uint64_t *out, uint32_t max, bool *truncated, bool *unknown_pc);
 void unwind_get_stats(const struct unwind *u, struct unwind_stats *out);
 void unwind_set_fast(struct unwind *u, enum unwind_fast mode);
+/* The budget (BUDGET_UNWIND_BYTES) and uid that the copies of the files u reads are charged
+ * to (NULL: none); set before u's first unwind. */
+struct budget;
+void unwind_set_budget(struct unwind *u, struct budget *b, uid_t uid);
 /* Build the images (and, in auto mode, the frame-pointer ranges) from maps now. */
 void unwind_prepare(struct unwind *u, struct procmaps *maps);
 /* unwind_stack against one ELF file given as bytes (hostile), loaded at bias, without a
@@ -317,8 +318,12 @@ uint64_t unwind_roots_gen(const struct unwind *u);
 bool unwind_tables(struct unwind *u, struct procmaps *maps, uint64_t (*ranges)[2],
 		   uint32_t max_ranges, uint32_t *nranges, uint64_t *roots, uint32_t max_roots,
 		   uint32_t *nroots);
-/* Files held by the global unwind-info cache and the bytes of bookkeeping they cost (their
- * images are file mappings, shared with the page cache). */
+/* Whether the return address pc lies in a function where every stack starts: the program's
+ * or a thread's entry (_start, __libc_start_main, start_thread, clone...): a frame-pointer
+ * walk that ends there is whole. Asks the symbolizer. */
+bool unwind_is_start(struct procmaps *maps, uint64_t pc);
+/* Files held by the global unwind-info cache and the bytes they cost (bookkeeping, the
+ * copies of what was read of them, their rewritten CFI). */
 void unwind_cache_stats(uint64_t *files, uint64_t *bytes);
 /* "fp", "dwarf", "auto" or "fp" for a shim that did not say. */
 const char *unwind_mode_name(uint32_t mode);
@@ -359,6 +364,19 @@ void cfi_table_free(struct cfi_table *t);
  * its ELF address. -ENOENT when the file has no such section with contents. */
 int cfi_elf_section(const unsigned char *image, size_t size, const char *name,
 		    const unsigned char **data, size_t *len, uint64_t *vaddr, void **owned);
+/* A file as cfi_elf_section_copy reads it: n bytes at off into buf (false when they could not
+ * all be read), its size in bytes. */
+struct cfi_reader {
+	bool (*read)(const void *arg, uint64_t off, void *buf, size_t n);
+	const void *arg;
+	uint64_t size;
+};
+/* cfi_elf_section of a file read through r (a user's file, which its owner may change: read
+ * with pread, never mapped): the section's contents, at most max bytes as stored, in a
+ * malloc'd copy (*data, to free), inflated when SHF_COMPRESSED. data NULL: only whether the
+ * section is there. */
+int cfi_elf_section_copy(const struct cfi_reader *r, const char *name, size_t max,
+			 unsigned char **data, size_t *len, uint64_t *vaddr);
 /* An SHF_COMPRESSED section's contents p[0..n) (Elf64_Chdr, zlib), inflated into *owned. */
 int cfi_inflate(const unsigned char *p, size_t n, const unsigned char **data, size_t *len,
 		void **owned);
@@ -372,12 +390,14 @@ struct cfi_seg {
 	uint64_t vaddr, offset, filesz;
 };
 
+struct filecopy;
 struct cfi_file {
 	const unsigned char *image;
 	size_t size;
 	const struct cfi_seg *segs;
 	size_t nsegs;
 	uint64_t lo, hi; /* the ELF address range FDEs must lie in */
+	struct filecopy *copy; /* when set, the bytes come from it (filecopy_at), not image */
 };
 
 /* libunwind's dwarf_where_t values */
@@ -397,7 +417,7 @@ struct cfi_row {
 
 /* The bytes [vaddr, vaddr + n) of f where libunwind's remote reads (8-byte words through the
  * address space's access_mem) would find them; NULL when some are not in a segment's file
- * part. */
+ * part (or its copy could not read them). */
 const unsigned char *cfi_file_bytes(const struct cfi_file *f, uint64_t vaddr, uint64_t n);
 /* The row at pc (an ELF address: the lookup address, i.e. a return address minus 1) of the
  * .eh_frame FDE at ELF address fde. 0, -ENOENT when the FDE does not cover pc, -ENOTSUP for
@@ -417,14 +437,7 @@ bool cfi_check_program(const unsigned char *p, size_t n, uint64_t loc, uint64_t 
 
 /* ---- symbolize.c: addresses to functions, files and lines ----------------------------- */
 
-#define SYM_MAX_INLINE 16
-
-struct sym_frame {
-	const char *function; /* NULL when no symbol covers the address */
-	const char *file;     /* NULL when unknown */
-	int line;             /* 0 when unknown */
-	int start_line;       /* line of the function's declaration, 0 when unknown */
-};
+/* struct sym_frame and SYM_MAX_INLINE: shared/symproto.h (the symbolizer's too) */
 
 struct sym_result {
 	int nframes; /* inline chain, leaf first; the last is the physical function */
@@ -448,6 +461,8 @@ const char *symfile_key_of(const struct symfile *f);
 /* A new descriptor (close-on-exec) of the very file f was opened from (the inode the process
  * maps, reached through /proc/PID/map_files), or -1. */
 int symfile_dup_fd(const struct symfile *f);
+/* f's own descriptor of that file, open while f is referenced: for pread only. */
+int symfile_fd(const struct symfile *f);
 /* The .debug_frame of the separate debug file the symbolizer finds for f (looked for now if
  * it was not yet: build ID, .gnu_debuglink, debuginfod), as libelf gives it (*compressed when
  * it is SHF_COMPRESSED), in a malloc'd copy of *size bytes; NULL when f carries its own DWARF,
@@ -592,9 +607,9 @@ void profile_comment_lines(struct buf *b, const struct profile *p);
 /* "llgo-heap: unwind=MODE unwound=N truncated=N" (no newline) when the shim stated its mode
  * or stacks were unwound; returns the bytes written (0: nothing to state) or -ENOMEM. */
 int profile_unwind_line(struct buf *b, const struct profile *p);
-/* peak.c: "llgo-heap: peak inuse_space=N ..." (no newline) for a peak profile
- * (meta.peak.on); returns the bytes written (0: not a peak profile) or -ENOMEM. */
-int peak_line(struct buf *b, const struct profile *p);
+/* "llgo-heap: peak inuse_space=N ..." (no newline) for a peak profile (meta.peak.on, filled
+ * by peak.c); returns the bytes written (0: not a peak profile) or -ENOMEM. */
+int profile_peak_line(struct buf *b, const struct profile *p);
 /* A name for an address no symbol covers: "file+0xoff" (basename, file offset) inside a
  * mapping, else "0x<addr>". */
 void profile_addr_name(char *out, size_t n, const struct mapping *m, uint64_t addr);

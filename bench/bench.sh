@@ -10,6 +10,7 @@
 #                           (gperftools) and Go 1.19 beside ours, plus peers' memory
 #   sh bench.sh deps OUT    install the Debian packages the peers need (missing ones only)
 #   sh bench.sh inuse OUT   only the in-use tracking rows (free path, live-heap memory, rate 1)
+#   sh bench.sh otel OUT    only the cost of OpenTelemetry's otel_memory probes, unattached
 #   sh bench.sh attach OUT  only what a process pays after llgo-heap attach and detach
 #
 # OUT is the absolute build folder (bin/, lib/, bench/). One private llgo-heapd runs on a
@@ -391,6 +392,48 @@ slowpath_section() {
 	out ""
 }
 
+# ---- 3a. OpenTelemetry's otel_memory probes, nothing attached (issue 23) ------------------
+# The same callgrind count as section 2 under the shim and under the same sources built
+# without the probes (LLGO_HEAP_BENCH_NO_OTEL): at rate 1 every malloc takes the sampled
+# path (emit_sample tests llgo_heap:sample's and otel_memory:alloc's semaphores in one word)
+# and every free is a tracked object's (otel_memory:free's semaphore after the lookup).
+otel_section() {
+	NOOTEL=$OUT/bench/libllgoheap-nootel.so
+	if ! command -v valgrind >/dev/null || [ ! -e "$NOOTEL" ]; then
+		out "otel probes: valgrind or $NOOTEL missing (make bench builds it); skipped."
+		return
+	fi
+	out "### OpenTelemetry's otel_memory probes, nothing attached: Ir per malloc+free pair (callgrind, bench_loop inclusive)"
+	out ""
+	out "| workload | rate | pairs | shim without the probes | shim | added Ir/pair |"
+	out "|---|---:|---:|---:|---:|---:|"
+	for wl in small mixed; do
+		for r in 1 524288; do
+			n=400000
+			[ "$r" = 1 ] && n=20000
+			for v in nootel otel; do
+				lib=$SHIM
+				[ $v = nootel ] && lib=$NOOTEL
+				LD_PRELOAD=$lib LLGO_HEAP_SOCKET=$SOCK LLGO_HEAP_RATE=$r LLGO_HEAP_UNWIND=fp \
+					valgrind --tool=callgrind --callgrind-out-file="$TMP/cg.otel.$v" \
+					--toggle-collect=bench_loop "$B/alloc_bench" -w "$wl" --pairs "$n" \
+					>/dev/null 2>"$TMP/cg.otel.$v.log"
+			done
+			a=$(callgrind_ir "$TMP/cg.otel.nootel")
+			b=$(callgrind_ir "$TMP/cg.otel.otel")
+			out "| $wl | $r | $n | $(echo "$a $n" | awk '{printf "%.2f", $1/$2}') | $(echo "$b $n" | awk '{printf "%.2f", $1/$2}') | $(echo "$a $b $n" | awk '{printf "%+.2f", ($2-$1)/$3}') |"
+		done
+	done
+	out ""
+	out "Rate 1: every pair is a sampled allocation and a tracked object's free, the paths the"
+	out "probes' semaphore tests sit on. The default rate: the fast paths, which are the same"
+	out "instructions in both shims; its rows vary by up to 2 Ir/pair from run to run with either"
+	out "shim (how many samples the random draws give, and what the first one sets up)."
+	out "LLGO_HEAP_UNWIND=fp: under the default (auto) the first samples copy stacks until the"
+	out "daemon's tables arrive, a number that varies from run to run."
+	out ""
+}
+
 # ---- 3b. the sampled path under llgo-heap verify ---------------------------------------------
 # The capture run at rate 1 (every malloc sampled) alone and with `llgo-heap verify` attached
 # for the whole timed loop (the program sleeps 2.5 s before it; verify starts at 0.3 s and
@@ -537,7 +580,7 @@ unwind_section() {
 	out "| frames | walk | record bytes (stack copy) | cold first unwind us | warm CPU ns/sample | wall ns/sample | samples/s (CPU) | libunwind table searches/sample | files cached | cache RSS KiB |"
 	out "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for fr in 10 30 50; do
-		# the fast path (agent/unwind_fast.c, the default) and libunwind alone (before issue 21)
+		# the fast path (agent/unwind/unwind_fast.c, the default) and libunwind alone (before issue 21)
 		for opt in "" --libunwind; do
 			"$B/slowpath_bench" unwind --frames $fr --records 200000 $opt |
 				awk '/^UNWIND/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
@@ -549,7 +592,7 @@ unwind_section() {
 		done
 	done
 	out ""
-	out "walk: fast = agent/unwind_fast.c's rows (the default), libunwind = libunwind's remote"
+	out "walk: fast = agent/unwind/unwind_fast.c's rows (the default), libunwind = libunwind's remote"
 	out "unw_step alone (LLGO_HEAP_UNWIND_FAST=0 in the daemon's environment)."
 	out ""
 }
@@ -833,6 +876,7 @@ bench)
 	callgrind_section
 	callgrind_cxx_section
 	slowpath_section
+	otel_section
 	verify_section
 	lifecycle_section
 	unwind_section
@@ -858,6 +902,12 @@ verify)
 	out ""
 	machine
 	verify_section
+	;;
+otel)
+	out "## OpenTelemetry's otel_memory probes"
+	out ""
+	machine
+	otel_section
 	;;
 callgrind)
 	out "## callgrind instruction counts"
@@ -901,7 +951,7 @@ unwind)
 	unwind_section
 	;;
 *)
-	echo "usage: bench.sh bench|callgrind|lifecycle|inuse|unwind|attach|peers|deps OUT" >&2
+	echo "usage: bench.sh bench|callgrind|lifecycle|inuse|unwind|otel|attach|peers|deps OUT" >&2
 	exit 2
 	;;
 esac

@@ -23,14 +23,14 @@
  *       bucket_table_add as the callback (records already in known buckets, the steady
  *       state), and with an empty callback. Prints records per second.
  *   unwind --frames N [--records R] [--libunwind]
- *       The daemon's DWARF unwinding (agent/unwind.c) on one core: takes one real stack copy
+ *       The daemon's DWARF unwinding (agent/unwind/unwind.c) on one core: takes one real stack copy
  *       of this process at the bottom of a recursion of N frames, the way the shim does in
  *       dwarf mode (stackcopy_take), then unwinds it R times with unwind_stack against this
  *       process's own maps and files (cold: the first, which opens and indexes the files;
  *       warm: the rest, the per-pc caches filled). Prints samples per second of the
  *       thread's CPU time (and the wall time per sample), the frames found, the record's size
  *       in the ring, the memory the caches added, and how many stacks the fast path
- *       (agent/unwind_fast.c) unwound; --libunwind: libunwind alone, as before issue 21.
+ *       (agent/unwind/unwind_fast.c) unwound; --libunwind: libunwind alone, as before issue 21.
  *   snapshot --buckets N
  *       Builds a bucket table of N (stack, size) buckets whose frames are real addresses in
  *       this program and libc, then times profile_collect + snapshot_write(pprof) (cold: the
@@ -57,7 +57,7 @@
 #include <x86intrin.h>
 
 #ifndef SLOWPATH_CAPTURE_ONLY
-#include "../agent/snapshot.h"
+#include "../agent/output/snapshot.h"
 #include "../shim/internal.h"
 #endif
 

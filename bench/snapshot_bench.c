@@ -37,10 +37,13 @@
 #include <unistd.h>
 
 #ifdef SNAPSHOT_BENCH_BEFORE
-#include "../agent/session.h"
+#include "../agent/ingest/session.h"
 #define snapshot_take server_snapshot
+#define SNAPSHOT_SOURCE(srv) (srv)
 #else
-#include "../agent/snapshot.h"
+#include "../agent/output/snapshot.h"
+#include "../agent/server/server.h"
+#define SNAPSHOT_SOURCE(srv) server_snapshot_source(srv)
 #endif
 #include "../shared/live.h"
 #include "../shim/internal.h"
@@ -336,8 +339,8 @@ int main(int argc, char **argv)
 		struct buf out;
 		buf_init(&out);
 		uint64_t t0 = now_ns();
-		int rc = snapshot_take(srv, getpid(), getuid(), LLGO_FORMAT_PPROF, 0, 0, &out, err,
-				       sizeof(err));
+		int rc = snapshot_take(SNAPSHOT_SOURCE(srv), getpid(), getuid(), LLGO_FORMAT_PPROF,
+				       0, 0, &out, err, sizeof(err));
 		ms[nsnap++] = (double)(now_ns() - t0) / 1e6;
 		pprof_bytes = out.len;
 		buf_free(&out);
@@ -366,8 +369,8 @@ int main(int argc, char **argv)
 	/* What the snapshots stated: the accounting line of the legacy text (in-use tracked). */
 	struct buf txt;
 	buf_init(&txt);
-	if (snapshot_take(srv, getpid(), getuid(), LLGO_FORMAT_TEXT, 0, 0, &txt, err,
-			  sizeof(err)) == 0) {
+	if (snapshot_take(SNAPSHOT_SOURCE(srv), getpid(), getuid(), LLGO_FORMAT_TEXT, 0, 0, &txt,
+			  err, sizeof(err)) == 0) {
 		buf_append(&txt, "", 1);
 		const char *acc = strstr((const char *)txt.data, "# llgo-heap: sampled=");
 		const char *eol = acc ? strchr(acc, '\n') : NULL;

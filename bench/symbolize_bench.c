@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * symbolize_bench.c: the daemon's symbolizer (agent/symbolize.c, answered by the sandboxed
+ * symbolize_bench.c: the daemon's symbolizer (agent/symbol/symbolize.c, answered by the sandboxed
  * llgo-heap-symbolizer process, found in ../bin/) timed on real files.
  *
  *   symbolize_bench FILE [N] [batch]

@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,17 +62,6 @@ static void usage(FILE *f)
 		"common options: --socket PATH (default: $LLGO_HEAP_SOCKET, else the daemon's)\n"
 		"                --timeout SECONDS  give up on a daemon that does not answer\n"
 		"                (default 60, or $LLGO_HEAP_TIMEOUT; verify adds its --seconds)\n");
-}
-
-int cli_die(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "%s: ", cli_prog);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	return 2;
 }
 
 /* ---- options --------------------------------------------------------------------------- */
@@ -198,31 +186,6 @@ static int opts_parse(const char *sub, int argc, char **argv, struct cli_opts *o
 		return cli_die("%s: --peak does not go with --watch", sub);
 	return 0;
 }
-int cli_parse_format(const char *s, int *fmt)
-{
-	if (!s || strcmp(s, "pprof") == 0 || strcmp(s, "proto") == 0)
-		*fmt = LLGO_FORMAT_PPROF;
-	else if (strcmp(s, "text") == 0 || strcmp(s, "legacy") == 0)
-		*fmt = LLGO_FORMAT_TEXT;
-	else if (strcmp(s, "folded") == 0)
-		*fmt = LLGO_FORMAT_FOLDED;
-	else
-		return cli_die("unknown format '%s' (pprof, text or folded)", s);
-	return 0;
-}
-
-const char *cli_format_suffix(int fmt)
-{
-	switch (fmt) {
-	case LLGO_FORMAT_TEXT:
-		return "heap";
-	case LLGO_FORMAT_FOLDED:
-		return "folded";
-	default:
-		return "pb.gz";
-	}
-}
-
 static int cli_parse_pid(const char *s, pid_t *pid)
 {
 	char *end;
@@ -231,18 +194,6 @@ static int cli_parse_pid(const char *s, pid_t *pid)
 	if (*s == '\0' || *end || errno || v <= 0 || v > INT_MAX)
 		return cli_die("bad PID '%s'", s);
 	*pid = (pid_t)v;
-	return 0;
-}
-
-int cli_parse_rate(const char *s, uint64_t *rate)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (*s == '\0' || *s == '-' || *end || errno || v > LLGO_RATE_MAX)
-		return cli_die("bad rate '%s' (0 = off, 1 = every allocation, N = mean bytes, "
-			       "at most %llu)", s, (unsigned long long)LLGO_RATE_MAX);
-	*rate = v;
 	return 0;
 }
 
@@ -275,10 +226,10 @@ static void print_list(const struct buf *b)
 		if (e.budget_flags) { /* the uid's budgets llgo-heapd hit (llgo-heapd --help) */
 			static const char *const names[] = { "connections", "processes", "rings",
 							     "ring memory", "bucket memory",
-							     "unread answers" };
+							     "unread answers", "unwind memory" };
 			printf("%-8s over its user's budget:", "");
 			const char *sep = " ";
-			for (unsigned k = 0; k < 6; k++) {
+			for (unsigned k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
 				if (e.budget_flags & (1u << k)) {
 					printf("%s%s", sep, names[k]);
 					sep = ", ";

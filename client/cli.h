@@ -3,16 +3,26 @@
  * cli.h: what the files of the llgo-heap CLI share: its parsed options (cli.c), the
  * requests it makes and where their answers go (cli_io.c), `llgo-heap run` (cli_run.c), and
  * the live view of `top --watch` (watch.c). The protocol itself is client.c's.
+ *
+ * The helpers every one of those files uses (messages, the format and rate arguments) are
+ * static inline here, so that no file below cli.c calls up into it.
  */
 #ifndef LLGO_CLIENT_CLI_H
 #define LLGO_CLIENT_CLI_H
 
+#include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/types.h>
 
-#include "../agent/buf.h"
+#include "../common/buf.h"
+#include "../shared/proto.h"
+#include "../shared/ring.h"
 
 /* ---- cli.c: options, subcommands, messages ------------------------------------------------ */
 
@@ -42,12 +52,58 @@ struct cli_opts {
 };
 
 /* "llgo-heap: MESSAGE" on stderr; returns 2, the exit status of every error. */
-int cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline __attribute__((format(printf, 1, 2))) int cli_die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "%s: ", cli_prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return 2;
+}
+
 /* -f/--format: pprof (proto), text (legacy) or folded, pprof when s is NULL. */
-int cli_parse_format(const char *s, int *fmt);
+static inline int cli_parse_format(const char *s, int *fmt)
+{
+	*fmt = LLGO_FORMAT_PPROF; /* on every path: cli_die's 2 is not known to callers */
+	if (!s || strcmp(s, "pprof") == 0 || strcmp(s, "proto") == 0)
+		*fmt = LLGO_FORMAT_PPROF;
+	else if (strcmp(s, "text") == 0 || strcmp(s, "legacy") == 0)
+		*fmt = LLGO_FORMAT_TEXT;
+	else if (strcmp(s, "folded") == 0)
+		*fmt = LLGO_FORMAT_FOLDED;
+	else
+		return cli_die("unknown format '%s' (pprof, text or folded)", s);
+	return 0;
+}
+
 /* The file suffix of a format: pb.gz, heap, folded. */
-const char *cli_format_suffix(int fmt);
-int cli_parse_rate(const char *s, uint64_t *rate);
+static inline const char *cli_format_suffix(int fmt)
+{
+	switch (fmt) {
+	case LLGO_FORMAT_TEXT:
+		return "heap";
+	case LLGO_FORMAT_FOLDED:
+		return "folded";
+	default:
+		return "pb.gz";
+	}
+}
+
+/* -r/--rate and `rate PID N`: 0 (off) to LLGO_RATE_MAX. */
+static inline int cli_parse_rate(const char *s, uint64_t *rate)
+{
+	char *end;
+	errno = 0;
+	*rate = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (*s == '\0' || *s == '-' || *end || errno || v > LLGO_RATE_MAX)
+		return cli_die("bad rate '%s' (0 = off, 1 = every allocation, N = mean bytes, "
+			       "at most %llu)", s, (unsigned long long)LLGO_RATE_MAX);
+	*rate = v;
+	return 0;
+}
 
 /* ---- cli_io.c: requests and their answers ------------------------------------------------- */
 

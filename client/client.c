@@ -2,8 +2,9 @@
 /*
  * client.c: the client side of llgo-heapd's socket protocol (client.h): the default socket
  * path, connecting with a timeout, framing requests and collecting an answer's DATA packets
- * up to its END. Packet framing itself is agent/msg.c's; what the answers mean is left to
- * the callers (cli.c, the tests). Links with libc alone (and buf.o, msg.o).
+ * up to its END. Packet framing itself is common/msg.h's (over shared/frame.h); what the
+ * answers mean is left to the callers (cli.c, the tests). Links with libc alone (and common/'s
+ * buf.o).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -14,7 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../agent/msg.h"
+#include "../common/msg.h"
 #include "client.h"
 
 const char *client_default_socket(char *buf, size_t len)

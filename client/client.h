@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../agent/buf.h"
+#include "../common/buf.h"
 #include "../shared/proto.h"
 
 /* The daemon's socket when none is given: $LLGO_HEAP_SOCKET, else the system daemon's for

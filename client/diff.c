@@ -4,7 +4,7 @@
  * BASE NEW` computes it: NEW's values minus BASE's, for sample types matched by type and
  * unit.
  *
- * A site is what `top` (agent/top.c) calls one: frame 0 of a sample, and in it the innermost
+ * A site is what `top` (agent/output/top.c) calls one: frame 0 of a sample, and in it the innermost
  * inlined frame, named "function file:line" with the file's base name (the function alone
  * when the file is unknown; "module+0xOFFSET" or "0xADDRESS" when the location has no
  * function). Sites of the two profiles are matched by that name, so profiles of two runs of
@@ -27,9 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../agent/escape.h"
-#include "../agent/internal.h"
-#include "../agent/sane.h"
+#include "../common/escape.h"
+#include "../common/gzip.h"
+#include "../common/sane.h"
 #include "cli.h"
 #include "diff.h"
 

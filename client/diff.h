@@ -8,7 +8,7 @@
 
 #include <stdbool.h>
 
-#include "../agent/buf.h"
+#include "../common/buf.h"
 #include "pprofread.h"
 
 struct diff_opts {

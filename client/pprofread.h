@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../agent/buf.h"
+#include "../common/buf.h"
 
 /* Largest profile accepted, compressed or once decompressed. */
 #define PPROFREAD_MAX_BYTES (256u << 20)

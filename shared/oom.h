@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * oom.h: the contract between the BPF program that watches the kernel's OOM killer
- * (agent/oom.bpf.c, on the oom:mark_victim tracepoint) and llgo-heapd (agent/oom.c): one
+ * (agent/dump/oom.bpf.c, on the oom:mark_victim tracepoint) and llgo-heapd (agent/dump/oom.c): one
  * event per victim, delivered through a BPF ring buffer. Built against <linux/types.h> on
  * both sides. No pointers; the size is checked below.
  */

@@ -243,5 +243,6 @@ _Static_assert(sizeof(struct llgo_list_entry) == 192, "list entry size");
 #define LLGO_BUDGET_RING_BYTES 8u   /* ring memory */
 #define LLGO_BUDGET_BUCKET_BYTES 16u /* aggregated profiles' memory */
 #define LLGO_BUDGET_OUT_BYTES 32u   /* answers its clients do not read */
+#define LLGO_BUDGET_UNWIND_BYTES 64u /* copies of its files' unwind tables */
 
 #endif

@@ -17,7 +17,7 @@
  *
  * This header holds layout, constants and the small inline helpers both sides must agree on
  * (record checksum, wrapped copies). Producer logic lives in shim/emit.c, consumer logic in
- * agent/drain.c.
+ * agent/ingest/drain.c.
  */
 #ifndef LLGO_SHARED_RING_H
 #define LLGO_SHARED_RING_H
@@ -138,10 +138,10 @@ struct llgo_ctl {
 	struct {
 		uint64_t lo, hi;
 	} fp_ranges[LLGO_CTL_FP_RANGES];
-	/* Daemon-written at HELLO, never read by the shim (agent/vouch.c): the uid and gid the
+	/* Daemon-written at HELLO, never read by the shim (agent/server/vouch.c): the uid and gid the
 	 * daemon verified the process as, and a tag over them, the process (pid, start time) and
 	 * this memfd (device, inode), keyed with a secret only the daemons of this socket hold.
-	 * A daemon that takes the process back after a restart (agent/adopt.c) recomputes the
+	 * A daemon that takes the process back after a restart (agent/server/adopt.c) recomputes the
 	 * tag: a memfd no daemon vouched for, or one now held by another process, is not taken. */
 	uint32_t vouch_uid;
 	uint32_t vouch_gid;
@@ -265,7 +265,7 @@ static inline int llgo_page_size_ok(uint64_t page)
  *   LLGO_REC_FREE v1 (reserved): a sampled block (addr) was freed; nframes = 0.
  *   LLGO_REC_ALLOC_RAW v1: as ALLOC (frames = the frame-pointer walk, a hint and a fallback),
  *     followed by struct llgo_raw_regs and raw.stack_len bytes of the thread's stack copied
- *     from raw.sp upward, for the daemon to unwind with DWARF CFI (agent/unwind.c). Its
+ *     from raw.sp upward, for the daemon to unwind with DWARF CFI (agent/unwind/unwind.c). Its
  *     checksum covers the header, frames and registers, not the stack bytes (hashing KiBs on
  *     the sampled path would cost more than the copy; a torn stack byte gives a wrong stack,
  *     which the unwinder bounds like any other hostile input).

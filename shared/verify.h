@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * verify.h: the contract between the BPF program of `llgo-heap verify` (agent/verify.bpf.c)
- * and llgo-heapd (agent/verify.c): one event per sample the kernel saw at the shim's USDT
+ * verify.h: the contract between the BPF program of `llgo-heap verify` (agent/verify/verify.bpf.c)
+ * and llgo-heapd (agent/verify/verify.c): one event per sample the kernel saw at the shim's USDT
  * probe llgo_heap:sample (shim/probe.c), delivered through a BPF ring buffer, and the per-pid
  * setting the program reads. An event is the kernel's frame-pointer walk or, for a sample the
  * shim unwinds with DWARF, the registers and a copy of the stack. Built both against vmlinux.h

@@ -28,7 +28,7 @@ llgo_export int llgo_heap_set_rate(uint64_t rate)
 	if (owner_winner.hook)
 		return owner_winner.set_rate(rate);
 	lifecycle_settled(&llgo_heap_tls); /* a fork child writes its own page, not its parent's */
-	if (lifecycle_state() != LLGO_SHIM_ATTACHED)
+	if (link_state() != LLGO_SHIM_ATTACHED)
 		return -ENOTCONN;
 	atomic_store_explicit(&attach_ctl.rate_word, llgo_rate_to_word(rate), memory_order_relaxed);
 	atomic_store_explicit(&attach_ctl.want_rate_word, llgo_rate_to_word(rate),

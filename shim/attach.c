@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../shared/frame.h"
 #include "internal.h"
 
 /* The reservation the control page is mapped over; see internal.h. Zero (rate 0) until a
@@ -62,11 +63,7 @@ uint64_t attach_now_ns(void)
 
 void attach_header(struct llgo_msg_header *h, uint16_t type, uint32_t length)
 {
-	memset(h, 0, sizeof(*h));
-	h->magic = LLGO_PROTO_MAGIC;
-	h->version = LLGO_PROTO_VERSION;
-	h->type = type;
-	h->length = length;
+	llgo_frame_header_init(h, type, length);
 }
 
 static bool attach_identify(int fd, struct attach_fd *out)
@@ -134,66 +131,15 @@ int attach_sendmsg(const struct attach_fd *d, const void *pkt, size_t n, int fd)
 {
 	if (!attach_fd_owned(d))
 		return -EBADF;
-	struct iovec iov = { .iov_base = (void *)(uintptr_t)pkt, .iov_len = n };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} cbuf;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (fd >= 0) {
-		memset(&cbuf, 0, sizeof(cbuf));
-		mh.msg_control = cbuf.buf;
-		mh.msg_controllen = sizeof(cbuf.buf);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	}
-	for (;;) {
-		ssize_t r = sendmsg(d->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (r == (ssize_t)n)
-			return 0;
-		if (r >= 0)
-			return -EMSGSIZE;
-		if (errno != EINTR)
-			return -errno;
-	}
+	return llgo_frame_send(d->fd, pkt, n, fd, MSG_DONTWAIT);
 }
 
-/* Read one packet without waiting; -EAGAIN when none. Descriptors are closed. */
+/* Read one packet without waiting; -EAGAIN when none, -ECONNRESET at EOF. Descriptors are
+ * closed. */
 static ssize_t attach_recv_one(int sock, void *buf, size_t cap)
 {
-	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} cbuf;
-	struct iovec iov = { .iov_base = buf, .iov_len = cap };
-	struct msghdr mh = { .msg_iov = &iov,
-			     .msg_iovlen = 1,
-			     .msg_control = cbuf.buf,
-			     .msg_controllen = sizeof(cbuf.buf) };
-	ssize_t r;
-	do
-		r = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	while (r < 0 && errno == EINTR);
-	if (r < 0)
-		return -errno;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < nfd; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			close(fd);
-		}
-	}
-	if (r == 0)
-		return -ECONNRESET;
-	if (mh.msg_flags & MSG_TRUNC)
-		return -EMSGSIZE;
-	return r;
+	ssize_t r = llgo_frame_recv(sock, buf, cap, MSG_DONTWAIT, NULL);
+	return r == 0 ? -ECONNRESET : r;
 }
 
 ssize_t attach_recv(const struct attach_fd *d, void *buf, size_t cap, uint16_t type,
@@ -214,16 +160,12 @@ ssize_t attach_recv(const struct attach_fd *d, void *buf, size_t cap, uint16_t t
 				return -errno;
 			continue;
 		}
-		if (r == -EMSGSIZE)
-			continue; /* only small packets are expected: skip */
+		if (r == -EMSGSIZE || r == -EMFILE)
+			continue; /* only small packets without descriptors are expected: skip */
 		if (r < 0)
 			return r;
 		struct llgo_msg_header h;
-		if ((size_t)r < sizeof(h))
-			continue;
-		memcpy(&h, buf, sizeof(h));
-		if (h.magic != LLGO_PROTO_MAGIC || h.version != LLGO_PROTO_VERSION ||
-		    h.length != (uint32_t)r || h.type != type)
+		if (llgo_frame_header_check(buf, (size_t)r, &h) != 0 || h.type != type)
 			continue;
 		return r;
 	}

@@ -67,7 +67,7 @@ static void emit_bind(struct emit_ring *r, struct llgo_ring_header *h)
 static void emit_thread_exit(void *v)
 {
 	struct llgo_heap_thread *t = &llgo_heap_tls;
-	if (!lifecycle_enter()) { /* a detach is giving the rings back */
+	if (!link_enter()) { /* a detach is giving the rings back */
 		t->exiting = 1;
 		t->ring.hdr = NULL;
 		return;
@@ -79,7 +79,7 @@ static void emit_thread_exit(void *v)
 	if (t->ring.hdr && (void *)t->ring.hdr == v && t->gen == emit_generation() && !t->forking)
 		atomic_store_explicit(&t->ring.hdr->state, LLGO_RING_RETIRED, memory_order_release);
 	t->ring.hdr = NULL;
-	lifecycle_leave();
+	link_leave();
 }
 
 /* Processes that start at a rate below EMIT_LOW_RATE get rings of EMIT_LOW_RATE_DATA bytes: at
@@ -207,8 +207,8 @@ static void *emit_window_slot(int fd, uint32_t slot)
 
 static bool emit_create(struct llgo_heap_thread *t)
 {
-	const struct attach_fd *mem = lifecycle_memfd();
-	if (lifecycle_state() != LLGO_SHIM_ATTACHED || !attach_fd_owned(mem))
+	const struct attach_fd *mem = link_memfd();
+	if (link_state() != LLGO_SHIM_ATTACHED || !attach_fd_owned(mem))
 		return false;
 	uint32_t slot = atomic_fetch_add_explicit(&emit_nslots, 1, memory_order_relaxed);
 	if (slot >= LLGO_MAX_RINGS)
@@ -240,7 +240,7 @@ static bool emit_create(struct llgo_heap_thread *t)
 	attach_header(&msg.h, LLGO_MSG_ADD_RING, sizeof(msg));
 	msg.ring_id = slot;
 	msg.data_size = emit_size;
-	lifecycle_send(&msg, sizeof(msg));
+	link_send(&msg, sizeof(msg));
 	return true;
 }
 
@@ -256,15 +256,6 @@ static bool emit_claim(struct llgo_heap_thread *t)
 	if (emit_key_ok)
 		pthread_setspecific(emit_key, t->ring.hdr);
 	return true;
-}
-
-/* Tell the daemon to drain now (LLGO_MSG_WAKE), never waiting: a lost wake only means the
- * daemon finds the records at its next poll. */
-llgo_noinline void emit_wake(void)
-{
-	struct llgo_msg_header m;
-	attach_header(&m, LLGO_MSG_WAKE, sizeof(m));
-	lifecycle_send(&m, sizeof(m));
 }
 
 bool emit_sample_slow(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
@@ -289,12 +280,15 @@ bool emit_sample_slow(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, 
 	uint64_t before = atomic_load_explicit(&h->head, memory_order_relaxed);
 	/* llgo-heap verify: one load and a branch while nothing is attached (probe.h) */
 	bool pushed;
-	if (probe_enabled())
+	if (probe_sample_enabled())
 		pushed = raw ? probe_push_raw(&t->ring, size, rate, addr, t->tid, frames, n, raw)
 			     : probe_push(&t->ring, size, rate, addr, t->tid, frames, n);
 	else
 		pushed = raw ? stackcopy_push(&t->ring, size, rate, addr, t->tid, frames, n, raw)
 			     : emit_push_alloc(&t->ring, size, rate, addr, t->tid, frames, n);
+	/* OpenTelemetry's collectors see exactly the samples the profile holds */
+	if (pushed && probe_otel_alloc_enabled())
+		probe_otel_alloc(addr, size, rate);
 	return emit_pushed(t, before, pushed, ref);
 }
 

@@ -11,7 +11,7 @@
  * Waiting: the thread sends WAKE, raises the ring's `waiting` word, fences, and sleeps with
  * FUTEX_WAIT on the low 32 bits of tail (shared futex: the ring is a MAP_SHARED memfd), in
  * slices of FULL_SLICE_MS; the daemon, after it publishes a new tail, fences, sees `waiting`
- * and wakes the futex (agent/ring.c). No spinning. Bounded: if tail does not move for
+ * and wakes the futex (agent/ingest/ring.c). No spinning. Bounded: if tail does not move for
  * FULL_BOUND_MS while the daemon shows no sign of work (stopped, gone or hung: it neither runs
  * nor uses CPU; a working one is given up to FULL_ACTIVE_MAX_MS), the thread gives up, drops, and
  * remembers that tail: later records of this thread drop at once until the daemon has moved
@@ -83,12 +83,12 @@ void full_block(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t 
 	 * process (it reads our maps before it drains us; the process does not wait for that at
 	 * start): a burst at start would otherwise lose what a later one keeps. */
 	if (p == FULL_DROP || (p == FULL_DEFAULT && rate != 1 && full_daemon_serving()) ||
-	    lifecycle_state() != LLGO_SHIM_ATTACHED)
+	    link_state() != LLGO_SHIM_ATTACHED)
 		return;
 	if (t->full_stall == tail + 1)
 		return; /* gave up at this tail already: drop until the daemon moves it */
 	t->full_stall = 0;
-	emit_wake();
+	link_wake();
 	int64_t last_move = full_now_ms(), first_wait = last_move;
 	uint64_t seen = tail;
 	for (;;) {
@@ -106,7 +106,7 @@ void full_block(struct llgo_heap_thread *t, const struct emit_ring *r, uint32_t 
 		 * sanitized, or reading every object's unwind tables before it serves us) is
 		 * waited for, up to FULL_ACTIVE_MAX_MS in all: it is not stopped. */
 		if (left <= 0 && full_now_ms() - first_wait < FULL_ACTIVE_MAX_MS &&
-		    lifecycle_daemon_active()) {
+		    link_daemon_active()) {
 			last_move = full_now_ms();
 			left = FULL_SLICE_MS;
 		}

@@ -135,7 +135,16 @@ bool sample_decide(struct llgo_heap_thread *t, int64_t w, size_t size);
 int64_t sample_next_threshold(uint64_t *rng, uint64_t rate);
 /* xorshift64*; state must be non-zero. */
 uint64_t sample_rng_next(uint64_t *state);
-uint64_t sample_rng_seed(uint64_t a, uint64_t b);
+/* A non-zero seed from a and b (lifecycle.c seeds each thread's rng at its start). */
+static inline uint64_t sample_rng_seed(uint64_t a, uint64_t b)
+{
+	/* splitmix64 finaliser over both inputs: nearby tids and times give unrelated seeds */
+	uint64_t z = a * 0x9e3779b97f4a7c15ULL ^ b;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	z ^= z >> 31;
+	return z ? z : 0x853c49e6748fea9bULL;
+}
 /* Natural logarithm for x > 0 without libm (the shim does not link it). */
 double sample_log(double x);
 
@@ -202,8 +211,6 @@ static inline uint32_t emit_generation(void)
 {
 	return atomic_load_explicit(&emit_gen, memory_order_relaxed);
 }
-/* Ask the daemon to drain now (LLGO_MSG_WAKE), without waiting. */
-void emit_wake(void);
 /* emit_sample for whatever its inline part does not do (below: first ring, stack copies, an
  * attached probe). */
 bool emit_sample_slow(struct llgo_heap_thread *t, uint64_t size, uint64_t rate, uint64_t addr,
@@ -327,7 +334,11 @@ struct stackcopy {
 
 /* Read LLGO_HEAP_UNWIND and LLGO_HEAP_STACK_KB (once, at start). */
 void stackcopy_init(void);
-uint32_t stackcopy_get_mode(void); /* enum llgo_unwind_mode */
+extern uint32_t stackcopy_mode; /* enum llgo_unwind_mode, set once by stackcopy_init */
+static inline uint32_t stackcopy_get_mode(void)
+{
+	return stackcopy_mode;
+}
 uint32_t stackcopy_stack_cap(void);
 /* The mode, for HELLO's flags. */
 uint64_t stackcopy_hello_flags(void);
@@ -338,7 +349,6 @@ uint32_t stackcopy_ring_min(void);
 bool stackcopy_fp_trusted(const uint64_t *frames, uint32_t n, struct stack_memo *m);
 /* Whether this sample wants its stack copied (the mode, and in auto mode the rule above). */
 bool stackcopy_wanted_slow(const uint64_t *frames, uint32_t n, struct stack_memo *m);
-extern uint32_t stackcopy_mode; /* enum llgo_unwind_mode, set once by stackcopy_init */
 /* stackcopy_wanted: inline, at the end of this file (it reads the control page) */
 /* stackcopy_take once the copy is wanted: fill sc (sc->copy false when none can be made);
  * false when the sample stays a plain ALLOC record. */
@@ -539,17 +549,94 @@ static inline void attach_count_lost(void)
 	atomic_fetch_add_explicit(&attach_ctl.lost_no_ring, 1, memory_order_relaxed);
 }
 
-/* ---- lifecycle.c: process and thread lifecycle ----------------------------------------- */
+/* ---- link.c: the link to the daemon: state, descriptors, sends, loss ------------------- */
 
 /*
- * The process's state (enum llgo_shim_state, mirrored in ctl.shim_state) lives here alone.
- * Transitions: DETACHED -> (constructor) ATTACHED | LOST; ATTACHED -> LOST on a failed send
- * or a closed peer; LOST -> ATTACHED on a reconnect (backoff, from the slow path); fork child
- * -> ATTACHING (lazy: attaches at its first sample); anything -> OFF when the program
- * sandboxes itself (seccomp) or the memfd cannot be had.
+ * The process's state (enum llgo_shim_state, mirrored in ctl.shim_state) lives in link.c
+ * alone. Transitions: DETACHED -> (constructor) ATTACHED | LOST; ATTACHED -> LOST on a failed
+ * send or a closed peer (link_lose); LOST -> ATTACHED on a reconnect (backoff, from the slow
+ * path); fork child -> ATTACHING (lazy: attaches at its first sample); anything -> OFF when
+ * the program sandboxes itself (seccomp) or the memfd cannot be had. All but the loss are
+ * lifecycle.c's.
  */
-uint32_t lifecycle_state(void);
-extern _Atomic uint32_t lifecycle_st; /* read it through lifecycle_state() or below */
+extern _Atomic uint32_t link_st; /* read it through link_state() */
+static inline uint32_t link_state(void)
+{
+	return atomic_load_explicit(&link_st, memory_order_acquire);
+}
+/* Set the state (and its mirror in the control page). */
+void link_set(uint32_t st);
+/* The socket and the process memfd (rings live in it); lifecycle.c opens and closes them. */
+extern struct attach_fd link_sock, link_mem;
+static inline const struct attach_fd *link_memfd(void)
+{
+	return &link_mem;
+}
+/* Send a packet to the daemon if attached; a failure other than a full socket makes the
+ * process LOST. Returns 0 or -errno. */
+int link_send(const void *pkt, size_t n);
+/* The same, with a descriptor (SCM_RIGHTS). */
+int link_send_fd(const void *pkt, size_t n, int fd);
+/* Ask the daemon to drain now (LLGO_MSG_WAKE), without waiting. */
+void link_wake(void);
+/* ATTACHED -> LOST (once: whoever wins the CAS logs and schedules the first retry). */
+void link_lose(const char *why);
+/* The reconnect schedule: backoff from LINK_BACKOFF_MIN_NS doubling to LINK_BACKOFF_MAX_NS,
+ * the next retry's time, the HELLO flags of the next attempt (only the thread in ATTACHING
+ * touches them). */
+#define LINK_BACKOFF_MIN_NS (10ull * 1000000)
+#define LINK_BACKOFF_MAX_NS (2000ull * 1000000)
+extern uint64_t link_backoff_ns, link_hello_flags;
+extern _Atomic uint64_t link_retry_ns;
+void link_schedule_retry(void);
+/* The daemon (SO_PEERCRED of the socket, set at connect). Whether it is alive and working
+ * (not stopped, and running, runnable or using CPU since the last call); reads /proc: for
+ * waits only. Its scheduler state and CPU ticks, and whether a thread of it runs. */
+extern pid_t link_daemon_pid;
+bool link_daemon_active(void);
+bool link_daemon_stat(char *state, uint64_t *ticks);
+bool link_daemon_runnable(void);
+/* LLGO_HEAP_DEBUG=1: one line on stderr per event (never once OFF). */
+extern bool link_debug;
+void link_say(const char *a, const char *b);
+void link_say_err(const char *what, int rc);
+size_t link_utoa(char *out, unsigned v);
+/* The fork check lifecycle.c registers at start, which lifecycle_settled calls. */
+void link_on_settle(void (*fn)(struct llgo_heap_thread *t));
+void link_settle(struct llgo_heap_thread *t);
+
+/*
+ * llgo-heap attach and detach (override_got.c, client/attach.c). A copy of the shim loaded
+ * late (dlopen into a running process) is `late`: its constructor connects to nothing (the
+ * first sample, or lifecycle_attach_now, does), and every slow path of it passes the attach
+ * gate: link_enter counts the thread in (false: the gate is closed, touch no ring, table
+ * or socket and pass the call through), link_leave out. lifecycle_detach closes the gate
+ * (link_gate_close) and waits for the count to reach 0 before it unmaps what those paths
+ * use. A copy loaded at start never counts (one load of link_late, a branch). The gate is
+ * here, below every file that passes it; lifecycle.c sets link_late.
+ */
+extern _Atomic uint32_t link_late;
+extern _Atomic uint64_t link_inflight;
+bool link_enter_late(void);
+static inline __attribute__((always_inline)) bool link_enter(void)
+{
+	if (llgo_likely(!atomic_load_explicit(&link_late, memory_order_relaxed)))
+		return true;
+	return link_enter_late();
+}
+/* After a link_enter that returned true. release: what the path wrote before it, before
+ * a detach that sees the count at 0 unmaps it. */
+static inline __attribute__((always_inline)) void link_leave(void)
+{
+	if (llgo_unlikely(atomic_load_explicit(&link_late, memory_order_relaxed)))
+		atomic_fetch_sub_explicit(&link_inflight, 1, memory_order_release);
+}
+/* Open the gate (an attach), or close it and wait (at most 3 s) until no path is inside:
+ * true when none is (what those paths use may then be unmapped). */
+void link_gate_open(void);
+bool link_gate_close(void);
+
+/* ---- lifecycle.c: process and thread lifecycle ----------------------------------------- */
 /* The clock is read at one sample in LIFECYCLE_CHECK_EVERY of a thread (at rate 1 a read at
  * every sample was a sixth of the sampled path's time): a dead daemon is noticed within
  * 100 ms or that many samples, whichever comes later. */
@@ -561,52 +648,17 @@ bool lifecycle_ready_slow(struct llgo_heap_thread *t);
  * LIFECYCLE_CHECK_EVERY calls, looks for a dead daemon. Never blocks. */
 static inline bool lifecycle_ready(struct llgo_heap_thread *t)
 {
-	if (llgo_likely(atomic_load_explicit(&lifecycle_st, memory_order_acquire) ==
+	if (llgo_likely(atomic_load_explicit(&link_st, memory_order_acquire) ==
 				LLGO_SHIM_ATTACHED &&
 			++t->ready_calls < LIFECYCLE_CHECK_EVERY))
 		return true;
 	return lifecycle_ready_slow(t);
 }
-/* The process memfd (rings live in it) and whether sends may be made. */
-const struct attach_fd *lifecycle_memfd(void);
-/* Send a packet to the daemon if attached; a failure other than a full socket makes the
- * process LOST. Returns 0 or -errno. */
-int lifecycle_send(const void *pkt, size_t n);
-/* The same, with a descriptor (SCM_RIGHTS). */
-int lifecycle_send_fd(const void *pkt, size_t n, int fd);
 /* The exit handshake: wait (bounded) for the daemon only if it has not drained us or lacks
  * our mappings. The destructor; also called from _exit. */
 void lifecycle_exit(void);
-/* Whether the daemon is alive and working (not stopped, and running, runnable or using CPU
- * since the last call); reads /proc: for waits only. */
-bool lifecycle_daemon_active(void);
 /* No syscalls from now on (the program installs a seccomp filter). */
 void lifecycle_sandboxed(void);
-/*
- * llgo-heap attach and detach (override_got.c, client/attach.c). A copy of the shim loaded
- * late (dlopen into a running process) is `late`: its constructor connects to nothing (the
- * first sample, or lifecycle_attach_now, does), and every slow path of it passes the attach
- * gate: lifecycle_enter counts the thread in (false: the gate is closed, touch no ring, table
- * or socket and pass the call through), lifecycle_leave out. lifecycle_detach closes the gate
- * and waits for the count to reach 0 before it unmaps what those paths use. A copy loaded at
- * start never counts (one load of lifecycle_late, a branch).
- */
-extern _Atomic uint32_t lifecycle_late;
-extern _Atomic uint64_t lifecycle_inflight;
-bool lifecycle_enter_late(void);
-static inline __attribute__((always_inline)) bool lifecycle_enter(void)
-{
-	if (llgo_likely(!atomic_load_explicit(&lifecycle_late, memory_order_relaxed)))
-		return true;
-	return lifecycle_enter_late();
-}
-/* After a lifecycle_enter that returned true. release: what the path wrote before it, before
- * a detach that sees the count at 0 unmaps it. */
-static inline __attribute__((always_inline)) void lifecycle_leave(void)
-{
-	if (llgo_unlikely(atomic_load_explicit(&lifecycle_late, memory_order_relaxed)))
-		atomic_fetch_sub_explicit(&lifecycle_inflight, 1, memory_order_release);
-}
 /* Connect now to the daemon at path (NULL: the one found at start) at rate: a late copy that
  * is DETACHED or LOST becomes ATTACHED with a new session (0), else -errno (-EALREADY: it is
  * attached already). */
@@ -643,11 +695,13 @@ static inline __attribute__((always_inline)) bool lifecycle_marked(void)
 				    memory_order_relaxed) != 0;
 }
 /* Call before anything that reads or writes the process's shim state outside the fast path
- * (slow paths, the live table, the API, thread creation). */
+ * (slow paths, the live table, the API, thread creation). The check itself is
+ * lifecycle_fork_check, reached through link.c (link_settle: registered at start) so that the
+ * files below lifecycle.c settle a child without calling up into it. */
 static inline __attribute__((always_inline)) void lifecycle_settled(struct llgo_heap_thread *t)
 {
 	if (llgo_unlikely(t->forking) || llgo_unlikely(!lifecycle_marked()))
-		lifecycle_fork_check(t);
+		link_settle(t);
 }
 
 /* ---- override.c: the real allocator and the fast path ----------------------------------- */
@@ -778,14 +832,64 @@ static inline bool stackcopy_wanted(const uint64_t *frames, uint32_t n, struct s
 
 /* ---- emit.c, inline (after the ring writer and full.c's wait) ------------------------- */
 
-/* probe.c: written by the kernel (uprobe reference counter), read here. The name is fixed by
- * <sys/sdt.h>: PROVIDER_NAME_semaphore. */
-extern volatile unsigned short llgo_heap_sample_semaphore;
+/* ---- probe.c: the USDT probes' semaphores (probe.h) ------------------------------------- */
 
+/* Written by the kernel (uprobe reference counters), read here. llgo_heap:sample's and
+ * otel_memory:alloc's are the halves of one aligned word, so that emit_sample tests both with
+ * one load; probe.c gives each half the name <sys/sdt.h> refers to. */
+union probe_alloc_semaphores {
+	uint32_t any;
+	uint16_t each[2]; /* [0] llgo_heap:sample, [1] otel_memory:alloc */
+};
+extern volatile union probe_alloc_semaphores probe_alloc_semaphores;
+extern volatile unsigned short otel_memory_free_semaphore;
+
+/* LLGO_HEAP_BENCH_NO_OTEL: bench/'s shim without the OpenTelemetry probes, the baseline of
+ * their cost (make bench). */
+#ifndef LLGO_HEAP_BENCH_NO_OTEL
+/* A probe of the sampled path is attached (emit_sample's one load for both). */
 static inline bool probe_enabled(void)
 {
-	return llgo_unlikely(llgo_heap_sample_semaphore != 0);
+	return llgo_unlikely(probe_alloc_semaphores.any != 0);
 }
+static inline bool probe_otel_alloc_enabled(void)
+{
+	return llgo_unlikely(probe_alloc_semaphores.each[1] != 0);
+}
+static inline bool probe_otel_free_enabled(void)
+{
+	return llgo_unlikely(otel_memory_free_semaphore != 0);
+}
+#else
+static inline bool probe_enabled(void)
+{
+	return llgo_unlikely(probe_alloc_semaphores.each[0] != 0);
+}
+static inline bool probe_otel_alloc_enabled(void)
+{
+	return false;
+}
+static inline bool probe_otel_free_enabled(void)
+{
+	return false;
+}
+#endif
+static inline bool probe_sample_enabled(void)
+{
+	return probe_alloc_semaphores.each[0] != 0;
+}
+/* otel_memory:alloc(addr, size, probe_otel_weight(size, rate)): the sampled allocation at
+ * addr, whose record was committed. Only called while probe_otel_alloc_enabled(). */
+void probe_otel_alloc(uint64_t addr, uint64_t size, uint64_t rate);
+/* otel_memory:free(addr): an object otel_memory:alloc may have reported goes away (a tracked
+ * object freed or moved by realloc, live.c; a placed object that could not be tracked and is
+ * moved, sample.c), before its memory is released, so that the free precedes any new alloc
+ * at that address. Only called while probe_otel_free_enabled(). */
+void probe_otel_free(uint64_t addr);
+/* The bytes a sample of size bytes at rate stands for: size / (1 - exp(-size/rate)) rounded
+ * (docs/sampling.md; summed per (stack, size, rate) bucket it is the profile's scaled bytes),
+ * size itself at rate <= 1 (every allocation recorded). */
+uint64_t probe_otel_weight(uint64_t size, uint64_t rate);
 
 /*
  * After a push that started at head `before`: the record's LLGO_LIVE_REF in *ref when it was
@@ -807,7 +911,7 @@ static inline bool emit_pushed(struct llgo_heap_thread *t, uint64_t before, bool
 	bool crossed = pushed && before - tail < half && head - tail >= half;
 	if (llgo_unlikely((crossed || !pushed) && t->wake_head != head)) {
 		t->wake_head = head;
-		emit_wake();
+		link_wake();
 	}
 	return pushed;
 }

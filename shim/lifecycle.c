@@ -3,7 +3,9 @@
  * lifecycle.c: everything about the profiled process's and its threads' lives, out of the
  * malloc path: start-up, the connection state, daemon loss and reconnects, fork, exit,
  * sandboxes, thread start. The slow path (sample.c) only asks lifecycle_ready() whether a
- * sample may be recorded; the transport is attach.c's, the rings emit.c's.
+ * sample may be recorded; the link's state, descriptors, sends and loss are link.c's (the
+ * files below this one use the link, never this file), the transport attach.c's, the rings
+ * emit.c's.
  * (About 950 lines: these paths hand the same connection state to each other: fork's
  * handlers, exit and a reconnect race on it, and keeping them in one file keeps its
  * transitions and their memory orderings readable in one place.)
@@ -15,7 +17,8 @@
  * daemon can find it on its own (pidfd_getfd), so rings and their unread records survive the
  * daemon. It is MADV_DONTFORK'ed ring by ring (emit.c): a fork child maps none of them.
  *
- * States (enum llgo_shim_state, one atomic here, mirrored in ctl.shim_state for the daemon):
+ * States (enum llgo_shim_state, one atomic in link.c, mirrored in ctl.shim_state for the
+ * daemon; every transition but a loss is made here):
  *   DETACHED   no daemon socket at start: rate 0 for good, nothing created;
  *   ATTACHED   HELLO sent (no answer awaited: the daemon reads what it needs while the
  *              process runs, and a refusal closes the socket, noticed below);
@@ -98,18 +101,8 @@
 #define LIFECYCLE_BYE_WAIT_MS 15
 #define LIFECYCLE_BYE_WAIT_MAX_MS 1000
 #define LIFECYCLE_CHECK_NS (100ull * 1000000)
-#define LIFECYCLE_BACKOFF_MIN_NS (10ull * 1000000)
-#define LIFECYCLE_BACKOFF_MAX_NS (2000ull * 1000000)
 
-_Atomic uint32_t lifecycle_st = LLGO_SHIM_DETACHED;
-static struct attach_fd lifecycle_sock = { .fd = -1 };
-static struct attach_fd lifecycle_mem = { .fd = -1 };
 static char lifecycle_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-static bool lifecycle_debug;
-/* Only the thread in ATTACHING touches these. */
-static uint64_t lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
-static uint64_t lifecycle_hello_flags;
-static _Atomic uint64_t lifecycle_retry_ns;
 static _Atomic uint64_t lifecycle_check_ns;
 static _Atomic uint64_t lifecycle_adopt_seen;
 static _Atomic pid_t lifecycle_pid; /* the process that attached (a vfork child is not it) */
@@ -121,7 +114,6 @@ static _Atomic int lifecycle_settling;
  * MADV_WIPEONFORK page of its own (the constant 0 where the kernel has no such advice). */
 static _Atomic uint32_t lifecycle_mark_unarmed = 1, lifecycle_mark_refused = 0;
 _Atomic uint32_t *_Atomic lifecycle_mark = &lifecycle_mark_unarmed;
-static pid_t lifecycle_daemon_pid;  /* SO_PEERCRED of our socket: the daemon */
 /* dl_iterate_phdr's count of objects loaded, when the constructor attached (UINT64_MAX:
  * attached later, unknown). The daemon read our maps after that. */
 static uint64_t lifecycle_adds_at_attach = UINT64_MAX;
@@ -130,64 +122,6 @@ extern void *__libc_stack_end;
 
 static uint64_t lifecycle_adds(void);
 static bool lifecycle_loaded_late(void);
-
-/* ---- small things ----------------------------------------------------------------------- */
-
-static void lifecycle_say(const char *a, const char *b)
-{
-	if (!lifecycle_debug || atomic_load_explicit(&lifecycle_st, memory_order_relaxed) ==
-					LLGO_SHIM_OFF)
-		return;
-	char line[512];
-	size_t n = 0;
-	const char *parts[] = { "llgo-heap: ", a, b, "\n" };
-	for (size_t i = 0; i < LLGO_ARRAY_SIZE(parts); i++)
-		for (const char *c = parts[i]; c && *c && n < sizeof(line) - 1; c++)
-			line[n++] = *c;
-	ssize_t r = write(2, line, n);
-	(void)r;
-}
-
-static size_t lifecycle_utoa(char *out, unsigned v)
-{
-	char tmp[12];
-	size_t n = 0;
-	do {
-		tmp[n++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	for (size_t i = 0; i < n; i++)
-		out[i] = tmp[n - 1 - i];
-	return n;
-}
-
-static void lifecycle_say_err(const char *what, int rc)
-{
-	char msg[96];
-	size_t n = strnlen(what, 64);
-	memcpy(msg, what, n);
-	memcpy(msg + n, ": error ", 8);
-	n += 8;
-	n += lifecycle_utoa(msg + n, (unsigned)(rc < 0 ? -rc : rc));
-	msg[n] = '\0';
-	lifecycle_say(msg, "");
-}
-
-static void lifecycle_set(uint32_t st)
-{
-	atomic_store_explicit(&lifecycle_st, st, memory_order_release);
-	atomic_store_explicit(&attach_ctl.shim_state, st, memory_order_relaxed);
-}
-
-uint32_t lifecycle_state(void)
-{
-	return atomic_load_explicit(&lifecycle_st, memory_order_acquire);
-}
-
-const struct attach_fd *lifecycle_memfd(void)
-{
-	return &lifecycle_mem;
-}
 
 /* ---- the process memfd ------------------------------------------------------------------ */
 
@@ -243,9 +177,9 @@ static int lifecycle_new_memfd(void)
 		if (fstat(fd, &st) != 0) {
 			rc = -errno;
 		} else {
-			lifecycle_mem.fd = fd;
-			lifecycle_mem.dev = (uint64_t)st.st_dev;
-			lifecycle_mem.ino = (uint64_t)st.st_ino;
+			link_mem.fd = fd;
+			link_mem.dev = (uint64_t)st.st_dev;
+			link_mem.ino = (uint64_t)st.st_ino;
 		}
 	}
 	if (rc)
@@ -339,9 +273,9 @@ static int lifecycle_connect(uint64_t flags)
 	int rc = attach_connect(lifecycle_path, &sock);
 	if (rc)
 		return rc;
-	if (!attach_fd_owned(&lifecycle_mem)) {
-		bool had = lifecycle_mem.fd >= 0;
-		lifecycle_mem.fd = -1;
+	if (!attach_fd_owned(&link_mem)) {
+		bool had = link_mem.fd >= 0;
+		link_mem.fd = -1;
 		if (had) {
 			/* The program closed the memfd: its rings cannot be re-sent. Threads
 			 * re-claim rings in the new one (generation change). */
@@ -365,18 +299,18 @@ static int lifecycle_connect(uint64_t flags)
 	if (flags & LLGO_HELLO_FORKED)
 		hello.ppid = (uint32_t)getppid();
 	lifecycle_comm(hello.comm, sizeof(hello.comm));
-	rc = attach_sendmsg(&sock, &hello, sizeof(hello), lifecycle_mem.fd);
+	rc = attach_sendmsg(&sock, &hello, sizeof(hello), link_mem.fd);
 	if (rc) {
 		attach_fd_close(&sock);
 		return rc;
 	}
-	lifecycle_sock = sock;
+	link_sock = sock;
 	struct ucred cred;
 	socklen_t clen = sizeof(cred);
-	lifecycle_daemon_pid =
+	link_daemon_pid =
 		getsockopt(sock.fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0 ? cred.pid : 0;
 	atomic_store_explicit(&lifecycle_pid, getpid(), memory_order_relaxed);
-	lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
+	link_backoff_ns = LINK_BACKOFF_MIN_NS;
 	atomic_store_explicit(&lifecycle_adopt_seen,
 			      atomic_load_explicit(&attach_ctl.adopt_gen, memory_order_relaxed),
 			      memory_order_relaxed);
@@ -385,36 +319,15 @@ static int lifecycle_connect(uint64_t flags)
 	atomic_store_explicit(&attach_ctl.rate_word,
 			      atomic_load_explicit(&attach_ctl.want_rate_word, memory_order_relaxed),
 			      memory_order_relaxed);
-	lifecycle_set(LLGO_SHIM_ATTACHED);
+	link_set(LLGO_SHIM_ATTACHED);
 	return 0;
-}
-
-static void lifecycle_schedule_retry(void)
-{
-	uint64_t b = lifecycle_backoff_ns;
-	atomic_store_explicit(&lifecycle_retry_ns, attach_now_ns() + b, memory_order_relaxed);
-	lifecycle_backoff_ns = b * 2 > LIFECYCLE_BACKOFF_MAX_NS ? LIFECYCLE_BACKOFF_MAX_NS : b * 2;
-}
-
-/* ATTACHED -> LOST (once; whoever wins the CAS logs and schedules the first retry). */
-static void lifecycle_lose(const char *why)
-{
-	uint32_t expect = LLGO_SHIM_ATTACHED;
-	if (!atomic_compare_exchange_strong_explicit(&lifecycle_st, &expect, LLGO_SHIM_ATTACHING,
-						     memory_order_acq_rel, memory_order_relaxed))
-		return;
-	lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
-	lifecycle_schedule_retry();
-	lifecycle_hello_flags = LLGO_HELLO_REATTACH;
-	lifecycle_say("daemon lost: ", why);
-	lifecycle_set(LLGO_SHIM_LOST);
 }
 
 /* LOST -> ATTACHING -> ATTACHED | LOST, by the one thread that wins the CAS. */
 static void lifecycle_reconnect(void)
 {
 	uint32_t expect = LLGO_SHIM_LOST;
-	if (!atomic_compare_exchange_strong_explicit(&lifecycle_st, &expect, LLGO_SHIM_ATTACHING,
+	if (!atomic_compare_exchange_strong_explicit(&link_st, &expect, LLGO_SHIM_ATTACHING,
 						     memory_order_acq_rel, memory_order_relaxed))
 		return;
 	atomic_store_explicit(&attach_ctl.shim_state, LLGO_SHIM_ATTACHING, memory_order_relaxed);
@@ -424,25 +337,25 @@ static void lifecycle_reconnect(void)
 	 * check ran before; the window in which the program could reuse the number between that
 	 * check and the send is a few instructions long.
 	 */
-	attach_fd_close(&lifecycle_sock);
-	uint64_t flags = lifecycle_hello_flags;
+	attach_fd_close(&link_sock);
+	uint64_t flags = link_hello_flags;
 	int rc = lifecycle_connect(flags);
 	if (rc == 0) {
-		lifecycle_hello_flags = 0;
+		link_hello_flags = 0;
 		if (flags & LLGO_HELLO_REATTACH)
 			atomic_fetch_add_explicit(&attach_ctl.reconnects, 1, memory_order_relaxed);
 		/* the live-object table again, for this connection's session (live.c) */
 		live_resend();
-		lifecycle_say("attached to ", lifecycle_path);
+		link_say("attached to ", lifecycle_path);
 		return;
 	}
-	lifecycle_schedule_retry();
-	lifecycle_set(LLGO_SHIM_LOST);
+	link_schedule_retry();
+	link_set(LLGO_SHIM_LOST);
 }
 
 bool lifecycle_ready_slow(struct llgo_heap_thread *t)
 {
-	uint32_t st = lifecycle_state();
+	uint32_t st = link_state();
 	if (st == LLGO_SHIM_ATTACHED) {
 		/* (lifecycle_ready counted this call, unless the state changed meanwhile) */
 		if (t->ready_calls < LIFECYCLE_CHECK_EVERY)
@@ -459,39 +372,22 @@ bool lifecycle_ready_slow(struct llgo_heap_thread *t)
 		void (*tick)(void) = atomic_load_explicit(&lifecycle_tick, memory_order_acquire);
 		if (tick)
 			tick();
-		if (!attach_peer_gone(&lifecycle_sock))
+		if (!attach_peer_gone(&link_sock))
 			return true;
-		lifecycle_lose("connection closed");
-		st = lifecycle_state();
+		link_lose("connection closed");
+		st = link_state();
 		/* a daemon that took us back already (adopt_gen): reconnect right away below */
 	}
 	if (st == LLGO_SHIM_LOST) {
 		uint64_t adopt = atomic_load_explicit(&attach_ctl.adopt_gen, memory_order_relaxed);
 		if (attach_now_ns() >=
-			    atomic_load_explicit(&lifecycle_retry_ns, memory_order_relaxed) ||
+			    atomic_load_explicit(&link_retry_ns, memory_order_relaxed) ||
 		    adopt != atomic_load_explicit(&lifecycle_adopt_seen, memory_order_relaxed))
 			lifecycle_reconnect();
-		return lifecycle_state() == LLGO_SHIM_ATTACHED;
+		return link_state() == LLGO_SHIM_ATTACHED;
 	}
 	/* OFF: existing rings take records (no syscall); nothing else happens. */
 	return st == LLGO_SHIM_OFF && t->ring.hdr;
-}
-
-int lifecycle_send(const void *pkt, size_t n)
-{
-	return lifecycle_send_fd(pkt, n, -1);
-}
-
-int lifecycle_send_fd(const void *pkt, size_t n, int fd)
-{
-	if (lifecycle_state() != LLGO_SHIM_ATTACHED)
-		return -ENOTCONN;
-	int rc = attach_sendmsg(&lifecycle_sock, pkt, n, fd);
-	if (rc == -EBADF)
-		lifecycle_lose("socket closed or replaced by the program");
-	else if (rc && rc != -EAGAIN && rc != -ENOBUFS)
-		lifecycle_lose("send failed");
-	return rc;
 }
 
 static void lifecycle_bye(uint16_t type);
@@ -503,17 +399,17 @@ static void lifecycle_bye(uint16_t type);
 void lifecycle_sandboxed(void)
 {
 	lifecycle_settled(&llgo_heap_tls);
-	if (lifecycle_state() == LLGO_SHIM_ATTACHED &&
+	if (link_state() == LLGO_SHIM_ATTACHED &&
 	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) == getpid())
 		lifecycle_bye(LLGO_MSG_BYE);
-	lifecycle_set(LLGO_SHIM_OFF);
+	link_set(LLGO_SHIM_OFF);
 }
 
 /* ---- threads ---------------------------------------------------------------------------- */
 
 static void lifecycle_seed(struct llgo_heap_thread *t)
 {
-	if (lifecycle_state() != LLGO_SHIM_OFF)
+	if (link_state() != LLGO_SHIM_OFF)
 		t->tid = (uint32_t)gettid();
 	t->rng = sample_rng_seed(((uint64_t)t->tid << 32) ^ (uint64_t)(uintptr_t)t ^ t->rng,
 				 attach_now_ns());
@@ -529,7 +425,7 @@ void lifecycle_thread_start(struct llgo_heap_thread *t, uintptr_t frame)
 	size_t size = 0;
 	/* Outside any allocation: glibc's lock and its allocations are harmless here (they are
 	 * not sampled: guard). */
-	if (lifecycle_state() != LLGO_SHIM_OFF && pthread_getattr_np(pthread_self(), &attr) == 0) {
+	if (link_state() != LLGO_SHIM_OFF && pthread_getattr_np(pthread_self(), &attr) == 0) {
 		if (pthread_attr_getstack(&attr, &addr, &size) != 0)
 			addr = NULL;
 		pthread_attr_destroy(&attr);
@@ -590,11 +486,11 @@ static void lifecycle_atfork_child(void)
 	/* forking 2: fork() has returned in this child (TLS: the page is the thread's own,
 	 * written by fork's child path anyway) */
 	llgo_heap_tls.forking = 2;
-	uint32_t st = lifecycle_state();
+	uint32_t st = link_state();
 	if (st == LLGO_SHIM_DETACHED || st == LLGO_SHIM_OFF)
 		return;
-	attach_fd_drop(&lifecycle_sock);
-	attach_fd_drop(&lifecycle_mem);
+	attach_fd_drop(&link_sock);
+	attach_fd_drop(&link_mem);
 	live_fork_drop();
 }
 
@@ -609,7 +505,7 @@ static void lifecycle_atfork_child(void)
 static void lifecycle_fork_settle(bool raw)
 {
 	atomic_store_explicit(&lifecycle_self, getpid(), memory_order_relaxed);
-	uint32_t st = lifecycle_state();
+	uint32_t st = link_state();
 	bool shared = false;
 	if (st != LLGO_SHIM_DETACHED && st != LLGO_SHIM_OFF) {
 		shared = raw && lifecycle_files_shared();
@@ -625,17 +521,17 @@ static void lifecycle_fork_settle(bool raw)
 				      memory_order_relaxed);
 		emit_forget_all();
 		if (shared) {
-			attach_fd_forget(&lifecycle_sock);
-			attach_fd_forget(&lifecycle_mem);
-			lifecycle_say("not attached: ", "shares its parent's descriptor table");
-			lifecycle_set(LLGO_SHIM_OFF);
+			attach_fd_forget(&link_sock);
+			attach_fd_forget(&link_mem);
+			link_say("not attached: ", "shares its parent's descriptor table");
+			link_set(LLGO_SHIM_OFF);
 		} else {
-			attach_fd_close(&lifecycle_sock); /* (if the handler has not run yet) */
-			attach_fd_close(&lifecycle_mem);
-			lifecycle_hello_flags = LLGO_HELLO_FORKED;
-			lifecycle_backoff_ns = LIFECYCLE_BACKOFF_MIN_NS;
-			atomic_store_explicit(&lifecycle_retry_ns, 0, memory_order_relaxed);
-			lifecycle_set(LLGO_SHIM_LOST);
+			attach_fd_close(&link_sock); /* (if the handler has not run yet) */
+			attach_fd_close(&link_mem);
+			link_hello_flags = LLGO_HELLO_FORKED;
+			link_backoff_ns = LINK_BACKOFF_MIN_NS;
+			atomic_store_explicit(&link_retry_ns, 0, memory_order_relaxed);
+			link_set(LLGO_SHIM_LOST);
 		}
 	}
 	live_fork_child(!shared);
@@ -722,7 +618,7 @@ static void lifecycle_socket_path(void)
 			memcpy(path, dir, n);
 		} else { /* where systemd-logind puts XDG_RUNTIME_DIR */
 			memcpy(path, "/run/user/", 10);
-			n = 10 + lifecycle_utoa(path + 10, (unsigned)geteuid());
+			n = 10 + link_utoa(path + 10, (unsigned)geteuid());
 		}
 		memcpy(path + n, "/llgo-heapd.sock", 16);
 		n += 16;
@@ -735,11 +631,13 @@ static void lifecycle_socket_path(void)
 
 __attribute__((constructor(102))) static void lifecycle_init(void)
 {
+	/* before fork's handlers and the process mark: nothing needs the check until then */
+	link_on_settle(lifecycle_fork_check);
 	const char *dbg = getenv("LLGO_HEAP_DEBUG");
-	lifecycle_debug = dbg && dbg[0] == '1';
+	link_debug = dbg && dbg[0] == '1';
 	atomic_store_explicit(&lifecycle_self, getpid(), memory_order_relaxed);
 	if (!owner_elect()) { /* another copy of the shim samples this process (owner.c) */
-		lifecycle_say("not attached: ", "another copy of the sampler is active");
+		link_say("not attached: ", "another copy of the sampler is active");
 		return;
 	}
 	unsigned long page = getauxval(AT_PAGESZ);
@@ -755,8 +653,8 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 	if (!lifecycle_path[0] || attach_page_size > ATTACH_AREA_SIZE)
 		return;
 	if (lifecycle_filtered_at_start()) {
-		lifecycle_say("not attached: ", "the process runs under a seccomp filter");
-		lifecycle_set(LLGO_SHIM_OFF);
+		link_say("not attached: ", "the process runs under a seccomp filter");
+		link_set(LLGO_SHIM_OFF);
 		return;
 	}
 	atomic_store_explicit(&attach_ctl.want_rate_word, llgo_rate_to_word(rate),
@@ -765,57 +663,36 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 		/* dlopen'ed into a running process (llgo-heap attach, or a plugin that only
 		 * hooks): connect at the first sample or at lifecycle_attach_now, not here (an
 		 * attach names its own daemon). From here on, slow paths pass the gate. */
-		atomic_store_explicit(&lifecycle_late, 1, memory_order_relaxed);
-		lifecycle_hello_flags = 0;
-		atomic_store_explicit(&lifecycle_retry_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&link_late, 1, memory_order_relaxed);
+		link_hello_flags = 0;
+		atomic_store_explicit(&link_retry_ns, 0, memory_order_relaxed);
 		atomic_store_explicit(&attach_ctl.rate_word, llgo_rate_to_word(rate),
 				      memory_order_relaxed);
-		lifecycle_set(LLGO_SHIM_LOST);
+		link_set(LLGO_SHIM_LOST);
 		return;
 	}
 	uint64_t adds = lifecycle_adds();
 	int rc = lifecycle_connect(0);
 	if (rc == 0) {
 		lifecycle_adds_at_attach = adds;
-		lifecycle_say("attached to ", lifecycle_path);
+		link_say("attached to ", lifecycle_path);
 		return;
 	}
-	lifecycle_say_err(lifecycle_path, rc);
+	link_say_err(lifecycle_path, rc);
 	if (rc == -ECONNREFUSED || rc == -EAGAIN) {
 		/* A socket nobody accepts on (a daemon restarting) or a full backlog: count the
 		 * samples and retry from the slow path, as after a loss. */
-		lifecycle_hello_flags = 0;
-		lifecycle_schedule_retry();
+		link_hello_flags = 0;
+		link_schedule_retry();
 		atomic_store_explicit(&attach_ctl.rate_word, llgo_rate_to_word(rate),
 				      memory_order_relaxed);
-		lifecycle_set(LLGO_SHIM_LOST);
+		link_set(LLGO_SHIM_LOST);
 	}
 }
 
 /* ---- llgo-heap attach and detach (override_got.c) ------------------------------------------ */
 
-_Atomic uint32_t lifecycle_late;
-_Atomic uint64_t lifecycle_inflight;
 void (*_Atomic lifecycle_tick)(void);
-/* Closed by lifecycle_detach (under override_got.c's lock), opened by lifecycle_attach_now. */
-static _Atomic uint32_t lifecycle_gate_open = 1;
-
-#define LIFECYCLE_QUIET_WAIT_MS 3000
-
-/*
- * Dekker's pattern with lifecycle_detach: a path counts itself in, then reads the gate; the
- * detach closes the gate, then reads the count (all seq_cst). Either the path sees the gate
- * closed (and leaves at once), or the detach sees it counted (and waits for its leave, a
- * release the detach's acquire load pairs with).
- */
-bool lifecycle_enter_late(void)
-{
-	atomic_fetch_add_explicit(&lifecycle_inflight, 1, memory_order_seq_cst);
-	if (atomic_load_explicit(&lifecycle_gate_open, memory_order_seq_cst))
-		return true;
-	atomic_fetch_sub_explicit(&lifecycle_inflight, 1, memory_order_release);
-	return false;
-}
 
 /* Whether this copy was loaded after the process started (dlopen), rather than preloaded, a
  * dependency of the program, or linked into it: then neither is the program this copy's
@@ -843,16 +720,16 @@ static bool lifecycle_loaded_late(void)
 
 int lifecycle_attach_now(const char *path, uint64_t rate)
 {
-	if (!atomic_load_explicit(&lifecycle_late, memory_order_relaxed))
+	if (!atomic_load_explicit(&link_late, memory_order_relaxed))
 		return -EEXIST;
-	uint32_t st = lifecycle_state();
+	uint32_t st = link_state();
 	if (st == LLGO_SHIM_OFF)
 		return -EPERM;
 	if (st != LLGO_SHIM_LOST && st != LLGO_SHIM_DETACHED)
 		return -EALREADY;
 	if (path && (!*path || strnlen(path, sizeof(lifecycle_path)) >= sizeof(lifecycle_path)))
 		return -ENAMETOOLONG;
-	if (!atomic_compare_exchange_strong_explicit(&lifecycle_st, &st, LLGO_SHIM_ATTACHING,
+	if (!atomic_compare_exchange_strong_explicit(&link_st, &st, LLGO_SHIM_ATTACHING,
 						     memory_order_acq_rel, memory_order_relaxed))
 		return -EALREADY;
 	atomic_store_explicit(&attach_ctl.shim_state, LLGO_SHIM_ATTACHING, memory_order_relaxed);
@@ -864,24 +741,24 @@ int lifecycle_attach_now(const char *path, uint64_t rate)
 		rate = LLGO_RATE_MAX;
 	/* Without a memfd there is no ring (a first attach, or after a detach): their size may
 	 * follow this rate. A copy that connected on its own before (a plugin's hook) and lost
-	 * its daemon keeps its rings and re-sends them (lifecycle_hello_flags: REATTACH). */
-	if (lifecycle_mem.fd < 0)
+	 * its daemon keeps its rings and re-sends them (link_hello_flags: REATTACH). */
+	if (link_mem.fd < 0)
 		emit_init(rate);
 	atomic_store_explicit(&attach_ctl.want_rate_word, llgo_rate_to_word(rate),
 			      memory_order_relaxed);
-	atomic_store_explicit(&lifecycle_gate_open, 1, memory_order_seq_cst);
-	attach_fd_close(&lifecycle_sock);
+	link_gate_open();
+	attach_fd_close(&link_sock);
 	uint64_t adds = lifecycle_adds();
-	int rc = lifecycle_connect(lifecycle_hello_flags);
+	int rc = lifecycle_connect(link_hello_flags);
 	if (rc) {
 		atomic_store_explicit(&attach_ctl.rate_word, 0, memory_order_relaxed);
-		lifecycle_set(LLGO_SHIM_DETACHED);
-		lifecycle_say_err(lifecycle_path, rc);
+		link_set(LLGO_SHIM_DETACHED);
+		link_say_err(lifecycle_path, rc);
 		return rc;
 	}
 	lifecycle_adds_at_attach = adds;
-	lifecycle_hello_flags = 0;
-	lifecycle_say("attached to ", lifecycle_path);
+	link_hello_flags = 0;
+	link_say("attached to ", lifecycle_path);
 	return 0;
 }
 
@@ -891,23 +768,13 @@ int lifecycle_detach(void)
 	 * straight to the real functions from now on */
 	atomic_store_explicit(&attach_ctl.want_rate_word, 0, memory_order_relaxed);
 	atomic_store_explicit(&attach_ctl.rate_word, 0, memory_order_relaxed);
-	atomic_store_explicit(&lifecycle_gate_open, 0, memory_order_seq_cst);
-	bool quiet = false;
-	for (int waited = 0; waited <= LIFECYCLE_QUIET_WAIT_MS; waited++) {
-		/* acquire: pairs with lifecycle_leave's release */
-		if (atomic_load_explicit(&lifecycle_inflight, memory_order_seq_cst) == 0) {
-			quiet = true;
-			break;
-		}
-		struct timespec ts = { 0, 1000000 };
-		nanosleep(&ts, NULL);
-	}
+	bool quiet = link_gate_close();
 	/* Every record published before the gate closed is drained by the daemon before END. */
-	if (lifecycle_state() == LLGO_SHIM_ATTACHED &&
+	if (link_state() == LLGO_SHIM_ATTACHED &&
 	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) == getpid())
 		lifecycle_bye(LLGO_MSG_DETACH);
-	lifecycle_set(LLGO_SHIM_DETACHED);
-	attach_fd_close(&lifecycle_sock);
+	link_set(LLGO_SHIM_DETACHED);
+	attach_fd_close(&link_sock);
 	emit_release(quiet);
 	live_release(quiet);
 	/* the control page becomes private memory again, rate 0, counters for the next session
@@ -920,93 +787,11 @@ int lifecycle_detach(void)
 	atomic_store_explicit(&attach_ctl.ring_count, 0, memory_order_relaxed);
 	atomic_store_explicit(&attach_ctl.daemon_beat, 0, memory_order_relaxed);
 	if (quiet)
-		attach_fd_close(&lifecycle_mem);
+		attach_fd_close(&link_mem);
 	else
-		attach_fd_forget(&lifecycle_mem); /* a ring may still be made in it: left open */
-	lifecycle_say("detached from ", lifecycle_path);
+		attach_fd_forget(&link_mem); /* a ring may still be made in it: left open */
+	link_say("detached from ", lifecycle_path);
 	return quiet ? 0 : -EBUSY;
-}
-
-/* The daemon's scheduler state and CPU time (utime + stime ticks) from /proc/PID/stat; false
- * when it cannot be read (gone, another pid namespace). */
-static bool lifecycle_daemon_stat(char *state, uint64_t *ticks)
-{
-	if (lifecycle_daemon_pid <= 0)
-		return false;
-	char path[32] = "/proc/";
-	size_t n = 6 + lifecycle_utoa(path + 6, (unsigned)lifecycle_daemon_pid);
-	memcpy(path + n, "/stat", 6);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	char buf[512];
-	ssize_t r = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (r <= 0)
-		return false;
-	buf[r] = '\0';
-	char *p = strrchr(buf, ')');
-	if (!p || p[1] != ' ')
-		return false;
-	*state = p[2];
-	/* fields after the state: ppid pgrp session tty tpgid flags minflt cminflt majflt
-	 * cmajflt utime stime */
-	p += 3;
-	uint64_t f[12] = { 0 };
-	for (int i = 0; i < 12 && *p; i++) {
-		while (*p == ' ')
-			p++;
-		while (*p >= '0' && *p <= '9')
-			f[i] = f[i] * 10 + (uint64_t)(*p++ - '0');
-		while (*p && *p != ' ')
-			p++;
-	}
-	*ticks = f[10] + f[11];
-	return true;
-}
-
-/* Whether any thread of the daemon is running or waiting to run (R), read from
- * /proc/PID/task/TID/stat with raw getdents64 (no malloc: we may be in _exit). */
-static bool lifecycle_daemon_runnable(void)
-{
-	char path[48] = "/proc/";
-	size_t n = 6 + lifecycle_utoa(path + 6, (unsigned)lifecycle_daemon_pid);
-	memcpy(path + n, "/task", 6);
-	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		return false;
-	bool running = false;
-	unsigned char buf[2048];
-	long got;
-	while (!running && (got = syscall(SYS_getdents64, dfd, buf, sizeof(buf))) > 0) {
-		for (long off = 0; off < got && !running;) {
-			struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type;
-				 char name[]; } *d = (void *)(buf + off);
-			off += d->reclen;
-			if (d->name[0] < '0' || d->name[0] > '9')
-				continue;
-			char sp[96];
-			size_t k = n + 5;
-			memcpy(sp, path, k);
-			sp[k++] = '/';
-			size_t ln = strnlen(d->name, 16);
-			memcpy(sp + k, d->name, ln);
-			memcpy(sp + k + ln, "/stat", 6);
-			int fd = open(sp, O_RDONLY | O_CLOEXEC);
-			if (fd < 0)
-				continue;
-			char st[256];
-			ssize_t r = read(fd, st, sizeof(st) - 1);
-			close(fd);
-			if (r <= 0)
-				continue;
-			st[r] = '\0';
-			char *p = strrchr(st, ')');
-			running = p && p[1] == ' ' && (p[2] == 'R' || p[2] == 'D');
-		}
-	}
-	close(dfd);
-	return running;
 }
 
 /* Whether a daemon that has not answered yet is working (on us or on others): it touched
@@ -1020,26 +805,13 @@ static bool lifecycle_daemon_working(uint32_t *beat, uint64_t *ticks)
 	*beat = b;
 	char st;
 	uint64_t t;
-	if (!lifecycle_daemon_stat(&st, &t))
+	if (!link_daemon_stat(&st, &t))
 		return moved;
 	bool ran = t != *ticks;
 	*ticks = t;
 	if (st == 'T' || st == 't' || st == 'Z' || st == 'X')
 		return false;
-	return moved || ran || lifecycle_daemon_runnable();
-}
-
-bool lifecycle_daemon_active(void)
-{
-	static _Atomic uint64_t last_ticks;
-	char st;
-	uint64_t t;
-	if (lifecycle_state() == LLGO_SHIM_OFF || !lifecycle_daemon_stat(&st, &t))
-		return false;
-	if (st == 'T' || st == 't' || st == 'Z' || st == 'X')
-		return false;
-	uint64_t before = atomic_exchange_explicit(&last_ticks, t, memory_order_relaxed);
-	return t != before || lifecycle_daemon_runnable();
+	return moved || ran || link_daemon_runnable();
 }
 
 static int lifecycle_adds_cb(struct dl_phdr_info *info, size_t size, void *data)
@@ -1065,16 +837,16 @@ static void lifecycle_exit_entered(void);
  * nothing. */
 __attribute__((destructor(101))) void lifecycle_exit(void)
 {
-	if (!lifecycle_enter())
+	if (!link_enter())
 		return; /* a detach is giving the rings back */
 	lifecycle_exit_entered();
-	lifecycle_leave();
+	link_leave();
 }
 
 static void lifecycle_exit_entered(void)
 {
 	static _Atomic int done;
-	if (lifecycle_state() != LLGO_SHIM_ATTACHED ||
+	if (link_state() != LLGO_SHIM_ATTACHED ||
 	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) != getpid() ||
 	    atomic_exchange(&done, 1))
 		return;
@@ -1099,7 +871,7 @@ static void lifecycle_bye(uint16_t type)
 {
 	struct llgo_msg_header bye;
 	attach_header(&bye, type, sizeof(bye));
-	if (lifecycle_send(&bye, sizeof(bye)) != 0)
+	if (link_send(&bye, sizeof(bye)) != 0)
 		return;
 	union {
 		struct llgo_msg_end end;
@@ -1111,10 +883,10 @@ static void lifecycle_bye(uint16_t type)
 	uint32_t beat = atomic_load_explicit(&attach_ctl.daemon_beat, memory_order_relaxed);
 	uint64_t ticks = 0;
 	char st;
-	if (!lifecycle_daemon_stat(&st, &ticks))
+	if (!link_daemon_stat(&st, &ticks))
 		ticks = 0;
 	for (int waited = 0; waited < LIFECYCLE_BYE_WAIT_MAX_MS; waited += LIFECYCLE_BYE_WAIT_MS) {
-		if (attach_recv(&lifecycle_sock, &in, sizeof(in), LLGO_MSG_END,
+		if (attach_recv(&link_sock, &in, sizeof(in), LLGO_MSG_END,
 				LIFECYCLE_BYE_WAIT_MS) != -ETIMEDOUT)
 			return;
 		if (!lifecycle_daemon_working(&beat, &ticks))

@@ -147,7 +147,7 @@ static void live_send(int fd)
 		return;
 	struct llgo_msg_header m;
 	attach_header(&m, LLGO_MSG_ADD_LIVE, sizeof(m));
-	lifecycle_send_fd(&m, sizeof(m), fd);
+	link_send_fd(&m, sizeof(m), fd);
 }
 
 void live_resend(void)
@@ -232,7 +232,7 @@ static llgo_noinline struct llgo_live_header *live_get_first(void)
 {
 	struct llgo_live_header *h;
 	/* no table (memfd_create, mmap) once the program forbade syscalls (lifecycle.c) */
-	if (lifecycle_state() == LLGO_SHIM_OFF)
+	if (link_state() == LLGO_SHIM_OFF)
 		return NULL;
 	int expect = LIVE_NONE;
 	if (!atomic_compare_exchange_strong_explicit(&live_state, &expect, LIVE_CREATING,
@@ -270,9 +270,11 @@ bool live_can_place(void)
  * (Treiber stacks of page indices with a tag against ABA; the next index of each free run and
  * the length of each object live in a side table), and made by bumping a page cursor when the
  * list is empty. Freed runs stay resident for reuse (their contents are stale: calloc clears
- * its object), up to a 32nd of the pages in objects plus LIVE_ARENA_KEEP: a run freed
- * beyond that is given back first (MADV_DONTNEED: zero when next used), so that the arena's
- * resident pages follow the live sampled objects, not their peak. Everything is private
+ * its object), up to a 32nd of the pages in objects plus LIVE_ARENA_KEEP (1 MiB): a run
+ * freed beyond that is given back first (MADV_DONTNEED: zero when next used), so that the
+ * arena's resident pages follow the live sampled objects, not their peak. The floor is what
+ * keeps short-lived samples of mixed sizes (free lists are per page count) from paying a
+ * madvise and a fault per page each. Everything is private
  * memory: a fork child inherits the arena and its lists as they were at the clone, and frees
  * its inherited objects by address alone. Objects placed
  * here carry the offset LIVE_OFF_ARENA.
@@ -297,7 +299,7 @@ static _Atomic uint64_t live_arena_free[LIVE_ARENA_MAXPG + 1]; /* tag << 32 | in
 /* Pages in objects given out, and in free runs (approximate under races: a policy, not an
  * invariant). */
 static _Atomic uint32_t live_arena_busy, live_arena_idle;
-#define LIVE_ARENA_KEEP 4u
+#define LIVE_ARENA_KEEP 256u
 static _Atomic int live_arena_state;
 
 /* The reservation, made once (under the guard; a failure leaves placement to live_place's
@@ -404,7 +406,7 @@ static void live_arena_release(void *p)
 		return; /* not an object's first page: never given out, left alone */
 	uint32_t busy = atomic_fetch_sub_explicit(&live_arena_busy, n, memory_order_relaxed) - n;
 	uint32_t idle = atomic_load_explicit(&live_arena_idle, memory_order_relaxed);
-	if (idle > busy / 32 + LIVE_ARENA_KEEP && lifecycle_state() != LLGO_SHIM_OFF)
+	if (idle > busy / 32 + LIVE_ARENA_KEEP && link_state() != LLGO_SHIM_OFF)
 		(void)madvise(p, (size_t)n * LIVE_PAGE, MADV_DONTNEED); /* no syscall once sandboxed */
 	atomic_fetch_add_explicit(&live_arena_idle, n, memory_order_relaxed);
 	_Atomic uint64_t *head = &live_arena_free[n];
@@ -726,10 +728,26 @@ static inline __attribute__((always_inline)) bool live_lookup(uint64_t addr,
 	return true;
 }
 
+/* The removals of live_remove and live_free are frees (or a realloc's move) of tracked
+ * objects: otel_memory:free, after the entry is gone and before the memory is released
+ * (probe.h). A fork child's inherited objects (ring LLGO_LIVE_RING_NONE) were never
+ * alloc-probed in this process. */
+static inline void live_probe_free(uint64_t addr, const struct llgo_live_entry *e)
+{
+	if (probe_otel_free_enabled() && LLGO_LIVE_REF_RING(e->ref) != LLGO_LIVE_RING_NONE)
+		probe_otel_free(addr);
+}
+
 bool live_remove(uint64_t addr, struct llgo_live_entry *out)
 {
 	live_settle();
-	return live_lookup(addr, out, true);
+	struct llgo_live_entry e;
+	if (!live_lookup(addr, &e, true))
+		return false;
+	live_probe_free(addr, &e);
+	if (out)
+		*out = e;
+	return true;
 }
 
 bool live_find(uint64_t addr, struct llgo_live_entry *out)
@@ -816,13 +834,15 @@ void live_free(void (*fn)(void *), void *p)
 	struct llgo_live_entry e;
 	uint32_t off = 0;
 	/* a closed gate (detach): the table is going; objects of a late copy are real blocks */
-	if (!lifecycle_enter()) {
+	if (!link_enter()) {
 		fn(p);
 		return;
 	}
-	if (live_lookup((uint64_t)(uintptr_t)p, &e, true))
+	if (live_lookup((uint64_t)(uintptr_t)p, &e, true)) {
 		off = LLGO_LIVE_OFF(e.size);
-	lifecycle_leave();
+		live_probe_free((uint64_t)(uintptr_t)p, &e);
+	}
+	link_leave();
 	if (off == LIVE_OFF_ARENA || live_in_arena(p))
 		live_arena_release(p);
 	else
@@ -834,10 +854,10 @@ size_t live_usable(size_t (*fn)(void *), void *p)
 	struct llgo_live_entry e;
 	if (p && live_in_arena(p))
 		return live_arena_usable(p);
-	if (!lifecycle_enter())
+	if (!link_enter())
 		return fn(p);
 	bool found = p && live_lookup((uint64_t)(uintptr_t)p, &e, false);
-	lifecycle_leave();
+	link_leave();
 	if (found) {
 		uint32_t off = LLGO_LIVE_OFF(e.size);
 		return fn((unsigned char *)p - off) - off;
@@ -919,7 +939,7 @@ void live_fork_child(bool close_fds)
 	uint64_t *used = mmap(NULL, sizeof(live_pages), PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	struct llgo_live_header *h = NULL;
-	if (used != MAP_FAILED && lifecycle_state() != LLGO_SHIM_OFF)
+	if (used != MAP_FAILED && link_state() != LLGO_SHIM_OFF)
 		h = live_make();
 	if (!h) {
 		if (used != MAP_FAILED)

@@ -602,7 +602,7 @@ static int override_got_self_cb(struct dl_phdr_info *info, size_t size, void *ar
  */
 llgo_export int llgo_heap_attach_start(const char *socket_path, uint64_t rate)
 {
-	if (owner_defers() || !atomic_load_explicit(&lifecycle_late, memory_order_relaxed))
+	if (owner_defers() || !atomic_load_explicit(&link_late, memory_order_relaxed))
 		return -EEXIST;
 	struct llgo_heap_thread *t = &llgo_heap_tls;
 	uint8_t guard = t->guard;
@@ -708,7 +708,7 @@ static int override_got_restore(struct dl_phdr_info *info, size_t size, void *ar
  */
 llgo_export int llgo_heap_attach_stop(void)
 {
-	if (!atomic_load_explicit(&lifecycle_late, memory_order_relaxed))
+	if (!atomic_load_explicit(&link_late, memory_order_relaxed))
 		return -ENOENT;
 	struct llgo_heap_thread *t = &llgo_heap_tls;
 	uint8_t guard = t->guard;

@@ -38,16 +38,6 @@ llgo_export __thread struct llgo_heap_thread llgo_heap_tls llgo_tls_ie;
 
 /* ---- random numbers and the threshold draw ------------------------------------------- */
 
-uint64_t sample_rng_seed(uint64_t a, uint64_t b)
-{
-	/* splitmix64 finaliser over both inputs: nearby tids and times give unrelated seeds */
-	uint64_t z = a * 0x9e3779b97f4a7c15ULL ^ b;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	z ^= z >> 31;
-	return z ? z : 0x853c49e6748fea9bULL;
-}
-
 uint64_t sample_rng_next(uint64_t *state)
 {
 	uint64_t x = *state;
@@ -172,7 +162,7 @@ static inline __attribute__((always_inline)) int64_t sample_begin(struct llgo_he
 	if (llgo_unlikely(t->gen != emit_generation()))
 		sample_thread_init(t);
 	if (w < 0 || sample_decide(t, w, size)) { /* (sample_decide's first case, inline) */
-		if (llgo_likely(lifecycle_enter())) /* left where the guard is released */
+		if (llgo_likely(link_enter())) /* left where the guard is released */
 			return w;
 	}
 	t->guard = 0;
@@ -183,7 +173,7 @@ static inline __attribute__((always_inline)) int64_t sample_begin(struct llgo_he
 static inline void sample_end(struct llgo_heap_thread *t)
 {
 	t->guard = 0;
-	lifecycle_leave();
+	link_leave();
 }
 
 /*
@@ -223,6 +213,10 @@ static void *sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, s
 	}
 	sample_end(t);
 	if (p && off && !tracked) {
+		/* p goes away: for otel_memory, freed (an alloc it never reported when the record
+		 * was dropped: collectors ignore a free of an address they do not hold) */
+		if (probe_otel_free_enabled())
+			probe_otel_free((uint64_t)(uintptr_t)p);
 		void *q = live_malloc_real(asked);
 		if (q)
 			memcpy(q, p, asked);
@@ -371,7 +365,7 @@ SAMPLE_SLOW void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, s
 	void *ra = __builtin_return_address(0); /* a tail call: the program's call site */
 	struct llgo_heap_thread *t = &llgo_heap_tls;
 	/* a closed gate (detach): the table is going; a late copy's objects are real blocks */
-	if (!lifecycle_enter())
+	if (!link_enter())
 		return fn(p, size);
 	struct llgo_live_entry old;
 	uint32_t old_off = 0;
@@ -398,7 +392,7 @@ SAMPLE_SLOW void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, s
 		live_restore((uint64_t)(uintptr_t)p, &old);
 		errno = e;
 	}
-	lifecycle_leave();
+	link_leave();
 	return q;
 }
 

@@ -377,7 +377,7 @@ void stack_bounds_for(struct llgo_heap_thread *t, uintptr_t frame, uintptr_t *lo
 		 * and never once the program forbade syscalls. */
 		uint64_t now = attach_now_ns();
 		uintptr_t a, b;
-		if (lifecycle_state() == LLGO_SHIM_OFF ||
+		if (link_state() == LLGO_SHIM_OFF ||
 		    (t->alt_scan_ns && now - t->alt_scan_ns < STACK_ALT_SCAN_NS))
 			return;
 		t->alt_scan_ns = now;

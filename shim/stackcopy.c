@@ -4,7 +4,7 @@
  * auto mode when the frame-pointer walk cannot be trusted, see stackcopy_take) a sampled
  * allocation carries, besides the frame-pointer walk, the machine state at the program's
  * allocating call site and a copy of the live stack above it (an LLGO_REC_ALLOC_RAW record,
- * shared/ring.h). The daemon unwinds that copy out of process (agent/unwind.c); nothing here
+ * shared/ring.h). The daemon unwinds that copy out of process (agent/unwind/unwind.c); nothing here
  * unwinds, and no unwinder is linked.
  *
  * The start state is exact, never guessed: the slow paths are entered by a tail call from a
@@ -83,11 +83,6 @@ void stackcopy_init(void)
 	}
 }
 
-uint32_t stackcopy_get_mode(void)
-{
-	return stackcopy_mode;
-}
-
 uint32_t stackcopy_stack_cap(void)
 {
 	return stackcopy_cap;
@@ -124,7 +119,7 @@ static bool stackcopy_bounds(const struct llgo_heap_thread *t, uintptr_t sp, uin
 		return true;
 	}
 	stack_t ss;
-	if (lifecycle_state() == LLGO_SHIM_OFF) /* no syscalls once sandboxed */
+	if (link_state() == LLGO_SHIM_OFF) /* no syscalls once sandboxed */
 		return false;
 	if (sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK) && ss.ss_sp &&
 	    sp >= (uintptr_t)ss.ss_sp && sp < (uintptr_t)ss.ss_sp + ss.ss_size) {
@@ -205,7 +200,7 @@ static void stackcopy_interrupted(struct stackcopy *sc, const struct llgo_heap_t
 				  uintptr_t entry)
 {
 	uintptr_t top = stackcopy_end(t), lo = t->stack_lo;
-	if (!top || top <= lo || lifecycle_state() == LLGO_SHIM_OFF)
+	if (!top || top <= lo || link_state() == LLGO_SHIM_OFF)
 		return;
 	if (entry && entry > lo && entry < top && top - entry > STACKCOPY_ENTRY_SLACK)
 		top = entry + STACKCOPY_ENTRY_SLACK;

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../agent/internal.h"
+#include "../shared/symproto.h"
 
 /* A separate debug file for the file being parsed: its .gnu_debuglink name and CRC (crc 0:
  * none), or for a DWARF alternate file (dwz) its .gnu_debugaltlink name and build ID (hex,

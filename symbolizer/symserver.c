@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * symserver.c: llgo-heap-symbolizer, the process llgo-heapd starts to parse ELF/DWARF files for
- * one uid (agent/symhelper.c). It enters its sandbox (symjail.c) first, says READY on its
- * socket (descriptor SYMPROTO_FD), then serves LOOKUPs one at a time (agent/symproto.h):
+ * one uid (agent/symbol/symhelper.c). It enters its sandbox (symjail.c) first, says READY on its
+ * socket (descriptor SYMPROTO_FD), then serves LOOKUPs one at a time (shared/symproto.h):
  * files come as descriptors and are parsed by symparse.c; a debug file it needs is asked of
  * the daemon (FIND), which answers with a descriptor or none. Single-threaded. It exits when
  * the daemon closes the socket, on any malformed message, or after --idle-ms with no request
@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../agent/symproto.h"
+#include "../shared/symproto.h"
 #include "symjail.h"
 #include "symparse.h"
 

@@ -234,11 +234,14 @@ __attribute__((unused)) static int fshim_add_ring(struct fshim *sh, struct fring
 }
 
 /* The producer of shared/ring.h: bytes, release head, release sampled; a full ring drops
- * (release dropped, then release sampled). */
-__attribute__((unused)) static bool fring_push(struct fring *r, const uint64_t *frames, uint16_t n, uint64_t size,
-		       uint64_t rate, bool corrupt)
+ * (release dropped, then release sampled). With regs, an ALLOC_RAW record: the frames, then
+ * the registers and regs->stack_len bytes of stack, which the checksum leaves out. */
+__attribute__((unused)) static bool fring_push_rec(struct fring *r, const uint64_t *frames, uint16_t n,
+			   uint64_t size, uint64_t rate, bool corrupt,
+			   const struct llgo_raw_regs *regs, const unsigned char *stack)
 {
-	uint32_t len = llgo_record_alloc_len(n);
+	uint32_t sumlen = regs ? llgo_record_raw_fixed_len(n) : llgo_record_alloc_len(n);
+	uint32_t len = sumlen + (regs ? regs->stack_len : 0);
 	uint64_t tail = atomic_load_explicit(&r->hdr->tail, memory_order_acquire);
 	if (r->head + len - tail > r->size) {
 		r->dropped++;
@@ -247,10 +250,12 @@ __attribute__((unused)) static bool fring_push(struct fring *r, const uint64_t *
 		atomic_store_explicit(&r->hdr->sampled, r->sampled, memory_order_release);
 		return false;
 	}
-	unsigned char rec[LLGO_RECORD_MAX_LEN];
+	unsigned char rec[LLGO_RECORD_MAX_LEN + sizeof(struct llgo_raw_regs) + 4096];
+	if (regs && regs->stack_len > 4096)
+		return false;
 	struct llgo_record h;
 	memset(&h, 0, sizeof(h));
-	h.kind = LLGO_REC_ALLOC;
+	h.kind = regs ? LLGO_REC_ALLOC_RAW : LLGO_REC_ALLOC;
 	h.version = LLGO_REC_VERSION;
 	h.nframes = n;
 	h.length = len;
@@ -260,7 +265,11 @@ __attribute__((unused)) static bool fring_push(struct fring *r, const uint64_t *
 	h.tid = (uint32_t)gettid();
 	memcpy(rec, &h, sizeof(h));
 	memcpy(rec + sizeof(h), frames, 8u * n);
-	uint64_t sum = llgo_record_checksum(rec, len) ^ (corrupt ? 1 : 0);
+	if (regs) {
+		memcpy(rec + llgo_record_alloc_len(n), regs, sizeof(*regs));
+		memcpy(rec + sumlen, stack, regs->stack_len);
+	}
+	uint64_t sum = llgo_record_checksum(rec, sumlen) ^ (corrupt ? 1 : 0);
 	memcpy(rec + offsetof(struct llgo_record, checksum), &sum, sizeof(sum));
 	llgo_ring_copy_in(r->data, r->size - 1, r->head, rec, len);
 	r->head += len;
@@ -268,6 +277,12 @@ __attribute__((unused)) static bool fring_push(struct fring *r, const uint64_t *
 	r->sampled++;
 	atomic_store_explicit(&r->hdr->sampled, r->sampled, memory_order_release);
 	return true;
+}
+
+__attribute__((unused)) static bool fring_push(struct fring *r, const uint64_t *frames, uint16_t n, uint64_t size,
+		       uint64_t rate, bool corrupt)
+{
+	return fring_push_rec(r, frames, n, size, rate, corrupt, NULL, NULL);
 }
 
 /* Push n records, waiting for the daemon to make room when the ring is full. */

@@ -23,7 +23,7 @@
 #include <linux/capability.h>
 #include <sys/syscall.h>
 
-#include "../agent/vouch.h"
+#include "../agent/server/vouch.h"
 
 #define PROG(name) E2E_PROGS "/" name
 #define AD_DATA LLGO_RING_MIN_DATA

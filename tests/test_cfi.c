@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "../agent/internal.h"
-#include "../agent/unwind_fast.h"
+#include "../agent/unwind/unwind_fast.h"
 
 const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void)
@@ -588,7 +588,7 @@ static void rows_open(struct rows_file *f, const char *path)
 		if (ph.p_vaddr + ph.p_memsz > f->hi)
 			f->hi = ph.p_vaddr + ph.p_memsz;
 	}
-	struct cfi_file cf = { f->img, f->size, f->segs, f->nsegs, f->lo, f->hi };
+	struct cfi_file cf = { f->img, f->size, f->segs, f->nsegs, f->lo, f->hi, NULL };
 	const unsigned char *h = cfi_file_bytes(&cf, hdr, 12);
 	cr_assert(hdr && h, "%s: no .eh_frame_hdr", path);
 	cr_assert(h[0] == 1 && h[1] == 0x1b && h[2] == 0x03 && h[3] == 0x3b,
@@ -631,8 +631,8 @@ static void rows_check(const char *path, double min_share)
 	struct rows_file rf;
 	rows_open(&rf, path);
 	struct uwfast_file ff;
-	uwfast_file_init(&ff, rf.img, rf.size, rf.segs, rf.nsegs, rf.lo, rf.hi, rf.hdr, rf.table,
-			 rf.count);
+	uwfast_file_init(&ff, rf.img, rf.size, NULL, rf.segs, rf.nsegs, rf.lo, rf.hi, rf.hdr,
+			 rf.table, rf.count);
 	cr_assert_eq(ff.fde_count, rf.count, "%s: the fast path refuses the file", path);
 	elf_version(EV_CURRENT);
 	int fd = open(path, O_RDONLY);

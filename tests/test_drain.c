@@ -18,7 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../agent/snapshot.h"
+#include "../agent/output/snapshot.h"
+#include "../agent/server/server.h"
 #include "../shim/internal.h"
 
 static void sleep_ms(unsigned ms)
@@ -483,7 +484,7 @@ Test(drain, snapshots_run_beside_the_drain, .timeout = 300)
 	/* at least 8 profiles, and on until one was collected while the drain ran (or 60 s) */
 	while ((snaps < 8 || !beside) && session_now_ns(CLOCK_MONOTONIC) < until) {
 		struct profile p;
-		cr_assert_eq(snapshot_collect(srv, s, &p), 0);
+		cr_assert_eq(snapshot_collect(server_snapshot_source(srv), s, &p), 0);
 		uint64_t objects = 0;
 		for (size_t k = 0; k < p.nsamples; k++) {
 			cr_assert_eq(p.samples[k].size, 48);
@@ -514,7 +515,7 @@ Test(drain, snapshots_run_beside_the_drain, .timeout = 300)
 		total += atomic_load(&pr[i].pushed);
 	}
 	struct profile p;
-	cr_assert_eq(snapshot_collect(srv, s, &p), 0);
+	cr_assert_eq(snapshot_collect(server_snapshot_source(srv), s, &p), 0);
 	uint64_t objects = 0;
 	for (size_t k = 0; k < p.nsamples; k++)
 		objects += p.samples[k].alloc_objects;

@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../agent/http.h"
+#include "../agent/http/http.h"
 #include "e2e_util.h"
 
 #ifndef LLGO_PLAIN_SHIM

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../agent/drain.h"
+#include "../agent/ingest/drain.h"
 #include "../shim/internal.h"
 
 /* Addresses whose home slot is the same in every level: equal top 23 bits of the hash. */

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../agent/snapshot.h"
+#include "../agent/output/snapshot.h"
 #include "e2e_util.h"
 
 #define KEEP(x) __asm__ volatile("" : : "r"(x) : "memory")

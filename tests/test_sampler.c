@@ -186,7 +186,7 @@ Test(sampler, sampling_probability_matches_pprof_scaling, .timeout = 60)
  * sample and, with no daemon to give it to, counts it in lost_detached without a walk. */
 Test(sampler, slow_path_rate_1_and_rate_0)
 {
-	if (lifecycle_state() == LLGO_SHIM_ATTACHED)
+	if (link_state() == LLGO_SHIM_ATTACHED)
 		cr_skip_test("a daemon is listening on the default socket");
 	int x;
 	uint64_t lost = atomic_load(&attach_ctl.lost_detached);

@@ -25,9 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../agent/buf.h"
+#include "../common/buf.h"
 #include "../agent/internal.h"
-#include "../agent/snapshot.h"
+#include "../agent/output/snapshot.h"
 #include "life_util.h"
 
 #define SBX_HOOKS LLGO_BUILD_DIR "/tests/llgo-heap-symbolizer-hooks"

@@ -14,7 +14,7 @@
 #include <sys/resource.h>
 #include <sys/sysmacros.h>
 
-#include "../agent/ident.h"
+#include "../agent/server/ident.h"
 #include "../shared/live.h"
 
 /* fd's control page, mapped and filled in as a shim does (rate 512); NULL on failure. */
@@ -421,6 +421,162 @@ Test(values, hostile_records_and_counters, .timeout = 60)
 	cr_expect_eq(a.status, 0);
 	buf_free(&a.data);
 	fshim_close(&sh);
+	heapd_stop_clean(&d);
+	heapd_cleanup(&d);
+}
+
+/* ---- the files of a user's processes ------------------------------------------------------- */
+
+/* The ELF address of func in path (its symbol table). */
+static uint64_t sym_addr(const char *path, const char *func)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "nm '%s' | awk '$3 == \"%s\" { print $1 }'", path, func);
+	FILE *p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	unsigned long long a = 0;
+	int n = fscanf(p, "%llx", &a);
+	pclose(p);
+	cr_assert_eq(n, 1, "no %s in %s", func, path);
+	return a;
+}
+
+/*
+ * The attacker's process (run as nobody): maps its copy prog whole and executable, attaches
+ * as a shim and sends a stack copy whose pc is pcs[0] in prog; at the first byte on go it
+ * truncates prog to 0 bytes and sends one at pcs[1]. A byte on done after each send; then it
+ * waits for go's end. Returns its exit status.
+ */
+static int truncating_shim(const char *sock, const char *prog, const uint64_t pcs[2], int go,
+			   int done)
+{
+	int fd = open(prog, O_RDWR | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0)
+		return 1;
+	/* a MiB past the file too: the image's .bss, where no other mapping may go */
+	unsigned char *base = mmap(NULL, (size_t)st.st_size + (1u << 20), PROT_READ | PROT_EXEC,
+				   MAP_PRIVATE, fd, 0);
+	if (base == MAP_FAILED)
+		return 2;
+	struct fshim sh;
+	struct fring r;
+	if (fshim_attach(&sh, sock, LLGO_RING_MIN_DATA, 512) != 0)
+		return 3;
+	fring_new(&r, 0, LLGO_RING_MIN_DATA);
+	if (fshim_add_ring(&sh, &r) != 0)
+		return 4;
+	static unsigned char stack[64]; /* a zero return address: one frame */
+	char c;
+	for (int i = 0; i < 2; i++) {
+		if (i == 1 && (read(go, &c, 1) != 1 || ftruncate(fd, 0) != 0))
+			return 5;
+		struct llgo_raw_regs regs;
+		memset(&regs, 0, sizeof(regs));
+		regs.ip = (uintptr_t)base + pcs[i];
+		regs.sp = (uintptr_t)stack;
+		regs.stack_hi = regs.sp + sizeof(stack);
+		regs.stack_len = sizeof(stack);
+		uint64_t walk = regs.ip;
+		if (!fring_push_rec(&r, &walk, 1, 64, 1, false, &regs, stack) ||
+		    write(done, "d", 1) != 1)
+			return 6;
+	}
+	while (read(go, &c, 1) > 0)
+		;
+	return 0;
+}
+
+/*
+ * nobody truncates its own program file under the daemon: it maps its copy of an -O2
+ * program without frame pointers, sends a stack copy for the daemon to unwind (the daemon
+ * reads the file's .eh_frame_hdr and .eh_frame; a snapshot has the symbolizer read its
+ * symbols), truncates the file to 0 bytes and sends another. The daemon kept the file mapped
+ * (unwind.c's cache of files) and died of SIGBUS at its next read of it, every user's
+ * profiles with it. It must live, take the record, answer both snapshots and root's.
+ */
+Test(files, truncated_program_file_does_not_kill_the_daemon, .timeout = 120)
+{
+	need_root();
+	struct heapd d;
+	heapd_start(&d, NULL, NULL);
+	struct fshim mine;
+	struct fring mr;
+	cr_assert_eq(fshim_attach(&mine, d.sock, LLGO_RING_MIN_DATA, 512), 0);
+	fring_new(&mr, 0, LLGO_RING_MIN_DATA);
+	cr_assert_eq(fshim_add_ring(&mine, &mr), 0);
+	uint64_t st[2] = { RET(srv_site_alpha), RET(srv_site_caller) };
+	fring_push_n(&mr, st, 2, 64, 1, 10);
+	wait_delivered(d.sock, getpid(), 10);
+
+	char dir[200], prog[260], cmd[1024];
+	snprintf(dir, sizeof(dir), "%s/nobody", d.dir);
+	cr_assert_eq(mkdir(dir, 0700), 0);
+	cr_assert_eq(chown(dir, nobody_uid(), nobody_gid()), 0);
+	snprintf(prog, sizeof(prog), "%s/prog", dir);
+	snprintf(cmd, sizeof(cmd), "cp %s/nofp_chains %s && chown %u:%u %s && chmod 755 %s",
+		 PROGS, prog, (unsigned)nobody_uid(), (unsigned)nobody_gid(), prog, prog);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	const uint64_t pcs[2] = { sym_addr(prog, "a_leaf") + 1, sym_addr(prog, "chain_b") + 1 };
+	int go[2], done[2];
+	cr_assert_eq(pipe(go), 0);
+	cr_assert_eq(pipe(done), 0);
+	pid_t atk = fork();
+	cr_assert_geq(atk, 0);
+	if (atk == 0) {
+		close(go[1]);
+		close(done[0]);
+		become_nobody();
+		_exit(truncating_shim(d.sock, prog, pcs, go[0], done[1]));
+	}
+	close(go[0]);
+	close(done[1]);
+	char c;
+	cr_assert_eq(read(done[0], &c, 1), 1, "the attacker's process did not start");
+	wait_delivered(d.sock, atk, 1);
+	char *t = snapshot_text(&d, atk, LLGO_FORMAT_TEXT);
+	cr_expect(strstr(t, "a_leaf") != NULL, "nobody's first stack:\n%s", t);
+	free(t);
+
+	cr_assert_eq(write(go[1], "t", 1), 1);
+	cr_assert_eq(read(done[0], &c, 1), 1, "the attacker's process did not truncate");
+	struct llgo_list_entry e;
+	memset(&e, 0, sizeof(e));
+	int dead = 0;
+	/* the daemon drains within milliseconds: a daemon that dies does so before the first
+	 * LIST (which would fail on a reset connection) */
+	sleep_ms(300);
+	for (int i = 0; i < 500 && waitpid(d.pid, &dead, WNOHANG) == 0; i++, dead = 0) {
+		if (heapd_list_pid(d.sock, atk, &e) && e.delivered >= 2)
+			break;
+		sleep_ms(10);
+	}
+	if (dead || waitpid(d.pid, &dead, WNOHANG) != 0) {
+		d.pid = 0;
+		cr_assert_fail("the daemon died (%s):\n%s",
+			       WIFSIGNALED(dead) ? strsignal(WTERMSIG(dead)) : "exited", heapd_log(&d));
+	}
+	cr_expect_eq(e.delivered, 2, "nobody's records: %llu delivered",
+		     (unsigned long long)e.delivered);
+	struct client_answer a;
+	cr_assert_eq(heapd_snapshot_answer(d.sock, atk, LLGO_FORMAT_PPROF, &a), 0);
+	cr_expect_eq(a.status, 0, "nobody's snapshot: %s", a.message);
+	cr_expect_gt(a.data.len, 0);
+	buf_free(&a.data);
+	t = snapshot_text(&d, atk, LLGO_FORMAT_TEXT);
+	cr_expect(strstr(t, "2: 128 [2: 128]") != NULL, "nobody's two records:\n%s", t);
+	free(t);
+	t = snapshot_text(&d, getpid(), LLGO_FORMAT_TEXT);
+	cr_expect(strstr(t, "srv_site_alpha") != NULL, "root's profile:\n%s", t);
+	free(t);
+
+	close(go[1]);
+	int status;
+	cr_assert_eq(waitpid(atk, &status, 0), atk);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the attacker's process: %#x",
+		  status);
+	close(done[0]);
+	fshim_close(&mine);
 	heapd_stop_clean(&d);
 	heapd_cleanup(&d);
 }

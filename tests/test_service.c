@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
-#include "../agent/config.h"
+#include "../agent/server/config.h"
 #include "../shared/compiler.h"
 #include "life_util.h"
 

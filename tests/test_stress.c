@@ -408,7 +408,7 @@ Test(stress, snapshot_drains_first, .timeout = 120)
 }
 
 /* At the default rate, 16 threads allocating flat out on a machine they saturate lose
- * nothing: the drain keeps up (WAKE on half-full rings, 1 ms polls while busy). */
+ * nothing: the drain keeps up (WAKE on half-full rings, 10 ms polls while busy). */
 Test(stress, default_rate_drops_nothing, .timeout = 120)
 {
 	char *dir = e2e_tmpdir();

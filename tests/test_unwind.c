@@ -952,6 +952,90 @@ Test(unwind, hostile_fde_register_eh_frame_without_header, .timeout = 180)
 		       "DW_CFA_register r16 in r2^32-1, .eh_frame without .eh_frame_hdr");
 }
 
+/* ---- libunwind's unwind info, given back ------------------------------------------------ */
+
+/* This process's private writable mappings (VmData, KiB): libunwind takes its pools with
+ * mmap, out of sight of LeakSanitizer and valgrind. */
+static long uw_vm_data_kb(void)
+{
+	char buf[4096];
+	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+	cr_assert_geq(fd, 0);
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	cr_assert_gt(n, 0);
+	buf[n] = '\0';
+	const char *p = strstr(buf, "VmData:");
+	cr_assert_not_null(p);
+	return strtol(p + 7, NULL, 10);
+}
+
+/* How much VmData grew (KiB) over rounds unwinds, each from a cold cache (unwind_image_stack
+ * makes a new address space every time, as a session's flushed cache would be), of a stack
+ * whose first frame is func + 1 in the file path, after as many unwinds to warm up. *frames:
+ * the last unwind's frame count. */
+static long uw_cold_growth_kb(const char *path, const char *func, int rounds, uint32_t *frames)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	cr_assert_geq(fd, 0, "%s", path);
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	unsigned char *file = malloc((size_t)st.st_size);
+	cr_assert_eq(read(fd, file, (size_t)st.st_size), st.st_size);
+	close(fd);
+	const uint64_t bias = 0x555555554000ull;
+	static unsigned char stack[64]; /* a zero return address: the frame is the last */
+	struct llgo_raw_regs regs;
+	memset(&regs, 0, sizeof(regs));
+	regs.ip = bias + uw_symbol(path, func) + 1;
+	regs.sp = 0x7ffc00000000ull;
+	regs.stack_hi = regs.sp + sizeof(stack);
+	regs.stack_len = sizeof(stack);
+	uint64_t out[8];
+	bool truncated;
+	long before = 0;
+	for (int i = 0; i < 2 * rounds; i++) {
+		if (i == rounds)
+			before = uw_vm_data_kb();
+		*frames = unwind_image_stack(file, (size_t)st.st_size, bias, &regs, stack,
+					     UNWIND_FAST_OFF, out, 8, &truncated);
+	}
+	long grown = uw_vm_data_kb() - before;
+	free(file);
+	return grown;
+}
+
+/*
+ * libunwind's table search takes a dwarf_cie_info from its pool for the FDE it extracts, and
+ * its step gives back what the lookup left in unw_proc_info after every lookup. A pc of code
+ * with only .debug_frame: the .eh_frame_hdr search finds the crt FDE below it, extracts it
+ * and says "no info"; the search of the rewritten CFI then filled the same unw_proc_info
+ * anew, and the first one was lost: 80 bytes per cache miss, for good (1.5 MiB over 20,000
+ * lookups). A refused FDE (uw_fde_ok) must be given back too. 10,000 cold lookups of each
+ * leave the memory as it was.
+ */
+Test(unwind, cold_lookups_give_back_unwind_info, .timeout = 300)
+{
+	const int rounds = 10000;
+	uint32_t n = 0;
+	long grown = uw_cold_growth_kb(E2E_PROGS "/dbgframe_chains", "a_leaf", rounds, &n);
+	cr_expect_geq(n, 1);
+	cr_expect_lt(grown, 256, ".debug_frame-only pc: VmData grew by %ld KiB over %d lookups",
+		     grown, rounds);
+	char *dir = e2e_tmpdir(), copy[300], *out = NULL;
+	snprintf(copy, sizeof(copy), "%s/prog", dir);
+	int rc = e2e_sh(&out, "cp %s/nofp_chains %s", E2E_PROGS, copy);
+	cr_assert_eq(rc, 0, "%s", out);
+	free(out);
+	uw_patch_fde(copy, ".eh_frame", "a_leaf", uw_cfa_register_oob,
+		     sizeof(uw_cfa_register_oob));
+	grown = uw_cold_growth_kb(copy, "a_leaf", rounds, &n);
+	cr_expect_eq(n, 1, "the refused FDE's frame is the last");
+	cr_expect_lt(grown, 256, "refused FDE: VmData grew by %ld KiB over %d lookups", grown,
+		     rounds);
+	e2e_rmdir(dir);
+}
+
 /* ---- an -O2 C++ program without frame pointers, through libstdc++ ---------------------- */
 
 #define CXX "nofp_cxx.cc"

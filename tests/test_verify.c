@@ -20,39 +20,13 @@
  *     its unwind of the shim's copy for every sample; a wrong pc in one copy in ten is
  *     reported as a dwarf-mode disagreement.
  */
-#include <sys/utsname.h>
-
+#include "bpf_util.h"
 #include "life_util.h"
 
 #define PROG(name) E2E_PROGS "/" name
 #define CLI E2E_BIN "/llgo-heap"
 
-/* Why BPF cannot work on this machine, or NULL when it should. */
-static const char *vt_no_bpf(void)
-{
-	static char why[256];
-	if (geteuid() != 0)
-		return "not root (verify needs CAP_BPF and CAP_PERFMON)";
-	if (access("/sys/kernel/btf/vmlinux", R_OK) != 0)
-		return "the kernel has no BTF (/sys/kernel/btf/vmlinux)";
-	struct utsname u;
-	int major = 0, minor = 0;
-	if (uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
-	    (major < 5 || (major == 5 && minor < 8))) {
-		snprintf(why, sizeof(why), "kernel %s is older than 5.8", u.release);
-		return why;
-	}
-	return NULL;
-}
-
-#define VT_NEED_BPF()                                                                      \
-	do {                                                                               \
-		const char *why_ = vt_no_bpf();                                            \
-		if (why_) {                                                                \
-			fprintf(stderr, "test_verify: skipped: %s\n", why_);               \
-			cr_skip_test("BPF unavailable: %s", why_);                         \
-		}                                                                          \
-	} while (0)
+#define VT_NEED_BPF() BPF_UTIL_NEED("test_verify")
 
 /* The last line of out (static copy). */
 static const char *vt_last_line(const char *out)

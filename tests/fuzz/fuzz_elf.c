@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../../agent/internal.h"
 #include "../../symbolizer/symparse.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -17,8 +17,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "../../agent/http.h"
-#include "../../agent/session.h"
+#include "../../agent/http/http.h"
+#include "../../agent/ingest/session.h"
 #include "../../client/client.h"
 
 struct fz_daemon {

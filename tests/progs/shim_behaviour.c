@@ -13,6 +13,12 @@
  *                  child_site; prints "child PID".
  *   rate           prints the rate seen by llgo_heap_rate() when the shim is loaded.
  *   bytes MB SIZE  allocates and frees MB megabytes in SIZE-byte blocks at bytes_site.
+ *   churn N SIZE   N rounds of four blocks of SIZE/4 to SIZE bytes (sizes vary from round to
+ *                  round), written whole and then freed (short-lived sampled objects); prints
+ *                  "faults F": the minor page faults of the last N/2 rounds.
+ *   peak N SIZE    N SIZE-byte blocks written whole and held, then all freed; prints
+ *                  "held_kib H left_kib L": resident growth over the start while they are
+ *                  held, and after they are freed.
  * Exit status 0 when every check held.
  */
 #include <dlfcn.h>
@@ -24,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -324,6 +331,65 @@ static int mode_bytes(long mb, long size)
 	return 0;
 }
 
+static long minor_faults(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_minflt;
+}
+
+static long resident_kib(void)
+{
+	long pages = 0, res = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+	if (f) {
+		if (fscanf(f, "%ld %ld", &pages, &res) != 2)
+			res = 0;
+		fclose(f);
+	}
+	return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static int mode_churn(long n, long size)
+{
+	long f0 = 0;
+	uint64_t x = 88172645463325252ull;
+	for (long i = 0; i < n; i++) {
+		if (i == n / 2)
+			f0 = minor_faults();
+		char *p[4];
+		for (int k = 0; k < 4; k++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			size_t sz = (size_t)size / 4 + (size_t)(x % (uint64_t)(size - size / 4 + 1));
+			p[k] = bytes_site(sz);
+			memset(p[k], (int)i, sz);
+		}
+		for (int k = 0; k < 4; k++)
+			free(p[k]);
+	}
+	printf("faults %ld\n", minor_faults() - f0);
+	return 0;
+}
+
+static int mode_peak(long n, long size)
+{
+	char **held = calloc((size_t)n, sizeof(*held));
+	if (!held)
+		return 1;
+	long r0 = resident_kib();
+	for (long i = 0; i < n; i++) {
+		held[i] = bytes_site((size_t)size);
+		memset(held[i], 1, (size_t)size);
+	}
+	long r1 = resident_kib();
+	for (long i = 0; i < n; i++)
+		free(held[i]);
+	long r2 = resident_kib();
+	free(held);
+	printf("held_kib %ld left_kib %ld\n", r1 - r0, r2 - r0);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "check";
@@ -341,6 +407,10 @@ int main(int argc, char **argv)
 		return mode_rate();
 	if (strcmp(mode, "bytes") == 0)
 		return mode_bytes(argc > 2 ? atol(argv[2]) : 64, argc > 3 ? atol(argv[3]) : 1024);
+	if (strcmp(mode, "churn") == 0)
+		return mode_churn(argc > 2 ? atol(argv[2]) : 10000, argc > 3 ? atol(argv[3]) : 32768);
+	if (strcmp(mode, "peak") == 0)
+		return mode_peak(argc > 2 ? atol(argv[2]) : 2048, argc > 3 ? atol(argv[3]) : 32768);
 	fprintf(stderr, "unknown mode %s\n", mode);
 	return 2;
 }
