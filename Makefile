@@ -10,6 +10,7 @@
 #   make bench-unwind  the DWARF unwinding rows of make bench alone
 #   make bench-verify  the llgo-heap verify rows alone (fp and dwarf, with and without)
 #   make bench-otel  the cost of OpenTelemetry's otel_memory probes while nothing is attached
+#   make bench-attach  what a process pays after llgo-heap attach and detach
 #   make SAN=address,undefined test   sanitized daemon, CLI and unit tests in build-san-*/
 #
 # Sanitizer runtimes own malloc themselves, so under SAN= the LD_PRELOAD shim is still built
@@ -89,7 +90,7 @@ include client/build.mk
 BINS := $(OUT)/bin/llgo-heapd $(OUT)/bin/llgo-heap $(OUT)/bin/llgo-heap-symbolizer
 LIBS := $(OUT)/lib/libllgoheap.so $(OUT)/lib/libllgoheap.a
 
-.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse bench-services bench-unwind bench-verify bench-otel clean install check-deps
+.PHONY: all deps test unit e2e demo bench bench-peers bench-inuse bench-services bench-unwind bench-verify bench-otel bench-attach clean install check-deps
 all: $(BINS) $(LIBS)
 
 include tests/progs/build.mk
@@ -144,6 +145,9 @@ bench-services: all
 
 bench-verify: all
 	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) verify
+
+bench-attach: all
+	$(Q)$(MAKE) --no-print-directory -C bench OUT=$(abspath $(OUT)) attach
 
 clean:
 	rm -rf build build-san-*

@@ -11,6 +11,7 @@
 #   sh bench.sh deps OUT    install the Debian packages the peers need (missing ones only)
 #   sh bench.sh inuse OUT   only the in-use tracking rows (free path, live-heap memory, rate 1)
 #   sh bench.sh otel OUT    only the cost of OpenTelemetry's otel_memory probes, unattached
+#   sh bench.sh attach OUT  only what a process pays after llgo-heap attach and detach
 #
 # OUT is the absolute build folder (bin/, lib/, bench/). One private llgo-heapd runs on a
 # socket in a temporary folder for the whole run; it is started here and stopped by its pid.
@@ -68,7 +69,7 @@ if { [ "$MODE" = bench ] || [ "$MODE" = callgrind ]; } && ! command -v valgrind 
 fi
 
 for f in "$SHIM" "$HEAPD" "$CLI" "$B/alloc_bench" "$B/alloc_driver" "$B/slowpath_bench" \
-	"$B/capture_bench" "$B/snapshot_bench"; do
+	"$B/capture_bench" "$B/snapshot_bench" "$B/attach_bench"; do
 	[ -e "$f" ] || { echo "bench.sh: missing $f (run make first)" >&2; exit 1; }
 done
 
@@ -764,6 +765,104 @@ drop_section() {
 	out ""
 }
 
+# ---- 6. llgo-heap attach, then detach ------------------------------------------------------------
+# The instructions of attach_bench_measure's malloc+free loop in a process (attach_bench.c):
+# never attached, attached with the CLI and detached, and attached (for scale). Counted by
+# single-stepping the call with ptrace: callgrind's guest cannot be attached to (there are no
+# registers ptrace could set), and this machine's kernel offers no hardware instruction counter
+# to perf_event_open.
+attach_steps() { # workload mode(none|detached|attached) pairs -> instructions
+	rm -f "$TMP/at.in"
+	mkfifo "$TMP/at.in"
+	ATTACH_BENCH_WORKLOAD=$1 "$B/attach_bench" target "$3" <"$TMP/at.in" >"$TMP/at.out" 2>&1 &
+	tp=$!
+	exec 8>"$TMP/at.in"
+	i=0
+	until grep -q '^ready' "$TMP/at.out"; do
+		i=$((i + 1))
+		[ $i -gt 400 ] && { echo "bench.sh: attach_bench did not start" >&2; exit 1; }
+		sleep 0.05
+	done
+	addr=$(awk '/^ready/ { print $2 }' "$TMP/at.out")
+	case $2 in
+	detached) "$CLI" attach "$tp" --socket "$SOCK" >/dev/null &&
+		"$CLI" detach "$tp" --socket "$SOCK" >/dev/null ;;
+	attached) "$CLI" attach "$tp" --socket "$SOCK" >/dev/null ;;
+	esac
+	"$B/attach_bench" count "$tp" "$addr" >"$TMP/at.count" 2>"$TMP/at.err" &
+	cp=$!
+	i=0
+	until grep -q armed "$TMP/at.err"; do
+		i=$((i + 1))
+		[ $i -gt 400 ] && { echo "bench.sh: attach_bench count did not arm" >&2; exit 1; }
+		sleep 0.02
+	done
+	printf g >&8
+	wait "$cp"
+	wait "$tp"
+	exec 8>&-
+	cat "$TMP/at.count"
+}
+
+attach_section() {
+	pairs=${ATTACH_PAIRS:-2000}
+	out "### What a process pays after llgo-heap detach"
+	out ""
+	out "Instructions of a malloc+free loop of $pairs pairs run after the detach (user space,"
+	out "counted by single-stepping the loop's call with ptrace in the real process that"
+	out "\`llgo-heap attach\` and \`llgo-heap detach\` worked on; the loop warmed up before and"
+	out "after, so that the allocator's caches are full in every run):"
+	out ""
+	out "| workload | never attached | attached, then detached | difference | per pair | attached (not detached) | per pair |"
+	out "|---|---:|---:|---:|---:|---:|---:|"
+	for wl in small mixed; do
+		n=$(attach_steps $wl none "$pairs")
+		d=$(attach_steps $wl detached "$pairs")
+		a=$(attach_steps $wl attached "$pairs")
+		out "| $wl | $n | $d | $((d - n)) | $(echo "$d $n $pairs" | awk '{printf "%+.3f", ($1-$2)/$3}') | $a | $(echo "$a $n $pairs" | awk '{printf "%+.2f", ($1-$2)/$3}') |"
+	done
+	out ""
+	if ! command -v valgrind >/dev/null; then
+		out "callgrind: valgrind is not installed; skipped."
+		out ""
+		return
+	fi
+	cpairs=${ATTACH_CG_PAIRS:-20000}
+	out "The same under callgrind (Ir of attach_bench_measure inclusive, $cpairs pairs), the"
+	out "process attaching and detaching itself: it dlopens the shim and calls"
+	out "llgo_heap_attach_start and llgo_heap_attach_stop, the two calls the CLI makes a stopped"
+	out "thread run (callgrind cannot be attached to from outside):"
+	out ""
+	out "| workload | never attached | attached, then detached | difference | per pair | libllgoheap.so functions in the loop |"
+	out "|---|---:|---:|---:|---:|---:|"
+	for wl in small mixed; do
+		for cfg in none "$SHIM"; do
+			f=$TMP/cg.attach.$wl.$(basename "$cfg")
+			ATTACH_BENCH_WORKLOAD=$wl valgrind --tool=callgrind --callgrind-out-file="$f" \
+				--toggle-collect=attach_bench_measure "$B/attach_bench" inproc "$cfg" \
+				"$SOCK" 524288 "$cpairs" >/dev/null 2>"$f.log"
+		done
+		n=$(callgrind_ir "$TMP/cg.attach.$wl.none")
+		d=$(callgrind_ir "$TMP/cg.attach.$wl.libllgoheap.so")
+		shim_fns=$(callgrind_annotate --inclusive=no --threshold=100 \
+			"$TMP/cg.attach.$wl.libllgoheap.so" 2>/dev/null |
+			awk '/file:function/ { f = 1; getline; next } f && /^-+$/ { exit }
+				f && /libllgoheap/ { n++ } END { print n + 0 }')
+		out "| $wl | $n | $d | $((d - n)) | $(echo "$d $n $cpairs" | awk '{printf "%+.3f", ($1-$2)/$3}') | $shim_fns |"
+	done
+	out ""
+	f=$TMP/cg.attach.mixed.libllgoheap.so
+	out "Per-function self cost of the mixed run after the detach (callgrind_annotate --inclusive=no):"
+	out ""
+	out '```'
+	callgrind_annotate --inclusive=no --threshold=100 "$f" 2>/dev/null |
+		awk '/file:function/ { f = 1; getline; next } f && /^-+$/ { exit }
+			f && NF { print; if (++n >= 8) exit }' |
+		sed -E 's/^ *//; s#  [^ ]*:([^ :]+)#  \1#; s#\[[^]]*/([^]/]+)\]#[\1]#' | outf
+	out '```'
+	out ""
+}
+
 # ---- main ---------------------------------------------------------------------------------------
 start_daemon
 case "$MODE" in
@@ -784,6 +883,13 @@ bench)
 	memory_section
 	inuse_section
 	drop_section
+	attach_section
+	;;
+attach)
+	out "## llgo-heap attach and detach"
+	out ""
+	machine
+	attach_section
 	;;
 lifecycle)
 	out "## process lifecycle"
@@ -845,7 +951,7 @@ unwind)
 	unwind_section
 	;;
 *)
-	echo "usage: bench.sh bench|callgrind|lifecycle|inuse|unwind|otel|peers|deps OUT" >&2
+	echo "usage: bench.sh bench|callgrind|lifecycle|inuse|unwind|otel|attach|peers|deps OUT" >&2
 	exit 2
 	;;
 esac

@@ -8,6 +8,7 @@
  *   llgo-heap top PID [-n N] [--inuse|--peak] [--objects] [--base FILE [--exact]]
  *   llgo-heap diff BASE NEW [-n N] [--inuse] [--objects] [--exact] [-o FILE]
  *   llgo-heap rate PID N
+ *   llgo-heap attach PID [-r RATE]     llgo-heap detach PID
  *   llgo-heap verify PID [--seconds N] [--min-agree PERCENT]
  *
  * Every subcommand takes --socket PATH; options may come before or after the positional
@@ -52,6 +53,8 @@ static void usage(FILE *f)
 		"        growth per site from pprof file BASE to NEW (NEW minus BASE, as\n"
 		"        go tool pprof -base BASE NEW); -o writes that difference as a pprof file\n"
 		"  rate PID N                    set the sampling rate of a running process\n"
+		"  attach PID [-r RATE]          load the shim into a running process (ptrace)\n"
+		"  detach PID                    take it out again: the process pays nothing\n"
 		"  verify PID [--seconds N] [--min-agree PERCENT]\n"
 		"        compare recorded stacks with the kernel's (eBPF) for N s (default 5);\n"
 		"        exit 1 when fewer than PERCENT (default 100) agree, 2 when BPF is\n"
@@ -114,7 +117,7 @@ static int opts_parse(const char *sub, int argc, char **argv, struct cli_opts *o
 			   (strcmp(sub, "run") == 0 || strcmp(sub, "snapshot") == 0)) {
 			TAKE(o->format);
 		} else if ((strcmp(a, "-r") == 0 || strcmp(a, "--rate") == 0) &&
-			   strcmp(sub, "run") == 0) {
+			   (strcmp(sub, "run") == 0 || strcmp(sub, "attach") == 0)) {
 			TAKE(o->rate);
 		} else if (strcmp(a, "--unwind") == 0 && strcmp(sub, "run") == 0) {
 			TAKE(o->unwind);
@@ -212,7 +215,10 @@ static void print_list(const struct buf *b)
 			snprintf(ver, sizeof(ver), "%llu/%llu", (unsigned long long)e.verify_agree,
 				 (unsigned long long)e.verify_samples);
 		printf("%-8u %-7s %10llu %10llu %10llu %8llu %8llu %8llu %-6s %9llu %15s  %s\n",
-		       e.pid, e.state == LLGO_PROC_LIVE ? "live" : "exited",
+		       e.pid,
+		       e.state == LLGO_PROC_LIVE       ? "live"
+		       : e.state == LLGO_PROC_DETACHED ? "detached"
+						       : "exited",
 		       (unsigned long long)e.rate, (unsigned long long)e.sampled,
 		       (unsigned long long)e.delivered, (unsigned long long)e.dropped,
 		       (unsigned long long)e.corrupt, (unsigned long long)e.buckets,
@@ -432,6 +438,21 @@ static int cmd_rate(const char *path, struct cli_opts *o)
 	return rc;
 }
 
+static int cmd_attach(const char *path, struct cli_opts *o, bool attach)
+{
+	if (o->npos != 1)
+		return cli_die(attach ? "attach: expected one PID (llgo-heap attach PID [-r RATE])"
+				      : "detach: expected one PID (llgo-heap detach PID)");
+	pid_t pid;
+	uint64_t rate = LLGO_RATE_DEFAULT;
+	int rc = cli_parse_pid(o->pos[0], &pid);
+	if (!rc && o->rate)
+		rc = cli_parse_rate(o->rate, &rate);
+	if (rc)
+		return rc;
+	return attach ? cli_attach(path, pid, rate) : cli_detach(pid);
+}
+
 /* ---- verify ---------------------------------------------------------------------------- */
 
 /* llgo-heap verify: the daemon collects; we print its report and the verdict. Exit 0 when
@@ -542,9 +563,11 @@ int main(int argc, char **argv)
 		rc = cmd_rate(path, &o);
 	else if (strcmp(sub, "verify") == 0)
 		rc = cmd_verify(path, &o);
+	else if (strcmp(sub, "attach") == 0 || strcmp(sub, "detach") == 0)
+		rc = cmd_attach(path, &o, strcmp(sub, "attach") == 0);
 	else
-		rc = cli_die("unknown command '%s' (run, list, snapshot, top, diff, rate, verify)",
-			     sub);
+		rc = cli_die("unknown command '%s' (run, list, snapshot, top, diff, rate, verify, "
+			     "attach, detach)", sub);
 	free(o.pos);
 	return rc;
 }

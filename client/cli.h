@@ -123,6 +123,14 @@ int cli_io_write_file(const char *file, const struct buf *b);
 
 int cli_run(struct cli_opts *o);
 
+/* ---- attach.c: llgo-heap attach PID / detach PID (ptrace; shim/override_got.c inside) ----- */
+
+/* Load the shim into the running process pid and attach it to the daemon at sock at rate;
+ * 0, or 2 after one line on stderr (every refusal). */
+int cli_attach(const char *sock, pid_t pid, uint64_t rate);
+/* Restore pid's allocation functions and end its session. */
+int cli_detach(pid_t pid);
+
 /* ---- human.c ------------------------------------------------------------------------------ */
 
 /* v bytes in binary units ("12.5MiB", "512B") then suffix; a suffix starting with '+' also

@@ -33,6 +33,9 @@ enum llgo_msg_type {
 	LLGO_MSG_WAKE = 4,     /* header only: a ring passed half full; drain soon (no answer) */
 	LLGO_MSG_ADD_LIVE = 5, /* header only, SCM_RIGHTS: the live-object table memfd
 				  (shared/live.h); at most one per process (no answer) */
+	LLGO_MSG_DETACH = 6,   /* header only: llgo-heap detach; the session ends (drained,
+				  in-use frozen, listed as detached) while the process lives
+				  on; answered by END */
 	/* client -> daemon */
 	LLGO_MSG_LIST = 16,     /* header only; answered by DATA (llgo_list_entry[]) + END */
 	LLGO_MSG_SNAPSHOT = 17, /* struct llgo_msg_snapshot; answered by DATA... + END */
@@ -198,6 +201,7 @@ _Static_assert(sizeof(struct llgo_msg_end) == 264, "end size");
 enum llgo_proc_state {
 	LLGO_PROC_LIVE = 1,
 	LLGO_PROC_EXITED = 2,
+	LLGO_PROC_DETACHED = 3, /* llgo-heap detach ended the session; the process runs on */
 };
 
 /* One row of the LIST answer; DATA payloads carry whole rows. */

@@ -67,6 +67,11 @@ static void emit_bind(struct emit_ring *r, struct llgo_ring_header *h)
 static void emit_thread_exit(void *v)
 {
 	struct llgo_heap_thread *t = &llgo_heap_tls;
+	if (!link_enter()) { /* a detach is giving the rings back */
+		t->exiting = 1;
+		t->ring.hdr = NULL;
+		return;
+	}
 	/* a child that has not settled yet (fork, raw clone): the ring is its parent's and not
 	 * mapped here; settling changes the generation */
 	lifecycle_settled(t);
@@ -74,6 +79,7 @@ static void emit_thread_exit(void *v)
 	if (t->ring.hdr && (void *)t->ring.hdr == v && t->gen == emit_generation() && !t->forking)
 		atomic_store_explicit(&t->ring.hdr->state, LLGO_RING_RETIRED, memory_order_release);
 	t->ring.hdr = NULL;
+	link_leave();
 }
 
 /* Processes that start at a rate below EMIT_LOW_RATE get rings of EMIT_LOW_RATE_DATA bytes: at
@@ -85,6 +91,7 @@ static void emit_thread_exit(void *v)
 void emit_init(uint64_t rate)
 {
 	const char *kb = getenv("LLGO_HEAP_RING_KB");
+	emit_size = LLGO_RING_DEFAULT_DATA; /* (called again by an attach, at its rate) */
 	if ((!kb || !*kb) && rate >= 1 && rate < EMIT_LOW_RATE)
 		emit_size = EMIT_LOW_RATE_DATA;
 	if (kb && *kb) {
@@ -309,6 +316,26 @@ void emit_forget_all(void)
 		pthread_setspecific(emit_key, NULL);
 		t->guard = guard;
 	}
+}
+
+void emit_release(bool unmap)
+{
+	uint32_t n = atomic_load_explicit(&emit_nslots, memory_order_relaxed);
+	if (n > LLGO_MAX_RINGS)
+		n = LLGO_MAX_RINGS;
+	unsigned char *w = atomic_load_explicit(&emit_window, memory_order_relaxed);
+	size_t len = emit_map_len(), wlen = (size_t)emit_window_rings() * len;
+	for (uint32_t i = 0; unmap && i < n; i++) {
+		unsigned char *h =
+			(unsigned char *)atomic_load_explicit(&emit_table[i], memory_order_relaxed);
+		if (h && !(w && h >= w && h < w + wlen))
+			munmap(h, len);
+	}
+	if (unmap && w)
+		munmap(w, wlen);
+	/* the table, the window and the generation, as a fork child forgets them: no thread
+	 * state refers to these rings from now on */
+	emit_forget_all();
 }
 
 bool emit_all_drained(void)

@@ -201,6 +201,9 @@ void emit_init(uint64_t rate);
 /* Every ring of the previous process image is forgotten (fork child: they were mapped
  * MADV_DONTFORK, so the child has none of them mapped). */
 void emit_forget_all(void);
+/* llgo-heap detach (lifecycle_detach): every ring forgotten as by emit_forget_all, and, when
+ * unmap (no thread can be writing one: the attach gate is quiet), unmapped. */
+void emit_release(bool unmap);
 /* Whether every ring's records were consumed by the daemon (tail == head). */
 bool emit_all_drained(void);
 extern _Atomic uint32_t emit_gen; /* emit.c's; read through emit_generation() */
@@ -441,6 +444,15 @@ const struct llgo_live_header *live_table(void);
 void live_free(void (*fn)(void *), void *p);
 /* malloc_usable_size's slow path: fn of p's real block, less p's offset in it. */
 size_t live_usable(size_t (*fn)(void *), void *p);
+/* llgo-heap attach (override_got.c): sampled objects are placed in blocks of the real
+ * allocator's own, on a page, by fn(size) (a block it frees and reallocates as any other), so
+ * that a detached process may free them without the shim; NULL: live_place's arena and
+ * offsets (LD_PRELOAD). */
+void live_set_placer(void *(*fn)(size_t size));
+/* llgo-heap detach (lifecycle_detach): the table is forgotten (unmapped when unmap: no thread
+ * can be in it), the mask is ~0 again and the filter empty; the next tracked sample makes a
+ * new table for the next session. */
+void live_release(bool unmap);
 
 /* ---- full.c: what a full ring does ---------------------------------------------------- */
 
@@ -593,6 +605,37 @@ size_t link_utoa(char *out, unsigned v);
 void link_on_settle(void (*fn)(struct llgo_heap_thread *t));
 void link_settle(struct llgo_heap_thread *t);
 
+/*
+ * llgo-heap attach and detach (override_got.c, client/attach.c). A copy of the shim loaded
+ * late (dlopen into a running process) is `late`: its constructor connects to nothing (the
+ * first sample, or lifecycle_attach_now, does), and every slow path of it passes the attach
+ * gate: link_enter counts the thread in (false: the gate is closed, touch no ring, table
+ * or socket and pass the call through), link_leave out. lifecycle_detach closes the gate
+ * (link_gate_close) and waits for the count to reach 0 before it unmaps what those paths
+ * use. A copy loaded at start never counts (one load of link_late, a branch). The gate is
+ * here, below every file that passes it; lifecycle.c sets link_late.
+ */
+extern _Atomic uint32_t link_late;
+extern _Atomic uint64_t link_inflight;
+bool link_enter_late(void);
+static inline __attribute__((always_inline)) bool link_enter(void)
+{
+	if (llgo_likely(!atomic_load_explicit(&link_late, memory_order_relaxed)))
+		return true;
+	return link_enter_late();
+}
+/* After a link_enter that returned true. release: what the path wrote before it, before
+ * a detach that sees the count at 0 unmaps it. */
+static inline __attribute__((always_inline)) void link_leave(void)
+{
+	if (llgo_unlikely(atomic_load_explicit(&link_late, memory_order_relaxed)))
+		atomic_fetch_sub_explicit(&link_inflight, 1, memory_order_release);
+}
+/* Open the gate (an attach), or close it and wait (at most 3 s) until no path is inside:
+ * true when none is (what those paths use may then be unmapped). */
+void link_gate_open(void);
+bool link_gate_close(void);
+
 /* ---- lifecycle.c: process and thread lifecycle ----------------------------------------- */
 /* The clock is read at one sample in LIFECYCLE_CHECK_EVERY of a thread (at rate 1 a read at
  * every sample was a sixth of the sampled path's time): a dead daemon is noticed within
@@ -616,6 +659,18 @@ static inline bool lifecycle_ready(struct llgo_heap_thread *t)
 void lifecycle_exit(void);
 /* No syscalls from now on (the program installs a seccomp filter). */
 void lifecycle_sandboxed(void);
+/* Connect now to the daemon at path (NULL: the one found at start) at rate: a late copy that
+ * is DETACHED or LOST becomes ATTACHED with a new session (0), else -errno (-EALREADY: it is
+ * attached already). */
+int lifecycle_attach_now(const char *path, uint64_t rate);
+/* End the session (LLGO_MSG_DETACH: the daemon drains, freezes the in-use view and lists the
+ * process as detached) and give back rings, table, memfd and socket; rate 0, DETACHED.
+ * 0, or -EBUSY when a slow path did not leave the gate in time (its memory is then left
+ * mapped, forgotten). */
+int lifecycle_detach(void);
+/* Called every LIFECYCLE_CHECK_NS of sampling, from a slow path (override_got.c: modules
+ * loaded since the last look). */
+extern void (*_Atomic lifecycle_tick)(void);
 /* Thread start (lifecycle's pthread_create wrapper, or the main thread): bounds, tid, rng,
  * without any lock. frame: the outermost frame of the thread that the program can see. */
 void lifecycle_thread_start(struct llgo_heap_thread *t, uintptr_t frame);
@@ -662,6 +717,17 @@ extern void (*override_free)(void *);
 /* What free jumps to: override_free itself while no object is tracked, then a function that
  * first tests the pointer as live_mask says (override.c). Read with relaxed atomic loads. */
 extern void (*override_free_entry)(void *);
+/* llgo-heap attach (override_got.c): the real functions become the process's definitions
+ * (definition(name): those its modules bind to); a copy loaded late found the next ones after
+ * itself (RTLD_NEXT: libc's, whatever the program preloaded). */
+void override_resolve_global(void *(*definition)(const char *name));
+/* free's entry back to the real free (nothing tracked: live_release came first). */
+void override_free_untrack(void);
+/* override_cxx.c, llgo-heap attach: the inline mode over the process's libstdc++ operators
+ * (true), or nothing (false: a replaced operator, another runtime, none); *names: the
+ * operators' symbols, *n of them. */
+bool override_cxx_attach(void *(*definition)(const char *name), const char *const **names,
+			 size_t *n);
 
 /* The rate word, loaded (one RIP-relative load of the control page). */
 static inline __attribute__((always_inline)) int64_t override_rate(void)

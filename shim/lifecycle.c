@@ -93,6 +93,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -120,6 +121,7 @@ static uint64_t lifecycle_adds_at_attach = UINT64_MAX;
 extern void *__libc_stack_end;
 
 static uint64_t lifecycle_adds(void);
+static bool lifecycle_loaded_late(void);
 
 /* ---- the process memfd ------------------------------------------------------------------ */
 
@@ -365,8 +367,12 @@ bool lifecycle_ready_slow(struct llgo_heap_thread *t)
 		    !atomic_compare_exchange_strong_explicit(&lifecycle_check_ns, &due,
 							     now + LIFECYCLE_CHECK_NS,
 							     memory_order_relaxed,
-							     memory_order_relaxed) ||
-		    !attach_peer_gone(&link_sock))
+							     memory_order_relaxed))
+			return true;
+		void (*tick)(void) = atomic_load_explicit(&lifecycle_tick, memory_order_acquire);
+		if (tick)
+			tick();
+		if (!attach_peer_gone(&link_sock))
 			return true;
 		link_lose("connection closed");
 		st = link_state();
@@ -384,7 +390,7 @@ bool lifecycle_ready_slow(struct llgo_heap_thread *t)
 	return st == LLGO_SHIM_OFF && t->ring.hdr;
 }
 
-static void lifecycle_bye(void);
+static void lifecycle_bye(uint16_t type);
 
 /* Before the filter reaches the kernel: the last syscalls the shim may make. The daemon
  * reads our mappings once more while we wait (BYE, at most what exit waits), else a process
@@ -395,7 +401,7 @@ void lifecycle_sandboxed(void)
 	lifecycle_settled(&llgo_heap_tls);
 	if (link_state() == LLGO_SHIM_ATTACHED &&
 	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) == getpid())
-		lifecycle_bye();
+		lifecycle_bye(LLGO_MSG_BYE);
 	link_set(LLGO_SHIM_OFF);
 }
 
@@ -653,6 +659,18 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 	}
 	atomic_store_explicit(&attach_ctl.want_rate_word, llgo_rate_to_word(rate),
 			      memory_order_relaxed);
+	if (lifecycle_loaded_late()) {
+		/* dlopen'ed into a running process (llgo-heap attach, or a plugin that only
+		 * hooks): connect at the first sample or at lifecycle_attach_now, not here (an
+		 * attach names its own daemon). From here on, slow paths pass the gate. */
+		atomic_store_explicit(&link_late, 1, memory_order_relaxed);
+		link_hello_flags = 0;
+		atomic_store_explicit(&link_retry_ns, 0, memory_order_relaxed);
+		atomic_store_explicit(&attach_ctl.rate_word, llgo_rate_to_word(rate),
+				      memory_order_relaxed);
+		link_set(LLGO_SHIM_LOST);
+		return;
+	}
 	uint64_t adds = lifecycle_adds();
 	int rc = lifecycle_connect(0);
 	if (rc == 0) {
@@ -670,6 +688,110 @@ __attribute__((constructor(102))) static void lifecycle_init(void)
 				      memory_order_relaxed);
 		link_set(LLGO_SHIM_LOST);
 	}
+}
+
+/* ---- llgo-heap attach and detach (override_got.c) ------------------------------------------ */
+
+void (*_Atomic lifecycle_tick)(void);
+
+/* Whether this copy was loaded after the process started (dlopen), rather than preloaded, a
+ * dependency of the program, or linked into it: then neither is the program this copy's
+ * object, nor does its global scope bind malloc or the API to this copy. */
+static bool lifecycle_loaded_late(void)
+{
+	Dl_info mine, exe, d;
+	if (!dladdr((void *)(uintptr_t)lifecycle_loaded_late, &mine) || !mine.dli_fbase)
+		return false;
+	void *phdr = (void *)(uintptr_t)getauxval(AT_PHDR);
+	if (phdr && dladdr(phdr, &exe) && exe.dli_fbase == mine.dli_fbase)
+		return false;
+	void *main = dlopen(NULL, RTLD_LAZY | RTLD_NOLOAD);
+	if (!main)
+		return false;
+	bool late = true;
+	const char *names[] = { "malloc", "llgo_heap_sample_slow" };
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(names) && late; i++) {
+		void *f = dlsym(main, names[i]);
+		late = !(f && dladdr(f, &d) && d.dli_fbase == mine.dli_fbase);
+	}
+	dlclose(main);
+	return late;
+}
+
+int lifecycle_attach_now(const char *path, uint64_t rate)
+{
+	if (!atomic_load_explicit(&link_late, memory_order_relaxed))
+		return -EEXIST;
+	uint32_t st = link_state();
+	if (st == LLGO_SHIM_OFF)
+		return -EPERM;
+	if (st != LLGO_SHIM_LOST && st != LLGO_SHIM_DETACHED)
+		return -EALREADY;
+	if (path && (!*path || strnlen(path, sizeof(lifecycle_path)) >= sizeof(lifecycle_path)))
+		return -ENAMETOOLONG;
+	if (!atomic_compare_exchange_strong_explicit(&link_st, &st, LLGO_SHIM_ATTACHING,
+						     memory_order_acq_rel, memory_order_relaxed))
+		return -EALREADY;
+	atomic_store_explicit(&attach_ctl.shim_state, LLGO_SHIM_ATTACHING, memory_order_relaxed);
+	if (path) {
+		memset(lifecycle_path, 0, sizeof(lifecycle_path));
+		memcpy(lifecycle_path, path, strlen(path));
+	}
+	if (rate > LLGO_RATE_MAX)
+		rate = LLGO_RATE_MAX;
+	/* Without a memfd there is no ring (a first attach, or after a detach): their size may
+	 * follow this rate. A copy that connected on its own before (a plugin's hook) and lost
+	 * its daemon keeps its rings and re-sends them (link_hello_flags: REATTACH). */
+	if (link_mem.fd < 0)
+		emit_init(rate);
+	atomic_store_explicit(&attach_ctl.want_rate_word, llgo_rate_to_word(rate),
+			      memory_order_relaxed);
+	link_gate_open();
+	attach_fd_close(&link_sock);
+	uint64_t adds = lifecycle_adds();
+	int rc = lifecycle_connect(link_hello_flags);
+	if (rc) {
+		atomic_store_explicit(&attach_ctl.rate_word, 0, memory_order_relaxed);
+		link_set(LLGO_SHIM_DETACHED);
+		link_say_err(lifecycle_path, rc);
+		return rc;
+	}
+	lifecycle_adds_at_attach = adds;
+	link_hello_flags = 0;
+	link_say("attached to ", lifecycle_path);
+	return 0;
+}
+
+int lifecycle_detach(void)
+{
+	/* rate 0 first: calls through pointers the program took while attached (&malloc) go
+	 * straight to the real functions from now on */
+	atomic_store_explicit(&attach_ctl.want_rate_word, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.rate_word, 0, memory_order_relaxed);
+	bool quiet = link_gate_close();
+	/* Every record published before the gate closed is drained by the daemon before END. */
+	if (link_state() == LLGO_SHIM_ATTACHED &&
+	    atomic_load_explicit(&lifecycle_pid, memory_order_relaxed) == getpid())
+		lifecycle_bye(LLGO_MSG_DETACH);
+	link_set(LLGO_SHIM_DETACHED);
+	attach_fd_close(&link_sock);
+	emit_release(quiet);
+	live_release(quiet);
+	/* the control page becomes private memory again, rate 0, counters for the next session
+	 * at 0 */
+	lifecycle_private_ctl();
+	atomic_store_explicit(&attach_ctl.rate_word, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.lost_no_ring, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.lost_detached, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.reconnects, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.ring_count, 0, memory_order_relaxed);
+	atomic_store_explicit(&attach_ctl.daemon_beat, 0, memory_order_relaxed);
+	if (quiet)
+		attach_fd_close(&link_mem);
+	else
+		attach_fd_forget(&link_mem); /* a ring may still be made in it: left open */
+	link_say("detached from ", lifecycle_path);
+	return quiet ? 0 : -EBUSY;
 }
 
 /* Whether a daemon that has not answered yet is working (on us or on others): it touched
@@ -707,11 +829,21 @@ static uint64_t lifecycle_adds(void)
 	return adds;
 }
 
+static void lifecycle_exit_entered(void);
+
 /* Runs after the program's destructors and atexit handlers (a low number runs last among
  * destructors), and from _exit (override_thread.c: fork children often leave that way);
  * calling it again, or from a vfork child (which shares our memory and socket), does
  * nothing. */
 __attribute__((destructor(101))) void lifecycle_exit(void)
+{
+	if (!link_enter())
+		return; /* a detach is giving the rings back */
+	lifecycle_exit_entered();
+	link_leave();
+}
+
+static void lifecycle_exit_entered(void)
 {
 	static _Atomic int done;
 	if (link_state() != LLGO_SHIM_ATTACHED ||
@@ -730,15 +862,15 @@ __attribute__((destructor(101))) void lifecycle_exit(void)
 	if (drained && !atomic_load_explicit(&attach_ctl.maps_stale, memory_order_relaxed) &&
 	    !atomic_load_explicit(&attach_ctl.ring_count, memory_order_relaxed))
 		return; /* nothing was ever sampled */
-	lifecycle_bye();
+	lifecycle_bye(LLGO_MSG_BYE);
 }
 
-/* BYE, then wait for END as described above lifecycle_exit: the daemon has drained the rings
- * and read the mappings once more while the process still has them. */
-static void lifecycle_bye(void)
+/* BYE (or DETACH), then wait for END as described above lifecycle_exit: the daemon has
+ * drained the rings and read the mappings once more while the process still has them. */
+static void lifecycle_bye(uint16_t type)
 {
 	struct llgo_msg_header bye;
-	attach_header(&bye, LLGO_MSG_BYE, sizeof(bye));
+	attach_header(&bye, type, sizeof(bye));
 	if (link_send(&bye, sizeof(bye)) != 0)
 		return;
 	union {

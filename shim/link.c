@@ -4,7 +4,9 @@
  * (enum llgo_shim_state, one atomic, mirrored in ctl.shim_state for the daemon), its two
  * descriptors (the socket and the process memfd), sending on it, and losing it (a failed
  * send makes the process LOST and schedules the first retry), the daemon's liveness as
- * /proc shows it, and the shim's diagnostics (LLGO_HEAP_DEBUG). lifecycle.c makes and remakes
+ * /proc shows it, the attach gate of a copy loaded late (llgo-heap attach: the slow paths
+ * count themselves in, a detach closes it and waits), and the shim's diagnostics
+ * (LLGO_HEAP_DEBUG). lifecycle.c makes and remakes
  * the link (start-up, reconnects, fork, exit, sandboxes): it is the only file above this one
  * that changes the state other than by a loss, and the files below it (emit.c, live.c,
  * full.c, stack.c, stackcopy.c) use the link without calling lifecycle.c.
@@ -19,6 +21,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -146,6 +149,49 @@ llgo_noinline void link_wake(void)
 	struct llgo_msg_header m;
 	attach_header(&m, LLGO_MSG_WAKE, sizeof(m));
 	link_send(&m, sizeof(m));
+}
+
+/* ---- the attach gate (llgo-heap attach and detach: lifecycle.c, override_got.c) ---------- */
+
+_Atomic uint32_t link_late;
+_Atomic uint64_t link_inflight;
+/* Closed by link_gate_close (lifecycle_detach, under override_got.c's lock), opened by
+ * link_gate_open (lifecycle_attach_now). */
+static _Atomic uint32_t link_gate = 1;
+
+#define LINK_QUIET_WAIT_MS 3000
+
+/*
+ * Dekker's pattern with link_gate_close: a path counts itself in, then reads the gate; the
+ * detach closes the gate, then reads the count (all seq_cst). Either the path sees the gate
+ * closed (and leaves at once), or the detach sees it counted (and waits for its leave, a
+ * release the detach's acquire load pairs with).
+ */
+bool link_enter_late(void)
+{
+	atomic_fetch_add_explicit(&link_inflight, 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&link_gate, memory_order_seq_cst))
+		return true;
+	atomic_fetch_sub_explicit(&link_inflight, 1, memory_order_release);
+	return false;
+}
+
+void link_gate_open(void)
+{
+	atomic_store_explicit(&link_gate, 1, memory_order_seq_cst);
+}
+
+bool link_gate_close(void)
+{
+	atomic_store_explicit(&link_gate, 0, memory_order_seq_cst);
+	for (int waited = 0; waited <= LINK_QUIET_WAIT_MS; waited++) {
+		/* acquire: pairs with link_leave's release */
+		if (atomic_load_explicit(&link_inflight, memory_order_seq_cst) == 0)
+			return true;
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	return false;
 }
 
 /* ---- the daemon, as /proc shows it ----------------------------------------------------- */

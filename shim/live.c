@@ -436,8 +436,21 @@ static size_t live_block_usable(void *p, uint32_t off)
  * glibc then splits a lead and a tail off every such block and the heap fragments: measured
  * on the live mixed-size benchmark, about four times the resident memory of this.)
  */
+/* llgo-heap attach: the real allocator's page-aligned blocks (see internal.h). */
+static void *(*_Atomic live_placer)(size_t size);
+
+void live_set_placer(void *(*fn)(size_t size))
+{
+	atomic_store_explicit(&live_placer, fn, memory_order_release);
+}
+
 void *live_place(size_t size, uint32_t *off)
 {
+	void *(*placer)(size_t) = atomic_load_explicit(&live_placer, memory_order_acquire);
+	if (placer) {
+		*off = 0;
+		return placer(size);
+	}
 	void *arena = live_arena_alloc(size);
 	if (arena) {
 		*off = LIVE_OFF_ARENA;
@@ -820,10 +833,16 @@ void live_free(void (*fn)(void *), void *p)
 		return;
 	struct llgo_live_entry e;
 	uint32_t off = 0;
+	/* a closed gate (detach): the table is going; objects of a late copy are real blocks */
+	if (!link_enter()) {
+		fn(p);
+		return;
+	}
 	if (live_lookup((uint64_t)(uintptr_t)p, &e, true)) {
 		off = LLGO_LIVE_OFF(e.size);
 		live_probe_free((uint64_t)(uintptr_t)p, &e);
 	}
+	link_leave();
 	if (off == LIVE_OFF_ARENA || live_in_arena(p))
 		live_arena_release(p);
 	else
@@ -835,11 +854,42 @@ size_t live_usable(size_t (*fn)(void *), void *p)
 	struct llgo_live_entry e;
 	if (p && live_in_arena(p))
 		return live_arena_usable(p);
-	if (p && live_lookup((uint64_t)(uintptr_t)p, &e, false)) {
+	if (!link_enter())
+		return fn(p);
+	bool found = p && live_lookup((uint64_t)(uintptr_t)p, &e, false);
+	link_leave();
+	if (found) {
 		uint32_t off = LLGO_LIVE_OFF(e.size);
 		return fn((unsigned char *)p - off) - off;
 	}
 	return fn(p);
+}
+
+void live_release(bool unmap)
+{
+	struct llgo_live_header *h = atomic_load_explicit(&live_hdr, memory_order_relaxed);
+	atomic_store_explicit(&live_hdr, NULL, memory_order_relaxed);
+	atomic_store_explicit(&live_state, LIVE_NONE, memory_order_relaxed);
+	if (unmap) {
+		if (h)
+			munmap(h, LLGO_LIVE_MAP_SIZE);
+		if (live_shadow)
+			munmap((void *)live_shadow, LIVE_SHADOW_SIZE);
+		attach_fd_close(&live_fdid);
+	} else {
+		attach_fd_forget(&live_fdid); /* a path still in it may send it: left open */
+	}
+	live_shadow = NULL;
+	live_fd = -1;
+	atomic_store_explicit(&live_lost, 0, memory_order_relaxed);
+	atomic_store_explicit(&live_lost_bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&live_unsent, false, memory_order_relaxed);
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(live_pages); i++)
+		atomic_store_explicit(&live_pages[i], 0, memory_order_relaxed);
+	for (size_t i = 0; i < LLGO_ARRAY_SIZE(live_filter); i++)
+		atomic_store_explicit(&live_filter[i], 0, memory_order_relaxed);
+	/* release: the table's reset before the mask says "nothing tracked" */
+	atomic_store_explicit(&live_mask, ~(uintptr_t)0, memory_order_release);
 }
 
 /* ---- fork ---------------------------------------------------------------------------------- */

@@ -301,6 +301,50 @@ static llgo_noinline void override_resolve(void)
 	OVERRIDE_INSTALL(override_usable, override_boot_usable, us);
 }
 
+void override_resolve_global(void *(*definition)(const char *name))
+{
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	uint8_t guard = t->guard;
+	t->guard = 1; /* dlsym may allocate: never sampled */
+#define OVERRIDE_GLOBAL(var, name) \
+	__typeof__(var) var##_g = definition(name); \
+	if (!var##_g) \
+		var##_g = OVERRIDE_LOAD(var);
+	OVERRIDE_GLOBAL(override_malloc, "malloc")
+	OVERRIDE_GLOBAL(override_libc_free, "free")
+	OVERRIDE_GLOBAL(override_calloc, "calloc")
+	OVERRIDE_GLOBAL(override_libc_realloc, "realloc")
+	OVERRIDE_GLOBAL(override_posix_memalign, "posix_memalign")
+	OVERRIDE_GLOBAL(override_aligned_alloc, "aligned_alloc")
+	OVERRIDE_GLOBAL(override_memalign, "memalign")
+	OVERRIDE_GLOBAL(override_valloc, "valloc")
+	OVERRIDE_GLOBAL(override_pvalloc, "pvalloc")
+	OVERRIDE_GLOBAL(override_libc_usable, "malloc_usable_size")
+#undef OVERRIDE_GLOBAL
+	t->guard = guard;
+	__atomic_store_n(&override_libc_free, override_libc_free_g, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_libc_realloc, override_libc_realloc_g, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_libc_usable, override_libc_usable_g, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_malloc, override_malloc_g, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_calloc, override_calloc_g, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_posix_memalign, override_posix_memalign_g, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_aligned_alloc, override_aligned_alloc_g, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_memalign, override_memalign_g, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_valloc, override_valloc_g, __ATOMIC_RELEASE);
+	__atomic_store_n(&override_pvalloc, override_pvalloc_g, __ATOMIC_RELEASE);
+	/* the pool-aware variants stay (they call the override_libc_* above) */
+	if (OVERRIDE_LOAD(override_free) != override_pool_free) {
+		__atomic_store_n(&override_free, override_libc_free_g, __ATOMIC_RELEASE);
+		__atomic_store_n(&override_realloc, override_libc_realloc_g, __ATOMIC_RELEASE);
+		__atomic_store_n(&override_usable, override_libc_usable_g, __ATOMIC_RELEASE);
+	}
+}
+
+void override_free_untrack(void)
+{
+	__atomic_store_n(&override_free_entry, OVERRIDE_LOAD(override_free), __ATOMIC_RELEASE);
+}
+
 /* Bootstrap functions: inside dlsym (this thread resolving) serve from the pool, else
  * resolve and call the real function. */
 static void *override_boot_malloc(size_t size)

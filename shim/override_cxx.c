@@ -594,6 +594,26 @@ static bool override_cxx_replaced(void)
 	       !override_cxx_mine("aligned_alloc", self);
 }
 
+/* The next definitions raw (a missing one: its stand-in), std::get_new_handler, then every
+ * entry: the inline mode's operator, or (forward mode) the next definition itself. */
+static void override_cxx_install(const struct override_cxx_ops *raw, void *gnh, bool inline_mode)
+{
+#define OVERRIDE_CXX_SET_NEXT(sym, field, params, args) \
+	__atomic_store_n(&override_cxx_next.field, \
+			 raw->field ? raw->field : override_cxx_none.field, __ATOMIC_RELAXED);
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SET_NEXT) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SET_NEXT)
+#undef OVERRIDE_CXX_SET_NEXT
+	__atomic_store_n(&override_cxx_get_handler, (override_cxx_handler(*)(void))gnh,
+			 __ATOMIC_RELAXED);
+	atomic_store_explicit(&override_cxx_resolved, 1, memory_order_release);
+#define OVERRIDE_CXX_SET_ENTRY(sym, field, params, args) \
+	__atomic_store_n(&override_cxx.field, \
+			 inline_mode || !raw->field ? override_cxx_inline.field : raw->field, \
+			 __ATOMIC_RELEASE);
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SET_ENTRY) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SET_ENTRY)
+#undef OVERRIDE_CXX_SET_ENTRY
+}
+
 /*
  * Find the next definitions and install a mode. Returns false, installing nothing, when no
  * C++ runtime is found and !always (the constructor: a C program may dlopen one later); the
@@ -643,21 +663,7 @@ static bool override_cxx_setup(bool always)
 		gnh = NULL;
 	else
 		inline_mode = override_cxx_is_libstdcxx(&raw, gnh) && !override_cxx_replaced();
-
-#define OVERRIDE_CXX_SET_NEXT(sym, field, params, args) \
-	__atomic_store_n(&override_cxx_next.field, raw.field ? raw.field : override_cxx_none.field, \
-			 __ATOMIC_RELAXED);
-	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SET_NEXT) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SET_NEXT)
-#undef OVERRIDE_CXX_SET_NEXT
-	__atomic_store_n(&override_cxx_get_handler, (override_cxx_handler(*)(void))gnh,
-			 __ATOMIC_RELAXED);
-	atomic_store_explicit(&override_cxx_resolved, 1, memory_order_release);
-#define OVERRIDE_CXX_SET_ENTRY(sym, field, params, args) \
-	__atomic_store_n(&override_cxx.field, \
-			 inline_mode || !raw.field ? override_cxx_inline.field : raw.field, \
-			 __ATOMIC_RELEASE);
-	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_SET_ENTRY) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_SET_ENTRY)
-#undef OVERRIDE_CXX_SET_ENTRY
+	override_cxx_install(&raw, gnh, inline_mode);
 	t->guard = guard;
 	if (!inline_mode)
 		override_cxx_register();
@@ -667,6 +673,44 @@ static bool override_cxx_setup(bool always)
 static llgo_noinline void override_cxx_resolve(void)
 {
 	override_cxx_setup(true);
+}
+
+/* The operators' names, for llgo-heap attach (override_got.c). */
+static const char *const override_cxx_names[] = {
+#define OVERRIDE_CXX_NAME(sym, field, params, args) #sym,
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_NAME) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_NAME)
+#undef OVERRIDE_CXX_NAME
+};
+
+/*
+ * llgo-heap attach: the operators the process's modules bind to (definition(name)) are
+ * libstdc++'s own, none replaced: install the inline mode with those as the next definitions
+ * (the real malloc, free and aligned_alloc are already the process's: override_got.c), so that
+ * the modules' GOT entries of the operators can lead here, as under LD_PRELOAD. Otherwise
+ * (no C++ runtime, a replaced operator, another allocator's) nothing changes and false: the
+ * operators keep calling malloc and free, which are routed. *names: the 20 operators.
+ */
+bool override_cxx_attach(void *(*definition)(const char *name), const char *const **names,
+			 size_t *n)
+{
+	*names = override_cxx_names;
+	*n = LLGO_ARRAY_SIZE(override_cxx_names);
+	struct llgo_heap_thread *t = &llgo_heap_tls;
+	uint8_t guard = t->guard;
+	t->guard = 1; /* dlopen, dlsym may allocate */
+	struct override_cxx_ops raw;
+	bool all = true;
+#define OVERRIDE_CXX_DEF(sym, field, params, args) \
+	raw.field = (__typeof__(raw.field))definition(#sym); \
+	all = all && raw.field;
+	OVERRIDE_CXX_NEWS(OVERRIDE_CXX_DEF) OVERRIDE_CXX_DELETES(OVERRIDE_CXX_DEF)
+#undef OVERRIDE_CXX_DEF
+	void *gnh = definition("_ZSt15get_new_handlerv");
+	bool ok = all && gnh && override_cxx_is_libstdcxx(&raw, gnh);
+	t->guard = guard;
+	if (ok)
+		override_cxx_install(&raw, gnh, true);
+	return ok;
 }
 
 /* At load, when the program links a C++ runtime: resolving then keeps the dladdr and dlsym

@@ -161,10 +161,19 @@ static inline __attribute__((always_inline)) int64_t sample_begin(struct llgo_he
 	t->guard = 1;
 	if (llgo_unlikely(t->gen != emit_generation()))
 		sample_thread_init(t);
-	if (w < 0 || sample_decide(t, w, size)) /* (sample_decide's first case, inline) */
-		return w;
+	if (w < 0 || sample_decide(t, w, size)) { /* (sample_decide's first case, inline) */
+		if (llgo_likely(link_enter())) /* left where the guard is released */
+			return w;
+	}
 	t->guard = 0;
 	return 0;
+}
+
+/* The guard of a sampled allocation released (sample_begin returned non-zero). */
+static inline void sample_end(struct llgo_heap_thread *t)
+{
+	t->guard = 0;
+	link_leave();
 }
 
 /*
@@ -202,7 +211,7 @@ static void *sample_record(struct llgo_heap_thread *t, int64_t w, size_t size, s
 		}
 		t->countdown = keep;
 	}
-	t->guard = 0;
+	sample_end(t);
 	if (p && off && !tracked) {
 		/* p goes away: for otel_memory, freed (an alloc it never reported when the record
 		 * was dropped: collectors ignore a free of an address they do not hold) */
@@ -296,7 +305,7 @@ static void *sample_realloc_common(struct llgo_heap_thread *t, int64_t w,
 	unsigned char *base = p && old_off != LIVE_OFF_ARENA ? (unsigned char *)p - old_off : NULL;
 	if (p && size == 0) {
 		if (w)
-			t->guard = 0;
+			sample_end(t);
 		if (old_off)
 			live_remove((uint64_t)(uintptr_t)p, NULL);
 		if (old_off == LIVE_OFF_ARENA) {
@@ -355,6 +364,9 @@ SAMPLE_SLOW void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, s
 {
 	void *ra = __builtin_return_address(0); /* a tail call: the program's call site */
 	struct llgo_heap_thread *t = &llgo_heap_tls;
+	/* a closed gate (detach): the table is going; a late copy's objects are real blocks */
+	if (!link_enter())
+		return fn(p, size);
 	struct llgo_live_entry old;
 	uint32_t old_off = 0;
 	bool had = live_find((uint64_t)(uintptr_t)p, &old);
@@ -380,6 +392,7 @@ SAMPLE_SLOW void *sample_realloc_tracked(void *(*fn)(void *, size_t), void *p, s
 		live_restore((uint64_t)(uintptr_t)p, &old);
 		errno = e;
 	}
+	link_leave();
 	return q;
 }
 
@@ -430,7 +443,7 @@ SAMPLE_SLOW int sample_posix_memalign(int (*fn)(void **, size_t, size_t), void *
 		else
 			rc = ENOMEM;
 	} else {
-		t->guard = 0;
+		sample_end(t);
 	}
 	errno = e0;
 	return rc;

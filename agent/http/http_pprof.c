@@ -435,7 +435,9 @@ static enum MHD_Result http_pprof_index(struct http_server *h, struct MHD_Connec
 		buf_printf(b, "<tr><td>%u</td><td>", e.pid);
 		http_pprof_html(b, e.comm, sizeof(e.comm));
 		buf_printf(b, "</td><td>%s</td><td>",
-			   e.state == LLGO_PROC_LIVE ? "live" : "exited");
+			   e.state == LLGO_PROC_LIVE       ? "live"
+			   : e.state == LLGO_PROC_DETACHED ? "detached"
+							   : "exited");
 		if (e.rate == 0)
 			buf_puts(b, "off");
 		else if (e.rate == 1)

@@ -65,6 +65,7 @@ struct session {
 
 	_Atomic int refs;
 	_Atomic int state; /* enum llgo_proc_state */
+	_Atomic bool detached; /* ended by llgo-heap detach (jobs.c): listed as detached */
 
 	pthread_mutex_t lock;
 	struct llgo_ctl *ctl;           /* shared, hostile; NULL once exited */

@@ -193,6 +193,24 @@ static void jobs_bye(struct server *srv, struct conn *c)
 	conn_answered(c, rc);
 }
 
+/* llgo-heap detach: the process lives on without the shim. Its session ends as at an exit
+ * (final drain; the in-use view frozen at what its table holds now, objects sampled before
+ * the detach and not freed by then) and is listed as detached. */
+static void jobs_detach(struct server *srv, struct conn *c)
+{
+	struct session *s = c->session;
+	atomic_store_explicit(&s->detached, true, memory_order_relaxed);
+	drain_session_exit(s);
+	verify_session_stop(srv->verifier, s);
+	log_info("pid %d: detached (%s)", (int)s->pid, s->comm);
+	int rc = conn_answer(c, NULL, 0, 0, NULL);
+	if (rc < 0) {
+		conn_end(c);
+		return;
+	}
+	conn_answered(c, rc);
+}
+
 /* ---- client jobs ---------------------------------------------------------------------------- */
 
 /* s (referenced, or NULL: no such process) if the asking client may act on it; else NULL,
@@ -340,6 +358,9 @@ void jobs_run(void *arg, struct conn *c)
 		return;
 	case LLGO_MSG_BYE:
 		jobs_bye(srv, c);
+		return;
+	case LLGO_MSG_DETACH:
+		jobs_detach(srv, c);
 		return;
 	case SERVER_JOB_EXIT:
 		/* The process exited (its pidfd). A session of a control page alone learns of its

@@ -8,8 +8,8 @@
  *
  * What is cheap runs here, on the loop (ADD_RING: an mmap; ADD_LIVE; WAKE; LIST when no HELLO
  * is in flight); the rest goes to a worker pool (workq.c) and runs in jobs.c: HELLO on the
- * shim workers, so attaching never waits behind exits or clients; BYE and exits on the exit
- * workers; SNAPSHOT, SET_RATE and VERIFY on the client workers.
+ * shim workers, so attaching never waits behind exits or clients; BYE, DETACH and exits on
+ * the exit workers; SNAPSHOT, SET_RATE and VERIFY on the client workers.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -116,6 +116,7 @@ void packet_event(struct server *srv, struct conn *c)
 		break;
 	case LLGO_MSG_BYE:
 	case LLGO_MSG_WAKE:
+	case LLGO_MSG_DETACH:
 		want = sizeof(struct llgo_msg_header);
 		shim_msg = true;
 		break;
@@ -174,6 +175,7 @@ void packet_event(struct server *srv, struct conn *c)
 		return;
 	case LLGO_MSG_HELLO:
 	case LLGO_MSG_BYE:
+	case LLGO_MSG_DETACH:
 		memcpy(c->req, srv->rxbuf, (size_t)r);
 		c->job_fd = fd;
 		/* A process blocks in its constructor until HELLO is answered: never queue it

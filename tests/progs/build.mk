@@ -17,6 +17,8 @@ PROG_BINS += $(OUT)/progs/libllgoheap-noprobe.so
 # and with .eh_frame but no .eh_frame_hdr (noehhdr_chains).
 PROG_BINS += $(OUT)/progs/dbgframe_chains $(OUT)/progs/libdbgframe_dl.so \
 	$(OUT)/progs/dbgframe_fp_chains $(OUT)/progs/noehhdr_chains
+# attach_idle linked -static: llgo-heap attach refuses it (tests/test_attach.c)
+PROG_BINS += $(OUT)/progs/attach_idle_static
 # nofp_stl again with frame pointers (fp_stl) and with the program's own operator new, out
 # of line (nofp_stl_newrep) and inlined (nofp_stl_newinl), for test_unwind's comparison with
 # heaptrack.
@@ -53,6 +55,11 @@ $(OUT)/progs/%.so: tests/progs/%.cc
 	@mkdir -p $(dir $@)
 	$(Q)$(CXX) -std=c++17 -g -O2 -fno-omit-frame-pointer -Wall -Wextra -Werror -pthread \
 		-shared -fPIC -o $@ $<
+
+$(OUT)/progs/attach_idle_static: tests/progs/attach_idle.c
+	$(call msg,CC,$@)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(PROG_CFLAGS) -static -o $@ $<
 
 PROG_NOFP_CFLAGS := $(filter-out -fno-omit-frame-pointer,$(PROG_CFLAGS)) -fomit-frame-pointer
 $(OUT)/progs/nofp_%: tests/progs/nofp_%.c
