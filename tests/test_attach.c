@@ -15,10 +15,9 @@
  */
 #include <poll.h>
 
-#include "e2e_util.h"
-#include "sec_util.h"
+#include "helpers.h"
 
-#define AT_CLI E2E_BIN "/llgo-heap"
+#define AT_CLI TH_BIN "/llgo-heap"
 #define AT_PYTHON "/usr/bin/python3"
 
 struct at_proc {
@@ -39,7 +38,7 @@ static void at_line(struct at_proc *p, char *buf, size_t n, unsigned timeout_ms)
 
 static void at_start(struct at_proc *p, char *const argv[], char *const env[])
 {
-	p->pid = e2e_spawn(argv, env, &p->in, &p->out);
+	p->pid = th_spawn(argv, env, &p->in, &p->out);
 	setvbuf(p->out, NULL, _IONBF, 0);
 	char line[256];
 	at_line(p, line, sizeof(line), 20000);
@@ -64,7 +63,7 @@ static int at_reap(struct at_proc *p)
 			p->pid = 0;
 			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 		}
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	kill(p->pid, SIGKILL);
 	cr_assert_fail("%d did not end", (int)p->pid);
@@ -81,7 +80,7 @@ static int at_cli(char **out, const struct heapd *d, const char *fmt, ...)
 	va_start(ap, fmt);
 	cr_assert(vasprintf(&args, fmt, ap) >= 0);
 	va_end(ap);
-	int rc = e2e_sh(out, "%s %s --socket %s", AT_CLI, args, d->sock);
+	int rc = th_sh(out, "%s %s --socket %s", AT_CLI, args, d->sock);
 	free(args);
 	return rc;
 }
@@ -111,7 +110,7 @@ static void at_wait_samples(const struct heapd *d, pid_t pid, uint64_t min,
 	for (int i = 0; i < 3000; i++) {
 		if (heapd_list_pid(d->sock, pid, e) && e->sampled >= min)
 			return;
-		sleep_ms(10);
+		th_sleep_ms(10);
 	}
 	cr_assert_fail("pid %d: %llu samples, not %llu, in 30 s", (int)pid,
 		       (unsigned long long)e->sampled, (unsigned long long)min);
@@ -129,7 +128,7 @@ static void at_finish(struct at_proc *p, const char *fixed_fmt)
 		  report);
 	cr_assert_eq(at_reap(p), 0, "the program did not exit 0");
 	char *ref;
-	int rc = e2e_sh(&ref, fixed_fmt, rounds);
+	int rc = th_sh(&ref, fixed_fmt, rounds);
 	cr_assert_eq(rc, 0, "the unattached run: %s", ref);
 	ref[strcspn(ref, "\n")] = '\0';
 	cr_assert_str_eq(report, ref, "attached run and unattached run differ");
@@ -143,14 +142,14 @@ static char *at_dir;
  * own: the daemon dies with it, PR_SET_PDEATHSIG, whatever assertion ends it). */
 static void at_setup(void)
 {
-	at_dir = e2e_tmpdir();
+	at_dir = th_tmpdir();
 	heapd_start(&at_d, at_dir, NULL);
 }
 
 static void at_teardown(void)
 {
 	heapd_stop(&at_d);
-	e2e_rmdir(at_dir);
+	th_rmdir(at_dir);
 }
 
 /* ---- programs attached while they allocate ---------------------------------------------------- */
@@ -159,13 +158,13 @@ Test(attach, c_program_profiled_then_detached, .timeout = 300)
 {
 	at_setup();
 	struct at_proc p;
-	char *const argv[] = { E2E_PROGS "/attach_work", "run", "1", NULL };
+	char *const argv[] = { TH_PROGS "/attach_work", "run", "1", NULL };
 	at_start(&p, argv, NULL);
 	char line[512];
 	at_say(&p, "where");
 	at_line(&p, line, sizeof(line), 10000);
 	cr_assert_str_eq(line, "where malloc=libc.so.6 free=libc.so.6 realloc=libc.so.6");
-	sleep_ms(200); /* blocks of before the attach, in its ring, freed while attached */
+	th_sleep_ms(200); /* blocks of before the attach, in its ring, freed while attached */
 
 	at_attach(&at_d, p.pid, "65536");
 	at_say(&p, "where");
@@ -173,7 +172,7 @@ Test(attach, c_program_profiled_then_detached, .timeout = 300)
 	cr_assert_str_eq(line, "where malloc=libllgoheap.so free=libllgoheap.so "
 			       "realloc=libllgoheap.so");
 	/* a library loaded while attached is routed too */
-	at_say(&p, "plugin " E2E_PROGS "/libattach_plug.so");
+	at_say(&p, "plugin " TH_PROGS "/libattach_plug.so");
 	at_line(&p, line, sizeof(line), 30000);
 	cr_assert_str_eq(line, "plugin allocs=2000 malloc=libllgoheap.so");
 	struct llgo_list_entry e;
@@ -198,15 +197,15 @@ Test(attach, c_program_profiled_then_detached, .timeout = 300)
 	at_say(&p, "where");
 	at_line(&p, line, sizeof(line), 10000);
 	cr_assert_str_eq(line, "where malloc=libc.so.6 free=libc.so.6 realloc=libc.so.6");
-	at_say(&p, "plugin " E2E_PROGS "/libattach_plug.so");
+	at_say(&p, "plugin " TH_PROGS "/libattach_plug.so");
 	at_line(&p, line, sizeof(line), 30000);
 	cr_assert_str_eq(line, "plugin allocs=2000 malloc=libc.so.6");
 	/* nothing more reaches the daemon */
 	uint64_t before = e.sampled;
-	sleep_ms(300);
+	th_sleep_ms(300);
 	cr_assert(heapd_list_pid(at_d.sock, p.pid, &e));
 	cr_expect_eq(e.sampled, before, "samples after the detach");
-	at_finish(&p, E2E_PROGS "/attach_work fixed %ld 1");
+	at_finish(&p, TH_PROGS "/attach_work fixed %ld 1");
 	at_teardown();
 }
 
@@ -214,13 +213,13 @@ Test(attach, cxx_program_through_libstdcxx_operator_new, .timeout = 300)
 {
 	at_setup();
 	struct at_proc p;
-	char *const argv[] = { E2E_PROGS "/attach_cxx", "run", "2", NULL };
+	char *const argv[] = { TH_PROGS "/attach_cxx", "run", "2", NULL };
 	at_start(&p, argv, NULL);
 	char line[256];
 	at_say(&p, "where");
 	at_line(&p, line, sizeof(line), 10000);
 	cr_assert_str_eq(line, "where new=libstdc++.so.6 delete=libstdc++.so.6");
-	sleep_ms(200);
+	th_sleep_ms(200);
 	at_attach(&at_d, p.pid, "65536");
 	/* the operators themselves lead to the shim (libstdc++'s, not replaced: inline mode) */
 	at_say(&p, "where");
@@ -237,7 +236,7 @@ Test(attach, cxx_program_through_libstdcxx_operator_new, .timeout = 300)
 	at_say(&p, "where");
 	at_line(&p, line, sizeof(line), 10000);
 	cr_assert_str_eq(line, "where new=libstdc++.so.6 delete=libstdc++.so.6");
-	at_finish(&p, E2E_PROGS "/attach_cxx fixed %ld 2");
+	at_finish(&p, TH_PROGS "/attach_cxx fixed %ld 2");
 	at_teardown();
 }
 
@@ -247,9 +246,9 @@ Test(attach, debian_python3, .timeout = 300)
 		cr_skip_test("no " AT_PYTHON);
 	at_setup();
 	struct at_proc p;
-	char *const argv[] = { AT_PYTHON, E2E_PROGS_SRC "/attach_py.py", "run", NULL };
+	char *const argv[] = { AT_PYTHON, TH_PROGS_SRC "/attach_py.py", "run", NULL };
 	at_start(&p, argv, NULL);
-	sleep_ms(200);
+	th_sleep_ms(200);
 	at_attach(&at_d, p.pid, "1048576");
 	struct llgo_list_entry e;
 	at_wait_samples(&at_d, p.pid, 50, &e);
@@ -269,7 +268,7 @@ Test(attach, debian_python3, .timeout = 300)
 		  folded);
 	free(folded);
 	at_detach(&at_d, p.pid);
-	at_finish(&p, AT_PYTHON " " E2E_PROGS_SRC "/attach_py.py fixed %ld");
+	at_finish(&p, AT_PYTHON " " TH_PROGS_SRC "/attach_py.py fixed %ld");
 	at_teardown();
 }
 
@@ -277,9 +276,9 @@ Test(attach, multi_threaded_program, .timeout = 300)
 {
 	at_setup();
 	struct at_proc p;
-	char *const argv[] = { E2E_PROGS "/attach_work", "run", "4", NULL };
+	char *const argv[] = { TH_PROGS "/attach_work", "run", "4", NULL };
 	at_start(&p, argv, NULL);
-	sleep_ms(200);
+	th_sleep_ms(200);
 	at_attach(&at_d, p.pid, "65536");
 	struct llgo_list_entry e;
 	at_wait_samples(&at_d, p.pid, 1000, &e);
@@ -288,7 +287,7 @@ Test(attach, multi_threaded_program, .timeout = 300)
 	cr_expect(strstr(folded, "worker;round_work;c_site_malloc") != NULL, "%.3000s", folded);
 	free(folded);
 	at_detach(&at_d, p.pid);
-	at_finish(&p, E2E_PROGS "/attach_work fixed %ld 4");
+	at_finish(&p, TH_PROGS "/attach_work fixed %ld 4");
 	at_teardown();
 }
 
@@ -304,14 +303,14 @@ Test(attach, program_with_jemalloc_preloaded, .timeout = 300)
 	char env_pre[256];
 	snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s", je);
 	char *const env[] = { env_pre, NULL };
-	char *const argv[] = { E2E_PROGS "/attach_work", "run", "2", NULL };
+	char *const argv[] = { TH_PROGS "/attach_work", "run", "2", NULL };
 	at_start(&p, argv, env);
 	char line[512];
 	at_say(&p, "where");
 	at_line(&p, line, sizeof(line), 10000);
 	cr_assert_str_eq(line, "where malloc=libjemalloc.so.2 free=libjemalloc.so.2 "
 			       "realloc=libjemalloc.so.2");
-	sleep_ms(100);
+	th_sleep_ms(100);
 	at_attach(&at_d, p.pid, "65536");
 	struct llgo_list_entry e;
 	at_wait_samples(&at_d, p.pid, 300, &e);
@@ -323,7 +322,7 @@ Test(attach, program_with_jemalloc_preloaded, .timeout = 300)
 	/* the unattached run preloads jemalloc too */
 	char fixed[512];
 	snprintf(fixed, sizeof(fixed), "LD_PRELOAD=%s %s/attach_work fixed %%ld 2", je,
-		 E2E_PROGS);
+		 TH_PROGS);
 	at_finish(&p, fixed);
 	at_teardown();
 }
@@ -334,7 +333,7 @@ Test(attach, hundred_cycles_lose_nothing, .timeout = 900)
 {
 	at_setup();
 	struct at_proc p;
-	char *const argv[] = { E2E_PROGS "/attach_work", "run", "4", NULL };
+	char *const argv[] = { TH_PROGS "/attach_work", "run", "4", NULL };
 	at_start(&p, argv, NULL);
 	uint64_t sampled = 0;
 	for (int i = 0; i < 100; i++) {
@@ -346,7 +345,7 @@ Test(attach, hundred_cycles_lose_nothing, .timeout = 900)
 			at_wait_samples(&at_d, p.pid, 50, &e);
 			sampled += e.sampled;
 		} else {
-			sleep_ms(5);
+			th_sleep_ms(5);
 		}
 		at_detach(&at_d, p.pid);
 		cr_assert(heapd_list_pid(at_d.sock, p.pid, &e));
@@ -358,7 +357,7 @@ Test(attach, hundred_cycles_lose_nothing, .timeout = 900)
 	}
 	cr_assert(heapd_alive(&at_d));
 	cr_expect_gt(sampled, 0);
-	at_finish(&p, E2E_PROGS "/attach_work fixed %ld 4");
+	at_finish(&p, TH_PROGS "/attach_work fixed %ld 4");
 	at_teardown();
 }
 
@@ -367,9 +366,9 @@ Test(attach, hundred_cycles_lose_nothing, .timeout = 900)
 /* Legacy text records of site (frame 0): in-use objects and bytes, summed. */
 static void at_inuse(const char *text, const char *site, long *objects, long *bytes)
 {
-	static struct e2e_text_rec recs[2048];
+	static struct th_text_rec recs[2048];
 	long period;
-	int n = e2e_parse_text(text, &period, recs, 2048);
+	int n = th_parse_text(text, &period, recs, 2048);
 	*objects = *bytes = 0;
 	for (int i = 0; i < n; i++) {
 		if (site && strcmp(recs[i].frame0, site) != 0)
@@ -386,7 +385,7 @@ Test(attach, blocks_of_before_never_count_as_sampled, .timeout = 300)
 {
 	at_setup();
 	struct at_proc p;
-	char *const argv[] = { E2E_PROGS "/attach_pre", NULL };
+	char *const argv[] = { TH_PROGS "/attach_pre", NULL };
 	at_start(&p, argv, NULL);
 	at_attach(&at_d, p.pid, "1");
 	char line[128];
@@ -425,7 +424,7 @@ Test(attach, blocks_of_before_never_count_as_sampled, .timeout = 300)
 static void at_refused(struct at_proc *p, const char *cli_prefix, const char *why)
 {
 	char *out;
-	int rc = e2e_sh(&out, "%s%s attach %d --socket %s", cli_prefix, AT_CLI, (int)p->pid,
+	int rc = th_sh(&out, "%s%s attach %d --socket %s", cli_prefix, AT_CLI, (int)p->pid,
 			at_d.sock);
 	cr_expect_eq(rc, 2, "exit %d: %s", rc, out);
 	cr_expect(strstr(out, why) != NULL, "expected '%s' in: %s", why, out);
@@ -462,7 +461,7 @@ static void at_refuse_program(char *const argv[], char *const env[], const char 
 Test(attach, refuses_a_static_executable, .timeout = 300)
 {
 	at_setup();
-	char *const argv[] = { E2E_PROGS "/attach_idle_static", "plain", NULL };
+	char *const argv[] = { TH_PROGS "/attach_idle_static", "plain", NULL };
 	at_refuse_program(argv, NULL, "", "statically linked");
 	at_teardown();
 }
@@ -470,7 +469,7 @@ Test(attach, refuses_a_static_executable, .timeout = 300)
 Test(attach, refuses_a_seccomp_filtered_process, .timeout = 300)
 {
 	at_setup();
-	char *const argv[] = { E2E_PROGS "/attach_idle", "seccomp", NULL };
+	char *const argv[] = { TH_PROGS "/attach_idle", "seccomp", NULL };
 	at_refuse_program(argv, NULL, "", "seccomp");
 	at_teardown();
 }
@@ -478,13 +477,13 @@ Test(attach, refuses_a_seccomp_filtered_process, .timeout = 300)
 /* The target runs as nobody, the CLI as another uid that is not root. */
 Test(attach, refuses_another_users_process, .timeout = 300)
 {
-	need_root();
+	th_need_root();
 	at_setup();
 	char uid[32], gid[32];
-	snprintf(uid, sizeof(uid), "--reuid=%u", (unsigned)nobody_uid());
-	snprintf(gid, sizeof(gid), "--regid=%u", (unsigned)nobody_gid());
+	snprintf(uid, sizeof(uid), "--reuid=%u", (unsigned)th_nobody_uid());
+	snprintf(gid, sizeof(gid), "--regid=%u", (unsigned)th_nobody_gid());
 	char *const argv[] = { "/usr/bin/setpriv", uid, gid, "--clear-groups",
-			       E2E_PROGS "/attach_idle", "plain", NULL };
+			       TH_PROGS "/attach_idle", "plain", NULL };
 	at_refuse_program(argv, NULL, "setpriv --reuid=4242 --regid=4242 --clear-groups ",
 			  "belongs to uid");
 	at_teardown();
@@ -494,7 +493,7 @@ Test(attach, refuses_a_process_attached_already, .timeout = 300)
 {
 	at_setup();
 	struct at_proc p;
-	char *const argv[] = { E2E_PROGS "/attach_idle", "plain", NULL };
+	char *const argv[] = { TH_PROGS "/attach_idle", "plain", NULL };
 	at_start(&p, argv, NULL);
 	at_attach(&at_d, p.pid, "1");
 	at_refused(&p, "", "attached already");
@@ -513,7 +512,7 @@ Test(attach, refuses_a_process_running_the_shim_preloaded, .timeout = 300)
 	snprintf(env_pre, sizeof(env_pre), "LD_PRELOAD=%s", LLGO_PLAIN_SHIM);
 	snprintf(env_sock, sizeof(env_sock), "LLGO_HEAP_SOCKET=%s", at_d.sock);
 	char *const env[] = { env_pre, env_sock, NULL };
-	char *const argv[] = { E2E_PROGS "/attach_idle", "plain", NULL };
+	char *const argv[] = { TH_PROGS "/attach_idle", "plain", NULL };
 	at_refuse_program(argv, env, "", "preloaded");
 	at_teardown();
 }
