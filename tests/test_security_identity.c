@@ -3,7 +3,8 @@
  * test_security_identity.c: llgo-heapd on a shared host, attacked by an unprivileged local
  * user (uid nobody, from a forked child that drops root), on who a session belongs to: a
  * socket kept by a child after its parent execs a setuid program, or after it exits; a
- * process that made itself not dumpable; one session per process, and per process memfd.
+ * process that made itself not dumpable; one session per process (the newest image's, when
+ * HELLOs are handled out of order), and per process memfd.
  * Each test plays the attack against the real daemon binary and checks that it fails (the
  * other suites: test_security_names.c, _budget.c, _exposure.c). LLGO_TEST_HEAPD=path runs
  * them against another build (an older daemon shows each attack succeed).
@@ -177,6 +178,7 @@ Test(identity, one_session_per_process, .timeout = 60)
 		if (atomic_load(&ctl[i]->rate_word) != 512)
 			live = i;
 	cr_assert_geq(live, 0);
+	cr_expect_eq(live, 7, "the session is connection %d's, not the last one's", live);
 	/* LIST shows one row per pid: end that session, and no other session of this
 	 * process may show up live behind it */
 	close(socks[live]);
@@ -186,6 +188,41 @@ Test(identity, one_session_per_process, .timeout = 60)
 	for (int i = 0; i < 8; i++)
 		if (i != live)
 			close(socks[i]);
+	heapd_finish(&d);
+}
+
+/*
+ * A process's HELLOs handled out of order: a shell preloaded with the shim says HELLO, execs
+ * the program, whose shim says HELLO on a new connection, and two workers finish them in the
+ * other order. The later connection is the newer image: it keeps the session, the earlier
+ * one's ends at once (a snapshot by pid showed the shell's).
+ */
+Test(identity, a_late_hello_of_an_earlier_image_ends_at_once, .timeout = 60)
+{
+	struct heapd d;
+	heapd_start(&d, NULL, NULL);
+	int early = heapd_connect(d.sock), late = heapd_connect(d.sock);
+	cr_assert(early >= 0 && late >= 0);
+	struct llgo_ctl *ctl_early, *ctl_late;
+	cr_assert_eq(th_hello_noack(late, NULL, &ctl_late), 0);
+	cr_assert(th_wait_listed(d.sock, getpid(), 10000));
+	cr_assert_eq(th_hello_noack(early, NULL, &ctl_early), 0);
+	char *log = th_wait_log(&d, "came late", 10000);
+	cr_expect(strstr(log, "came late") && !strstr(log, "a new HELLO replaces"),
+		  "the earlier connection's HELLO replaced the session:\n%s", log);
+	free(log);
+	struct client_answer a;
+	cr_assert_eq(heapd_set_rate(d.sock, getpid(), 4096, &a), 0);
+	cr_assert_eq(a.status, 0, "%s", a.message);
+	cr_expect_eq(atomic_load(&ctl_late->rate_word), 4096, "the later image lost its session");
+	cr_expect_eq(atomic_load(&ctl_early->rate_word), 512, "the earlier image has a session");
+	struct llgo_list_entry e;
+	cr_assert(heapd_list_pid(d.sock, getpid(), &e));
+	cr_expect_eq(e.state, LLGO_PROC_LIVE);
+	close(late);
+	cr_expect(th_wait_state(d.sock, getpid(), LLGO_PROC_EXITED, 10000),
+		  "a session of the earlier image is live behind the ended one");
+	close(early);
 	heapd_finish(&d);
 }
 

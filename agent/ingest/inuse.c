@@ -18,9 +18,9 @@
  * (inuse_freeze_locked) and unmaps it: an exited session's in-use values are what the program
  * never freed (leaks at exit).
  *
- * The table is hostile memory: the scan copies each entry, re-reads its address to drop a
- * torn one, and trusts only this file's constants for the geometry; a forged table can only
- * misstate its own process's in-use values. The scan visits only the pages the file holds
+ * The table is hostile memory: the scan copies each entry, re-reads its address and ref
+ * to drop a torn one (inuse_read_entry), and trusts only this file's constants for the
+ * geometry; a forged table can only misstate its own process's in-use values. The scan visits only the pages the file holds
  * (SEEK_DATA/SEEK_HOLE on a duplicate of the memfd): reading a hole through the mapping
  * would allocate it, and a forged `top` would then make every snapshot fill 512 MiB. And it
  * reads at most the slots its process's own samples justify (inuse_scan_budget): a full
@@ -334,6 +334,35 @@ static uint64_t inuse_scan_budget(struct session *s)
 	return INUSE_SCAN_BASE_SLOTS + samples * INUSE_SCAN_SLOTS_PER_SAMPLE;
 }
 
+/*
+ * One live entry's key and ref, consistent: false when the slot holds no object. The table
+ * changes while we read it: ref before key (acquire: pairs with the shim's release store of
+ * ref after key, live.c), then addr and ref again. The address alone cannot tell an object
+ * freed and another placed at the same address in the same slot meanwhile (realloc in place
+ * does that); ref is unique per record. A slot that keeps changing is read a few times, then
+ * left out of this snapshot.
+ */
+static bool inuse_read_entry(const struct llgo_live_entry *e, uint64_t *key, uint64_t *ref)
+{
+	_Atomic uint64_t *ap = (_Atomic uint64_t *)&e->addr;
+	for (int tries = 0; tries < 4; tries++) {
+		/* acquire: pairs with the inserter's release store of addr after the fields */
+		uint64_t a = atomic_load_explicit(ap, memory_order_acquire);
+		if (a <= LLGO_LIVE_BUSY)
+			return false;
+		*ref = __atomic_load_n(&e->ref, __ATOMIC_ACQUIRE);
+		*key = __atomic_load_n(&e->key, __ATOMIC_RELAXED);
+		/* acquire fence: a key written after a re-insertion's BUSY makes the re-read
+		 * of addr see BUSY or later; acquire on that re-read: seeing the re-inserted
+		 * address makes the new ref visible, so the ref check catches ABA */
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(ap, memory_order_acquire) == a &&
+		    __atomic_load_n(&e->ref, __ATOMIC_RELAXED) == *ref)
+			return true;
+	}
+	return false;
+}
+
 static int inuse_scan(const struct llgo_live_header *h, int fd, uint64_t budget,
 		      const uint64_t *keys, size_t n, const uint64_t *next_seq, size_t nrings,
 		      uint64_t *live, struct inuse_counts *c, struct inuse_rekey **rekey,
@@ -364,15 +393,9 @@ static int inuse_scan(const struct llgo_live_header *h, int fd, uint64_t budget,
 		}
 		spent += hi - lo;
 		for (uint64_t i = lo; i < hi; i++) {
-			_Atomic uint64_t *ap = (_Atomic uint64_t *)&e[i].addr;
-			/* acquire: pairs with the inserter's release store of addr after the fields */
-			uint64_t a = atomic_load_explicit(ap, memory_order_acquire);
-			if (a <= LLGO_LIVE_BUSY)
+			uint64_t key, ref;
+			if (!inuse_read_entry(&e[i], &key, &ref))
 				continue;
-			uint64_t key = e[i].key, ref = e[i].ref;
-			atomic_thread_fence(memory_order_acquire);
-			if (atomic_load_explicit(ap, memory_order_relaxed) != a)
-				continue; /* freed or replaced while we read it */
 			uint32_t ring = LLGO_LIVE_REF_RING(ref);
 			uint64_t seq = LLGO_LIVE_REF_SEQ(ref);
 			if (ring == LLGO_LIVE_RING_NONE)

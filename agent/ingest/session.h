@@ -53,6 +53,10 @@ struct session {
 	uint64_t attach_ns;  /* CLOCK_REALTIME at HELLO */
 	uint64_t proc_start; /* /proc/PID/stat starttime (ticks since boot); 0 unknown */
 	uint64_t seq;        /* registry order, 1.. */
+	/* The accept order of the connection whose HELLO made it (0: taken back by adopt.c):
+	 * of two sessions of one process (it exec'd), the later connection is the newer image,
+	 * whichever HELLO a worker finished first (session_newer). */
+	uint64_t conn_serial;
 	uint32_t ring_data_size;
 	struct bucket_table *buckets;
 	struct procmaps *maps; /* NULL when /proc/PID/maps could not be read */
@@ -228,6 +232,8 @@ bool session_same_memfd(const struct session *s, int fd);
  * sessions); returns how many were added. */
 size_t session_sync_rings(struct session *s);
 /* The live session of the process pid started at start_ticks with this memfd, if any. */
+/* Of two sessions, whether a is the newer (two of one process: the later connection). */
+bool session_newer(const struct session *a, const struct session *b);
 struct session *session_find_live(struct session_registry *reg, pid_t pid, uint64_t start,
 				  int memfd);
 /* The live session of the process pid started at start (any memfd), if any. */
@@ -247,7 +253,7 @@ void session_register(struct session *s);
 struct session *session_get(struct session *s);
 void session_put(struct session *s);
 
-/* The session `snapshot PID` means: the live one, else the most recently attached. */
+/* The session `snapshot PID` means: the live one, else the newest (session_newer). */
 struct session *session_lookup(struct session_registry *reg, pid_t pid);
 /* Referenced sessions, oldest first; live_only, or one per pid (the lookup's choice). */
 size_t session_list(struct session_registry *reg, bool live_only, struct session ***out);

@@ -210,19 +210,28 @@ void session_register(struct session *s)
 	pthread_mutex_unlock(&reg->lock);
 }
 
+bool session_newer(const struct session *a, const struct session *b)
+{
+	if (a->pid == b->pid && a->proc_start == b->proc_start && a->conn_serial &&
+	    b->conn_serial)
+		return a->conn_serial > b->conn_serial;
+	return a->seq > b->seq;
+}
+
+/* Whether s is what session_lookup returns for its pid rather than o. */
+static bool session_shadows(const struct session *o, const struct session *s)
+{
+	bool olive = session_is_live(o), live = session_is_live(s);
+	return (olive && !live) || (olive == live && session_newer(o, s));
+}
+
 struct session *session_lookup(struct session_registry *reg, pid_t pid)
 {
 	struct session *best = NULL;
 	pthread_mutex_lock(&reg->lock);
-	/* newest first: the first live match wins, else the first (newest) exited one */
+	/* a live one, else the newest exited one */
 	for (struct session *s = reg->head; s; s = s->next) {
-		if (s->pid != pid)
-			continue;
-		if (session_is_live(s)) {
-			best = s;
-			break;
-		}
-		if (!best)
+		if (s->pid == pid && (!best || session_shadows(s, best)))
 			best = s;
 	}
 	if (best)
@@ -248,16 +257,9 @@ size_t session_list(struct session_registry *reg, bool live_only, struct session
 			if (!live_only) {
 				/* one per pid: the session session_lookup would return */
 				bool shadowed = false;
-				for (struct session *o = reg->head; o; o = o->next) {
-					if (o == s || o->pid != s->pid)
-						continue;
-					bool olive = session_is_live(o);
-					if ((olive && !live) ||
-					    (olive == live && o->seq > s->seq)) {
-						shadowed = true;
-						break;
-					}
-				}
+				for (struct session *o = reg->head; o && !shadowed; o = o->next)
+					shadowed = o != s && o->pid == s->pid &&
+						   session_shadows(o, s);
 				if (shadowed)
 					continue;
 			}

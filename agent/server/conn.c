@@ -416,6 +416,7 @@ void conn_accept(struct server *srv)
 		c->fd = fd;
 		c->job_fd = -1;
 		c->accepted_ms = conn_now_ms();
+		c->serial = ++srv->conn_serial;
 		atomic_fetch_add(&srv->unseen, 1);
 		/* Pin the peer now: HELLO re-checks the live process against this. */
 		ident_open(fd, c->cred.pid, c->cred.uid, c->cred.gid, &c->id);

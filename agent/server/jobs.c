@@ -101,6 +101,7 @@ static void jobs_hello(struct server *srv, struct conn *c)
 	} else {
 		s->unwind_mode =
 			(uint32_t)((m.flags & LLGO_HELLO_UNWIND_MASK) >> LLGO_HELLO_UNWIND_SHIFT);
+		s->conn_serial = c->serial;
 	}
 	close(fd);
 
@@ -140,22 +141,31 @@ static void jobs_hello(struct server *srv, struct conn *c)
 			 "addresses only", (int)s->pid, strerror(-merr));
 	/* auto unwinding's tables, before the session drains (its unwinder reads them) */
 	drain_prepare_unwind(s);
-	/* our maps are read: the shim's exit need not wait for us (lifecycle.c) */
-	if (!merr && s->ctl)
-		atomic_fetch_add_explicit(&s->ctl->daemon_beat, 1, memory_order_relaxed);
 	/* One session per process (pid and start time): a second HELLO with another memfd
-	 * replaces the first, which ends as if the process had closed it. */
+	 * replaces the first, which ends as if the process had closed it. Two workers may
+	 * finish the HELLOs of one process out of order (a shell's, then the program it
+	 * exec'd): the one from the earlier connection is the earlier image, and ends. */
 	pthread_mutex_lock(&srv->hello_lock);
 	struct session *old = c->id.start ? session_find_process(srv->reg, s->pid, c->id.start)
 					  : NULL;
-	if (old) {
+	bool stale = old && session_newer(old, s);
+	if (old && !stale) {
 		log_info("pid %d: a new HELLO replaces its session", (int)s->pid);
 		verify_session_stop(srv->verifier, old);
 		drain_session_exit(old);
-		session_put(old);
+	} else if (stale) {
+		log_info("pid %d: the HELLO of an image it exec'd away from came late; that "
+			 "session ends at once", (int)s->pid);
 	}
+	if (old)
+		session_put(old);
 	session_register(s);
 	pthread_mutex_unlock(&srv->hello_lock);
+	/* Our maps are read and the session is findable by pid: the shim's exit need not wait
+	 * for us (lifecycle.c). Not before session_register: a process that exits at once
+	 * would be gone while a snapshot by its pid still finds only its pre-exec session. */
+	if (!merr && s->ctl)
+		atomic_fetch_add_explicit(&s->ctl->daemon_beat, 1, memory_order_relaxed);
 	if (locked)
 		pthread_mutex_unlock(&srv->adopt_lock);
 	jobs_set_session(srv, c, s);
@@ -164,7 +174,7 @@ static void jobs_hello(struct server *srv, struct conn *c)
 	conn_watch_exit(srv, s, s->pidfd);
 	/* Gone before we got here: what its rings hold now is all it published (a socket kept
 	 * by another process must not keep a session of a free pid live). */
-	if (gone)
+	if (gone || stale)
 		drain_session_exit(s);
 	if (reattach)
 		log_info("pid %d: reattached (%s)", (int)s->pid, s->comm);

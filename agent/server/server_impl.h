@@ -67,6 +67,7 @@ struct conn {
 	/* The loop's: accept time, and whether a packet came (else the idle scan shuts it). */
 	int64_t accepted_ms;
 	bool seen_packet;
+	uint64_t serial; /* accept order, 1..: the order the peers connected in */
 	struct session *session; /* shim connections, after HELLO */
 	struct conn *prev, *next; /* srv->conns, under conns_lock */
 	/* The job a worker runs next (one at most: EPOLLONESHOT). */
@@ -153,6 +154,7 @@ struct server {
 	/* Serializes "find this process's session, replace it, register the new one" across
 	 * shim workers, so that concurrent HELLOs of one process never leave two sessions. */
 	pthread_mutex_t hello_lock;
+	uint64_t conn_serial; /* the loop's: the last serial conn_accept gave */
 	_Atomic uint64_t n_connections, n_malformed, n_refused, n_sessions;
 	_Atomic uint64_t out_bytes;   /* unsent answer bytes, all connections */
 	_Atomic uint32_t out_waiting; /* connections armed for EPOLLOUT */
