@@ -566,11 +566,10 @@ live_insert_level(struct llgo_live_header *h, uint32_t k, uint64_t addr, uint64_
 							     memory_order_acquire,
 							     memory_order_relaxed))
 			continue;
-		/* Seqlock-like, with ref (unique per record) as the version: the fence orders
-		 * BUSY before the fields, the release store of ref orders key before it, for the
-		 * daemon's scan (inuse.c), which reads addr, ref, key and checks addr and ref. */
-		atomic_thread_fence(memory_order_release);
-		s->key = key;
+		/* Seqlock-like, with ref (unique per record) as the version, for the daemon's
+		 * scan (inuse_read_entry), which reads addr, ref, key, then addr and ref again:
+		 * release on key orders the BUSY claim before it, release on ref orders key. */
+		__atomic_store_n(&s->key, key, __ATOMIC_RELEASE);
 		__atomic_store_n(&s->ref, ref, __ATOMIC_RELEASE);
 		s->size = size;
 		/* release: the fields above before the address (daemon's acquire) */

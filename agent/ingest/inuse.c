@@ -336,26 +336,24 @@ static uint64_t inuse_scan_budget(struct session *s)
 
 /*
  * One live entry's key and ref, consistent: false when the slot holds no object. The table
- * changes while we read it: ref before key (acquire: pairs with the shim's release store of
- * ref after key, live.c), then addr and ref again. The address alone cannot tell an object
- * freed and another placed at the same address in the same slot meanwhile (realloc in place
- * does that); ref is unique per record. A slot that keeps changing is read a few times, then
- * left out of this snapshot.
+ * changes while we read it: addr, ref, key, then addr and ref again, every load acquire so
+ * that each is read after the one before. The address alone cannot tell an object freed and
+ * another placed at the same address in the same slot meanwhile (realloc in place does
+ * that); ref is unique per record and serves as the version. Pairs with live.c's inserter:
+ * a key read from a re-insertion (release store after its BUSY claim) makes the re-read of
+ * addr see BUSY or later; a re-read addr from a re-insertion (release store after ref)
+ * makes its new ref visible, so the ref check fails. A slot that keeps changing is read a
+ * few times, then left out of this snapshot.
  */
 static bool inuse_read_entry(const struct llgo_live_entry *e, uint64_t *key, uint64_t *ref)
 {
 	_Atomic uint64_t *ap = (_Atomic uint64_t *)&e->addr;
 	for (int tries = 0; tries < 4; tries++) {
-		/* acquire: pairs with the inserter's release store of addr after the fields */
 		uint64_t a = atomic_load_explicit(ap, memory_order_acquire);
 		if (a <= LLGO_LIVE_BUSY)
 			return false;
 		*ref = __atomic_load_n(&e->ref, __ATOMIC_ACQUIRE);
-		*key = __atomic_load_n(&e->key, __ATOMIC_RELAXED);
-		/* acquire fence: a key written after a re-insertion's BUSY makes the re-read
-		 * of addr see BUSY or later; acquire on that re-read: seeing the re-inserted
-		 * address makes the new ref visible, so the ref check catches ABA */
-		atomic_thread_fence(memory_order_acquire);
+		*key = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
 		if (atomic_load_explicit(ap, memory_order_acquire) == a &&
 		    __atomic_load_n(&e->ref, __ATOMIC_RELAXED) == *ref)
 			return true;
