@@ -297,13 +297,31 @@ int heapd_set_rate(const char *sock, pid_t pid, uint64_t rate, struct client_ans
 	return heapd_request(sock, &m, sizeof(m), a);
 }
 
+/* The last lines of the log of the daemon whose socket is sock, when heapd_start made it
+ * (heapd.log beside heapd.sock): why a request failed, in the failure's message. */
+static char *heapd_log_tail_of(const char *sock)
+{
+	char path[sizeof(((struct heapd *)0)->log)];
+	const char *slash = strrchr(sock, '/');
+	int n = slash ? (int)(slash - sock) : 0;
+	if (!slash || snprintf(path, sizeof(path), "%.*s/heapd.log", n, sock) >= (int)sizeof(path))
+		return strdup("");
+	char *log = th_read_all(path);
+	if (!log)
+		return strdup("");
+	size_t len = strlen(log), keep = 4000;
+	if (len > keep)
+		memmove(log, log + len - keep, keep + 1);
+	return log;
+}
+
 char *heapd_snapshot(const char *sock, pid_t pid, uint32_t fmt, size_t *len)
 {
 	struct client_answer a;
 	int rc = heapd_snapshot_answer(sock, pid, fmt, &a);
 	if (rc != 0 || a.status != 0)
-		cr_assert_fail("SNAPSHOT %d failed: %d, status %d %s", (int)pid, rc, a.status,
-			       a.message);
+		cr_assert_fail("SNAPSHOT %d failed: %d, status %d %s\nthe daemon's log ends:\n%s",
+			       (int)pid, rc, a.status, a.message, heapd_log_tail_of(sock));
 	if (len)
 		*len = a.data.len;
 	return (char *)a.data.data; /* client.c keeps a NUL after the payload */

@@ -663,9 +663,11 @@ void session_list_entry(struct session *s, struct llgo_list_entry *e)
 	bucket_table_stats(s->buckets, &bs);
 	e->pid = (uint32_t)s->pid;
 	e->uid = (uint32_t)s->uid;
-	e->state = session_is_live(s) ? LLGO_PROC_LIVE
-		   : atomic_load_explicit(&s->detached, memory_order_relaxed) ? LLGO_PROC_DETACHED
-									: LLGO_PROC_EXITED;
+	/* detached first: set when the loop reads DETACH, before the final drain ends the
+	 * session (packet.c) */
+	e->state = atomic_load_explicit(&s->detached, memory_order_relaxed) ? LLGO_PROC_DETACHED
+		   : session_is_live(s)					   ? LLGO_PROC_LIVE
+									   : LLGO_PROC_EXITED;
 	pthread_mutex_lock(&s->lock);
 	e->rings = s->nrings;
 	pthread_mutex_unlock(&s->lock);
