@@ -231,9 +231,9 @@ bool session_same_memfd(const struct session *s, int fd);
 /* Map the rings the shim announced in ctl.ring_count and we do not have yet (memfd
  * sessions); returns how many were added. */
 size_t session_sync_rings(struct session *s);
-/* The live session of the process pid started at start_ticks with this memfd, if any. */
 /* Of two sessions, whether a is the newer (two of one process: the later connection). */
 bool session_newer(const struct session *a, const struct session *b);
+/* The live session of the process pid started at start_ticks with this memfd, if any. */
 struct session *session_find_live(struct session_registry *reg, pid_t pid, uint64_t start,
 				  int memfd);
 /* The live session of the process pid started at start (any memfd), if any. */
