@@ -269,8 +269,11 @@ run_one() { # service config round
 	if [ "$2" = default ] && [ "$3" = 1 ]; then
 		# the top sites of the busiest process of this run (forked workers and backends
 		# included, live or exited: pids the daemon did not list before the run)
-		top=$(all_sessions | awk 'NR == FNR { old[$1] = 1; next } !($1 in old)' \
-			"$TMP/before" - | sort -k2,2nr | head -1 | cut -d' ' -f1)
+		# (read with getline: NR == FNR would take every line for old when the list
+		# before was empty, as it is before the first service's first shim run)
+		top=$(all_sessions | awk -v before="$TMP/before" '
+			BEGIN { while ((getline l < before) > 0) { split(l, f, " "); old[f[1]] = 1 } }
+			!($1 in old)' | sort -k2,2nr | head -1 | cut -d' ' -f1)
 		if [ -n "$top" ]; then
 			"$CLI" top "$top" --socket "$SOCK" -n 5 >"$TMP/top-$1.txt" 2>&1 || true
 		fi
