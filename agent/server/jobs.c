@@ -205,11 +205,11 @@ static void jobs_bye(struct server *srv, struct conn *c)
 
 /* llgo-heap detach: the process lives on without the shim. Its session ends as at an exit
  * (final drain; the in-use view frozen at what its table holds now, objects sampled before
- * the detach and not freed by then) and is listed as detached. */
+ * the detach and not freed by then); the loop marked it detached when it read the packet
+ * (packet.c). */
 static void jobs_detach(struct server *srv, struct conn *c)
 {
 	struct session *s = c->session;
-	atomic_store_explicit(&s->detached, true, memory_order_relaxed);
 	drain_session_exit(s);
 	verify_session_stop(srv->verifier, s);
 	log_info("pid %d: detached (%s)", (int)s->pid, s->comm);

@@ -182,9 +182,9 @@ void packet_event(struct server *srv, struct conn *c)
 		 * behind the drains of exiting processes. */
 		if (h.type == LLGO_MSG_HELLO)
 			atomic_fetch_add(&srv->hellos_pending, 1);
-		/* Listed as detached from now on (LIST is answered here, in packet order): the
-		 * final drain that follows may take a while, and `llgo-heap detach` has
-		 * returned by then. jobs_detach stores it again. */
+		/* Listed as detached from now on (LIST is answered here, in packet order), not
+		 * after the final drain jobs_detach runs: that may take a while, and `llgo-heap
+		 * detach` has returned by then. */
 		if (h.type == LLGO_MSG_DETACH && c->session)
 			atomic_store_explicit(&c->session->detached, true, memory_order_relaxed);
 		workq_push(h.type == LLGO_MSG_HELLO ? &srv->shimq : &srv->exitq, c, h.type);
