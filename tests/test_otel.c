@@ -491,8 +491,10 @@ static void otel_end_to_end(const char *rate, const char *n)
 	cr_log_info("live: %llu objects, %.0f weighted bytes; profile inuse_space %.0f (%zu samples)",
 		    (unsigned long long)nlive, live_w, prof.inuse_space, prof.samples);
 	if (rate1)
-		cr_expect(live_w == prof.inuse_space, "live %.0f, profile in-use %.0f", live_w,
-			  prof.inuse_space);
+		cr_expect(live_w == prof.inuse_space,
+			  "live %.0f (%llu objects), profile in-use %.0f (%zu samples)\n%s", live_w,
+			  (unsigned long long)nlive, prof.inuse_space, prof.samples,
+			  heapd_log(&d));
 	else
 		cr_expect(fabs(live_w - prof.inuse_space) <= tol, "live %.0f, profile in-use %.0f",
 			  live_w, prof.inuse_space);
