@@ -405,6 +405,7 @@ struct otel_profile {
 	unsigned long long sampled, dropped;
 	double alloc_space, inuse_space; /* scaled by the daemon (pprof) */
 	size_t samples;                  /* pprof samples (buckets) */
+	char acct[512];                  /* the legacy text's accounting line, for messages */
 };
 
 static void otel_profile(const struct heapd *d, pid_t pid, struct otel_profile *p)
@@ -415,6 +416,8 @@ static void otel_profile(const struct heapd *d, pid_t pid, struct otel_profile *
 	cr_assert(th_text_acct(text, &a), "no accounting in:\n%.2000s", text);
 	p->sampled = a.sampled;
 	p->dropped = a.dropped;
+	const char *line = strstr(text, "# llgo-heap: sampled=");
+	snprintf(p->acct, sizeof(p->acct), "%.*s", (int)strcspn(line, "\n"), line);
 	free(text);
 	size_t len = 0;
 	char *pb = heapd_snapshot(d->sock, pid, LLGO_FORMAT_PPROF, &len);
@@ -492,9 +495,9 @@ static void otel_end_to_end(const char *rate, const char *n)
 		    (unsigned long long)nlive, live_w, prof.inuse_space, prof.samples);
 	if (rate1)
 		cr_expect(live_w == prof.inuse_space,
-			  "live %.0f (%llu objects), profile in-use %.0f (%zu samples)\n%s", live_w,
-			  (unsigned long long)nlive, prof.inuse_space, prof.samples,
-			  heapd_log(&d));
+			  "live %.0f (%llu objects), profile in-use %.0f (%zu samples)\n%s\n%s",
+			  live_w, (unsigned long long)nlive, prof.inuse_space, prof.samples,
+			  prof.acct, heapd_log(&d));
 	else
 		cr_expect(fabs(live_w - prof.inuse_space) <= tol, "live %.0f, profile in-use %.0f",
 			  live_w, prof.inuse_space);

@@ -361,6 +361,26 @@ static bool inuse_read_entry(const struct llgo_live_entry *e, uint64_t *key, uin
 	return false;
 }
 
+/*
+ * The shim inserts an object's entry after it published the object's record (live.c), so
+ * the newest record drained from a ring may be one whose entry is not in the table yet (its
+ * thread between the two, or stopped there): its note must outlive a scan that did not see
+ * the entry. Any older record of the ring was inserted before: its thread published the
+ * next record only after that, and the drain's acquire of head makes the insert visible
+ * (the guard keeps a signal handler's allocation from sampling in between). So at most one
+ * note per ring is kept unseen, and a note absent below it is an object freed.
+ */
+static void inuse_rekey_keep_newest(const struct inuse_rekey *old, struct inuse_rekey **kept,
+				    const uint64_t *next_seq, size_t nrings)
+{
+	for (size_t ring = 0; old && ring < nrings; ring++) {
+		uint64_t key;
+		uint64_t ref = LLGO_LIVE_REF(ring, next_seq[ring] - 1);
+		if (next_seq[ring] > 1 && inuse_rekey_get(old, ref, &key))
+			inuse_rekey_put(kept, ref, key);
+	}
+}
+
 static int inuse_scan(const struct llgo_live_header *h, int fd, uint64_t budget,
 		      const uint64_t *keys, size_t n, const uint64_t *next_seq, size_t nrings,
 		      uint64_t *live, struct inuse_counts *c, struct inuse_rekey **rekey,
@@ -424,6 +444,7 @@ static int inuse_scan(const struct llgo_live_header *h, int fd, uint64_t budget,
 	if (c->unscanned) {
 		inuse_rekey_free(kept);
 	} else {
+		inuse_rekey_keep_newest(*rekey, &kept, next_seq, nrings);
 		inuse_rekey_free(*rekey);
 		*rekey = kept;
 	}
