@@ -53,19 +53,31 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory unit
 
 # The stress tests saturate the machine on purpose, each on its own (two at once starve each
-# other's daemon): their file runs one test at a time.
+# other's daemon): their file runs one test at a time. Each file's output is also kept in
+# $(OUT)/test-logs/; when something failed, the last lines name the failed tests and their
+# messages (CI shows only the tail of the output).
 unit: $(TEST_BINS) $(PROG_BINS) $(BINS) $(LIBS)
-	@fail=0; for t in $(TEST_BINS); do \
+	@fail=0; failed=""; logs=$(OUT)/test-logs; rm -rf $$logs; mkdir -p $$logs; \
+	for t in $(TEST_BINS); do \
 		echo "== $$t"; \
 		jobs=2; case $$t in */test_stress) jobs=1;; esac; \
-		LLGO_SAN='$(SAN)' TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
-			$$t --jobs=$$jobs --timeout=600 || fail=1; \
+		log=$$logs/$${t##*/}.log; \
+		{ LLGO_SAN='$(SAN)' TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp) \
+			$$t --jobs=$$jobs --timeout=600; echo $$? > $$log.rc; } 2>&1 | tee $$log; \
+		if [ "$$(cat $$log.rc)" != 0 ]; then fail=1; failed="$$failed $$log"; fi; \
 	done; \
 	echo "== fuzz corpora (tests/fuzz/corpus, tests/fuzz/regress)"; \
-	$(MAKE) --no-print-directory fuzz-replay || fail=1; \
+	$(MAKE) --no-print-directory fuzz-replay || { fail=1; failed="$$failed fuzz-replay"; }; \
 	echo "== call circles between source files (make callcircles)"; \
-	$(MAKE) --no-print-directory callcircles || fail=1; \
-	if [ $$fail = 0 ]; then echo "ALL TESTS PASSED ($(OUT))"; else echo "TESTS FAILED"; exit 1; fi
+	$(MAKE) --no-print-directory callcircles || { fail=1; failed="$$failed callcircles"; }; \
+	if [ $$fail = 0 ]; then echo "ALL TESTS PASSED ($(OUT))"; exit 0; fi; \
+	echo "== what failed"; \
+	for f in $$failed; do \
+		case $$f in *.log) ;; *) echo "$$f failed (its output is above)"; continue;; esac; \
+		echo "-- $${f##*/} (exit $$(cat $$f.rc); whole output in $$f)"; \
+		grep -E '^\[(----|FAIL|ERR )\]|CRASH|Synthesis' $$f | grep -v 'warn: unwind' | tail -n 60; \
+	done; \
+	echo "TESTS FAILED"; exit 1
 
 # ---- call circles (issue 22) -----------------------------------------------------------
 # No two source files may use each other, directly or through a chain (tests/callcircles.py

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "../../agent/internal.h"
+#include "../../common/log.h"
 
 #define FUZZ_BIAS 0x555555550000ull
 #define FUZZ_SP 0x7ffd12340000ull
@@ -43,6 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		stack_len = (size - HDR) & ~(size_t)7;
 	const uint8_t *stack = data + HDR;
 	const uint8_t *file = stack + stack_len;
+	log_set_level(LOG_LEVEL_ERROR); /* refused CFI is expected here; stderr is for sanitizers */
 	size_t flen = size - HDR - stack_len;
 	struct llgo_raw_regs regs = {
 		.ip = FUZZ_BIAS + ip,
