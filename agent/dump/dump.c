@@ -361,6 +361,8 @@ int dumper_start(struct dumper *d, char *err, size_t errlen)
 	}
 	int rc = -pthread_create(&d->thread, NULL, dump_main, d);
 	d->started = rc == 0;
+	if (d->started)
+		pthread_setname_np(d->thread, "heapd-dump");
 	if (rc) {
 		snprintf(err, errlen, "--dump: thread: %s", strerror(-rc));
 		return rc;

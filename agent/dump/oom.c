@@ -144,6 +144,8 @@ int oom_bpf_open(struct oom_bpf **out, oom_victim_fn fn, void *arg, char *err, s
 	if (!rc) {
 		rc = -pthread_create(&b->reader, NULL, oom_bpf_reader, b);
 		b->reader_started = rc == 0;
+		if (b->reader_started)
+			pthread_setname_np(b->reader, "heapd-oom");
 		if (rc)
 			snprintf(err, errlen, "thread: %s", strerror(-rc));
 	}

@@ -357,6 +357,8 @@ int http_conns_start(struct http_server *h)
 {
 	int rc = -pthread_create(&h->sweeper, NULL, http_conns_sweeper, h);
 	h->sweeper_started = rc == 0;
+	if (h->sweeper_started)
+		pthread_setname_np(h->sweeper, "heapd-http");
 	return rc;
 }
 

@@ -21,11 +21,12 @@ void wthread_init(struct wthread *w)
 	pthread_condattr_destroy(&ca);
 }
 
-int wthread_start(struct wthread *w, void *(*fn)(void *), void *arg)
+int wthread_start(struct wthread *w, void *(*fn)(void *), void *arg, const char *name)
 {
 	int err = pthread_create(&w->thread, NULL, fn, arg);
 	if (err)
 		return -err;
+	pthread_setname_np(w->thread, name);
 	w->started = true;
 	return 0;
 }

@@ -19,7 +19,7 @@ struct wthread {
 };
 
 void wthread_init(struct wthread *w);
-int wthread_start(struct wthread *w, void *(*fn)(void *), void *arg);
+int wthread_start(struct wthread *w, void *(*fn)(void *), void *arg, const char *name);
 /* Sleep until woken, stopped or timeout_ns passed: -1 stopped, 1 woken, 0 the timeout. */
 int wthread_sleep(struct wthread *w, uint64_t timeout_ns);
 void wthread_wake(struct wthread *w);

@@ -61,7 +61,7 @@ struct peak_thread *peak_thread_new(struct session_registry *reg)
 
 int peak_thread_start(struct peak_thread *t)
 {
-	return wthread_start(&t->w, peak_thread_main, t);
+	return wthread_start(&t->w, peak_thread_main, t, "heapd-peak");
 }
 
 void peak_thread_wake(void *thread)

@@ -360,14 +360,16 @@ int server_start(struct server *srv)
 			log_warn("--verify-every: %s; profiling without it", why);
 	}
 	if (!err)
-		err = workq_start(&srv->shimq);
+		err = workq_start(&srv->shimq, "heapd-shim");
 	if (!err)
-		err = workq_start(&srv->exitq);
+		err = workq_start(&srv->exitq, "heapd-exit");
 	if (!err)
-		err = workq_start(&srv->clientq);
+		err = workq_start(&srv->clientq, "heapd-client");
 	if (!err) {
 		err = -pthread_create(&srv->loop, NULL, server_loop, srv);
 		srv->loop_started = err == 0;
+		if (srv->loop_started)
+			pthread_setname_np(srv->loop, "heapd-loop");
 	}
 	if (err) {
 		server_stop(srv);

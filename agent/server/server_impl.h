@@ -207,7 +207,7 @@ void packet_event(struct server *srv, struct conn *c);
  * of one). */
 int workq_init(struct workq *q, unsigned n, bool per_uid, void (*run)(void *arg, struct conn *c),
 	       void (*drop)(struct conn *c), void *arg);
-int workq_start(struct workq *q);
+int workq_start(struct workq *q, const char *name);
 /* Queue c for job (a message type or SERVER_JOB_EXIT); drops c when the pool stopped. */
 void workq_push(struct workq *q, struct conn *c, uint16_t job);
 /* Stop the workers after their current job; queued jobs are dropped (drop). */

@@ -107,12 +107,13 @@ int workq_init(struct workq *q, unsigned n, bool per_uid, void (*run)(void *arg,
 	return q->threads && q->running && q->running_used ? 0 : -ENOMEM;
 }
 
-int workq_start(struct workq *q)
+int workq_start(struct workq *q, const char *name)
 {
 	for (; q->started < q->nthreads; q->started++) {
 		int err = pthread_create(&q->threads[q->started], NULL, workq_worker, q);
 		if (err)
 			return -err;
+		pthread_setname_np(q->threads[q->started], name); /* (top -H, perf) */
 	}
 	return 0;
 }

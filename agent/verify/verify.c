@@ -298,6 +298,8 @@ int verifier_load(struct verifier *v, char *err, size_t errlen)
 			snprintf(v->load_msg, sizeof(v->load_msg), "verify: thread: %s",
 				 strerror(-rc));
 		v->reader_started = rc == 0;
+		if (v->reader_started)
+			pthread_setname_np(v->reader, "heapd-verify");
 	}
 	long ms = 0;
 	v->max_stack = LLGO_VERIFY_MAX_FRAMES;
