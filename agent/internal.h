@@ -67,6 +67,8 @@ struct ring_reader {
 	uint64_t release_ns;
 	uint32_t release_batch;
 	uint64_t releases;
+	/* drain.c: the stack copies of this ring it unwound (rawmemo.h; malloc'ed on demand) */
+	struct rawmemo *rawmemo;
 	/* drain.c: what the last plain ALLOC record of this ring became (drain_record) */
 	struct ring_memo {
 		bool valid;
@@ -268,6 +270,9 @@ struct unwind_stats {
 	uint64_t fast_checked;    /* check mode: stacks unwound both ways */
 	uint64_t fast_mismatches; /* ... whose results differed */
 	uint64_t cfi_refused;     /* FDEs refused before libunwind ran them (cfi_check_program) */
+	uint64_t memo_hits;       /* stack copies found in drain.c's memo (rawmemo.h) */
+	uint64_t memo_checked;    /* check mode: hits unwound again */
+	uint64_t memo_mismatches; /* ... whose stack differed from the memo's */
 };
 
 /* unwind_fast.c's walk: used (the default; LLGO_HEAP_UNWIND_FAST in the daemon's environment
@@ -291,6 +296,35 @@ void unwind_free(struct unwind *u);
 uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo_raw_regs *regs,
 		      const unsigned char *stack, const uint64_t *hint, uint32_t nhint,
 		      uint64_t *out, uint32_t max, bool *truncated, bool *unknown_pc);
+/*
+ * The words of a stack copy one unwind read, in order: offsets from the copy's start (those
+ * of the sigaltstack case's second region with UNWIND_READ_STACK2) and the values read. An
+ * unwind is a function of u's state (unwind_epoch), its registers, its hint and these words:
+ * another copy with the same registers, hint and words here unwinds to the same stack
+ * (drain.c's memo of stack copies). overflow: more reads than the log holds.
+ */
+#define UNWIND_READS_MAX 96u
+#define UNWIND_READ_STACK2 0x80000000u
+struct unwind_reads {
+	uint32_t n;
+	bool overflow;
+	uint32_t off[UNWIND_READS_MAX];
+	uint64_t val[UNWIND_READS_MAX];
+};
+/* unwind_stack, logging the stack words it reads into *log (reset first). */
+uint32_t unwind_stack_logged(struct unwind *u, struct procmaps *maps,
+			     const struct llgo_raw_regs *regs, const unsigned char *stack,
+			     const uint64_t *hint, uint32_t nhint, uint64_t *out, uint32_t max,
+			     bool *truncated, bool *unknown_pc, struct unwind_reads *log);
+/* Whether stack (a copy under regs) holds the words log read. */
+bool unwind_reads_match(const struct unwind_reads *log, const struct llgo_raw_regs *regs,
+			const unsigned char *stack);
+/* drain.c's memo of stack copies: a hit counted in u's stats (checked: unwound again in
+ * check mode; differ: to another stack than the memo's, logged). */
+void unwind_count_memo(struct unwind *u, bool checked, bool differ);
+/* Changes whenever what an unwind may return for the same input changes (the images rebuilt,
+ * the fast-path mode set); unique across every unwind the daemon makes. */
+uint64_t unwind_epoch(const struct unwind *u);
 void unwind_get_stats(const struct unwind *u, struct unwind_stats *out);
 void unwind_set_fast(struct unwind *u, enum unwind_fast mode);
 /* The budget (BUDGET_UNWIND_BYTES) and uid that the copies of the files u reads are charged
@@ -310,7 +344,9 @@ uint32_t unwind_image_stack(const unsigned char *file, size_t size, uint64_t bia
  * append a trusted root's suffix to a frame-pointer stack ending at that root (returns the
  * new length, <= max). unwind_tables: when they changed since the last call, the ranges of
  * frame-pointer code and the trusted roots for the shim's control page (returns true). */
-void unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n);
+/* unwind_learn returns true when learning this stack again would change nothing (its root
+ * trusted, ambiguous or none; the roots' table full). */
+bool unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n);
 uint32_t unwind_complete(struct unwind *u, uint64_t *pcs, uint32_t n, uint32_t max);
 /* Changes whenever unwind_complete may complete a stack differently (a root learned, made
  * usable or found ambiguous). */

@@ -225,15 +225,20 @@ struct uw_fast_counts {
 	unsigned long stacks, fast, checked, differ, slow;
 	int procs;
 	unsigned long logged_differ; /* "differs from libunwind" lines */
+	/* drain.c's memo of stack copies (LLGO_HEAP_UNWIND_MEMO=check): hits, each unwound
+	 * again, and those whose stack differed from the memo's */
+	unsigned long memo_hits, memo_checked, memo_differ;
 };
 
 /*
  * Run cmd (a shell command line, in a folder of its own holding `script`, its input when
  * not NULL) under the shim in unwinding mode `mode` at `rate`, against a private daemon with
  * LLGO_HEAP_UNWIND_FAST=check: every stack copy is unwound by unwind_fast.c's walk and by
- * libunwind alone and the two compared, frame by frame (pcs, truncation, unknown pc); the
- * daemon logs the counts of each process when it stops. None may differ; at least
- * min_stacks stacks, min_share of them by the fast path.
+ * libunwind alone and the two compared, frame by frame (pcs, truncation, unknown pc); and
+ * LLGO_HEAP_UNWIND_MEMO=check: every copy the memo of stack copies (rawmemo.h) would have
+ * answered is unwound too and its stack compared with the memo's. The daemon logs the
+ * counts of each process when it stops. None may differ; at least min_stacks stacks,
+ * min_share of them by the fast path.
  */
 static void uw_fast_check(struct uw_fast_counts *k, const char *mode, long rate, const char *cmd,
 			  const char *script, unsigned long min_stacks, double min_share)
@@ -244,7 +249,8 @@ static void uw_fast_check(struct uw_fast_counts *k, const char *mode, long rate,
 		uw_write_script(dir, script);
 	struct heapd d;
 	heapd_init(&d, NULL);
-	static const char *const wrap[] = { "/usr/bin/env", "LLGO_HEAP_UNWIND_FAST=check", NULL };
+	static const char *const wrap[] = { "/usr/bin/env", "LLGO_HEAP_UNWIND_FAST=check",
+					    "LLGO_HEAP_UNWIND_MEMO=check", NULL };
 	d.wrap = wrap;
 	heapd_run(&d, NULL);
 	/* LLGO_HEAP_FULL=wait: every sample reaches the daemon, whatever the machine's load */
@@ -269,12 +275,26 @@ static void uw_fast_check(struct uw_fast_counts *k, const char *mode, long rate,
 	}
 	for (const char *l = log; (l = strstr(l, "differs from libunwind")) != NULL; l++)
 		k->logged_differ++;
+	for (const char *l = log; (l = strstr(l, "unwind memo: pid ")) != NULL; l++) {
+		unsigned long h, c, x;
+		if (sscanf(l, "unwind memo: pid %*d: %lu hits, %lu checked, %lu differ", &h, &c,
+			   &x) != 3)
+			continue;
+		k->memo_hits += h;
+		k->memo_checked += c;
+		k->memo_differ += x;
+	}
 	fprintf(stderr, "fast path vs libunwind (%s, --unwind %s, rate %ld): %d processes, %lu "
 			"stacks, %lu by the fast path, %lu differ, %lu left to libunwind\n",
 		cmd, mode, rate, k->procs, k->stacks, k->fast, k->differ, k->slow);
 	cr_expect_eq(k->differ, 0, "the fast path and libunwind differ on %lu of %lu stacks:\n%.6000s",
 		     k->differ, k->checked, log);
 	cr_expect_eq(k->logged_differ, 0, "%.6000s", log);
+	fprintf(stderr, "memo of stack copies: %lu hits of %lu stacks, %lu differ\n", k->memo_hits,
+		k->stacks, k->memo_differ);
+	cr_expect_eq(k->memo_differ, 0, "the memo's stack differs on %lu of %lu hits:\n%.6000s",
+		     k->memo_differ, k->memo_hits, log);
+	cr_expect_eq(k->memo_checked, k->memo_hits);
 	cr_expect_eq(k->checked, k->fast, "check mode compared %lu of %lu fast stacks", k->checked,
 		     k->fast);
 	cr_expect_eq(k->fast + k->slow, k->stacks);
@@ -298,6 +318,9 @@ Test(unwind, fast_path_matches_libunwind_c, .timeout = 300)
 	uw_fast_check(&k, "dwarf", 1, TH_PROGS "/nofp_chains 20 " TH_PROGS "/libnofp_dl.so",
 		      NULL, 140, 0.6);
 	cr_expect_geq(k.slow, 40, "%lu stacks left to libunwind", k.slow);
+	/* each chain's 20 copies from one depth: all but the first few found in the memo (75
+	 * of 150 stacks when it was made) */
+	cr_expect_geq(k.memo_hits, 40, "%lu of %lu stacks from the memo", k.memo_hits, k.stacks);
 }
 
 /* -O2 C++ without frame pointers: allocations through Debian's libstdc++ (std::string,
@@ -321,4 +344,7 @@ Test(unwind, fast_path_matches_libunwind_debian_sqlite3, .timeout = 300)
 {
 	struct uw_fast_counts k;
 	uw_fast_check(&k, "dwarf", 256, "/usr/bin/sqlite3 :memory:", uw_sqlite_script, 2000, 0.9);
+	/* a loop of statements: about half its copies from the memo (10,949 of 21,534) */
+	cr_expect_geq(k.memo_hits, k.stacks / 5, "%lu of %lu stacks from the memo", k.memo_hits,
+		      k.stacks);
 }

@@ -34,6 +34,7 @@
 
 #include "../../shared/live.h"
 #include "drain.h"
+#include "rawmemo.h"
 #include "../verify/verify.h"
 #include "wthread.h"
 
@@ -59,7 +60,21 @@ struct drain_ctx {
 	size_t records;
 	bool unknown_pc;
 	uint64_t pcs[UNWIND_MAX_FRAMES]; /* an unwound stack */
+	struct unwind_reads reads;       /* the words its unwind read (rawmemo.h) */
 };
+
+/* What drain_unwind tells the memo of stack copies. */
+struct drain_unwound {
+	bool memo;    /* the stack may be kept (whole, every pc known, one unwind, logged) */
+	bool learned; /* unwind_learn has nothing more to learn from it */
+	uint64_t epoch;
+};
+
+/* LLGO_HEAP_UNWIND_MEMO in the daemon's environment: "0" no memo of stack copies, "check"
+ * every hit unwound again and compared (differences logged and counted, the unwind kept),
+ * else on. Read once, by drain_new, before any drain. */
+enum { DRAIN_RAWMEMO_ON, DRAIN_RAWMEMO_OFF, DRAIN_RAWMEMO_CHECK };
+static int drain_rawmemo_mode = DRAIN_RAWMEMO_ON;
 
 /* ---- one session ------------------------------------------------------------------------ */
 
@@ -99,7 +114,7 @@ static uint32_t drain_unwind_mode(struct session *s)
 }
 
 static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *rec,
-			     const uint64_t *frames)
+			     const uint64_t *frames, struct drain_unwound *how)
 {
 	struct session *s = ctx->s;
 	const unsigned char *raw = (const unsigned char *)(frames + rec->nframes);
@@ -108,8 +123,12 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 	if (!s->unwind)
 		s->unwind = session_new_unwind(s, drain_unwind_mode(s) == LLGO_UNWIND_AUTO);
 	bool truncated = true, unknown = false;
-	uint32_t n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
-				  rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
+	how->epoch = unwind_epoch(s->unwind);
+	how->learned = false;
+	uint32_t n = unwind_stack_logged(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
+					 rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated,
+					 &unknown, &ctx->reads);
+	how->memo = s->unwind && !unknown && !truncated && how->epoch == unwind_epoch(s->unwind);
 	/* A pc in no known mapping: a library loaded since the maps were read (dlopen). The
 	 * unwind needs its CFI now, so the maps are re-read at once (at most every
 	 * DRAIN_UNWIND_REFRESH_MS: code that is in no file, a JIT's, would ask every time). */
@@ -119,6 +138,7 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 		drain_refresh_locked(s, true);
 		n = unwind_stack(s->unwind, s->maps, &regs, raw + sizeof(regs), frames,
 				 rec->nframes, ctx->pcs, UNWIND_MAX_FRAMES - 1, &truncated, &unknown);
+		how->memo = false;
 	}
 	atomic_fetch_add_explicit(&s->unwound, 1, memory_order_relaxed);
 	if (truncated && n <= 1 && rec->nframes > 1) {
@@ -130,6 +150,7 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 		memcpy(ctx->pcs, frames, rec->nframes * sizeof(frames[0]));
 		n = rec->nframes;
 		truncated = !unwind_is_start(s->maps, ctx->pcs[n - 1]);
+		how->memo = false;
 	}
 	n = drain_drop_shim_frames(s, ctx->pcs, n);
 	/* A stack that ends where stacks start is whole, whatever stopped the unwinder there
@@ -137,15 +158,18 @@ static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *re
 	if (truncated && n > 1 && unwind_is_start(s->maps, ctx->pcs[n - 1]))
 		truncated = false;
 	if (!truncated && drain_unwind_mode(s) == LLGO_UNWIND_AUTO) {
-		unwind_learn(s->unwind, ctx->pcs, n);
+		how->learned = unwind_learn(s->unwind, ctx->pcs, n);
 		/* a root just became trusted: tell the shim now, not after this whole pass (a
 		 * pass over many threads' copies can be long, and they copy until told); a no-op
 		 * unless the tables changed */
 		session_send_fp_tables(s);
+	} else if (!truncated) {
+		how->learned = true; /* nothing is learned outside auto mode */
 	}
 	if (truncated) {
 		ctx->pcs[n++] = PROFILE_PC_TRUNCATED;
 		atomic_fetch_add_explicit(&s->truncated, 1, memory_order_relaxed);
+		how->memo = false;
 	}
 	return n;
 }
@@ -221,6 +245,51 @@ static void drain_memo_set(struct drain_ctx *ctx, const struct llgo_record *rec,
 	memcpy(m->frames, frames, (size_t)rec->nframes * sizeof(frames[0]));
 }
 
+/* The memo entry an ALLOC_RAW record's copy would unwind like (rawmemo.h), or NULL. */
+static struct rawmemo_entry *drain_rawmemo_find(struct drain_ctx *ctx,
+						const struct llgo_record *rec,
+						const uint64_t *frames)
+{
+	struct session *s = ctx->s;
+	if (s->verify || drain_rawmemo_mode == DRAIN_RAWMEMO_OFF || !ctx->reader->rawmemo ||
+	    !s->unwind)
+		return NULL;
+	const unsigned char *raw = (const unsigned char *)(frames + rec->nframes);
+	struct llgo_raw_regs regs;
+	memcpy(&regs, raw, sizeof(regs));
+	return rawmemo_find(ctx->reader->rawmemo, &regs, raw + sizeof(regs), frames, rec->nframes,
+			    s->maps ? procmaps_version(s->maps) : 0, unwind_epoch(s->unwind));
+}
+
+/* Count an ALLOC_RAW record as the unwind e kept: what drain_record does after its unwind. */
+static void drain_rawmemo_count(struct drain_ctx *ctx, const struct llgo_record *rec,
+				const uint64_t *frames, struct rawmemo_entry *e)
+{
+	struct session *s = ctx->s;
+	atomic_fetch_add_explicit(&s->unwound, 1, memory_order_relaxed);
+	unwind_count_memo(s->unwind, false, false);
+	if (!e->learned && drain_unwind_mode(s) == LLGO_UNWIND_AUTO) {
+		e->learned = unwind_learn(s->unwind, e->pcs, e->npcs);
+		session_send_fp_tables(s);
+	}
+	if (e->bucket && rec->size == e->size && rec->rate == e->rate) {
+		bucket_table_count(s->buckets, e->bucket, rec->size);
+	} else {
+		struct bucket *b;
+		if (bucket_table_add_at(s->buckets, e->pcs, e->npcs, rec->size, rec->rate, &b) < 0) {
+			s->bucket_errors++;
+			return;
+		}
+		e->bucket = b;
+		e->size = rec->size;
+		e->rate = rec->rate;
+		e->bucket_key = llgo_live_key(e->pcs, e->npcs, rec->size, rec->rate);
+		e->shim_key = llgo_live_key(frames, rec->nframes, rec->size, rec->rate);
+	}
+	inuse_note_record_locked(s, ctx->ring_id, rec->seq, e->shim_key, e->bucket_key, false);
+	drain_counted(ctx, rec->size, rec->rate);
+}
+
 static void drain_record(void *arg, const struct llgo_record *rec, const uint64_t *frames)
 {
 	struct drain_ctx *ctx = arg;
@@ -244,8 +313,18 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	uint32_t npcs = rec->nframes;
 	const uint64_t *shim_frames = frames;
 	bool truncated = false;
+	struct drain_unwound how = { .memo = false };
 	if (rec->kind == LLGO_REC_ALLOC_RAW) {
-		npcs = drain_unwind(ctx, rec, frames);
+		struct rawmemo_entry *e = drain_rawmemo_find(ctx, rec, frames);
+		if (e && drain_rawmemo_mode != DRAIN_RAWMEMO_CHECK) {
+			drain_rawmemo_count(ctx, rec, frames, e);
+			return;
+		}
+		npcs = drain_unwind(ctx, rec, frames, &how);
+		if (e)
+			unwind_count_memo(s->unwind, true,
+					  e->npcs != npcs || memcmp(e->pcs, ctx->pcs,
+								   npcs * sizeof(ctx->pcs[0])) != 0);
 		frames = ctx->pcs;
 		if (s->verify) {
 			bool cut = npcs && frames[npcs - 1] == PROFILE_PC_TRUNCATED;
@@ -283,6 +362,21 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 			rec->kind != LLGO_REC_ALLOC_RAW);
 	}
 	drain_memo_set(ctx, rec, shim_frames, b, truncated, noted, bucket_key);
+	if (how.memo && !s->verify && drain_rawmemo_mode != DRAIN_RAWMEMO_OFF) {
+		const unsigned char *raw = (const unsigned char *)(shim_frames + rec->nframes);
+		struct llgo_raw_regs regs;
+		memcpy(&regs, raw, sizeof(regs));
+		struct rawmemo_entry *e = rawmemo_put(
+			&ctx->reader->rawmemo, &regs, shim_frames, rec->nframes, &ctx->reads, frames,
+			npcs, how.learned, s->maps ? procmaps_version(s->maps) : 0, how.epoch);
+		if (e) {
+			e->bucket = b;
+			e->size = rec->size;
+			e->rate = rate;
+			e->bucket_key = bucket_key;
+			e->shim_key = llgo_live_key(shim_frames, rec->nframes, rec->size, rate);
+		}
+	}
 	drain_counted(ctx, rec->size, rate);
 	/* Only a stack new to the table can hold a pc we have not checked yet. */
 	if (r == 1 && s->maps && !ctx->unknown_pc) {
@@ -466,6 +560,10 @@ static void *drain_main(void *arg)
 
 struct drain *drain_new(struct session_registry *reg)
 {
+	const char *memo = getenv("LLGO_HEAP_UNWIND_MEMO");
+	drain_rawmemo_mode = memo && strcmp(memo, "0") == 0	? DRAIN_RAWMEMO_OFF
+			     : memo && strcmp(memo, "check") == 0 ? DRAIN_RAWMEMO_CHECK
+								  : DRAIN_RAWMEMO_ON;
 	struct drain *d = calloc(1, sizeof(*d));
 	if (!d)
 		return NULL;

@@ -23,7 +23,8 @@ void drain_prepare_unwind(struct session *s);
  * DRAIN_REFRESH_MS unless forced; only while the process is alive. */
 void drain_refresh_maps(struct session *s, bool force);
 
-/* The drain thread: polls live sessions, adaptively (1 ms when busy, up to 100 ms idle). */
+/* The drain thread: polls live sessions, adaptively (10 ms while some ring is busy, up to
+ * 100 ms otherwise). */
 struct drain *drain_new(struct session_registry *reg);
 /* A pass that finds a session asking for a peak scan (peak_want) calls wake(arg): the peak
  * thread's waker (server.c). Before drain_start. */

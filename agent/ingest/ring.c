@@ -177,6 +177,7 @@ void ring_reader_baseline(struct ring_reader *r)
 void ring_reader_unmap(struct ring_reader *r)
 {
 	free(r->scratch);
+	free(r->rawmemo);
 	if (r->hdr)
 		munmap(r->hdr, r->map_len);
 	memset(r, 0, sizeof(*r));

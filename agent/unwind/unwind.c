@@ -155,6 +155,7 @@ struct unwind {
 	pid_t pid;
 	struct budget *budget; /* the files' copies are charged to uid's (unwind_set_budget) */
 	uid_t uid;
+	uint64_t epoch; /* unwind_epoch: a new value at each change of the images or mode */
 	struct uwimage *images; /* sorted by lo, disjoint */
 	size_t nimages;
 	uint64_t maps_seen; /* procmaps_version when images were built */
@@ -177,6 +178,7 @@ struct uwctx {
 	struct unwind *u;
 	const struct llgo_raw_regs *regs;
 	const unsigned char *stack;
+	struct unwind_reads *log; /* NULL: not logged */
 	struct procmaps *maps;
 	bool outside; /* a stack read fell outside the copy */
 	bool noinfo;  /* unwind info was asked for a pc no image covers or no FDE describes */
@@ -567,6 +569,31 @@ static int uwimage_cmp(const void *a, const void *b)
 }
 
 /* (Re)build the images from the executable mappings procmaps knows. */
+static _Atomic uint64_t uw_epochs;
+
+static uint64_t uw_next_epoch(void)
+{
+	return atomic_fetch_add_explicit(&uw_epochs, 1, memory_order_relaxed) + 1;
+}
+
+void unwind_count_memo(struct unwind *u, bool checked, bool differ)
+{
+	static atomic_uint logged;
+	if (!u)
+		return;
+	u->stats.memo_hits++;
+	u->stats.memo_checked += checked;
+	u->stats.memo_mismatches += differ;
+	if (differ && atomic_fetch_add_explicit(&logged, 1, memory_order_relaxed) < 20)
+		log_warn("unwind: pid %d: a stack copy unwound to another stack than the memo's",
+			 (int)u->pid);
+}
+
+uint64_t unwind_epoch(const struct unwind *u)
+{
+	return u ? u->epoch : 0;
+}
+
 static void unwind_build_images(struct unwind *u, struct procmaps *maps)
 {
 	const struct mapping **v;
@@ -624,6 +651,7 @@ static void unwind_build_images(struct unwind *u, struct procmaps *maps)
 	unwind_drop_images(u);
 	u->images = imgs;
 	u->nimages = w;
+	u->epoch = uw_next_epoch();
 	u->maps_seen = version;
 	unw_flush_cache(u->as, 0, 0);
 	u->stats.image_builds++;
@@ -849,6 +877,48 @@ static __attribute__((noinline)) bool uw_image_read(struct uwctx *c, uint64_t ad
 	return true;
 }
 
+/*
+ * The word at addr in the copy: the stack from regs->sp, or the interrupted thread's stack
+ * under a sigaltstack handler (the second region); a word cut by a region's end is zero
+ * filled. *at: its offset in the copy (UNWIND_READ_STACK2 for the second region).
+ */
+static bool uw_stack_word(const struct llgo_raw_regs *r, const unsigned char *stack,
+			  uint64_t addr, uint32_t *at, uint64_t *val)
+{
+	uint64_t off, len;
+	const unsigned char *base;
+	if (addr >= r->sp && addr - r->sp < r->stack_len) {
+		off = addr - r->sp;
+		len = r->stack_len;
+		base = stack;
+		*at = (uint32_t)off;
+	} else if (r->stack2_len && addr >= r->stack2_lo && addr - r->stack2_lo < r->stack2_len) {
+		off = addr - r->stack2_lo;
+		len = r->stack2_len;
+		base = stack + r->stack_len;
+		*at = (uint32_t)off | UNWIND_READ_STACK2;
+	} else {
+		return false;
+	}
+	*val = 0;
+	memcpy(val, base + off, len - off < 8 ? len - off : 8);
+	return true;
+}
+
+bool unwind_reads_match(const struct unwind_reads *log, const struct llgo_raw_regs *regs,
+			const unsigned char *stack)
+{
+	for (uint32_t i = 0; i < log->n; i++) {
+		uint32_t at, o = log->off[i];
+		uint64_t addr = o & UNWIND_READ_STACK2 ? regs->stack2_lo + (o & ~UNWIND_READ_STACK2)
+						      : regs->sp + o;
+		uint64_t w;
+		if (!uw_stack_word(regs, stack, addr, &at, &w) || at != o || w != log->val[i])
+			return false;
+	}
+	return true;
+}
+
 static int uw_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, int write,
 			 void *arg)
 {
@@ -856,22 +926,16 @@ static int uw_access_mem(unw_addr_space_t as, unw_word_t addr, unw_word_t *val, 
 	if (write)
 		return -UNW_EREADONLYREG;
 	const struct llgo_raw_regs *r = c->regs;
-	if (addr >= r->sp && addr - r->sp < r->stack_len) {
-		uint64_t off = addr - r->sp;
-		if (r->stack_len - off < 8) {
-			*val = 0;
-			memcpy(val, c->stack + off, r->stack_len - off);
-		} else {
-			memcpy(val, c->stack + off, 8);
+	uint32_t at;
+	uint64_t w;
+	if (uw_stack_word(r, c->stack, addr, &at, &w)) {
+		*val = w;
+		if (c->log && c->log->n < UNWIND_READS_MAX) {
+			c->log->off[c->log->n] = at;
+			c->log->val[c->log->n++] = w;
+		} else if (c->log) {
+			c->log->overflow = true;
 		}
-		return 0;
-	}
-	/* the interrupted thread stack under a sigaltstack handler */
-	if (r->stack2_len && addr >= r->stack2_lo && addr - r->stack2_lo < r->stack2_len) {
-		uint64_t off = addr - r->stack2_lo;
-		const unsigned char *s2 = c->stack + r->stack_len;
-		*val = 0;
-		memcpy(val, s2 + off, r->stack2_len - off < 8 ? r->stack2_len - off : 8);
 		return 0;
 	}
 	if (addr >= UW_SYNTH_BASE)
@@ -964,6 +1028,7 @@ struct unwind *unwind_new(pid_t pid, bool auto_mode)
 		return NULL;
 	u->pid = pid;
 	u->fast = uw_fast_default;
+	u->epoch = uw_next_epoch();
 	u->want_fp = auto_mode;
 	u->as = unw_create_addr_space(&uw_accessors, 0);
 	if (!u->as) {
@@ -979,6 +1044,11 @@ void unwind_free(struct unwind *u)
 {
 	if (!u)
 		return;
+	if (u->stats.memo_checked)
+		log_info("unwind memo: pid %d: %" PRIu64 " hits, %" PRIu64 " checked, %" PRIu64
+			 " differ",
+			 (int)u->pid, u->stats.memo_hits, u->stats.memo_checked,
+			 u->stats.memo_mismatches);
 	if (u->fast == UNWIND_FAST_CHECK && u->stats.unwound)
 		log_info("unwind: pid %d: %" PRIu64 " stacks, %" PRIu64 " by the fast path "
 			 "(%" PRIu64 " checked against libunwind, %" PRIu64 " differ), %" PRIu64
@@ -994,8 +1064,10 @@ void unwind_free(struct unwind *u)
 
 void unwind_set_fast(struct unwind *u, enum unwind_fast mode)
 {
-	if (u)
+	if (u) {
 		u->fast = mode;
+		u->epoch = uw_next_epoch();
+	}
 }
 
 void unwind_set_budget(struct unwind *u, struct budget *b, uid_t uid)
@@ -1097,6 +1169,19 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		      const unsigned char *stack, const uint64_t *hint, uint32_t nhint,
 		      uint64_t *out, uint32_t max, bool *truncated, bool *unknown_pc)
 {
+	return unwind_stack_logged(u, maps, regs, stack, hint, nhint, out, max, truncated,
+				   unknown_pc, NULL);
+}
+
+uint32_t unwind_stack_logged(struct unwind *u, struct procmaps *maps,
+			     const struct llgo_raw_regs *regs, const unsigned char *stack,
+			     const uint64_t *hint, uint32_t nhint, uint64_t *out, uint32_t max,
+			     bool *truncated, bool *unknown_pc, struct unwind_reads *log)
+{
+	if (log) {
+		log->n = 0;
+		log->overflow = false;
+	}
 	*truncated = true;
 	*unknown_pc = false;
 	if (max == 0)
@@ -1105,7 +1190,7 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 	uint32_t n = 1;
 	if (!u)
 		return n;
-	struct uwctx c = { .u = u, .regs = regs, .stack = stack, .maps = maps };
+	struct uwctx c = { .u = u, .regs = regs, .stack = stack, .maps = maps, .log = log };
 	if (!unwind_image(&c, regs->ip) && maps && procmaps_find(maps, regs->ip - 1))
 		unwind_build_images(u, maps);
 	/* unwind_fast.c's walk, else (or also, to compare) libunwind's */
@@ -1122,7 +1207,7 @@ uint32_t unwind_stack(struct unwind *u, struct procmaps *maps, const struct llgo
 		}
 		fast.done = true;
 		memcpy(fast.out, out, fast.n * sizeof(*out));
-		c = (struct uwctx){ .u = u, .regs = regs, .stack = stack, .maps = maps };
+		c = (struct uwctx){ .u = u, .regs = regs, .stack = stack, .maps = maps, .log = log };
 	} else if (u->fast != UNWIND_FAST_OFF && max <= UNWIND_MAX_FRAMES) {
 		u->stats.fast_fallbacks++;
 	}
@@ -1409,20 +1494,20 @@ static bool unwind_in_fp(const struct unwind *u, uint64_t pc)
 	return false;
 }
 
-void unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n)
+bool unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n)
 {
 	if (!u || !u->fp)
-		return;
+		return false; /* (the frame-pointer code is not known yet) */
 	/* The first frame outside frame-pointer code is where a walk would end; what follows
 	 * must hold no frame-pointer code (else it is a callback, not a thread's start). */
 	uint32_t j = 0;
 	while (j < n && unwind_in_fp(u, pcs[j]))
 		j++;
 	if (j == 0 || j >= n || n - j - 1 > UNWIND_MAX_SUFFIX)
-		return;
+		return true;
 	for (uint32_t k = j + 1; k < n; k++)
 		if (unwind_in_fp(u, pcs[k]))
-			return;
+			return true;
 	const uint64_t *suffix = pcs + j + 1;
 	uint32_t ns = n - j - 1;
 	for (size_t i = 0; i < u->nroots; i++) {
@@ -1430,21 +1515,23 @@ void unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n)
 		if (r->pc != pcs[j])
 			continue;
 		if (r->ambiguous)
-			return;
+			return true;
 		if (r->nsuffix != ns || memcmp(r->suffix, suffix, ns * sizeof(*suffix)) != 0) {
 			r->ambiguous = true;
 			u->tables_dirty = true;
 			u->roots_gen++;
-			return;
+			return true;
 		}
+		if (r->seen >= UNWIND_ROOT_MIN_SEEN)
+			return true;
 		if (++r->seen == UNWIND_ROOT_MIN_SEEN) {
 			u->tables_dirty = true;
 			u->roots_gen++;
 		}
-		return;
+		return r->seen >= UNWIND_ROOT_MIN_SEEN;
 	}
 	if (u->nroots >= UNWIND_MAX_ROOTS)
-		return;
+		return true;
 	u->roots_gen++;
 	struct uwroot *r = &u->roots[u->nroots++];
 	memset(r, 0, sizeof(*r));
@@ -1452,6 +1539,7 @@ void unwind_learn(struct unwind *u, const uint64_t *pcs, uint32_t n)
 	r->seen = 1;
 	r->nsuffix = ns;
 	memcpy(r->suffix, suffix, ns * sizeof(*suffix));
+	return false;
 }
 
 uint64_t unwind_roots_gen(const struct unwind *u)
