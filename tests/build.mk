@@ -55,7 +55,7 @@ test: deps
 # The stress tests saturate the machine on purpose, each on its own (two at once starve each
 # other's daemon): their file runs one test at a time. Each file's output is also kept in
 # $(OUT)/test-logs/; when something failed, the last lines name the failed tests and their
-# messages (CI shows only the tail of the output).
+# messages, criterion's and tests/nocriterion's (CI shows only the tail of the output).
 unit: $(TEST_BINS) $(PROG_BINS) $(BINS) $(LIBS)
 	@fail=0; failed=""; logs=$(OUT)/test-logs; rm -rf $$logs; mkdir -p $$logs; \
 	for t in $(TEST_BINS); do \
@@ -75,7 +75,8 @@ unit: $(TEST_BINS) $(PROG_BINS) $(BINS) $(LIBS)
 	for f in $$failed; do \
 		case $$f in *.log) ;; *) echo "$$f failed (its output is above)"; continue;; esac; \
 		echo "-- $${f##*/} (exit $$(cat $$f.rc); whole output in $$f)"; \
-		grep -E '^\[(----|FAIL|ERR )\]|CRASH|Synthesis' $$f | grep -v 'warn: unwind' | tail -n 60; \
+		grep -E -A2 '^\[(----|FAIL|ERR )\]|CRASH|Synthesis|: (expectation|assertion) failed' $$f | \
+			grep -v 'warn: unwind' | tail -n 60; \
 	done; \
 	echo "TESTS FAILED"; exit 1
 
