@@ -113,6 +113,15 @@ static uint32_t drain_unwind_mode(struct session *s)
 	return __atomic_load_n(&s->unwind_mode, __ATOMIC_RELAXED);
 }
 
+/* An ALLOC_RAW record's registers (they follow its frames) and its stack bytes after them. */
+static const unsigned char *drain_raw_regs(const struct llgo_record *rec, const uint64_t *frames,
+					   struct llgo_raw_regs *regs)
+{
+	const unsigned char *raw = (const unsigned char *)(frames + rec->nframes);
+	memcpy(regs, raw, sizeof(*regs));
+	return raw + sizeof(*regs);
+}
+
 static uint32_t drain_unwind(struct drain_ctx *ctx, const struct llgo_record *rec,
 			     const uint64_t *frames, struct drain_unwound *how)
 {
@@ -254,10 +263,9 @@ static struct rawmemo_entry *drain_rawmemo_find(struct drain_ctx *ctx,
 	if (s->verify || drain_rawmemo_mode == DRAIN_RAWMEMO_OFF || !ctx->reader->rawmemo ||
 	    !s->unwind)
 		return NULL;
-	const unsigned char *raw = (const unsigned char *)(frames + rec->nframes);
 	struct llgo_raw_regs regs;
-	memcpy(&regs, raw, sizeof(regs));
-	return rawmemo_find(ctx->reader->rawmemo, &regs, raw + sizeof(regs), frames, rec->nframes,
+	const unsigned char *stack = drain_raw_regs(rec, frames, &regs);
+	return rawmemo_find(ctx->reader->rawmemo, &regs, stack, frames, rec->nframes,
 			    s->maps ? procmaps_version(s->maps) : 0, unwind_epoch(s->unwind));
 }
 
@@ -363,9 +371,8 @@ static void drain_record(void *arg, const struct llgo_record *rec, const uint64_
 	}
 	drain_memo_set(ctx, rec, shim_frames, b, truncated, noted, bucket_key);
 	if (how.memo && !s->verify && drain_rawmemo_mode != DRAIN_RAWMEMO_OFF) {
-		const unsigned char *raw = (const unsigned char *)(shim_frames + rec->nframes);
 		struct llgo_raw_regs regs;
-		memcpy(&regs, raw, sizeof(regs));
+		drain_raw_regs(rec, shim_frames, &regs);
 		struct rawmemo_entry *e = rawmemo_put(
 			&ctx->reader->rawmemo, &regs, shim_frames, rec->nframes, &ctx->reads, frames,
 			npcs, how.learned, s->maps ? procmaps_version(s->maps) : 0, how.epoch);
